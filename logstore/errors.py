@@ -1,0 +1,49 @@
+"""The exceptions of logstore: one base, one branch per kind of failure.
+
+Messages name the file (where there is one), the expected and the actual value.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptIndexError",
+    "CorruptRecordError",
+    "InvalidTopicError",
+    "LogDirLockedError",
+    "LoglakeError",
+    "OffsetOutOfRangeError",
+    "UnsupportedCodecError",
+    "UnsupportedMagicError",
+]
+
+
+class LoglakeError(Exception):
+    """Base of every error loglake raises on purpose."""
+
+
+class CorruptRecordError(LoglakeError):
+    """A record batch or record is malformed: bad size, magic, CRC, offsets or encoding."""
+
+
+class UnsupportedMagicError(CorruptRecordError):
+    """A message set of magic 0 or 1 (pre-KIP-98 format): detected, never misread."""
+
+
+class UnsupportedCodecError(CorruptRecordError):
+    """The attributes name a compression codec that does not exist."""
+
+
+class CorruptIndexError(LoglakeError):
+    """An offset or time index fails its sanity check."""
+
+
+class OffsetOutOfRangeError(LoglakeError):
+    """An offset below the log start offset or above the log end offset."""
+
+
+class InvalidTopicError(LoglakeError):
+    """A topic name that breaks Kafka's naming rules or would escape ``log.dirs``."""
+
+
+class LogDirLockedError(LoglakeError):
+    """Another process holds the log directory's ``.lock``."""

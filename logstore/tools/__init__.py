@@ -1,0 +1,1 @@
+"""Operator tools behind the ``loglake`` command line."""

@@ -1,0 +1,1 @@
+"""pipelines: the PySpark library of loglake (sources, decoding, lookups, Delta sink)."""

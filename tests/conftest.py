@@ -1,0 +1,25 @@
+"""Shared test set-up: paths and environment every test may rely on."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# ../shared/fixtures/kafka-real: segment files written by a real Apache Kafka broker.
+KAFKA_REAL = ROOT.parent / "shared" / "fixtures" / "kafka-real"
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def kafka_real() -> Path:
+    """The directory of real broker-written fixtures (read-only)."""
+    if not KAFKA_REAL.is_dir():
+        pytest.fail(f"fixtures missing: {KAFKA_REAL} (shared/ must sit beside the checkout)")
+    return KAFKA_REAL

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything loglake needs into ./.venv from the lock file (uv.lock), pinned.
+# Safe to run any number of times: a second run finds everything in place and returns quickly.
+# Fails with a clear message when Python 3.11+ or Java 17+ is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() { printf 'loglake setup: %s\n' "$*" >&2; exit 1; }
+
+# 1. Python 3.11 or 3.12 (pyspark 4.2 and the pinned wheels support both).
+PY=""
+for cand in "${LOGLAKE_PYTHON:-}" python3.11 python3.12 python3; do
+  [ -n "$cand" ] || continue
+  if command -v "$cand" >/dev/null 2>&1 &&
+     "$cand" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 13) else 1)' 2>/dev/null; then
+    PY=$(command -v "$cand"); break
+  fi
+done
+[ -n "$PY" ] || die "Python 3.11 or 3.12 is required (found: $(python3 --version 2>&1 || echo none)). Install it, or point LOGLAKE_PYTHON at one."
+
+# 2. Java 17+ for Spark.
+command -v java >/dev/null 2>&1 || die "Java 17 is required for Spark and was not found on PATH (Debian: apt-get install openjdk-17-jre-headless)."
+jv=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+[ -n "$jv" ] && [ "$jv" -ge 17 ] || die "Java 17+ is required for Spark; found: $(java -version 2>&1 | head -1)"
+
+# 3. uv, pinned, in a private tool environment.
+UV_VERSION=0.13.8
+if ! { [ -x .tools/bin/uv ] && [ "$(.tools/bin/uv --version | cut -d' ' -f2)" = "$UV_VERSION" ]; }; then
+  "$PY" -m venv .tools
+  .tools/bin/python -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+fi
+
+# 4. The project and its pinned dependencies (dev group included: the tests need real clients).
+.tools/bin/uv sync --frozen --quiet --python "$PY"
