@@ -18,7 +18,22 @@ __all__ = [
 
 
 class LoglakeError(Exception):
-    """Base of every error loglake raises on purpose."""
+    """Base of every error loglake raises on purpose.
+
+    ``path`` and ``position`` say where, when the error is about bytes in a file or buffer
+    (position is a byte offset into the file or buffer); both are also in the message.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, position: int | None = None):
+        where = ""
+        if path is not None:
+            where = f" [{path}" + (f" @ {position}" if position is not None else "") + "]"
+        elif position is not None:
+            where = f" [@ {position}]"
+        super().__init__(message + where)
+        self.message = message
+        self.path = path
+        self.position = position
 
 
 class CorruptRecordError(LoglakeError):

@@ -23,3 +23,7 @@ def kafka_real() -> Path:
     if not KAFKA_REAL.is_dir():
         pytest.fail(f"fixtures missing: {KAFKA_REAL} (shared/ must sit beside the checkout)")
     return KAFKA_REAL
+
+
+# Fixture modules, each owned by the package it starts (broker, Spark session).
+pytest_plugins = ["tests.fixtures.broker", "tests.fixtures.spark"]
