@@ -8,10 +8,12 @@ from __future__ import annotations
 __all__ = [
     "CorruptIndexError",
     "CorruptRecordError",
+    "InvalidConfigError",
     "InvalidTopicError",
     "LogDirLockedError",
     "LoglakeError",
     "OffsetOutOfRangeError",
+    "RecordTooLargeError",
     "UnsupportedCodecError",
     "UnsupportedMagicError",
 ]
@@ -62,3 +64,11 @@ class InvalidTopicError(LoglakeError):
 
 class LogDirLockedError(LoglakeError):
     """Another process holds the log directory's ``.lock``."""
+
+
+class RecordTooLargeError(CorruptRecordError):
+    """A batch larger than ``max.message.bytes`` (Kafka's MESSAGE_TOO_LARGE)."""
+
+
+class InvalidConfigError(LoglakeError):
+    """A config value that is out of range or does not parse (Kafka's INVALID_CONFIG)."""

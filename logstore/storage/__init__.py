@@ -1,0 +1,38 @@
+"""logstore.storage: Kafka-format log directories — segments, indexes, logs, recovery.
+
+One module per on-disk concept: ``files`` (names, topic validation), ``index`` (``.index`` /
+``.timeindex``), ``segment`` (one ``.log`` + indexes), ``loader`` (clean-up and recovery at
+open), ``log`` (a partition: append, read as file slices, truncation, retention), ``checkpoints``
+(Kafka's text checkpoints, leader epochs), ``topic_config`` (per-topic overrides in the log
+dir), ``log_manager`` (all partitions, locks, checkpoints, clean shutdown), ``scheduler`` and
+``dirlock``. ``producer_state`` (idempotence/transactions) is the broker's.
+"""
+
+from __future__ import annotations
+
+from logstore.storage.config import LogConfig
+from logstore.storage.files import (
+    parse_partition_dir,
+    partition_dir,
+    segment_path,
+    validate_topic,
+)
+from logstore.storage.index import OffsetIndex, TimeIndex
+from logstore.storage.log import AppendInfo, FetchSlice, Log
+from logstore.storage.log_manager import LogManager
+from logstore.storage.segment import LogSegment
+
+__all__ = [
+    "AppendInfo",
+    "FetchSlice",
+    "Log",
+    "LogConfig",
+    "LogManager",
+    "LogSegment",
+    "OffsetIndex",
+    "TimeIndex",
+    "parse_partition_dir",
+    "partition_dir",
+    "segment_path",
+    "validate_topic",
+]

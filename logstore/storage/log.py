@@ -1,0 +1,718 @@
+"""A partition's log: ordered segments, offset assignment, reads as file slices, retention.
+
+Kafka's ``UnifiedLog`` + ``LocalLog`` for one ``<topic>-<partition>`` directory. The directory
+holds segments named by base offset (see :mod:`logstore.storage.segment`) and a
+``leader-epoch-checkpoint``; the log-dir-wide checkpoints (recovery point, high watermark, log
+start offset) are written by :class:`~logstore.storage.log_manager.LogManager`.
+
+Offsets: ``log_start_offset <= high_watermark <= log_end_offset``. Segments' base offsets
+strictly increase; the last segment is the *active* one, the only one appended to. Every batch
+in the log has offsets above the previous batch's (gaps are allowed: compaction, truncation).
+
+Appends (:meth:`Log.append`) take the producer's buffer, validate every batch first (so bad
+input appends nothing), stamp base offsets and the leader epoch in place (outside the CRC),
+optionally rewrite LogAppendTime (recomputing the CRC), roll if needed and write the buffer to
+the active segment in one ``pwrite``. No per-record work: batch headers only.
+
+Reads (:meth:`Log.read`) return a :class:`FetchSlice` — file descriptor, position, length —
+for ``os.sendfile``; the bytes never pass through Python.
+
+Thread-safety: mutating methods (append, roll, flush, truncate, retention, close) serialise on
+the log's lock. :meth:`read`, :meth:`offset_for_timestamp` and the offset properties may be
+called from any thread without the lock: they use a snapshot of the segment list (replaced,
+never mutated in place) and of the log end offset, which only advances after the bytes were
+written. A :class:`FetchSlice`'s descriptor stays valid for ``file.delete.delay.ms`` after its
+segment is deleted by retention (segments are renamed ``.deleted`` and closed later), which is
+the window Kafka gives in-flight fetches too.
+
+Crash behaviour: nothing is fsynced except by :meth:`flush` (called by the flush policy:
+``flush.messages``, ``flush.ms`` via the manager, and on roll for the rolled segment). On open
+after an unclean shutdown the log is recovered from the recovery point (see
+:mod:`logstore.storage.loader`): the log then holds exactly the whole valid batches that reached
+the disk, in order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from logstore.errors import (
+    CorruptRecordError,
+    InvalidTopicError,
+    LoglakeError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from logstore.protocol.batch import (
+    ATTRIBUTES_OFFSET,
+    CODEC_MASK,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchHeader,
+    set_log_append_time,
+    stamp_batch,
+    validate_batch,
+)
+from logstore.protocol.records import decode_batch
+from logstore.storage.checkpoints import LeaderEpochCache
+from logstore.storage.config import LogConfig
+from logstore.storage.files import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    fsync_dir,
+    parse_partition_dir,
+    segment_path,
+)
+from logstore.storage.loader import LoadResult, load_segments
+from logstore.storage.scheduler import Scheduler
+from logstore.storage.segment import BatchInfo, LogSegment
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "AppendInfo",
+    "FetchSlice",
+    "Log",
+    "LogConfig",
+]
+
+_MAX_CODEC = 4  # zstd
+_MIN_RECORD_SIZE = 7  # as protocol.batch: the smallest possible uncompressed record
+
+# Kafka's ListOffsets special timestamps.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class AppendInfo(NamedTuple):
+    """The result of one :meth:`Log.append`.
+
+    ``max_timestamp`` and ``offset_of_max_timestamp`` are over the appended batches (the offset
+    is the last offset of the first batch carrying that maximum, Kafka's shallow form);
+    ``log_append_time_ms`` is the broker time written into the batches, or -1 with CreateTime.
+    """
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time_ms: int
+    num_batches: int
+    num_records: int
+    valid_bytes: int
+
+
+class FetchSlice(NamedTuple):
+    """A byte range of a segment file to send with ``os.sendfile(sock, fileno, position, length)``.
+
+    ``first_offset`` is the base offset of the first batch in the slice (it may be below the
+    requested offset: the slice starts at the batch that holds it), or the requested offset
+    when ``length == 0``. The slice may end in a partial batch, as in Kafka.
+    """
+
+    path: Path
+    fileno: int
+    position: int
+    length: int
+    first_offset: int
+
+
+class Log:
+    """One partition's log; see the module docstring. Open with :meth:`Log.open`."""
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        loaded: LoadResult,
+        *,
+        scheduler: Scheduler | None = None,
+        now_ms: int | None = None,
+    ) -> None:
+        parsed = parse_partition_dir(dir.name)
+        if parsed is None:
+            raise InvalidTopicError("log directory name is not <topic>-<partition>", path=str(dir))
+        self._dir = dir
+        self.topic, self.partition = parsed
+        self._config = config
+        self._scheduler = scheduler
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = loaded.segments
+        self._bases: list[int] = [s.base_offset for s in self._segments]
+        self._next_offset = loaded.next_offset
+        self._log_start_offset = loaded.log_start_offset
+        self._recovery_point = loaded.recovery_point
+        self._high_watermark = self._log_start_offset
+        self.load_result = loaded
+        self.leader_epoch_cache = LeaderEpochCache(dir / LEADER_EPOCH_CHECKPOINT)
+        self.leader_epoch_cache.truncate_from_end(self._next_offset)
+        self.unflushed_messages = 0
+        self.last_flush_ms = _now_ms() if now_ms is None else now_ms
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        dir: str | os.PathLike[str],
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+        scheduler: Scheduler | None = None,
+    ) -> Log:
+        """Open (creating if needed) the log in ``dir``; recover it unless ``clean_shutdown``.
+
+        ``dir`` must be named ``<topic>-<partition>``. ``recovery_point`` and
+        ``log_start_offset`` come from the log directory's checkpoints. ``scheduler`` runs the
+        delayed deletion of retired segments and the flush of rolled segments; without one both
+        happen immediately.
+        """
+        path = Path(dir)
+        if parse_partition_dir(path.name) is None:
+            raise InvalidTopicError("log directory name is not <topic>-<partition>", path=str(path))
+        loaded = load_segments(
+            path,
+            config,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            clean_shutdown=clean_shutdown,
+        )
+        return cls(path, config, loaded, scheduler=scheduler)
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, value: LogConfig) -> None:
+        with self._lock:
+            self._config = value
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The log's re-entrant lock: hold it to make a check plus :meth:`append` atomic
+        (e.g. producer-state validation in the broker)."""
+        return self._lock
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """A snapshot of the segments, oldest first (the last one is active)."""
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        """Set the high watermark, clamped to ``[log_start_offset, log_end_offset]``."""
+        with self._lock:
+            self._high_watermark = min(max(value, self._log_start_offset), self._next_offset)
+
+    @property
+    def size(self) -> int:
+        """Bytes in all segments."""
+        return sum(s.size for s in self._segments)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self._dir.name}, start={self._log_start_offset}, hw={self._high_watermark}, "
+            f"end={self._next_offset}, segments={len(self._segments)})"
+        )
+
+    # -- append -------------------------------------------------------------------------------
+
+    def append(
+        self, buf: bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int | None = None
+    ) -> AppendInfo:
+        """Validate, assign offsets to and append the v2 batches in ``buf`` (writable).
+
+        All batches are checked before anything is written (whole, magic 2, size at most
+        ``max.message.bytes``, CRC, codec, ``records_count == last_offset_delta + 1 > 0``);
+        any failure raises :class:`CorruptRecordError` (:class:`RecordTooLargeError` for size)
+        and appends nothing. Then, under the lock: base offsets and ``leader_epoch`` are
+        stamped in place, LogAppendTime is applied when the topic says so, the log rolls if
+        needed, and ``buf`` is written unchanged otherwise in one write.
+        """
+        view = memoryview(buf)
+        if view.readonly:
+            view.release()
+            raise TypeError("Log.append needs a writable buffer (bytearray or memoryview)")
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        try:
+            return self._append(view, leader_epoch, now_ms)
+        finally:
+            view.release()
+
+    def _append(self, view: memoryview, leader_epoch: int, now_ms: int | None) -> AppendInfo:
+        total = view.nbytes
+        if total == 0:
+            raise CorruptRecordError("produce request holds no record batch")
+        max_size = self._config.max_message_bytes
+        # (position, size, last_offset_delta, max_timestamp, records_count) per batch
+        batches: list[tuple[int, int, int, int, int]] = []
+        pos = 0
+        unpack = HEADER.unpack_from
+        while pos < total:
+            if total - pos < HEADER_SIZE:
+                validate_batch(view, pos, exact_count=True)  # raises: torn header
+            _, length, _, magic, crc, attrs, delta, _, max_ts, _, _, _, count = unpack(view, pos)
+            size = length + LOG_OVERHEAD
+            if size > max_size and magic == MAGIC:
+                raise RecordTooLargeError(
+                    f"batch of {size} bytes exceeds max.message.bytes {max_size}", position=pos
+                )
+            # The checks of protocol.validate_batch(exact_count=True), inlined: this runs once
+            # per produced batch. On any failure validate_batch itself names the problem.
+            if (
+                magic != MAGIC
+                or length < HEADER_SIZE - LOG_OVERHEAD
+                or size > total - pos
+                or attrs & CODEC_MASK > _MAX_CODEC
+                or delta < 0
+                or count <= 0
+                or count != delta + 1
+                or (attrs & CODEC_MASK == 0 and count * _MIN_RECORD_SIZE > size - HEADER_SIZE)
+                or crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != crc
+            ):
+                validate_batch(view, pos, exact_count=True)
+                raise CorruptRecordError("batch failed validation", position=pos)
+            batches.append((pos, size, delta, max_ts, count))
+            pos += size
+        with self._lock:
+            if self._closed:
+                raise LoglakeError(f"log {self._dir.name} is closed", path=str(self._dir))
+            now = _now_ms() if now_ms is None else now_ms
+            append_time = self._config.log_append_time
+            first = next_offset = self._next_offset
+            infos: list[BatchInfo] = []
+            max_ts, max_ts_offset = -1, first
+            records = 0
+            for bpos, size, delta, batch_max_ts, count in batches:
+                stamp_batch(
+                    view, bpos, base_offset=next_offset, partition_leader_epoch=leader_epoch
+                )
+                if append_time:
+                    set_log_append_time(view, bpos, now)
+                    ts = now
+                else:
+                    ts = batch_max_ts
+                last = next_offset + delta
+                if ts > max_ts:
+                    max_ts, max_ts_offset = ts, last
+                infos.append(BatchInfo(bpos, size, last, ts))
+                records += count
+                next_offset = last + 1
+            segment = self._maybe_roll(total, max_ts, next_offset - 1, now)
+            segment.append(view, infos)
+            self._next_offset = next_offset
+            self.leader_epoch_cache.assign(leader_epoch, first)
+            self.unflushed_messages += next_offset - first
+            if self.unflushed_messages >= self._config.flush_messages:
+                self._flush(next_offset)
+        return AppendInfo(
+            first_offset=first,
+            last_offset=next_offset - 1,
+            max_timestamp=max_ts,
+            offset_of_max_timestamp=max_ts_offset,
+            log_append_time_ms=now if append_time else -1,
+            num_batches=len(infos),
+            num_records=records,
+            valid_bytes=total,
+        )
+
+    # -- roll ---------------------------------------------------------------------------------
+
+    def _maybe_roll(self, size: int, max_ts: int, max_offset: int, now_ms: int) -> LogSegment:
+        active = self._segments[-1]
+        if active.size > 0 and active.should_roll(
+            messages_size=size,
+            max_timestamp_in_messages=max_ts,
+            max_offset_in_messages=max_offset,
+            now_ms=now_ms,
+            segment_bytes=self._config.segment_bytes,
+            segment_ms=self._config.segment_ms,
+        ):
+            return self._roll(now_ms)
+        return active
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LoglakeError(f"log {self._dir.name} is closed", path=str(self._dir))
+
+    def roll(self, *, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        with self._lock:
+            self._check_open()
+            return self._roll(_now_ms() if now_ms is None else now_ms)
+
+    def _roll(self, now_ms: int) -> LogSegment:
+        active = self._segments[-1]
+        if active.size == 0:
+            return active
+        new_base = self._next_offset
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            # stale files of a segment truncated away earlier would be reopened, not recreated
+            segment_path(self._dir, new_base, suffix).unlink(missing_ok=True)
+        active.on_become_inactive()
+        seg = LogSegment.open(
+            self._dir,
+            new_base,
+            index_interval_bytes=self._config.index_interval_bytes,
+            max_index_size=self._config.segment_index_bytes,
+            created_ms=now_ms,
+        )
+        self._segments = [*self._segments, seg]
+        self._bases = [*self._bases, new_base]
+        # Kafka flushes the rolled segment in the background right away, which moves the
+        # recovery point to the new segment and keeps post-crash recovery short.
+        if self._scheduler is not None and self._scheduler.running:
+            self._scheduler.schedule(
+                f"flush-{self._dir.name}", lambda: self.flush(new_base), delay_ms=0
+            )
+        else:
+            self._flush(new_base)
+        return seg
+
+    # -- read ---------------------------------------------------------------------------------
+
+    def _segment_index_for(self, offset: int, bases: list[int]) -> int:
+        return max(bisect.bisect_right(bases, offset) - 1, 0)
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchSlice:
+        """A slice of one segment starting at the batch that holds ``offset``.
+
+        At most ``max_bytes`` (but the whole first batch when ``min_one_batch``), never data at
+        or above ``max_offset`` (exclusive, e.g. the high watermark for consumers). ``length``
+        is 0 at the log end. :class:`OffsetOutOfRangeError` when ``offset`` is outside
+        ``[log_start_offset, log_end_offset]``.
+        """
+        segments = self._segments
+        bases = self._bases
+        end = self._next_offset
+        start = self._log_start_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{start}, {end}] of {self._dir.name}"
+            )
+        limit = end if max_offset is None else min(max_offset, end)
+        if offset >= limit:
+            active = segments[-1]
+            if offset == end:
+                return FetchSlice(active.path, active.fileno, active.size, 0, offset)
+            i = self._segment_index_for(offset, bases)
+            loc = segments[i].translate_offset(offset)
+            seg = segments[i]
+            position = seg.size if loc is None else loc.position
+            return FetchSlice(seg.path, seg.fileno, position, 0, offset)
+        i = self._segment_index_for(offset, bases)
+        while i < len(segments):
+            seg = segments[i]
+            max_position: int | None = None
+            if max_offset is not None and (i + 1 >= len(segments) or bases[i + 1] > limit):
+                loc = seg.translate_offset(limit)
+                max_position = None if loc is None else loc.position
+            found = seg.read(
+                offset, max_bytes, max_position=max_position, min_one_message=min_one_batch
+            )
+            if found is not None:
+                position, length, first = found
+                return FetchSlice(seg.path, seg.fileno, position, length, first)
+            i += 1
+        active = segments[-1]
+        return FetchSlice(active.path, active.fileno, active.size, 0, offset)
+
+    def iter_headers(self, start_offset: int | None = None) -> Iterator[BatchHeader]:
+        """Every batch header (61 bytes, no CRC check) from the batch holding ``start_offset``
+        (default: the log start) up to the log end offset seen when iteration starts.
+
+        Headers only, read in chunks: what the broker rebuilds producer state from. Safe to
+        run while appends continue (they are not included).
+        """
+        segments = self._segments
+        bases = self._bases
+        end = self._next_offset
+        start = self._log_start_offset if start_offset is None else start_offset
+        for i in range(self._segment_index_for(start, bases), len(segments)):
+            seg = segments[i]
+            position = seg.offset_index.lookup(start).position  # 0 below the first entry
+            for _, header in seg.headers(position):
+                last = header.base_offset + header.last_offset_delta
+                if header.base_offset >= end:
+                    return
+                if last >= start:
+                    yield header
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """Kafka ListOffsets: ``(offset, timestamp)`` of the first record with timestamp >= ``ts``.
+
+        Special values: -2 (earliest) gives ``(log_start_offset, -1)``, -1 (latest)
+        ``(log_end_offset, -1)``, -3 (KIP-734 max timestamp) the offset and value of the
+        largest timestamp. ``None`` when no record is that recent. Decodes at most the records
+        of the batches around the match (reference decoder: not a hot path).
+        """
+        if timestamp == EARLIEST_TIMESTAMP:
+            return (self._log_start_offset, -1)
+        if timestamp == LATEST_TIMESTAMP:
+            return (self._next_offset, -1)
+        segments = self._segments
+        start = self._log_start_offset
+        if timestamp == MAX_TIMESTAMP:
+            best: tuple[int, int] | None = None
+            for seg in segments:
+                ts = seg.max_timestamp_so_far
+                if ts >= 0 and (best is None or ts > best[1]):
+                    best = (seg.offset_of_max_timestamp_so_far, ts)
+            return best
+        for seg in segments:
+            if seg.max_timestamp_so_far < timestamp:
+                continue
+            floor = seg.time_index.lookup(timestamp)
+            position = seg.offset_index.lookup(max(floor.offset, start)).position
+            for loc in seg.batches(position):
+                if loc.max_timestamp < timestamp or loc.last_offset < start:
+                    continue
+                data = os.pread(seg.fileno, loc.size, loc.position)
+                _, recs = decode_batch(data)
+                for rec in recs:
+                    if rec.timestamp >= timestamp and rec.offset >= start:
+                        return (rec.offset, rec.timestamp)
+        return None
+
+    # -- flush --------------------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync the segments holding offsets below ``offset`` (default: all); move the
+        recovery point there."""
+        with self._lock:
+            self._flush(self._next_offset if offset is None else min(offset, self._next_offset))
+
+    def _flush(self, offset: int) -> None:
+        if self._closed or offset <= self._recovery_point:
+            return
+        for i, seg in enumerate(self._segments):
+            seg_end = self._bases[i + 1] if i + 1 < len(self._bases) else self._next_offset
+            if seg_end > self._recovery_point and seg.base_offset < offset and not seg.closed:
+                seg.flush()
+        fsync_dir(self._dir)
+        self._recovery_point = offset
+        if offset >= self._next_offset:
+            self.unflushed_messages = 0
+        self.last_flush_ms = _now_ms()
+
+    # -- truncation and deletion ----------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch whose last offset is >= ``offset``; True if anything changed.
+
+        Segments above ``offset`` are deleted; the log end offset becomes ``offset``.
+        """
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"cannot truncate {self._dir.name} to {offset}")
+        with self._lock:
+            self._check_open()
+            if offset >= self._next_offset:
+                return False
+            if offset < self._segments[0].base_offset:
+                self._truncate_fully_and_start_at(offset)
+                return True
+            doomed = [s for s in self._segments if s.base_offset > offset]
+            if doomed:
+                self._remove_segments(doomed, immediately=True, allow_all=True)
+            active = self._segments[-1]
+            active.truncate_to(offset)
+            active.resize_indexes(self._config.segment_index_bytes)
+            self._next_offset = offset
+            self._recovery_point = min(self._recovery_point, offset)
+            self._log_start_offset = min(self._log_start_offset, offset)
+            self._high_watermark = min(self._high_watermark, offset)
+            self.leader_epoch_cache.truncate_from_end(offset)
+            return True
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        self._remove_segments(list(self._segments), immediately=True, allow_all=True)
+        seg = LogSegment.open(
+            self._dir,
+            offset,
+            index_interval_bytes=self._config.index_interval_bytes,
+            max_index_size=self._config.segment_index_bytes,
+        )
+        self._segments = [seg]
+        self._bases = [offset]
+        self._next_offset = offset
+        self._log_start_offset = offset
+        self._recovery_point = offset
+        self._high_watermark = offset
+        self.leader_epoch_cache.clear()
+
+    def _remove_segments(
+        self, doomed: list[LogSegment], *, immediately: bool = False, allow_all: bool = False
+    ) -> None:
+        if not allow_all and doomed and doomed[-1] is self._segments[-1]:
+            raise ValueError("the active segment is never deleted")
+        ids = {id(s) for s in doomed}
+        kept = [s for s in self._segments if id(s) not in ids]
+        self._segments = kept
+        self._bases = [s.base_offset for s in kept]
+        delay = self._config.file_delete_delay_ms
+        for seg in doomed:
+            seg.change_file_suffixes(seg.file_suffix, seg.file_suffix + DELETED_SUFFIX)
+        if immediately or delay == 0 or self._scheduler is None or not self._scheduler.running:
+            for seg in doomed:
+                seg.delete()
+        else:
+            batch = list(doomed)
+
+            def delete_later() -> None:
+                for s in batch:
+                    s.delete()
+
+            self._scheduler.schedule(f"delete-{self._dir.name}", delete_later, delay_ms=delay)
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka DeleteRecords: advance the log start offset to ``offset``; delete the whole
+        segments below it. Returns the new log start offset.
+
+        :class:`OffsetOutOfRangeError` when ``offset`` is above the high watermark.
+        """
+        with self._lock:
+            self._check_open()
+            if offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {self._dir.name} up to {offset}: above the high "
+                    f"watermark {self._high_watermark}"
+                )
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                self.leader_epoch_cache.truncate_from_start(offset)
+                self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= offset)
+            return self._log_start_offset
+
+    def _delete_segments(self, predicate: Callable[[LogSegment, int], bool]) -> int:
+        """Delete the oldest segments while ``predicate(segment, next_base)`` holds.
+
+        Never the active segment, never a segment holding offsets at or above the high
+        watermark (Kafka's ``deletableSegments``).
+        """
+        doomed: list[LogSegment] = []
+        segs = self._segments
+        for i, seg in enumerate(segs[:-1]):
+            nxt = segs[i + 1].base_offset
+            if nxt > self._high_watermark or not predicate(seg, nxt):
+                break
+            doomed.append(seg)
+        if doomed:
+            self._remove_segments(doomed)
+            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+            self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        return len(doomed)
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Retention: delete segments by ``retention.ms``, ``retention.bytes`` and the log start
+        offset (the first two only with ``cleanup.policy`` delete). Returns how many went.
+
+        ``retention.ms``: a segment goes when ``now - largest timestamp > retention.ms``.
+        ``retention.bytes``: oldest segments go while the log stays at or over the limit without
+        them. Segments wholly below the log start offset always go.
+        """
+        now = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            if self._closed:
+                return 0
+            cfg = self._config
+            deleted = 0
+            if cfg.delete and cfg.retention_ms >= 0:
+                deleted += self._delete_segments(
+                    lambda seg, nxt: now - seg.largest_timestamp > cfg.retention_ms
+                )
+            if cfg.delete and cfg.retention_bytes >= 0:
+                excess = [self.size - cfg.retention_bytes]
+
+                def over(seg: LogSegment, nxt: int) -> bool:
+                    if excess[0] - seg.size >= 0:
+                        excess[0] -= seg.size
+                        return True
+                    return False
+
+                if excess[0] > 0:
+                    deleted += self._delete_segments(over)
+            start = self._log_start_offset
+            deleted += self._delete_segments(lambda seg, nxt: nxt <= start)
+            return deleted
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every segment (indexes trimmed, final time index entries). No fsync."""
+        with self._lock:
+            if self._closed:
+                return
+            for seg in self._segments:
+                seg.close()
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        with self._lock:
+            for seg in self._segments:
+                seg.close_handlers()
+            self._closed = True
+            shutil.rmtree(self._dir, ignore_errors=True)
+            parent = self._dir.parent
+            if parent.exists():
+                fsync_dir(parent)

@@ -1,0 +1,347 @@
+"""Every partition log of one broker across its log directories (Kafka's ``LogManager``).
+
+Per log directory (``log.dirs`` entry) it owns:
+
+* ``.lock`` — held (flock) from construction to :meth:`LogManager.shutdown`; a second manager
+  on the same directory gets :class:`~logstore.errors.LogDirLockedError`;
+* ``.kafka_cleanshutdown`` — written after every log was flushed and closed at shutdown; its
+  presence at start-up skips recovery, and it is deleted once the logs are loaded so that a
+  later crash is never mistaken for a clean stop;
+* ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
+  ``replication-offset-checkpoint`` (high watermarks) — read at start-up, written
+  periodically and at shutdown (see :mod:`logstore.storage.checkpoints`);
+* ``topic-configs/<topic>.properties`` — per-topic overrides
+  (:mod:`logstore.storage.topic_config`), applied over ``default_config``;
+* ``<topic>-<partition>/`` — one :class:`~logstore.storage.log.Log` each. Directories named
+  ``*-delete`` (a deletion that was interrupted) are removed at start-up.
+
+Background tasks (on a :class:`~logstore.storage.scheduler.Scheduler`): flush logs whose
+``flush.ms`` elapsed, retention (``delete_old_segments``) and checkpoint writing. They can also
+be run by hand (:meth:`flush_dirty_logs`, :meth:`cleanup_logs`, :meth:`checkpoint`).
+
+Thread-safety: the partition map is guarded by a lock; each log guards itself. Crash
+behaviour: everything the checkpoints say is conservative (a recovery point is only written
+after the flush it names), so recovery after a crash starts early enough.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from logstore.errors import LoglakeError
+from logstore.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from logstore.storage.config import LogConfig
+from logstore.storage.dirlock import DirLock
+from logstore.storage.files import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    fsync_dir,
+    parse_partition_dir,
+    partition_dir,
+    validate_topic,
+)
+from logstore.storage.log import Log
+from logstore.storage.scheduler import Scheduler
+from logstore.storage.topic_config import read_topic_configs, write_topic_config
+
+__all__ = ["LogManager"]
+
+_log = logging.getLogger(__name__)
+TopicPartition = tuple[str, int]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogManager:
+    """Loads, creates, flushes, retains, checkpoints and closes partition logs.
+
+    ``log_dirs``: one path or several (Kafka's ``log.dirs``); created if missing.
+    ``default_config``: the broker-level defaults each topic's overrides apply over.
+    ``scheduler``: shared scheduler (not owned); without one the manager runs its own.
+    ``background=False`` starts no periodic task (tests, tools); the ``*_interval_ms``
+    settings are Kafka's ``log.flush.scheduler.interval.ms``, ``log.retention.check.interval.ms``
+    and ``log.flush.offset.checkpoint.interval.ms``.
+    """
+
+    def __init__(
+        self,
+        log_dirs: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+        *,
+        default_config: LogConfig,
+        scheduler: Scheduler | None = None,
+        background: bool = True,
+        flush_check_interval_ms: int = 1_000,
+        retention_check_interval_ms: int = 300_000,
+        checkpoint_interval_ms: int = 60_000,
+    ) -> None:
+        if isinstance(log_dirs, (str, os.PathLike)):
+            dirs = [Path(log_dirs)]
+        else:
+            dirs = [Path(d) for d in log_dirs]
+        if not dirs:
+            raise LoglakeError("no log directory given")
+        self.log_dirs: list[Path] = [d.resolve() for d in dirs]
+        self.default_config = default_config
+        self._own_scheduler = scheduler is None
+        self.scheduler = scheduler if scheduler is not None else Scheduler(name="log-manager")
+        self._lock = threading.RLock()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._log_dir_of: dict[TopicPartition, Path] = {}
+        self._topic_overrides: dict[str, dict[str, str]] = {}
+        self._dir_locks: list[DirLock] = []
+        self.had_clean_shutdown: dict[Path, bool] = {}
+        self._shut_down = False
+        try:
+            for d in self.log_dirs:
+                d.mkdir(parents=True, exist_ok=True)
+                lock = DirLock(d)
+                lock.acquire()
+                self._dir_locks.append(lock)
+            if self._own_scheduler:
+                self.scheduler.start()
+            for d in self.log_dirs:
+                self._load_dir(d)
+        except BaseException:
+            self._abort()
+            raise
+        self._intervals = (
+            flush_check_interval_ms,
+            retention_check_interval_ms,
+            checkpoint_interval_ms,
+        )
+        if background:
+            self.start()
+
+    # -- loading --------------------------------------------------------------------------------
+
+    def _load_dir(self, d: Path) -> None:
+        marker = d / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        self.had_clean_shutdown[d] = clean
+        recovery_points = read_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = read_offset_checkpoint(d / LOG_START_OFFSET_CHECKPOINT)
+        high_watermarks = read_offset_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT)
+        for topic, props in read_topic_configs(d).items():
+            self._topic_overrides.setdefault(topic, {}).update(props)
+        for entry in sorted(d.iterdir()):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith("-delete"):
+                shutil.rmtree(entry, ignore_errors=True)
+                continue
+            parsed = parse_partition_dir(entry.name)
+            if parsed is None:
+                continue
+            if parsed in self._logs:
+                raise LoglakeError(
+                    f"partition {parsed[0]}-{parsed[1]} is in two log directories: "
+                    f"{self._log_dir_of[parsed]} and {d}",
+                    path=str(entry),
+                )
+            log = Log.open(
+                entry,
+                self.config_for(parsed[0]),
+                recovery_point=recovery_points.get(parsed, 0),
+                log_start_offset=start_offsets.get(parsed, 0),
+                clean_shutdown=clean,
+                scheduler=self.scheduler,
+            )
+            log.high_watermark = high_watermarks.get(parsed, log.log_start_offset)
+            self._logs[parsed] = log
+            self._log_dir_of[parsed] = d
+        if clean:
+            marker.unlink()
+            fsync_dir(d)
+
+    def config_for(self, topic: str) -> LogConfig:
+        """``default_config`` with ``topic``'s stored overrides applied."""
+        return LogConfig.from_properties(
+            self._topic_overrides.get(topic, {}), defaults=self.default_config
+        )
+
+    def set_topic_config(self, topic: str, props: Mapping[str, str]) -> LogConfig:
+        """Store ``topic``'s overrides in every log directory and apply them to its logs."""
+        validate_topic(topic)
+        config = LogConfig.from_properties(props, defaults=self.default_config)
+        with self._lock:
+            for d in self.log_dirs:
+                write_topic_config(d, topic, props)
+            self._topic_overrides[topic] = dict(props)
+            for (t, _), log in self._logs.items():
+                if t == topic:
+                    log.config = config
+        return config
+
+    # -- partitions -----------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The log of ``topic``-``partition``, created empty (in the least loaded directory)
+        if it does not exist yet. ``config`` defaults to the topic's stored config."""
+        key = (validate_topic(topic), partition)
+        with self._lock:
+            if self._shut_down:
+                raise LoglakeError("log manager is shut down")
+            log = self._logs.get(key)
+            if log is not None:
+                return log
+            counts = {d: 0 for d in self.log_dirs}
+            for d in self._log_dir_of.values():
+                counts[d] += 1
+            target = min(self.log_dirs, key=lambda d: counts[d])
+            path = partition_dir(target, topic, partition)
+            log = Log.open(
+                path,
+                config if config is not None else self.config_for(topic),
+                clean_shutdown=True,
+                scheduler=self.scheduler,
+            )
+            fsync_dir(target)
+            self._logs[key] = log
+            self._log_dir_of[key] = target
+            return log
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Close and remove a partition's directory (renamed ``*-delete`` first, so an
+        interrupted deletion finishes at the next start). False if there was no such log."""
+        with self._lock:
+            log = self._logs.pop((topic, partition), None)
+            d = self._log_dir_of.pop((topic, partition), None)
+        if log is None or d is None:
+            return False
+        log.close()
+        doomed = d / f"{log.dir.name}.{uuid.uuid4().hex}-delete"
+        os.replace(log.dir, doomed)
+        fsync_dir(d)
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    def all_logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._log_dir_of.get((topic, partition))
+
+    # -- background work ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Schedule the periodic flush, retention and checkpoint tasks."""
+        flush_ms, retention_ms, checkpoint_ms = self._intervals
+        if not self.scheduler.running:
+            self.scheduler.start()
+        self._tasks = [
+            self.scheduler.schedule(
+                "log-flusher", self.flush_dirty_logs, delay_ms=flush_ms, period_ms=flush_ms
+            ),
+            self.scheduler.schedule(
+                "log-retention", self.cleanup_logs, delay_ms=retention_ms, period_ms=retention_ms
+            ),
+            self.scheduler.schedule(
+                "checkpoints", self.checkpoint, delay_ms=checkpoint_ms, period_ms=checkpoint_ms
+            ),
+        ]
+
+    def flush_dirty_logs(self, now_ms: int | None = None) -> int:
+        """Flush every log whose ``flush.ms`` has elapsed since its last flush; how many."""
+        now = _now_ms() if now_ms is None else now_ms
+        flushed = 0
+        for log in self.all_logs():
+            if log.closed:
+                continue
+            if now - log.last_flush_ms >= log.config.flush_ms:
+                log.flush()
+                flushed += 1
+        return flushed
+
+    def cleanup_logs(self, now_ms: int | None = None) -> int:
+        """Retention over every log (segments by time, size and log start offset)."""
+        total = 0
+        for log in self.all_logs():
+            if log.closed:
+                continue
+            try:
+                total += log.delete_old_segments(now_ms)
+            except LoglakeError:
+                _log.exception("retention failed for %s", log.dir)
+        return total
+
+    def _per_dir(self, value: str) -> dict[Path, dict[TopicPartition, int]]:
+        out: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        with self._lock:
+            for key, log in self._logs.items():
+                out[self._log_dir_of[key]][key] = int(getattr(log, value))
+        return out
+
+    def checkpoint_recovery_points(self) -> None:
+        for d, entries in self._per_dir("recovery_point").items():
+            write_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT, entries)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        for d, entries in self._per_dir("log_start_offset").items():
+            write_offset_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, entries)
+
+    def checkpoint_high_watermarks(self) -> None:
+        for d, entries in self._per_dir("high_watermark").items():
+            write_offset_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT, entries)
+
+    def checkpoint(self) -> None:
+        """Write all three offset checkpoints of every log directory."""
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints and the clean-shutdown markers,
+        release the directory locks. Idempotent."""
+        with self._lock:
+            if self._shut_down:
+                return
+            self._shut_down = True
+        for task in getattr(self, "_tasks", []):
+            task.cancel()
+        if self._own_scheduler:
+            # pending delayed deletions run now, so their descriptors close
+            self.scheduler.shutdown(run_pending=True)
+        logs = self.all_logs()
+        for log in logs:
+            log.flush()
+        self.checkpoint()
+        for log in logs:
+            log.close()
+        for d in self.log_dirs:
+            (d / CLEAN_SHUTDOWN_FILE).touch()
+            fsync_dir(d)
+        for lock in self._dir_locks:
+            lock.release()
+
+    def _abort(self) -> None:
+        """Undo a failed construction: close what was opened, release locks."""
+        for log in self._logs.values():
+            for seg in log.segments:
+                seg.close_handlers()
+        if self._own_scheduler:
+            self.scheduler.shutdown()
+        for lock in self._dir_locks:
+            lock.release()
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
