@@ -16,6 +16,14 @@ __all__ = ["main"]
 
 # name -> (module, one-line help)
 _COMMANDS: dict[str, tuple[str, str]] = {
+    "broker": (
+        "logstore.server.cli",
+        "run the Kafka-protocol broker (Kafka's server.properties key names)",
+    ),
+    "topics": (
+        "logstore.tools.topics",
+        "create, list, describe and delete topics over the Kafka protocol",
+    ),
     "dump-log": (
         "logstore.tools.dump_log",
         "print the batches, records and index entries of Kafka segment files",

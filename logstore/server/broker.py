@@ -1,0 +1,297 @@
+"""The broker: configuration, log manager, partitions, group coordinator and the reactor.
+
+:class:`Broker` owns everything a handler reaches through ``ctx.broker``:
+
+- ``log_manager`` (``logstore.storage.log_manager.LogManager``) over ``log.dirs``;
+- the topic table, derived from the log manager's logs (a topic's partition count is its
+  highest partition + 1) plus per-topic config overrides persisted with
+  ``logstore.storage.topic_config`` in every log dir;
+- one :class:`PartitionState` per partition: the log, its producer state and the lock that
+  makes producer-state check -> append -> update atomic;
+- ``purgatory``: Fetch long-polls waiting for data, woken by appends;
+- ``group_coordinator`` when ``logstore.server.group.coordinator`` is installed.
+
+Lifecycle: ``Broker(config)`` opens and recovers the logs (taking each dir's ``.lock``),
+:meth:`start` starts the coordinator and begins listening, :meth:`shutdown` stops accepting,
+answers what is in flight, stops the coordinator, then ``LogManager.shutdown()`` flushes,
+writes the checkpoints and the clean-shutdown marker. A SIGKILL skips all of that; the next
+start recovers (storage).
+
+Thread-safety: topic creation and deletion take ``admin_lock``; partition appends take
+their partition's lock; everything else is read-mostly and safe under the GIL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import mmap
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from logstore.errors import InvalidTopicError, LoglakeError
+from logstore.protocol.batch import iter_batches
+from logstore.server.config import BrokerConfig
+from logstore.server.network import SocketServer
+from logstore.server.purgatory import Purgatory
+from logstore.storage.config import LogConfig
+from logstore.storage.files import validate_topic
+from logstore.storage.log import Log
+from logstore.storage.log_manager import LogManager
+from logstore.storage.producer_state import ProducerStateManager
+from logstore.storage.topic_config import delete_topic_config, read_topic_configs
+
+__all__ = ["Broker", "PartitionState", "TopicExistsError", "topic_id_for"]
+
+log = logging.getLogger("logstore.server.broker")
+
+# Topic ids are derived from the name (uuid5) so that they are stable across restarts
+# without a partition.metadata file; recreating a topic therefore reuses its id.
+_TOPIC_ID_NAMESPACE = uuid.UUID("6f1e3c4a-9b7d-4e52-8a61-0c3d5b2f7e90")
+
+
+def topic_id_for(topic: str) -> uuid.UUID:
+    return uuid.uuid5(_TOPIC_ID_NAMESPACE, topic)
+
+
+class TopicExistsError(LoglakeError):
+    """CreateTopics for a topic that already exists."""
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """One partition's log, producer state and append lock."""
+
+    topic: str
+    partition: int
+    log: Log
+    producers: ProducerStateManager
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def log_deleted(self) -> bool:
+        return bool(self.log.closed)
+
+
+def _iter_log_batch_headers(log_: Log) -> Iterator[tuple[int, int, int, int, int, int, int, bool]]:
+    """Every batch header of ``log_`` in offset order (headers only), via FetchSlices."""
+    offset = log_.log_start_offset
+    end = log_.log_end_offset
+    chunk = 64 * 1024 * 1024
+    while offset < end:
+        sl = log_.read(offset, chunk, max_offset=end, min_one_batch=True)
+        if sl.length == 0:
+            return
+        page = mmap.ALLOCATIONGRANULARITY
+        start = sl.position - sl.position % page
+        with mmap.mmap(
+            sl.fileno, sl.position + sl.length - start, access=mmap.ACCESS_READ, offset=start
+        ) as mm:
+            last = offset
+            for _pos, h in iter_batches(mm, sl.position - start, allow_torn_tail=True):
+                if h.last_offset < offset:
+                    continue
+                yield (
+                    h.base_offset,
+                    h.last_offset,
+                    h.max_timestamp,
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    h.last_offset_delta,
+                    h.is_control,
+                )
+                last = h.next_offset
+        if last <= offset:
+            return
+        offset = last
+
+
+class Broker:
+    """A single-node Kafka-protocol broker over ``logstore.storage``."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id = "loglake-" + uuid.uuid5(_TOPIC_ID_NAMESPACE, "cluster").hex[:14]
+        self.default_log_config = LogConfig.from_properties(config.topic_defaults())
+        for d in config.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        flush_check = min(config.get_int("log.flush.scheduler.interval.ms"), config.flush_ms, 1000)
+        checkpoint_ms = min(
+            config.get_int("log.flush.offset.checkpoint.interval.ms"),
+            config.get_int("replica.high.watermark.checkpoint.interval.ms"),
+        )
+        self.log_manager = LogManager(
+            [str(d) for d in config.log_dirs],
+            default_config=self.default_log_config,
+            flush_check_interval_ms=max(flush_check, 10),
+            retention_check_interval_ms=config.get_int("log.retention.check.interval.ms"),
+            checkpoint_interval_ms=checkpoint_ms,
+        )
+        # Single node: every appended record is committed, including those recovered after
+        # a crash beyond the last high-watermark checkpoint.
+        for lg in self.log_manager.all_logs():
+            lg.high_watermark = lg.log_end_offset
+        self.admin_lock = threading.RLock()
+        self._partitions: dict[tuple[str, int], PartitionState] = {}
+        self._partitions_lock = threading.Lock()
+        self.topic_overrides: dict[str, dict[str, str]] = {}
+        for d in config.log_dirs:
+            for topic, props in read_topic_configs(d).items():
+                self.topic_overrides.setdefault(topic, {}).update(props)
+        self.purgatory = Purgatory("fetch")
+        self.group_coordinator: Any = None
+        self._server: SocketServer | None = None
+        self._stopped = threading.Event()
+        self.advertised_host = ""
+        self.advertised_port = 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        try:
+            coord_mod = importlib.import_module("logstore.server.group.coordinator")
+        except Exception:
+            log.exception("group coordinator unavailable")
+        else:
+            self.group_coordinator = coord_mod.GroupCoordinator(
+                self.log_manager, config=self.config, clock=None
+            )
+            self.group_coordinator.start()
+        # Imported here: the dispatcher pulls in the whole API registry.
+        from logstore.server.dispatch import Dispatcher  # noqa: PLC0415
+
+        dispatcher = Dispatcher(self)
+        self._server = SocketServer(self.config, dispatcher.dispatch)
+        adv = self.config.advertised
+        self.advertised_host = adv.host if adv is not None else self._server.host
+        self.advertised_port = adv.port if adv is not None else self._server.port
+        if self.config.listener.host in ("", "0.0.0.0") and adv is None:
+            self.advertised_host = "127.0.0.1"
+        self._server.start()
+        log.info(
+            "loglake broker %d listening on %s:%d (log.dirs=%s)",
+            self.node_id,
+            self._server.host,
+            self._server.port,
+            ",".join(str(d) for d in self.config.log_dirs),
+        )
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("broker not started")
+        return int(self._server.port)
+
+    def shutdown(self) -> None:
+        """Stop accepting, finish in-flight requests, flush and checkpoint, release locks."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        log.info("shutting down")
+        if self._server is not None:
+            self._server.stop_accepting()
+        # Waiting fetches are answered now (with what they have) rather than at their
+        # deadline, so that the in-flight wait below is short.
+        self.purgatory.shutdown()
+        if self._server is not None:
+            self._server.shutdown(timeout_s=15.0)
+        if self.group_coordinator is not None:
+            try:
+                self.group_coordinator.shutdown()
+            except Exception:
+                log.exception("group coordinator shutdown failed")
+        self.log_manager.shutdown()
+        log.info("shut down cleanly")
+
+    # -- topics and partitions ---------------------------------------------------------
+
+    def topics(self) -> dict[str, int]:
+        """``{topic: partition count}`` of every topic in the log dirs."""
+        out: dict[str, int] = {}
+        for lg in self.log_manager.all_logs():
+            out[lg.topic] = max(out.get(lg.topic, 0), lg.partition + 1)
+        return out
+
+    def partition_count(self, topic: str) -> int | None:
+        return self.topics().get(topic)
+
+    def topic_config(self, topic: str) -> LogConfig:
+        return LogConfig.from_properties(
+            self.topic_overrides.get(topic, {}), defaults=self.default_log_config
+        )
+
+    def partition(self, topic: str, partition: int) -> PartitionState | None:
+        """The partition's state, or None when the topic-partition does not exist."""
+        key = (topic, partition)
+        state = self._partitions.get(key)
+        if state is not None and not state.log_deleted():
+            return state
+        lg = self.log_manager.get_log(topic, partition)
+        if lg is None:
+            return None
+        with self._partitions_lock:
+            state = self._partitions.get(key)
+            if state is None or state.log is not lg:
+                producers = ProducerStateManager(topic, partition)
+                try:
+                    producers.rebuild_from_batches(_iter_log_batch_headers(lg))
+                except LoglakeError as exc:
+                    log.warning("%s-%d: producer state rebuild stopped: %s", topic, partition, exc)
+                state = PartitionState(topic, partition, lg, producers)
+                self._partitions[key] = state
+        return state
+
+    def create_topic(self, topic: str, partitions: int, configs: dict[str, str]) -> None:
+        """Create ``topic``; raises InvalidTopicError, TopicExistsError, InvalidConfigError."""
+        validate_topic(topic)
+        if partitions < 1:
+            raise LoglakeError(f"{topic}: number of partitions must be >= 1, got {partitions}")
+        with self.admin_lock:
+            existing = self.topics()
+            if topic in existing:
+                raise TopicExistsError(f"topic {topic!r} already exists")
+            # Kafka refuses names that collide once '.' and '_' are treated alike (metrics).
+            norm = topic.replace(".", "_")
+            for other in existing:
+                if other.replace(".", "_") == norm:
+                    raise InvalidTopicError(f"topic {topic!r} collides with existing {other!r}")
+            cfg = LogConfig.from_properties(configs, defaults=self.default_log_config)
+            if configs:
+                self.log_manager.set_topic_config(topic, configs)
+                self.topic_overrides[topic] = dict(configs)
+            for p in range(partitions):
+                self.log_manager.get_or_create_log(topic, p, cfg)
+
+    def delete_topic(self, topic: str) -> None:
+        with self.admin_lock:
+            n = self.partition_count(topic)
+            if n is None:
+                raise InvalidTopicError(f"unknown topic {topic!r}")
+            for p in range(n):
+                with self._partitions_lock:
+                    self._partitions.pop((topic, p), None)
+                if self.log_manager.get_log(topic, p) is not None:
+                    self.log_manager.delete_log(topic, p)
+                self.purgatory.check_and_complete((topic, p))
+            for d in self.config.log_dirs:
+                delete_topic_config(d, topic)
+            self.topic_overrides.pop(topic, None)
+
+    def set_topic_overrides(self, topic: str, props: dict[str, str]) -> None:
+        """Replace ``topic``'s overrides, persist them, and apply them to its logs."""
+        with self.admin_lock:
+            self.log_manager.set_topic_config(topic, props)
+            self.topic_overrides[topic] = dict(props)
+
+    def auto_create(self, topic: str) -> bool:
+        """Create ``topic`` with ``num.partitions`` if auto-creation is on; True if it exists."""
+        if not self.config.get_bool("auto.create.topics.enable"):
+            return False
+        with contextlib.suppress(TopicExistsError):
+            self.create_topic(topic, self.config.get_int("num.partitions"), {})
+        return True

@@ -1,0 +1,81 @@
+"""``loglake broker --config conf/broker.properties [--override key=value ...]``.
+
+Starts the broker in the foreground and logs to stderr. SIGTERM (or SIGINT) shuts it down
+cleanly: stop accepting, answer in-flight requests, flush, write checkpoints and the
+clean-shutdown marker, exit 0. A configuration error exits 2 with one line naming the key;
+a log directory locked by another process exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+from logstore.errors import LogDirLockedError, LoglakeError
+from logstore.server.config import BrokerConfig, ConfigError
+
+__all__ = ["add_arguments", "run"]
+
+log = logging.getLogger("logstore.server")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="PATH", help="broker properties file (Kafka key names)")
+    parser.add_argument(
+        "--override",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="set a property, overriding the file (repeatable)",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = BrokerConfig.load(args.config, overrides=args.override)
+    except ConfigError as exc:
+        print(f"loglake broker: configuration error: {exc}", file=sys.stderr)
+        return 2
+    # Imported after the config is known good: opening the logs is the slow part.
+    from logstore.server.broker import Broker  # noqa: PLC0415
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        broker = Broker(config)
+    except LogDirLockedError as exc:
+        print(f"loglake broker: {exc}", file=sys.stderr)
+        return 1
+    except LoglakeError as exc:
+        print(f"loglake broker: cannot open the logs: {exc}", file=sys.stderr)
+        return 1
+    try:
+        broker.start()
+    except OSError as exc:
+        print(f"loglake broker: {exc}", file=sys.stderr)
+        broker.shutdown()
+        return 1
+    # Readiness line for supervisors and tests: the port actually bound (listeners may say 0).
+    print(f"loglake broker started on {broker.advertised_host}:{broker.port}", flush=True)
+    while not stop.wait(1.0):
+        pass
+    broker.shutdown()
+    return 0

@@ -1,0 +1,112 @@
+"""From a request frame to a response on the wire: parse, route, encode.
+
+Runs on the handler threads (``num.io.threads``). For each frame: parse the header
+(``logstore.server.apis``), answer an ApiVersions request of an unsupported version with
+Kafka's v0 ``UNSUPPORTED_VERSION`` response (KIP-511), close the connection for any other
+unknown API key / version or unparseable request (logged once per burst), call the handler,
+and encode its response — at once, or when its :class:`Deferred` completes.
+
+A handler exception is a broker bug, not the client's: it is logged with its traceback and
+the connection is closed, so the client retries on a fresh connection; other connections
+are unaffected.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Any
+
+from logstore.server.apis import (
+    API_HANDLERS,
+    API_VERSIONS_KEY,
+    InvalidRequestError,
+    RequestHeader,
+    UnsupportedVersionError,
+    decode_request,
+    encode_response,
+    parse_request_header,
+    response_header_bytes,
+)
+from logstore.server.context import Deferred, NoResponse, RawResponse, RequestContext
+from logstore.server.handlers.api_versions import unsupported_version_response
+from logstore.server.network import NetworkRequest, RateLimitedLog
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger("logstore.server.dispatch")
+
+
+class Dispatcher:
+    """Routes parsed requests to the registry's handlers for one broker."""
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+        self._bad = RateLimitedLog(log)
+
+    def dispatch(self, req: NetworkRequest) -> None:
+        frame = req.frame
+        try:
+            header = parse_request_header(frame)
+        except UnsupportedVersionError as exc:
+            if exc.api_key == API_VERSIONS_KEY and len(frame) >= 8:
+                (correlation_id,) = struct.unpack_from(">i", frame, 4)
+                req.respond([encode_response(correlation_id, unsupported_version_response())])
+                return
+            self._bad.warning(
+                "unsupported",
+                "closing %s: %s (client sent an API or version this broker does not advertise)",
+                req.connection_id,
+                exc.message,
+            )
+            req.close()
+            return
+        except InvalidRequestError as exc:
+            self._bad.warning("malformed", "closing %s: %s", req.connection_id, exc)
+            req.close()
+            return
+        try:
+            request = decode_request(frame, header)
+        except InvalidRequestError as exc:
+            self._bad.warning("malformed", "closing %s: %s", req.connection_id, exc)
+            req.close()
+            return
+        handler = API_HANDLERS[header.api_key][2]
+        ctx = RequestContext(
+            broker=self._broker,
+            config=self._broker.config,
+            api_key=header.api_key,
+            api_version=header.api_version,
+            correlation_id=header.correlation_id,
+            client_id=header.client_id,
+            connection_id=req.connection_id,
+            client_host=req.client_host,
+        )
+        result = handler(ctx, request)
+        if isinstance(result, Deferred):
+            result.add_done_callback(lambda d: self._complete(req, header, d))
+        else:
+            self._send(req, header, result)
+
+    def _complete(self, req: NetworkRequest, header: RequestHeader, d: Deferred[Any]) -> None:
+        try:
+            response = d.result(timeout=0)
+        except Exception:
+            log.exception("deferred response failed; closing %s", req.connection_id)
+            req.close()
+            return
+        try:
+            self._send(req, header, response)
+        except Exception:
+            log.exception("cannot encode response; closing %s", req.connection_id)
+            req.close()
+
+    def _send(self, req: NetworkRequest, header: RequestHeader, response: Any) -> None:
+        if isinstance(response, NoResponse):
+            req.respond([])
+        elif isinstance(response, RawResponse):
+            head = response_header_bytes(header.correlation_id, flexible=response.flexible_header)
+            size = len(head) + response.size
+            req.respond([struct.pack(">i", size) + head, *response.parts])
+        else:
+            req.respond([encode_response(header.correlation_id, response)])

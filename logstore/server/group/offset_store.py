@@ -1,0 +1,344 @@
+"""Committed offsets and group metadata, kept in the compacted ``__consumer_offsets`` topic.
+
+Each change is one record (formats in :mod:`logstore.server.group.schemas`) appended to
+partition ``partition_for(group, n)`` of ``__consumer_offsets`` through the ordinary
+:class:`logstore.storage.Log` — the same segment files, indexes, checkpoints and recovery as
+any topic. Later records win; a null value (tombstone) deletes the key. On start the store
+reads every partition back from its log start offset to its end and rebuilds the latest
+value per key, exactly as a compacted topic is meant to be read.
+
+The topic is created lazily (a partition's log appears with its first record) with
+``cleanup.policy=compact`` stored as its override (``LogManager.set_topic_config``, i.e.
+``<log_dir>/topic-configs/__consumer_offsets.properties``) so the directory describes itself.
+
+It also keeps the compacted view in memory (group -> partition -> latest committed value),
+updated only after the append that makes a change durable returned.
+
+Thread-safety: none of its own; the coordinator calls it under its lock.
+Crash behaviour: an append is one batch (all offsets of one OffsetCommit together), so a
+crash leaves all or none of it after recovery truncates a torn tail; the in-memory view is
+updated only after the append returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from logstore.errors import CorruptRecordError, LoglakeError
+from logstore.protocol.batch import iter_batches
+from logstore.protocol.records import build_batch, decode_batch
+from logstore.server.group.schemas import (
+    GroupKey,
+    GroupValue,
+    OffsetKey,
+    OffsetValue,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+    partition_for,
+)
+from logstore.storage.log import Log
+from logstore.storage.log_manager import LogManager
+from logstore.storage.topic_config import read_topic_config
+
+__all__ = ["OFFSETS_TOPIC", "LoadedState", "OffsetStore"]
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+# Bytes read from a log per step while loading; a batch larger than this is still read whole
+# (min_one_batch), so this only bounds memory for ordinary batches.
+_LOAD_READ_BYTES = 4 * 1024 * 1024
+# Records per batch of a snapshot: ~100 B each, well under max.message.bytes (1 MiB).
+_SNAPSHOT_BATCH_RECORDS = 2_000
+
+
+@dataclass(slots=True)
+class LoadedState:
+    """The latest value of every live key, after tombstones."""
+
+    offsets: dict[str, dict[tuple[str, int], OffsetValue]] = field(default_factory=dict)
+    groups: dict[str, GroupValue] = field(default_factory=dict)
+    records: int = 0
+    corrupt_records: int = 0
+
+
+class OffsetStore:
+    """Appends offset and group records to ``__consumer_offsets`` and reads them back."""
+
+    def __init__(
+        self,
+        log_manager: LogManager,
+        *,
+        num_partitions: int,
+        segment_bytes: int,
+        snapshot_min_records: int = 10_000,
+    ) -> None:
+        self._log_manager = log_manager
+        self.num_partitions = num_partitions
+        self._segment_bytes = segment_bytes
+        self._snapshot_min_records = snapshot_min_records
+        self._logs: dict[int, Log] = {}
+        self._config_checked = False
+        # The log's compacted view: group -> (topic, partition) -> latest committed value,
+        # and group -> its latest group metadata value (encoded).
+        self._offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        self._group_values: dict[str, bytes] = {}
+
+    # --- the committed offsets ----------------------------------------------------------
+
+    def offsets_of(self, group_id: str) -> Mapping[tuple[str, int], OffsetValue]:
+        return self._offsets.get(group_id, {})
+
+    def commit(
+        self,
+        group_id: str,
+        values: Sequence[tuple[tuple[str, int], OffsetValue]],
+        *,
+        now_ms: int,
+    ) -> None:
+        """Append the offsets as one batch, then make them visible (nothing on failure)."""
+        self.append(
+            group_id,
+            [(encode_offset_key(group_id, t, p), encode_offset_value(v)) for (t, p), v in values],
+            now_ms=now_ms,
+        )
+        group_offsets = self._offsets.setdefault(group_id, {})
+        for tp, v in values:
+            group_offsets[tp] = v
+
+    def expire(
+        self, group_id: str, *, base_ms: int, retention_ms: int, now_ms: int, delete_group: bool
+    ) -> bool:
+        """Tombstone the group's offsets that are due: an explicit expire timestamp passed,
+        or ``retention_ms`` after the later of the commit and ``base_ms`` (when the group
+        became empty, KIP-211). With ``delete_group`` and nothing left, the group metadata is
+        tombstoned in the same batch. Returns whether the group has no offsets left."""
+        expired = [
+            tp
+            for tp, v in self.offsets_of(group_id).items()
+            if (0 <= v.expire_timestamp <= now_ms)
+            or (
+                v.expire_timestamp < 0 and max(v.commit_timestamp, base_ms) + retention_ms <= now_ms
+            )
+        ]
+        emptied = len(expired) == len(self.offsets_of(group_id))
+        self.delete(group_id, expired, delete_group=emptied and delete_group, now_ms=now_ms)
+        return emptied
+
+    def delete(
+        self,
+        group_id: str,
+        partitions: Sequence[tuple[str, int]],
+        *,
+        delete_group: bool,
+        now_ms: int,
+    ) -> None:
+        """Tombstone the offsets of ``partitions`` (and the group metadata when
+        ``delete_group``) in one batch, then forget them."""
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_offset_key(group_id, t, p), None) for t, p in partitions
+        ]
+        if delete_group:
+            records.append((encode_group_key(group_id), None))
+        self.append(group_id, records, now_ms=now_ms)
+        offsets = self._offsets.get(group_id, {})
+        for tp in partitions:
+            offsets.pop(tp, None)
+        if not offsets:
+            self._offsets.pop(group_id, None)
+        if delete_group:
+            self._group_values.pop(group_id, None)
+
+    def store_group(self, group_id: str, value: GroupValue, *, now_ms: int) -> None:
+        encoded = encode_group_value(value)
+        self.append(group_id, [(encode_group_key(group_id), encoded)], now_ms=now_ms)
+        self._group_values[group_id] = encoded
+
+    # --- writing ------------------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def append(
+        self, group_id: str, records: Iterable[tuple[bytes, bytes | None]], *, now_ms: int
+    ) -> None:
+        """Append ``(key, value)`` records of one group as one batch (value None: tombstone).
+
+        Raises :class:`~logstore.errors.LoglakeError` (or ``OSError``) when the log refuses;
+        nothing is appended then.
+        """
+        items = [(key, value, (), now_ms) for key, value in records]
+        if not items:
+            return
+        partition = self.partition_for(group_id)
+        log_ = self._log(partition)
+        buf = build_batch(items, base_timestamp=now_ms)
+        log_.append(buf, now_ms=now_ms)
+        # A single broker: what is appended is committed, so consumers of the topic (the
+        # lakehouse ingest included) may read it at once.
+        log_.high_watermark = log_.log_end_offset
+        self._maybe_snapshot(partition, log_, now_ms=now_ms)
+
+    def _maybe_snapshot(self, partition: int, log_: Log, *, now_ms: int) -> None:
+        """Compact one partition by snapshot once at least half of it is dead records.
+
+        Nothing else cleans this topic, and every start reads it whole, so the store does
+        what Kafka's cleaner would: (1) roll, so every older record is in a closed
+        segment; (2) append the live value of every key of the partition; (3) advance the
+        log start offset to the snapshot (DeleteRecords), which deletes the older segments.
+        Later records win when reading back, so a crash between any two steps leaves a log
+        that still loads to the same state. A failure is logged, never raised: the change
+        that triggered it is already durable.
+        """
+        span = log_.log_end_offset - log_.log_start_offset
+        if span < self._snapshot_min_records:
+            return
+        live = self._live_records(partition)
+        if 2 * len(live) > span:
+            return
+        try:
+            log_.roll(now_ms=now_ms)
+            start = log_.log_end_offset
+            for i in range(0, len(live), _SNAPSHOT_BATCH_RECORDS):
+                chunk = live[i : i + _SNAPSHOT_BATCH_RECORDS]
+                buf = build_batch([(k, v, (), now_ms) for k, v in chunk], base_timestamp=now_ms)
+                log_.append(buf, now_ms=now_ms)
+            log_.high_watermark = log_.log_end_offset
+            log_.delete_records(start)
+        except (LoglakeError, OSError) as e:
+            log.error("%s-%d: snapshot compaction failed: %s", OFFSETS_TOPIC, partition, e)
+            return
+        log.info(
+            "%s-%d: compacted %d records to %d live ones",
+            OFFSETS_TOPIC,
+            partition,
+            span,
+            len(live),
+        )
+
+    def _live_records(self, partition: int) -> list[tuple[bytes, bytes]]:
+        out: list[tuple[bytes, bytes]] = []
+        for group_id, value in self._group_values.items():
+            if self.partition_for(group_id) == partition:
+                out.append((encode_group_key(group_id), value))
+        for group_id, offsets in self._offsets.items():
+            if self.partition_for(group_id) == partition:
+                out.extend(
+                    (encode_offset_key(group_id, t, p), encode_offset_value(v))
+                    for (t, p), v in offsets.items()
+                )
+        return out
+
+    def _log(self, partition: int) -> Log:
+        log_ = self._logs.get(partition)
+        if log_ is None:
+            self._ensure_topic_config()
+            log_ = self._log_manager.get_or_create_log(OFFSETS_TOPIC, partition)
+            self._logs[partition] = log_
+        return log_
+
+    def _ensure_topic_config(self) -> None:
+        """Record ``cleanup.policy=compact`` (and the segment size) as the topic's stored
+        overrides, keeping any other override an operator set."""
+        if self._config_checked:
+            return
+        wanted = {"cleanup.policy": "compact", "segment.bytes": str(self._segment_bytes)}
+        current: dict[str, str] = {}
+        for d in self._log_manager.log_dirs:
+            try:
+                current.update(read_topic_config(d, OFFSETS_TOPIC))
+            except (LoglakeError, OSError):
+                continue
+        if any(current.get(k) != v for k, v in wanted.items()):
+            self._log_manager.set_topic_config(OFFSETS_TOPIC, {**current, **wanted})
+        self._config_checked = True
+
+    # --- loading ------------------------------------------------------------------------
+
+    def load(self) -> LoadedState:
+        """Read every existing ``__consumer_offsets`` partition into a :class:`LoadedState`
+        (which also becomes this store's view of the committed offsets).
+
+        Records whose key or value cannot be decoded are counted and skipped (logged once
+        per partition): a foreign record must not stop the broker from starting.
+        """
+        state = LoadedState()
+        for log_ in self._existing_logs():
+            self._logs[int(log_.partition)] = log_
+            bad = 0
+            for key, value in _iter_records(log_):
+                state.records += 1
+                try:
+                    self._apply(state, key, value)
+                except CorruptRecordError:
+                    bad += 1
+            if bad:
+                state.corrupt_records += bad
+                log.warning(
+                    "%s-%d: skipped %d undecodable records", OFFSETS_TOPIC, log_.partition, bad
+                )
+        self._offsets = state.offsets
+        self._group_values = {g: encode_group_value(v) for g, v in state.groups.items()}
+        return state
+
+    def _existing_logs(self) -> list[Log]:
+        found = [lg for lg in self._log_manager.all_logs() if lg.topic == OFFSETS_TOPIC]
+        return sorted(found, key=lambda lg: int(lg.partition))
+
+    @staticmethod
+    def _apply(state: LoadedState, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            raise CorruptRecordError("__consumer_offsets record without a key")
+        k = decode_key(key)
+        if isinstance(k, OffsetKey):
+            if value is None:
+                group_offsets = state.offsets.get(k.group)
+                if group_offsets is not None:
+                    group_offsets.pop((k.topic, k.partition), None)
+                    if not group_offsets:
+                        del state.offsets[k.group]
+            else:
+                state.offsets.setdefault(k.group, {})[(k.topic, k.partition)] = decode_offset_value(
+                    value
+                )
+        elif isinstance(k, GroupKey):
+            if value is None:
+                state.groups.pop(k.group, None)
+            else:
+                state.groups[k.group] = decode_group_value(value)
+
+
+def _iter_records(log_: Log) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record of ``log_``, from its log start offset to its end."""
+    offset = int(log_.log_start_offset)
+    end = int(log_.log_end_offset)
+    while offset < end:
+        fetched = log_.read(offset, _LOAD_READ_BYTES)
+        if fetched.length == 0:
+            return
+        data = os.pread(fetched.fileno, fetched.length, fetched.position)
+        next_offset = offset
+        for pos, header in iter_batches(data, allow_torn_tail=True):
+            next_offset = header.next_offset
+            if header.next_offset <= offset:
+                continue
+            if header.is_control:
+                continue
+            _, records = decode_batch(data, pos)
+            for rec in records:
+                if rec.offset >= offset:
+                    yield rec.key, rec.value
+        if next_offset <= offset:
+            raise CorruptRecordError(
+                f"{OFFSETS_TOPIC}-{log_.partition}: no progress reading at offset {offset}"
+            )
+        offset = next_offset

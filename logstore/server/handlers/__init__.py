@@ -1,0 +1,1 @@
+"""One module per Kafka API the broker implements (see ``logstore.server.apis``)."""

@@ -1,0 +1,121 @@
+"""CreateTopics (key 19), v2-v7: create topics with partitions and topic-level configs.
+
+Per topic: ``INVALID_TOPIC_EXCEPTION`` for a bad name (including anything that would escape
+``log.dirs``), ``TOPIC_ALREADY_EXISTS``, ``INVALID_PARTITIONS`` (< 1, or -1 = broker
+default ``num.partitions``), ``INVALID_REPLICATION_FACTOR`` (anything but 1 or -1 on a
+single node), ``INVALID_CONFIG`` for an unknown or bad topic config, ``INVALID_REQUEST`` for
+manual replica assignments other than this node. ``validate_only`` checks without creating.
+Configs are persisted under ``<log_dir>/topic-configs/<topic>.properties``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from logstore.errors import InvalidConfigError, InvalidTopicError, LoglakeError
+from logstore.server.broker import TopicExistsError, topic_id_for
+from logstore.server.context import RequestContext
+from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.handlers.describe_configs import (
+    topic_config_entries,
+    validate_topic_configs,
+)
+from logstore.storage.files import validate_topic
+
+__all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
+
+API_KEY: Final = 19
+MIN_VERSION: Final = 2
+MAX_VERSION: Final = 7
+
+
+def _create_one(
+    ctx: RequestContext, topic: Any, validate_only: bool
+) -> tuple[ErrorCode, str | None, int]:
+    broker = ctx.broker
+    name = topic.name
+    try:
+        validate_topic(name)
+    except InvalidTopicError as exc:
+        return ErrorCode.invalid_topic_exception, exc.message, -1
+    n = int(topic.num_partitions)
+    if n == -1:
+        n = ctx.config.get_int("num.partitions")
+    if n < 1:
+        return ErrorCode.invalid_partitions, f"number of partitions must be >= 1, got {n}", -1
+    if topic.assignments:
+        for a in topic.assignments:
+            if list(a.broker_ids) != [broker.node_id]:
+                return ErrorCode.invalid_replica_assignment, "only this node can hold replicas", -1
+        n = len(topic.assignments)
+    elif int(topic.replication_factor) not in (-1, 1):
+        return (
+            ErrorCode.invalid_replication_factor,
+            f"replication factor {topic.replication_factor} > 1 available broker",
+            -1,
+        )
+    configs: dict[str, str] = {}
+    for c in topic.configs:
+        if c.value is not None:
+            configs[c.name] = c.value
+    try:
+        validate_topic_configs(configs)
+    except InvalidConfigError as exc:
+        return ErrorCode.invalid_config, exc.message, -1
+    if broker.partition_count(name) is not None:
+        return ErrorCode.topic_already_exists, f"topic {name!r} already exists", -1
+    if validate_only:
+        return ErrorCode.none, None, n
+    try:
+        broker.create_topic(name, n, configs)
+    except TopicExistsError as exc:
+        return ErrorCode.topic_already_exists, exc.message, -1
+    except InvalidTopicError as exc:
+        return ErrorCode.invalid_topic_exception, exc.message, -1
+    except InvalidConfigError as exc:
+        return ErrorCode.invalid_config, exc.message, -1
+    except LoglakeError as exc:
+        return ErrorCode.unknown_server_error, exc.message, -1
+    return ErrorCode.none, None, n
+
+
+def handle(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(ctx)
+    results = []
+    seen: set[str] = set()
+    for topic in request.topics:
+        message: str | None
+        if topic.name in seen:
+            error, message, n = ErrorCode.invalid_request, "topic listed twice", -1
+        else:
+            seen.add(topic.name)
+            error, message, n = _create_one(ctx, topic, request.validate_only)
+        configs = None
+        if error == ErrorCode.none and ctx.api_version >= 5:
+            configs = tuple(
+                build(
+                    mod.CreatableTopicConfigs,
+                    name=e.name,
+                    value=e.value,
+                    read_only=False,
+                    config_source=e.source,
+                    is_sensitive=False,
+                )
+                for e in topic_config_entries(ctx.broker, topic.name, pending=request.validate_only)
+            )
+        results.append(
+            build(
+                mod.CreatableTopicResult,
+                name=topic.name,
+                topic_id=topic_id_for(topic.name) if error == ErrorCode.none else None,
+                error_code=error,
+                error_message=message,
+                topic_config_error_code=0,
+                num_partitions=n,
+                replication_factor=1 if error == ErrorCode.none else -1,
+                configs=configs,
+            )
+        )
+    return build(mod.CreateTopicsResponse, throttle_time=ZERO_MS, topics=tuple(results))

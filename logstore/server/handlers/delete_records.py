@@ -1,0 +1,62 @@
+"""DeleteRecords (key 21), v0-v2: advance partitions' log start offsets.
+
+``offset`` -1 means the high watermark. Below the current log start offset nothing changes
+(the answer is the current low watermark); above the high watermark ``OFFSET_OUT_OF_RANGE``.
+The log deletes whole segments below the new start offset (``Log.delete_records``); the
+producer state forgets batches below it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from logstore.errors import LoglakeError, OffsetOutOfRangeError
+from logstore.server.context import RequestContext
+from logstore.server.handlers._util import ZERO_MS, build, response_module
+
+__all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
+
+API_KEY: Final = 21
+MIN_VERSION: Final = 0
+MAX_VERSION: Final = 2
+
+
+def _delete(ctx: RequestContext, topic: str, partition: int, offset: int) -> tuple[ErrorCode, int]:
+    state = ctx.broker.partition(topic, partition)
+    if state is None:
+        return ErrorCode.unknown_topic_or_partition, -1
+    lg = state.log
+    with state.lock:
+        target = lg.high_watermark if offset == -1 else offset
+        if target < 0 or target > lg.high_watermark:
+            return ErrorCode.offset_out_of_range, -1
+        try:
+            low = lg.delete_records(target)
+        except OffsetOutOfRangeError:
+            return ErrorCode.offset_out_of_range, -1
+        except (OSError, LoglakeError):
+            return ErrorCode.kafka_storage_error, -1
+        state.producers.truncate_below(low)
+    ctx.broker.purgatory.check_and_complete((topic, partition))
+    return ErrorCode.none, int(low)
+
+
+def handle(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(ctx)
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            error, low = _delete(ctx, t.name, int(p.partition_index), int(p.offset))
+            parts.append(
+                build(
+                    mod.DeleteRecordsPartitionResult,
+                    partition_index=p.partition_index,
+                    low_watermark=low,
+                    error_code=error,
+                )
+            )
+        topics.append(build(mod.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts)))
+    return build(mod.DeleteRecordsResponse, throttle_time=ZERO_MS, topics=tuple(topics))

@@ -1,0 +1,66 @@
+"""DeleteTopics (key 20), v1-v6: delete topics (their logs and config overrides).
+
+By name (v1-v5 ``topic_names``, v6 ``topics[].name``) or, v6, by topic id. Errors per topic:
+``UNKNOWN_TOPIC_OR_PARTITION`` / ``UNKNOWN_TOPIC_ID``, ``TOPIC_DELETION_DISABLED`` when
+``delete.topic.enable`` is false, ``INVALID_TOPIC_EXCEPTION`` for internal topics.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from logstore.errors import LoglakeError
+from logstore.server.broker import topic_id_for
+from logstore.server.context import RequestContext
+from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.handlers.metadata import INTERNAL_TOPICS
+
+__all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
+
+API_KEY: Final = 20
+MIN_VERSION: Final = 1
+MAX_VERSION: Final = 6
+
+
+def handle(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(ctx)
+    broker = ctx.broker
+    wanted: list[tuple[str | None, Any]] = []
+    if hasattr(request, "topic_names"):
+        wanted = [(n, None) for n in request.topic_names]
+    else:
+        by_id = {topic_id_for(t): t for t in broker.topics()}
+        for t in request.topics:
+            if t.name is None and t.topic_id is not None:
+                wanted.append((by_id.get(t.topic_id), t.topic_id))
+            else:
+                wanted.append((t.name, None))
+    results = []
+    for name, tid in wanted:
+        error = ErrorCode.none
+        message = None
+        if name is None:
+            error = ErrorCode.unknown_topic_id
+        elif not ctx.config.get_bool("delete.topic.enable"):
+            error = ErrorCode.topic_deletion_disabled
+        elif name in INTERNAL_TOPICS:
+            error, message = ErrorCode.invalid_topic_exception, "internal topics cannot be deleted"
+        elif broker.partition_count(name) is None:
+            error = ErrorCode.unknown_topic_or_partition
+        else:
+            try:
+                broker.delete_topic(name)
+            except LoglakeError as exc:
+                error, message = ErrorCode.unknown_server_error, exc.message
+        results.append(
+            build(
+                mod.DeletableTopicResult,
+                name=name,
+                topic_id=tid if tid is not None else (topic_id_for(name) if name else None),
+                error_code=error,
+                error_message=message,
+            )
+        )
+    return build(mod.DeleteTopicsResponse, throttle_time=ZERO_MS, responses=tuple(results))

@@ -1,0 +1,211 @@
+"""Fetch (key 1), v4-v12: records straight from the segment files, with long-polling.
+
+The response is encoded here by hand (not by kio) because its ``records`` fields are not
+bytes in memory: each is a :class:`~logstore.server.context.FileRegion` (a file, position
+and length from ``Log.read``) that the reactor sends with ``os.sendfile``. Wire layout::
+
+    v4-v6   throttle_time_ms i32, [topic]
+    v7-v12  throttle_time_ms i32, error_code i16, session_id i32, [topic]
+    topic   name string, [partition]
+    partition
+            partition_index i32, error_code i16, high_watermark i64, last_stable_offset i64,
+            log_start_offset i64 (v5+), aborted_transactions [..] (null),
+            preferred_read_replica i32 (v11+, -1), records bytes (i32 length + bytes)
+    v12 is flexible: arrays and strings are compact (uvarint length + 1), records are
+    compact bytes, and every struct ends with an empty tagged-field section (0x00).
+
+Semantics (Kafka's): records up to the high watermark only; ``max_bytes`` for the whole
+response and ``partition_max_bytes`` per partition, except that the first partition with
+data returns at least one whole batch (KIP-74) so a consumer always progresses;
+``OFFSET_OUT_OF_RANGE`` outside ``[log_start_offset, high_watermark]``. When fewer than
+``min_bytes`` are available and ``max_wait_ms`` > 0 the request waits in the broker's
+purgatory (a :class:`Deferred`), woken by appends to any of its partitions, answered at the
+deadline otherwise. Fetch sessions (KIP-227) are not kept: ``session_id`` is always 0, so
+clients send full fetch requests.
+
+Each region owns a file descriptor opened by path right after ``Log.read`` and checked
+against the file size, so retention deleting the segment meanwhile cannot redirect the
+send to another file.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from logstore.errors import LoglakeError, OffsetOutOfRangeError
+from logstore.server.context import Deferred, FileRegion, RawResponse, RequestContext
+from logstore.server.purgatory import DelayedOperation
+
+__all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
+
+API_KEY: Final = 1
+MIN_VERSION: Final = 4
+MAX_VERSION: Final = 12
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PART_HEAD = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, lso
+_I64 = struct.Struct(">q")
+
+
+@dataclass(slots=True)
+class _PartitionRead:
+    partition: int
+    error: int
+    high_watermark: int
+    log_start_offset: int
+    path: str | None = None
+    position: int = 0
+    length: int = 0
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read(
+    ctx: RequestContext, request: Any
+) -> tuple[list[tuple[str, list[_PartitionRead]]], int, bool]:
+    """One pass over the requested partitions: (results, bytes available, any error)."""
+    broker = ctx.broker
+    remaining = max(int(request.max_bytes), 0) if hasattr(request, "max_bytes") else 2**31 - 1
+    total = 0
+    errors = False
+    out: list[tuple[str, list[_PartitionRead]]] = []
+    for t in request.topics:
+        parts: list[_PartitionRead] = []
+        for p in t.partitions:
+            pid = int(p.partition)
+            state = broker.partition(t.topic, pid)
+            if state is None:
+                parts.append(_PartitionRead(pid, ErrorCode.unknown_topic_or_partition, -1, -1))
+                errors = True
+                continue
+            lg = state.log
+            hw = lg.high_watermark
+            start = lg.log_start_offset
+            offset = int(p.fetch_offset)
+            r = _PartitionRead(pid, ErrorCode.none, hw, start)
+            if offset < start or offset > hw:
+                r.error = ErrorCode.offset_out_of_range
+                errors = True
+            elif offset < hw:
+                limit = min(int(p.partition_max_bytes), remaining)
+                first = total == 0
+                if limit > 0 or first:
+                    try:
+                        sl = lg.read(offset, max(limit, 0), max_offset=hw, min_one_batch=first)
+                    except OffsetOutOfRangeError:
+                        r.error = ErrorCode.offset_out_of_range
+                        errors = True
+                    except (OSError, LoglakeError):
+                        r.error = ErrorCode.kafka_storage_error
+                        errors = True
+                    else:
+                        if sl.length > 0:
+                            r.path = str(sl.path)
+                            r.position = sl.position
+                            r.length = sl.length
+                            total += sl.length
+                            remaining -= sl.length
+            parts.append(r)
+        out.append((t.topic, parts))
+    return out, total, errors
+
+
+def _open_region(r: _PartitionRead) -> FileRegion | None:
+    if r.path is None or r.length == 0:
+        return None
+    try:
+        fd = os.open(r.path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_size < r.position + r.length:
+            os.close(fd)
+            return None
+    except OSError:
+        os.close(fd)
+        return None
+    return FileRegion(fd, r.position, r.length)
+
+
+def _encode(version: int, results: list[tuple[str, list[_PartitionRead]]]) -> RawResponse:
+    flexible = version >= 12
+    parts: list[bytes | FileRegion] = []
+    buf = bytearray()
+    buf += _I32.pack(0)  # throttle_time_ms
+    if version >= 7:
+        buf += _I16.pack(0) + _I32.pack(0)  # error_code, session_id (no fetch sessions)
+    buf += _uvarint(len(results) + 1) if flexible else _I32.pack(len(results))
+    for topic, partitions in results:
+        name = topic.encode("utf-8")
+        buf += (_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))) + name
+        buf += _uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
+        for r in partitions:
+            buf += _PART_HEAD.pack(r.partition, r.error, r.high_watermark, r.high_watermark)
+            if version >= 5:
+                buf += _I64.pack(r.log_start_offset)
+            buf += b"\x00" if flexible else _I32.pack(-1)  # aborted_transactions: null
+            if version >= 11:
+                buf += _I32.pack(-1)  # preferred_read_replica
+            region = _open_region(r)
+            if region is None:
+                buf += _uvarint(1) if flexible else _I32.pack(0)  # empty records
+            else:
+                buf += _uvarint(region.length + 1) if flexible else _I32.pack(region.length)
+                parts.append(bytes(buf))
+                buf = bytearray()
+                parts.append(region)
+            if flexible:
+                buf += b"\x00"
+        if flexible:
+            buf += b"\x00"
+    if flexible:
+        buf += b"\x00"
+    parts.append(bytes(buf))
+    return RawResponse(parts, flexible_header=flexible)
+
+
+class _DelayedFetch(DelayedOperation):
+    def __init__(
+        self, ctx: RequestContext, request: Any, deadline_ms: int, result: Deferred[Any]
+    ) -> None:
+        super().__init__(deadline_ms)
+        self.ctx = ctx
+        self.request = request
+        self.min_bytes = int(request.min_bytes)
+        self.result = result
+
+    def ready(self) -> bool:
+        _results, total, errors = _read(self.ctx, self.request)
+        return errors or total >= self.min_bytes
+
+    def complete(self, *, expired: bool) -> None:
+        try:
+            results, _total, _errors = _read(self.ctx, self.request)
+            self.result.complete(_encode(self.ctx.api_version, results))
+        except Exception as exc:
+            self.result.fail(exc)
+
+
+def handle(ctx: RequestContext, request: Any) -> Any:
+    results, total, errors = _read(ctx, request)
+    max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+    if errors or total >= int(request.min_bytes) or max_wait_ms <= 0 or not request.topics:
+        return _encode(ctx.api_version, results)
+    deferred: Deferred[Any] = Deferred()
+    op = _DelayedFetch(ctx, request, ctx.monotonic() + max_wait_ms, deferred)
+    keys = [(t.topic, int(p.partition)) for t in request.topics for p in t.partitions]
+    ctx.broker.purgatory.try_complete_else_watch(op, keys)
+    return deferred

@@ -1,0 +1,69 @@
+"""ListOffsets (key 2), v1-v7: offsets by timestamp (Kafka's special values included).
+
+Per partition, ``timestamp``: -2 earliest (log start offset), -1 latest (the high watermark
+for read_uncommitted and read_committed alike: no transactions here), -3 the record with the
+largest timestamp (KIP-734, v7), otherwise the first offset whose record timestamp is at or
+after it, found through the time index (``Log.offset_for_timestamp``); none -> offset -1,
+timestamp -1, as Kafka answers. Unknown partitions get ``UNKNOWN_TOPIC_OR_PARTITION``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from logstore.errors import LoglakeError
+from logstore.server.context import RequestContext
+from logstore.server.handlers._util import ZERO_MS, build, response_module
+
+__all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
+
+API_KEY: Final = 2
+MIN_VERSION: Final = 1
+MAX_VERSION: Final = 7
+
+EARLIEST: Final = -2
+LATEST: Final = -1
+MAX_TIMESTAMP: Final = -3
+
+
+def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> tuple[ErrorCode, int, int]:
+    state = ctx.broker.partition(topic, partition)
+    if state is None:
+        return ErrorCode.unknown_topic_or_partition, -1, -1
+    lg = state.log
+    if ts == EARLIEST:
+        return ErrorCode.none, lg.log_start_offset, -1
+    if ts == LATEST:
+        return ErrorCode.none, lg.high_watermark, -1
+    if ts < MAX_TIMESTAMP:
+        return ErrorCode.invalid_request, -1, -1
+    try:
+        found = lg.offset_for_timestamp(ts)
+    except (OSError, LoglakeError):
+        return ErrorCode.kafka_storage_error, -1, -1
+    if found is None or found[0] >= lg.high_watermark:
+        return ErrorCode.none, -1, -1
+    return ErrorCode.none, found[0], found[1]
+
+
+def handle(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(ctx)
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            error, offset, ts = _lookup(ctx, t.name, int(p.partition_index), int(p.timestamp))
+            parts.append(
+                build(
+                    mod.ListOffsetsPartitionResponse,
+                    partition_index=p.partition_index,
+                    error_code=error,
+                    timestamp=ts,
+                    offset=offset,
+                    leader_epoch=0 if error == ErrorCode.none else -1,
+                )
+            )
+        topics.append(build(mod.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))
+    return build(mod.ListOffsetsResponse, throttle_time=ZERO_MS, topics=tuple(topics))

@@ -1,0 +1,99 @@
+"""Metadata (key 3), v0-v12: this broker, and topics with their partitions (all led here).
+
+Request ``topics``: v0 empty array = every topic; v1+ null = every topic, empty = none.
+Unknown topics are auto-created when ``auto.create.topics.enable`` is on and (v4+) the
+request allows it; an invalid name gets ``INVALID_TOPIC_EXCEPTION``, an unknown one
+``UNKNOWN_TOPIC_OR_PARTITION``. Topic ids (v10+) are stable per name (see
+``logstore.server.broker.topic_id_for``). Every partition has this node as leader and only
+replica, leader epoch 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from logstore.errors import InvalidTopicError
+from logstore.server.broker import topic_id_for
+from logstore.server.context import RequestContext
+from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.storage.files import validate_topic
+
+__all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
+
+API_KEY: Final = 3
+MIN_VERSION: Final = 0
+MAX_VERSION: Final = 12
+
+INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def handle(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(ctx)
+    broker = ctx.broker
+    node = broker.node_id
+    requested: list[str] | None
+    if request.topics is None or (ctx.api_version == 0 and not request.topics):
+        requested = None
+    else:
+        requested = [t.name for t in request.topics if t.name is not None]
+    allow_auto = getattr(request, "allow_auto_topic_creation", True)
+    topics = broker.topics()
+    results = []
+    names = sorted(topics) if requested is None else requested
+    for name in names:
+        error = ErrorCode.none
+        count = topics.get(name)
+        if count is None:
+            try:
+                validate_topic(name)
+            except InvalidTopicError:
+                error = ErrorCode.invalid_topic_exception
+            else:
+                if allow_auto and name not in INTERNAL_TOPICS and broker.auto_create(name):
+                    count = broker.partition_count(name)
+                if count is None:
+                    error = ErrorCode.unknown_topic_or_partition
+        partitions = tuple(
+            build(
+                mod.MetadataResponsePartition,
+                error_code=ErrorCode.none,
+                partition_index=p,
+                leader_id=node,
+                leader_epoch=0,
+                replica_nodes=(node,),
+                isr_nodes=(node,),
+                offline_replicas=(),
+            )
+            for p in range(count or 0)
+        )
+        results.append(
+            build(
+                mod.MetadataResponseTopic,
+                error_code=error,
+                name=name,
+                topic_id=topic_id_for(name) if count else None,
+                is_internal=name in INTERNAL_TOPICS,
+                partitions=partitions,
+                topic_authorized_operations=-2147483648,
+            )
+        )
+    brokers = (
+        build(
+            mod.MetadataResponseBroker,
+            node_id=node,
+            host=broker.advertised_host,
+            port=broker.advertised_port,
+            rack=None,
+        ),
+    )
+    return build(
+        mod.MetadataResponse,
+        throttle_time=ZERO_MS,
+        brokers=brokers,
+        cluster_id=broker.cluster_id,
+        controller_id=node,
+        topics=tuple(results),
+        cluster_authorized_operations=-2147483648,
+    )
