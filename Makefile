@@ -11,7 +11,7 @@ setup:
 
 ## Runs the main job on the embedded default.
 demo: setup
-	@$(VENV)/python -m logstore.demo
+	@$(VENV)/python -m pipelines.demo
 
 ## Runs the test suite (lint and type checks included).
 test: setup

@@ -1,0 +1,335 @@
+"""Driver side of the Delta sink: one Delta transaction for all files of a write, with delta-rs.
+
+Invariants a commit keeps (delta-rs alone does not):
+
+- **Schema**: the data's columns, types and partition columns equal the table's (nullability
+  aside); delta-rs would accept any schema silently.
+- **App transactions** (``txn`` actions, Delta's idempotent-write mechanism): a requested
+  ``(app_id, version)`` never moves an app's version backwards (a stale re-run is refused with
+  ``StaleTransactionError``); a write whose every requested version is already the table's is a
+  no-op (``committed=False``). With ``expected_versions`` (the versions a run read before it
+  started), the commit also refuses when another run advanced any of those apps in between.
+- **Conflicts**: every attempt commits with delta-rs retries off, against the snapshot it just
+  checked, so the checks above hold for the version actually written. When another writer won
+  the race, a blind append or a full overwrite re-reads the table and tries again (both are
+  equivalent to running after the winner); an overwrite by predicate, whose removed files were
+  chosen from an older snapshot, fails with ``ConcurrentWriteError``.
+
+Thread-safety: functions here share no state; concurrent calls race only through the table's
+log, which is what the conflict handling is for. Crash behaviour: a commit is one atomic
+``_delta_log`` entry; a crash before it leaves only unreferenced data files.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import (
+    AddAction,
+    CommitProperties,
+    RemoveAction,
+    Transaction,
+    create_table_with_add_actions,
+)
+
+from pipelines.delta.errors import (
+    ConcurrentWriteError,
+    DeltaSinkError,
+    SchemaMismatchError,
+    StaleTransactionError,
+)
+from pipelines.delta.files import WrittenFile
+
+__all__ = [
+    "CommitResult",
+    "Mode",
+    "RemovedFile",
+    "check_app_transactions",
+    "check_schema",
+    "commit_files",
+    "load_table",
+    "read_app_transactions",
+]
+
+Mode = Literal["append", "overwrite"]
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d{10}\.\d{10})?\.parquet$")
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+
+
+@dataclass(frozen=True)
+class RemovedFile:
+    """A file of the snapshot that an overwrite by predicate removes (``add.path`` form)."""
+
+    path: str
+    size: int | None
+    partition_values: dict[str, str | None]
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The outcome of one write.
+
+    ``version`` is the table version this write created, or the current version when the write
+    was a no-op (``committed`` False: every app transaction was already there).
+    """
+
+    table_path: str
+    version: int
+    committed: bool
+    mode: str
+    num_files: int
+    num_rows: int
+    num_bytes: int
+    num_removed: int = 0
+    attempts: int = 1
+    app_transactions: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CommitResult:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def load_table(path: str | Path) -> DeltaTable | None:
+    """The table at ``path`` at its latest version, or None when there is no Delta table."""
+    try:
+        return DeltaTable(str(path))
+    except TableNotFoundError:
+        return None
+
+
+def check_schema(dt: DeltaTable, schema: pa.Schema, partition_by: Sequence[str]) -> None:
+    """Raise ``SchemaMismatchError`` unless ``schema``/``partition_by`` match the table's."""
+    table_fields = {f.name: f.type for f in dt.schema().fields}
+    data_fields = {f.name: f.type for f in DeltaSchema.from_arrow(schema).fields}
+    if list(table_fields) != list(data_fields) or any(
+        str(table_fields[n]) != str(data_fields[n]) for n in table_fields
+    ):
+        raise SchemaMismatchError(
+            f"schema mismatch: table has {_describe(table_fields)}, "
+            f"data has {_describe(data_fields)}",
+            path=dt.table_uri,
+        )
+    table_parts = list(dt.metadata().partition_columns)
+    if list(partition_by) != table_parts:
+        raise SchemaMismatchError(
+            f"partition columns mismatch: table has {table_parts}, write has {list(partition_by)}",
+            path=dt.table_uri,
+        )
+
+
+def _describe(fields: Mapping[str, Any]) -> str:
+    return "[" + ", ".join(f"{n}: {t}" for n, t in fields.items()) + "]"
+
+
+def check_app_transactions(
+    dt: DeltaTable | None,
+    requested: Mapping[str, int],
+    expected: Mapping[str, int | None] | None = None,
+) -> bool:
+    """Decide an app-transaction write against snapshot ``dt``: True = commit, False = no-op.
+
+    Raises ``StaleTransactionError`` when a version would go backwards, or when ``expected``
+    is given and an app's current version is neither the expected one nor the requested one
+    (some other run moved it), or is the requested one for only some apps.
+    """
+    if not requested:
+        return True
+    current = {app: (dt.transaction_version(app) if dt is not None else None) for app in requested}
+    where = dt.table_uri if dt is not None else None
+    if all(current[a] == v for a, v in requested.items()):
+        return False
+    for app, version in requested.items():
+        cur = current[app]
+        if cur is not None and version < cur:
+            raise StaleTransactionError(
+                f"app transaction {app!r} would go backwards: table has version {cur}, "
+                f"this write carries {version} (a stale re-run?)",
+                path=where,
+            )
+    if expected is not None:
+        for app, version in requested.items():
+            exp = expected.get(app)
+            cur = current[app]
+            if cur != exp:
+                raise StaleTransactionError(
+                    f"app transaction {app!r} moved under this write: expected version "
+                    f"{exp}, table has {cur}, this write carries {version}; re-run",
+                    path=where,
+                )
+    return True
+
+
+def commit_files(
+    table_path: str | Path,
+    files: Sequence[WrittenFile],
+    *,
+    schema: pa.Schema,
+    partition_by: Sequence[str] = (),
+    mode: Mode = "append",
+    predicate: str | None = None,
+    removes: Sequence[RemovedFile] | None = None,
+    read_version: int | None = None,
+    app_transactions: Mapping[str, int] | None = None,
+    expected_versions: Mapping[str, int | None] | None = None,
+    max_attempts: int = 20,
+    before_attempt: Callable[[int], None] | None = None,
+) -> CommitResult:
+    """Commit ``files`` to the table at ``table_path`` in one transaction (see module docstring).
+
+    ``mode="overwrite"`` without ``predicate`` removes every file of the snapshot it commits
+    against. With ``predicate`` (replace where), ``removes`` are the files to remove, chosen
+    from snapshot ``read_version``; the commit fails if the table moved since. The table is
+    created when absent. ``before_attempt(n)`` is called before attempt ``n`` (tests use it to
+    inject a concurrent commit).
+    """
+    root = str(Path(table_path))
+    apps = dict(app_transactions or {})
+    txns = [Transaction(app, int(v)) for app, v in apps.items()]
+    num_rows = sum(f.num_rows for f in files)
+    num_bytes = sum(f.size for f in files)
+    by_predicate = mode == "overwrite" and predicate is not None
+    attempt = 0
+    while True:
+        attempt += 1
+        if before_attempt is not None:
+            before_attempt(attempt)
+        dt = load_table(root)
+        if dt is not None:
+            check_schema(dt, schema, partition_by)
+        if not check_app_transactions(dt, apps, expected_versions):
+            version = dt.version() if dt is not None else -1
+            return CommitResult(root, version, False, mode, 0, 0, 0, 0, attempt, apps)
+        if by_predicate and (dt.version() if dt is not None else None) != read_version:
+            raise ConcurrentWriteError(
+                f"overwrite where {predicate!r} chose its files at version {read_version}, "
+                f"the table is now at {None if dt is None else dt.version()}; re-run the write",
+                path=root,
+            )
+        adds = [
+            AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
+            for f in files
+        ]
+        props = CommitProperties(
+            app_transactions=txns or None,
+            max_commit_retries=0,
+            custom_metadata=_commit_info(mode, predicate),
+        )
+        try:
+            if dt is None:
+                create_table_with_add_actions(
+                    root,
+                    DeltaSchema.from_arrow(schema),
+                    adds,
+                    mode="error",
+                    partition_by=list(partition_by) or None,
+                    commit_properties=props,
+                )
+                created = load_table(root)
+                version = created.version() if created is not None else 0
+                return CommitResult(
+                    root, version, True, mode, len(files), num_rows, num_bytes, 0, attempt, apps
+                )
+            read = dt.version()
+            actions: list[AddAction | RemoveAction] = list(adds)
+            write_mode = mode
+            num_removed = 0
+            if by_predicate:
+                now = int(time.time() * 1000)
+                removals: list[AddAction | RemoveAction] = [
+                    RemoveAction(r.path, True, now, r.size, r.partition_values)
+                    for r in removes or ()
+                ]
+                actions = removals + actions
+                num_removed = len(removes or ())
+                write_mode = "append"  # delta-rs takes explicit removes only in append mode
+            elif mode == "overwrite":
+                num_removed = len(dt.file_uris())
+            dt.create_write_transaction(
+                actions,
+                write_mode,
+                schema,
+                partition_by=list(partition_by) or None,
+                commit_properties=props,
+            )
+        except (CommitFailedError, DeltaError) as exc:
+            now_dt = load_table(root)
+            moved = now_dt is not None and (dt is None or now_dt.version() > dt.version())
+            if not moved:
+                raise DeltaSinkError(f"commit failed: {exc}", path=root) from exc
+            if by_predicate:
+                raise ConcurrentWriteError(
+                    f"another writer committed version {now_dt.version() if now_dt else '?'} "
+                    f"while overwriting where {predicate!r}; re-run the write",
+                    path=root,
+                ) from exc
+            if attempt >= max_attempts:
+                raise ConcurrentWriteError(
+                    f"gave up after {attempt} attempts: other writers keep committing", path=root
+                ) from exc
+            time.sleep(min(0.5, 0.01 * 2**attempt) * random.random())
+            continue
+        return CommitResult(
+            root, read + 1, True, mode, len(files), num_rows, num_bytes, num_removed, attempt, apps
+        )
+
+
+def _commit_info(mode: str, predicate: str | None) -> dict[str, Any]:
+    info: dict[str, Any] = {}
+    if mode == "overwrite":
+        info["isBlindAppend"] = False
+        params: dict[str, Any] = {"mode": "Overwrite"}
+        if predicate is not None:
+            params["predicate"] = predicate
+        info["operationParameters"] = params
+    return info
+
+
+def read_app_transactions(path: str | Path) -> dict[str, int]:
+    """Every app id's latest transaction version in the table at ``path`` (empty: no table).
+
+    Reads ``_delta_log`` directly (the newest classic checkpoint, then later JSON commits),
+    because delta-rs only answers for an app id one already knows.
+    """
+    log = Path(path) / "_delta_log"
+    if not log.is_dir():
+        return {}
+    checkpoints: dict[int, list[Path]] = {}
+    commits: dict[int, Path] = {}
+    for p in log.iterdir():
+        if m := _CHECKPOINT.match(p.name):
+            checkpoints.setdefault(int(m.group(1)), []).append(p)
+        elif m := _COMMIT.match(p.name):
+            commits[int(m.group(1))] = p
+    txns: dict[str, int] = {}
+    start = -1
+    if checkpoints:
+        start = max(checkpoints)
+        for part in sorted(checkpoints[start]):
+            table = pq.read_table(part, columns=["txn"])
+            for row in table.column("txn").to_pylist():
+                if row is not None and row.get("appId") is not None:
+                    txns[row["appId"]] = int(row["version"])
+    for version in sorted(v for v in commits if v > start):
+        with commits[version].open(encoding="utf-8") as fh:
+            for line in fh:
+                if '"txn"' not in line:
+                    continue
+                action = json.loads(line)
+                if "txn" in action:
+                    txns[action["txn"]["appId"]] = int(action["txn"]["version"])
+    return txns

@@ -1,0 +1,45 @@
+"""Errors of the Delta sink: one branch of ``LoglakeError`` per kind of refusal.
+
+They cross the Spark boundary by name: ``commit()`` runs in a Python worker that the driver's
+JVM starts, so the sink records the class name and message in its result file and
+``write_delta`` raises the same class again in the driver (see ``pipelines.delta.writer``).
+"""
+
+from __future__ import annotations
+
+from logstore.errors import LoglakeError
+
+__all__ = [
+    "ConcurrentWriteError",
+    "DeltaSinkError",
+    "SchemaMismatchError",
+    "StaleTransactionError",
+    "error_class",
+]
+
+
+class DeltaSinkError(LoglakeError):
+    """A Delta write that the sink refused or could not commit."""
+
+
+class SchemaMismatchError(DeltaSinkError):
+    """The data's columns or types (or partition columns) differ from the table's."""
+
+
+class StaleTransactionError(DeltaSinkError):
+    """An app transaction would move backwards (a stale re-run), or progress moved under us."""
+
+
+class ConcurrentWriteError(DeltaSinkError):
+    """Another writer committed in between and retrying would not be equivalent to a serial run."""
+
+
+_BY_NAME: dict[str, type[DeltaSinkError]] = {
+    cls.__name__: cls
+    for cls in (DeltaSinkError, SchemaMismatchError, StaleTransactionError, ConcurrentWriteError)
+}
+
+
+def error_class(name: str) -> type[DeltaSinkError]:
+    """The sink's exception class called ``name`` (``DeltaSinkError`` for anything else)."""
+    return _BY_NAME.get(name, DeltaSinkError)

@@ -1,0 +1,375 @@
+"""Executor side of the Delta sink: Arrow batches to Parquet data files plus their add metadata.
+
+Layout on disk (what Delta and Hive readers expect): data files live under the table root,
+one directory level per partition column, ``<col>=<escaped value>`` (Hive escaping; a null is
+``__HIVE_DEFAULT_PARTITION__``). Partition columns are not stored inside the Parquet files;
+their values travel in the add action (``partitionValues``, Delta's string forms). File names
+are ``part-<task:05d>-<write_id>-<attempt>-c<seq:03d>.<codec>.parquet``: ``write_id`` is unique
+per write job, so every file a job ever produced (including failed or duplicate task attempts)
+can be found and removed by name when the job aborts or after it commits.
+
+Stats follow the Delta protocol's per-file statistics: ``numRecords``, ``minValues``,
+``maxValues``, ``nullCount`` for the first 32 top-level columns (``dataSkippingNumIndexedCols``).
+Bounds are only ever looser, never tighter, than the data: long strings get no max, timestamps
+are written with millisecond precision (min floored, max ceiled), floats with NaN get no bounds.
+
+Crash behaviour: a file is written in place and is invisible until a commit references it; a
+killed task leaves a partial file that no snapshot contains (``cleanup_write_files`` removes it).
+Thread-safety: one ``PartitionedFileWriter`` per task; not shared between threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+__all__ = [
+    "HIVE_NULL",
+    "NUM_INDEXED_COLS",
+    "PartitionedFileWriter",
+    "WrittenFile",
+    "cleanup_write_files",
+    "escape_path_name",
+    "partition_value_string",
+    "split_by_partition",
+]
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+NUM_INDEXED_COLS = 32
+_STRING_PREFIX = 32
+# Hive's FileUtils.escapePathName set: characters a partition directory name must not hold raw.
+_HIVE_UNSAFE = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 32))
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """One data file written by a task: what its Delta add action needs.
+
+    ``path`` is relative to the table root and URI-encoded, as Delta's ``add.path`` requires;
+    ``stats`` is the JSON string of the add action's ``stats`` field.
+    """
+
+    path: str
+    size: int
+    num_rows: int
+    partition_values: dict[str, str | None]
+    stats: str
+    modification_time: int
+
+
+def escape_path_name(value: str) -> str:
+    """Hive-escape one partition value for a directory name (``%XX`` for unsafe characters)."""
+    return "".join(f"%{ord(c):02X}" if c in _HIVE_UNSAFE else c for c in value)
+
+
+def partition_value_string(value: Any) -> str | None:
+    """Delta's string form of a partition value (protocol "Partition Value Serialization")."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(_dt.UTC).replace(tzinfo=None)
+        return str(value.isoformat(sep=" ", timespec="microseconds"))
+    if isinstance(value, _dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    return str(value)
+
+
+def _partition_dir(partition_by: Sequence[str], values: dict[str, str | None]) -> str:
+    parts = []
+    for col in partition_by:
+        v = values[col]
+        parts.append(f"{escape_path_name(col)}={HIVE_NULL if v is None else escape_path_name(v)}")
+    return "/".join(parts)
+
+
+def split_by_partition(
+    table: pa.Table, partition_by: Sequence[str]
+) -> Iterator[tuple[dict[str, str | None], pa.Table]]:
+    """Yield ``(partition values, rows without the partition columns)`` per distinct key."""
+    if not partition_by:
+        yield {}, table
+        return
+    keys = table.select(list(partition_by)).group_by(list(partition_by)).aggregate([])
+    data_cols = [n for n in table.column_names if n not in set(partition_by)]
+    for row in keys.to_pylist():
+        values = {c: partition_value_string(row[c]) for c in partition_by}
+        if keys.num_rows == 1:
+            yield values, table.select(data_cols)
+            continue
+        mask = None
+        for col in partition_by:
+            column = table.column(col)
+            m = pc.is_null(column) if row[col] is None else pc.equal(column, row[col])
+            m = pc.fill_null(m, False)
+            mask = m if mask is None else pc.and_(mask, m)
+        yield values, table.filter(mask).select(data_cols)
+
+
+class _Stats:
+    """Running per-file statistics over the chunks written to one file."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.num_records = 0
+        self.mins: dict[str, Any] = {}
+        self.maxs: dict[str, Any] = {}
+        self.no_bounds: set[str] = set()
+        self.nulls: dict[str, int] = {}
+        self.fields = [f for f in schema][:NUM_INDEXED_COLS]
+
+    def update(self, table: pa.Table) -> None:
+        self.num_records += table.num_rows
+        for f in self.fields:
+            col = table.column(f.name)
+            self.nulls[f.name] = self.nulls.get(f.name, 0) + col.null_count
+            if f.name in self.no_bounds or not _has_bounds(f.type):
+                continue
+            if col.null_count == len(col):
+                continue
+            if pa.types.is_floating(f.type) and pc.any(pc.is_nan(col)).as_py():
+                self.no_bounds.add(f.name)
+                continue
+            mm = pc.min_max(col)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            if f.name in self.mins:
+                lo, hi = min(lo, self.mins[f.name]), max(hi, self.maxs[f.name])
+            self.mins[f.name], self.maxs[f.name] = lo, hi
+
+    def to_json(self) -> str:
+        mins: dict[str, Any] = {}
+        maxs: dict[str, Any] = {}
+        for f in self.fields:
+            if f.name not in self.mins or f.name in self.no_bounds:
+                continue
+            lo = _bound(f.type, self.mins[f.name], False)
+            hi = _bound(f.type, self.maxs[f.name], True)
+            if lo is not None:
+                mins[f.name] = lo
+            if hi is not None:
+                maxs[f.name] = hi
+        nulls = {
+            f.name: self.nulls.get(f.name, 0) for f in self.fields if not pa.types.is_struct(f.type)
+        }
+        return json.dumps(
+            {
+                "numRecords": self.num_records,
+                "minValues": mins,
+                "maxValues": maxs,
+                "nullCount": nulls,
+            },
+            separators=(",", ":"),
+        )
+
+
+def _has_bounds(t: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_date32(t)
+        or pa.types.is_timestamp(t)
+    )
+
+
+def _bound(t: pa.DataType, value: Any, upper: bool) -> Any:
+    if pa.types.is_integer(t):
+        return int(value)
+    if pa.types.is_floating(t):
+        return float(value) if math.isfinite(value) else None
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        if len(value) <= _STRING_PREFIX:
+            return value
+        return None if upper else value[:_STRING_PREFIX]
+    if pa.types.is_date32(t):
+        return value.isoformat()
+    if pa.types.is_timestamp(t):
+        ts: _dt.datetime = value
+        if upper and ts.microsecond % 1000:
+            ts = ts + _dt.timedelta(microseconds=1000 - ts.microsecond % 1000)
+        ts = ts.replace(microsecond=ts.microsecond - ts.microsecond % 1000)
+        if ts.tzinfo is not None:
+            ts = ts.astimezone(_dt.UTC).replace(tzinfo=None)
+            return ts.isoformat(timespec="milliseconds") + "Z"
+        return ts.isoformat(timespec="milliseconds")
+    return None
+
+
+@dataclass
+class _OpenFile:
+    rel_path: str
+    abs_path: Path
+    values: dict[str, str | None]
+    writer: pq.ParquetWriter
+    sink: pa.NativeFile
+    stats: _Stats
+    rows: int = 0
+    pending: list[pa.Table] = field(default_factory=list)
+    pending_bytes: int = 0
+
+
+class PartitionedFileWriter:
+    """Write one task's rows as Parquet files under ``root``, split by partition values.
+
+    Rows are buffered per partition until ``row_group_bytes`` and written as one row group;
+    a file rolls after ``max_rows_per_file`` rows. ``close()`` returns the files written;
+    ``abort()`` removes them.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        write_id: str,
+        task_id: int,
+        attempt: int,
+        partition_by: Sequence[str],
+        compression: str = "zstd",
+        max_rows_per_file: int = 10_000_000,
+        row_group_bytes: int = 64 << 20,
+    ) -> None:
+        self.root = Path(root)
+        self.write_id = write_id
+        self.task_id = task_id
+        self.attempt = attempt
+        self.partition_by = list(partition_by)
+        self.compression = compression
+        self.max_rows_per_file = max_rows_per_file
+        self.row_group_bytes = row_group_bytes
+        self._open: dict[tuple[str | None, ...], _OpenFile] = {}
+        self._done: list[WrittenFile] = []
+        self._all_paths: list[Path] = []
+        self._seq = 0
+
+    def write(self, table: pa.Table) -> None:
+        """Add rows (with the partition columns still present)."""
+        if table.num_rows == 0:
+            return
+        for values, group in split_by_partition(table, self.partition_by):
+            key = tuple(values[c] for c in self.partition_by)
+            rows = group
+            while rows.num_rows:
+                f = self._open.get(key)
+                if f is None:
+                    f = self._new_file(values, rows.schema)
+                    self._open[key] = f
+                room = self.max_rows_per_file - f.rows
+                part, rows = rows.slice(0, room), rows.slice(room)
+                f.pending.append(part)
+                f.pending_bytes += part.nbytes
+                f.rows += part.num_rows
+                if f.pending_bytes >= self.row_group_bytes:
+                    self._flush(f)
+                if f.rows >= self.max_rows_per_file:
+                    self._finish(key)
+
+    def close(self) -> list[WrittenFile]:
+        """Finish every open file and return all files of this task."""
+        for key in list(self._open):
+            self._finish(key)
+        return list(self._done)
+
+    def abort(self) -> None:
+        """Close and delete everything this task wrote (best effort: a file may be gone)."""
+        for f in self._open.values():
+            try:
+                f.writer.close()
+                f.sink.close()
+            except Exception:  # the task is failing already; removal below is what matters
+                pass
+        self._open.clear()
+        for p in self._all_paths:
+            p.unlink(missing_ok=True)
+
+    def _new_file(self, values: dict[str, str | None], schema: pa.Schema) -> _OpenFile:
+        name = (
+            f"part-{self.task_id:05d}-{self.write_id}-{self.attempt}-c{self._seq:03d}"
+            f".{self.compression}.parquet"
+        )
+        self._seq += 1
+        rel_dir = _partition_dir(self.partition_by, values)
+        rel = f"{rel_dir}/{name}" if rel_dir else name
+        abs_path = self.root / rel
+        abs_path.parent.mkdir(parents=True, exist_ok=True)
+        self._all_paths.append(abs_path)
+        sink = pa.OSFile(str(abs_path), "wb")
+        writer = pq.ParquetWriter(sink, schema, compression=self.compression)
+        return _OpenFile(rel, abs_path, values, writer, sink, _Stats(schema))
+
+    def _flush(self, f: _OpenFile) -> None:
+        if not f.pending:
+            return
+        chunk = pa.concat_tables(f.pending) if len(f.pending) > 1 else f.pending[0]
+        f.pending.clear()
+        f.pending_bytes = 0
+        f.stats.update(chunk)
+        f.writer.write_table(chunk, row_group_size=max(chunk.num_rows, 1))
+
+    def _finish(self, key: tuple[str | None, ...]) -> None:
+        f = self._open.pop(key)
+        self._flush(f)
+        f.writer.close()
+        f.sink.close()
+        st = os.stat(f.abs_path)
+        self._done.append(
+            WrittenFile(
+                path=quote(f.rel_path, safe="/=-_.~"),
+                size=st.st_size,
+                num_rows=f.stats.num_records,
+                partition_values=dict(f.values),
+                stats=f.stats.to_json(),
+                modification_time=int(st.st_mtime * 1000) or int(time.time() * 1000),
+            )
+        )
+
+
+def cleanup_write_files(
+    root: str | Path, write_id: str, *, keep: set[str] | None = None, prune_dirs: bool = False
+) -> int:
+    """Remove the files of write ``write_id`` under ``root`` except the relative paths in ``keep``.
+
+    ``keep`` holds paths as written on disk (not URI-encoded). ``_delta_log`` is never touched.
+    ``prune_dirs`` also removes partition directories left empty (only safe when no other
+    writer is adding files to the table at the same time). Returns the number of files removed.
+    """
+    root = Path(root)
+    marker = f"-{write_id}-"
+    keep = keep or set()
+    removed = 0
+    if not root.is_dir():
+        return 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        if Path(dirpath) == root and "_delta_log" in dirnames:
+            dirnames.remove("_delta_log")
+        for name in filenames:
+            if marker not in name:
+                continue
+            p = Path(dirpath) / name
+            if p.relative_to(root).as_posix() in keep:
+                continue
+            p.unlink(missing_ok=True)
+            removed += 1
+    if prune_dirs:
+        for dirpath, _dirnames, _filenames in os.walk(root, topdown=False):
+            d = Path(dirpath)
+            if d != root and "_delta_log" not in d.relative_to(root).parts:
+                with contextlib.suppress(OSError):  # not empty: holds other data
+                    d.rmdir()
+    return removed

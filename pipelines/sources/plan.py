@@ -1,0 +1,354 @@
+"""Driver side of the ``logsegments`` source: options, log-dir discovery, input ranges.
+
+A log dir holds ``<topic>-<partition>/`` directories of segments ``<base offset:020d>.log``
+with their ``.index`` (8-byte entries: relative offset i32 = last offset of a batch, position
+i32 = that batch's start) and ``.timeindex`` (12-byte entries: timestamp i64, relative offset
+i32; the last entry of a rolled segment is its largest timestamp), plus the broker's
+checkpoints (``replication-offset-checkpoint``: high watermarks; ``log-start-offset-
+checkpoint``). Nothing here reads records: only directory listings, index files, checkpoint
+files and one 61-byte header per chosen split point.
+
+Planning rules:
+
+- one :class:`SegmentRange` per segment; a segment larger than ``maxPartitionBytes`` is cut
+  at ``.index`` positions (batch starts) into ranges of about that size. Every cut is checked
+  by reading the batch header there (magic 2, sane batchLength); a bad index entry is simply
+  not used as a cut, so a stale index can never make a range start inside a batch;
+- the readable end of each partition is ``until``: the high watermark from
+  ``replication-offset-checkpoint`` by default (``until="latest"`` or a partition missing
+  from that file, or no file at all: every whole batch); ranges wholly at or above it, or
+  wholly below the start offset (``startingOffsets``, never below the log start offset),
+  are dropped;
+- ``minTimestamp`` drops rolled segments whose last ``.timeindex`` entry is older (the
+  active segment's time index is incomplete, so it is always read).
+
+Sizes are those seen at planning time: a segment that grows later is read only up to its
+planned size (and up to ``until``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from logstore.errors import LoglakeError
+from logstore.storage.checkpoints import read_offset_checkpoint
+from logstore.storage.files import offset_from_file_name, parse_partition_dir
+
+__all__ = [
+    "DEFAULT_MAX_PARTITION_BYTES",
+    "Kind",
+    "SegmentRange",
+    "SourceOptions",
+    "parse_options",
+    "plan_ranges",
+]
+
+Kind = Literal["records", "batches"]
+DEFAULT_MAX_PARTITION_BYTES = 128 << 20
+MIN_OFFSET = -(2**63)
+MAX_OFFSET = 2**63 - 1
+_HEADER = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """Parsed options (all keyword; Spark hands them over as strings)."""
+
+    log_dirs: tuple[str, ...]
+    kind: Kind = "records"
+    topics: frozenset[str] | None = None
+    starting_offsets: Mapping[str, Mapping[int, int]] | None = None
+    until: Literal["highWatermark", "latest"] | Mapping[str, Mapping[int, int]] = "highWatermark"
+    min_timestamp: int = MIN_OFFSET
+    max_timestamp: int = MAX_OFFSET
+    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    verify: Literal["crc", "full"] = "crc"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRange:
+    """One input partition: bytes ``[start, end)`` of one segment file (batch boundaries).
+
+    ``start_offset``/``until`` bound the offsets to emit; ``next_base_offset`` is the next
+    segment's base offset (None for the last segment), used to report batches whose offsets
+    break the segment's bounds; ``is_tail`` marks the last range of the partition's last
+    (active) segment, whose torn tail is in-flight data rather than damage. Picklable.
+    """
+
+    topic: str
+    partition: int
+    path: str
+    segment_base_offset: int
+    start: int
+    end: int
+    start_offset: int
+    until: int
+    next_base_offset: int | None
+    is_tail: bool
+
+
+def _offsets_json(text: str, name: str) -> dict[str, dict[int, int]]:
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise TypeError("not an object")
+        return {
+            str(topic): {int(p): int(o) for p, o in parts.items()} for topic, parts in raw.items()
+        }
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise LoglakeError(
+            f'option {name} must be JSON like {{"topic": {{"0": 42}}}}, got {text!r}: {exc}'
+        ) from None
+
+
+def _int_option(opts: Mapping[str, str], name: str, default: int) -> int:
+    value = _get(opts, name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise LoglakeError(f"option {name} must be an integer, got {value!r}") from None
+
+
+def _get(opts: Mapping[str, str], name: str) -> str | None:
+    # Spark's options are case-insensitive; a plain dict from a caller may not be.
+    for key, value in opts.items():
+        if key.lower() == name.lower():
+            return str(value)
+    return None
+
+
+def parse_options(opts: Mapping[str, str]) -> SourceOptions:
+    """Options of ``spark.read.format("logsegments")`` (``path`` = comma-separated log dirs)."""
+    path = _get(opts, "path") or _get(opts, "logDirs")
+    if not path:
+        raise LoglakeError("logsegments needs a log dir: .load(<log.dirs>) or option path")
+    log_dirs = tuple(p.strip() for p in path.split(",") if p.strip())
+    kind = (_get(opts, "kind") or "records").lower()
+    if kind not in ("records", "batches"):
+        raise LoglakeError(f"option kind must be records or batches, got {kind!r}")
+    topics_opt = _get(opts, "topics")
+    topics = None
+    if topics_opt:
+        topics = frozenset(t.strip() for t in topics_opt.split(",") if t.strip())
+    starting = _get(opts, "startingOffsets")
+    starting_offsets = None
+    if starting and starting.strip().lower() != "earliest":
+        starting_offsets = _offsets_json(starting, "startingOffsets")
+    until_opt = (_get(opts, "until") or "highWatermark").strip()
+    until: Literal["highWatermark", "latest"] | dict[str, dict[int, int]]
+    if until_opt.lower() in ("highwatermark", "high_watermark"):
+        until = "highWatermark"
+    elif until_opt.lower() == "latest":
+        until = "latest"
+    else:
+        until = _offsets_json(until_opt, "until")
+    verify = (_get(opts, "verify") or "crc").lower()
+    if verify not in ("crc", "full"):
+        raise LoglakeError(f"option verify must be crc or full, got {verify!r}")
+    max_bytes = _int_option(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
+    if max_bytes < 1:
+        raise LoglakeError(f"option maxPartitionBytes must be positive, got {max_bytes}")
+    return SourceOptions(
+        log_dirs=log_dirs,
+        kind=kind,  # type: ignore[arg-type]
+        topics=topics,
+        starting_offsets=starting_offsets,
+        until=until,
+        min_timestamp=_int_option(opts, "minTimestamp", MIN_OFFSET),
+        max_timestamp=_int_option(opts, "maxTimestamp", MAX_OFFSET),
+        max_partition_bytes=max_bytes,
+        verify=verify,  # type: ignore[arg-type]
+    )
+
+
+def _segments(part_dir: Path) -> list[tuple[int, Path]]:
+    out = []
+    for entry in os.scandir(part_dir):
+        parsed = offset_from_file_name(entry.name)
+        if parsed is not None and parsed[1] == ".log" and entry.is_file():
+            out.append((parsed[0], Path(entry.path)))
+    out.sort()
+    return out
+
+
+def _index_positions(path: Path, size: int) -> np.ndarray:
+    """Valid ``.index`` positions (strictly increasing, inside the file); empty if none."""
+    index = path.with_suffix(".index")
+    try:
+        raw = np.fromfile(index, dtype=">i4")
+    except OSError:
+        return np.empty(0, np.int64)
+    entries = raw[: raw.shape[0] // 2 * 2].reshape(-1, 2).astype(np.int64)
+    rel, pos = entries[:, 0], entries[:, 1]
+    # Preallocated / stale tails: keep the prefix where both columns strictly increase.
+    good = np.ones(rel.shape[0], np.bool_)
+    good[1:] = (np.diff(rel) > 0) & (np.diff(pos) > 0)
+    bad = np.flatnonzero(~good | (pos <= 0) | (pos >= size) | (rel < 0))
+    stop = int(bad[0]) if bad.size else rel.shape[0]
+    return pos[:stop]
+
+
+def _last_time_index_ts(path: Path) -> int | None:
+    """The largest timestamp of a rolled segment's ``.timeindex``; None when unknown."""
+    try:
+        raw = np.fromfile(path.with_suffix(".timeindex"), dtype=np.uint8)
+    except OSError:
+        return None
+    n = raw.shape[0] // 12
+    if n == 0:
+        return None
+    ts = raw[: n * 12].reshape(n, 12)[:, :8].copy().view(">i8").reshape(n)
+    good = np.ones(n, np.bool_)
+    good[1:] = np.diff(ts) > 0
+    bad = np.flatnonzero(~good)
+    stop = int(bad[0]) if bad.size else n
+    return int(ts[stop - 1]) if stop else None
+
+
+def _header_at(fd: int, position: int) -> tuple[int, int] | None:
+    """``(base_offset, size)`` of a plausible v2 batch at ``position``, else None."""
+    raw = os.pread(fd, _HEADER.size, position)
+    if len(raw) < _HEADER.size:
+        return None
+    base_offset, length, _epoch, magic = _HEADER.unpack(raw)
+    if magic != 2 or length < 49:
+        return None
+    return base_offset, length + 12
+
+
+def _cuts(fd: int, positions: np.ndarray, size: int, target: int) -> list[tuple[int, int]]:
+    """``[(position, base_offset)]`` cut points (position 0 first) about ``target`` apart."""
+    first = _header_at(fd, 0)
+    cuts = [(0, first[0] if first else MIN_OFFSET)]
+    i = 0
+    n = positions.shape[0]
+    while i < n:
+        want = cuts[-1][0] + target
+        if size - cuts[-1][0] <= target:
+            break
+        j = int(np.searchsorted(positions, want, side="right")) - 1
+        j = max(j, i)
+        while j < n:
+            pos = int(positions[j])
+            header = _header_at(fd, pos) if pos > cuts[-1][0] else None
+            if header is not None:
+                cuts.append((pos, header[0]))
+                break
+            j += 1
+        i = j + 1
+    return cuts
+
+
+def _checkpoint(log_dir: Path, name: str) -> dict[tuple[str, int], int] | None:
+    path = log_dir / name
+    if not path.is_file():
+        return None
+    return read_offset_checkpoint(path)
+
+
+def plan_ranges(options: SourceOptions) -> list[SegmentRange]:
+    """Every input range of ``options``, ordered by log dir, topic, partition, position."""
+    out: list[SegmentRange] = []
+    for log_dir_text in options.log_dirs:
+        log_dir = Path(log_dir_text).resolve()
+        if not log_dir.is_dir():
+            raise LoglakeError("log dir does not exist", path=str(log_dir))
+        high_watermarks = _checkpoint(log_dir, "replication-offset-checkpoint")
+        log_starts = _checkpoint(log_dir, "log-start-offset-checkpoint") or {}
+        parts = []
+        for entry in os.scandir(log_dir):
+            parsed = parse_partition_dir(entry.name)
+            if parsed is None or not entry.is_dir():
+                continue
+            if options.topics is not None and parsed[0] not in options.topics:
+                continue
+            parts.append((parsed, Path(entry.path)))
+        for (topic, partition), part_dir in sorted(parts):
+            start_offset = log_starts.get((topic, partition), 0)
+            if options.starting_offsets is not None:
+                wanted = options.starting_offsets.get(topic, {}).get(partition)
+                if wanted is not None:
+                    start_offset = max(start_offset, wanted)
+            until = _until(options, high_watermarks, topic, partition)
+            out.extend(_plan_partition(options, topic, partition, part_dir, start_offset, until))
+    return out
+
+
+def _until(
+    options: SourceOptions,
+    high_watermarks: Mapping[tuple[str, int], int] | None,
+    topic: str,
+    partition: int,
+) -> int:
+    if isinstance(options.until, Mapping):
+        explicit = options.until.get(topic, {}).get(partition)
+        if explicit is not None:
+            return explicit
+    elif options.until == "latest":
+        return MAX_OFFSET
+    if high_watermarks is None:
+        return MAX_OFFSET
+    return high_watermarks.get((topic, partition), MAX_OFFSET)
+
+
+def _plan_partition(  # noqa: PLR0917
+    options: SourceOptions,
+    topic: str,
+    partition: int,
+    part_dir: Path,
+    start_offset: int,
+    until: int,
+) -> Iterable[SegmentRange]:
+    segments = _segments(part_dir)
+    for n, (base, path) in enumerate(segments):
+        is_last = n == len(segments) - 1
+        next_base = None if is_last else segments[n + 1][0]
+        if next_base is not None and next_base <= start_offset:
+            continue  # every offset of this segment is below the start
+        if base >= until:
+            break
+        if not is_last and options.min_timestamp > MIN_OFFSET:
+            largest = _last_time_index_ts(path)
+            if largest is not None and largest < options.min_timestamp:
+                continue
+        size = path.stat().st_size
+        if size == 0:
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if size > options.max_partition_bytes:
+                cuts = _cuts(fd, _index_positions(path, size), size, options.max_partition_bytes)
+            else:
+                first = _header_at(fd, 0)
+                cuts = [(0, first[0] if first else MIN_OFFSET)]
+        finally:
+            os.close(fd)
+        bounds = [c[0] for c in cuts] + [size]
+        for i, (position, first_offset) in enumerate(cuts):
+            following = cuts[i + 1][1] if i + 1 < len(cuts) else None
+            if following is not None and following <= start_offset:
+                continue
+            if i > 0 and first_offset >= until:
+                break
+            yield SegmentRange(
+                topic=topic,
+                partition=partition,
+                path=str(path),
+                segment_base_offset=base,
+                start=position,
+                end=bounds[i + 1],
+                start_offset=start_offset,
+                until=until,
+                next_base_offset=next_base,
+                is_tail=is_last and i == len(cuts) - 1,
+            )

@@ -1,0 +1,415 @@
+"""The ingest job: real segment files (logstore.storage) -> logsegments source -> Delta records.
+
+Segments are written with ``Log.append`` over ``build_batch`` batches (every codec, headers,
+null keys, tombstones, a transaction with its COMMIT marker); the ``records`` table is read
+back with deltalake and polars and compared with what was appended, byte for byte.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from logstore.protocol.batch import Codec, iter_batches
+from logstore.protocol.control import ControlType, build_control_batch
+from logstore.protocol.records import build_batch
+from logstore.storage.checkpoints import write_offset_checkpoint
+from logstore.storage.config import LogConfig
+from logstore.storage.log import Log
+from pipelines.delta import StaleTransactionError, read_app_transactions
+from pipelines.ingest import IngestConfig, app_id, load_config, read_progress, run_ingest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+BASE_MS = int(dt.datetime(2024, 5, 1, 22, tzinfo=dt.UTC).timestamp() * 1000)
+Row = tuple[str, int, int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+
+
+class LogDir:
+    """A broker-like log dir built with the storage engine; remembers every record appended."""
+
+    def __init__(self, root: Path, *, segment_bytes: int = 2048) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.config = LogConfig(segment_bytes=segment_bytes)
+        self.logs: dict[tuple[str, int], Log] = {}
+        self.rows: list[Row] = []
+        self.control_batches = 0
+
+    def log(self, topic: str, partition: int) -> Log:
+        key = (topic, partition)
+        if key not in self.logs:
+            self.logs[key] = Log.open(self.root / f"{topic}-{partition}", self.config)
+        return self.logs[key]
+
+    def produce(
+        self, topic: str, partition: int, n: int, *, codec: Codec = Codec.NONE, seed: int = 0
+    ) -> None:
+        log = self.log(topic, partition)
+        items = []
+        for i in range(n):
+            j = seed + i
+            key = None if j % 4 == 0 else f"key-{j}".encode()
+            value = None if j % 9 == 5 else bytes((j * 7 + k) % 256 for k in range(j % 50))
+            headers = tuple(
+                (f"h{h}", None if h == 1 else bytes([j % 256, h])) for h in range(j % 3)
+            )
+            items.append((key, value, headers, BASE_MS + j * 3_600_000))
+        info = log.append(build_batch(items, codec=codec))
+        for off, (key, value, headers, ts) in enumerate(items, start=info.first_offset):
+            self.rows.append((topic, partition, off, ts, key, value, list(headers)))
+        log.high_watermark = log.log_end_offset
+
+    def transaction(self, topic: str, partition: int, n: int) -> None:
+        log = self.log(topic, partition)
+        items = [(f"tx-{i}".encode(), f"v-{i}".encode(), (), BASE_MS + i) for i in range(n)]
+        info = log.append(
+            build_batch(
+                items, producer_id=42, producer_epoch=1, base_sequence=0, is_transactional=True
+            )
+        )
+        for off, (key, value, _h, ts) in enumerate(items, start=info.first_offset):
+            self.rows.append((topic, partition, off, ts, key, value, []))
+        log.append(
+            build_control_batch(
+                ControlType.COMMIT, producer_id=42, producer_epoch=1, timestamp=BASE_MS + n
+            )
+        )
+        self.control_batches += 1
+        log.high_watermark = log.log_end_offset
+
+    def checkpoint(self) -> None:
+        for log in self.logs.values():
+            log.flush()
+        write_offset_checkpoint(
+            self.root / "replication-offset-checkpoint",
+            {k: log.high_watermark for k, log in self.logs.items()},
+        )
+        write_offset_checkpoint(
+            self.root / "log-start-offset-checkpoint",
+            {k: log.log_start_offset for k, log in self.logs.items()},
+        )
+
+    def close(self) -> None:
+        for log in self.logs.values():
+            log.close()
+        self.logs.clear()
+
+
+def _records(lake: Path) -> list[Row]:
+    """The records table via deltalake, checked equal to polars' reading of it."""
+    t = DeltaTable(str(lake / "records")).to_pyarrow_table()
+    cols = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
+    rs = sorted(
+        (
+            r["topic"],
+            r["partition"],
+            r["offset"],
+            int(r["timestamp"].timestamp() * 1000),
+            r["key"],
+            r["value"],
+            [(h["key"], h["value"]) for h in r["headers"]],
+        )
+        for r in t.select(cols).to_pylist()
+    )
+    p = pl.read_delta(str(lake / "records")).select(cols)
+    via_polars = sorted(
+        (
+            r["topic"],
+            r["partition"],
+            r["offset"],
+            int(r["timestamp"].timestamp() * 1000),
+            r["key"],
+            r["value"],
+            [(h["key"], h["value"]) for h in r["headers"]],
+        )
+        for r in p.to_dicts()
+    )
+    assert rs == via_polars
+    return rs
+
+
+def _config(log_dir: Path, lake: Path, **kw: object) -> IngestConfig:
+    return IngestConfig(log_dirs=(str(log_dir),), lake=str(lake), progress_interval_s=0, **kw)
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+@pytest.fixture
+def logs(tmp_path: Path):  # type: ignore[no-untyped-def]
+    d = LogDir(tmp_path / "logs")
+    yield d
+    d.close()
+
+
+def test_ingest_is_exact_then_a_no_op_then_incremental(
+    spark: SparkSession, tmp_path: Path, logs: LogDir
+) -> None:
+    lake = tmp_path / "lake"
+    for codec in Codec:
+        logs.produce("events", 0, 12, codec=codec, seed=int(codec) * 100)
+    logs.produce("events", 1, 30, codec=Codec.LZ4, seed=7)
+    logs.transaction("payments", 0, 5)
+    logs.produce("payments", 0, 3, seed=3)
+    logs.checkpoint()
+    assert len(list((logs.root / "events-0").glob("*.log"))) > 1  # several segments
+
+    s1 = run_ingest(spark, _config(logs.root, lake), log=_quiet)
+    assert s1.committed and s1.records == len(logs.rows) == 12 * len(Codec) + 30 + 8
+    assert s1.partitions == 3 and s1.control_batches == 1 and not s1.gaps
+    assert _records(lake) == sorted(logs.rows)
+    ends = {k: log.log_end_offset for k, log in logs.logs.items()}
+    assert read_progress(lake / "records") == ends
+    assert read_app_transactions(lake / "records") == {app_id(*k): v for k, v in ends.items()}
+    version = DeltaTable(str(lake / "records")).version()
+    dt_ = DeltaTable(str(lake / "records"))
+    assert dt_.metadata().partition_columns == ["topic", "date"]
+    table = pl.read_delta(str(lake / "records"))
+    codecs = table.filter(pl.col("topic") == "events").group_by("partition", "codec").len()
+    assert set(codecs.filter(pl.col("partition") == 0)["codec"]) == {c.label for c in Codec}
+    tx = table.filter(pl.col("is_transactional"))
+    assert tx.height == 5 and set(tx["producer_id"]) == {42} and set(tx["offset"]) == set(range(5))
+    days = table.select((pl.col("timestamp").dt.date() == pl.col("date")).all()).item()
+    assert days is True
+
+    s2 = run_ingest(spark, _config(logs.root, lake), log=_quiet)
+    assert (s2.records, s2.committed) == (0, False)
+    assert DeltaTable(str(lake / "records")).version() == version
+
+    before = len(logs.rows)
+    logs.produce("events", 1, 6, codec=Codec.ZSTD, seed=500)
+    logs.produce("fresh", 0, 4, seed=900)
+    logs.checkpoint()
+    s3 = run_ingest(spark, _config(logs.root, lake), log=_quiet)
+    assert s3.records == len(logs.rows) - before == 10 and s3.partitions == 2
+    assert _records(lake) == sorted(logs.rows)
+    assert DeltaTable(str(lake / "records")).version() == version + 1
+
+
+def test_high_watermark_bounds_what_is_ingested(
+    spark: SparkSession, tmp_path: Path, logs: LogDir
+) -> None:
+    lake = tmp_path / "lake"
+    logs.produce("t", 0, 10)
+    logs.checkpoint()
+    logs.produce("t", 0, 5, seed=10)  # appended, but not yet below the checkpointed watermark
+    logs.logs[("t", 0)].flush()
+    s = run_ingest(spark, _config(logs.root, lake), log=_quiet)
+    assert s.records == 10
+    assert _records(lake) == sorted(logs.rows[:10])
+    logs.checkpoint()
+    assert run_ingest(spark, _config(logs.root, lake), log=_quiet).records == 5
+    assert _records(lake) == sorted(logs.rows)
+
+
+def test_internal_topics_are_ingested_only_when_named(
+    spark: SparkSession, tmp_path: Path, logs: LogDir
+) -> None:
+    lake = tmp_path / "lake"
+    logs.produce("app", 0, 4)
+    logs.produce("__consumer_offsets", 0, 3, seed=50)
+    logs.checkpoint()
+    s = run_ingest(spark, _config(logs.root, lake), log=_quiet)
+    assert s.records == 4
+    assert {r[0] for r in _records(lake)} == {"app"}
+    assert set(read_progress(lake / "records")) == {("app", 0)}
+    named = run_ingest(spark, _config(logs.root, lake, topics=("__consumer_offsets",)), log=_quiet)
+    assert named.records == 3
+    assert _records(lake) == sorted(logs.rows)
+
+
+def _flip_byte_in_batch(log_file: Path, batch_index: int) -> int:
+    data = bytearray(log_file.read_bytes())
+    position, header = list(iter_batches(data))[batch_index]
+    data[position + header.size - 1] ^= 0xFF  # last record byte: CRC no longer matches
+    log_file.write_bytes(bytes(data))
+    return position
+
+
+def test_corrupt_batch_goes_to_quarantine_and_the_rest_is_ingested(
+    spark: SparkSession, tmp_path: Path, logs: LogDir
+) -> None:
+    lake = tmp_path / "lake"
+    big = LogDir(tmp_path / "logs2", segment_bytes=1 << 20)
+    try:
+        for i in range(3):
+            big.produce("c", 0, 4, seed=10 * i)
+        big.checkpoint()
+    finally:
+        big.close()
+    seg = next((big.root / "c-0").glob("*.log"))
+    position = _flip_byte_in_batch(seg, 1)
+    cfg = _config(big.root, lake)
+    s = run_ingest(spark, cfg, log=_quiet)
+    assert (s.corrupt_batches, s.quarantined, s.records) == (1, 1, 8)
+    good = [r for r in big.rows if not 4 <= r[2] < 8]
+    assert _records(lake) == sorted(good)
+    q = pl.read_delta(str(lake / "quarantine"))
+    assert q.height == 1
+    row = q.to_dicts()[0]
+    assert (row["topic"], row["partition"], row["position"]) == ("c", 0, position)
+    assert Path(row["file"]) == seg.resolve() and "crc" in row["error"].lower()
+    # idempotent: the same damage is not quarantined twice, records stay exact
+    s2 = run_ingest(spark, cfg, log=_quiet)
+    assert (s2.corrupt_batches, s2.quarantined, s2.records) == (1, 0, 0)
+    assert pl.read_delta(str(lake / "quarantine")).height == 1
+    assert _records(lake) == sorted(good)
+    # strict mode fails, and does not move progress
+    from logstore.errors import CorruptRecordError
+
+    progress = read_progress(lake / "records")
+    with pytest.raises(CorruptRecordError, match="damaged"):
+        run_ingest(spark, _config(big.root, lake, fail_on_corrupt=True), log=_quiet)
+    assert read_progress(lake / "records") == progress
+
+
+def test_gap_from_retention_is_reported(spark: SparkSession, tmp_path: Path, logs: LogDir) -> None:
+    lake = tmp_path / "lake"
+    for i in range(6):
+        logs.produce("g", 0, 10, seed=i * 10)
+    logs.checkpoint()
+    log = logs.logs[("g", 0)]
+    start = log.delete_records(25)  # DeleteRecords: offsets below 25 are gone
+    logs.checkpoint()
+    messages: list[str] = []
+    s = run_ingest(spark, _config(logs.root, lake), log=messages.append)
+    assert [(g.topic, g.partition, g.from_offset, g.to_offset) for g in s.gaps] == [
+        ("g", 0, 0, start)
+    ]
+    assert any("GAP g/0" in m for m in messages)
+    assert _records(lake) == sorted(r for r in logs.rows if r[2] >= start)
+    # reported once: the next run starts after it
+    assert run_ingest(spark, _config(logs.root, lake), log=_quiet).gaps == []
+
+
+def test_concurrent_run_is_a_no_op_or_refused(
+    spark: SparkSession, tmp_path: Path, logs: LogDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose progress was read before another run committed: never duplicates."""
+    import pipelines.ingest as ingest_mod
+
+    lake = tmp_path / "lake"
+    logs.produce("r", 0, 5)
+    logs.checkpoint()
+    run_ingest(spark, _config(logs.root, lake), log=_quiet)
+    stale = read_progress(lake / "records")  # {("r", 0): 5}, as a slow second run read it
+    logs.produce("r", 0, 5, seed=5)
+    logs.checkpoint()
+    run_ingest(spark, _config(logs.root, lake), log=_quiet)  # the other run lands first
+    version = DeltaTable(str(lake / "records")).version()
+    monkeypatch.setattr(ingest_mod, "read_progress", lambda _p: dict(stale))
+    # same range [5, 10) as the run that landed: exactly its versions -> a no-op
+    same = run_ingest(spark, _config(logs.root, lake), log=_quiet)
+    assert (same.committed, same.records) == (False, 0)
+    assert DeltaTable(str(lake / "records")).version() == version
+    # more data since: [5, 15) would duplicate [5, 10) -> refused
+    logs.produce("r", 0, 5, seed=10)
+    logs.checkpoint()
+    with pytest.raises(StaleTransactionError, match="moved under this write"):
+        run_ingest(spark, _config(logs.root, lake), log=_quiet)
+    monkeypatch.undo()
+    assert _records(lake) == sorted(logs.rows[:10])
+    assert run_ingest(spark, _config(logs.root, lake), log=_quiet).records == 5
+    assert _records(lake) == sorted(logs.rows)
+
+
+def _spark_submit(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    pyspark_bin = Path(sys.executable).parent.parent / "lib" / "python3.11" / "site-packages"
+    submit = pyspark_bin / "pyspark" / "bin" / "spark-submit"
+    cmd = [
+        str(submit),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        str(ROOT / "jobs" / "ingest.py"),
+        *args,
+    ]
+    return subprocess.run(
+        cmd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+        check=False,
+    )
+
+
+def test_spark_submit_killed_before_commit_then_rerun_is_exact(
+    tmp_path: Path, logs: LogDir
+) -> None:
+    lake = tmp_path / "lake"
+    for codec in (Codec.NONE, Codec.GZIP, Codec.SNAPPY):
+        logs.produce("k", 0, 8, codec=codec, seed=int(codec) * 10)
+    logs.checkpoint()
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    args = [
+        "--config",
+        str(ROOT / "conf" / "pipeline.toml"),
+        "--log-dirs",
+        str(logs.root),
+        "--lake",
+        str(lake),
+    ]
+    killed = _spark_submit(args, {**env, "LOGLAKE_FAILPOINT": "delta.before_commit"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    written = [p for p in (lake / "records").rglob("*.parquet")]
+    assert written, "the killed run had written its data files"
+    assert not DeltaTable.is_deltatable(str(lake / "records"))
+
+    ok = _spark_submit(args, env)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    summary = json.loads(ok.stdout.strip().splitlines()[-1])
+    assert summary["records"] == len(logs.rows) == 24 and summary["committed"] is True
+    # spark-submit merges the Python driver's stderr into its stdout
+    assert "ingest summary: records=24" in ok.stdout + ok.stderr
+    assert _records(lake) == sorted(logs.rows)
+    # the killed run's files are on disk but in no snapshot
+    live = {Path(u).resolve() for u in DeltaTable(str(lake / "records")).file_uris()}
+    assert all(p.resolve() not in live for p in written)
+
+
+def test_job_help_and_config_errors(tmp_path: Path) -> None:
+    job = ROOT / "jobs" / "ingest.py"
+    out = subprocess.run(
+        [sys.executable, str(job), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    for flag in ("--config", "--log-dirs", "--lake", "--fail-on-corrupt"):
+        assert flag in out.stdout
+    assert "exactly once" in out.stdout
+    bad = subprocess.run(
+        [sys.executable, str(job), "--config", str(tmp_path / "nope.toml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bad.returncode == 1 and "config file not found" in bad.stderr
+    cfg = load_config(ROOT / "conf" / "pipeline.toml", log_dirs=["x"], lake="y")
+    assert cfg.log_dirs == (str(Path("x").absolute()),) and cfg.lake == str(Path("y").absolute())
+    assert cfg.verify == "full" and cfg.fail_on_corrupt is False

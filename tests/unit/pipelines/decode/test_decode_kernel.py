@@ -1,0 +1,242 @@
+"""The vectorised decoder on hand-built bytes and on batches built by kafka-python."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import cramjam
+import numpy as np
+import pytest
+from crc32c import crc32c
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from pipelines.decode import decode_records, scan_batches, verify_batches
+from pipelines.decode.reference import reference_decode
+
+
+def zigzag(n: int) -> bytes:
+    u = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        b = u & 0x7F
+        u >>= 7
+        if u:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def raw_record(
+    offset_delta: int,
+    ts_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[bytes, bytes | None]] = (),  # type: ignore[assignment]
+    *,
+    attributes: int = 0,
+) -> bytes:
+    body = bytearray([attributes])
+    body += zigzag(ts_delta) + zigzag(offset_delta)
+    body += zigzag(-1) if key is None else zigzag(len(key)) + key
+    body += zigzag(-1) if value is None else zigzag(len(value)) + value
+    body += zigzag(len(headers))
+    for hk, hv in headers:
+        body += zigzag(len(hk)) + hk
+        body += zigzag(-1) if hv is None else zigzag(len(hv)) + hv
+    return zigzag(len(body)) + bytes(body)
+
+
+def raw_batch(
+    records: bytes,
+    *,
+    count: int,
+    base_offset: int = 0,
+    last_delta: int | None = None,
+    attributes: int = 0,
+    base_ts: int = 1_000,
+    max_ts: int = 2_000,
+    producer: tuple[int, int, int] = (-1, -1, -1),
+    epoch: int = 7,
+) -> bytes:
+    """A v2 batch laid out byte by byte (DESIGN.md's header table), CRC computed here."""
+    last = count - 1 if last_delta is None else last_delta
+    body = struct.pack(">hiqqqhii", attributes, last, base_ts, max_ts, *producer, count) + records
+    crc = crc32c(body)
+    length = 4 + 1 + 4 + len(body)
+    return struct.pack(">qiibI", base_offset, length, epoch, 2, crc) + body
+
+
+def decode_all(buf: bytes, **kw: Any) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+    scan = scan_batches(buf)
+    _, errors = verify_batches(buf, scan)
+    select = np.array([e is None for e in errors], dtype=bool)
+    bad = [(int(p), e) for p, e in zip(scan.position.tolist(), errors, strict=True) if e]
+    rows = []
+    for d in decode_records(buf, scan, select=select, **kw):
+        rows.extend(d.records.to_pylist())
+        bad.extend((e.position, e.reason) for e in d.errors)
+    return rows, bad
+
+
+def test_hand_built_batch_fields() -> None:
+    recs = (
+        raw_record(0, 0, b"k0", b"v0")
+        + raw_record(1, 5, None, b"")
+        + raw_record(2, -3, b"", None, [(b"h1", b"x"), (b"h2", None)])
+    )
+    buf = raw_batch(recs, count=3, base_offset=100, producer=(42, 3, 9), attributes=0x10)
+    rows, bad = decode_all(buf)
+    assert bad == []
+    assert [r["offset"] for r in rows] == [100, 101, 102]
+    assert [r["timestamp"] for r in rows] == [1_000, 1_005, 997]
+    assert [r["key"] for r in rows] == [b"k0", None, b""]
+    assert [r["value"] for r in rows] == [b"v0", b"", None]
+    assert rows[2]["headers"] == [{"key": "h1", "value": b"x"}, {"key": "h2", "value": None}]
+    assert rows[0]["headers"] == []
+    assert {(r["producer_id"], r["producer_epoch"], r["base_sequence"]) for r in rows} == {
+        (42, 3, 9)
+    }
+    assert all(r["is_transactional"] and r["leader_epoch"] == 7 for r in rows)
+    assert {r["codec"] for r in rows} == {"none"}
+
+
+def test_log_append_time_uses_max_timestamp() -> None:
+    recs = raw_record(0, 1, b"a", b"b") + raw_record(1, 2, b"c", b"d")
+    buf = raw_batch(recs, count=2, attributes=0x08, base_ts=10, max_ts=99)
+    rows, _ = decode_all(buf)
+    assert [(r["timestamp"], r["timestamp_type"]) for r in rows] == [(99, 1), (99, 1)]
+
+
+def test_large_varints_and_multibyte_lengths() -> None:
+    value = bytes(range(256)) * 3
+    recs = raw_record(0, 2**40, b"k" * 200, value)
+    buf = raw_batch(recs, count=1, base_ts=-(2**40))
+    rows, _ = decode_all(buf)
+    assert rows[0]["timestamp"] == 0
+    assert rows[0]["key"] == b"k" * 200 and rows[0]["value"] == value
+
+
+def test_control_batch_is_counted_not_emitted() -> None:
+    control = raw_batch(
+        raw_record(0, 0, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x05"),
+        count=1, attributes=0x30, producer=(5, 0, -1),
+    )  # fmt: skip
+    data = raw_batch(raw_record(0, 0, b"k", b"v"), count=1, base_offset=1)
+    buf = control + data
+    scan = scan_batches(buf)
+    assert scan.is_control.tolist() == [True, False]
+    rows, bad = decode_all(buf)
+    assert bad == [] and [r["offset"] for r in rows] == [1]
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_kafka_python_built_batches_every_codec(codec: int) -> None:
+    buf = bytearray()
+    expected = []
+    for b in range(3):
+        builder = DefaultRecordBatchBuilder(
+            magic=2, compression_type=codec, is_transactional=False,
+            producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 20,
+        )  # fmt: skip
+        for i in range(50):
+            key = None if i % 7 == 0 else f"key-{b}-{i}".encode()
+            value = None if i % 11 == 0 else bytes([i]) * i
+            headers = [("trace", b"%d" % i)] if i % 3 == 0 else []
+            builder.append(i, 1_700_000_000_000 + i, key, value, headers)
+            expected.append((b * 50 + i, key, value))
+        batch = builder.build()
+        batch[0:8] = (b * 50).to_bytes(8, "big")
+        buf += batch
+    rows, bad = decode_all(bytes(buf))
+    assert bad == []
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == expected
+    ref, ref_bad, _ = reference_decode(buf)
+    assert ref_bad == []
+    assert [dict(r, headers=[(h["key"], h["value"]) for h in r["headers"]]) for r in rows] == ref
+
+
+def test_raw_snappy_as_librdkafka_writes_it() -> None:
+    recs = raw_record(0, 0, b"k", b"snappy value") + raw_record(1, 0, None, b"x" * 100)
+    buf = raw_batch(bytes(cramjam.snappy.compress_raw(recs)), count=2, attributes=2)
+    rows, bad = decode_all(buf)
+    assert bad == [] and [r["value"] for r in rows] == [b"snappy value", b"x" * 100]
+
+
+def test_chunking_gives_the_same_rows() -> None:
+    buf = b"".join(
+        raw_batch(raw_record(0, 0, b"k%d" % i, b"v" * i), count=1, base_offset=i) for i in range(40)
+    )
+    whole, _ = decode_all(buf)
+    scan = scan_batches(buf)
+    chunks = list(decode_records(buf, scan, max_chunk_bytes=300))
+    assert len(chunks) > 3
+    assert [r for c in chunks for r in c.records.to_pylist()] == whole
+
+
+def good(i: int) -> bytes:
+    return raw_batch(raw_record(0, 0, b"k", b"v%d" % i), count=1, base_offset=i)
+
+
+@pytest.mark.parametrize(
+    ("damaged", "reason"),
+    [
+        (raw_batch(raw_record(0, 0, b"k", b"v") + b"\x00", count=1, base_offset=1), "left after"),
+        (raw_batch(raw_record(0, 0, b"k", b"v")[:-2], count=1, base_offset=1), "past the end"),
+        (raw_batch(raw_record(0, 0, b"k", b"v"), count=2, base_offset=1), "recordsCount"),
+        (
+            raw_batch(raw_record(0, 0, b"k", b"v", [(b"\xff\xfe", b"x")]), count=1, base_offset=1),
+            "UTF-8",
+        ),
+        (raw_batch(b"\x00garbage-not-gzip", count=1, base_offset=1, attributes=1), "gzip"),
+        (raw_batch(b"not lz4 at all", count=1, base_offset=1, attributes=3), "lz4"),
+        (raw_batch(b"", count=0, base_offset=1, attributes=6), "codec"),
+    ],
+)
+def test_damaged_batch_is_reported_and_neighbours_decoded(damaged: bytes, reason: str) -> None:
+    first = good(0)
+    buf = first + damaged + good(2)
+    rows, bad = decode_all(buf)
+    assert [r["offset"] for r in rows] == [0, 2]
+    assert len(bad) == 1 and bad[0][0] == len(first)
+    assert reason in bad[0][1]
+
+
+def test_crc_mismatch_is_reported() -> None:
+    damaged = bytearray(good(1))
+    damaged[-1] ^= 0x01
+    buf = good(0) + bytes(damaged)
+    scan = scan_batches(buf)
+    crc_ok, errors = verify_batches(buf, scan)
+    assert crc_ok.tolist() == [True, False]
+    assert errors[0] is None and "CRC mismatch" in str(errors[1])
+
+
+def test_scan_stops_at_torn_tail_and_zero_fill() -> None:
+    whole = good(0) + good(1)
+    torn = scan_batches(whole + good(2)[:30])
+    assert len(torn) == 2 and torn.stop == "torn" and torn.end == len(whole)
+    filled = scan_batches(whole + bytes(4096))
+    assert len(filled) == 2 and filled.stop == "end"
+    bad_length = scan_batches(whole + struct.pack(">qi", 5, 3) + b"\x01" * 40)
+    assert bad_length.stop == "corrupt" and bad_length.end == len(whole)
+
+
+def test_magic_1_message_set_is_framed_and_reported() -> None:
+    v1 = struct.pack(">qi", 1, 26) + struct.pack(">Ibbqii", 0, 1, 0, 0, -1, 4) + b"abcd"
+    buf = good(0) + v1 + good(2)
+    scan = scan_batches(buf)
+    assert scan.magic.tolist() == [2, 1, 2]
+    _, errors = verify_batches(buf, scan)
+    assert errors[1] is not None and "magic 1" in errors[1]
+    rows, _ = decode_all(buf)
+    assert [r["offset"] for r in rows] == [0, 2]
+
+
+def test_positions_are_absolute_with_base_position() -> None:
+    buf = good(0) + good(1)
+    scan = scan_batches(buf, base_position=4096)
+    assert scan.position.tolist() == [4096, 4096 + len(good(0))]
+    rows = [r for d in decode_records(buf, scan, base_position=4096) for r in d.records.to_pylist()]
+    assert [r["batch_position"] for r in rows] == scan.position.tolist()
