@@ -166,7 +166,7 @@ class Broker:
         from logstore.server.dispatch import Dispatcher  # noqa: PLC0415
 
         dispatcher = Dispatcher(self)
-        self._server = SocketServer(self.config, dispatcher.dispatch)
+        self._server = SocketServer(self.config, dispatcher.dispatch, inline=dispatcher.try_inline)
         adv = self.config.advertised
         self.advertised_host = adv.host if adv is not None else self._server.host
         self.advertised_port = adv.port if adv is not None else self._server.port
@@ -224,6 +224,17 @@ class Broker:
         return LogConfig.from_properties(
             self.topic_overrides.get(topic, {}), defaults=self.default_log_config
         )
+
+    def loaded_partition(self, topic: str, partition: int) -> PartitionState | None:
+        """The partition's state if already loaded and live, else None; never loads it.
+
+        No log lookup, no producer-state rebuild: a dict read, cheap enough for the
+        network threads (the inline Fetch path) to call.
+        """
+        state = self._partitions.get((topic, partition))
+        if state is None or state.log_deleted():
+            return None
+        return state
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         """The partition's state, or None when the topic-partition does not exist."""

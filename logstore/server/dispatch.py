@@ -9,13 +9,19 @@ and encode its response — at once, or when its :class:`Deferred` completes.
 A handler exception is a broker bug, not the client's: it is logged with its traceback and
 the connection is closed, so the client retries on a fresh connection; other connections
 are unaffected.
+
+:meth:`Dispatcher.try_inline` is the reactor's inline hook (processor thread): it takes a
+request only when its API says the request is cheap and cannot block — today a Fetch whose
+partitions are all loaded already (see ``handlers.fetch.runs_inline``) — and runs it right
+there, saving two thread hand-offs; everything else goes to the handler threads.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 from logstore.server.apis import (
     API_HANDLERS,
@@ -29,12 +35,20 @@ from logstore.server.apis import (
     response_header_bytes,
 )
 from logstore.server.context import Deferred, NoResponse, RawResponse, RequestContext
+from logstore.server.handlers import fetch
 from logstore.server.handlers.api_versions import unsupported_version_response
 from logstore.server.network import NetworkRequest, RateLimitedLog
 
 __all__ = ["Dispatcher"]
 
 log = logging.getLogger("logstore.server.dispatch")
+
+_API_KEY = struct.Struct(">h")
+
+# api_key -> (handler it applies to, predicate(broker, request): cheap and non-blocking now).
+_INLINE: Final[dict[int, tuple[Callable[..., Any], Callable[[Any, Any], bool]]]] = {
+    fetch.API_KEY: (fetch.handle, fetch.runs_inline),
+}
 
 
 class Dispatcher:
@@ -45,6 +59,34 @@ class Dispatcher:
         self._bad = RateLimitedLog(log)
 
     def dispatch(self, req: NetworkRequest) -> None:
+        parsed = self._parse(req)
+        if parsed is not None:
+            self._run(req, *parsed)
+
+    def try_inline(self, req: NetworkRequest) -> bool:
+        """Run ``req`` now on the calling (processor) thread if it is cheap; True if taken.
+
+        A frame of an inline-capable API that cannot be parsed is answered here too (by
+        closing, as :meth:`dispatch` would): that costs no more than declining it.
+        """
+        frame = req.frame
+        if len(frame) < 2:
+            return False
+        entry = _INLINE.get(_API_KEY.unpack_from(frame, 0)[0])
+        if entry is None:
+            return False
+        handler, cheap = entry
+        parsed = self._parse(req)
+        if parsed is None:
+            return True
+        header, request = parsed
+        if API_HANDLERS[header.api_key][2] is not handler or not cheap(self._broker, request):
+            return False
+        self._run(req, header, request)
+        return True
+
+    def _parse(self, req: NetworkRequest) -> tuple[RequestHeader, Any] | None:
+        """Header and kio request; None when the request was answered (closed) instead."""
         frame = req.frame
         try:
             header = parse_request_header(frame)
@@ -52,7 +94,7 @@ class Dispatcher:
             if exc.api_key == API_VERSIONS_KEY and len(frame) >= 8:
                 (correlation_id,) = struct.unpack_from(">i", frame, 4)
                 req.respond([encode_response(correlation_id, unsupported_version_response())])
-                return
+                return None
             self._bad.warning(
                 "unsupported",
                 "closing %s: %s (client sent an API or version this broker does not advertise)",
@@ -60,17 +102,20 @@ class Dispatcher:
                 exc.message,
             )
             req.close()
-            return
+            return None
         except InvalidRequestError as exc:
             self._bad.warning("malformed", "closing %s: %s", req.connection_id, exc)
             req.close()
-            return
+            return None
         try:
             request = decode_request(frame, header)
         except InvalidRequestError as exc:
             self._bad.warning("malformed", "closing %s: %s", req.connection_id, exc)
             req.close()
-            return
+            return None
+        return header, request
+
+    def _run(self, req: NetworkRequest, header: RequestHeader, request: Any) -> None:
         handler = API_HANDLERS[header.api_key][2]
         ctx = RequestContext(
             broker=self._broker,
@@ -107,6 +152,13 @@ class Dispatcher:
         elif isinstance(response, RawResponse):
             head = response_header_bytes(header.correlation_id, flexible=response.flexible_header)
             size = len(head) + response.size
-            req.respond([struct.pack(">i", size) + head, *response.parts])
+            parts = [p for p in response.parts if not isinstance(p, bytes) or p]
+            first = struct.pack(">i", size) + head
+            lead = parts[0] if parts else None
+            if isinstance(lead, bytes):
+                # One write for the size, header and leading body bytes, not three packets.
+                first += lead
+                del parts[0]
+            req.respond([first, *parts])
         else:
             req.respond([encode_response(header.correlation_id, response)])

@@ -3,17 +3,29 @@
 Set-up: ``--mb`` MiB of lz4 batches (1 KiB values) in one partition, produced through the
 broker with confluent-kafka. Then, in the same run:
 
-1. **broker**: a protocol-level consumer (Fetch v4, 4 MiB per partition per request, one
-   request in flight like Kafka consumers per broker) reads the partition from offset 0 to
-   the end; bytes are received into a reused buffer, only batch headers are looked at (to
-   know the next offset). Three passes interleaved with the baseline's, the best of each counts.
+1. **broker**: a protocol-level consumer (Fetch v4, ``--partition-max-mb`` (default 4 MiB)
+   per partition per request, ``max_bytes`` 64 MiB, one request in flight like Kafka
+   consumers per broker) reads the partition from offset 0 to the end; bytes are received
+   into a reused buffer; the reader checks that each response's records field ends exactly
+   at the end of the frame and walks the batch headers (base offset, length, magic, last
+   offset delta: no Python objects per batch) to find the next offset after the last whole
+   batch (a cut trailing batch is fetched again, as Kafka consumers do). Five passes
+   interleaved with the baseline's, the best of each counts.
 2. **raw sendfile baseline**: a separate process serving the same ``.log`` files with
-   ``os.sendfile`` (same chunk size) over a loopback socket to the same kind of reader.
-3. **confluent-kafka consumer** (records decoded in librdkafka, handed to Python) for scale.
+   ``os.sendfile`` (same chunk size) over a loopback socket to the same kind of reader, with
+   no request/response round trips at all (the cost the broker's protocol adds is exactly
+   what the ratio measures).
+3. **request/response floor** (reference, not the target): a separate process answering
+   each 12-byte request (file, position) with one ``os.sendfile`` of ``--partition-max-mb`` —
+   the same one-request-in-flight round trips as Fetch, with none of the broker's work
+   (no parsing, index lookup or Python between requests). ``broker_vs_request_response``
+   shows how much of the gap to the raw stream is the broker, and how much the round trips.
+4. **confluent-kafka consumer** (records decoded in librdkafka, handed to Python) for scale.
 
-Last line: one JSON object with MB/s of each and ``ratio_vs_raw_sendfile`` (target >= 0.7).
+Last line: one JSON object with MB/s of each and ``ratio_vs_raw_sendfile`` (target >= 0.7),
+the fetch size used and the load average at the end (the machine may be shared).
 
-    .venv/bin/python tests/perf/bench_consume.py [--mb 256]
+    .venv/bin/python tests/perf/bench_consume.py [--mb 256] [--partition-max-mb 4]
 """
 
 from __future__ import annotations
@@ -35,11 +47,16 @@ sys.path.insert(0, str(ROOT))
 import confluent_kafka as ck  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from logstore.protocol.batch import iter_batches  # noqa: E402
+from logstore.protocol.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC  # noqa: E402
 from tests.fixtures.broker import BrokerProcess  # noqa: E402
 
 TOPIC = "bench-consume"
 PART_MAX = 4 * 1024 * 1024
+PASSES = 5
+_BATCH_START = struct.Struct(">qi")  # baseOffset, batchLength
+_I32 = struct.Struct(">i")
+_MAGIC_AT = 16
+_LAST_OFFSET_DELTA_AT = 23
 
 
 def _recv_into(sock: socket.socket, view: memoryview) -> None:
@@ -50,7 +67,29 @@ def _recv_into(sock: socket.socket, view: memoryview) -> None:
         view = view[n:]
 
 
-def _fetch_v4(offset: int, correlation_id: int) -> bytes:
+def next_offset(buf: bytearray, pos: int, end: int) -> tuple[int, int]:
+    """``(offset after the last whole v2 batch in buf[pos:end], bytes of whole batches)``.
+
+    Walks the batch headers in place; a trailing batch cut by the fetch size is left for the
+    next request. Raises when no whole batch is there (no progress) or a magic is not 2.
+    """
+    start = pos
+    nxt = -1
+    while pos + HEADER_SIZE <= end:
+        base, length = _BATCH_START.unpack_from(buf, pos)
+        size = length + LOG_OVERHEAD
+        if buf[pos + _MAGIC_AT] != MAGIC or size < HEADER_SIZE:
+            raise RuntimeError(f"not a v2 batch at {pos}")
+        if pos + size > end:
+            break
+        nxt = base + _I32.unpack_from(buf, pos + _LAST_OFFSET_DELTA_AT)[0] + 1
+        pos += size
+    if nxt < 0:
+        raise RuntimeError("no whole batch in the response: no progress")
+    return nxt, pos - start
+
+
+def _fetch_v4(offset: int, correlation_id: int, part_max: int = PART_MAX) -> bytes:
     name = TOPIC.encode()
     body = (
         struct.pack(">hhih", 1, 4, correlation_id, 5)
@@ -58,14 +97,18 @@ def _fetch_v4(offset: int, correlation_id: int) -> bytes:
         + struct.pack(">iiiib", -1, 500, 1, 64 * 1024 * 1024, 0)  # replica, wait, min, max, iso
         + struct.pack(">ih", 1, len(name))
         + name
-        + struct.pack(">iiqi", 1, 0, offset, PART_MAX)
+        + struct.pack(">iiqi", 1, 0, offset, part_max)
     )
     return struct.pack(">i", len(body)) + body
 
 
-def broker_read(port: int, end_offset: int) -> tuple[float, int]:
-    """Fetch from 0 to ``end_offset``: (seconds, record bytes received)."""
-    buf = bytearray(PART_MAX + 64 * 1024)
+def broker_read(port: int, end_offset: int, part_max: int = PART_MAX) -> tuple[float, int]:
+    """Fetch from 0 to ``end_offset``: (seconds, bytes of whole batches received).
+
+    A batch cut at the end of a response is counted once, when it arrives whole, so the
+    count equals the size of the log's segments when every batch was received.
+    """
+    buf = bytearray(part_max + 64 * 1024)
     head = bytearray(4)
     total = 0
     offset = 0
@@ -75,7 +118,7 @@ def broker_read(port: int, end_offset: int) -> tuple[float, int]:
         t0 = time.perf_counter()
         while offset < end_offset:
             cid += 1
-            s.sendall(_fetch_v4(offset, cid))
+            s.sendall(_fetch_v4(offset, cid, part_max))
             _recv_into(s, memoryview(head))
             (size,) = struct.unpack(">i", head)
             if size > len(buf):
@@ -90,13 +133,10 @@ def broker_read(port: int, end_offset: int) -> tuple[float, int]:
             pos += 4 + 2 + 8 + 8 + 4 + 4
             if err:
                 raise RuntimeError(f"fetch error {err}")
-            total += rlen
-            last = None
-            for _p, h in iter_batches(view[pos : pos + rlen], allow_torn_tail=True):
-                last = h
-            if last is None:
-                raise RuntimeError("no progress")
-            offset = last.next_offset
+            if pos + rlen != size:
+                raise RuntimeError(f"records field ends at {pos + rlen}, frame at {size}")
+            offset, whole = next_offset(buf, pos, pos + rlen)
+            total += whole
             view.release()
         return time.perf_counter() - t0, total
 
@@ -121,17 +161,17 @@ conn.close()
 """
 
 
-def raw_sendfile(files: list[Path]) -> tuple[float, int]:
+def raw_sendfile(files: list[Path], part_max: int = PART_MAX) -> tuple[float, int]:
     """A separate process (like the broker) serving ``files`` with os.sendfile over loopback,
-    in PART_MAX chunks; read like the fetch reader reads."""
+    in ``part_max`` chunks; read like the fetch reader reads."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SERVER, str(PART_MAX), *map(str, files)],
+        [sys.executable, "-c", _SERVER, str(part_max), *map(str, files)],
         stdout=subprocess.PIPE,
         text=True,
     )
     assert proc.stdout is not None
     port = int(proc.stdout.readline())
-    buf = bytearray(PART_MAX)
+    buf = bytearray(part_max)
     total = sum(f.stat().st_size for f in files)
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
@@ -142,6 +182,59 @@ def raw_sendfile(files: list[Path]) -> tuple[float, int]:
             if n == 0:
                 break
             got += n
+        elapsed = time.perf_counter() - t0
+    proc.wait(timeout=60)
+    return elapsed, got
+
+
+_RR_SERVER = """
+import os, socket, struct, sys
+chunk = int(sys.argv[1])
+fds = [os.open(f, os.O_RDONLY) for f in sys.argv[2:]]
+sizes = [os.fstat(fd).st_size for fd in fds]
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(1)
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+while True:
+    req = conn.recv(12, socket.MSG_WAITALL)
+    if len(req) < 12:
+        break
+    i, pos = struct.unpack(">iq", req)
+    left = min(chunk, sizes[i] - pos)
+    while left:
+        n = os.sendfile(conn.fileno(), fds[i], pos, left)
+        pos += n
+        left -= n
+conn.close()
+"""
+
+
+def raw_request_response(files: list[Path], part_max: int = PART_MAX) -> tuple[float, int]:
+    """A separate process answering each request (file index, position) with one sendfile of
+    up to ``part_max`` bytes; one request in flight, like the fetch reader."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RR_SERVER, str(part_max), *map(str, files)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline())
+    buf = bytearray(part_max)
+    got = 0
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        t0 = time.perf_counter()
+        for i, f in enumerate(files):
+            size = f.stat().st_size
+            pos = 0
+            while pos < size:
+                n = min(part_max, size - pos)
+                s.sendall(struct.pack(">iq", i, pos))
+                _recv_into(s, memoryview(buf)[:n])
+                pos += n
+                got += n
         elapsed = time.perf_counter() - t0
     proc.wait(timeout=60)
     return elapsed, got
@@ -164,8 +257,10 @@ def confluent_read(bootstrap: str, n: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=256)
+    ap.add_argument("--partition-max-mb", type=int, default=PART_MAX >> 20)
     args = ap.parse_args()
     n = args.mb * 1024
+    part_max = args.partition_max_mb << 20
     with tempfile.TemporaryDirectory() as tmp:
         b = BrokerProcess(Path(tmp), **{"num.io.threads": "2", "num.network.threads": "1"})
         b.start()
@@ -192,31 +287,49 @@ def main() -> int:
             assert p.flush(300) == 0
             files = sorted((b.log_dir / f"{TOPIC}-0").glob("*.log"))
             on_disk = sum(f.stat().st_size for f in files)
-            # interleaved, best of 3 each: the machine is shared, noise hits both sides
-            broker_runs, raw_runs = [], []
-            for _ in range(3):
-                broker_runs.append(broker_read(b.port, n)[0])
-                raw_runs.append(raw_sendfile(files)[0])
+            # interleaved, best of PASSES each: the machine is shared, noise hits both sides
+            broker_runs, raw_runs, rr_runs = [], [], []
+            for _ in range(PASSES):
+                secs, got = broker_read(b.port, n, part_max)
+                if got != on_disk:
+                    raise RuntimeError(f"fetched {got} record bytes, the log holds {on_disk}")
+                broker_runs.append(secs)
+                secs, got = raw_sendfile(files, part_max)
+                if got != on_disk:
+                    raise RuntimeError(f"raw reader got {got} bytes of {on_disk}")
+                raw_runs.append(secs)
+                secs, got = raw_request_response(files, part_max)
+                if got != on_disk:
+                    raise RuntimeError(f"request/response reader got {got} bytes of {on_disk}")
+                rr_runs.append(secs)
             best_broker = min(broker_runs)
             raw_s = min(raw_runs)
+            rr_s = min(rr_runs)
             ck_s = confluent_read(b.bootstrap, n)
         finally:
             b.stop()
     broker_mb = on_disk / best_broker / 1e6
     raw_mb = on_disk / raw_s / 1e6
+    rr_mb = on_disk / rr_s / 1e6
     result = {
         "segment_bytes": on_disk,
         "records": n,
         "broker_fetch_mb_per_s": round(broker_mb, 1),
         "raw_sendfile_mb_per_s": round(raw_mb, 1),
+        "raw_request_response_mb_per_s": round(rr_mb, 1),
+        "broker_vs_request_response": round(broker_mb / rr_mb, 3),
         "ratio_vs_raw_sendfile": round(broker_mb / raw_mb, 3),
         "confluent_consumer_records_per_s": round(n / ck_s),
         "confluent_consumer_mb_per_s": round(on_disk / ck_s / 1e6, 1),
         "target_ratio": 0.7,
+        "partition_max_bytes": part_max,
+        "passes": PASSES,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
     print(
         f"broker fetch {broker_mb:,.0f} MB/s, raw sendfile {raw_mb:,.0f} MB/s "
-        f"(ratio {broker_mb / raw_mb:.2f}); confluent consumer {n / ck_s:,.0f} records/s"
+        f"(ratio {broker_mb / raw_mb:.2f}), request/response floor {rr_mb:,.0f} MB/s; "
+        f"confluent consumer {n / ck_s:,.0f} records/s"
     )
     print(json.dumps(result))
     return 0

@@ -41,7 +41,7 @@ from logstore.errors import LoglakeError, OffsetOutOfRangeError
 from logstore.server.context import Deferred, FileRegion, RawResponse, RequestContext
 from logstore.server.purgatory import DelayedOperation
 
-__all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
+__all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle", "runs_inline"]
 
 API_KEY: Final = 1
 MIN_VERSION: Final = 4
@@ -197,6 +197,21 @@ class _DelayedFetch(DelayedOperation):
             self.result.complete(_encode(self.ctx.api_version, results))
         except Exception as exc:
             self.result.fail(exc)
+
+
+def runs_inline(broker: Any, request: Any) -> bool:
+    """Whether this Fetch may run on a network thread: every partition it names is loaded.
+
+    Then :func:`handle` does index lookups, header ``pread`` s, an ``open`` and an ``fstat``
+    per partition (page-cache work, no waiting: a long-poll returns a Deferred), whereas a
+    partition's first use may rebuild its producer state from the whole log, and unknown
+    topics look up the log manager: those go to the handler threads.
+    """
+    return all(
+        broker.loaded_partition(t.topic, int(p.partition)) is not None
+        for t in request.topics
+        for p in t.partitions
+    )
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
