@@ -4,6 +4,7 @@ segment file, out-of-range), and the ``loglake topics`` tool against the broker.
 from __future__ import annotations
 
 import datetime
+import struct
 import subprocess
 import sys
 import threading
@@ -244,3 +245,50 @@ def test_sigterm_answers_a_waiting_long_poll(broker_factory):
     assert not t.is_alive()
     part = result["resp"].responses[0].partitions[0]
     assert part.error_code == ErrorCode.none and not part.records
+
+
+def test_pipelined_requests_are_answered_in_order_across_inline_and_handler_paths(broker):
+    """Fetches of loaded partitions run on the network thread, the rest on handler threads,
+    long-polls in the purgatory: a connection still gets its answers in request order."""
+    from kio.index import load_response_schema
+    from kio.schema.api_versions.v0.request import ApiVersionsRequest
+    from kio.serial import entity_reader
+
+    topic = new_topic(broker.bootstrap, partitions=1, prefix="order")
+    ck_produce(
+        broker.bootstrap,
+        topic,
+        make_records(40, partitions=1, seed=5),
+        codec="lz4",
+        acks="all",
+        idempotent=True,
+        flush_every=10,
+    )
+    segment = (broker.log_dir / f"{topic}-0" / f"{0:020d}.log").read_bytes()
+    requests = [
+        _fetch(topic, 0),  # the first use of the partition may go to a handler thread
+        ApiVersionsRequest(),  # always a handler thread
+        _fetch(topic, 0),  # loaded now: inline on the network thread
+        _fetch(topic, 40, max_wait_ms=300),  # at the end: waits in the purgatory, then empty
+        ApiVersionsRequest(),
+        _fetch(topic, 0),
+    ]
+    with RawClient(broker.bootstrap) as c:
+        frames = b"".join(
+            struct.pack(">i", len(p)) + p for p in (c.request_bytes(r) for r in requests)
+        )
+        c.sock.sendall(frames)  # all six in flight before the first answer is read
+        answers = [c.recv_frame() for _ in requests]
+    assert [struct.unpack_from(">i", a, 0)[0] for a in answers] == [1, 2, 3, 4, 5, 6]
+    records = []
+    for request, frame in zip(requests, answers, strict=True):
+        cls = load_response_schema(request.__api_key__, request.__version__)
+        pos = 4 + (1 if cls.__header_schema__.__flexible__ else 0)
+        resp, _ = entity_reader(cls)(frame, pos)
+        if isinstance(request, FetchRequest):
+            part = resp.responses[0].partitions[0]
+            assert part.error_code == ErrorCode.none
+            records.append(bytes(part.records))
+        else:
+            assert resp.error_code == ErrorCode.none
+    assert records == [segment, segment, b"", segment]
