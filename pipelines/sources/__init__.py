@@ -12,6 +12,7 @@ from pipelines.sources.datasource import (
     read_segments,
     register,
 )
+from pipelines.sources.plan import UNDECODABLE_BATCH
 from pipelines.sources.schema import (
     BATCHES_ARROW_SCHEMA,
     BATCHES_SCHEMA,
@@ -25,6 +26,7 @@ __all__ = [
     "FORMAT",
     "RECORDS_ARROW_SCHEMA",
     "RECORDS_SCHEMA",
+    "UNDECODABLE_BATCH",
     "LogSegmentsDataSource",
     "read_segments",
     "register",

@@ -18,6 +18,10 @@ maxTimestamp       milliseconds; records after it are skipped (``records`` only)
 maxPartitionBytes  split segments larger than this at ``.index`` entries (128 MiB)
 verify             ``batches`` only: ``crc`` (default, headers + CRC) or ``full`` (decode
                    the records too, so decompression/record damage is reported)
+onDecodeError      ``records`` only: ``skip`` (default) leaves out batches whose
+                   records cannot be decoded; ``fail`` raises ``CorruptRecordError``
+                   (message starting with ``UNDECODABLE_BATCH``) for callers that
+                   quarantine them (the ingest job)
 ================== ==================================================================
 """
 
@@ -74,6 +78,7 @@ class LogSegmentsReader(DataSourceReader):
             min_timestamp=self.options.min_timestamp,
             max_timestamp=self.options.max_timestamp,
             verify=self.options.verify,
+            on_decode_error=self.options.on_decode_error,
         )
 
 

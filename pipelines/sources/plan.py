@@ -44,6 +44,7 @@ from logstore.storage.files import offset_from_file_name, parse_partition_dir
 
 __all__ = [
     "DEFAULT_MAX_PARTITION_BYTES",
+    "UNDECODABLE_BATCH",
     "Kind",
     "SegmentRange",
     "SourceOptions",
@@ -55,6 +56,9 @@ Kind = Literal["records", "batches"]
 DEFAULT_MAX_PARTITION_BYTES = 128 << 20
 MIN_OFFSET = -(2**63)
 MAX_OFFSET = 2**63 - 1
+# Starts the message of the error ``onDecodeError=fail`` raises on the executors, so the driver
+# can recognise it inside Spark's wrapping (a Py4J/Python exception whose text holds it).
+UNDECODABLE_BATCH = "undecodable batch (CRC valid)"
 _HEADER = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
 
 
@@ -71,6 +75,7 @@ class SourceOptions:
     max_timestamp: int = MAX_OFFSET
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     verify: Literal["crc", "full"] = "crc"
+    on_decode_error: Literal["skip", "fail"] = "skip"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +160,9 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
     verify = (_get(opts, "verify") or "crc").lower()
     if verify not in ("crc", "full"):
         raise LoglakeError(f"option verify must be crc or full, got {verify!r}")
+    on_decode_error = (_get(opts, "onDecodeError") or "skip").lower()
+    if on_decode_error not in ("skip", "fail"):
+        raise LoglakeError(f"option onDecodeError must be skip or fail, got {on_decode_error!r}")
     max_bytes = _int_option(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
     if max_bytes < 1:
         raise LoglakeError(f"option maxPartitionBytes must be positive, got {max_bytes}")
@@ -168,6 +176,7 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         max_timestamp=_int_option(opts, "maxTimestamp", MAX_OFFSET),
         max_partition_bytes=max_bytes,
         verify=verify,  # type: ignore[arg-type]
+        on_decode_error=on_decode_error,  # type: ignore[arg-type]
     )
 
 

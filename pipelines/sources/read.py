@@ -15,6 +15,12 @@ says 100 and whose batch says 0). The end of a range: a torn frame at the end of
 damage and reported, like an impossible batchLength (after which nothing can be framed).
 
 ``kind="records"`` yields :data:`RECORDS_ARROW_SCHEMA` batches and skips reported batches;
+with ``on_decode_error="fail"`` a batch that passed the header, CRC and bounds checks but
+whose records cannot be decoded (bad varints, decompression failure, non-UTF-8 header key)
+raises :class:`~logstore.errors.CorruptRecordError` (message starting with
+:data:`~pipelines.sources.plan.UNDECODABLE_BATCH`) instead, for callers that must never drop
+such a batch without quarantining it (the ingest job).
+
 ``kind="batches"`` yields one :data:`BATCHES_ARROW_SCHEMA` row per frame (and per unreadable
 stop), with the reason in ``error``; ``verify="full"`` decodes the records too so that
 decompression and record-level damage also show up there.
@@ -31,11 +37,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logstore.errors import LoglakeError
+from logstore.errors import CorruptRecordError, LoglakeError
 from pipelines.decode.batches import BatchScan, scan_batches, verify_batches
 from pipelines.decode.codecs import CODEC_LABELS
 from pipelines.decode.records import decode_records
-from pipelines.sources.plan import SegmentRange
+from pipelines.sources.plan import UNDECODABLE_BATCH, SegmentRange
 from pipelines.sources.schema import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "read_batches", "read_range", "read_records"]
@@ -123,8 +129,12 @@ def read_records(
     min_timestamp: int,
     max_timestamp: int,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    on_decode_error: str = "skip",
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``rng`` as :data:`RECORDS_ARROW_SCHEMA` batches (damage skipped)."""
+    """The records of ``rng`` as :data:`RECORDS_ARROW_SCHEMA` batches (damage skipped).
+
+    ``on_decode_error="fail"``: raise on the first sound-looking batch that cannot be decoded.
+    """
     topic = pa.array([rng.topic], pa.string())
     for buf, base_position, scan, _stop_error in _chunks(rng, chunk_bytes):
         _crc_ok, errors = verify_batches(buf, scan, base_position=base_position)
@@ -135,6 +145,14 @@ def read_records(
             min_offset=rng.start_offset, until=rng.until,
             min_timestamp=min_timestamp, max_timestamp=max_timestamp,
         ):  # fmt: skip
+            if decoded.errors and on_decode_error == "fail":
+                err = decoded.errors[0]
+                raise CorruptRecordError(
+                    f"{UNDECODABLE_BATCH} at base offset {err.base_offset} of "
+                    f"{rng.topic}-{rng.partition}: {err.reason}",
+                    path=rng.path,
+                    position=err.position,
+                )
             out = decoded.records
             n = out.num_rows
             if n == 0:
@@ -267,11 +285,13 @@ def read_range(
     min_timestamp: int,
     max_timestamp: int,
     verify: str = "crc",
+    on_decode_error: str = "skip",
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> Iterator[pa.RecordBatch]:
     """``read_records`` or ``read_batches`` of ``rng`` by ``kind``."""
     if kind == "records":
         return read_records(
-            rng, min_timestamp=min_timestamp, max_timestamp=max_timestamp, chunk_bytes=chunk_bytes
-        )
+            rng, min_timestamp=min_timestamp, max_timestamp=max_timestamp,
+            chunk_bytes=chunk_bytes, on_decode_error=on_decode_error,
+        )  # fmt: skip
     return read_batches(rng, min_timestamp=min_timestamp, verify=verify, chunk_bytes=chunk_bytes)

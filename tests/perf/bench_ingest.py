@@ -2,8 +2,18 @@
 
 Writes a log dir through the storage engine (``Log.append``): ``--records`` records of
 ``--value-bytes`` (12-byte keys, a header on every 10th record) per codec (``none``, ``lz4``),
-then times, per codec, ``read_segments(...).write.format("noop")`` — every row decoded and
-handed to the JVM as Arrow — against:
+with a ``replication-offset-checkpoint`` whose high watermarks cover every record. Per codec
+two figures:
+
+- ``source_only``: ``read_segments(...).write.format("noop")`` — every row decoded and handed
+  to the JVM as Arrow, nothing written;
+- ``end_to_end``: the real ingest job, ``pipelines.ingest.run_ingest`` with
+  ``conf/pipeline.toml``'s ``[ingest]`` settings (``--verify`` overrides), from the same log
+  dir into a fresh lake: the ``kind=batches`` scan (progress and quarantine), then the records
+  appended to the Delta ``records`` table with the progress in the same commit. The row count
+  of the table (read back with ``deltalake``) must equal the records written.
+
+Both are compared against:
 
 - (a) Spark's pass-through ``mapInArrow`` (identity) of a JVM-generated DataFrame with the same
   row count and schema (keys and values of the same widths), also written to ``noop``;
@@ -19,6 +29,7 @@ starts the Python workers and loads the compiled kernels first. Last line: one J
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -32,8 +43,11 @@ import numpy as np
 
 from logstore.protocol.batch import Codec
 from logstore.protocol.records import build_batch
+from pipelines.ingest import IngestConfig, load_config, run_ingest
 from pipelines.sources import RECORDS_SCHEMA, read_segments
-from pipelines.sources.synthetic import write_batches
+from pipelines.sources.synthetic import write_batches, write_high_watermarks
+
+ROOT = Path(__file__).resolve().parents[2]
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -60,6 +74,46 @@ def write_topic(log_dir: Path, topic: str, records: int, codec: Codec, args: Any
     gen = (batches[i % len(batches)] for i in range(count))
     written, _ = write_batches(log_dir, topic, 0, gen, segment_bytes=args.segment_bytes)
     return written
+
+
+def ingest_config(log_dir: Path, lake: Path, topic: str, args: Any) -> IngestConfig:
+    """The shipped ``conf/pipeline.toml`` settings, pointed at ``log_dir``/``lake``/``topic``."""
+    config = load_config(args.config, log_dirs=[str(log_dir)], lake=str(lake))
+    changes: dict[str, Any] = {"topics": (topic,), "progress_interval_s": 0.0}
+    if args.verify:
+        changes["verify"] = args.verify
+    return dataclasses.replace(config, **changes)
+
+
+def timed_ingest(spark: Any, config: IngestConfig, expected: int) -> tuple[float, dict[str, Any]]:
+    """One ``run_ingest`` into a fresh lake; checks every record landed, exactly once."""
+    from deltalake import DeltaTable
+
+    shutil.rmtree(config.lake, ignore_errors=True)
+    t = time.perf_counter()
+    summary = run_ingest(spark, config, log=lambda _msg: None)
+    seconds = time.perf_counter() - t
+    rows = DeltaTable(config.records_path).to_pyarrow_dataset().count_rows()
+    if not (summary.committed and summary.records == expected and rows == expected):
+        raise SystemExit(
+            f"ingest landed {summary.records} records ({rows} rows in the table), "
+            f"expected {expected}: {summary.describe()}"
+        )
+    if summary.corrupt_batches or summary.gaps:
+        raise SystemExit(f"unexpected damage or gaps: {summary.describe()}")
+    shutil.rmtree(config.lake, ignore_errors=True)
+    return seconds, summary.to_json()
+
+
+def figures(n: int, size: int, secs: float, pass_rate: float, kp: float) -> dict[str, float]:
+    rate = n / secs
+    return {
+        "seconds": secs,
+        "records_per_s": rate,
+        "mb_per_s": size / secs / 1e6,
+        "vs_passthrough": rate / pass_rate,
+        "vs_kafka_python": rate / kp,
+    }
 
 
 def timed_noop(df: Any) -> float:
@@ -120,12 +174,21 @@ def main() -> None:
     parser.add_argument("--segment-bytes", type=int, default=128 << 20)
     parser.add_argument("--baseline-records", type=int, default=200_000)
     parser.add_argument("--keep", help="reuse/keep the log dir here instead of a temp dir")
+    parser.add_argument("--config", default=str(ROOT / "conf" / "pipeline.toml"))
+    parser.add_argument(
+        "--verify", choices=("crc", "full"), help="override [ingest] verify of --config"
+    )
+    parser.add_argument(
+        "--ingest-runs", type=int, default=1, help="end-to-end runs per codec (best is kept)"
+    )
     args = parser.parse_args()
 
     from pipelines.session import get_spark
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     log_dir = work / "logs"
+    lake = work / "lake"
+    per_topic = args.records // args.batch_records * args.batch_records
     results: dict[str, Any] = {
         "bench": "ingest",
         "records": args.records,
@@ -140,7 +203,12 @@ def main() -> None:
                 t = time.perf_counter()
                 write_topic(log_dir, topic, args.records, codec, args)
                 print(f"wrote {topic} in {time.perf_counter() - t:.1f}s", file=sys.stderr)
-        write_topic(log_dir, "warmup", 10_000, Codec.LZ4, args)
+        if not (log_dir / "warmup-0").is_dir():
+            write_topic(log_dir, "warmup", 10_000, Codec.LZ4, args)
+        # The broker's high watermarks: every record written is committed, so the job's
+        # default ``until`` covers all of them.
+        ends = {(f"bench-{c.label}", 0): per_topic for c in (Codec.NONE, Codec.LZ4)}
+        write_high_watermarks(log_dir, {**ends, ("warmup", 0): 10_000})
         spark = get_spark(
             "bench-ingest",
             master="local[2]",
@@ -148,6 +216,8 @@ def main() -> None:
         )
         spark.sparkContext.setLogLevel("ERROR")
         timed_noop(read_segments(spark, str(log_dir), topics="warmup"))
+        timed_ingest(spark, ingest_config(log_dir, lake, "warmup", args), 10_000)
+        results["verify"] = ingest_config(log_dir, lake, "warmup", args).verify
         for codec in (Codec.NONE, Codec.LZ4):
             topic = f"bench-{codec.label}"
             df = read_segments(spark, str(log_dir), topics=topic, until="latest")
@@ -157,31 +227,41 @@ def main() -> None:
                 if args.records <= 2_000_000
                 else args.records // args.batch_records * args.batch_records
             )
+            if n != per_topic:
+                raise SystemExit(f"{topic}: the source reads {n} records, {per_topic} written")
             seconds = min(timed_noop(df) for _ in range(2))
             base = min(passthrough(spark, n, partitions, args) for _ in range(2))
             size = sum(p.stat().st_size for p in (log_dir / f"{topic}-0").glob("*.log"))
             kp = kafka_python_rate(log_dir / f"{topic}-0", args.baseline_records)
-            r = {
+            config = ingest_config(log_dir, lake, topic, args)
+            runs = [timed_ingest(spark, config, n) for _ in range(max(1, args.ingest_runs))]
+            e2e_seconds, summary = min(runs, key=lambda run: run[0])
+            pass_rate = n / base
+
+            r: dict[str, Any] = {
                 "rows": n,
                 "input_partitions": partitions,
                 "segment_bytes": size,
-                "seconds": seconds,
-                "records_per_s": n / seconds,
-                "mb_per_s": size / seconds / 1e6,
-                "passthrough_mapinarrow_records_per_s": n / base,
+                "passthrough_mapinarrow_records_per_s": pass_rate,
                 "kafka_python_records_per_s": kp,
+                "source_only": figures(n, size, seconds, pass_rate, kp),
+                "end_to_end": {
+                    **figures(n, size, e2e_seconds, pass_rate, kp),
+                    "all_runs_seconds": [run[0] for run in runs],
+                    "ingest_summary_seconds": summary["seconds"],
+                    "table_rows": n,
+                },
             }
-            r["vs_passthrough"] = r["records_per_s"] / r["passthrough_mapinarrow_records_per_s"]
-            r["vs_kafka_python"] = r["records_per_s"] / kp
             results[codec.label] = r
-            print(
-                f"{codec.label:5s} {r['records_per_s'] / 1e6:6.2f} M rec/s "
-                f"({r['mb_per_s']:6.1f} MB/s) pass-through "
-                f"{r['passthrough_mapinarrow_records_per_s'] / 1e6:6.2f} M rec/s "
-                f"(x{r['vs_passthrough']:.2f}), kafka-python {kp / 1e3:6.1f} k rec/s "
-                f"(x{r['vs_kafka_python']:.0f})",
-                file=sys.stderr,
-            )
+            for name in ("source_only", "end_to_end"):
+                f = r[name]
+                print(
+                    f"{codec.label:5s} {name:11s} {f['records_per_s'] / 1e6:6.2f} M rec/s "
+                    f"({f['mb_per_s']:6.1f} MB/s) pass-through "
+                    f"{pass_rate / 1e6:6.2f} M rec/s (x{f['vs_passthrough']:.2f}), "
+                    f"kafka-python {kp / 1e3:6.1f} k rec/s (x{f['vs_kafka_python']:.0f})",
+                    file=sys.stderr,
+                )
         spark.stop()
     finally:
         if not args.keep:

@@ -413,3 +413,75 @@ def test_job_help_and_config_errors(tmp_path: Path) -> None:
     cfg = load_config(ROOT / "conf" / "pipeline.toml", log_dirs=["x"], lake="y")
     assert cfg.log_dirs == (str(Path("x").absolute()),) and cfg.lake == str(Path("y").absolute())
     assert cfg.verify == "full" and cfg.fail_on_corrupt is False
+
+
+def _break_records_keep_crc(log_file: Path, batch_index: int) -> int:
+    """Make batch ``batch_index`` undecodable (first record has a negative length)
+    while its CRC still matches (recomputed): only decoding can tell it is damaged."""
+    from logstore.protocol.batch import compute_crc
+
+    data = bytearray(log_file.read_bytes())
+    position, header = list(iter_batches(data))[batch_index]
+    data[position + 61] = 0x01  # zigzag varint -1: a negative record length
+    crc = compute_crc(data, position, header.size)
+    data[position + 17 : position + 21] = crc.to_bytes(4, "big")
+    log_file.write_bytes(bytes(data))
+    return position
+
+
+def test_batch_with_valid_crc_but_undecodable_records_is_quarantined(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    big = LogDir(tmp_path / "logs", segment_bytes=1 << 20)
+    try:
+        for i in range(3):
+            big.produce("u", 0, 4, seed=10 * i + 1)  # seed 1: the first record has a key
+        big.checkpoint()
+    finally:
+        big.close()
+    seg = next((big.root / "u-0").glob("*.log"))
+    position = _break_records_keep_crc(seg, 1)
+    good = sorted(r for r in big.rows if not 4 <= r[2] < 8)
+    lake = tmp_path / "lake"
+    messages: list[str] = []
+    s = run_ingest(spark, _config(big.root, lake, verify="full"), log=messages.append)
+    assert (s.corrupt_batches, s.quarantined, s.records) == (1, 1, 8)
+    assert s.progress == {app_id("u", 0): 12}
+    assert any("cannot be decoded" in m for m in messages)
+    assert _records(lake) == good
+    q = pl.read_delta(str(lake / "quarantine")).to_dicts()
+    assert [(r["topic"], r["partition"], r["position"], r["crc_valid"]) for r in q] == [
+        ("u", 0, position, True)
+    ]
+    assert "negative record length" in q[0]["error"]
+    # the next run has nothing new: it does not decode what is below its progress again
+    s2 = run_ingest(spark, _config(big.root, lake, verify="full"), log=_quiet)
+    assert (s2.corrupt_batches, s2.quarantined, s2.records, s2.committed) == (0, 0, 0, False)
+    assert pl.read_delta(str(lake / "quarantine")).height == 1
+    assert _records(lake) == good
+    # verify="crc" trades that check away: the batch is left out, not quarantined
+    lake_crc = tmp_path / "lake-crc"
+    s3 = run_ingest(spark, _config(big.root, lake_crc, verify="crc"), log=_quiet)
+    assert (s3.corrupt_batches, s3.quarantined, s3.records) == (0, 0, 8)
+    assert _records(lake_crc) == good
+    assert not (lake_crc / "quarantine").exists()
+
+
+def test_undecodable_batch_with_fail_on_corrupt_keeps_progress(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from logstore.errors import CorruptRecordError
+
+    big = LogDir(tmp_path / "logs", segment_bytes=1 << 20)
+    try:
+        for i in range(2):
+            big.produce("v", 0, 4, seed=10 * i + 1)
+        big.checkpoint()
+    finally:
+        big.close()
+    _break_records_keep_crc(next((big.root / "v-0").glob("*.log")), 1)
+    lake = tmp_path / "lake"
+    with pytest.raises(CorruptRecordError, match="damaged"):
+        run_ingest(spark, _config(big.root, lake, fail_on_corrupt=True), log=_quiet)
+    assert read_progress(lake / "records") == {}
+    assert pl.read_delta(str(lake / "quarantine")).height == 1

@@ -198,3 +198,31 @@ def test_kafka_real_fixtures(spark: Any, tmp_path: Path, kafka_real: Path) -> No
     assert [r.offset for r in read_segments(spark, str(broker)).collect()] == [0]
     errors = read_segments(spark, str(broker), kind="batches").where("error IS NOT NULL").collect()
     assert [(e.segment_base_offset, e.base_offset) for e in errors] == [(100, 0)]
+
+
+def test_undecodable_batch_with_valid_crc_skipped_or_failing_in_records(
+    spark: Any, tmp_path: Path
+) -> None:
+    from logstore.protocol.batch import compute_crc, iter_batches
+    from pipelines.sources import UNDECODABLE_BATCH
+
+    root = tmp_path / "logs"
+    recs = [(b"k%d" % i, b"v" * i) for i in range(30)]
+    write_partition(root, "u", 0, recs, batch_records=10)
+    seg = next((root / "u-0").glob("*.log"))
+    data = bytearray(seg.read_bytes())
+    position, header = list(iter_batches(data))[1]
+    data[position + 61] = 0x01  # zigzag varint -1: a negative record length
+    data[position + 17 : position + 21] = compute_crc(data, position, header.size).to_bytes(
+        4, "big"
+    )
+    seg.write_bytes(bytes(data))
+    offsets = [r.offset for r in read_segments(spark, str(root)).orderBy("offset").collect()]
+    assert offsets == [*range(10), *range(20, 30)]
+    with pytest.raises(Exception, match=r"undecodable batch \(CRC valid\)") as info:
+        read_segments(spark, str(root), onDecodeError="fail").collect()
+    assert UNDECODABLE_BATCH in str(info.value)
+    rows = read_segments(spark, str(root), kind="batches", verify="crc").collect()
+    assert [r.error for r in rows] == [None, None, None]
+    full = read_segments(spark, str(root), kind="batches", verify="full").collect()
+    assert [(r.position, r.crc_valid) for r in full if r.error] == [(position, True)]
