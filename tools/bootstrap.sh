@@ -16,7 +16,11 @@ for cand in "${LOGLAKE_PYTHON:-}" python3.11 python3.12 python3; do
     PY=$(command -v "$cand"); break
   fi
 done
-[ -n "$PY" ] || die "Python 3.11 or 3.12 is required (found: $(python3 --version 2>&1 || echo none)). Install it, or point LOGLAKE_PYTHON at one."
+if [ -z "$PY" ]; then
+  found=none
+  command -v python3 >/dev/null 2>&1 && found=$(python3 --version 2>&1)
+  die "Python 3.11 or 3.12 is required (python3 on PATH: $found). Install it, or point LOGLAKE_PYTHON at one."
+fi
 
 # 2. Java 17+ for Spark.
 command -v java >/dev/null 2>&1 || die "Java 17 is required for Spark and was not found on PATH (Debian: apt-get install openjdk-17-jre-headless)."
