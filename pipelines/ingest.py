@@ -16,9 +16,11 @@ A run:
    (capped at the high watermark); damaged batches are collected;
 3. appends damaged batches not yet in ``quarantine`` to it (idempotent by file and position);
    with ``fail_on_corrupt`` the run stops here, before moving progress;
-4. reads records ``[start, N)`` per partition (``kind=records``, explicit ``until``, so the
-   data is exactly what step 2 measured) and appends them to ``records`` in **one commit
-   carrying the new progress**, with the versions read in step 1 as expected versions.
+4. reads records ``[start, N)`` per partition (the ranges ``kind=records`` plans, explicit
+   ``until``, so the data is exactly what step 2 measured) and appends them to ``records`` in
+   **one commit carrying the new progress**, with the versions read in step 1 as expected
+   versions. Each Spark task decodes one range and writes its Parquet files in the same
+   Python worker (``pipelines.delta.direct``): records never cross into the JVM.
 
 ``verify = "full"`` (the default) guarantees that a batch whose CRC matches but whose records
 cannot be decoded is quarantined, never dropped silently, while decoding every batch only once
@@ -38,16 +40,19 @@ finds them already there.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import sys
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
@@ -56,7 +61,9 @@ from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.files import offset_from_file_name, parse_partition_dir
 from pipelines.delta import read_app_transactions, read_delta, write_delta
 from pipelines.delta.commit import load_table
-from pipelines.sources import UNDECODABLE_BATCH, read_segments
+from pipelines.delta.direct import write_direct
+from pipelines.sources import RECORDS_ARROW_SCHEMA, UNDECODABLE_BATCH, read_segments
+from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
 
 __all__ = [
     "APP_PREFIX",
@@ -336,6 +343,21 @@ def _is_undecodable(exc: BaseException) -> bool:
     return False
 
 
+def _read_records(rng: SegmentRange, *, options: SourceOptions) -> Iterator[pa.RecordBatch]:
+    """Executor side of step 4: what the records source's ``read()`` yields for ``rng``."""
+    # Imported here: the driver plans without loading the decoder (numba) at all.
+    from pipelines.sources.read import read_range  # noqa: PLC0415
+
+    return read_range(
+        rng,
+        kind="records",
+        min_timestamp=options.min_timestamp,
+        max_timestamp=options.max_timestamp,
+        verify=options.verify,
+        on_decode_error=options.on_decode_error,
+    )
+
+
 def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr) -> IngestSummary:
     """One ingest run (see the module docstring). Raises ``LoglakeError`` on failure."""
     started = time.monotonic()
@@ -455,23 +477,32 @@ def _run(
                 f"{t}/{p} [{starts[(t, p)]}, {until[(t, p)]})" for t, p in sorted(new_progress)
             )
         )
-        records = read_segments(
-            spark,
-            log_dirs,
-            kind="records",
-            startingOffsets=_offsets_option(starts),
-            until=_offsets_option(until),
-            maxPartitionBytes=config.max_partition_bytes,
-            topics=sorted({t for t, _ in new_progress}),
-            # With verify=full and a scan that did not decode, an undecodable batch must stop
-            # the run (to be quarantined by a decoding scan), not vanish.
-            onDecodeError="fail" if config.verify == "full" and not decode_in_scan else "skip",
+        # One pass in the Python workers: each task decodes one planned range (the ranges
+        # the records source would read) and writes its Parquet files itself, so no record
+        # crosses into the JVM; the driver commits all files with the new progress.
+        source = parse_options(
+            {
+                "path": log_dirs,
+                "kind": "records",
+                "startingOffsets": json.dumps(_offsets_option(starts)),
+                "until": json.dumps(_offsets_option(until)),
+                "maxPartitionBytes": str(config.max_partition_bytes),
+                "topics": ",".join(sorted({t for t, _ in new_progress})),
+                # With verify=full and a scan that did not decode, an undecodable batch must
+                # stop the run (to be quarantined by a decoding scan), not vanish.
+                "onDecodeError": "fail"
+                if config.verify == "full" and not decode_in_scan
+                else "skip",
+            }
         )
         apps = {app_id(t, p): v for (t, p), v in new_progress.items()}
         expected = {app_id(t, p): progress.get((t, p)) for (t, p) in new_progress}
-        result = write_delta(
-            records,
+        result = write_direct(
+            spark,
             records_path,
+            plan_ranges(source),
+            functools.partial(_read_records, options=source),
+            schema=RECORDS_ARROW_SCHEMA,
             partition_by=["topic", "date"],
             app_transactions=apps,
             expected_versions=expected,

@@ -78,7 +78,7 @@ def write_result_file(path: str | None, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _kill_session() -> None:
+def kill_session() -> None:
     """SIGKILL every process of this session (driver JVM, Python driver, daemon, workers).
 
     Crash tests start the job as a session leader (``start_new_session``); Spark's Python
@@ -178,7 +178,7 @@ class DeltaRsWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         files = [f for m in messages if isinstance(m, TaskFiles) for f in m.files]
         if os.environ.get(FAILPOINT_ENV) == "delta.before_commit":
-            _kill_session()
+            kill_session()
         try:
             removes: list[RemovedFile] = []
             read_version = None

@@ -485,3 +485,61 @@ def test_undecodable_batch_with_fail_on_corrupt_keeps_progress(
         run_ingest(spark, _config(big.root, lake, fail_on_corrupt=True), log=_quiet)
     assert read_progress(lake / "records") == {}
     assert pl.read_delta(str(lake / "quarantine")).height == 1
+
+
+def test_records_table_equals_the_source_column_for_column(
+    spark: SparkSession, tmp_path: Path, logs: LogDir
+) -> None:
+    """The direct pass (decode + write in the Python worker) lands what the source reads."""
+    import re
+
+    from pipelines.sources import RECORDS_SCHEMA, read_segments
+    from pipelines.sources.plan import parse_options, plan_ranges
+
+    for codec in (Codec.NONE, Codec.LZ4, Codec.ZSTD):
+        for partition in (0, 1):
+            for i in range(4):
+                logs.produce("d", partition, 6, codec=codec, seed=int(codec) * 100 + i * 7)
+    logs.checkpoint()
+    lake = tmp_path / "lake"
+    cfg = _config(logs.root, lake, max_partition_bytes=700, max_rows_per_file=5)
+    s = run_ingest(spark, cfg, log=_quiet)
+    assert s.records == len(logs.rows) == 144 and s.committed
+    names = [f.name for f in RECORDS_SCHEMA.fields]
+    table = DeltaTable(str(lake / "records")).to_pyarrow_table().select(names)
+    source = read_segments(spark, str(logs.root), kind="records", maxPartitionBytes=700)
+    expected = source.select(*names).toArrow()
+
+    def key(r: dict[str, object]) -> tuple[object, ...]:
+        return (r["topic"], r["partition"], r["offset"])
+
+    assert sorted(table.to_pylist(), key=key) == sorted(expected.to_pylist(), key=key)
+    # one Spark task per planned range, each writing its own files, split by topic and date
+    ranges = plan_ranges(parse_options({"path": str(logs.root), "maxPartitionBytes": "700"}))
+    assert len(ranges) > 2
+    uris = DeltaTable(str(lake / "records")).file_uris()
+    tasks = {int(m.group(1)) for u in uris if (m := re.search(r"/part-(\d{5})-", u))}
+    assert tasks == set(range(len(ranges)))
+    assert all(re.search(r"/topic=d/date=\d{4}-\d{2}-\d{2}/part-", u) for u in uris)
+    assert sum(pl.read_parquet(u).height for u in uris) == 144
+    assert all(pl.read_parquet(u).height <= 5 for u in uris)
+
+
+def test_failed_direct_pass_leaves_no_data_files(spark: SparkSession, tmp_path: Path) -> None:
+    """A task failing in the direct pass (undecodable batch): every file of that pass is gone."""
+    big = LogDir(tmp_path / "logs", segment_bytes=1 << 20)
+    try:
+        for topic in ("w", "x"):
+            for i in range(2):
+                big.produce(topic, 0, 4, seed=10 * i + 1)
+        big.checkpoint()
+    finally:
+        big.close()
+    _break_records_keep_crc(next((big.root / "w-0").glob("*.log")), 1)
+    lake = tmp_path / "lake"
+    s = run_ingest(spark, _config(big.root, lake, verify="full"), log=_quiet)
+    assert (s.corrupt_batches, s.quarantined, s.records) == (1, 1, 12)
+    live = {Path(u).resolve() for u in DeltaTable(str(lake / "records")).file_uris()}
+    on_disk = {p.resolve() for p in (lake / "records").rglob("*.parquet")}
+    assert on_disk == live
+    assert _records(lake) == sorted(r for r in big.rows if not (r[0] == "w" and r[2] >= 4))
