@@ -26,15 +26,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import mmap
 import threading
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from logstore.errors import InvalidTopicError, LoglakeError
-from logstore.protocol.batch import iter_batches
 from logstore.server.config import BrokerConfig
 from logstore.server.network import SocketServer
 from logstore.server.purgatory import Purgatory
@@ -74,40 +71,6 @@ class PartitionState:
 
     def log_deleted(self) -> bool:
         return bool(self.log.closed)
-
-
-def _iter_log_batch_headers(log_: Log) -> Iterator[tuple[int, int, int, int, int, int, int, bool]]:
-    """Every batch header of ``log_`` in offset order (headers only), via FetchSlices."""
-    offset = log_.log_start_offset
-    end = log_.log_end_offset
-    chunk = 64 * 1024 * 1024
-    while offset < end:
-        sl = log_.read(offset, chunk, max_offset=end, min_one_batch=True)
-        if sl.length == 0:
-            return
-        page = mmap.ALLOCATIONGRANULARITY
-        start = sl.position - sl.position % page
-        with mmap.mmap(
-            sl.fileno, sl.position + sl.length - start, access=mmap.ACCESS_READ, offset=start
-        ) as mm:
-            last = offset
-            for _pos, h in iter_batches(mm, sl.position - start, allow_torn_tail=True):
-                if h.last_offset < offset:
-                    continue
-                yield (
-                    h.base_offset,
-                    h.last_offset,
-                    h.max_timestamp,
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.last_offset_delta,
-                    h.is_control,
-                )
-                last = h.next_offset
-        if last <= offset:
-            return
-        offset = last
 
 
 class Broker:
@@ -250,7 +213,7 @@ class Broker:
             if state is None or state.log is not lg:
                 producers = ProducerStateManager(topic, partition)
                 try:
-                    producers.rebuild_from_batches(_iter_log_batch_headers(lg))
+                    producers.rebuild_from_batches(lg.iter_headers())
                 except LoglakeError as exc:
                     log.warning("%s-%d: producer state rebuild stopped: %s", topic, partition, exc)
                 state = PartitionState(topic, partition, lg, producers)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 from logstore.errors import LoglakeError
+from logstore.protocol.batch import BatchHeader
 
 __all__ = [
     "BATCHES_RETAINED",
@@ -174,23 +175,23 @@ class ProducerStateManager:
             entry.epoch = producer_epoch
             entry.batches.clear()
 
-    def rebuild_from_batches(
-        self, batches: Iterable[tuple[int, int, int, int, int, int, int, bool]]
-    ) -> None:
-        """Replay batch headers in offset order.
-
-        Each item: ``(base_offset, last_offset, max_timestamp, producer_id, producer_epoch,
-        base_sequence, last_offset_delta, is_control)``.
-        """
+    def rebuild_from_batches(self, batches: Iterable[BatchHeader]) -> None:
+        """Replay batch headers in offset order (``Log.iter_headers()``)."""
         self.producers.clear()
-        for base, last, max_ts, pid, epoch, seq, delta, is_control in batches:
-            if pid < 0:
+        for h in batches:
+            if h.producer_id < 0:
                 continue
-            if is_control:
-                self.update_control(pid, epoch)
+            if h.is_control:
+                self.update_control(h.producer_id, h.producer_epoch)
                 continue
             self.update(
-                pid, epoch, seq, delta, first_offset=base, last_offset=last, max_timestamp=max_ts
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.last_offset_delta,
+                first_offset=h.base_offset,
+                last_offset=h.last_offset,
+                max_timestamp=h.max_timestamp,
             )
 
     def truncate_below(self, log_start_offset: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from logstore.protocol.batch import BatchHeader
 from logstore.storage.producer_state import (
     BATCHES_RETAINED,
     InvalidProducerEpochError,
@@ -77,7 +78,23 @@ def test_rebuild_matches_live_state():
         pid, n = (1 + i % 3), 1 + i % 4
         seq = sum(1 + j % 4 for j in range(i) if 1 + j % 3 == pid)
         _append(live, pid, 0, seq, n, offset=offset)
-        batches.append((offset, offset + n - 1, 0, pid, 0, seq, n - 1, False))
+        batches.append(
+            BatchHeader(
+                base_offset=offset,
+                batch_length=0,
+                partition_leader_epoch=0,
+                magic=2,
+                crc=0,
+                attributes=0,
+                last_offset_delta=n - 1,
+                base_timestamp=0,
+                max_timestamp=0,
+                producer_id=pid,
+                producer_epoch=0,
+                base_sequence=seq,
+                records_count=n,
+            )
+        )
         offset += n
     rebuilt = ProducerStateManager("t", 0)
     rebuilt.rebuild_from_batches(batches)
