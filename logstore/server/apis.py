@@ -138,7 +138,7 @@ _HEAD = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -166,7 +166,7 @@ def _request_class(api_key: int, api_version: int) -> type[Any]:
     return cls
 
 
-def parse_request_header(frame: bytes) -> RequestHeader:
+def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
     """Parse the header of a request frame (see the module docstring for the bytes).
 
     Raises :class:`UnsupportedVersionError` for an API key or version outside the registry
@@ -183,7 +183,7 @@ def parse_request_header(frame: bytes) -> RequestHeader:
         if pos + n > len(frame):
             raise InvalidRequestError("client_id runs past the end of the frame", position=pos)
         try:
-            client_id = frame[pos : pos + n].decode("utf-8")
+            client_id = str(frame[pos : pos + n], "utf-8")
         except UnicodeDecodeError as exc:
             raise InvalidRequestError("client_id is not UTF-8", position=pos) from exc
         pos += n
@@ -207,7 +207,7 @@ def parse_request_header(frame: bytes) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
 
 
-def decode_request(frame: bytes, header: RequestHeader) -> Any:
+def decode_request(frame: bytes | memoryview, header: RequestHeader) -> Any:
     """The kio request object of ``header``'s API and version, parsed from ``frame``.
 
     Raises :class:`InvalidRequestError` on any parse failure (kio raises a variety of

@@ -118,7 +118,7 @@ class NetworkRequest:
     processor: Processor
     connection_id: str
     client_host: str
-    frame: bytes
+    frame: bytes | memoryview  # read-only; the processor's receive buffer, never copied
     received_ns: int
     answered: bool = False
 
@@ -384,7 +384,10 @@ class Processor(threading.Thread):
         conn.body = None
         conn.head_read = 0
         conn.muted = True
-        req = NetworkRequest(self, conn.connection_id, conn.host, bytes(body), time.monotonic_ns())
+        # A read-only view, not a copy: the buffer was allocated for this frame alone and the
+        # connection lets go of it above (kio insists on read-only input).
+        frame = memoryview(body).toreadonly()
+        req = NetworkRequest(self, conn.connection_id, conn.host, frame, time.monotonic_ns())
         if self._server.run_inline(req):
             # Usually answered and written already: then the connection stays registered
             # for reading and no selector call is made at all.

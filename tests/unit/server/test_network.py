@@ -49,8 +49,8 @@ def test_pipelined_requests_answered_in_order_even_when_completed_late():
     def dispatch(req: NetworkRequest) -> None:
         # answer from another thread after a delay that shrinks with the request number:
         # a reactor without per-connection ordering would reorder these
-        n = int(req.frame)
-        threading.Timer(0.05 * (5 - n % 5), req.respond, args=([_frame(req.frame)],)).start()
+        n = int(bytes(req.frame))
+        threading.Timer(0.05 * (5 - n % 5), req.respond, args=([_frame(bytes(req.frame))],)).start()
 
     srv = _server(dispatch)
     try:
@@ -66,7 +66,7 @@ def test_full_channel_stops_reading_and_recovers():
     seen: list[bytes] = []
 
     def dispatch(req: NetworkRequest) -> None:
-        seen.append(req.frame)
+        seen.append(bytes(req.frame))
         release.wait(30)
         req.respond([_frame(b"ok")])
 
