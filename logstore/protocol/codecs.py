@@ -128,8 +128,8 @@ def _gunzip(data: Buffer, max_size: int) -> bytes:
 
 
 def _unsnappy(data: Buffer, max_size: int) -> bytes:
-    raw = bytes(data)
-    if raw[:8] == XERIAL_MAGIC:
+    raw = memoryview(data).cast("B")
+    if bytes(raw[:8]) == XERIAL_MAGIC:
         if len(raw) < 16:
             raise CorruptRecordError("truncated xerial snappy header")
         out = bytearray()
@@ -147,7 +147,7 @@ def _unsnappy(data: Buffer, max_size: int) -> bytes:
     return _unsnappy_raw(raw, max_size)
 
 
-def _unsnappy_raw(block: bytes, max_size: int) -> bytes:
+def _unsnappy_raw(block: Buffer, max_size: int) -> bytes:
     # The raw format starts with the uncompressed length: check it before allocating.
     expected = int(cramjam.snappy.decompress_raw_len(block))
     if expected > max_size:
@@ -156,17 +156,31 @@ def _unsnappy_raw(block: bytes, max_size: int) -> bytes:
 
 
 def _unlz4(data: Buffer, max_size: int) -> bytes:
-    d = lz4.frame.LZ4FrameDecompressor()
-    out = bytearray(d.decompress(bytes(data), max_length=max_size + 1))
-    while not d.eof and not d.needs_input:
-        if len(out) > max_size:
+    # Fast path: a frame that declares its content size (the Java client, kafka-python and
+    # librdkafka do) is checked against the bound, then decompressed in one call, ~20x faster
+    # than the streaming decompressor with an output limit.
+    size = int(lz4.frame.get_frame_info(data)["content_size"])
+    if size:
+        if size > max_size:
             raise _too_large("lz4", max_size)
-        out += d.decompress(b"", max_length=max_size + 1 - len(out))
-    if len(out) > max_size:
-        raise _too_large("lz4", max_size)
-    if not d.eof:
-        raise CorruptRecordError("truncated lz4 frame")
-    return bytes(out)
+        out: bytes = lz4.frame.decompress(data)
+        if len(out) != size:
+            raise CorruptRecordError(f"lz4 frame declares {size} bytes, holds {len(out)}")
+        return out
+    d = lz4.frame.LZ4FrameDecompressor()
+    chunks: list[bytes] = []
+    total = 0
+    pending: Buffer = data
+    while not d.eof:
+        chunk = d.decompress(pending, max_length=_CHUNK)
+        pending = b""
+        total += len(chunk)
+        if total > max_size:
+            raise _too_large("lz4", max_size)
+        chunks.append(chunk)
+        if not d.eof and d.needs_input:
+            raise CorruptRecordError("truncated lz4 frame")
+    return b"".join(chunks)
 
 
 def _unzstd(data: Buffer, max_size: int) -> bytes:
