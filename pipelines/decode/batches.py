@@ -38,6 +38,7 @@ ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 
 _HEADER_SIZE = 61
+_LOG_OVERHEAD = 12  # baseOffset + batchLength
 _CRC_START = 21
 
 StopReason = Literal["end", "torn", "corrupt"]
@@ -151,8 +152,12 @@ def scan_batches(
     cap = (stop_at - start) // 12 + 1
     n, stop, stop_pos, *arrays = k.scan_headers(data, start, stop_at, cap)
     reason = _STOPS[int(stop)]
-    if reason != "end" and not data[stop_pos:stop_at].any():
-        reason = "end"  # zero fill after the data: preallocated file, nothing was torn
+    # Zero fill after the data (a preallocated file) is the end, nothing was torn. It must
+    # reach a zero batchLength to say so: fewer zero bytes may be the start of a frame cut by
+    # the end of the buffer (a baseOffset below 2^40 begins with zero bytes).
+    tail = data[stop_pos:stop_at]
+    if reason != "end" and tail.shape[0] >= _LOG_OVERHEAD and not tail.any():
+        reason = "end"
         stop_pos = stop_at
     fields = {f: a[:n] for f, a in zip(_ARRAY_FIELDS, arrays, strict=True)}
     fields["position"] = fields["position"] + base_position

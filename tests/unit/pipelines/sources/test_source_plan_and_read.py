@@ -20,6 +20,7 @@ from pipelines.sources.schema import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 from pipelines.sources.synthetic import write_high_watermarks, write_partition
 
 BASE_TS = 1_700_000_000_000
+MIN_TS, MAX_TS = -(2**63), 2**63 - 1
 
 
 def make_records(n: int, seed: int = 0) -> list[Any]:
@@ -103,6 +104,36 @@ def test_split_ranges_give_the_same_rows(log_dir: Path) -> None:
         if a.path == b.path:
             assert a.end == b.start  # contiguous, no byte read twice or skipped
     assert split.to_pylist() == whole.to_pylist()
+
+
+def test_read_chunks_cut_inside_a_frame_header_lose_nothing(tmp_path: Path) -> None:
+    """A read chunk ending 1-11 bytes into a frame (inside its baseOffset, whose high bytes
+    are zero) is a cut frame, not a zero-filled file end. Regression: such a cut once made
+    the reader skip the rest of the range as "impossible batchLength"."""
+    from pipelines.sources.read import read_records
+
+    d = tmp_path / "logs"
+    write_partition(d, "t", 0, make_records(60), batch_records=10, codecs=[Codec.NONE])
+    (rng,) = plan_ranges(parse_options({"path": str(d), "until": "latest"}))
+    frames = [int(p) for p in pa.Table.from_batches(
+        list(read_range(rng, kind="batches", min_timestamp=MIN_TS, max_timestamp=MAX_TS))
+    ).column("position").to_pylist()]  # fmt: skip
+    second = frames[1]
+    for cut in range(1, 13):
+        chunk = second + cut
+        rows = sum(
+            b.num_rows
+            for b in read_records(
+                rng, min_timestamp=MIN_TS, max_timestamp=MAX_TS, chunk_bytes=chunk
+            )
+        )
+        errors = [
+            r["error"]
+            for b in read_range(rng, kind="batches", min_timestamp=MIN_TS, max_timestamp=MAX_TS,
+                                chunk_bytes=chunk)
+            for r in b.to_pylist() if r["error"]
+        ]  # fmt: skip
+        assert (cut, rows, errors) == (cut, 60, [])
 
 
 def test_topics_starting_offsets_until(log_dir: Path) -> None:
