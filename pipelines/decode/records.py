@@ -7,17 +7,18 @@ Pipeline for the batches a caller selected from a :class:`~pipelines.decode.batc
 2. per group, the records streams: uncompressed batches are used in place (``buf`` itself,
    no copy), compressed ones are decompressed (one call per batch) and laid end to end in one
    arena together with copies of the group's uncompressed streams;
-3. :func:`~pipelines.decode._kernels.parse_records` finds every record's fields (varints) in
-   one compiled pass, applying the offset/time filters, and flags malformed batches (their
-   records are dropped, the batch is reported); a second pass locates record headers;
-4. :func:`~pipelines.decode._kernels.gather` copies keys, values, header keys and header
-   values into four contiguous buffers, and the Arrow arrays are assembled from offset +
-   data (+ validity) buffers (``Array.from_buffers``); per-batch columns are gathered by
-   the record's batch index.
+3. :func:`~pipelines.decode._kernels.records_to_columns` walks every record once, applying
+   the offset/time filters, and writes the final Arrow buffers as it goes: offsets and
+   timestamps, keys and values (offsets + bytes + validity), the headers' list offsets;
+   malformed batches are rolled back and reported (so are header keys that are not UTF-8:
+   Arrow ``string``). The rare headers are copied by a second, short pass
+   (:func:`~pipelines.decode._kernels.copy_headers`) into buffers of their exact size;
+4. the per-batch columns (producer, epochs, position, codec...) are repeated by the number of
+   rows each batch kept (``np.repeat``), and the Arrow arrays wrap the buffers
+   (``Array.from_buffers``, no copy).
 
-Header keys must be UTF-8 (Arrow ``string``): a batch with a key that is not is reported as
-corrupt rather than emitted with a broken string column. Thread-safe for distinct inputs; the
-kernels release the GIL.
+The output buffers come from Arrow's memory pool (see :func:`_empty`). Thread-safe for
+distinct inputs; the kernels release the GIL.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pyarrow as pa
 
 from logstore.errors import CorruptRecordError
 from pipelines.decode import _kernels as k
+from pipelines.decode.arrow import numpy_array, repeated_string, string_array
 from pipelines.decode.batches import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
@@ -80,7 +82,8 @@ DECODED_SCHEMA = pa.schema(
         pa.field("codec", pa.string(), nullable=False),
     ]
 )
-_CODEC_ARRAY = pa.array(list(CODEC_LABELS) + ["unknown"] * 3, pa.string())
+_CODEC_LABELS = [label.encode() for label in CODEC_LABELS] + [b"unknown"] * 3
+_CODEC_ARRAY = string_array([label.decode() for label in _CODEC_LABELS])
 
 
 class _Filters(NamedTuple):
@@ -127,8 +130,8 @@ def decode_records(
     never decoded here. Records outside ``min_offset <= offset < until`` or
     ``min_timestamp <= timestamp <= max_timestamp`` are left out; batches that cannot hold
     any such record (by their header) are not even decompressed. ``max_chunk_bytes`` bounds
-    one output chunk's records streams: a few MiB keeps the gather's source and destination in
-    cache (measured: 8 MiB chunks decode faster than 64 MiB ones).
+    one output chunk's records streams: a few MiB keeps the kernel's source and output in
+    cache (measured: 2 to 8 MiB alike, 32 MiB and more slower, most with compressed data).
     """
     data = as_uint8(buf)
     mask = (scan.magic == 2) & ((scan.attributes & ATTR_CONTROL) == 0)
@@ -160,11 +163,11 @@ def decode_records(
     g_end: list[int] = []
     errors: list[BatchError] = []
     filled = 0
-    for j in range(idx.size):
-        i = int(idx[j])
-        p = int(rel[j])
-        stream = view[p + _HEADER_SIZE : p + int(sizes[j])]
-        cid = int(codec[j])
+    # One Python step per batch (not per record): plain ints, not numpy scalars.
+    for i, p, end, cid in zip(
+        idx.tolist(), rel.tolist(), (rel + sizes).tolist(), codec.tolist(), strict=True
+    ):
+        stream = view[p + _HEADER_SIZE : end]
         if cid:
             try:
                 # Bounded before allocation: one Arrow chunk holds at most 1 GiB of records.
@@ -229,97 +232,99 @@ def _decode_group(  # noqa: PLR0917
 ) -> DecodedRecords:
     attrs = scan.attributes[idx]
     counts = scan.records_count[idx]
-    cap = int(counts.astype(np.int64).clip(0).sum())
-    excluded = np.zeros(idx.size, np.bool_)
-    while True:
-        counts_run = np.where(excluded, 0, counts)
-        starts_run = np.where(excluded, ends, starts)
-        n, status, r_batch, r_offset, r_ts, r_kpos, r_klen, r_vpos, r_vlen, r_hpos, r_hcnt = (
-            k.parse_records(
-                data, starts_run, ends, counts_run, scan.base_offset[idx],
-                scan.base_timestamp[idx], scan.max_timestamp[idx],
-                (attrs & ATTR_LOG_APPEND_TIME) != 0,
-                *filters, cap,
-            )
-        )  # fmt: skip
-        r_hcnt = r_hcnt[:n]
-        total_h = int(r_hcnt.sum())
-        hk_pos, hk_len, hv_pos, hv_len = k.parse_headers(data, r_hpos, r_hcnt, n, total_h)
-        hk_off, hk_data, _ = k.gather(data, hk_pos, hk_len, total_h)
-        hkeys = pa.Array.from_buffers(
-            pa.string(), total_h, [None, pa.py_buffer(hk_off), pa.py_buffer(hk_data)]
+    cap = int(counts.clip(0).sum(dtype=np.int64))
+    space = int((ends - starts).sum())
+    offsets, timestamps = _empty(cap, np.int64), _empty(cap, np.int64)
+    keys = _BinaryOut(cap, space)
+    values = _BinaryOut(cap, space)
+    h_list = _empty(cap + 1, np.int32)
+    h_raw = _empty(space, np.uint8)
+    n, status, kept, keys.nulls, values.nulls, h_raw_bytes, nh, hk_bytes, hv_bytes = (
+        k.records_to_columns(
+            data, starts, ends, counts, scan.base_offset[idx], scan.base_timestamp[idx],
+            scan.max_timestamp[idx], (attrs & ATTR_LOG_APPEND_TIME) != 0, *filters,
+            offsets, timestamps, keys.offsets, keys.data, keys.validity,
+            values.offsets, values.data, values.validity, h_list, h_raw,
         )
-        try:
-            hkeys.validate(full=True)
-            break
-        except pa.ArrowInvalid:
-            bad = _bad_utf8_batches(hk_data, hk_off, r_hcnt, r_batch[:n])
-            excluded[bad] = True
-            for b in bad.tolist():
-                i = int(idx[b])
-                errors.append(
-                    BatchError(int(scan.position[i]), int(scan.base_offset[i]),
-                               "record header key is not valid UTF-8")
-                )  # fmt: skip
+    )  # fmt: skip
     for b in np.flatnonzero(status).tolist():
         i = int(idx[b])
         errors.append(
             BatchError(int(scan.position[i]), int(scan.base_offset[i]),
                        k.ERROR_REASONS[int(status[b])])
         )  # fmt: skip
-    r_batch = r_batch[:n]
-    hv_off, hv_data, hv_nulls = k.gather(data, hv_pos, hv_len, total_h)
-    hvalues = _binary(hv_off, hv_data, hv_len, hv_nulls, total_h)
-    list_offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(r_hcnt, out=list_offsets[1:])
-    headers = pa.ListArray.from_arrays(
-        pa.array(list_offsets),
-        pa.StructArray.from_arrays([hkeys, hvalues], fields=list(HEADER_STRUCT)),
-        type=HEADERS_TYPE,
-    )
-    k_off, k_data, k_nulls = k.gather(data, r_kpos, r_klen, n)
-    v_off, v_data, v_nulls = k.gather(data, r_vpos, r_vlen, n)
-    b_attrs = attrs[r_batch]
+    h_keys = _BinaryOut(nh, hk_bytes)
+    h_values = _BinaryOut(nh, hv_bytes)
+    if nh:
+        h_values.nulls = k.copy_headers(
+            h_raw, h_raw_bytes, h_keys.offsets, h_keys.data,
+            h_values.offsets, h_values.data, h_values.validity,
+        )  # fmt: skip
+    else:
+        h_keys.offsets[0] = h_values.offsets[0] = 0
+    headers = pa.Array.from_buffers(
+        HEADERS_TYPE, n, [None, pa.py_buffer(h_list[: n + 1])], 0,
+        children=[pa.StructArray.from_arrays(
+            [h_keys.array(pa.string(), nh), h_values.array(pa.binary(), nh)],
+            fields=list(HEADER_STRUCT),
+        )],
+    )  # fmt: skip
+    b_attrs = np.repeat(attrs, kept)
     columns = [
-        pa.array(r_offset[:n]),
-        pa.array(r_ts[:n]),
-        pa.array(((b_attrs & ATTR_LOG_APPEND_TIME) != 0).astype(np.int32)),
-        _binary(k_off, k_data, r_klen, k_nulls, n),
-        _binary(v_off, v_data, r_vlen, v_nulls, n),
+        numpy_array(offsets[:n]),
+        numpy_array(timestamps[:n]),
+        numpy_array(((b_attrs & ATTR_LOG_APPEND_TIME) != 0).astype(np.int32)),
+        keys.array(pa.binary(), n),
+        values.array(pa.binary(), n),
         headers,
-        pa.array(scan.producer_id[idx][r_batch]),
-        pa.array(scan.producer_epoch[idx][r_batch]),
-        pa.array(scan.base_sequence[idx][r_batch]),
-        pa.array((b_attrs & ATTR_TRANSACTIONAL) != 0),
-        pa.array(scan.leader_epoch[idx][r_batch]),
-        pa.array(scan.position[idx][r_batch]),
-        _CODEC_ARRAY.take(pa.array((b_attrs & ATTR_CODEC_MASK).astype(np.int8))),
+        numpy_array(np.repeat(scan.producer_id[idx], kept)),
+        numpy_array(np.repeat(scan.producer_epoch[idx], kept)),
+        numpy_array(np.repeat(scan.base_sequence[idx], kept)),
+        numpy_array((b_attrs & ATTR_TRANSACTIONAL) != 0),
+        numpy_array(np.repeat(scan.leader_epoch[idx], kept)),
+        numpy_array(np.repeat(scan.position[idx], kept)),
+        _codec_column(attrs & ATTR_CODEC_MASK, kept, n),
     ]
     records = pa.RecordBatch.from_arrays(columns, schema=DECODED_SCHEMA)
     return DecodedRecords(records, errors, int(idx.size))
 
 
-def _binary(
-    offsets: np.ndarray, values: np.ndarray, lengths: np.ndarray, nulls: int, n: int
-) -> pa.Array:
-    validity = None
-    if nulls:
-        validity = pa.py_buffer(np.packbits(lengths[:n] >= 0, bitorder="little"))
-    return pa.Array.from_buffers(
-        pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(values)], nulls
-    )
+def _empty(count: int, dtype: type[np.generic]) -> np.ndarray:
+    """An uninitialised array in Arrow's memory pool.
+
+    The pool (mimalloc) hands back the pages of the chunks the consumer already released,
+    where fresh numpy/numba allocations of this size are new mappings: a page fault for every
+    4 KiB written (measured: allocating in the kernel doubled the decoding time).
+    """
+    return np.frombuffer(pa.allocate_buffer(count * np.dtype(dtype).itemsize), dtype)
 
 
-def _bad_utf8_batches(
-    hk_data: np.ndarray, hk_off: np.ndarray, r_hcnt: np.ndarray, r_batch: np.ndarray
-) -> np.ndarray:
-    """Group-local indexes of batches holding a header key that is not UTF-8 (rare path)."""
-    raw = hk_data.tobytes()
-    owner = np.repeat(r_batch, r_hcnt)
-    bad: set[int] = set()
-    for j in range(owner.shape[0]):
-        try:
-            raw[int(hk_off[j]) : int(hk_off[j + 1])].decode("utf-8")
-        except UnicodeDecodeError:
-            bad.add(int(owner[j]))
-    return np.asarray(sorted(bad), np.int64)
+class _BinaryOut:
+    """Buffers of one Arrow binary column of at most ``count`` slots and ``size`` bytes."""
+
+    def __init__(self, count: int, size: int) -> None:
+        self.offsets = _empty(count + 1, np.int32)
+        self.data = _empty(size, np.uint8)
+        self.validity = _empty((count + 7) // 8, np.uint8)
+        self.nulls = 0
+
+    def array(self, type_: pa.DataType, n: int) -> pa.Array:
+        """The first ``n`` slots (the validity bitmap only when one is null)."""
+        used = int(self.offsets[n])
+        data = self.data[:used]
+        if 2 * used < self.data.shape[0]:
+            # Sized by the whole records stream, mostly unused (keys, typically): the chunk
+            # keeps an exact copy rather than holding the large buffer.
+            data = _empty(used, np.uint8)
+            data[:] = self.data[:used]
+        bitmap = pa.py_buffer(self.validity[: (n + 7) // 8]) if self.nulls else None
+        buffers = [bitmap, pa.py_buffer(self.offsets[: n + 1]), pa.py_buffer(data)]
+        return pa.Array.from_buffers(type_, n, buffers, self.nulls)
+
+
+def _codec_column(codec: np.ndarray, kept: np.ndarray, n: int) -> pa.Array:
+    """The ``codec`` labels of ``n`` rows, ``kept[i]`` of them from batch ``i``."""
+    if codec.size and (codec == codec[0]).all():
+        # One codec in the chunk (the usual case): the label repeated, without a gather.
+        return repeated_string(_CODEC_LABELS[int(codec[0])], n)
+    return _CODEC_ARRAY.take(numpy_array(np.repeat(codec, kept).astype(np.int8)))

@@ -4,23 +4,29 @@ Batches are built by ``logstore.protocol.records.build_batch`` with every codec,
 empty keys/values, headers (null values too), LogAppendTime, transactional and control
 batches, empty (cleaned) batches; the fast decoder (pipelines.decode) must produce exactly the
 rows of kafka-python's decoder and of logstore's ``decode_batch``, honour the offset/time
-filters and chunking, and report exactly the batches whose bytes were damaged.
+filters and chunking, and report exactly the batches whose bytes were damaged. Header keys
+that are not UTF-8 (which ``build_batch`` cannot write) come from a raw builder here: the
+kernel's UTF-8 check must agree with Python's codec, and fail exactly the batches holding
+such a key in a record the filters keep.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
 from crc32c import crc32c
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from logstore.errors import LoglakeError
 from logstore.protocol.batch import Codec, TimestampType
 from logstore.protocol.control import ControlType, build_control_batch
 from logstore.protocol.records import build_batch, decode_batch
+from logstore.protocol.varint import encode_varint, encode_varlong
 from pipelines.decode import decode_records, scan_batches, verify_batches
+from pipelines.decode._kernels import utf8_valid
 from pipelines.decode.reference import reference_decode
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -127,7 +133,7 @@ def test_fast_equals_kafka_python(specs: list[dict[str, Any]], chunk: int) -> No
 def test_fast_equals_logstore_decode_batch(specs: list[dict[str, Any]]) -> None:
     buf, positions = build_segment(specs, empty_compressed=True)
     fast, _ = fast_decode(buf)
-    expected = []
+    expected: list[tuple[Any, ...]] = []
     for pos in positions:
         header, records = decode_batch(buf, pos)
         if header.is_control:
@@ -212,3 +218,88 @@ def test_record_damage_with_valid_crc_never_diverges(
             if r["batch_position"] == pos
         ]
         assert got == expected
+
+
+def is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@SETTINGS
+@given(
+    st.binary(max_size=12)
+    | st.text(max_size=6).map(lambda t: t.encode("utf-8", "surrogatepass"))
+    # Multi-byte text with a few bits flipped: near misses of well-formed sequences.
+    | st.builds(
+        lambda text, flips: bytes(
+            b ^ f for b, f in zip(text.encode("utf-8", "surrogatepass"), flips, strict=False)
+        ),
+        st.text(min_size=1, max_size=4),
+        st.lists(st.sampled_from([0, 0, 0x40, 0x80, 0xC0]), min_size=16, max_size=16),
+    )
+)
+@example(b"\xc0\x80")  # overlong NUL
+@example(b"\xe0\x9f\xbf")  # overlong 3-byte form
+@example(b"\xed\xa0\x80")  # a surrogate
+@example(b"\xf4\x90\x80\x80")  # above U+10FFFF
+@example(b"\xf0\x9f\x98")  # truncated 4-byte form
+@example("\U0010ffff\u00e9\u20ac".encode())
+def test_utf8_check_equals_pythons_codec(raw: bytes) -> None:
+    data = np.frombuffer(b"\xff" + raw + b"\xff", np.uint8)  # bytes around are not read
+    assert utf8_valid(data, 1, 1 + len(raw)) == is_utf8(raw)
+
+
+def raw_batch(records: list[tuple[int, list[tuple[bytes, bytes | None]]]], base: int) -> bytes:
+    """An uncompressed batch whose records are ``(offset_delta, headers)`` with any header key
+    bytes (``build_batch`` encodes str keys, so it cannot write a key that is not UTF-8)."""
+    section = bytearray()
+    for delta, headers in records:
+        body = bytearray(b"\x00") + encode_varlong(0) + encode_varint(delta)
+        body += encode_varint(1) + b"k" + encode_varint(1) + b"v" + encode_varint(len(headers))
+        for hk, hv in headers:
+            body += encode_varint(len(hk)) + hk
+            body += encode_varint(-1) if hv is None else encode_varint(len(hv)) + hv
+        section += encode_varint(len(body)) + body
+    last = max((d for d, _ in records), default=0)
+    fields = struct.pack(">hiqqqhii", 0, last, 1_000, 1_000, -1, -1, -1, len(records)) + section
+    return struct.pack(">qiibI", base, 9 + len(fields), 0, 2, crc32c(fields)) + fields
+
+
+raw_headers_st = st.lists(
+    st.tuples(
+        st.binary(max_size=5) | st.text(max_size=3).map(str.encode),
+        st.none() | st.binary(max_size=4),
+    ),
+    max_size=3,
+)
+
+
+@SETTINGS
+@given(
+    st.lists(st.lists(raw_headers_st, max_size=5), min_size=1, max_size=5),
+    st.integers(0, 25),
+    st.integers(0, 30),
+    st.integers(64, 4096),
+)
+def test_header_keys_not_utf8_fail_only_batches_that_keep_them(
+    batches: list[list[list[tuple[bytes, bytes | None]]]], lo: int, hi: int, chunk: int
+) -> None:
+    buf = bytearray()
+    expected_rows = []
+    expected_bad = []
+    base = 0
+    for records in batches:
+        position = len(buf)
+        buf += raw_batch(list(enumerate(records)), base)
+        kept = [(base + i, h) for i, h in enumerate(records) if lo <= base + i < hi]
+        if any(not is_utf8(hk) for _, headers in kept for hk, _ in headers):
+            expected_bad.append(position)
+        else:
+            expected_rows += [(o, [(hk.decode(), hv) for hk, hv in h]) for o, h in kept]
+        base += max(len(records), 1)
+    rows, errors = fast_decode(buf, chunk=chunk, min_offset=lo, until=hi)
+    assert [(r["offset"], r["headers"]) for r in rows] == expected_rows
+    assert errors == [(p, "record header key is not valid UTF-8") for p in expected_bad]

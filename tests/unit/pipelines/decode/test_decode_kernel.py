@@ -179,6 +179,14 @@ def good(i: int) -> bytes:
     return raw_batch(raw_record(0, 0, b"k", b"v%d" % i), count=1, base_offset=i)
 
 
+def framed(body: bytes) -> bytes:
+    """A record of hand-written fields (attributes, deltas...), length prefix added."""
+    return zigzag(len(body)) + body
+
+
+KV = zigzag(1) + b"k" + zigzag(1) + b"v"  # key "k", value "v"
+
+
 @pytest.mark.parametrize(
     ("damaged", "reason"),
     [
@@ -188,6 +196,26 @@ def good(i: int) -> bytes:
         (
             raw_batch(raw_record(0, 0, b"k", b"v", [(b"\xff\xfe", b"x")]), count=1, base_offset=1),
             "UTF-8",
+        ),
+        (raw_batch(framed(b"\x00" + b"\xff" * 10), count=1, base_offset=1), "varint"),
+        (raw_batch(zigzag(-5) + b"\x00" * 8, count=1, base_offset=1), "negative record length"),
+        (
+            raw_batch(framed(b"\x00\x00\x00" + zigzag(9) + b"kkk"), count=1, base_offset=1),
+            "disagrees",
+        ),
+        (raw_batch(framed(b"\x00\x00\x00" + KV + zigzag(-1)), count=1, base_offset=1), "count"),
+        (
+            raw_batch(framed(b"\x00\x00\x00" + KV + b"\x02" + zigzag(-1)), count=1, base_offset=1),
+            "null key",
+        ),
+        (
+            # A header value running past its record.
+            raw_batch(
+                framed(b"\x00\x00\x00" + KV + b"\x02\x02h" + zigzag(5) + b"x"),
+                count=1,
+                base_offset=1,
+            ),
+            "disagrees",
         ),
         (raw_batch(b"\x00garbage-not-gzip", count=1, base_offset=1, attributes=1), "gzip"),
         (raw_batch(b"not lz4 at all", count=1, base_offset=1, attributes=3), "lz4"),
@@ -201,6 +229,27 @@ def test_damaged_batch_is_reported_and_neighbours_decoded(damaged: bytes, reason
     assert [r["offset"] for r in rows] == [0, 2]
     assert len(bad) == 1 and bad[0][0] == len(first)
     assert reason in bad[0][1]
+
+
+def test_filters_skip_rows_not_checks() -> None:
+    """Records outside the filters are still validated (a damaged one fails its batch), but a
+    header key that is not UTF-8 only matters in a row that is kept."""
+    damaged = raw_batch(
+        raw_record(0, 0, b"k", b"v") + framed(b"\x00\x00\x02" + zigzag(9) + b"k"),
+        count=2, base_offset=1, last_delta=1,
+    )  # fmt: skip
+    bad_key = raw_record(1, 0, b"k", b"v", [(b"\xff", b"x")])
+    mixed = raw_batch(raw_record(0, 0, b"k", b"v") + bad_key, count=2, base_offset=3)
+    buf = good(0) + damaged + mixed
+    rows, bad = decode_all(buf, until=4)
+    assert [r["offset"] for r in rows] == [0, 3]
+    assert bad == [(len(good(0)), "record length disagrees with its fields")]
+    rows, bad = decode_all(buf)
+    assert [r["offset"] for r in rows] == [0]
+    assert [reason for _, reason in bad] == [
+        "record length disagrees with its fields",
+        "record header key is not valid UTF-8",
+    ]
 
 
 def test_crc_mismatch_is_reported() -> None:
