@@ -26,12 +26,13 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -39,10 +40,12 @@ import pyarrow.parquet as pq
 __all__ = [
     "HIVE_NULL",
     "NUM_INDEXED_COLS",
+    "RECORDS_PARQUET_OPTIONS",
     "PartitionedFileWriter",
     "WrittenFile",
     "cleanup_write_files",
     "escape_path_name",
+    "parquet_column_paths",
     "partition_value_string",
     "split_by_partition",
 ]
@@ -52,6 +55,38 @@ NUM_INDEXED_COLS = 32
 _STRING_PREFIX = 32
 # Hive's FileUtils.escapePathName set: characters a partition directory name must not hold raw.
 _HIVE_UNSAFE = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 32))
+
+# Writer options for the ingest job's ``records`` table (partitioned by topic and date), as
+# ``PartitionedFileWriter(..., **RECORDS_PARQUET_OPTIONS)``; chosen by measuring 1.08M records
+# with unique keys and values (half random bytes), against pyarrow's defaults:
+# - key, value, headers: plain, no statistics. Keys and values are mostly distinct, so a
+#   dictionary is built and then abandoned at its 1 MiB page limit (pure cost), and min/max of
+#   binaries costs a compare per row while Delta's stats skip binaries anyway;
+# - offset, timestamp, batch_position (non-decreasing): DELTA_BINARY_PACKED, ~0 bytes a row;
+#   statistics only on offset and timestamp (what readers filter rows on);
+# - the per-batch integers and codec (one value per batch or per partition): dictionary,
+#   a few bytes per file.
+# Together, with snappy, ~0.19 instead of ~0.30 s of one core per 1M records and files 15%
+# smaller (64 instead of 75 bytes a record). Readable by Spark 4's vectorized reader, delta-rs
+# and polars (tests/unit/pipelines/delta/test_delta_files.py reads files back with each).
+RECORDS_PARQUET_OPTIONS: Mapping[str, Any] = {
+    "use_dictionary": (
+        "partition",
+        "timestamp_type",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "leader_epoch",
+        "segment_base_offset",
+        "codec",
+    ),
+    "write_statistics": ("offset", "timestamp"),
+    "column_encoding": {
+        "offset": "DELTA_BINARY_PACKED",
+        "timestamp": "DELTA_BINARY_PACKED",
+        "batch_position": "DELTA_BINARY_PACKED",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -103,24 +138,105 @@ def _partition_dir(partition_by: Sequence[str], values: dict[str, str | None]) -
 def split_by_partition(
     table: pa.Table, partition_by: Sequence[str]
 ) -> Iterator[tuple[dict[str, str | None], pa.Table]]:
-    """Yield ``(partition values, rows without the partition columns)`` per distinct key."""
+    """Yield ``(partition values, rows without the partition columns)`` per distinct key.
+
+    The common case, every partition column holding one value (one topic, one day), is
+    recognised by cheap whole-column checks (:func:`_single_value`) without grouping.
+    """
     if not partition_by:
         yield {}, table
         return
-    keys = table.select(list(partition_by)).group_by(list(partition_by)).aggregate([])
     data_cols = [n for n in table.column_names if n not in set(partition_by)]
+    values: dict[str, str | None] = {}
+    for col in partition_by:
+        single, value = _single_value(table.column(col))
+        if not single:
+            break
+        values[col] = partition_value_string(value)
+    else:
+        yield values, table.select(data_cols)
+        return
+    # Dictionaries decoded: group_by keys them by index, so one value under two indices
+    # would come out as two groups (and the rows twice).
+    columns = {c: _decoded(table.column(c)) for c in partition_by}
+    keys = pa.table(columns).group_by(list(partition_by)).aggregate([])
     for row in keys.to_pylist():
         values = {c: partition_value_string(row[c]) for c in partition_by}
         if keys.num_rows == 1:
             yield values, table.select(data_cols)
             continue
         mask = None
-        for col in partition_by:
-            column = table.column(col)
-            m = pc.is_null(column) if row[col] is None else pc.equal(column, row[col])
-            m = pc.fill_null(m, False)
+        for col, column in columns.items():
+            m = _equal(column, row[col])
             mask = m if mask is None else pc.and_(mask, m)
         yield values, table.filter(mask).select(data_cols)
+
+
+def _decoded(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_dictionary(column.type):
+        return pc.cast(column, column.type.value_type)
+    return column
+
+
+def _equal(column: pa.ChunkedArray, value: Any) -> pa.ChunkedArray:
+    """Rows equal to ``value`` as group_by sees it: nulls match None, NaN matches NaN."""
+    if value is None:
+        return pc.is_null(column)
+    if isinstance(value, float) and math.isnan(value):
+        return pc.fill_null(pc.is_nan(column), False)
+    return pc.fill_null(pc.equal(column, value), False)
+
+
+def _single_value(column: pa.ChunkedArray) -> tuple[bool, Any]:
+    """``(True, value)`` when every row of ``column`` holds ``value`` (None: all null).
+
+    ``(False, None)`` when the rows differ, and also when no cheap check exists for the type
+    (floats, nested...): callers then take their general path. Integers, dates, timestamps
+    and booleans are checked by ``min_max``, dictionaries by their indices, strings and
+    binaries by :func:`_same_bytes` (``min_max`` on strings costs ~12 ns a row).
+    """
+    chunks = [c for c in column.chunks if len(c)]
+    if not chunks or not all(_chunk_single(c) for c in chunks):
+        return False, None
+    first = chunks[0][0]
+    if any(not c[0].equals(first) for c in chunks[1:]):
+        return False, None
+    return True, first.as_py()
+
+
+def _chunk_single(arr: pa.Array) -> bool:
+    if arr.null_count:
+        return bool(arr.null_count == len(arr))
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        return _chunk_single(arr.indices)  # a repeated value under two indices reads as "no"
+    if pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t) or t == pa.bool_():
+        mm = pc.min_max(arr)
+        return bool(mm["min"].equals(mm["max"]))
+    if t in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary()):
+        return _same_bytes(arr)
+    return False
+
+
+def _same_bytes(arr: pa.Array) -> bool:
+    """Whether every value of a string/binary array without nulls has the same bytes.
+
+    All lengths equal (from the offsets) and the values buffer equal to itself shifted by one
+    value's width: two vectorised compares over the buffers, no per-row work.
+    """
+    large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    itemsize = 8 if large else 4
+    offsets = np.frombuffer(
+        arr.buffers()[1], np.int64 if large else np.int32, len(arr) + 1, arr.offset * itemsize
+    )
+    width = int(offsets[1] - offsets[0])
+    if not np.all(np.diff(offsets) == width):
+        return False
+    if width == 0:
+        return True
+    start, end = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(arr.buffers()[2], np.uint8, end - start, start)
+    return bool(np.array_equal(data[width:], data[:-width]))
 
 
 class _Stats:
@@ -146,8 +262,12 @@ class _Stats:
             if pa.types.is_floating(f.type) and pc.any(pc.is_nan(col)).as_py():
                 self.no_bounds.add(f.name)
                 continue
-            mm = pc.min_max(col)
-            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            single, lo = _single_value(col) if _is_string(f.type) else (False, None)
+            if single:
+                hi = lo
+            else:
+                mm = pc.min_max(col)
+                lo, hi = mm["min"].as_py(), mm["max"].as_py()
             if f.name in self.mins:
                 lo, hi = min(lo, self.mins[f.name]), max(hi, self.maxs[f.name])
             self.mins[f.name], self.maxs[f.name] = lo, hi
@@ -178,12 +298,15 @@ class _Stats:
         )
 
 
+def _is_string(t: pa.DataType) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
+
+
 def _has_bounds(t: pa.DataType) -> bool:
     return bool(
         pa.types.is_integer(t)
         or pa.types.is_floating(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
+        or _is_string(t)
         or pa.types.is_date32(t)
         or pa.types.is_timestamp(t)
     )
@@ -194,7 +317,7 @@ def _bound(t: pa.DataType, value: Any, upper: bool) -> Any:
         return int(value)
     if pa.types.is_floating(t):
         return float(value) if math.isfinite(value) else None
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
+    if _is_string(t):
         if len(value) <= _STRING_PREFIX:
             return value
         return None if upper else value[:_STRING_PREFIX]
@@ -231,6 +354,13 @@ class PartitionedFileWriter:
     Rows are buffered per partition until ``row_group_bytes`` and written as one row group;
     a file rolls after ``max_rows_per_file`` rows. ``close()`` returns the files written;
     ``abort()`` removes them.
+
+    ``compression``, ``compression_level``, ``use_dictionary``, ``write_statistics`` and
+    ``column_encoding`` mean what they mean for ``pyarrow.parquet.ParquetWriter``; column
+    names are Parquet leaf paths (:func:`parquet_column_paths`: ``headers.list.element.key``
+    for a field of a list of structs), and a name that is no column of the file is refused
+    (pyarrow would silently ignore it). The defaults are pyarrow's (dictionary and statistics
+    on every column) with zstd; :data:`RECORDS_PARQUET_OPTIONS` is the ingest job's choice.
     """
 
     def __init__(
@@ -242,6 +372,10 @@ class PartitionedFileWriter:
         attempt: int,
         partition_by: Sequence[str],
         compression: str = "zstd",
+        compression_level: int | None = None,
+        use_dictionary: bool | Sequence[str] = True,
+        write_statistics: bool | Sequence[str] = True,
+        column_encoding: str | Mapping[str, str] | None = None,
         max_rows_per_file: int = 10_000_000,
         row_group_bytes: int = 64 << 20,
     ) -> None:
@@ -251,6 +385,21 @@ class PartitionedFileWriter:
         self.attempt = attempt
         self.partition_by = list(partition_by)
         self.compression = compression
+        self.parquet_options: dict[str, Any] = {
+            "compression": compression,
+            "compression_level": compression_level,
+            "use_dictionary": _names_or_bool(use_dictionary),
+            "write_statistics": _names_or_bool(write_statistics),
+            "column_encoding": (
+                dict(column_encoding) if isinstance(column_encoding, Mapping) else column_encoding
+            ),
+        }
+        self._named_columns = {
+            name
+            for option in (use_dictionary, write_statistics, column_encoding)
+            if not isinstance(option, (bool, str, type(None)))
+            for name in option
+        }
         self.max_rows_per_file = max_rows_per_file
         self.row_group_bytes = row_group_bytes
         self._open: dict[tuple[str | None, ...], _OpenFile] = {}
@@ -299,6 +448,8 @@ class PartitionedFileWriter:
             p.unlink(missing_ok=True)
 
     def _new_file(self, values: dict[str, str | None], schema: pa.Schema) -> _OpenFile:
+        if self._named_columns:
+            self._check_column_names(schema)
         name = (
             f"part-{self.task_id:05d}-{self.write_id}-{self.attempt}-c{self._seq:03d}"
             f".{self.compression}.parquet"
@@ -310,8 +461,17 @@ class PartitionedFileWriter:
         abs_path.parent.mkdir(parents=True, exist_ok=True)
         self._all_paths.append(abs_path)
         sink = pa.OSFile(str(abs_path), "wb")
-        writer = pq.ParquetWriter(sink, schema, compression=self.compression)
+        writer = pq.ParquetWriter(sink, schema, **self.parquet_options)
         return _OpenFile(rel, abs_path, values, writer, sink, _Stats(schema))
+
+    def _check_column_names(self, schema: pa.Schema) -> None:
+        """Refuse option names that are no Parquet column of ``schema`` (pyarrow ignores them)."""
+        unknown = self._named_columns - set(parquet_column_paths(schema))
+        if unknown:
+            raise ValueError(
+                f"Parquet writer options name columns not in the file: {sorted(unknown)} "
+                f"(its columns: {parquet_column_paths(schema)})"
+            )
 
     def _flush(self, f: _OpenFile) -> None:
         if not f.pending:
@@ -338,6 +498,26 @@ class PartitionedFileWriter:
                 modification_time=int(st.st_mtime * 1000) or int(time.time() * 1000),
             )
         )
+
+
+def parquet_column_paths(schema: pa.Schema) -> list[str]:
+    """The Parquet leaf column paths of ``schema`` as pyarrow writes it.
+
+    These are the names ``use_dictionary``, ``write_statistics`` and ``column_encoding`` take:
+    a top-level column is its name, a field of a list of structs ``<name>.list.element.<field>``.
+    """
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    parquet_schema = pq.read_metadata(pa.BufferReader(sink.getvalue())).schema
+    return [parquet_schema.column(i).path for i in range(len(parquet_schema))]
+
+
+def _names_or_bool(value: bool | Sequence[str]) -> bool | list[str]:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        raise TypeError(f"expected a bool or a sequence of column names, got {value!r}")
+    return list(value)
 
 
 def cleanup_write_files(

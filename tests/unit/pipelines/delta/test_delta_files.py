@@ -5,17 +5,30 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
 
+from pipelines.delta.commit import commit_files
 from pipelines.delta.files import (
     HIVE_NULL,
+    RECORDS_PARQUET_OPTIONS,
     PartitionedFileWriter,
     cleanup_write_files,
     escape_path_name,
+    parquet_column_paths,
     partition_value_string,
+    split_by_partition,
 )
+from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def test_partition_value_strings_follow_delta_serialization() -> None:
@@ -109,3 +122,197 @@ def test_cleanup_removes_only_this_write_and_keeps_listed(tmp_path: Path) -> Non
     assert cleanup_write_files(tmp_path, "w9", prune_dirs=True) == 1
     assert not (tmp_path / "q=2").exists()
     assert (tmp_path / "p=1").exists()
+
+
+def _groups(
+    table: pa.Table, partition_by: list[str]
+) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    """split_by_partition's output as {partition values: rows}, for comparing with a reference."""
+    out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for values, rows in split_by_partition(table, partition_by):
+        key = tuple(values[c] for c in partition_by)
+        assert key not in out
+        assert rows.column_names == [c for c in table.column_names if c not in partition_by]
+        out[key] = rows.to_pylist()
+    return out
+
+
+def _reference(
+    table: pa.Table, partition_by: list[str]
+) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in table.to_pylist():
+        key = tuple(partition_value_string(row.pop(c)) for c in partition_by)
+        out.setdefault(key, []).append(row)
+    return out
+
+
+def _chunked(*chunks: pa.Array) -> pa.ChunkedArray:
+    return pa.chunked_array(chunks, type=chunks[0].type)
+
+
+SAME = pa.array(["topic-a"] * 5)
+DAY_1 = pa.array([19_000] * 5, pa.date32())
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        SAME,
+        _chunked(SAME.slice(0, 2), SAME.slice(2)),  # chunks with non-zero offsets
+        pa.array(["x", "y", "x", "y", "x"]),  # same width, different bytes
+        pa.array(["ab", "abab", "ab", "ab", "ab"]),  # same bytes shifted, different widths
+        pa.array(["", "", "", "", ""]),
+        pa.array([None] * 5, pa.string()),
+        pa.array(["a", None, "a", "a", "a"]),
+        _chunked(pa.array(["a", "a"]), pa.array(["b", "b", "b"])),  # each chunk one value
+        pa.array(["topic-a"] * 5, pa.large_string()),
+        pa.array(["t"] * 5).dictionary_encode(),
+        pa.DictionaryArray.from_arrays(pa.array([0, 1, 0, 1, 0], pa.int8()), pa.array(["t", "t"])),
+        pa.array([b"\x00k"] * 4 + [b"\x00j"], pa.binary()),
+    ],
+)
+@pytest.mark.parametrize(
+    "date",
+    [
+        DAY_1,
+        pa.array([19_000] * 4 + [19_001], pa.date32()),
+        _chunked(DAY_1.slice(0, 1), DAY_1.slice(1)),
+        pa.array([7] * 5, pa.int16()),
+        pa.array([True] * 5),
+        pa.array([1.5] * 4 + [float("nan")]),  # no fast path for floats: grouped
+    ],
+)
+def test_split_by_partition_matches_a_row_by_row_grouping(
+    topic: pa.Array | pa.ChunkedArray, date: pa.Array | pa.ChunkedArray
+) -> None:
+    table = pa.table({"topic": topic, "n": np.arange(5), "date": date})
+    assert _groups(table, ["topic", "date"]) == _reference(table, ["topic", "date"])
+
+
+def test_stats_of_a_single_valued_string_column_match_min_max(tmp_path: Path) -> None:
+    codec = _chunked(pa.array(["lz4"] * 3), pa.array(["lz4", "lz4"]).slice(1))
+    other = pa.array(["none", "zstd", "gzip", "lz4"])
+    w = PartitionedFileWriter(tmp_path, write_id="w", task_id=0, attempt=0, partition_by=[])
+    w.write(pa.table({"codec": codec}))
+    w.write(pa.table({"codec": pa.array(["lz4", "lz4"])}))
+    w.close()
+    w2 = PartitionedFileWriter(tmp_path, write_id="v", task_id=0, attempt=0, partition_by=[])
+    w2.write(pa.table({"codec": codec}))
+    w2.write(pa.table({"codec": other}))
+    [one] = [json.loads(f.stats) for f in w.close()]
+    [two] = [json.loads(f.stats) for f in w2.close()]
+    assert (one["minValues"], one["maxValues"], one["numRecords"]) == (
+        {"codec": "lz4"},
+        {"codec": "lz4"},
+        6,
+    )
+    assert (two["minValues"], two["maxValues"]) == ({"codec": "gzip"}, {"codec": "zstd"})
+
+
+def _records(n: int, topics: tuple[str, ...], days: tuple[int, ...]) -> pa.Table:
+    """Rows of the ingest job's records schema: distinct keys and values, nulls, headers."""
+    rng = np.random.default_rng(3)
+    i = np.arange(n)
+    headers = [
+        [{"key": "trace", "value": b"%08d" % k}, {"key": "h2", "value": None}]
+        if k % 10 == 0
+        else []
+        for k in range(n)
+    ]
+    cols: dict[str, Any] = {
+        "topic": pa.array([topics[k % len(topics)] for k in range(n)]),
+        "partition": np.zeros(n, np.int32),
+        "offset": i + 1_000,
+        "timestamp": pa.array((1_699_920_000_000 + i) * 1000, pa.timestamp("us", tz="UTC")),
+        "timestamp_type": np.zeros(n, np.int32),
+        "key": [None if k % 17 == 0 else b"key-%08d" % k for k in range(n)],
+        "value": [None if k % 19 == 0 else rng.bytes(40) + b"%08d" % k for k in range(n)],
+        "headers": headers,
+        "producer_id": np.where(i % 2 == 0, -1, 4_242),
+        "producer_epoch": np.full(n, -1, np.int16),
+        "base_sequence": (i // 50 * 50).astype(np.int32),
+        "is_transactional": i % 50 == 7,
+        "leader_epoch": np.zeros(n, np.int32),
+        "segment_base_offset": np.zeros(n, np.int64),
+        "batch_position": i // 50 * 4_096,
+        "codec": pa.array(["none", "lz4"]).take(pa.array(i // 50 % 2)),
+        "date": pa.array([days[k * len(days) // n] for k in range(n)], pa.date32()),
+    }
+    return pa.table(cols, schema=RECORDS_ARROW_SCHEMA)
+
+
+def test_records_options_name_real_columns_of_the_records_table() -> None:
+    stored = pa.schema([f for f in RECORDS_ARROW_SCHEMA if f.name not in ("topic", "date")])
+    paths = set(parquet_column_paths(stored))
+    for option in ("use_dictionary", "write_statistics", "column_encoding"):
+        assert set(RECORDS_PARQUET_OPTIONS[option]) <= paths, option
+
+
+def test_unknown_column_in_writer_options_is_refused(tmp_path: Path) -> None:
+    w = PartitionedFileWriter(
+        tmp_path, write_id="w", task_id=0, attempt=0, partition_by=[], use_dictionary=["nope"]
+    )
+    with pytest.raises(ValueError, match="nope"):
+        w.write(_table())
+    assert not list(tmp_path.iterdir())
+
+
+def _write_records(root: Path, table: pa.Table, compression: str) -> list[Any]:
+    w = PartitionedFileWriter(
+        root,
+        write_id="r1",
+        task_id=0,
+        attempt=0,
+        partition_by=["topic", "date"],
+        compression=compression,
+        max_rows_per_file=600,
+        row_group_bytes=32 << 10,
+        **RECORDS_PARQUET_OPTIONS,
+    )
+    for start in range(0, table.num_rows, 700):
+        w.write(table.slice(start, 700))
+    files = w.close()
+    commit_files(root, files, schema=RECORDS_ARROW_SCHEMA, partition_by=["topic", "date"])
+    return files
+
+
+@pytest.mark.parametrize("compression", ["snappy", "none", "lz4", "zstd"])
+def test_records_options_files_read_back_with_pyarrow_polars_and_deltalake(
+    tmp_path: Path, compression: str
+) -> None:
+    table = _records(4_000, ("a", "b"), (19_675, 19_676))
+    files = _write_records(tmp_path, table, compression)
+    assert len(files) == 8  # 2 topics x 2 days, 1,000 rows each: files of 600 + 400 rows
+    expected = table.sort_by("offset").to_pylist()
+
+    md = pq.ParquetFile(tmp_path / files[0].path).metadata
+    assert md.num_row_groups > 1
+    chunks = {
+        md.row_group(0).column(c).path_in_schema: md.row_group(0).column(c)
+        for c in range(md.num_columns)
+    }
+    assert "DELTA_BINARY_PACKED" in chunks["offset"].encodings
+    assert "RLE_DICTIONARY" in chunks["codec"].encodings
+    assert "RLE_DICTIONARY" not in chunks["value"].encodings
+    assert chunks["offset"].is_stats_set and not chunks["value"].is_stats_set
+
+    delta = DeltaTable(str(tmp_path)).to_pyarrow_table().sort_by("offset")
+    assert delta.select(table.column_names).to_pylist() == expected
+    polars = pl.read_delta(str(tmp_path)).sort("offset").to_arrow()
+    assert polars.select(table.column_names).cast(RECORDS_ARROW_SCHEMA).to_pylist() == expected
+    one = pq.read_table(tmp_path / files[0].path)
+    assert one.num_rows == files[0].num_rows
+    stats = json.loads(files[0].stats)
+    assert stats["minValues"]["offset"] == min(one.column("offset").to_pylist())
+
+
+@pytest.mark.integration
+def test_records_options_files_read_back_with_spark(spark: SparkSession, tmp_path: Path) -> None:
+    table = _records(3_000, ("a", "b"), (19_675,))
+    _write_records(tmp_path, table, "snappy")
+    # Spark's vectorized Parquet reader (the default), partition columns from the directories
+    assert spark.conf.get("spark.sql.parquet.enableVectorizedReader") == "true"
+    got = spark.read.parquet(str(tmp_path)).orderBy("offset").toArrow()
+    got = got.select(table.column_names).cast(RECORDS_ARROW_SCHEMA)
+    assert got.to_pylist() == table.sort_by("offset").to_pylist()
