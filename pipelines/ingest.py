@@ -11,31 +11,28 @@ A run:
 1. reads progress ``P`` and each partition's log start offset ``L`` (``log-start-offset-
    checkpoint``, or the first segment's base offset); ``P < L`` is a **gap** (offsets removed
    by retention before they were ingested): reported, and the partition continues at ``L``;
-2. scans batch headers (``kind=batches``, header and CRC checks) from there below the high
-   watermark: the new progress ``N`` of a partition is the end of its last valid batch
-   (capped at the high watermark); damaged batches are collected;
+2. reads every partition from there up to its high watermark in **one pass**: one Spark task
+   per planned range (``kind=records`` planning) checks headers and CRCs, decodes the
+   records and writes them as Parquet files in the same Python worker
+   (``pipelines.delta.direct``: records never cross into the JVM), and reports where its
+   sound batches end, their bytes and control batches, and every damaged batch — CRC
+   failures, impossible headers, torn frames and batches whose records cannot be decoded;
 3. appends damaged batches not yet in ``quarantine`` to it (idempotent by file and position);
-   with ``fail_on_corrupt`` the run stops here, before moving progress;
-4. reads records ``[start, N)`` per partition (the ranges ``kind=records`` plans, explicit
-   ``until``, so the data is exactly what step 2 measured) and appends them to ``records`` in
-   **one commit carrying the new progress**, with the versions read in step 1 as expected
-   versions. Each Spark task decodes one range and writes its Parquet files in the same
-   Python worker (``pipelines.delta.direct``): records never cross into the JVM.
+   with ``fail_on_corrupt`` the run stops here: the written files are removed, progress does
+   not move;
+4. commits the files to ``records`` in **one commit carrying the new progress** ``N`` (per
+   partition: the end of its last sound batch, capped at the high watermark), with the
+   versions read in step 1 as expected versions.
 
-``verify = "full"`` (the default) guarantees that a batch whose CRC matches but whose records
-cannot be decoded is quarantined, never dropped silently, while decoding every batch only once
-when there is no such batch (measured: decoding in the scan too cost about a fifth of the run):
-step 4 reads with ``onDecodeError=fail``, and when it meets such a batch the run, which has
-committed nothing, starts again with a step 2 that decodes every batch (``verify=full``), so
-the batch is quarantined and left out like any damaged one. ``verify = "crc"`` never decodes
-in step 2 and step 4 skips undecodable batches without quarantining them.
+Every batch that is ingested is decoded, so a batch whose CRC matches but whose records cannot
+be decoded is quarantined like any damaged one, never dropped silently.
 
 Crash behaviour: a run killed anywhere before the commit leaves progress unchanged and only
 unreferenced data files: the next run writes the same range again. A run whose commit
 landed is not repeated (a re-run finds ``N == P``). Two runs at once: the later commit finds
 progress moved and fails cleanly (``StaleTransactionError``), or finds exactly its own
-versions there and is a no-op. Quarantine rows may precede the records commit; a re-run
-finds them already there.
+versions there and is a no-op. Quarantine rows precede the records commit; a re-run finds
+them already there.
 """
 
 from __future__ import annotations
@@ -52,7 +49,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
@@ -61,8 +57,9 @@ from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.files import offset_from_file_name, parse_partition_dir
 from pipelines.delta import read_app_transactions, read_delta, write_delta
 from pipelines.delta.commit import load_table
-from pipelines.delta.direct import write_direct
-from pipelines.sources import RECORDS_ARROW_SCHEMA, UNDECODABLE_BATCH, read_segments
+from pipelines.delta.direct import StagedWrite, stage_files
+from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
+from pipelines.sources import BATCHES_SCHEMA, RECORDS_ARROW_SCHEMA
 from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
 
 __all__ = [
@@ -85,6 +82,8 @@ TopicPartition = tuple[str, int]
 
 
 INTERNAL_TOPIC_PREFIX = "__"
+# Parquet codecs pyarrow writes and Spark, delta-rs and polars read ("lz4" is LZ4_RAW).
+PARQUET_CODECS = ("snappy", "zstd", "lz4", "gzip", "none")
 
 
 def app_id(topic: str, partition: int) -> str:
@@ -101,8 +100,8 @@ class IngestConfig:
     app_name: str = "loglake-ingest"
     master: str | None = None
     topics: tuple[str, ...] | None = None
-    verify: str = "full"
     fail_on_corrupt: bool = False
+    compression: str = "snappy"
     max_partition_bytes: int = 128 << 20
     max_rows_per_file: int = 5_000_000
     progress_interval_s: float = 10.0
@@ -146,9 +145,18 @@ def load_config(
         raise LoglakeError(
             "[paths] log_dirs and lake must be set (or --log-dirs/--lake)", path=str(p)
         )
-    verify = str(ingest.get("verify", "full"))
-    if verify not in ("crc", "full"):
-        raise LoglakeError(f"[ingest] verify must be 'crc' or 'full', got {verify!r}", path=str(p))
+    if "verify" in ingest:
+        raise LoglakeError(
+            "[ingest] verify is no longer used: ingest decodes every batch it ingests and "
+            "quarantines the ones it cannot decode; remove the key",
+            path=str(p),
+        )
+    compression = str(ingest.get("compression", "snappy"))
+    if compression not in PARQUET_CODECS:
+        raise LoglakeError(
+            f"[ingest] compression must be one of {', '.join(PARQUET_CODECS)}, got {compression!r}",
+            path=str(p),
+        )
     topics = ingest.get("topics") or None
     return IngestConfig(
         log_dirs=tuple(str(Path(d).absolute()) for d in dirs),
@@ -156,7 +164,7 @@ def load_config(
         app_name=str(spark.get("app_name", "loglake-ingest")),
         master=spark.get("master"),
         topics=tuple(topics) if topics else None,
-        verify=verify,
+        compression=compression,
         fail_on_corrupt=bool(ingest.get("fail_on_corrupt", False))
         if fail_on_corrupt is None
         else fail_on_corrupt,
@@ -331,63 +339,25 @@ def _quarantine(spark: SparkSession, errors: DataFrame, path: str, log: Log) -> 
     return result.num_rows
 
 
-def _is_undecodable(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it wraps) is the source's ``onDecodeError=fail`` error."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if UNDECODABLE_BATCH in str(current):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def _read_records(rng: SegmentRange, *, options: SourceOptions) -> Iterator[pa.RecordBatch]:
-    """Executor side of step 4: what the records source's ``read()`` yields for ``rng``."""
+def _read_range(rng: SegmentRange, *, options: SourceOptions) -> Iterator[Any]:
+    """Executor side of step 2: the records of ``rng``, then its :class:`RangeReport` (JSON)."""
     # Imported here: the driver plans without loading the decoder (numba) at all.
-    from pipelines.sources.read import read_range  # noqa: PLC0415
+    from pipelines.sources.read import RangeReport, read_records  # noqa: PLC0415
 
-    return read_range(
+    report = RangeReport(rng.topic, rng.partition)
+    yield from read_records(
         rng,
-        kind="records",
         min_timestamp=options.min_timestamp,
         max_timestamp=options.max_timestamp,
-        verify=options.verify,
-        on_decode_error=options.on_decode_error,
+        report=report,
     )
+    yield report.to_json()
 
 
 def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr) -> IngestSummary:
     """One ingest run (see the module docstring). Raises ``LoglakeError`` on failure."""
     started = time.monotonic()
-    if config.verify != "full":
-        return _run(spark, config, IngestSummary(), started, decode_in_scan=False, log=log)
-    first = IngestSummary()
-    try:
-        return _run(spark, config, first, started, decode_in_scan=False, log=log)
-    except Exception as exc:
-        if not _is_undecodable(exc):
-            raise
-        log(
-            "a batch passed its CRC check but its records cannot be decoded; nothing was "
-            "committed: scanning again, decoding every batch, to quarantine it"
-        )
-    # Quarantine rows the first attempt appended are found there by the second: count them once.
-    retry = IngestSummary(quarantined=first.quarantined)
-    return _run(spark, config, retry, started, decode_in_scan=True, log=log)
-
-
-def _run(
-    spark: SparkSession,
-    config: IngestConfig,
-    summary: IngestSummary,
-    started: float,
-    *,
-    decode_in_scan: bool,
-    log: Log,
-) -> IngestSummary:
-    """Steps 1-4 with the scan decoding (``verify=full``) or not; fills ``summary``."""
+    summary = IngestSummary()
     records_path = config.records_path
     parts = _partitions(config.log_dirs, config.topics)
     progress = read_progress(records_path)
@@ -415,105 +385,102 @@ def _run(
         log("no partitions to ingest")
         return summary
 
-    options: dict[str, Any] = {
-        "startingOffsets": _offsets_option(starts),
-        "maxPartitionBytes": config.max_partition_bytes,
-    }
-    options["topics"] = sorted({topic for topic, _ in parts})
     log_dirs = ",".join(config.log_dirs)
+    source = parse_options(
+        {
+            "path": log_dirs,
+            "kind": "records",
+            "startingOffsets": json.dumps(_offsets_option(starts)),
+            "maxPartitionBytes": str(config.max_partition_bytes),
+            "topics": ",".join(sorted({topic for topic, _ in parts})),
+        }
+    )
+    ranges = [r for r in plan_ranges(source) if (r.topic, r.partition) in starts]
+    log(f"reading {len(ranges)} ranges of {len(starts)} partitions up to their high watermarks")
     with _ProgressReporter(spark, config.progress_interval_s, log):
-        verify = "full" if decode_in_scan else "crc"
-        batches = read_segments(spark, log_dirs, kind="batches", verify=verify, **options)
-        batches = batches.persist()
-        try:
-            valid = batches.filter(sf.col("error").isNull())
-            stats = (
-                valid.groupBy("topic", "partition")
-                .agg(
-                    sf.max(sf.col("last_offset") + 1).alias("next_offset"),
-                    sf.sum("size").alias("bytes"),
-                    sf.sum(sf.col("is_control").cast("int")).alias("control"),
-                )
-                .collect()
-            )
-            errors = batches.filter(sf.col("error").isNotNull())
-            summary.corrupt_batches = errors.count()
-            if summary.corrupt_batches:
-                log(f"{summary.corrupt_batches} damaged batches found")
-                summary.quarantined += _quarantine(spark, errors, config.quarantine_path, log)
-        finally:
-            batches.unpersist()
-        if summary.corrupt_batches and config.fail_on_corrupt:
-            raise CorruptRecordError(
-                f"{summary.corrupt_batches} damaged batches (see {config.quarantine_path}); "
-                "fail_on_corrupt is set, progress not moved"
-            )
-
-        new_progress: dict[TopicPartition, int] = {}
-        for row in stats:
-            tp = (row["topic"], row["partition"])
-            if tp not in starts:
-                continue
-            end = row["next_offset"]
-            if high_watermarks is not None and tp in high_watermarks:
-                end = min(end, high_watermarks[tp])
-            if end > starts[tp]:
-                new_progress[tp] = end
-                summary.bytes += int(row["bytes"] or 0)
-                summary.control_batches += int(row["control"] or 0)
-        # A partition that only skipped a gap still moves, so the gap is reported once.
-        for tp, start in starts.items():
-            if tp not in new_progress and start > progress.get(tp, 0):
-                new_progress[tp] = start
-        if not new_progress:
-            summary.seconds = time.monotonic() - started
-            log("nothing new to ingest")
-            return summary
-
-        until = {tp: new_progress.get(tp, starts[tp]) for tp in starts}
-        log(
-            f"ingesting {len(new_progress)} partitions: "
-            + ", ".join(
-                f"{t}/{p} [{starts[(t, p)]}, {until[(t, p)]})" for t, p in sorted(new_progress)
-            )
-        )
-        # One pass in the Python workers: each task decodes one planned range (the ranges
-        # the records source would read) and writes its Parquet files itself, so no record
-        # crosses into the JVM; the driver commits all files with the new progress.
-        source = parse_options(
-            {
-                "path": log_dirs,
-                "kind": "records",
-                "startingOffsets": json.dumps(_offsets_option(starts)),
-                "until": json.dumps(_offsets_option(until)),
-                "maxPartitionBytes": str(config.max_partition_bytes),
-                "topics": ",".join(sorted({t for t, _ in new_progress})),
-                # With verify=full and a scan that did not decode, an undecodable batch must
-                # stop the run (to be quarantined by a decoding scan), not vanish.
-                "onDecodeError": "fail"
-                if config.verify == "full" and not decode_in_scan
-                else "skip",
-            }
-        )
-        apps = {app_id(t, p): v for (t, p), v in new_progress.items()}
-        expected = {app_id(t, p): progress.get((t, p)) for (t, p) in new_progress}
-        result = write_direct(
+        staged = stage_files(
             spark,
             records_path,
-            plan_ranges(source),
-            functools.partial(_read_records, options=source),
+            ranges,
+            functools.partial(_read_range, options=source),
             schema=RECORDS_ARROW_SCHEMA,
             partition_by=["topic", "date"],
-            app_transactions=apps,
-            expected_versions=expected,
+            compression=config.compression,
             max_rows_per_file=config.max_rows_per_file,
+            writer_options=RECORDS_PARQUET_OPTIONS,
         )
+    try:
+        return _finish(spark, config, summary, staged, starts, progress, high_watermarks, log)
+    finally:
+        summary.seconds = time.monotonic() - started
+
+
+def _finish(  # noqa: PLR0917
+    spark: SparkSession,
+    config: IngestConfig,
+    summary: IngestSummary,
+    staged: StagedWrite,
+    starts: Mapping[TopicPartition, int],
+    progress: Mapping[TopicPartition, int],
+    high_watermarks: Mapping[TopicPartition, int] | None,
+    log: Log,
+) -> IngestSummary:
+    """Steps 3 and 4: quarantine, then commit the staged files with the new progress."""
+    ends: dict[TopicPartition, int] = {}
+    sizes: dict[TopicPartition, tuple[int, int]] = {}
+    damaged: dict[tuple[str, int, str, int], dict[str, Any]] = {}
+    for report in staged.reports:
+        tp = (report["topic"], report["partition"])
+        if report["next_offset"] is not None:
+            ends[tp] = max(ends.get(tp, report["next_offset"]), report["next_offset"])
+        b, c = sizes.get(tp, (0, 0))
+        sizes[tp] = (b + report["bytes"], c + report["control_batches"])
+        for row in report["damaged"]:
+            damaged[(row["topic"], row["partition"], row["file"], row["position"])] = row
+    try:
+        summary.corrupt_batches = len(damaged)
+        if damaged:
+            log(f"{len(damaged)} damaged batches found")
+            rows = spark.createDataFrame(list(damaged.values()), schema=BATCHES_SCHEMA)
+            summary.quarantined += _quarantine(spark, rows, config.quarantine_path, log)
+        if damaged and config.fail_on_corrupt:
+            raise CorruptRecordError(
+                f"{len(damaged)} damaged batches (see {config.quarantine_path}); "
+                "fail_on_corrupt is set, progress not moved"
+            )
+        new_progress: dict[TopicPartition, int] = {}
+        for tp, start in starts.items():
+            end = ends.get(tp, start)
+            if high_watermarks is not None and tp in high_watermarks:
+                end = min(end, high_watermarks[tp])
+            if end > start:
+                new_progress[tp] = end
+                summary.partitions += 1
+                summary.bytes += sizes[tp][0]
+                summary.control_batches += sizes[tp][1]
+            elif start > progress.get(tp, 0):
+                # Only a gap was skipped: the partition still moves, so it is reported once.
+                new_progress[tp] = start
+        if not new_progress:
+            log("nothing new to ingest")
+            staged.abort()
+            return summary
+    except BaseException:
+        staged.abort()
+        raise
+    log(
+        f"committing {staged.num_rows} records of {len(new_progress)} partitions: "
+        + ", ".join(
+            f"{t}/{p} [{starts[(t, p)]}, {new_progress[(t, p)]})" for t, p in sorted(new_progress)
+        )
+    )
+    apps = {app_id(t, p): v for (t, p), v in new_progress.items()}
+    expected = {app_id(t, p): progress.get((t, p)) for (t, p) in new_progress}
+    result = staged.commit(app_transactions=apps, expected_versions=expected)
     summary.records = result.num_rows
-    summary.partitions = sum(1 for tp in new_progress if until[tp] > starts[tp])
     summary.committed = result.committed
     summary.table_version = result.version
     summary.progress = dict(sorted(apps.items()))
-    summary.seconds = time.monotonic() - started
     if not result.committed:
         log("another run already committed exactly this range: nothing written")
     return summary

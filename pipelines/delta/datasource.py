@@ -134,7 +134,11 @@ class DeltaRsWriter(DataSourceArrowWriter):
         self.result_file = options.get("resultfile") or None
         self.compression = options.get("compression", "zstd")
         self.max_rows_per_file = int(options.get("maxrowsperfile", "10000000"))
-        self.write_id = uuid.uuid4().hex
+        # The driver may choose the write id (so it can remove the files itself after a failed
+        # job, once every task has stopped); file names carry it, so it must be plain hex.
+        self.write_id = options.get("writeid") or uuid.uuid4().hex
+        if not all(c in "0123456789abcdef" for c in self.write_id):
+            raise DeltaSinkError(f"writeId must be lower-case hex, got {self.write_id!r}")
         fields = [f for f in schema.fields if f.name != self.check_column]
         missing = [c for c in self.partition_by if c not in [f.name for f in fields]]
         if missing:

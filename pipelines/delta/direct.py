@@ -2,20 +2,23 @@
 
 ``write_delta`` takes a DataFrame, so rows produced by a Python data source cross Python ->
 JVM -> Python before the sink's executor writer sees them; for nested columns that conversion
-costs more than producing and writing the data together. :func:`write_direct` skips it: the
+costs more than producing and writing the data together. :func:`stage_files` skips it: the
 driver hands small picklable *tasks* (one Spark partition each) to ``produce``, which runs in
 the Python worker and yields ``pyarrow.RecordBatch``es that go straight to the sink's own
 executor writer (:class:`~pipelines.delta.files.PartitionedFileWriter`: same file names,
 partition directories, stats, ``max_rows_per_file``). Only the written files' metadata
-(path, size, rows, partition values, stats JSON) travels back; the driver commits every file
-in one Delta transaction with :func:`~pipelines.delta.commit.commit_files`, carrying the app
-transactions and expected versions, exactly as the ``loglake_delta`` sink does.
+(path, size, rows, partition values, stats JSON) travels back, together with any *reports*
+``produce`` yields (JSON-able values that are not record batches: what a task saw, e.g. the
+offsets it covered and the damage it found). The result is a :class:`StagedWrite`: the caller
+looks at the reports, then commits every file in one Delta transaction
+(:meth:`StagedWrite.commit`, carrying app transactions and expected versions exactly as the
+``loglake_delta`` sink does) or aborts. :func:`write_direct` is stage + commit in one call.
 
 Crash tests: ``LOGLAKE_FAILPOINT=delta.before_commit`` kills every process of the session
 (SIGKILL) after every file is written, just before the commit, as the sink's ``commit()`` does.
 
-Crash behaviour: a failing task removes its own files; a failed job or a refused commit
-removes every file carrying the write id; after a committed write, files of failed or
+Crash behaviour: a failing task removes its own files; a failed job, an abort or a refused
+commit removes every file carrying the write id; after a committed write, files of failed or
 duplicate task attempts are removed. A process killed before the commit leaves only files no
 snapshot references (Delta's ``VACUUM`` removes those). Errors raised by ``produce`` reach the
 caller inside the ``DeltaSinkError`` (as its cause), so their text can still be recognised.
@@ -28,9 +31,9 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -48,7 +51,7 @@ from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
 from pipelines.delta.errors import DeltaSinkError
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
 
-__all__ = ["write_direct"]
+__all__ = ["StagedWrite", "run_in_job_group", "stage_files", "write_direct"]
 
 T = TypeVar("T")
 _JOB_GROUP = "spark.jobGroup.id"
@@ -82,17 +85,32 @@ def _wait_for_tasks(spark: SparkSession, group: str, *, timeout_s: float = 60.0)
         time.sleep(0.1)
 
 
+def run_in_job_group(spark: SparkSession, group: str, action: Callable[[], T]) -> T:
+    """``action()`` with its Spark jobs in job group ``group``; when it fails, returns only
+    after every task of the group has stopped (so files they write can be removed safely)."""
+    sc = spark.sparkContext
+    previous_group = sc.getLocalProperty(_JOB_GROUP)
+    sc.setLocalProperty(_JOB_GROUP, group)
+    try:
+        return action()
+    except BaseException:
+        _wait_for_tasks(spark, group)
+        raise
+    finally:
+        sc.setLocalProperty(_JOB_GROUP, previous_group)  # type: ignore[arg-type]
+
+
 def _task_writer(
     root: str,
     *,
     write_id: str,
-    produce: Callable[[T], Iterable[pa.RecordBatch]],
+    produce: Callable[[T], Iterable[Any]],
     schema: pa.Schema,
     partition_by: list[str],
-    compression: str,
-    max_rows_per_file: int,
+    writer_options: Mapping[str, Any],
 ) -> Callable[[int, Iterable[T]], Iterator[str]]:
-    """The function each Spark task runs: produce, write files, yield their metadata as JSON."""
+    """The function each Spark task runs: produce, write files, yield their metadata and the
+    task's reports as JSON lines (``{"file": ...}`` / ``{"report": ...}``)."""
 
     def run(index: int, items: Iterable[T]) -> Iterator[str]:
         ctx = TaskContext.get()
@@ -103,12 +121,15 @@ def _task_writer(
             task_id=index,
             attempt=attempt,
             partition_by=partition_by,
-            compression=compression,
-            max_rows_per_file=max_rows_per_file,
+            **writer_options,
         )
+        reports: list[Any] = []
         try:
             for item in items:
                 for batch in produce(item):
+                    if not isinstance(batch, pa.RecordBatch):
+                        reports.append(batch)
+                        continue
                     table = pa.Table.from_batches([batch])
                     if table.schema.types != schema.types:
                         table = table.cast(schema)
@@ -118,9 +139,130 @@ def _task_writer(
             out.abort()
             raise
         for f in files:
-            yield json.dumps(asdict(f))
+            yield json.dumps({"file": asdict(f)})
+        for r in reports:
+            yield json.dumps({"report": r})
 
     return run
+
+
+@dataclass
+class StagedWrite:
+    """Data files written by :func:`stage_files` (referenced by no snapshot yet).
+
+    ``reports`` holds what the tasks' ``produce`` yielded besides record batches, in task
+    order. Call :meth:`commit` or :meth:`abort` exactly once.
+    """
+
+    root: str
+    write_id: str
+    schema: pa.Schema
+    partition_by: list[str]
+    files: list[WrittenFile] = field(default_factory=list)
+    reports: list[Any] = field(default_factory=list)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(f.num_rows for f in self.files)
+
+    def commit(
+        self,
+        *,
+        app_transactions: Mapping[str, int] | None = None,
+        expected_versions: Mapping[str, int | None] | None = None,
+    ) -> CommitResult:
+        """Append every staged file in one Delta commit (with the app transactions); a refused
+        commit removes the files and raises, a committed one removes leftover attempt files."""
+        if os.environ.get(FAILPOINT_ENV) == "delta.before_commit":
+            kill_session()
+        apps = {str(k): int(v) for k, v in (app_transactions or {}).items()}
+        try:
+            result = commit_files(
+                self.root,
+                self.files,
+                schema=self.schema,
+                partition_by=self.partition_by,
+                mode="append",
+                app_transactions=apps,
+                expected_versions=expected_versions,
+            )
+        except BaseException:
+            self.abort()
+            raise
+        keep = {unquote(f.path) for f in self.files} if result.committed else set()
+        cleanup_write_files(self.root, self.write_id, keep=keep)
+        return result
+
+    def abort(self) -> None:
+        """Remove every file of this write (nothing was committed)."""
+        cleanup_write_files(self.root, self.write_id)
+
+
+def stage_files(
+    spark: SparkSession,
+    path: str | Path,
+    tasks: Sequence[T],
+    produce: Callable[[T], Iterable[Any]],
+    *,
+    schema: pa.Schema,
+    partition_by: Sequence[str] | None = None,
+    compression: str = "zstd",
+    max_rows_per_file: int | None = None,
+    writer_options: Mapping[str, Any] | None = None,
+) -> StagedWrite:
+    """Run ``produce(task)`` for every task in the executors and write what it yields.
+
+    One Spark partition per task (``produce`` and the tasks must be picklable; ``produce``
+    runs in the executors' Python workers). Record batches must have ``schema``'s columns
+    (types are cast when they differ); ``partition_by`` columns become directories; any other
+    item ``produce`` yields is a JSON-able report returned in :attr:`StagedWrite.reports`.
+    ``writer_options`` are further keyword arguments of
+    :class:`~pipelines.delta.files.PartitionedFileWriter` (Parquet encodings and the like).
+    Raises ``DeltaSinkError`` (wrapping the task's error) when a task fails; nothing is left
+    on disk then.
+    """
+    parts = list(partition_by or [])
+    missing = [c for c in parts if c not in schema.names]
+    if missing:
+        raise DeltaSinkError(f"partition columns {missing} are not in the data")
+    root = str(Path(str(path).removeprefix("file://")).absolute())
+    dt = load_table(root)
+    if dt is not None:
+        check_schema(dt, schema, parts)
+    staged = StagedWrite(root, uuid.uuid4().hex, schema, parts)
+    if not tasks:
+        return staged
+    options: dict[str, Any] = {
+        "compression": compression,
+        "max_rows_per_file": 10_000_000 if max_rows_per_file is None else max_rows_per_file,
+        **(writer_options or {}),
+    }
+    run = _task_writer(
+        root,
+        write_id=staged.write_id,
+        produce=produce,
+        schema=schema,
+        partition_by=parts,
+        writer_options=options,
+    )
+    # parallelize() cuts n items into n slices of exactly one item each.
+    rdd = spark.sparkContext.parallelize(list(tasks), len(tasks))
+    try:
+        rows = run_in_job_group(
+            spark, f"loglake-direct-{staged.write_id}", rdd.mapPartitionsWithIndex(run).collect
+        )
+    except Exception as exc:
+        cleanup_write_files(root, staged.write_id, prune_dirs=True)
+        raise DeltaSinkError(
+            f"write to {root} failed, nothing committed: {_first_line(exc)}", path=root
+        ) from exc
+    for line in rows:
+        item = json.loads(line)
+        if "file" in item:
+            staged.files.append(WrittenFile(**item["file"]))
+        else:
+            staged.reports.append(item["report"])
+    return staged
 
 
 def write_direct(
@@ -135,71 +277,29 @@ def write_direct(
     expected_versions: Mapping[str, int | None] | None = None,
     compression: str = "zstd",
     max_rows_per_file: int | None = None,
+    writer_options: Mapping[str, Any] | None = None,
 ) -> CommitResult:
     """Append what ``produce(task)`` yields for every task to the Delta table at ``path``.
 
-    One Spark partition per task (``produce`` and the tasks must be picklable; ``produce``
-    runs in the executors' Python workers). Batches must have ``schema``'s columns (types are
-    cast when they differ); ``partition_by`` columns become directories. ``app_transactions``
-    and ``expected_versions`` mean what they mean for ``write_delta``: a write whose versions
-    are all already in the table is a no-op (checked before any task runs, and again at the
-    commit), a stale one is refused. Raises ``DeltaSinkError`` (wrapping the task's error)
-    when a task fails, the commit's own errors (``StaleTransactionError``, ...) otherwise.
+    :func:`stage_files` then :meth:`StagedWrite.commit`. ``app_transactions`` and
+    ``expected_versions`` mean what they mean for ``write_delta``: a write whose versions are
+    all already in the table is a no-op (checked before any task runs, and again at the
+    commit), a stale one is refused (``StaleTransactionError``, ...).
     """
-    parts = list(partition_by or [])
-    missing = [c for c in parts if c not in schema.names]
-    if missing:
-        raise DeltaSinkError(f"partition columns {missing} are not in the data")
     apps = {str(k): int(v) for k, v in (app_transactions or {}).items()}
     root = str(Path(str(path).removeprefix("file://")).absolute())
     dt = load_table(root)
-    if dt is not None:
-        check_schema(dt, schema, parts)
-        if not check_app_transactions(dt, apps, expected_versions):
-            return CommitResult(root, dt.version(), False, "append", 0, 0, 0, 0, 0, apps)
-    write_id = uuid.uuid4().hex
-    files: list[WrittenFile] = []
-    if tasks:
-        run = _task_writer(
-            root,
-            write_id=write_id,
-            produce=produce,
-            schema=schema,
-            partition_by=parts,
-            compression=compression,
-            max_rows_per_file=10_000_000 if max_rows_per_file is None else max_rows_per_file,
-        )
-        sc = spark.sparkContext
-        # parallelize() cuts n items into n slices of exactly one item each.
-        rdd = sc.parallelize(list(tasks), len(tasks))
-        previous_group = sc.getLocalProperty(_JOB_GROUP)
-        sc.setLocalProperty(_JOB_GROUP, f"loglake-direct-{write_id}")
-        try:
-            rows = rdd.mapPartitionsWithIndex(run).collect()
-        except Exception as exc:
-            _wait_for_tasks(spark, f"loglake-direct-{write_id}")
-            cleanup_write_files(root, write_id, prune_dirs=True)
-            raise DeltaSinkError(
-                f"write to {root} failed, nothing committed: {_first_line(exc)}", path=root
-            ) from exc
-        finally:
-            sc.setLocalProperty(_JOB_GROUP, previous_group)  # type: ignore[arg-type]
-        files = [WrittenFile(**json.loads(r)) for r in rows]
-    if os.environ.get(FAILPOINT_ENV) == "delta.before_commit":
-        kill_session()
-    try:
-        result = commit_files(
-            root,
-            files,
-            schema=schema,
-            partition_by=parts,
-            mode="append",
-            app_transactions=apps,
-            expected_versions=expected_versions,
-        )
-    except BaseException:
-        cleanup_write_files(root, write_id)
-        raise
-    keep = {unquote(f.path) for f in files} if result.committed else set()
-    cleanup_write_files(root, write_id, keep=keep)
-    return result
+    if dt is not None and not check_app_transactions(dt, apps, expected_versions):
+        return CommitResult(root, dt.version(), False, "append", 0, 0, 0, 0, 0, apps)
+    staged = stage_files(
+        spark,
+        root,
+        tasks,
+        produce,
+        schema=schema,
+        partition_by=partition_by,
+        compression=compression,
+        max_rows_per_file=max_rows_per_file,
+        writer_options=writer_options,
+    )
+    return staged.commit(app_transactions=apps, expected_versions=expected_versions)

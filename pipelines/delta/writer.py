@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
@@ -37,8 +38,9 @@ from pipelines.delta.commit import (
     load_table,
 )
 from pipelines.delta.datasource import FORMAT, DeltaRsDataSource
+from pipelines.delta.direct import run_in_job_group
 from pipelines.delta.errors import DeltaSinkError, error_class
-from pipelines.delta.files import partition_value_string
+from pipelines.delta.files import cleanup_write_files, partition_value_string
 from pipelines.session import delta_engine
 
 __all__ = ["CHECK_COLUMN", "register_sink", "write_delta"]
@@ -117,12 +119,21 @@ def write_delta(
                 predicate=predicate, removesFile=str(removes_file), checkColumn=CHECK_COLUMN
             )
             df = df.withColumn(CHECK_COLUMN, sf.expr(f"coalesce(({predicate}), false)"))
+        write_id = uuid.uuid4().hex
+        options["writeId"] = write_id
         register_sink(spark)
         run_error: Exception | None = None
         try:
-            df.write.format(FORMAT).mode("append").options(**options).save(root)
+            run_in_job_group(
+                spark,
+                f"loglake-delta-{write_id}",
+                lambda: df.write.format(FORMAT).mode("append").options(**options).save(root),
+            )
         except Exception as exc:  # the commit worker's own error, if any, is in the result file
             run_error = exc
+            # The sink's abort() may run while a killed task is still closing a file: remove
+            # the write's files again now that every task has stopped (none was committed).
+            cleanup_write_files(root, write_id, prune_dirs=True)
         outcome = json.loads(result_file.read_text()) if result_file.exists() else {}
         if "error" in outcome:
             err = outcome["error"]

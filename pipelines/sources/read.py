@@ -18,8 +18,10 @@ damage and reported, like an impossible batchLength (after which nothing can be 
 with ``on_decode_error="fail"`` a batch that passed the header, CRC and bounds checks but
 whose records cannot be decoded (bad varints, decompression failure, non-UTF-8 header key)
 raises :class:`~logstore.errors.CorruptRecordError` (message starting with
-:data:`~pipelines.sources.plan.UNDECODABLE_BATCH`) instead, for callers that must never drop
-such a batch without quarantining it (the ingest job).
+:data:`~pipelines.sources.plan.UNDECODABLE_BATCH`) instead. A :class:`RangeReport` passed to
+:func:`read_records` collects, from the same pass, what ``kind="batches"`` would say about the
+range: where its sound batches end, their bytes and control batches, and a ``batches`` row
+for every damaged batch (undecodable ones included) — the ingest job needs nothing else.
 
 ``kind="batches"`` yields one :data:`BATCHES_ARROW_SCHEMA` row per frame (and per unreadable
 stop), with the reason in ``error``; ``verify="full"`` decodes the records too so that
@@ -32,25 +34,36 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstore.errors import CorruptRecordError, LoglakeError
+from pipelines.decode.arrow import numpy_array, repeated_string, string_array
 from pipelines.decode.batches import BatchScan, scan_batches, verify_batches
 from pipelines.decode.codecs import CODEC_LABELS
 from pipelines.decode.records import decode_records
 from pipelines.sources.plan import UNDECODABLE_BATCH, SegmentRange
 from pipelines.sources.schema import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "read_batches", "read_range", "read_records"]
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "RangeReport",
+    "read_batches",
+    "read_range",
+    "read_records",
+]
 
 DEFAULT_CHUNK_BYTES = 16 << 20
 _MS_PER_DAY = 86_400_000
 # Timestamps are carried to Spark in microseconds: beyond this many ms they would overflow.
 _MAX_MS = (2**63 - 1) // 1000
-_CODECS = pa.array(list(CODEC_LABELS) + ["unknown"] * 3, pa.string())
+
+
+_CODECS = string_array([*CODEC_LABELS, "unknown", "unknown", "unknown"])
 
 
 def _open(path: str) -> int:
@@ -123,6 +136,64 @@ def _bounds_errors(rng: SegmentRange, scan: BatchScan, errors: list[str | None])
                 )
 
 
+@dataclass
+class RangeReport:
+    """What one pass of :func:`read_records` saw in its range, besides the records.
+
+    ``next_offset``: one past the last offset of the last sound batch (control batches
+    included) inside the range's offset window, or None; ``bytes`` and ``control_batches``
+    count those sound batches; ``damaged``: one :data:`BATCHES_ARROW_SCHEMA` row (a dict) per
+    damaged batch or unreadable stop, whatever the window (damage is always reported).
+    JSON-able through :meth:`to_json`, so an executor can hand it back to the driver.
+    """
+
+    topic: str
+    partition: int
+    next_offset: int | None = None
+    bytes: int = 0
+    control_batches: int = 0
+    damaged: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(  # noqa: PLR0917
+        self,
+        rng: SegmentRange,
+        scan: BatchScan,
+        crc_ok: np.ndarray,
+        errors: list[str | None],
+        stop_error: str | None,
+        min_timestamp: int,
+    ) -> None:
+        """Account one chunk's frames (``errors`` final: decode failures filled in)."""
+        has_error = np.fromiter((e is not None for e in errors), np.bool_, len(errors))
+        sound = (
+            ~has_error
+            & (scan.last_offset >= rng.start_offset)
+            & (scan.base_offset < rng.until)
+            & (scan.max_timestamp >= min_timestamp)
+        )
+        if sound.any():
+            end = int(scan.last_offset[sound].max()) + 1
+            self.next_offset = end if self.next_offset is None else max(self.next_offset, end)
+            self.bytes += int(scan.size[sound].sum())
+            self.control_batches += int(scan.is_control[sound].sum())
+        if has_error.any():
+            rows = scan.take(has_error)
+            damaged: list[str | None] = [e for e in errors if e is not None]
+            self.damaged.extend(_batch_rows(rng, rows, crc_ok[has_error], damaged).to_pylist())
+        if stop_error is not None:
+            self.damaged.extend(_stop_row(rng, scan.end, stop_error).to_pylist())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "next_offset": self.next_offset,
+            "bytes": self.bytes,
+            "control_batches": self.control_batches,
+            "damaged": self.damaged,
+        }
+
+
 def read_records(
     rng: SegmentRange,
     *,
@@ -130,14 +201,15 @@ def read_records(
     max_timestamp: int,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     on_decode_error: str = "skip",
+    report: RangeReport | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``rng`` as :data:`RECORDS_ARROW_SCHEMA` batches (damage skipped).
 
     ``on_decode_error="fail"``: raise on the first sound-looking batch that cannot be decoded.
+    ``report``: filled as the range is read (complete once the iterator is exhausted).
     """
-    topic = pa.array([rng.topic], pa.string())
-    for buf, base_position, scan, _stop_error in _chunks(rng, chunk_bytes):
-        _crc_ok, errors = verify_batches(buf, scan, base_position=base_position)
+    for buf, base_position, scan, stop_error in _chunks(rng, chunk_bytes):
+        crc_ok, errors = verify_batches(buf, scan, base_position=base_position)
         _bounds_errors(rng, scan, errors)
         select = np.fromiter((e is None for e in errors), np.bool_, len(errors))
         for decoded in decode_records(
@@ -153,6 +225,10 @@ def read_records(
                     path=rng.path,
                     position=err.position,
                 )
+            if decoded.errors and report is not None:
+                where = {int(p): i for i, p in enumerate(scan.position.tolist())}
+                for err in decoded.errors:
+                    errors[where[err.position]] = err.reason
             out = decoded.records
             n = out.num_rows
             if n == 0:
@@ -160,10 +236,10 @@ def read_records(
             ms = out.column("timestamp").to_numpy()
             us = np.clip(ms, -_MAX_MS, _MAX_MS) * 1000
             columns = [
-                topic.take(pa.array(np.zeros(n, np.int32))),
-                pa.array(np.full(n, rng.partition, np.int32)),
+                repeated_string(rng.topic, n),
+                numpy_array(np.full(n, rng.partition, np.int32)),
                 out.column("offset"),
-                pa.array(us, pa.timestamp("us", tz="UTC")),
+                numpy_array(us, pa.timestamp("us", tz="UTC")),
                 out.column("timestamp_type"),
                 out.column("key"),
                 out.column("value"),
@@ -173,12 +249,14 @@ def read_records(
                 out.column("base_sequence"),
                 out.column("is_transactional"),
                 out.column("leader_epoch"),
-                pa.array(np.full(n, rng.segment_base_offset, np.int64)),
+                numpy_array(np.full(n, rng.segment_base_offset, np.int64)),
                 out.column("batch_position"),
                 out.column("codec"),
-                pa.array((ms // _MS_PER_DAY).astype(np.int32), pa.date32()),
+                numpy_array((ms // _MS_PER_DAY).astype(np.int32), pa.date32()),
             ]
             yield pa.RecordBatch.from_arrays(columns, schema=RECORDS_ARROW_SCHEMA)
+        if report is not None:
+            report.add(rng, scan, crc_ok, errors, stop_error, min_timestamp)
 
 
 def read_batches(
@@ -226,16 +304,16 @@ def _batch_rows(
     zeros = np.zeros(n, np.int32)
 
     def v2_only(values: np.ndarray, typ: pa.DataType) -> pa.Array:
-        return pa.array(values, typ, mask=~v2)
+        return numpy_array(values, typ, mask=~v2)
 
     columns = [
-        pa.array([rng.topic], pa.string()).take(pa.array(zeros)),
-        pa.array(np.full(n, rng.partition, np.int32)),
-        pa.array([rng.path], pa.string()).take(pa.array(zeros)),
-        pa.array(np.full(n, rng.segment_base_offset, np.int64)),
-        pa.array(scan.position),
-        pa.array(scan.size),
-        pa.array(scan.base_offset),
+        string_array([rng.topic]).take(numpy_array(zeros)),
+        numpy_array(np.full(n, rng.partition, np.int32)),
+        string_array([rng.path]).take(numpy_array(zeros)),
+        numpy_array(np.full(n, rng.segment_base_offset, np.int64)),
+        numpy_array(scan.position),
+        numpy_array(scan.size),
+        numpy_array(scan.base_offset),
         v2_only(scan.last_offset, pa.int64()),
         v2_only(scan.records_count, pa.int32()),
         v2_only(scan.base_timestamp, pa.int64()),
@@ -248,19 +326,19 @@ def _batch_rows(
         v2_only(scan.producer_epoch, pa.int16()),
         v2_only(scan.base_sequence, pa.int32()),
         v2_only(scan.leader_epoch, pa.int32()),
-        pa.array(scan.magic.astype(np.int32)),
+        numpy_array(scan.magic.astype(np.int32)),
         v2_only(scan.crc.astype(np.int64), pa.int64()),
-        pa.array(crc_ok),
-        pa.array(errors, pa.string()),
+        numpy_array(crc_ok),
+        string_array(errors),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=BATCHES_ARROW_SCHEMA)
 
 
 def _codec_column(scan: BatchScan, v2: np.ndarray) -> pa.Array:
-    labels = _CODECS.take(pa.array(scan.codec))
+    labels = _CODECS.take(numpy_array(scan.codec))
     if v2.all():
         return labels
-    return pc.if_else(pa.array(v2), labels, pa.scalar(None, pa.string()))
+    return pc.if_else(numpy_array(v2), labels, pa.scalar(None, pa.string()))
 
 
 def _stop_row(rng: SegmentRange, position: int, error: str) -> pa.RecordBatch:

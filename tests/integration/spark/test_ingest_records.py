@@ -20,6 +20,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from logstore.errors import LoglakeError
 from logstore.protocol.batch import Codec, iter_batches
 from logstore.protocol.control import ControlType, build_control_batch
 from logstore.protocol.records import build_batch
@@ -412,7 +413,15 @@ def test_job_help_and_config_errors(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "config file not found" in bad.stderr
     cfg = load_config(ROOT / "conf" / "pipeline.toml", log_dirs=["x"], lake="y")
     assert cfg.log_dirs == (str(Path("x").absolute()),) and cfg.lake == str(Path("y").absolute())
-    assert cfg.verify == "full" and cfg.fail_on_corrupt is False
+    assert cfg.compression == "snappy" and cfg.fail_on_corrupt is False
+    for ingest, message in (
+        ('verify = "full"', "verify is no longer used"),
+        ('compression = "brotli9"', "compression must be one of"),
+    ):
+        conf = tmp_path / "bad.toml"
+        conf.write_text(f'[paths]\nlog_dirs = ["x"]\nlake = "y"\n[ingest]\n{ingest}\n')
+        with pytest.raises(LoglakeError, match=message):
+            load_config(conf)
 
 
 def _break_records_keep_crc(log_file: Path, batch_index: int) -> int:
@@ -444,10 +453,10 @@ def test_batch_with_valid_crc_but_undecodable_records_is_quarantined(
     good = sorted(r for r in big.rows if not 4 <= r[2] < 8)
     lake = tmp_path / "lake"
     messages: list[str] = []
-    s = run_ingest(spark, _config(big.root, lake, verify="full"), log=messages.append)
+    s = run_ingest(spark, _config(big.root, lake), log=messages.append)
     assert (s.corrupt_batches, s.quarantined, s.records) == (1, 1, 8)
     assert s.progress == {app_id("u", 0): 12}
-    assert any("cannot be decoded" in m for m in messages)
+    assert any("1 damaged batches found" in m for m in messages)
     assert _records(lake) == good
     q = pl.read_delta(str(lake / "quarantine")).to_dicts()
     assert [(r["topic"], r["partition"], r["position"], r["crc_valid"]) for r in q] == [
@@ -455,16 +464,10 @@ def test_batch_with_valid_crc_but_undecodable_records_is_quarantined(
     ]
     assert "negative record length" in q[0]["error"]
     # the next run has nothing new: it does not decode what is below its progress again
-    s2 = run_ingest(spark, _config(big.root, lake, verify="full"), log=_quiet)
+    s2 = run_ingest(spark, _config(big.root, lake), log=_quiet)
     assert (s2.corrupt_batches, s2.quarantined, s2.records, s2.committed) == (0, 0, 0, False)
     assert pl.read_delta(str(lake / "quarantine")).height == 1
     assert _records(lake) == good
-    # verify="crc" trades that check away: the batch is left out, not quarantined
-    lake_crc = tmp_path / "lake-crc"
-    s3 = run_ingest(spark, _config(big.root, lake_crc, verify="crc"), log=_quiet)
-    assert (s3.corrupt_batches, s3.quarantined, s3.records) == (0, 0, 8)
-    assert _records(lake_crc) == good
-    assert not (lake_crc / "quarantine").exists()
 
 
 def test_undecodable_batch_with_fail_on_corrupt_keeps_progress(
@@ -525,8 +528,12 @@ def test_records_table_equals_the_source_column_for_column(
     assert all(pl.read_parquet(u).height <= 5 for u in uris)
 
 
-def test_failed_direct_pass_leaves_no_data_files(spark: SparkSession, tmp_path: Path) -> None:
-    """A task failing in the direct pass (undecodable batch): every file of that pass is gone."""
+def test_fail_on_corrupt_leaves_no_data_files_then_a_normal_run_lands_the_rest(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The one pass writes files before it knows about damage: a refused run removes them."""
+    from logstore.errors import CorruptRecordError
+
     big = LogDir(tmp_path / "logs", segment_bytes=1 << 20)
     try:
         for topic in ("w", "x"):
@@ -537,8 +544,14 @@ def test_failed_direct_pass_leaves_no_data_files(spark: SparkSession, tmp_path: 
         big.close()
     _break_records_keep_crc(next((big.root / "w-0").glob("*.log")), 1)
     lake = tmp_path / "lake"
-    s = run_ingest(spark, _config(big.root, lake, verify="full"), log=_quiet)
-    assert (s.corrupt_batches, s.quarantined, s.records) == (1, 1, 12)
+    with pytest.raises(CorruptRecordError, match="damaged"):
+        run_ingest(spark, _config(big.root, lake, fail_on_corrupt=True), log=_quiet)
+    assert not list((lake / "records").rglob("*.parquet"))
+    assert read_progress(lake / "records") == {}
+    assert pl.read_delta(str(lake / "quarantine")).height == 1
+    s = run_ingest(spark, _config(big.root, lake), log=_quiet)
+    # the damaged batch is found again, but it is already in quarantine
+    assert (s.corrupt_batches, s.quarantined, s.records) == (1, 0, 12)
     live = {Path(u).resolve() for u in DeltaTable(str(lake / "records")).file_uris()}
     on_disk = {p.resolve() for p in (lake / "records").rglob("*.parquet")}
     assert on_disk == live
