@@ -38,13 +38,14 @@ them already there.
 from __future__ import annotations
 
 import functools
+import heapq
 import json
 import os
 import sys
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ __all__ = [
     "IngestSummary",
     "app_id",
     "load_config",
+    "pack_ranges",
     "read_progress",
     "run_ingest",
 ]
@@ -339,19 +341,37 @@ def _quarantine(spark: SparkSession, errors: DataFrame, path: str, log: Log) -> 
     return result.num_rows
 
 
-def _read_range(rng: SegmentRange, *, options: SourceOptions) -> Iterator[Any]:
-    """Executor side of step 2: the records of ``rng``, then its :class:`RangeReport` (JSON)."""
+def _read_ranges(ranges: list[SegmentRange], *, options: SourceOptions) -> Iterator[Any]:
+    """Executor side of step 2: per range, its records then its :class:`RangeReport` (JSON)."""
     # Imported here: the driver plans without loading the decoder (numba) at all.
     from pipelines.sources.read import RangeReport, read_records  # noqa: PLC0415
 
-    report = RangeReport(rng.topic, rng.partition)
-    yield from read_records(
-        rng,
-        min_timestamp=options.min_timestamp,
-        max_timestamp=options.max_timestamp,
-        report=report,
-    )
-    yield report.to_json()
+    for rng in ranges:
+        report = RangeReport(rng.topic, rng.partition)
+        yield from read_records(
+            rng,
+            min_timestamp=options.min_timestamp,
+            max_timestamp=options.max_timestamp,
+            report=report,
+        )
+        yield report.to_json()
+
+
+def pack_ranges(ranges: Sequence[SegmentRange], tasks: int) -> list[list[SegmentRange]]:
+    """Pack ``ranges`` into at most ``tasks`` groups of nearly equal bytes.
+
+    Longest first, each to the lightest group so far (LPT: within 4/3 of the best possible
+    longest group); a group's ranges keep their planned order (file order). Empty groups are
+    dropped.
+    """
+    groups: list[list[SegmentRange]] = [[] for _ in range(max(1, tasks))]
+    heap = [(0, g) for g in range(len(groups))]
+    order = {id(r): n for n, r in enumerate(ranges)}
+    for rng in sorted(ranges, key=lambda r: r.end - r.start, reverse=True):
+        size, g = heapq.heappop(heap)
+        groups[g].append(rng)
+        heapq.heappush(heap, (size + rng.end - rng.start, g))
+    return [sorted(g, key=lambda r: order[id(r)]) for g in groups if g]
 
 
 def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr) -> IngestSummary:
@@ -391,18 +411,28 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
             "path": log_dirs,
             "kind": "records",
             "startingOffsets": json.dumps(_offsets_option(starts)),
-            "maxPartitionBytes": str(config.max_partition_bytes),
+            "maxPartitionBytes": str(max(1, config.max_partition_bytes // 4)),
             "topics": ",".join(sorted({topic for topic, _ in parts})),
         }
     )
     ranges = [r for r in plan_ranges(source) if (r.topic, r.partition) in starts]
-    log(f"reading {len(ranges)} ranges of {len(starts)} partitions up to their high watermarks")
+    # Pieces of a quarter of max_partition_bytes, packed into tasks of about that size, as
+    # many as a multiple of the cores: every core gets the same bytes (one task per segment
+    # left a core idle while the other read the last, larger segment).
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    total = sum(r.end - r.start for r in ranges)
+    waves = max(1, -(-total // (cores * config.max_partition_bytes)))
+    tasks = pack_ranges(ranges, cores * waves)
+    log(
+        f"reading {len(ranges)} ranges ({total / 1e6:.1f} MB) of {len(starts)} partitions up to "
+        f"their high watermarks in {len(tasks)} tasks"
+    )
     with _ProgressReporter(spark, config.progress_interval_s, log):
         staged = stage_files(
             spark,
             records_path,
-            ranges,
-            functools.partial(_read_range, options=source),
+            tasks,
+            functools.partial(_read_ranges, options=source),
             schema=RECORDS_ARROW_SCHEMA,
             partition_by=["topic", "date"],
             compression=config.compression,
