@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import signal
 import uuid
 from collections.abc import Iterator
@@ -210,8 +211,13 @@ class DeltaRsWriter(DataSourceArrowWriter):
                 {"error": {"type": type(exc).__name__, "message": str(exc)}},
             )
             raise
-        keep = {unquote(f.path) for f in files} if result.committed else set()
-        cleanup_write_files(self.root, self.write_id, keep=keep)
+        staged = {unquote(f.path) for f in files}
+        cleanup_write_files(
+            self.root,
+            self.write_id,
+            keep=staged if result.committed else set(),
+            dirs={posixpath.dirname(p) for p in staged},  # not the whole table
+        )
         write_result_file(self.result_file, {"result": result.to_json()})
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -189,8 +190,15 @@ class StagedWrite:
         except BaseException:
             self.abort()
             raise
-        keep = {unquote(f.path) for f in self.files} if result.committed else set()
-        cleanup_write_files(self.root, self.write_id, keep=keep)
+        staged = {unquote(f.path) for f in self.files}
+        # Leftovers of failed or duplicate task attempts sit beside the files they duplicate:
+        # only those partition directories are listed, not the whole (growing) table.
+        cleanup_write_files(
+            self.root,
+            self.write_id,
+            keep=staged if result.committed else set(),
+            dirs={posixpath.dirname(p) for p in staged},
+        )
         return result
 
     def abort(self) -> None:

@@ -26,7 +26,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -521,13 +521,21 @@ def _names_or_bool(value: bool | Sequence[str]) -> bool | list[str]:
 
 
 def cleanup_write_files(
-    root: str | Path, write_id: str, *, keep: set[str] | None = None, prune_dirs: bool = False
+    root: str | Path,
+    write_id: str,
+    *,
+    keep: set[str] | None = None,
+    prune_dirs: bool = False,
+    dirs: Iterable[str] | None = None,
 ) -> int:
     """Remove the files of write ``write_id`` under ``root`` except the relative paths in ``keep``.
 
     ``keep`` holds paths as written on disk (not URI-encoded). ``_delta_log`` is never touched.
-    ``prune_dirs`` also removes partition directories left empty (only safe when no other
-    writer is adding files to the table at the same time). Returns the number of files removed.
+    ``dirs``: look only in these directories (relative to ``root``, not recursively), e.g. the
+    partition directories of the files a write staged, instead of walking the whole table, which
+    grows with every run. ``prune_dirs`` also removes partition directories left empty (only
+    safe when no other writer is adding files to the table at the same time). Returns the
+    number of files removed.
     """
     root = Path(root)
     marker = f"-{write_id}-"
@@ -535,9 +543,13 @@ def cleanup_write_files(
     removed = 0
     if not root.is_dir():
         return 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        if Path(dirpath) == root and "_delta_log" in dirnames:
-            dirnames.remove("_delta_log")
+    if dirs is None:
+        listing: Iterable[tuple[str, list[str]]] = (
+            (d, names) for d, _sub, names in _walk_data(root)
+        )
+    else:
+        listing = ((str(root / d), _file_names(root / d)) for d in sorted(set(dirs)))
+    for dirpath, filenames in listing:
         for name in filenames:
             if marker not in name:
                 continue
@@ -553,3 +565,18 @@ def cleanup_write_files(
                 with contextlib.suppress(OSError):  # not empty: holds other data
                     d.rmdir()
     return removed
+
+
+def _walk_data(root: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk`` of a table directory without its ``_delta_log``."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        if Path(dirpath) == root and "_delta_log" in dirnames:
+            dirnames.remove("_delta_log")
+        yield dirpath, dirnames, filenames
+
+
+def _file_names(directory: Path) -> list[str]:
+    try:
+        return [e.name for e in os.scandir(directory) if e.is_file(follow_symlinks=False)]
+    except FileNotFoundError:
+        return []

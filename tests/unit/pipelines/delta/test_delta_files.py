@@ -124,6 +124,20 @@ def test_cleanup_removes_only_this_write_and_keeps_listed(tmp_path: Path) -> Non
     assert (tmp_path / "p=1").exists()
 
 
+def test_cleanup_limited_to_dirs_lists_only_those(tmp_path: Path) -> None:
+    for d in ("p=1", "p=2", "p=3/q=4"):
+        (tmp_path / d).mkdir(parents=True)
+        for name in ("part-00000-w9-0-c000.parquet", "part-00000-w9-1-c000.parquet"):
+            (tmp_path / d / name).write_bytes(b"x")
+    keep = {"p=1/part-00000-w9-1-c000.parquet", "p=3/q=4/part-00000-w9-1-c000.parquet"}
+    removed = cleanup_write_files(tmp_path, "w9", keep=keep, dirs={"p=1", "p=3/q=4", "gone"})
+    assert removed == 2
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.parquet"))
+    assert left == sorted(
+        [*keep, "p=2/part-00000-w9-0-c000.parquet", "p=2/part-00000-w9-1-c000.parquet"]
+    )
+
+
 def _groups(
     table: pa.Table, partition_by: list[str]
 ) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
