@@ -415,7 +415,17 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
             "topics": ",".join(sorted({topic for topic, _ in parts})),
         }
     )
-    ranges = [r for r in plan_ranges(source) if (r.topic, r.partition) in starts]
+    # A partition already ingested up to its high watermark has nothing committed to read:
+    # no piece of it is planned (a re-run with nothing new starts no Spark job at all).
+    caught_up = {
+        tp for tp, start in starts.items()
+        if high_watermarks is not None and tp in high_watermarks and start >= high_watermarks[tp]
+    }  # fmt: skip
+    ranges = [
+        r
+        for r in plan_ranges(source)
+        if (r.topic, r.partition) in starts and (r.topic, r.partition) not in caught_up
+    ]
     # Pieces of a quarter of max_partition_bytes, packed into tasks of about that size, as
     # many as a multiple of the cores: every core gets the same bytes (one task per segment
     # left a core idle while the other read the last, larger segment).

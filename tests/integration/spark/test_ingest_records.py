@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -193,9 +194,12 @@ def test_ingest_is_exact_then_a_no_op_then_incremental(
     days = table.select((pl.col("timestamp").dt.date() == pl.col("date")).all()).item()
     assert days is True
 
-    s2 = run_ingest(spark, _config(logs.root, lake), log=_quiet)
+    messages: list[str] = []
+    s2 = run_ingest(spark, _config(logs.root, lake), log=messages.append)
     assert (s2.records, s2.committed) == (0, False)
     assert DeltaTable(str(lake / "records")).version() == version
+    # every partition is at its high watermark: nothing planned, no Spark task
+    assert any("reading 0 ranges" in m and "in 0 tasks" in m for m in messages), messages
 
     before = len(logs.rows)
     logs.produce("events", 1, 6, codec=Codec.ZSTD, seed=500)
@@ -270,18 +274,20 @@ def test_corrupt_batch_goes_to_quarantine_and_the_rest_is_ingested(
     row = q.to_dicts()[0]
     assert (row["topic"], row["partition"], row["position"]) == ("c", 0, position)
     assert Path(row["file"]) == seg.resolve() and "crc" in row["error"].lower()
-    # idempotent: the same damage is not quarantined twice, records stay exact
+    # a re-run reads nothing below its progress: the damage is not found (nor quarantined) again
     s2 = run_ingest(spark, cfg, log=_quiet)
-    assert (s2.corrupt_batches, s2.quarantined, s2.records) == (1, 0, 0)
+    assert (s2.corrupt_batches, s2.quarantined, s2.records, s2.committed) == (0, 0, 0, False)
     assert pl.read_delta(str(lake / "quarantine")).height == 1
     assert _records(lake) == sorted(good)
-    # strict mode fails, and does not move progress
+    # strict mode fails, and does not move progress; the damage is quarantined once
     from logstore.errors import CorruptRecordError
 
-    progress = read_progress(lake / "records")
+    strict = tmp_path / "lake-strict"
+    shutil.copytree(lake / "quarantine", strict / "quarantine")
     with pytest.raises(CorruptRecordError, match="damaged"):
-        run_ingest(spark, _config(big.root, lake, fail_on_corrupt=True), log=_quiet)
-    assert read_progress(lake / "records") == progress
+        run_ingest(spark, _config(big.root, strict, fail_on_corrupt=True), log=_quiet)
+    assert read_progress(strict / "records") == {}
+    assert pl.read_delta(str(strict / "quarantine")).height == 1
 
 
 def test_gap_from_retention_is_reported(spark: SparkSession, tmp_path: Path, logs: LogDir) -> None:
