@@ -271,8 +271,11 @@ def _records(table: Path) -> list[Row]:
     return sorted(out, key=lambda r: (r[0], r[1], r[2]))
 
 
-def _ran_on_the_cluster(cluster: SparkCluster, apps_before: Mapping[str, Any]) -> None:
-    """The last submit registered with the master and both workers' executors ran its tasks.
+def _ran_on_the_cluster(
+    cluster: SparkCluster, apps_before: Mapping[str, Any], *, tasks: bool = True
+) -> None:
+    """The last submit registered with the master and both workers' executors ran its tasks
+    (``tasks=False``: it got executors on both workers but needed no task at all).
 
     Fails when the driver silently ran in local mode (e.g. a configuration file's
     ``spark.master`` overriding ``spark-submit --master``).
@@ -283,7 +286,8 @@ def _ran_on_the_cluster(cluster: SparkCluster, apps_before: Mapping[str, Any]) -
     assert len(executor_logs) == 2, executor_logs
     assert {p.parent.parent.parent for p in executor_logs} == set(cluster.worker_dirs)
     for log in executor_logs:
-        assert "Running task" in log.read_text(encoding="utf-8", errors="replace"), log
+        ran = "Running task" in log.read_text(encoding="utf-8", errors="replace")
+        assert ran is tasks, log
 
 
 def test_ingest_job_on_the_cluster_is_exact_and_a_rerun_is_a_no_op(
@@ -313,7 +317,8 @@ def test_ingest_job_on_the_cluster_is_exact_and_a_rerun_is_a_no_op(
 
     apps = cluster.completed_apps()
     second = _check(cluster.submit(INGEST_JOB, *args, cwd=work), cluster)
-    _ran_on_the_cluster(cluster, apps)
+    # every partition is at its high watermark: the re-run plans nothing, runs no task
+    _ran_on_the_cluster(cluster, apps, tasks=False)
     assert (second["records"], second["committed"]) == (0, False)
     assert DeltaTable(str(lake / "records")).version() == version
     assert _records(lake / "records") == expected
