@@ -49,21 +49,13 @@ from pipelines.delta.commit import (
     load_table,
 )
 from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
-from pipelines.delta.errors import DeltaSinkError
+from pipelines.delta.errors import DeltaSinkError, first_error_line
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
 
 __all__ = ["StagedWrite", "run_in_job_group", "stage_files", "write_direct"]
 
 T = TypeVar("T")
 _JOB_GROUP = "spark.jobGroup.id"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    for line in text.splitlines():
-        if "Error" in line or "Exception" in line:
-            return line.strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _wait_for_tasks(spark: SparkSession, group: str, *, timeout_s: float = 60.0) -> None:
@@ -262,7 +254,7 @@ def stage_files(
     except Exception as exc:
         cleanup_write_files(root, staged.write_id, prune_dirs=True)
         raise DeltaSinkError(
-            f"write to {root} failed, nothing committed: {_first_line(exc)}", path=root
+            f"write to {root} failed, nothing committed: {first_error_line(exc)}", path=root
         ) from exc
     for line in rows:
         item = json.loads(line)

@@ -15,6 +15,7 @@ __all__ = [
     "SchemaMismatchError",
     "StaleTransactionError",
     "error_class",
+    "first_error_line",
 ]
 
 
@@ -43,3 +44,12 @@ _BY_NAME: dict[str, type[DeltaSinkError]] = {
 def error_class(name: str) -> type[DeltaSinkError]:
     """The sink's exception class called ``name`` (``DeltaSinkError`` for anything else)."""
     return _BY_NAME.get(name, DeltaSinkError)
+
+
+def first_error_line(exc: BaseException) -> str:
+    """The line of a (Spark/Py4J) exception's text naming the error, for one-line messages."""
+    text = str(exc).strip()
+    for line in text.splitlines():
+        if "Error" in line or "Exception" in line:
+            return line.strip()
+    return text.splitlines()[0] if text else type(exc).__name__

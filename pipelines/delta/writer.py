@@ -39,7 +39,7 @@ from pipelines.delta.commit import (
 )
 from pipelines.delta.datasource import FORMAT, DeltaRsDataSource
 from pipelines.delta.direct import run_in_job_group
-from pipelines.delta.errors import DeltaSinkError, error_class
+from pipelines.delta.errors import DeltaSinkError, error_class, first_error_line
 from pipelines.delta.files import cleanup_write_files, partition_value_string
 from pipelines.session import delta_engine
 
@@ -140,7 +140,7 @@ def write_delta(
             raise error_class(err["type"])(err["message"]) from run_error
         if run_error is not None:
             raise DeltaSinkError(
-                f"write to {root} failed, nothing committed: {_first_line(run_error)}",
+                f"write to {root} failed, nothing committed: {first_error_line(run_error)}",
                 path=root,
             ) from run_error
         if "result" not in outcome:
@@ -148,14 +148,6 @@ def write_delta(
         return CommitResult.from_json(outcome["result"])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    for line in text.splitlines():
-        if "Error" in line or "Exception" in line:
-            return line.strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _replace_where_files(
@@ -188,7 +180,7 @@ def _replace_where_files(
     except AnalysisException as exc:
         raise DeltaSinkError(
             f"replace-where predicate {predicate!r} may only use partition columns "
-            f"{table_parts}: {_first_line(exc)}",
+            f"{table_parts}: {first_error_line(exc)}",
             path=root,
         ) from exc
     removes = [

@@ -45,7 +45,7 @@ from logstore.errors import CorruptRecordError, LoglakeError
 from pipelines.decode.arrow import numpy_array, repeated_string, string_array
 from pipelines.decode.batches import BatchScan, scan_batches, verify_batches
 from pipelines.decode.codecs import CODEC_LABELS
-from pipelines.decode.records import decode_records
+from pipelines.decode.records import BatchError, decode_records
 from pipelines.sources.plan import UNDECODABLE_BATCH, SegmentRange
 from pipelines.sources.schema import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 
@@ -164,13 +164,8 @@ class RangeReport:
         min_timestamp: int,
     ) -> None:
         """Account one chunk's frames (``errors`` final: decode failures filled in)."""
-        has_error = np.fromiter((e is not None for e in errors), np.bool_, len(errors))
-        sound = (
-            ~has_error
-            & (scan.last_offset >= rng.start_offset)
-            & (scan.base_offset < rng.until)
-            & (scan.max_timestamp >= min_timestamp)
-        )
+        has_error = _has_error(errors)
+        sound = ~has_error & _in_window(rng, scan, min_timestamp)
         if sound.any():
             end = int(scan.last_offset[sound].max()) + 1
             self.next_offset = end if self.next_offset is None else max(self.next_offset, end)
@@ -192,6 +187,30 @@ class RangeReport:
             "control_batches": self.control_batches,
             "damaged": self.damaged,
         }
+
+
+def _in_window(rng: SegmentRange, scan: BatchScan, min_timestamp: int) -> np.ndarray:
+    """Frames that can hold a record of ``rng``'s offset window at or after ``min_timestamp``."""
+    return np.asarray(
+        (scan.last_offset >= rng.start_offset)
+        & (scan.base_offset < rng.until)
+        & (scan.max_timestamp >= min_timestamp)
+    )
+
+
+def _has_error(errors: list[str | None]) -> np.ndarray:
+    return np.fromiter((e is not None for e in errors), np.bool_, len(errors))
+
+
+def _note_decode_errors(
+    scan: BatchScan, errors: list[str | None], batch_errors: list[BatchError]
+) -> None:
+    """Put the decoder's per-batch failures into ``errors`` (indexed like ``scan``)."""
+    if not batch_errors:
+        return
+    where = {int(p): i for i, p in enumerate(scan.position.tolist())}
+    for err in batch_errors:
+        errors[where[err.position]] = err.reason
 
 
 def read_records(
@@ -226,9 +245,7 @@ def read_records(
                     position=err.position,
                 )
             if decoded.errors and report is not None:
-                where = {int(p): i for i, p in enumerate(scan.position.tolist())}
-                for err in decoded.errors:
-                    errors[where[err.position]] = err.reason
+                _note_decode_errors(scan, errors, decoded.errors)
             out = decoded.records
             n = out.num_rows
             if n == 0:
@@ -277,17 +294,9 @@ def read_batches(
         _bounds_errors(rng, scan, errors)
         if verify == "full":
             select = np.fromiter((e is None for e in errors), np.bool_, len(errors))
-            where = {int(p): i for i, p in enumerate(scan.position.tolist())}
             for decoded in decode_records(buf, scan, select=select, base_position=base_position):
-                for err in decoded.errors:
-                    errors[where[err.position]] = err.reason
-        keep = (
-            (scan.last_offset >= rng.start_offset)
-            & (scan.base_offset < rng.until)
-            & (scan.max_timestamp >= min_timestamp)
-        )
-        has_error = np.fromiter((e is not None for e in errors), np.bool_, len(errors))
-        keep |= has_error
+                _note_decode_errors(scan, errors, decoded.errors)
+        keep = _in_window(rng, scan, min_timestamp) | _has_error(errors)
         rows = scan.take(keep)
         kept_errors = [e for e, k in zip(errors, keep.tolist(), strict=True) if k]
         if len(rows):
@@ -301,15 +310,14 @@ def _batch_rows(
 ) -> pa.RecordBatch:
     n = len(scan)
     v2 = scan.magic == 2
-    zeros = np.zeros(n, np.int32)
 
     def v2_only(values: np.ndarray, typ: pa.DataType) -> pa.Array:
         return numpy_array(values, typ, mask=~v2)
 
     columns = [
-        string_array([rng.topic]).take(numpy_array(zeros)),
+        repeated_string(rng.topic, n),
         numpy_array(np.full(n, rng.partition, np.int32)),
-        string_array([rng.path]).take(numpy_array(zeros)),
+        repeated_string(rng.path, n),
         numpy_array(np.full(n, rng.segment_base_offset, np.int64)),
         numpy_array(scan.position),
         numpy_array(scan.size),
