@@ -13,7 +13,9 @@ for cand in "${LOGLAKE_PYTHON:-}" python3.11 python3.12 python3; do
   [ -n "$cand" ] || continue
   if command -v "$cand" >/dev/null 2>&1 &&
      "$cand" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 13) else 1)' 2>/dev/null; then
-    PY=$(command -v "$cand"); break
+    # The real interpreter, not a shim (pyenv): uv recreates .venv whenever the path it is
+    # given differs from the one the venv was made with.
+    PY=$("$cand" -c 'import sys; print(sys.executable)'); break
   fi
 done
 if [ -z "$PY" ]; then
@@ -36,3 +38,15 @@ fi
 
 # 4. The project and its pinned dependencies (dev group included: the tests need real clients).
 .tools/bin/uv sync --frozen --quiet --python "$PY"
+
+# 5. Bytecode, written once here: with PYTHONDONTWRITEBYTECODE set (as on these machines)
+# nothing else ever writes it, and every fresh interpreter (each Spark Python worker, each
+# spark-submit, the broker) compiled pandas, numba, pyspark... from source again: ~3 s more
+# per process start. Site-packages again only when the lock changes; our own code each time
+# (up-to-date files are skipped).
+stamp=.venv/.loglake-bytecode
+if [ ! -f "$stamp" ] || [ uv.lock -nt "$stamp" ]; then
+  .venv/bin/python -m compileall -q -j 0 .venv/lib/python*/site-packages >/dev/null || true
+  touch "$stamp"
+fi
+.venv/bin/python -m compileall -q -j 0 logstore pipelines jobs >/dev/null

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["numpy_array", "repeated_string", "string_array"]
+__all__ = ["numpy_array", "numpy_values", "repeated_string", "string_array"]
 
 
 def numpy_array(
@@ -38,6 +38,18 @@ def numpy_array(
     if typ.bit_width != arr.dtype.itemsize * 8:
         raise TypeError(f"{typ} cannot hold {arr.dtype} values")
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(arr)], nulls)
+
+
+def numpy_values(arr: pa.Array, dtype: type[np.generic]) -> np.ndarray:
+    """A read-only numpy view of a fixed-width array's values (no nulls), without a copy.
+
+    What ``arr.to_numpy()`` returns, minus its pandas import (~1.5 s in a fresh worker).
+    """
+    if arr.null_count:
+        raise ValueError("numpy_values: the array has nulls")
+    if arr.type.bit_width != np.dtype(dtype).itemsize * 8:
+        raise TypeError(f"{arr.type} values are not {np.dtype(dtype)}")
+    return np.frombuffer(arr.buffers()[1], dtype, len(arr), arr.offset * np.dtype(dtype).itemsize)
 
 
 def string_array(values: Sequence[str | None]) -> pa.Array:

@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstore.errors import CorruptRecordError, LoglakeError
-from pipelines.decode.arrow import numpy_array, repeated_string, string_array
+from pipelines.decode.arrow import numpy_array, numpy_values, repeated_string, string_array
 from pipelines.decode.batches import BatchScan, scan_batches, verify_batches
 from pipelines.decode.codecs import CODEC_LABELS
 from pipelines.decode.records import BatchError, decode_records
@@ -250,7 +250,7 @@ def read_records(
             n = out.num_rows
             if n == 0:
                 continue
-            ms = out.column("timestamp").to_numpy()
+            ms = numpy_values(out.column("timestamp"), np.int64)
             us = np.clip(ms, -_MAX_MS, _MAX_MS) * 1000
             columns = [
                 repeated_string(rng.topic, n),

@@ -53,25 +53,37 @@ def test_numpy_array_equals_pa_array() -> None:
         numpy_array(np.zeros(2, np.int32), pa.int64())
 
 
-def test_reading_records_does_not_import_pandas() -> None:
-    """pyarrow imports pandas on ``pa.array(<list>)``: ~1 s per Spark Python worker start."""
+def test_an_ingest_task_does_not_import_pandas(tmp_path: Path) -> None:
+    """pyarrow imports pandas on ``pa.array(<list>)`` and ``Array.to_numpy()``: ~1.5 s per
+    fresh Spark Python worker. An ingest task's whole path (read a segment range, decode,
+    write Parquet with the records table's options) must not."""
     code = textwrap.dedent(
-        """
-        import sys
-        import numpy as np
+        f"""
+        import os, sys
+        import pyarrow as pa
         from logstore.protocol.batch import Codec
         from logstore.protocol.records import build_batch
-        from pipelines.decode.batches import scan_batches
-        from pipelines.decode.records import decode_records
-        import pipelines.sources.read, pipelines.delta.direct
+        from pipelines.delta.files import RECORDS_PARQUET_OPTIONS, PartitionedFileWriter
+        from pipelines.sources.plan import SegmentRange
+        from pipelines.sources.read import RangeReport, read_records
+        from pipelines.sources.synthetic import write_batches
 
         recs = [(b"k%d" % i, b"v" * i, [("h", b"x")], 1_700_000_000_000 + i) for i in range(9)]
-        buf = np.frombuffer(bytes(build_batch(recs, codec=Codec.LZ4)), np.uint8)
-        rows = sum(d.records.num_rows for d in decode_records(buf, scan_batches(buf)))
-        print(rows, "pandas" in sys.modules)
+        write_batches({str(tmp_path)!r}, "t", 0, [build_batch(recs, codec=Codec.LZ4)])
+        log = os.path.join({str(tmp_path)!r}, "t-0", "00000000000000000000.log")
+        rng = SegmentRange("t", 0, log, 0, 0, os.path.getsize(log), 0, 9, None, True)
+        out = PartitionedFileWriter(
+            {str(tmp_path / "lake")!r}, write_id="w", task_id=0, attempt=0,
+            partition_by=["topic", "date"], compression="snappy", **RECORDS_PARQUET_OPTIONS,
+        )
+        report = RangeReport("t", 0)
+        for batch in read_records(rng, min_timestamp=0, max_timestamp=2**62, report=report):
+            out.write(pa.Table.from_batches([batch]))
+        rows = sum(f.num_rows for f in out.close())
+        print(rows, report.next_offset, "pandas" in sys.modules)
         """
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert out.stdout.split() == ["9", "False"]
+    assert out.stdout.split() == ["9", "9", "False"]

@@ -86,6 +86,27 @@ def test_writer_splits_by_partition_and_reports_stats(tmp_path: Path) -> None:
     assert b["minValues"]["s"] == "x" * 32 and "s" not in b["maxValues"]
 
 
+def test_timestamp_bounds_in_every_unit_are_never_tighter_than_the_data(tmp_path: Path) -> None:
+    """Bounds come from the integer values (no ``as_py``): floored/ceiled to milliseconds,
+    before the epoch too, "Z" only for a type with a time zone."""
+    cases = {
+        "ns": ([-1_500_001, 2_000_000_001], "1969-12-31T23:59:59.998", "1970-01-01T00:00:02.001"),
+        "us": ([-1, 999], "1969-12-31T23:59:59.999", "1970-01-01T00:00:00.001"),
+        "ms": ([-5, 7], "1969-12-31T23:59:59.995", "1970-01-01T00:00:00.007"),
+        "s": ([-2, 3], "1969-12-31T23:59:58.000", "1970-01-01T00:00:03.000"),
+    }
+    for unit, (values, lo, hi) in cases.items():
+        for tz, suffix in ((None, ""), ("UTC", "Z")):
+            w = PartitionedFileWriter(
+                tmp_path / f"{unit}-{tz}", write_id="w", task_id=0, attempt=0, partition_by=[]
+            )
+            w.write(pa.table({"ts": pa.array(values, pa.timestamp(unit, tz=tz))}))
+            (f,) = w.close()
+            stats = json.loads(f.stats)
+            assert stats["minValues"]["ts"] == lo + suffix, (unit, tz)
+            assert stats["maxValues"]["ts"] == hi + suffix, (unit, tz)
+
+
 def test_writer_rolls_files_and_abort_removes_them(tmp_path: Path) -> None:
     w = PartitionedFileWriter(
         tmp_path, write_id="w2", task_id=0, attempt=1, partition_by=[], max_rows_per_file=2
