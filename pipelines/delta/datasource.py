@@ -45,6 +45,7 @@ from pyspark.sql.types import StructType
 from pipelines.delta.commit import CommitResult, RemovedFile, commit_files
 from pipelines.delta.errors import DeltaSinkError
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
+from pipelines.worker import start_task
 
 __all__ = [
     "FAILPOINT_ENV",
@@ -148,6 +149,7 @@ class DeltaRsWriter(DataSourceArrowWriter):
         self.data_schema = pa.schema([f for f in self.schema if f.name not in self.partition_by])
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskFiles:
+        start_task()  # no full GC of the worker's modules between tasks
         ctx = TaskContext.get()
         task_id = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0

@@ -26,7 +26,6 @@ caller inside the ``DeltaSinkError`` (as its cause), so their text can still be 
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import posixpath
@@ -52,6 +51,7 @@ from pipelines.delta.commit import (
 from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
 from pipelines.delta.errors import DeltaSinkError, first_error_line
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
+from pipelines.worker import start_task
 
 __all__ = ["StagedWrite", "run_in_job_group", "stage_files", "write_direct"]
 
@@ -107,13 +107,7 @@ def _task_writer(
     task's reports as JSON lines (``{"file": ...}`` / ``{"report": ...}``)."""
 
     def run(index: int, items: Iterable[T]) -> Iterator[str]:
-        # A reused pyspark worker runs a full gc.collect() after every task (daemon.py): with
-        # numba, pyarrow and pyspark loaded that walks ~140k objects, ~85 ms a task, and the
-        # next task waits for it (measured 65-128 ms from a task's launch to this line; 8-30
-        # ms with the freeze). What is alive when a task starts (modules, compiled kernels,
-        # caches) moves to the permanent generation; the collections then look only at what
-        # the tasks created. Cost: a reference cycle among those objects is never collected.
-        gc.freeze()
+        start_task()  # no full GC of the worker's modules between tasks
         ctx = TaskContext.get()
         attempt = ctx.attemptNumber() if ctx is not None else 0
         out = PartitionedFileWriter(

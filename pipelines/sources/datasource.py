@@ -36,6 +36,7 @@ from pyspark.sql.types import StructType
 
 from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
 from pipelines.sources.schema import BATCHES_SCHEMA, RECORDS_SCHEMA
+from pipelines.worker import start_task
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -70,6 +71,7 @@ class LogSegmentsReader(DataSourceReader):
         # Imported here: the driver plans without loading the decoder (numba) at all.
         from pipelines.sources.read import read_range  # noqa: PLC0415
 
+        start_task()  # no full GC of the worker's modules between tasks
         if not isinstance(partition, SegmentPartition):
             return iter(())
         return read_range(
