@@ -50,3 +50,10 @@ if [ ! -f "$stamp" ] || [ uv.lock -nt "$stamp" ]; then
   touch "$stamp"
 fi
 .venv/bin/python -m compileall -q -j 0 logstore pipelines jobs >/dev/null
+
+# 6. The decoder's numba kernels into numba's on-disk cache (next to _kernels.py), once per
+# change of the kernels: otherwise the first job compiles them in every Python worker (~6 s).
+kernels=pipelines/decode/_kernels.py
+if [ -z "$(find pipelines/decode/__pycache__ -name '_kernels.records_to_columns-*.nbi' -newer "$kernels" 2>/dev/null)" ]; then
+  .venv/bin/python -m pipelines.decode.warmup
+fi

@@ -13,6 +13,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from pipelines.decode import decode_records, scan_batches, verify_batches
 from pipelines.decode.reference import reference_decode
+from pipelines.decode.warmup import warm
 
 
 def zigzag(n: int) -> bytes:
@@ -289,3 +290,9 @@ def test_positions_are_absolute_with_base_position() -> None:
     assert scan.position.tolist() == [4096, 4096 + len(good(0))]
     rows = [r for d in decode_records(buf, scan, base_position=4096) for r in d.records.to_pylist()]
     assert [r["batch_position"] for r in rows] == scan.position.tolist()
+
+
+def test_the_setup_warm_up_reads_its_segments_through_the_ingest_path() -> None:
+    """``python -m pipelines.decode.warmup`` (run by tools/bootstrap.sh) fills numba's cache
+    by reading one uncompressed and one lz4 batch of two records each."""
+    assert warm() == 4

@@ -1,0 +1,52 @@
+"""Compile the decoder's kernels into numba's on-disk cache: ``python -m pipelines.decode.warmup``.
+
+The kernels are compiled on first use (``cache=True``) and the machine code is kept next to
+``_kernels.py``; without it, the first job after an install compiles them in every Spark Python
+worker at once (~6 s each, measured). ``tools/bootstrap.sh`` runs this when the cache is older
+than the kernels. It reads a tiny segment the way an ingest task does (one uncompressed and
+one lz4 batch, with headers), so every specialisation a task needs is compiled: a read buffer
+(writable) and a decompressed arena (read-only) are different numba types.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+
+from logstore.protocol.batch import Codec
+from logstore.protocol.records import build_batch
+from pipelines.sources.plan import SegmentRange
+from pipelines.sources.read import RangeReport, read_records
+from pipelines.sources.synthetic import write_batches
+
+
+def warm() -> int:
+    """Decode both batch kinds once; returns the number of records read (4)."""
+    records = [(b"k%d" % i, b"v" * i, [("h", b"x")], 1_700_000_000_000 + i) for i in range(2)]
+    rows = 0
+    with tempfile.TemporaryDirectory(prefix="loglake-warmup-") as tmp:
+        # One partition per codec: a chunk of uncompressed batches is decoded in place, one
+        # with a compressed batch from the arena.
+        for partition, codec in enumerate((Codec.NONE, Codec.LZ4)):
+            write_batches(tmp, "warmup", partition, [build_batch(records, codec=codec)])
+            log = os.path.join(tmp, f"warmup-{partition}", f"{0:020d}.log")
+            size = os.path.getsize(log)
+            rng = SegmentRange("warmup", partition, log, 0, 0, size, 0, 2, None, True)
+            report = RangeReport("warmup", partition)
+            for batch in read_records(rng, min_timestamp=0, max_timestamp=2**62, report=report):
+                rows += batch.num_rows
+    return rows
+
+
+def main() -> None:
+    started = time.monotonic()
+    rows = warm()
+    if rows != 4:
+        raise SystemExit(f"decoder warm-up read {rows} records, expected 4")
+    print(f"decoder kernels compiled/cached in {time.monotonic() - started:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
