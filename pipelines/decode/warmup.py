@@ -10,14 +10,13 @@ one lz4 batch, with headers), so every specialisation a task needs is compiled: 
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
 
 from logstore.protocol.batch import Codec
 from logstore.protocol.records import build_batch
-from pipelines.sources.plan import SegmentRange
+from pipelines.sources.plan import parse_options, plan_ranges
 from pipelines.sources.read import RangeReport, read_records
 from pipelines.sources.synthetic import write_batches
 
@@ -31,11 +30,13 @@ def warm() -> int:
         # with a compressed batch from the arena.
         for partition, codec in enumerate((Codec.NONE, Codec.LZ4)):
             write_batches(tmp, "warmup", partition, [build_batch(records, codec=codec)])
-            log = os.path.join(tmp, f"warmup-{partition}", f"{0:020d}.log")
-            size = os.path.getsize(log)
-            rng = SegmentRange("warmup", partition, log, 0, 0, size, 0, 2, None, True)
-            report = RangeReport("warmup", partition)
-            for batch in read_records(rng, min_timestamp=0, max_timestamp=2**62, report=report):
+        options = parse_options({"path": tmp, "until": "latest"})
+        for rng in plan_ranges(options):
+            report = RangeReport(rng.topic, rng.partition)
+            for batch in read_records(
+                rng, min_timestamp=options.min_timestamp, max_timestamp=options.max_timestamp,
+                report=report,
+            ):  # fmt: skip
                 rows += batch.num_rows
     return rows
 

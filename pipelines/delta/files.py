@@ -320,7 +320,8 @@ def _scalar_value(scalar: pa.Scalar) -> Any:
     return scalar.as_py()
 
 
-_PER_MILLI = {"s": 0, "ms": 1, "us": 1_000, "ns": 1_000_000}
+# A timestamp value in its unit -> milliseconds: value * multiplier, then // divisor.
+_TO_MILLIS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1_000), "ns": (1, 1_000_000)}
 _EPOCH = _dt.datetime(1970, 1, 1)
 
 
@@ -338,8 +339,8 @@ def _bound(t: pa.DataType, value: Any, upper: bool) -> Any:
     if pa.types.is_timestamp(t):
         # ``value``: a count of the type's unit since the epoch (UTC when the type has a tz);
         # to milliseconds, the lower bound floored and the upper one ceiled.
-        per_ms = _PER_MILLI[t.unit]
-        ms = value * 1000 if per_ms == 0 else (-(-value // per_ms) if upper else value // per_ms)
+        mul, div = _TO_MILLIS[t.unit]
+        ms = -(-value * mul // div) if upper else value * mul // div
         try:
             ts = _EPOCH + _dt.timedelta(milliseconds=ms)
         except OverflowError:  # beyond datetime's years 1-9999: no bound rather than a wrong one

@@ -59,19 +59,19 @@ def test_an_ingest_task_does_not_import_pandas(tmp_path: Path) -> None:
     write Parquet with the records table's options) must not."""
     code = textwrap.dedent(
         f"""
-        import os, sys
+        import sys
         import pyarrow as pa
         from logstore.protocol.batch import Codec
         from logstore.protocol.records import build_batch
         from pipelines.delta.files import RECORDS_PARQUET_OPTIONS, PartitionedFileWriter
-        from pipelines.sources.plan import SegmentRange
+        from pipelines.sources.plan import parse_options, plan_ranges
         from pipelines.sources.read import RangeReport, read_records
         from pipelines.sources.synthetic import write_batches
 
         recs = [(b"k%d" % i, b"v" * i, [("h", b"x")], 1_700_000_000_000 + i) for i in range(9)]
-        write_batches({str(tmp_path)!r}, "t", 0, [build_batch(recs, codec=Codec.LZ4)])
-        log = os.path.join({str(tmp_path)!r}, "t-0", "00000000000000000000.log")
-        rng = SegmentRange("t", 0, log, 0, 0, os.path.getsize(log), 0, 9, None, True)
+        logs = {str(tmp_path / "logs")!r}
+        write_batches(logs, "t", 0, [build_batch(recs, codec=Codec.LZ4)])
+        (rng,) = plan_ranges(parse_options({{"path": logs, "until": "latest"}}))
         out = PartitionedFileWriter(
             {str(tmp_path / "lake")!r}, write_id="w", task_id=0, attempt=0,
             partition_by=["topic", "date"], compression="snappy", **RECORDS_PARQUET_OPTIONS,
