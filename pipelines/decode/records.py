@@ -6,7 +6,9 @@ Pipeline for the batches a caller selected from a :class:`~pipelines.decode.batc
 1. group the batches so one group's records stream stays below ``max_chunk_bytes``;
 2. per group, the records streams: uncompressed batches are used in place (``buf`` itself,
    no copy), compressed ones are decompressed (one call per batch) and laid end to end in one
-   arena together with copies of the group's uncompressed streams;
+   arena together with copies of the group's uncompressed streams (lz4 frames that declare
+   their size straight into the arena, :func:`~pipelines.decode.codecs.decompress_lz4_into`;
+   the arena is reused from group to group);
 3. :func:`~pipelines.decode._kernels.records_to_columns` walks every record once, applying
    the offset/time filters, and writes the final Arrow buffers as it goes: offsets and
    timestamps, keys and values (offsets + bytes + validity), the headers' list offsets;
@@ -32,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from logstore.errors import CorruptRecordError
+from logstore.protocol.batch import Codec
 from pipelines.decode import _kernels as k
 from pipelines.decode.arrow import numpy_array, repeated_string, string_array
 from pipelines.decode.batches import (
@@ -42,7 +45,12 @@ from pipelines.decode.batches import (
     BatchScan,
     as_uint8,
 )
-from pipelines.decode.codecs import CODEC_LABELS, decompress
+from pipelines.decode.codecs import (
+    CODEC_LABELS,
+    decompress,
+    decompress_lz4_into,
+    lz4_content_size,
+)
 
 __all__ = [
     "DECODED_SCHEMA",
@@ -82,6 +90,7 @@ DECODED_SCHEMA = pa.schema(
         pa.field("codec", pa.string(), nullable=False),
     ]
 )
+_LZ4 = int(Codec.LZ4)
 _CODEC_LABELS = [label.encode() for label in CODEC_LABELS] + [b"unknown"] * 3
 _CODEC_ARRAY = string_array([label.decode() for label in _CODEC_LABELS])
 
@@ -156,37 +165,48 @@ def decode_records(
         for lo, hi in itertools.pairwise(cuts):
             yield _decode_group(data, scan, idx[lo:hi], starts[lo:hi], ends[lo:hi], [], filters)
         return
+    # Compressed batches (and the uncompressed ones among them) are laid end to end in an
+    # arena, reused for every group: the decoded columns are copies, never views of it.
     view = data.data
-    parts: list[object] = []
+    arena = _empty(limit, np.uint8)
     g_idx: list[int] = []
     g_start: list[int] = []
     g_end: list[int] = []
     errors: list[BatchError] = []
     filled = 0
+    max_size = _MAX_ARROW_BYTES // 2  # one Arrow chunk holds at most 1 GiB of records
     # One Python step per batch (not per record): plain ints, not numpy scalars.
     for i, p, end, cid in zip(
         idx.tolist(), rel.tolist(), (rel + sizes).tolist(), codec.tolist(), strict=True
     ):
         stream = view[p + _HEADER_SIZE : end]
-        if cid:
-            try:
-                # Bounded before allocation: one Arrow chunk holds at most 1 GiB of records.
-                stream = decompress(cid, stream, max_size=_MAX_ARROW_BYTES // 2)
-            except CorruptRecordError as exc:
-                errors.append(
-                    BatchError(int(scan.position[i]), int(scan.base_offset[i]), exc.message)
-                )
-                continue
-        if filled and filled + len(stream) > limit:
-            yield _flush(parts, scan, g_idx, g_start, g_end, errors, filters)
-            parts, g_idx, g_start, g_end, errors, filled = [], [], [], [], [], 0
-        parts.append(stream)
+        size = lz4_content_size(stream) if cid == _LZ4 else -1
+        raw = None
+        try:
+            if size > max_size:
+                raise CorruptRecordError(f"lz4 data decompresses to more than {max_size} bytes")
+            if size < 0:
+                # Bounded before allocation; no declared size: the full decompressor.
+                raw = decompress(cid, stream, max_size=max_size) if cid else stream
+                size = len(raw)
+            if filled and filled + size > arena.shape[0]:
+                yield _flush(arena[:filled], scan, g_idx, g_start, g_end, errors, filters)
+                g_idx, g_start, g_end, errors, filled = [], [], [], [], 0
+            if size > arena.shape[0]:
+                arena = _empty(size, np.uint8)
+            if raw is None:
+                decompress_lz4_into(stream, arena[filled : filled + size])
+            else:
+                arena[filled : filled + size] = np.frombuffer(raw, np.uint8)
+        except CorruptRecordError as exc:
+            errors.append(BatchError(int(scan.position[i]), int(scan.base_offset[i]), exc.message))
+            continue
         g_idx.append(i)
         g_start.append(filled)
-        filled += len(stream)
+        filled += size
         g_end.append(filled)
     if g_idx or errors:
-        yield _flush(parts, scan, g_idx, g_start, g_end, errors, filters)
+        yield _flush(arena[:filled], scan, g_idx, g_start, g_end, errors, filters)
 
 
 def _cuts(cum: np.ndarray, limit: int) -> list[int]:
@@ -203,7 +223,7 @@ def _cuts(cum: np.ndarray, limit: int) -> list[int]:
 
 
 def _flush(  # noqa: PLR0917
-    parts: list[object],
+    arena: np.ndarray,
     scan: BatchScan,
     g_idx: list[int],
     g_start: list[int],
@@ -211,7 +231,6 @@ def _flush(  # noqa: PLR0917
     errors: list[BatchError],
     filters: _Filters,
 ) -> DecodedRecords:
-    arena = np.frombuffer(b"".join(parts), dtype=np.uint8)  # type: ignore[arg-type]
     failed_before = len(errors)
     out = _decode_group(
         arena, scan, np.asarray(g_idx, np.int64), np.asarray(g_start, np.int64),
