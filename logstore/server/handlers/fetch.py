@@ -38,6 +38,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from logstore.errors import LoglakeError, OffsetOutOfRangeError
+from logstore.protocol.varint import encode_unsigned_varint as _uvarint
 from logstore.server.context import Deferred, FileRegion, RawResponse, RequestContext
 from logstore.server.purgatory import DelayedOperation
 
@@ -62,15 +63,6 @@ class _PartitionRead:
     path: str | None = None
     position: int = 0
     length: int = 0
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _read(
