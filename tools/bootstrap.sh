@@ -53,9 +53,10 @@ if [ ! -f "$stamp" ] || [ uv.lock -nt "$stamp" ]; then
 fi
 .venv/bin/python -m compileall -q -j 0 logstore pipelines jobs >/dev/null
 
-# 6. The decoder's numba kernels into numba's on-disk cache (next to _kernels.py), once per
-# change of the kernels: otherwise the first job compiles them in every Python worker (~6 s).
-kernels=pipelines/decode/_kernels.py
-if [ -z "$(find pipelines/decode/__pycache__ -name '_kernels.records_to_columns-*.nbi' -newer "$kernels" 2>/dev/null)" ]; then
+# 6. An ingest task's numba kernels (decoder, Parquet writer) into numba's on-disk cache (next
+# to the modules), once per change of either: otherwise the first job compiles them in every
+# Python worker (~6 s).
+if [ -z "$(find pipelines/decode/__pycache__ -name '_kernels.records_to_columns-*.nbi' -newer pipelines/decode/_kernels.py 2>/dev/null)" ] ||
+  [ -z "$(find pipelines/delta/__pycache__ -name '_parquet_kernels.plain_binary-*.nbi' -newer pipelines/delta/_parquet_kernels.py 2>/dev/null)" ]; then
   .venv/bin/python -m pipelines.decode.warmup
 fi

@@ -1,11 +1,14 @@
-"""Compile the decoder's kernels into numba's on-disk cache: ``python -m pipelines.decode.warmup``.
+"""Compile an ingest task's numba kernels into numba's on-disk cache:
+``python -m pipelines.decode.warmup``.
 
-The kernels are compiled on first use (``cache=True``) and the machine code is kept next to
-``_kernels.py``; without it, the first job after an install compiles them in every Spark Python
-worker at once (~6 s each, measured). ``tools/bootstrap.sh`` runs this when the cache is older
-than the kernels. It reads a tiny segment the way an ingest task does (one uncompressed and
-one lz4 batch, with headers), so every specialisation a task needs is compiled: a read buffer
-(writable) and a decompressed arena (read-only) are different numba types.
+The kernels (the decoder's ``_kernels.py``, the Parquet writer's ``_parquet_kernels.py``) are
+compiled on first use (``cache=True``) and the machine code is kept next to them; without it,
+the first job after an install compiles them in every Spark Python worker at once (~6 s each,
+measured). ``tools/bootstrap.sh`` runs this when a cache is older than its kernels. It reads a
+tiny segment the way an ingest task does (one uncompressed and one lz4 batch, with headers,
+a null key and a null header value) and writes the records as the ingest job does, so every
+specialisation a task needs is compiled: a read buffer (writable) and a decompressed arena
+(read-only) are different numba types.
 """
 
 from __future__ import annotations
@@ -14,17 +17,25 @@ import sys
 import tempfile
 import time
 
+import pyarrow as pa
+
 from logstore.protocol.batch import Codec
 from logstore.protocol.records import build_batch
+from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
+from pipelines.delta.parquet import FastParquetWriter
 from pipelines.sources.plan import parse_options, plan_ranges
 from pipelines.sources.read import RangeReport, read_records
 from pipelines.sources.synthetic import write_batches
 
 
 def warm() -> int:
-    """Decode both batch kinds once; returns the number of records read (4)."""
-    records = [(b"k%d" % i, b"v" * i, [("h", b"x")], 1_700_000_000_000 + i) for i in range(2)]
+    """Decode both batch kinds once and write them; returns the number of records read (4)."""
+    records = [
+        (b"k0", b"", [("h", b"x")], 1_700_000_000_000),
+        (None, b"v", [("h", None)], 1_700_000_000_001),
+    ]
     rows = 0
+    writer_options = {k: v for k, v in RECORDS_PARQUET_OPTIONS.items() if k != "parquet_writer"}
     with tempfile.TemporaryDirectory(prefix="loglake-warmup-") as tmp:
         # One partition per codec: a chunk of uncompressed batches is decoded in place, one
         # with a compressed batch from the arena.
@@ -38,6 +49,10 @@ def warm() -> int:
                 report=report,
             ):  # fmt: skip
                 rows += batch.num_rows
+                table = pa.Table.from_batches([batch]).drop_columns(["topic", "date"])
+                sink = pa.BufferOutputStream()
+                with FastParquetWriter(sink, table.schema, **writer_options) as out:
+                    out.write_table(table)
     return rows
 
 

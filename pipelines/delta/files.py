@@ -29,13 +29,16 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from pipelines.delta.parquet import FastParquetWriter
 
 __all__ = [
     "HIVE_NULL",
@@ -86,6 +89,7 @@ RECORDS_PARQUET_OPTIONS: Mapping[str, Any] = {
         "timestamp": "DELTA_BINARY_PACKED",
         "batch_position": "DELTA_BINARY_PACKED",
     },
+    "parquet_writer": "loglake",
 }
 
 
@@ -355,7 +359,7 @@ class _OpenFile:
     rel_path: str
     abs_path: Path
     values: dict[str, str | None]
-    writer: pq.ParquetWriter
+    writer: pq.ParquetWriter | FastParquetWriter
     sink: pa.NativeFile
     stats: _Stats
     rows: int = 0
@@ -376,6 +380,9 @@ class PartitionedFileWriter:
     for a field of a list of structs), and a name that is no column of the file is refused
     (pyarrow would silently ignore it). The defaults are pyarrow's (dictionary and statistics
     on every column) with zstd; :data:`RECORDS_PARQUET_OPTIONS` is the ingest job's choice.
+    ``parquet_writer``: ``"pyarrow"`` (``pq.ParquetWriter``) or ``"loglake"``
+    (:class:`pipelines.delta.parquet.FastParquetWriter`, same options and file layout, used
+    when it supports every column type of the file, else pyarrow's).
     """
 
     def __init__(
@@ -393,6 +400,7 @@ class PartitionedFileWriter:
         column_encoding: str | Mapping[str, str] | None = None,
         max_rows_per_file: int = 10_000_000,
         row_group_bytes: int = 64 << 20,
+        parquet_writer: str = "pyarrow",
     ) -> None:
         self.root = Path(root)
         self.write_id = write_id
@@ -415,6 +423,11 @@ class PartitionedFileWriter:
             if not isinstance(option, (bool, str, type(None)))
             for name in option
         }
+        if parquet_writer not in ("pyarrow", "loglake"):
+            raise ValueError(
+                f"parquet_writer must be 'pyarrow' or 'loglake', not {parquet_writer!r}"
+            )
+        self.parquet_writer = parquet_writer
         self.max_rows_per_file = max_rows_per_file
         self.row_group_bytes = row_group_bytes
         self._open: dict[tuple[str | None, ...], _OpenFile] = {}
@@ -476,7 +489,11 @@ class PartitionedFileWriter:
         abs_path.parent.mkdir(parents=True, exist_ok=True)
         self._all_paths.append(abs_path)
         sink = pa.OSFile(str(abs_path), "wb")
-        writer = pq.ParquetWriter(sink, schema, **self.parquet_options)
+        writer: pq.ParquetWriter | FastParquetWriter
+        if self.parquet_writer == "loglake" and _fast_writer().fast_writer_supports(schema):
+            writer = _fast_writer().FastParquetWriter(sink, schema, **self.parquet_options)
+        else:
+            writer = pq.ParquetWriter(sink, schema, **self.parquet_options)
         return _OpenFile(rel, abs_path, values, writer, sink, _Stats(schema))
 
     def _check_column_names(self, schema: pa.Schema) -> None:
@@ -513,6 +530,13 @@ class PartitionedFileWriter:
                 modification_time=int(st.st_mtime * 1000) or int(time.time() * 1000),
             )
         )
+
+
+def _fast_writer() -> Any:
+    """:mod:`pipelines.delta.parquet`, imported on first use (it loads numba)."""
+    from pipelines.delta import parquet  # noqa: PLC0415
+
+    return parquet
 
 
 def parquet_column_paths(schema: pa.Schema) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 from typing import Any
 
 import cramjam
@@ -11,9 +12,10 @@ import pytest
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from pipelines.decode import decode_records, scan_batches, verify_batches
+from pipelines.decode import _kernels, decode_records, scan_batches, verify_batches
 from pipelines.decode.reference import reference_decode
 from pipelines.decode.warmup import warm
+from pipelines.delta import _parquet_kernels
 
 
 def zigzag(n: int) -> bytes:
@@ -294,5 +296,10 @@ def test_positions_are_absolute_with_base_position() -> None:
 
 def test_the_setup_warm_up_reads_its_segments_through_the_ingest_path() -> None:
     """``python -m pipelines.decode.warmup`` (run by tools/bootstrap.sh) fills numba's cache
-    by reading one uncompressed and one lz4 batch of two records each."""
+    by reading one uncompressed and one lz4 batch of two records each and writing them with
+    the ingest job's Parquet writer: both kernel modules have a cache index afterwards."""
     assert warm() == 4
+    for module, kernel in ((_kernels, "records_to_columns"), (_parquet_kernels, "plain_binary")):
+        cache = Path(module.__file__).parent / "__pycache__"  # type: ignore[arg-type]
+        stem = Path(module.__file__).stem  # type: ignore[arg-type]
+        assert list(cache.glob(f"{stem}.{kernel}-*.nbi")), (module.__name__, kernel)

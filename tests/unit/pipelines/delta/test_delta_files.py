@@ -26,6 +26,7 @@ from pipelines.delta.files import (
     split_by_partition,
 )
 from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
+from tests.fixtures.records import records_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -245,38 +246,6 @@ def test_stats_of_a_single_valued_string_column_match_min_max(tmp_path: Path) ->
     assert (two["minValues"], two["maxValues"]) == ({"codec": "gzip"}, {"codec": "zstd"})
 
 
-def _records(n: int, topics: tuple[str, ...], days: tuple[int, ...]) -> pa.Table:
-    """Rows of the ingest job's records schema: distinct keys and values, nulls, headers."""
-    rng = np.random.default_rng(3)
-    i = np.arange(n)
-    headers = [
-        [{"key": "trace", "value": b"%08d" % k}, {"key": "h2", "value": None}]
-        if k % 10 == 0
-        else []
-        for k in range(n)
-    ]
-    cols: dict[str, Any] = {
-        "topic": pa.array([topics[k % len(topics)] for k in range(n)]),
-        "partition": np.zeros(n, np.int32),
-        "offset": i + 1_000,
-        "timestamp": pa.array((1_699_920_000_000 + i) * 1000, pa.timestamp("us", tz="UTC")),
-        "timestamp_type": np.zeros(n, np.int32),
-        "key": [None if k % 17 == 0 else b"key-%08d" % k for k in range(n)],
-        "value": [None if k % 19 == 0 else rng.bytes(40) + b"%08d" % k for k in range(n)],
-        "headers": headers,
-        "producer_id": np.where(i % 2 == 0, -1, 4_242),
-        "producer_epoch": np.full(n, -1, np.int16),
-        "base_sequence": (i // 50 * 50).astype(np.int32),
-        "is_transactional": i % 50 == 7,
-        "leader_epoch": np.zeros(n, np.int32),
-        "segment_base_offset": np.zeros(n, np.int64),
-        "batch_position": i // 50 * 4_096,
-        "codec": pa.array(["none", "lz4"]).take(pa.array(i // 50 % 2)),
-        "date": pa.array([days[k * len(days) // n] for k in range(n)], pa.date32()),
-    }
-    return pa.table(cols, schema=RECORDS_ARROW_SCHEMA)
-
-
 def test_records_options_name_real_columns_of_the_records_table() -> None:
     stored = pa.schema([f for f in RECORDS_ARROW_SCHEMA if f.name not in ("topic", "date")])
     paths = set(parquet_column_paths(stored))
@@ -316,7 +285,7 @@ def _write_records(root: Path, table: pa.Table, compression: str) -> list[Any]:
 def test_records_options_files_read_back_with_pyarrow_polars_and_deltalake(
     tmp_path: Path, compression: str
 ) -> None:
-    table = _records(4_000, ("a", "b"), (19_675, 19_676))
+    table = records_table(4_000, ("a", "b"), (19_675, 19_676))
     files = _write_records(tmp_path, table, compression)
     assert len(files) == 8  # 2 topics x 2 days, 1,000 rows each: files of 600 + 400 rows
     expected = table.sort_by("offset").to_pylist()
@@ -344,7 +313,7 @@ def test_records_options_files_read_back_with_pyarrow_polars_and_deltalake(
 
 @pytest.mark.integration
 def test_records_options_files_read_back_with_spark(spark: SparkSession, tmp_path: Path) -> None:
-    table = _records(3_000, ("a", "b"), (19_675,))
+    table = records_table(3_000, ("a", "b"), (19_675,))
     _write_records(tmp_path, table, "snappy")
     # Spark's vectorized Parquet reader (the default), partition columns from the directories
     assert spark.conf.get("spark.sql.parquet.enableVectorizedReader") == "true"

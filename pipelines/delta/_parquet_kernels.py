@@ -1,0 +1,311 @@
+"""Compiled kernels of :mod:`pipelines.delta.parquet` (numba, ``cache=True``, ``nogil=True``).
+
+Each walks a column's buffers once and writes Parquet's byte encodings into an output array its
+caller allocated (from a given position), returning where it stopped; none
+creates a Python object per value. References (Parquet format, ``Encodings.md``):
+
+- PLAIN ``BYTE_ARRAY``: per value a 4-byte little-endian length, then the bytes;
+- RLE / bit-packing hybrid (levels, dictionary indices): runs of ``varint(len << 1)`` + the
+  value in ``ceil(width / 8)`` bytes, or ``varint(groups << 1 | 1)`` + ``groups`` x 8 values
+  bit-packed LSB first;
+- DELTA_BINARY_PACKED: ``varint(128) varint(4) varint(count) zigzag(first)``, then per block of
+  128 deltas ``zigzag(min delta)``, 4 miniblock bit widths, and the miniblocks (32 values
+  ``delta - min`` bit-packed each). Deltas wrap in the column's physical width (32 or 64 bits).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pipelines.decode._kernels import _copy
+
+__all__ = [
+    "BLOCK",
+    "MINIBLOCK",
+    "delta_binary_packed",
+    "list_levels",
+    "plain_binary",
+    "plain_binary_take",
+    "rle_hybrid",
+    "rle_runs",
+    "runs_binary",
+    "runs_fixed",
+]
+
+BLOCK = 128
+MINIBLOCK = 32  # 4 miniblocks a block
+
+
+@njit(cache=True, nogil=True)
+def _put_varint(out: np.ndarray, pos: int, value: int) -> int:
+    v = np.uint64(value)
+    while v >= 0x80:
+        out[pos] = np.uint8((v & np.uint64(0x7F)) | np.uint64(0x80))
+        v >>= np.uint64(7)
+        pos += 1
+    out[pos] = np.uint8(v)
+    return pos + 1
+
+
+@njit(cache=True, nogil=True)
+def _zigzag(value: np.int64) -> np.uint64:
+    return np.uint64((value << np.int64(1)) ^ (value >> np.int64(63)))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_plain(out: np.ndarray, pos: int, data: np.ndarray, start: int, n: int) -> int:
+    """One PLAIN byte array: 4-byte little-endian length, then ``data[start:start + n]``."""
+    out[pos] = n & 0xFF
+    out[pos + 1] = (n >> 8) & 0xFF
+    out[pos + 2] = (n >> 16) & 0xFF
+    out[pos + 3] = (n >> 24) & 0xFF
+    _copy(out, pos + 4, data, start, n)
+    return pos + 4 + n
+
+
+@njit(cache=True, nogil=True)
+def plain_binary(
+    offsets: np.ndarray, data: np.ndarray, valid: np.ndarray, out: np.ndarray, pos: int
+) -> int:
+    """PLAIN byte arrays of rows ``0 .. len(offsets) - 1`` (``valid`` empty: all; else only the
+    rows where ``valid`` is non-zero) into ``out`` from ``pos``; returns the end. ``offsets``
+    are Arrow's (absolute into ``data``); the caller sized ``out``."""
+    all_valid = valid.shape[0] == 0
+    for i in range(offsets.shape[0] - 1):
+        if not all_valid and valid[i] == 0:
+            continue
+        pos = _put_plain(out, pos, data, offsets[i], offsets[i + 1] - offsets[i])
+    return pos
+
+
+@njit(cache=True, nogil=True)
+def plain_binary_take(
+    offsets: np.ndarray, data: np.ndarray, index: np.ndarray, out: np.ndarray, pos: int
+) -> int:
+    """PLAIN byte arrays of the rows ``index`` (in that order) into ``out`` from ``pos``."""
+    for k in range(index.shape[0]):
+        i = index[k]
+        pos = _put_plain(out, pos, data, offsets[i], offsets[i + 1] - offsets[i])
+    return pos
+
+
+@njit(cache=True, nogil=True)
+def _bitpack(out: np.ndarray, bitpos: int, value: np.uint64, width: int) -> int:
+    """OR the low ``width`` bits of ``value`` into ``out`` at bit ``bitpos`` (LSB first)."""
+    remaining = width
+    v = value
+    while remaining > 0:
+        byte = bitpos >> 3
+        shift = bitpos & 7
+        take = min(8 - shift, remaining)
+        out[byte] |= np.uint8((v & np.uint64((1 << take) - 1)) << np.uint64(shift))
+        v >>= np.uint64(take)
+        bitpos += take
+        remaining -= take
+    return bitpos
+
+
+@njit(cache=True, nogil=True)
+def rle_hybrid(values: np.ndarray, width: int, out: np.ndarray, pos: int) -> int:
+    """RLE / bit-packing hybrid of ``values`` (each < 2**width) into ``out`` from
+    ``pos``; returns the end position. Runs of 8 or more equal values are RLE runs, the rest
+    bit-packed groups of 8 (the last group padded with zeros, which readers ignore)."""
+    n = values.shape[0]
+    nbytes = (width + 7) // 8
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and values[j] == values[i]:
+            j += 1
+        if j - i >= 8 or j == n:
+            pos = _put_varint(out, pos, (j - i) << 1)
+            v = np.uint64(values[i])
+            for b in range(nbytes):
+                out[pos + b] = np.uint8((v >> np.uint64(8 * b)) & np.uint64(0xFF))
+            pos += nbytes
+            i = j
+            continue
+        # bit-packed groups until a run of 8 equal values starts at a group boundary
+        start = i
+        groups = 0
+        while i < n:
+            groups += 1
+            i += 8
+            if i >= n:
+                break
+            k = i + 1
+            while k < n and k - i < 8 and values[k] == values[i]:
+                k += 1
+            if k - i >= 8:
+                break
+        pos = _put_varint(out, pos, (groups << 1) | 1)
+        out[pos : pos + groups * width] = 0
+        bitpos = pos * 8
+        for k in range(start, min(i, n)):
+            bitpos = _bitpack(out, bitpos, np.uint64(values[k]), width)
+        pos += groups * width
+        i = min(i, n)
+    return pos
+
+
+@njit(cache=True, nogil=True)
+def rle_runs(lengths: np.ndarray, values: np.ndarray, width: int, out: np.ndarray, pos: int) -> int:
+    """RLE runs ``lengths[i]`` x ``values[i]`` (hybrid encoding, RLE runs only)."""
+    nbytes = (width + 7) // 8
+    for i in range(lengths.shape[0]):
+        if lengths[i] == 0:
+            continue
+        pos = _put_varint(out, pos, lengths[i] << 1)
+        v = np.uint64(values[i])
+        for b in range(nbytes):
+            out[pos + b] = np.uint8((v >> np.uint64(8 * b)) & np.uint64(0xFF))
+        pos += nbytes
+    return pos
+
+
+@njit(cache=True, nogil=True)
+def runs_fixed(values: np.ndarray, starts: np.ndarray) -> int:
+    """Row numbers where a run of equal values starts (first: 0) into ``starts``; returns how
+    many. ``values``: a fixed-width array (ints, or bytes viewed as an integer type)."""
+    n = values.shape[0]
+    if n == 0:
+        return 0
+    k = 1
+    starts[0] = 0
+    for i in range(1, n):
+        if values[i] != values[i - 1]:
+            starts[k] = i
+            k += 1
+    return k
+
+
+@njit(cache=True, nogil=True)
+def runs_binary(offsets: np.ndarray, data: np.ndarray, starts: np.ndarray) -> int:
+    """:func:`runs_fixed` for Arrow byte arrays (``offsets`` absolute into ``data``)."""
+    n = offsets.shape[0] - 1
+    if n <= 0:
+        return 0
+    k = 1
+    starts[0] = 0
+    for i in range(1, n):
+        a0 = offsets[i - 1]
+        b0 = offsets[i]
+        la = b0 - a0
+        lb = offsets[i + 1] - b0
+        same = la == lb
+        if same:
+            for j in range(la):
+                if data[a0 + j] != data[b0 + j]:
+                    same = False
+                    break
+        if not same:
+            starts[k] = i
+            k += 1
+    return k
+
+
+@njit(cache=True, nogil=True)
+def delta_binary_packed(values: np.ndarray, width: int, out: np.ndarray, pos: int) -> int:
+    """DELTA_BINARY_PACKED of int64 ``values`` into ``out`` from ``pos`` (``width`` 32: the
+    column is INT32, deltas wrap at 32 bits); returns the end. ``out`` must hold
+    ``32 + len(values) * 9`` bytes from ``pos`` (headers plus the widest miniblocks)."""
+    n = values.shape[0]
+    pos = _put_varint(out, pos, BLOCK)
+    pos = _put_varint(out, pos, BLOCK // MINIBLOCK)
+    pos = _put_varint(out, pos, n)
+    if n == 0:
+        return _put_varint(out, pos, 0)
+    pos = _put_varint(out, pos, _zigzag(np.int64(values[0])))
+    deltas = np.empty(BLOCK, np.int64)
+    i = 1
+    while i < n:
+        count = min(BLOCK, n - i)
+        lo = np.int64(0)
+        for k in range(count):
+            d = np.int64(np.uint64(values[i + k]) - np.uint64(values[i + k - 1]))
+            if width == 32:
+                d = np.int64(np.int32(d))
+            deltas[k] = d
+            if k == 0 or d < lo:
+                lo = d
+        pos = _put_varint(out, pos, _zigzag(lo))
+        widths_at = pos
+        pos += BLOCK // MINIBLOCK
+        for m in range(BLOCK // MINIBLOCK):
+            first = m * MINIBLOCK
+            if first >= count:
+                out[widths_at + m] = 0
+                continue
+            last = min(first + MINIBLOCK, count)
+            top = np.uint64(0)
+            for k in range(first, last):
+                u = np.uint64(deltas[k]) - np.uint64(lo)
+                if width == 32:
+                    u &= np.uint64(0xFFFFFFFF)
+                top |= u
+            bits = 0
+            while bits < 64 and (top >> np.uint64(bits)) != 0:
+                bits += 1
+            out[widths_at + m] = bits
+            out[pos : pos + MINIBLOCK * bits // 8] = 0
+            bitpos = pos * 8
+            for k in range(first, last):
+                u = np.uint64(deltas[k]) - np.uint64(lo)
+                if width == 32:
+                    u &= np.uint64(0xFFFFFFFF)
+                bitpos = _bitpack(out, bitpos, u, bits)
+            pos += MINIBLOCK * bits // 8  # a padded miniblock is always whole bytes
+        i += count
+    return pos
+
+
+@njit(cache=True, nogil=True)
+def list_levels(  # noqa: PLR0917 (numba: no keyword-only parameters)
+    list_offsets: np.ndarray,
+    list_valid: np.ndarray,
+    elem_valid: np.ndarray,
+    leaf_valid: np.ndarray,
+    d_list: int,
+    d_elem: int,
+    d_leaf: int,
+    rep: np.ndarray,
+    dfn: np.ndarray,
+    take: np.ndarray,
+) -> tuple[int, int]:
+    """Repetition and definition levels of one leaf of a ``list<struct<...>>`` column.
+
+    Rows ``0 .. len(list_offsets) - 2``; ``list_offsets`` index the struct (child) array;
+    ``*_valid`` empty means no nulls at that level, else non-zero = present (``elem_valid`` and
+    ``leaf_valid`` are indexed by child row). ``d_*`` are 1 where that level is nullable. Writes
+    one level pair per leaf entry (a null or empty list is one entry) and the child rows whose
+    leaf value is present into ``take``; returns (entries, values).
+    """
+    e = 0
+    t = 0
+    top = d_list + 1 + d_elem + d_leaf
+    for r in range(list_offsets.shape[0] - 1):
+        if list_valid.shape[0] != 0 and list_valid[r] == 0:
+            rep[e] = 0
+            dfn[e] = 0
+            e += 1
+            continue
+        a = list_offsets[r]
+        b = list_offsets[r + 1]
+        if a == b:
+            rep[e] = 0
+            dfn[e] = d_list
+            e += 1
+            continue
+        for c in range(a, b):
+            rep[e] = 0 if c == a else 1
+            if elem_valid.shape[0] != 0 and elem_valid[c] == 0:
+                dfn[e] = d_list + 1
+            elif leaf_valid.shape[0] != 0 and leaf_valid[c] == 0:
+                dfn[e] = d_list + 1 + d_elem
+            else:
+                dfn[e] = top
+                take[t] = c
+                t += 1
+            e += 1
+    return e, t

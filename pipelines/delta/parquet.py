@@ -1,0 +1,886 @@
+"""A Parquet writer for Arrow tables of flat columns and lists of structs, built for the ingest
+job's ``records`` table: :class:`FastParquetWriter`, same calls as ``pq.ParquetWriter``.
+
+Why: writing ``records`` with pyarrow's writer cost ~200 ns a record on one core, half of an
+ingest task's CPU; most of it outside compression (the value column ~107 ns of which snappy
+~75, headers 26, key 22, codec 20, the per-batch integers ~30, measured). Here each column is
+encoded by one compiled pass over its Arrow buffers (:mod:`pipelines.delta._parquet_kernels`)
+and compressed by pyarrow's own codecs; the file is what pyarrow would write for these options:
+
+- format: data page v1, one dictionary page per column chunk where dictionary encoding is on,
+  footer with the Arrow schema (``ARROW:schema``, taken from pyarrow) so readers restore the
+  exact Arrow types, and pyarrow's Parquet schema (physical, logical and converted types);
+- encodings: PLAIN; RLE_DICTIONARY (``use_dictionary``; dictionaries are built from the runs
+  of equal values, so a column holding one value per Kafka batch costs one run a batch; a
+  dictionary over ``dictionary_pagesize_limit`` falls back to PLAIN for that chunk, as
+  pyarrow's does); DELTA_BINARY_PACKED (``column_encoding``, integer and timestamp columns);
+- statistics (``write_statistics``): min, max and null count of flat columns.
+
+Supported Arrow types (:func:`fast_writer_supports`): integers, bool, timestamp, date32,
+string, binary, and ``list<struct<...>>`` of those. Anything else: use ``pq.ParquetWriter``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cramjam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from logstore.protocol.varint import encode_unsigned_varint, zigzag_encode
+from pipelines.decode.arrow import numpy_array
+from pipelines.delta import _parquet_kernels as k
+
+__all__ = ["FastParquetWriter", "fast_writer_supports"]
+
+MAGIC = b"PAR1"
+CREATED_BY = "loglake FastParquetWriter (parquet-format 2.6)"
+
+# parquet.thrift enums
+_BOOLEAN, _INT32, _INT64, _BYTE_ARRAY = 0, 1, 2, 6
+_REQUIRED, _OPTIONAL, _REPEATED = 0, 1, 2
+_PLAIN, _RLE, _DELTA_BINARY_PACKED, _RLE_DICTIONARY = 0, 3, 5, 8
+_DATA_PAGE, _DICTIONARY_PAGE = 0, 2
+_CODECS = {
+    "none": (0, None),
+    "uncompressed": (0, None),
+    "snappy": (1, "snappy"),
+    "gzip": (2, "gzip"),
+    "brotli": (4, "brotli"),
+    "zstd": (6, "zstd"),
+    "lz4": (7, "lz4_raw"),
+    "lz4_raw": (7, "lz4_raw"),
+}
+_ENCODINGS = {"PLAIN": _PLAIN, "DELTA_BINARY_PACKED": _DELTA_BINARY_PACKED}
+_ENCODING_NAMES = {_PLAIN: "PLAIN", _DELTA_BINARY_PACKED: "DELTA_BINARY_PACKED"}
+_DICTIONARY_PAGESIZE_LIMIT = 1 << 20
+_MAX_STATISTICS_SIZE = 4096
+_MAX_SECONDS = (2**63 - 1) // 1000  # Parquet has no seconds: timestamp[s] is written in ms
+
+
+# --- Thrift compact protocol (only what parquet.thrift's footer and page headers need) ------
+
+_T_TRUE, _T_FALSE, _T_BYTE, _T_I16, _T_I32, _T_I64, _T_BINARY, _T_LIST, _T_STRUCT = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    8,
+    9,
+    12,
+)
+_KIND = {"i8": _T_BYTE, "i16": _T_I16, "i32": _T_I32, "i64": _T_I64, "bin": _T_BINARY}
+_KIND.update({"struct": _T_STRUCT, "list": _T_LIST})
+
+# A struct is a list of (field id, kind, value); a None value leaves the field out. Kinds:
+# i8 i16 i32 i64 bool bin struct, and ("list", element kind) with a list value.
+Fields = list[tuple[int, Any, Any]]
+
+
+def _value(kind: Any, value: Any) -> bytes:
+    if kind == "i8":
+        return bytes([value & 0xFF])
+    if kind in ("i16", "i32", "i64"):
+        return encode_unsigned_varint(zigzag_encode(value))
+    if kind == "bin":
+        raw = value.encode() if isinstance(value, str) else bytes(value)
+        return encode_unsigned_varint(len(raw)) + raw
+    if kind == "struct":
+        return thrift_struct(value)
+    _, elem = kind
+    size = len(value)
+    elem_type = _KIND[elem if isinstance(elem, str) else elem[0]]
+    head = bytes([size << 4 | elem_type]) if size < 15 else bytes([0xF0 | elem_type])
+    head += encode_unsigned_varint(size) if size >= 15 else b""
+    return head + b"".join(_value(elem, v) for v in value)
+
+
+def thrift_struct(fields: Fields) -> bytes:
+    """One struct in Thrift's compact protocol (fields in increasing id order)."""
+    out = bytearray()
+    last = 0
+    for fid, kind, value in fields:
+        if value is None:
+            continue
+        if kind == "bool":
+            t = _T_TRUE if value else _T_FALSE
+        else:
+            t = _KIND[kind if isinstance(kind, str) else kind[0]]
+        if 0 < fid - last <= 15:
+            out.append((fid - last) << 4 | t)
+        else:
+            out.append(t)
+            out += encode_unsigned_varint(zigzag_encode(fid))
+        last = fid
+        if kind != "bool":
+            out += _value(kind, value)
+    out.append(0)
+    return bytes(out)
+
+
+# --- schema ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Leaf:
+    """One Parquet leaf column and how to get its values out of a top-level Arrow column."""
+
+    parts: tuple[str, ...]  # path_in_schema: ("value",), ("headers", "list", "element", "key")
+    column: int  # index of the top-level Arrow column
+    field_index: int | None  # struct field inside list<struct>, None for a flat column
+    type: pa.DataType  # the leaf's Arrow type
+    physical: int
+    max_def: int
+    max_rep: int
+    nullable: tuple[bool, bool, bool]  # (list, element, leaf) for nested; (_, _, leaf) for flat
+    encoding: int = _PLAIN
+    dictionary: bool = False
+    statistics: bool = False
+
+    @property
+    def path(self) -> str:
+        """The name options use, as pyarrow's: "value", "headers.list.element.key"."""
+        return ".".join(self.parts)
+
+
+def _physical(t: pa.DataType) -> int | None:
+    if pa.types.is_boolean(t):
+        return _BOOLEAN
+    if pa.types.is_integer(t) and t.bit_width <= 32 and pa.types.is_signed_integer(t):
+        return _INT32
+    if pa.types.is_date32(t):
+        return _INT32
+    if (pa.types.is_integer(t) and t.bit_width == 64 and pa.types.is_signed_integer(t)) or (
+        pa.types.is_timestamp(t)
+    ):
+        return _INT64
+    if t in (pa.string(), pa.binary()):
+        return _BYTE_ARRAY
+    return None
+
+
+def _nested_struct(t: pa.DataType) -> pa.StructType | None:
+    if pa.types.is_list(t) and pa.types.is_struct(t.value_type):
+        st = t.value_type
+        if all(_physical(st.field(i).type) is not None for i in range(st.num_fields)):
+            return st  # type: ignore[no-any-return]
+    return None
+
+
+def fast_writer_supports(schema: pa.Schema) -> bool:
+    """Whether :class:`FastParquetWriter` can write every column of ``schema``."""
+    return all(_physical(f.type) is not None or _nested_struct(f.type) for f in schema)
+
+
+def _element(
+    name: str,
+    repetition: int | None,
+    t: pa.DataType | None,
+    children: int | None = None,
+    *,
+    is_list: bool = False,
+) -> Fields:
+    """A SchemaElement; logical and converted types as pyarrow writes them."""
+    converted = None
+    logical: Fields | None = None
+    physical = None if t is None else _physical(t)
+    if t is not None:
+        if pa.types.is_string(t):
+            converted, logical = 0, [(1, "struct", [])]
+        elif pa.types.is_date32(t):
+            converted, logical = 6, [(6, "struct", [])]
+        elif pa.types.is_timestamp(t):
+            unit = {"s": 1, "ms": 1, "us": 2, "ns": 3}[t.unit]
+            utc = t.tz is not None
+            logical = [(8, "struct", [(1, "bool", utc), (2, "struct", [(unit, "struct", [])])])]
+            if utc and unit in (1, 2):
+                converted = 9 if unit == 1 else 10
+        elif pa.types.is_integer(t) and t.bit_width < 32:
+            converted = {8: 15, 16: 16}[t.bit_width]
+            logical = [(10, "struct", [(1, "i8", t.bit_width), (2, "bool", True)])]
+    elif is_list:
+        converted, logical = 3, [(3, "struct", [])]
+    return [
+        (1, "i32", physical),
+        (3, "i32", repetition),
+        (4, "bin", name),
+        (5, "i32", children),
+        (6, "i32", converted),
+        (10, "struct", logical),
+    ]
+
+
+def _schema(
+    schema: pa.Schema,
+    dictionary: set[str],
+    statistics: set[str],
+    encodings: Mapping[str, int],
+    *,
+    all_statistics: bool = False,
+) -> tuple[list[Fields], list[_Leaf]]:
+    """Schema elements and leaf columns; ``all_statistics``: statistics were asked for every
+    column (True), where nested leaves are skipped rather than refused."""
+    elements: list[Fields] = [_element("schema", None, None, len(schema))]
+    leaves: list[_Leaf] = []
+
+    def rep(nullable: bool) -> int:
+        return _OPTIONAL if nullable else _REQUIRED
+
+    for ci, f in enumerate(schema):
+        st = _nested_struct(f.type)
+        if st is None:
+            elements.append(_element(f.name, rep(f.nullable), f.type))
+            leaves.append(
+                _Leaf(
+                    (f.name,),
+                    ci,
+                    None,
+                    f.type,
+                    _physical(f.type),  # type: ignore[arg-type]
+                    int(f.nullable),
+                    0,
+                    (False, False, f.nullable),
+                )
+            )
+            continue
+        item = f.type.value_field  # written as "element" whatever its Arrow name, as pyarrow does
+        elements.append(_element(f.name, rep(f.nullable), None, 1, is_list=True))
+        elements.append(_element("list", _REPEATED, None, 1))
+        elements.append(_element("element", rep(item.nullable), None, st.num_fields))
+        for fi in range(st.num_fields):
+            sub = st.field(fi)
+            elements.append(_element(sub.name, rep(sub.nullable), sub.type))
+            nullable = (f.nullable, item.nullable, sub.nullable)
+            leaves.append(
+                _Leaf(
+                    (f.name, "list", "element", sub.name),
+                    ci,
+                    fi,
+                    sub.type,
+                    _physical(sub.type),  # type: ignore[arg-type]
+                    sum(nullable) + 1,
+                    1,
+                    nullable,
+                )
+            )
+    names = {leaf.path for leaf in leaves}
+    for option, chosen in (
+        ("use_dictionary", dictionary),
+        ("write_statistics", statistics),
+        ("column_encoding", set(encodings)),
+    ):
+        unknown = chosen - names
+        if unknown:
+            raise ValueError(f"{option} names columns not in the file: {sorted(unknown)}")
+    nested = sorted(leaf.path for leaf in leaves if leaf.field_index is not None)
+    asked = sorted(statistics & set(nested))
+    if asked and not all_statistics:
+        raise ValueError(f"write_statistics: this writer has none for nested leaves {asked}")
+    for leaf in leaves:
+        leaf.encoding = encodings.get(leaf.path, _PLAIN)
+        if leaf.encoding == _DELTA_BINARY_PACKED and leaf.physical not in (_INT32, _INT64):
+            raise ValueError(f"DELTA_BINARY_PACKED needs an integer column, {leaf.path} is not")
+        # Dictionaries for flat columns only (a nested leaf named here is written PLAIN).
+        leaf.dictionary = (
+            leaf.path in dictionary and leaf.physical != _BOOLEAN and leaf.field_index is None
+        )
+        leaf.statistics = leaf.path in statistics and leaf.field_index is None
+    return elements, leaves
+
+
+def _names(value: bool | Iterable[str] | None, all_names: list[str]) -> set[str]:
+    if value is None or value is False:
+        return set()
+    if value is True:
+        return set(all_names)
+    if isinstance(value, str):
+        raise TypeError(f"expected a bool or a sequence of column names, got {value!r}")
+    return set(value)
+
+
+# --- column values out of Arrow buffers --------------------------------------------------
+
+
+def _bits(buf: pa.Buffer | None, offset: int, n: int) -> np.ndarray:
+    """A bit-packed Arrow bitmap as one uint8 (0/1) per row."""
+    if buf is None:
+        return np.ones(n, np.uint8)
+    raw = np.frombuffer(buf, np.uint8, (offset + n + 7) // 8)
+    return np.unpackbits(raw, bitorder="little")[offset : offset + n]
+
+
+def _validity(arr: pa.Array) -> np.ndarray:
+    """0/1 per row, or an empty array when the array has no nulls."""
+    if arr.null_count == 0:
+        return np.empty(0, np.uint8)
+    return _bits(arr.buffers()[0], arr.offset, len(arr))
+
+
+_INT_DTYPES = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
+
+
+def _fixed_values(arr: pa.Array) -> np.ndarray:
+    """Integer (or timestamp/date) values of every row, nulls included, as numpy int32/int64;
+    booleans as uint8 0/1; timestamps in seconds as milliseconds (Parquet has no seconds)."""
+    t = arr.type
+    n = len(arr)
+    if pa.types.is_boolean(t):
+        return _bits(arr.buffers()[1], arr.offset, n)
+    width = t.bit_width
+    dtype = _INT_DTYPES[width]
+    values = np.frombuffer(arr.buffers()[1], dtype, n, arr.offset * (width // 8))
+    if pa.types.is_timestamp(t) and t.unit == "s":
+        present = values[_validity(arr) != 0] if arr.null_count else values
+        if present.shape[0] and max(-int(present.min()), int(present.max())) > _MAX_SECONDS:
+            raise ValueError("timestamp[s] values beyond the range of int64 milliseconds")
+        return values * 1000
+    if width < 32:
+        return values.astype(np.int32)
+    return values
+
+
+def _binary_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4)
+    data_buf = arr.buffers()[2]
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return offsets, data
+
+
+@dataclass
+class _Page:
+    """Values of one data page: levels and the present values (``index`` into the leaf array,
+    or all rows ``start .. stop`` of a flat column)."""
+
+    num_values: int  # level entries (rows for a flat column)
+    rep: np.ndarray | None
+    dfn: np.ndarray | None
+    rows: tuple[int, int]  # rows of the top-level column
+    take: np.ndarray | None  # present leaf rows (nested, or flat with nulls)
+    child_rows: tuple[int, int] = (0, 0)  # nested: the struct rows the page's lists span
+
+
+@dataclass
+class _Chunk:
+    """What one column chunk's pages were written as, for its ColumnMetaData."""
+
+    dictionary_offset: int | None = None
+    data_offset: int = 0
+    num_values: int = 0
+    uncompressed: int = 0
+    compressed: int = 0
+    encodings: set[int] = field(default_factory=set)
+    page_stats: list[tuple[int, int, int]] = field(default_factory=list)  # type, encoding, n
+    statistics: Fields | None = None
+
+
+class FastParquetWriter:
+    """``pq.ParquetWriter`` for the types :func:`fast_writer_supports` accepts.
+
+    ``where``: a path or a writable ``pyarrow.NativeFile``. ``compression``: none, snappy,
+    gzip, brotli, zstd, lz4 (LZ4_RAW). ``use_dictionary``, ``write_statistics``: True, False or
+    leaf column paths; ``column_encoding``: ``{path: "PLAIN" | "DELTA_BINARY_PACKED"}``.
+    ``write_table`` writes row groups of at most ``row_group_size`` rows.
+    """
+
+    def __init__(
+        self,
+        where: str | pa.NativeFile,
+        schema: pa.Schema,
+        *,
+        compression: str | None = "snappy",
+        compression_level: int | None = None,
+        use_dictionary: bool | Sequence[str] = False,
+        write_statistics: bool | Sequence[str] = False,
+        column_encoding: str | Mapping[str, str] | None = None,
+        data_page_size: int = 1 << 20,
+        dictionary_pagesize_limit: int = _DICTIONARY_PAGESIZE_LIMIT,
+    ) -> None:
+        if not fast_writer_supports(schema):
+            raise TypeError(f"FastParquetWriter cannot write {schema}; use pq.ParquetWriter")
+        name = (compression or "none").lower()
+        if name not in _CODECS:
+            raise ValueError(f"unknown compression {compression!r}")
+        self._codec_id, codec_name = _CODECS[name]
+        self._codec = (
+            None
+            if codec_name is None
+            else pa.Codec(codec_name, compression_level=compression_level)
+        )
+        self.schema = schema
+        probe = _schema(schema, set(), set(), {})[1]
+        paths = [leaf.path for leaf in probe]
+        chosen = (
+            dict.fromkeys(paths, column_encoding)
+            if isinstance(column_encoding, str)
+            else dict(column_encoding or {})
+        )
+        unknown = sorted({e for e in chosen.values() if e not in _ENCODINGS})
+        if unknown:
+            raise ValueError(f"column_encoding {unknown}: this writer has {sorted(_ENCODINGS)}")
+        encodings = {p: _ENCODINGS[e] for p, e in chosen.items()}
+        self._elements, self._leaves = _schema(
+            schema,
+            _names(use_dictionary, paths),
+            _names(write_statistics, paths),
+            encodings,
+            all_statistics=write_statistics is True,
+        )
+        self._page_size = max(1, data_page_size)
+        self._dict_limit = dictionary_pagesize_limit
+        self._scratch = _Buffer()
+        self._compressed = _Buffer()
+        self._own = isinstance(where, str)
+        self._sink: Any = pa.OSFile(where, "wb") if isinstance(where, str) else where
+        self._sink.write(MAGIC)
+        self._pos = len(MAGIC)
+        self._row_groups: list[Fields] = []
+        self._rows = 0
+        self._closed = False
+
+    # -- public ----------------------------------------------------------------------------
+
+    def write_table(self, table: pa.Table, row_group_size: int | None = None) -> None:
+        if table.schema.types != self.schema.types or table.schema.names != self.schema.names:
+            raise ValueError(f"table schema {table.schema} differs from the writer's {self.schema}")
+        step = table.num_rows if not row_group_size else max(1, row_group_size)
+        for start in range(0, table.num_rows, max(step, 1)):
+            self._row_group(table.slice(start, step))
+
+    def write_batch(self, batch: pa.RecordBatch, row_group_size: int | None = None) -> None:
+        self.write_table(pa.Table.from_batches([batch]), row_group_size)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        footer = thrift_struct(
+            [
+                (1, "i32", 2),
+                (2, ("list", "struct"), self._elements),
+                (3, "i64", self._rows),
+                (4, ("list", "struct"), self._row_groups),
+                (
+                    5,
+                    ("list", "struct"),
+                    [[(1, "bin", b"ARROW:schema"), (2, "bin", _arrow_schema(self.schema))]],
+                ),
+                (6, "bin", CREATED_BY),
+                (7, ("list", "struct"), [[(1, "struct", [])] for _ in self._leaves]),
+            ]
+        )
+        self._sink.write(footer)
+        self._sink.write(len(footer).to_bytes(4, "little") + MAGIC)
+        if self._own:
+            self._sink.close()
+
+    def __enter__(self) -> FastParquetWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- row groups and pages --------------------------------------------------------------
+
+    def _row_group(self, table: pa.Table) -> None:
+        n = table.num_rows
+        if n == 0:
+            return
+        start = self._pos
+        chunks: list[Fields] = []
+        total_uncompressed = 0
+        for leaf in self._leaves:
+            column = table.column(leaf.column)
+            chunk = _Chunk()
+            self._column_chunk(leaf, column.chunks, chunk)
+            total_uncompressed += chunk.uncompressed
+            meta = [
+                (1, "i32", leaf.physical),
+                (2, ("list", "i32"), sorted(chunk.encodings)),
+                (3, ("list", "bin"), list(leaf.parts)),
+                (4, "i32", self._codec_id),
+                (5, "i64", chunk.num_values),
+                (6, "i64", chunk.uncompressed),
+                (7, "i64", chunk.compressed),
+                (9, "i64", chunk.data_offset),
+                (11, "i64", chunk.dictionary_offset),
+                (12, "struct", chunk.statistics),
+                (
+                    13,
+                    ("list", "struct"),
+                    [[(1, "i32", t), (2, "i32", e), (3, "i32", c)] for t, e, c in chunk.page_stats],
+                ),
+            ]
+            first = (
+                chunk.dictionary_offset
+                if chunk.dictionary_offset is not None
+                else chunk.data_offset
+            )
+            chunks.append([(2, "i64", first), (3, "struct", meta)])
+        self._row_groups.append(
+            [
+                (1, ("list", "struct"), chunks),
+                (2, "i64", total_uncompressed),
+                (3, "i64", n),
+                (5, "i64", start),
+                (6, "i64", self._pos - start),
+                (7, "i16", len(self._row_groups)),
+            ]
+        )
+        self._rows += n
+
+    def _page(self, header: Fields, body: np.ndarray, chunk: _Chunk) -> None:
+        """Compress ``body``, write its page header and it (``header``: the PageHeader's type
+        field and its typed header; the sizes are filled in here)."""
+        size = body.shape[0]
+        if self._codec_id == _CODECS["snappy"][0]:
+            out = self._compressed.get(cramjam.snappy.compress_raw_max_len(body))
+            data: Any = out[: cramjam.snappy.compress_raw_into(body, out)]
+        elif self._codec is not None:
+            data = self._codec.compress(body, asbytes=False)
+        else:
+            data = body
+        written = len(data) if not isinstance(data, np.ndarray) else data.shape[0]
+        head = thrift_struct(
+            [(1, "i32", header[0][2]), (2, "i32", size), (3, "i32", written), *header[1:]]
+        )
+        self._sink.write(head)
+        self._sink.write(data)
+        self._pos += len(head) + written
+        chunk.uncompressed += len(head) + size
+        chunk.compressed += len(head) + written
+
+    def _column_chunk(self, leaf: _Leaf, arrays: list[pa.Array], chunk: _Chunk) -> None:
+        arrays = [a for a in arrays if len(a)]
+        if leaf.statistics:
+            chunk.statistics = _statistics(leaf, arrays)
+        dictionary = _dictionary(leaf, arrays, self._dict_limit) if leaf.dictionary else None
+        if dictionary is not None:
+            values, plain, _ = dictionary
+            chunk.dictionary_offset = self._pos
+            header = [(1, "i32", len(values)), (2, "i32", _PLAIN)]
+            self._page([(1, "i32", _DICTIONARY_PAGE), (7, "struct", header)], plain, chunk)
+            chunk.page_stats.append((_DICTIONARY_PAGE, _PLAIN, 1))
+            chunk.encodings.add(_PLAIN)
+        chunk.data_offset = self._pos
+        pages = 0
+        encoding = _RLE_DICTIONARY if dictionary is not None else leaf.encoding
+        for ai, arr in enumerate(arrays):
+            runs = None if dictionary is None else dictionary[2][ai]
+            for page in _pages(leaf, arr, self._page_size):
+                body = self._page_body(leaf, arr, page, runs)
+                header = [
+                    (1, "i32", page.num_values),
+                    (2, "i32", encoding),
+                    (3, "i32", _RLE),
+                    (4, "i32", _RLE),
+                ]
+                self._page([(1, "i32", _DATA_PAGE), (5, "struct", header)], body, chunk)
+                chunk.num_values += page.num_values
+                pages += 1
+        chunk.page_stats.append((_DATA_PAGE, encoding, pages))
+        chunk.encodings.update((encoding, _RLE))
+
+    def _page_body(
+        self, leaf: _Leaf, arr: pa.Array, page: _Page, runs: tuple[np.ndarray, np.ndarray] | None
+    ) -> np.ndarray:
+        """Levels then values of one data page, in the writer's scratch buffer (valid until
+        the next page)."""
+        width = leaf.max_def.bit_length()
+        bound = 0
+        if leaf.max_rep:
+            bound += _levels_bound(page.num_values, 1)
+        if leaf.max_def:
+            bound += _levels_bound(page.num_values, width)
+        bound += _values_bound(leaf, arr, page, runs)
+        out = self._scratch.get(bound)
+        pos = 0
+        if leaf.max_rep:
+            pos = _put_levels(out, pos, page.rep, 1)  # type: ignore[arg-type]
+        if leaf.max_def:
+            pos = _put_levels(out, pos, page.dfn, width)  # type: ignore[arg-type]
+        if runs is not None:
+            pos = _put_dictionary_indices(out, pos, runs, page)
+        else:
+            pos = _put_values(out, pos, leaf, arr, page)
+        return out[:pos]
+
+
+class _Buffer:
+    """A growing byte buffer reused for every page (fresh memory costs page faults)."""
+
+    def __init__(self) -> None:
+        self.data = np.empty(1 << 16, np.uint8)
+
+    def get(self, size: int) -> np.ndarray:
+        if self.data.shape[0] < size:
+            self.data = np.empty(max(size, 2 * self.data.shape[0]), np.uint8)
+        return self.data
+
+
+def _arrow_schema_uncached(schema: pa.Schema) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.ParquetWriter(sink, schema).close()
+    meta = pq.read_metadata(pa.BufferReader(sink.getvalue())).metadata
+    return bytes(meta[b"ARROW:schema"])
+
+
+_ARROW_SCHEMAS: dict[pa.Schema, bytes] = {}
+
+
+def _arrow_schema(schema: pa.Schema) -> bytes:
+    """The footer's ``ARROW:schema`` value, exactly as pyarrow writes it for ``schema``."""
+    found = _ARROW_SCHEMAS.get(schema)
+    if found is None:
+        found = _ARROW_SCHEMAS[schema] = _arrow_schema_uncached(schema)
+    return found
+
+
+def _levels_bound(n: int, width: int) -> int:
+    """Most bytes the 4-byte length and hybrid encoding of ``n`` levels can take: a varint
+    header per run or per bit-packed stretch, and ``width`` bytes per group of 8."""
+    return 4 + 16 + (n // 8 + 1) * (width + 6)
+
+
+def _put_levels(out: np.ndarray, pos: int, levels: np.ndarray, width: int) -> int:
+    """Levels as data page v1 stores them: 4-byte little-endian length, hybrid encoding."""
+    end = int(k.rle_hybrid(levels, width, out, pos + 4))
+    out[pos : pos + 4] = np.frombuffer((end - pos - 4).to_bytes(4, "little"), np.uint8)
+    return end
+
+
+def _pages(leaf: _Leaf, arr: pa.Array, page_size: int) -> Iterable[_Page]:
+    """Split one Arrow array (a chunk of the column) into data pages of about ``page_size``."""
+    n = len(arr)
+    if leaf.field_index is None:
+        per_row = _row_bytes(leaf, arr)
+        rows = max(1, min(n, page_size // max(per_row, 1)))
+        valid = _validity(arr) if leaf.max_def else np.empty(0, np.uint8)
+        for r0 in range(0, n, rows):
+            r1 = min(n, r0 + rows)
+            dfn = None
+            take = None
+            if leaf.max_def:
+                if valid.shape[0]:
+                    dfn = valid[r0:r1]
+                    take = np.flatnonzero(dfn) + r0
+                else:
+                    dfn = np.ones(r1 - r0, np.uint8)
+            yield _Page(r1 - r0, None, dfn, (r0, r1), take)
+        return
+    # list<struct>: levels for the whole array, then pages at row boundaries
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4)
+    items = arr.values  # the struct array, not sliced to this list's offsets
+    child = items.field(leaf.field_index)
+    n_list, n_elem, n_leaf = leaf.nullable
+    list_valid = _validity(arr) if n_list else np.empty(0, np.uint8)
+    elem_valid = _full_validity(items) if n_elem else np.empty(0, np.uint8)
+    leaf_valid = _full_validity(child) if n_leaf else np.empty(0, np.uint8)
+    span = int(offsets[-1] - offsets[0])
+    entries = n + span
+    rep = np.empty(entries, np.uint8)
+    dfn = np.empty(entries, np.uint8)
+    take = np.empty(span, np.int64)
+    per_row = max(1, (_row_bytes(leaf, child) * span) // max(n, 1) + 2)
+    rows = max(1, min(n, page_size // per_row))
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        e, t = k.list_levels(
+            offsets[r0 : r1 + 1],
+            list_valid[r0:r1] if list_valid.shape[0] else list_valid,
+            elem_valid,
+            leaf_valid,
+            int(n_list),
+            int(n_elem),
+            int(n_leaf),
+            rep,
+            dfn,
+            take,
+        )
+        yield _Page(
+            e,
+            rep[:e],
+            dfn[:e],
+            (r0, r1),
+            take[:t],
+            (int(offsets[r0]), int(offsets[r1])),
+        )
+
+
+def _full_validity(arr: pa.Array) -> np.ndarray:
+    """0/1 per row of ``arr`` (all rows, offset applied), or empty when it has no nulls."""
+    return _validity(arr)
+
+
+def _row_bytes(leaf: _Leaf, arr: pa.Array) -> int:
+    if leaf.physical == _BYTE_ARRAY:
+        n = max(len(arr), 1)
+        offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
+        return int(offsets[-1] - offsets[0]) // n + 4
+    if leaf.physical == _BOOLEAN:
+        return 1
+    return 4 if leaf.physical == _INT32 else 8
+
+
+def _values_bound(
+    leaf: _Leaf, arr: pa.Array, page: _Page, runs: tuple[np.ndarray, np.ndarray] | None
+) -> int:
+    """Most bytes the page's values (or dictionary indices) can take."""
+    r0, r1 = page.rows
+    n = page.num_values
+    if runs is not None:
+        return 1 + _levels_bound(n, 32) + 14 * (r1 - r0)
+    if leaf.physical == _BYTE_ARRAY:
+        if leaf.field_index is None:
+            offsets, _ = _binary_buffers(arr)
+            return 4 * (r1 - r0) + int(offsets[r1] - offsets[r0])
+        offsets, _ = _binary_buffers(arr.values.field(leaf.field_index))
+        c0, c1 = page.child_rows
+        return 4 * (c1 - c0) + int(offsets[c1] - offsets[c0])
+    if leaf.physical == _BOOLEAN:
+        return n // 8 + 1
+    if leaf.encoding == _DELTA_BINARY_PACKED:
+        return 32 + 9 * n
+    return n * (4 if leaf.physical == _INT32 else 8)
+
+
+def _put_values(out: np.ndarray, pos: int, leaf: _Leaf, arr: pa.Array, page: _Page) -> int:
+    """The present values of the page, PLAIN or DELTA_BINARY_PACKED, into ``out``."""
+    r0, r1 = page.rows
+    index = page.take
+    source = arr if leaf.field_index is None else arr.values.field(leaf.field_index)
+    if leaf.physical == _BYTE_ARRAY:
+        offsets, data = _binary_buffers(source)
+        if index is None:
+            return int(k.plain_binary(offsets[r0 : r1 + 1], data, _NONE, out, pos))
+        return int(k.plain_binary_take(offsets, data, index, out, pos))
+    values = _fixed_values(source)
+    values = values[r0:r1] if index is None else values[index]
+    if leaf.physical == _BOOLEAN:
+        packed = np.packbits(values, bitorder="little")
+    elif leaf.encoding == _DELTA_BINARY_PACKED:
+        wide = values.astype(np.int64, copy=False)
+        return int(k.delta_binary_packed(wide, 32 if leaf.physical == _INT32 else 64, out, pos))
+    else:
+        packed = np.ascontiguousarray(values).view(np.uint8)
+    out[pos : pos + packed.shape[0]] = packed
+    return pos + packed.shape[0]
+
+
+_NONE = np.empty(0, np.uint8)
+
+
+# --- dictionaries ------------------------------------------------------------------------
+
+
+def _run_starts(leaf: _Leaf, arr: pa.Array) -> np.ndarray:
+    """Rows where a run of equal values starts; a run is all null or all present (a null's
+    slot holds arbitrary bytes, so runs also break where the validity changes)."""
+    starts = np.empty(max(len(arr), 1), np.int64)
+    if leaf.physical == _BYTE_ARRAY:
+        offsets, data = _binary_buffers(arr)
+        count = k.runs_binary(offsets, data, starts)
+    else:
+        count = k.runs_fixed(_fixed_values(arr), starts)
+    starts = starts[:count]
+    if arr.null_count:
+        changes = np.flatnonzero(np.diff(_validity(arr))) + 1
+        starts = np.union1d(starts, changes)
+    return starts
+
+
+def _dictionary(
+    leaf: _Leaf, arrays: list[pa.Array], limit: int
+) -> tuple[pa.Array, np.ndarray, list[tuple[np.ndarray, np.ndarray]]] | None:
+    """``(dictionary values, their PLAIN page, per array (run starts, run indices))`` from the
+    runs of equal values; None when the PLAIN dictionary would exceed ``limit`` bytes. Runs
+    of nulls get index 0: only the indices of present rows are written."""
+    starts = [_run_starts(leaf, a) for a in arrays]
+    firsts = [a.take(numpy_array(s)) for a, s in zip(arrays, starts, strict=True)]
+    if not firsts:
+        return None
+    run_values = pa.concat_arrays(firsts) if len(firsts) > 1 else firsts[0]
+    encoded = pc.dictionary_encode(run_values)  # nulls: null indices, not in the dictionary
+    values = encoded.dictionary
+    plain = _plain_of(leaf, values)
+    if plain.shape[0] > limit:
+        return None
+    # (pc.fill_null / pc.index_in with a Python value import pandas: ~1.5 s in a fresh worker)
+    indices = encoded.indices
+    index_np = _fixed_values(indices).astype(np.int64)
+    if indices.null_count:
+        index_np[_validity(indices) == 0] = 0
+    per_array = []
+    at = 0
+    for s in starts:
+        per_array.append((s, index_np[at : at + len(s)]))
+        at += len(s)
+    return values, plain, per_array
+
+
+def _plain_of(leaf: _Leaf, values: pa.Array) -> np.ndarray:
+    if leaf.physical == _BYTE_ARRAY:
+        offsets, data = _binary_buffers(values)
+        out = np.empty(4 * len(values) + int(offsets[-1] - offsets[0]), np.uint8)
+        end = k.plain_binary(offsets, data, _NONE, out, 0)
+        return out[:end]
+    return np.ascontiguousarray(_fixed_values(values)).view(np.uint8)
+
+
+def _put_dictionary_indices(
+    out: np.ndarray, pos: int, runs: tuple[np.ndarray, np.ndarray], page: _Page
+) -> int:
+    """Bit width byte, then the dictionary indices of the page's present rows: one RLE run
+    per run of equal values (rows ``r0 .. r1`` all present), else the hybrid encoding of the
+    present rows' indices."""
+    starts, index = runs
+    r0, r1 = page.rows
+    width = max(1, (int(index.max()) if index.shape[0] else 0).bit_length())
+    out[pos] = width
+    if page.take is None:
+        first = int(np.searchsorted(starts, r0, side="right")) - 1
+        last = int(np.searchsorted(starts, r1, side="left"))
+        bounds = starts[first:last].copy()
+        bounds[0] = r0
+        lengths = np.append(bounds[1:], r1) - bounds
+        return int(k.rle_runs(lengths, index[first:last], width, out, pos + 1))
+    row_ids = index[np.searchsorted(starts, page.take, side="right") - 1]
+    return int(k.rle_hybrid(row_ids, width, out, pos + 1))
+
+
+# --- statistics --------------------------------------------------------------------------
+
+
+def _statistics(leaf: _Leaf, arrays: list[pa.Array]) -> Fields:
+    """Statistics of a flat column chunk: null count, min and max (PLAIN bytes); min/max are
+    left out above 4 KiB, as pyarrow does."""
+    nulls = sum(a.null_count for a in arrays)
+    present = [a for a in arrays if a.null_count < len(a)]
+    if not present:
+        return [(3, "i64", nulls)]
+    if leaf.physical == _BYTE_ARRAY:
+        mm = pc.min_max(pa.chunked_array([a.cast(pa.binary()) for a in present]))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if max(len(lo), len(hi)) > _MAX_STATISTICS_SIZE:
+            return [(3, "i64", nulls)]
+        return [(3, "i64", nulls), (5, "bin", hi), (6, "bin", lo)]
+    values = np.concatenate(
+        [_fixed_values(a)[_validity(a) != 0] if a.null_count else _fixed_values(a) for a in present]
+    )
+    size = {_BOOLEAN: 1, _INT32: 4, _INT64: 8}[leaf.physical]
+    lo_raw = int(values.min()).to_bytes(size, "little", signed=True)
+    hi_raw = int(values.max()).to_bytes(size, "little", signed=True)
+    return [
+        (1, "bin", hi_raw),
+        (2, "bin", lo_raw),
+        (3, "i64", nulls),
+        (5, "bin", hi_raw),
+        (6, "bin", lo_raw),
+    ]
