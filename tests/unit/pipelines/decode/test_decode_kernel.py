@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import cramjam
+import lz4.frame
 import numpy as np
 import pytest
 from crc32c import crc32c
@@ -178,6 +179,41 @@ def test_chunking_gives_the_same_rows() -> None:
     assert [r for c in chunks for r in c.records.to_pylist()] == whole
 
 
+def lz4_frame(data: bytes, declared_delta: int | None = 0) -> bytes:
+    """An lz4 frame of ``data`` whose header declares ``len(data) + declared_delta`` bytes
+    (a valid header checksum either way); ``None``: no content size in the header."""
+    if declared_delta is None:
+        return bytes(lz4.frame.compress(data, store_size=False))
+    out = lz4.frame.LZ4FrameCompressor()
+    body = out.begin(source_size=len(data)) + out.compress(data) + out.flush()
+    header = lz4.frame.LZ4FrameCompressor().begin(source_size=len(data) + declared_delta)
+    return header + body[len(header) :]
+
+
+def test_lz4_frames_with_and_without_a_declared_size_across_chunks() -> None:
+    """Sized lz4 frames go straight into the arena, unsized ones through the full
+    decompressor, uncompressed batches are copied beside them; chunks of any size give the
+    same rows, the values as built."""
+    batches = []
+    for i in range(30):
+        recs = b"".join(raw_record(0, j, b"k%d" % i, b"v%d-" % j * (i + j)) for j in range(3))
+        if i % 3 == 2:
+            batches.append(raw_batch(recs, count=3, base_offset=3 * i))
+        else:
+            data = lz4_frame(recs, 0 if i % 3 == 0 else None)
+            batches.append(raw_batch(data, count=3, base_offset=3 * i, attributes=3))
+    buf = b"".join(batches)
+    whole, bad = decode_all(buf)
+    assert bad == []
+    assert [r["value"] for r in whole] == [
+        b"v%d-" % j * (i + j) for i in range(30) for j in range(3)
+    ]
+    scan = scan_batches(buf)
+    for size in (1, 150, 1_000):
+        chunks = list(decode_records(buf, scan, max_chunk_bytes=size))
+        assert [r for c in chunks for r in c.records.to_pylist()] == whole, size
+
+
 def good(i: int) -> bytes:
     return raw_batch(raw_record(0, 0, b"k", b"v%d" % i), count=1, base_offset=i)
 
@@ -222,6 +258,26 @@ KV = zigzag(1) + b"k" + zigzag(1) + b"v"  # key "k", value "v"
         ),
         (raw_batch(b"\x00garbage-not-gzip", count=1, base_offset=1, attributes=1), "gzip"),
         (raw_batch(b"not lz4 at all", count=1, base_offset=1, attributes=3), "lz4"),
+        # lz4 frames that declare another content size than they hold, and one declaring more
+        # than a chunk may hold (refused before anything is allocated)
+        (
+            raw_batch(
+                lz4_frame(raw_record(0, 0, b"k", b"v"), +1), count=1, base_offset=1, attributes=3
+            ),
+            "lz4",
+        ),
+        (
+            raw_batch(
+                lz4_frame(raw_record(0, 0, b"k", b"v"), -1), count=1, base_offset=1, attributes=3
+            ),
+            "lz4",
+        ),
+        (
+            raw_batch(
+                lz4_frame(raw_record(0, 0, b"k", b"v"), 2**40), count=1, base_offset=1, attributes=3
+            ),
+            "decompresses to more than",
+        ),
         (raw_batch(b"", count=0, base_offset=1, attributes=6), "codec"),
     ],
 )
