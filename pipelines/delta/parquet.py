@@ -559,6 +559,10 @@ class FastParquetWriter:
 
     def _column_chunk(self, leaf: _Leaf, arrays: list[pa.Array], chunk: _Chunk) -> None:
         arrays = [a for a in arrays if len(a)]
+        if len(arrays) > 1 and leaf.field_index is None and leaf.physical != _BYTE_ARRAY:
+            # A few bytes a row to copy, against a page (and its Python steps) per input chunk
+            # for every small column: the decoder yields chunks of ~40k records.
+            arrays = [pa.concat_arrays(arrays)]
         if leaf.statistics:
             chunk.statistics = _statistics(leaf, arrays)
         dictionary = _dictionary(leaf, arrays, self._dict_limit) if leaf.dictionary else None
