@@ -1,11 +1,13 @@
 """A Parquet writer for Arrow tables of flat columns and lists of structs, built for the ingest
 job's ``records`` table: :class:`FastParquetWriter`, same calls as ``pq.ParquetWriter``.
 
-Why: writing ``records`` with pyarrow's writer cost ~200 ns a record on one core, half of an
-ingest task's CPU; most of it outside compression (the value column ~107 ns of which snappy
-~75, headers 26, key 22, codec 20, the per-batch integers ~30, measured). Here each column is
-encoded by one compiled pass over its Arrow buffers (:mod:`pipelines.delta._parquet_kernels`)
-and compressed by pyarrow's own codecs; the file is what pyarrow would write for these options:
+Why: writing ``records`` with pyarrow's writer cost ~200-275 ns a record on one core, more
+than half of an ingest task's CPU, and most of it outside compression (per record: the value
+column ~107 ns of which snappy ~75, headers 26, key 22, codec 20, the per-batch integers ~30,
+measured). Here each column is encoded by one compiled pass over its Arrow buffers
+(:mod:`pipelines.delta._parquet_kernels`) and compressed in a reused buffer (snappy through
+cramjam, the other codecs through pyarrow's): ~155-185 ns a record on the same data, of which
+snappy on the value column is ~90. The file is what pyarrow would write for these options:
 
 - format: data page v1, one dictionary page per column chunk where dictionary encoding is on,
   footer with the Arrow schema (``ARROW:schema``, taken from pyarrow) so readers restore the
@@ -57,7 +59,6 @@ _CODECS = {
     "lz4_raw": (7, "lz4_raw"),
 }
 _ENCODINGS = {"PLAIN": _PLAIN, "DELTA_BINARY_PACKED": _DELTA_BINARY_PACKED}
-_ENCODING_NAMES = {_PLAIN: "PLAIN", _DELTA_BINARY_PACKED: "DELTA_BINARY_PACKED"}
 _DICTIONARY_PAGESIZE_LIMIT = 1 << 20
 _MAX_STATISTICS_SIZE = 4096
 _MAX_SECONDS = (2**63 - 1) // 1000  # Parquet has no seconds: timestamp[s] is written in ms
@@ -65,19 +66,9 @@ _MAX_SECONDS = (2**63 - 1) // 1000  # Parquet has no seconds: timestamp[s] is wr
 
 # --- Thrift compact protocol (only what parquet.thrift's footer and page headers need) ------
 
-_T_TRUE, _T_FALSE, _T_BYTE, _T_I16, _T_I32, _T_I64, _T_BINARY, _T_LIST, _T_STRUCT = (
-    1,
-    2,
-    3,
-    4,
-    5,
-    6,
-    8,
-    9,
-    12,
-)
-_KIND = {"i8": _T_BYTE, "i16": _T_I16, "i32": _T_I32, "i64": _T_I64, "bin": _T_BINARY}
-_KIND.update({"struct": _T_STRUCT, "list": _T_LIST})
+# compact protocol type ids: a bool field's value is its type (1 true, 2 false)
+_T_TRUE, _T_FALSE = 1, 2
+_KIND = {"i8": 3, "i16": 4, "i32": 5, "i64": 6, "bin": 8, "list": 9, "struct": 12}
 
 # A struct is a list of (field id, kind, value); a None value leaves the field out. Kinds:
 # i8 i16 i32 i64 bool bin struct, and ("list", element kind) with a list value.
