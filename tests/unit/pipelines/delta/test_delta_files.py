@@ -320,3 +320,23 @@ def test_records_options_files_read_back_with_spark(spark: SparkSession, tmp_pat
     got = spark.read.parquet(str(tmp_path)).orderBy("offset").toArrow()
     got = got.select(table.column_names).cast(RECORDS_ARROW_SCHEMA)
     assert got.to_pylist() == table.sort_by("offset").to_pylist()
+
+
+def test_parquet_writer_switch_picks_the_fast_writer_where_it_can(tmp_path: Path) -> None:
+    """``parquet_writer="loglake"`` writes with FastParquetWriter when it supports every column
+    and with pyarrow's writer otherwise (a float column here); both read back the same."""
+    table = _table()
+    with_float = table.append_column("f", pa.array([0.5, 1.5, None, 2.5, 3.5]))
+    for data, engine in ((table, "loglake"), (with_float, "parquet-cpp")):
+        root = tmp_path / engine
+        w = PartitionedFileWriter(
+            root, write_id="w", task_id=0, attempt=0, partition_by=[], parquet_writer="loglake"
+        )
+        w.write(data)
+        (f,) = w.close()
+        md = pq.read_metadata(root / f.path)
+        assert md.created_by.startswith(engine), md.created_by
+        assert pq.read_table(root / f.path).to_pylist() == data.to_pylist()
+    with pytest.raises(ValueError, match="parquet_writer"):
+        PartitionedFileWriter(tmp_path, write_id="w", task_id=0, attempt=0, partition_by=[],
+                              parquet_writer="fast")  # fmt: skip
