@@ -24,6 +24,7 @@ string, binary, and ``list<struct<...>>`` of those. Anything else: use ``pq.Parq
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -426,8 +427,7 @@ class FastParquetWriter:
         )
         self._page_size = max(1, data_page_size)
         self._dict_limit = dictionary_pagesize_limit
-        self._scratch = _Buffer()
-        self._compressed = _Buffer()
+        self._scratch, self._compressed = _thread_buffers()
         self._own = isinstance(where, str)
         self._sink: Any = pa.OSFile(where, "wb") if isinstance(where, str) else where
         self._sink.write(MAGIC)
@@ -618,6 +618,19 @@ class _Buffer:
         if self.data.shape[0] < size:
             self.data = np.empty(max(size, 2 * self.data.shape[0]), np.uint8)
         return self.data
+
+
+_BUFFERS = threading.local()
+
+
+def _thread_buffers() -> tuple[_Buffer, _Buffer]:
+    """The (page body, compressed page) buffers of this thread, shared by its writers: a page is
+    encoded, compressed and written in one call, so writers in one thread never interleave, and
+    a task with many open files (one per partition) holds two buffers, not two per file."""
+    pair: tuple[_Buffer, _Buffer] | None = getattr(_BUFFERS, "pair", None)
+    if pair is None:
+        pair = _BUFFERS.pair = (_Buffer(), _Buffer())
+    return pair
 
 
 def _arrow_schema_uncached(schema: pa.Schema) -> bytes:
