@@ -112,7 +112,13 @@ def _spark_submit(args: list[str], env: dict[str, str], log_file: Path) -> dict[
     import pyspark  # noqa: PLC0415
 
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    cmd = [str(spark_submit), "--master", "local[2]", str(ROOT / "jobs" / "ingest.py"), *args]
+    cmd = [
+        str(spark_submit),
+        *("--properties-file", str(ROOT / "conf" / "spark-defaults.conf")),
+        *("--master", "local[2]"),
+        str(ROOT / "jobs" / "ingest.py"),
+        *args,
+    ]
     with log_file.open("ab") as err:
         proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=err, check=False)
     if proc.returncode != 0:
