@@ -49,7 +49,7 @@ from pipelines.decode.codecs import (
     CODEC_LABELS,
     decompress,
     decompress_lz4_into,
-    lz4_content_size,
+    lz4_content_sizes,
 )
 
 __all__ = [
@@ -175,12 +175,19 @@ def decode_records(
     errors: list[BatchError] = []
     filled = 0
     max_size = _MAX_ARROW_BYTES // 2  # one Arrow chunk holds at most 1 GiB of records
+    declared = lz4_content_sizes(data, rel + _HEADER_SIZE, rel + sizes)
+    declared[codec != _LZ4] = -1
     # One Python step per batch (not per record): plain ints, not numpy scalars.
-    for i, p, end, cid in zip(
-        idx.tolist(), rel.tolist(), (rel + sizes).tolist(), codec.tolist(), strict=True
+    for i, p, end, cid, lz4_size in zip(
+        idx.tolist(),
+        rel.tolist(),
+        (rel + sizes).tolist(),
+        codec.tolist(),
+        declared.tolist(),
+        strict=True,
     ):
         stream = view[p + _HEADER_SIZE : end]
-        size = lz4_content_size(stream) if cid == _LZ4 else -1
+        size = lz4_size
         raw = None
         try:
             if size > max_size:

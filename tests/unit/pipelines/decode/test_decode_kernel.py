@@ -14,6 +14,7 @@ from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from pipelines.decode import _kernels, decode_records, scan_batches, verify_batches
+from pipelines.decode.codecs import lz4_content_sizes
 from pipelines.decode.reference import reference_decode
 from pipelines.decode.warmup import warm
 from pipelines.delta import _parquet_kernels
@@ -188,6 +189,24 @@ def lz4_frame(data: bytes, declared_delta: int | None = 0) -> bytes:
     body = out.begin(source_size=len(data)) + out.compress(data) + out.flush()
     header = lz4.frame.LZ4FrameCompressor().begin(source_size=len(data) + declared_delta)
     return header + body[len(header) :]
+
+
+def test_lz4_content_sizes_reads_each_frame_header() -> None:
+    """Declared sizes of sized frames; -1 for unsized frames, streams too short for a sized
+    header and bytes that are no lz4 frame (the full decompressor handles those)."""
+    streams = [
+        lz4_frame(b"x" * 300),
+        lz4_frame(b"y" * 7, None),
+        lz4_frame(b"z" * 40, 2**40),
+        b"not an lz4 frame at all",
+        lz4_frame(b"w" * 5)[:14],
+        lz4_frame(b""),  # liblz4 writes no size for empty content
+    ]
+    buf = np.frombuffer(b"".join(streams), np.uint8)
+    ends = np.cumsum([len(x) for x in streams])
+    starts = ends - [len(x) for x in streams]
+    got = lz4_content_sizes(buf, starts, ends).tolist()
+    assert got == [300, -1, 40 + 2**40, -1, -1, -1]
 
 
 def test_lz4_frames_with_and_without_a_declared_size_across_chunks() -> None:
