@@ -7,8 +7,8 @@ the first job after an install compiles them in every Spark Python worker at onc
 measured). ``tools/bootstrap.sh`` runs this when a cache is older than its kernels. It reads a
 tiny segment the way an ingest task does (one uncompressed and one lz4 batch, with headers,
 a null key and a null header value) and writes the records as the ingest job does, so every
-specialisation a task needs is compiled: a read buffer (writable) and a decompressed arena
-(read-only) are different numba types.
+specialisation a task needs is compiled (the kernels are typed by their arguments: nulls take
+other paths, and the uncompressed and lz4 chunks reach them through different buffers).
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def main() -> None:
     started = time.monotonic()
     rows = warm()
     if rows != 4:
-        raise SystemExit(f"decoder warm-up read {rows} records, expected 4")
-    print(f"decoder kernels compiled/cached in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        raise SystemExit(f"ingest kernels warm-up read {rows} records, expected 4")
+    print(f"ingest kernels compiled/cached in {time.monotonic() - started:.1f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":

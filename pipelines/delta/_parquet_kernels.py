@@ -28,6 +28,7 @@ __all__ = [
     "plain_binary",
     "plain_binary_take",
     "rle_hybrid",
+    "rle_run",
     "rle_runs",
     "runs_binary",
     "runs_fixed",
@@ -107,6 +108,17 @@ def _bitpack(out: np.ndarray, bitpos: int, value: np.uint64, width: int) -> int:
 
 
 @njit(cache=True, nogil=True)
+def rle_run(out: np.ndarray, pos: int, count: int, value: int, nbytes: int) -> int:
+    """One RLE run of the hybrid encoding: ``varint(count << 1)``, then ``value`` in
+    ``nbytes`` little-endian bytes; returns the end position."""
+    pos = _put_varint(out, pos, count << 1)
+    v = np.uint64(value)
+    for b in range(nbytes):
+        out[pos + b] = np.uint8((v >> np.uint64(8 * b)) & np.uint64(0xFF))
+    return pos + nbytes
+
+
+@njit(cache=True, nogil=True)
 def rle_hybrid(values: np.ndarray, width: int, out: np.ndarray, pos: int) -> int:
     """RLE / bit-packing hybrid of ``values`` (each < 2**width) into ``out`` from
     ``pos``; returns the end position. Runs of 8 or more equal values are RLE runs, the rest
@@ -119,11 +131,7 @@ def rle_hybrid(values: np.ndarray, width: int, out: np.ndarray, pos: int) -> int
         while j < n and values[j] == values[i]:
             j += 1
         if j - i >= 8 or j == n:
-            pos = _put_varint(out, pos, (j - i) << 1)
-            v = np.uint64(values[i])
-            for b in range(nbytes):
-                out[pos + b] = np.uint8((v >> np.uint64(8 * b)) & np.uint64(0xFF))
-            pos += nbytes
+            pos = rle_run(out, pos, j - i, values[i], nbytes)
             i = j
             continue
         # bit-packed groups until a run of 8 equal values starts at a group boundary
@@ -154,13 +162,8 @@ def rle_runs(lengths: np.ndarray, values: np.ndarray, width: int, out: np.ndarra
     """RLE runs ``lengths[i]`` x ``values[i]`` (hybrid encoding, RLE runs only)."""
     nbytes = (width + 7) // 8
     for i in range(lengths.shape[0]):
-        if lengths[i] == 0:
-            continue
-        pos = _put_varint(out, pos, lengths[i] << 1)
-        v = np.uint64(values[i])
-        for b in range(nbytes):
-            out[pos + b] = np.uint8((v >> np.uint64(8 * b)) & np.uint64(0xFF))
-        pos += nbytes
+        if lengths[i] != 0:
+            pos = rle_run(out, pos, lengths[i], values[i], nbytes)
     return pos
 
 

@@ -209,16 +209,8 @@ def _element(
     ]
 
 
-def _schema(
-    schema: pa.Schema,
-    dictionary: set[str],
-    statistics: set[str],
-    encodings: Mapping[str, int],
-    *,
-    all_statistics: bool = False,
-) -> tuple[list[Fields], list[_Leaf]]:
-    """Schema elements and leaf columns; ``all_statistics``: statistics were asked for every
-    column (True), where nested leaves are skipped rather than refused."""
+def _schema(schema: pa.Schema) -> tuple[list[Fields], list[_Leaf]]:
+    """The Parquet schema elements of ``schema`` and its leaf columns (options not applied)."""
     elements: list[Fields] = [_element("schema", None, None, len(schema))]
     leaves: list[_Leaf] = []
 
@@ -262,6 +254,20 @@ def _schema(
                     nullable,
                 )
             )
+    return elements, leaves
+
+
+def _apply_options(
+    leaves: list[_Leaf],
+    dictionary: set[str],
+    statistics: set[str],
+    encodings: Mapping[str, int],
+    *,
+    all_statistics: bool,
+) -> None:
+    """Set each leaf's encoding, dictionary and statistics from the writer's options, refusing
+    names that are no leaf. ``all_statistics``: statistics were asked for every column (True),
+    where nested leaves are skipped rather than refused."""
     names = {leaf.path for leaf in leaves}
     for option, chosen in (
         ("use_dictionary", dictionary),
@@ -284,7 +290,6 @@ def _schema(
             leaf.path in dictionary and leaf.physical != _BOOLEAN and leaf.field_index is None
         )
         leaf.statistics = leaf.path in statistics and leaf.field_index is None
-    return elements, leaves
 
 
 def _names(value: bool | Iterable[str] | None, all_names: list[str]) -> set[str]:
@@ -348,12 +353,12 @@ def _binary_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class _Page:
-    """Values of one data page: levels and the present values (``index`` into the leaf array,
-    or all rows ``start .. stop`` of a flat column)."""
+    """One data page: its levels and which leaf values it holds (``take``: the present rows of
+    the leaf array; None: every row in ``rows`` of a flat column)."""
 
     num_values: int  # level entries (rows for a flat column)
-    rep: np.ndarray | None
-    dfn: np.ndarray | None
+    rep: np.ndarray | None  # None: a flat column (no repetition levels)
+    dfn: np.ndarray | None  # None: every entry present (all levels max_def, or no levels)
     rows: tuple[int, int]  # rows of the top-level column
     take: np.ndarray | None  # present leaf rows (nested, or flat with nulls)
     child_rows: tuple[int, int] = (0, 0)  # nested: the struct rows the page's lists span
@@ -407,8 +412,8 @@ class FastParquetWriter:
             else pa.Codec(codec_name, compression_level=compression_level)
         )
         self.schema = schema
-        probe = _schema(schema, set(), set(), {})[1]
-        paths = [leaf.path for leaf in probe]
+        self._elements, self._leaves = _schema(schema)
+        paths = [leaf.path for leaf in self._leaves]
         chosen = (
             dict.fromkeys(paths, column_encoding)
             if isinstance(column_encoding, str)
@@ -418,8 +423,8 @@ class FastParquetWriter:
         if unknown:
             raise ValueError(f"column_encoding {unknown}: this writer has {sorted(_ENCODINGS)}")
         encodings = {p: _ENCODINGS[e] for p, e in chosen.items()}
-        self._elements, self._leaves = _schema(
-            schema,
+        _apply_options(
+            self._leaves,
             _names(use_dictionary, paths),
             _names(write_statistics, paths),
             encodings,
@@ -444,9 +449,6 @@ class FastParquetWriter:
         step = table.num_rows if not row_group_size else max(1, row_group_size)
         for start in range(0, table.num_rows, max(step, 1)):
             self._row_group(table.slice(start, step))
-
-    def write_batch(self, batch: pa.RecordBatch, row_group_size: int | None = None) -> None:
-        self.write_table(pa.Table.from_batches([batch]), row_group_size)
 
     def close(self) -> None:
         if self._closed:
@@ -527,9 +529,11 @@ class FastParquetWriter:
         )
         self._rows += n
 
-    def _page(self, header: Fields, body: np.ndarray, chunk: _Chunk) -> None:
-        """Compress ``body``, write its page header and it (``header``: the PageHeader's type
-        field and its typed header; the sizes are filled in here)."""
+    def _page(
+        self, page_type: int, header_field: int, header: Fields, body: np.ndarray, chunk: _Chunk
+    ) -> None:
+        """Compress ``body``, then write its PageHeader (type, both sizes, and ``header`` as
+        field ``header_field``: 5 data page, 7 dictionary page) and it."""
         size = body.shape[0]
         if self._codec_id == _CODECS["snappy"][0]:
             out = self._compressed.get(cramjam.snappy.compress_raw_max_len(body))
@@ -538,9 +542,14 @@ class FastParquetWriter:
             data = self._codec.compress(body, asbytes=False)
         else:
             data = body
-        written = len(data) if not isinstance(data, np.ndarray) else data.shape[0]
+        written = len(data)
         head = thrift_struct(
-            [(1, "i32", header[0][2]), (2, "i32", size), (3, "i32", written), *header[1:]]
+            [
+                (1, "i32", page_type),
+                (2, "i32", size),
+                (3, "i32", written),
+                (header_field, "struct", header),
+            ]
         )
         self._sink.write(head)
         self._sink.write(data)
@@ -561,7 +570,7 @@ class FastParquetWriter:
             values, plain, _ = dictionary
             chunk.dictionary_offset = self._pos
             header = [(1, "i32", len(values)), (2, "i32", _PLAIN)]
-            self._page([(1, "i32", _DICTIONARY_PAGE), (7, "struct", header)], plain, chunk)
+            self._page(_DICTIONARY_PAGE, 7, header, plain, chunk)
             chunk.page_stats.append((_DICTIONARY_PAGE, _PLAIN, 1))
             chunk.encodings.add(_PLAIN)
         chunk.data_offset = self._pos
@@ -577,7 +586,7 @@ class FastParquetWriter:
                     (3, "i32", _RLE),
                     (4, "i32", _RLE),
                 ]
-                self._page([(1, "i32", _DATA_PAGE), (5, "struct", header)], body, chunk)
+                self._page(_DATA_PAGE, 5, header, body, chunk)
                 chunk.num_values += page.num_values
                 pages += 1
         chunk.page_stats.append((_DATA_PAGE, encoding, pages))
@@ -598,9 +607,9 @@ class FastParquetWriter:
         out = self._scratch.get(bound)
         pos = 0
         if leaf.max_rep:
-            pos = _put_levels(out, pos, page.rep, 1)  # type: ignore[arg-type]
+            pos = _put_levels(out, pos, page.rep, 1, page.num_values, 0)
         if leaf.max_def:
-            pos = _put_levels(out, pos, page.dfn, width)  # type: ignore[arg-type]
+            pos = _put_levels(out, pos, page.dfn, width, page.num_values, leaf.max_def)
         if runs is not None:
             pos = _put_dictionary_indices(out, pos, runs, page)
         else:
@@ -657,9 +666,15 @@ def _levels_bound(n: int, width: int) -> int:
     return 4 + 16 + (n // 8 + 1) * (width + 6)
 
 
-def _put_levels(out: np.ndarray, pos: int, levels: np.ndarray, width: int) -> int:
-    """Levels as data page v1 stores them: 4-byte little-endian length, hybrid encoding."""
-    end = int(k.rle_hybrid(levels, width, out, pos + 4))
+def _put_levels(  # noqa: PLR0917
+    out: np.ndarray, pos: int, levels: np.ndarray | None, width: int, n: int, level: int
+) -> int:
+    """Levels as data page v1 stores them: 4-byte little-endian length, hybrid encoding.
+    ``levels`` None: all ``n`` of them are ``level``, written as one RLE run."""
+    if levels is None:
+        end = int(k.rle_run(out, pos + 4, n, level, (width + 7) // 8))
+    else:
+        end = int(k.rle_hybrid(levels, width, out, pos + 4))
     out[pos : pos + 4] = np.frombuffer((end - pos - 4).to_bytes(4, "little"), np.uint8)
     return end
 
@@ -673,24 +688,21 @@ def _pages(leaf: _Leaf, arr: pa.Array, page_size: int) -> Iterable[_Page]:
         valid = _validity(arr) if leaf.max_def else np.empty(0, np.uint8)
         for r0 in range(0, n, rows):
             r1 = min(n, r0 + rows)
-            dfn = None
+            dfn = None  # no nulls here: every level is max_def (one RLE run)
             take = None
-            if leaf.max_def:
-                if valid.shape[0]:
-                    dfn = valid[r0:r1]
-                    take = np.flatnonzero(dfn) + r0
-                else:
-                    dfn = np.ones(r1 - r0, np.uint8)
+            if valid.shape[0]:
+                dfn = valid[r0:r1]
+                take = np.flatnonzero(dfn) + r0
             yield _Page(r1 - r0, None, dfn, (r0, r1), take)
         return
-    # list<struct>: levels for the whole array, then pages at row boundaries
+    # list<struct>: pages at row boundaries, each page's levels into buffers reused by the next
     offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4)
     items = arr.values  # the struct array, not sliced to this list's offsets
     child = items.field(leaf.field_index)
     n_list, n_elem, n_leaf = leaf.nullable
     list_valid = _validity(arr) if n_list else np.empty(0, np.uint8)
-    elem_valid = _full_validity(items) if n_elem else np.empty(0, np.uint8)
-    leaf_valid = _full_validity(child) if n_leaf else np.empty(0, np.uint8)
+    elem_valid = _validity(items) if n_elem else np.empty(0, np.uint8)
+    leaf_valid = _validity(child) if n_leaf else np.empty(0, np.uint8)
     span = int(offsets[-1] - offsets[0])
     entries = n + span
     rep = np.empty(entries, np.uint8)
@@ -720,11 +732,6 @@ def _pages(leaf: _Leaf, arr: pa.Array, page_size: int) -> Iterable[_Page]:
             take[:t],
             (int(offsets[r0]), int(offsets[r1])),
         )
-
-
-def _full_validity(arr: pa.Array) -> np.ndarray:
-    """0/1 per row of ``arr`` (all rows, offset applied), or empty when it has no nulls."""
-    return _validity(arr)
 
 
 def _row_bytes(leaf: _Leaf, arr: pa.Array) -> int:

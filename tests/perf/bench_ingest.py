@@ -342,8 +342,8 @@ def main() -> None:
                 raise SystemExit(f"{topic}: the source reads {n} records, {per_topic} written")
             seconds = min(timed_noop(df) for _ in range(2))
             base = min(passthrough(spark, n, partitions, args) for _ in range(2))
-            size = sum(p.stat().st_size for p in (log_dir / f"{topic}-0").glob("*.log"))
             part_dir = log_dir / f"{topic}-0"
+            size = sum(p.stat().st_size for p in part_dir.glob("*.log"))
             config = ingest_config(log_dir, lake, topic, args)
             kafka_python_once(part_dir, min(args.baseline_records, 20_000))  # warm-up pass
             for _ in range(args.ingest_warmup_runs):
