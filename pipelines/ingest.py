@@ -37,8 +37,8 @@ them already there.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import heapq
 import json
 import os
 import sys
@@ -70,9 +70,9 @@ __all__ = [
     "IngestSummary",
     "app_id",
     "load_config",
-    "pack_ranges",
     "read_progress",
     "run_ingest",
+    "schedule_tasks",
 ]
 
 APP_PREFIX = "loglake-ingest"
@@ -357,21 +357,48 @@ def _read_ranges(ranges: list[SegmentRange], *, options: SourceOptions) -> Itera
         yield report.to_json()
 
 
-def pack_ranges(ranges: Sequence[SegmentRange], tasks: int) -> list[list[SegmentRange]]:
-    """Pack ``ranges`` into at most ``tasks`` groups of nearly equal bytes.
+# Planned pieces per max_partition_bytes: the smallest task there is (see schedule_tasks).
+PIECES_PER_TASK = 8
 
-    Longest first, each to the lightest group so far (LPT: within 4/3 of the best possible
-    longest group); a group's ranges keep their planned order (file order). Empty groups are
-    dropped.
+
+def schedule_tasks(
+    pieces: Sequence[SegmentRange], cores: int, max_bytes: int, min_bytes: int
+) -> list[list[SegmentRange]]:
+    """Cut ``pieces`` (planned ranges in file order) into tasks, largest first, so that
+    ``cores`` cores running them in order finish together.
+
+    Spark starts a stage's tasks in index order, each on the first free core. A task takes
+    ``max_bytes`` while more than ``cores`` tasks of that size are left, then a core's share
+    of the rest (``left / cores``), and so on down to ``min_bytes`` (guided self-scheduling);
+    a rest under half of ``min_bytes`` joins the last task. Tasks of equal bytes do not finish
+    together: on a busy machine the same bytes cost one task up to 30% more than another, and
+    a core that finished its last big task idled while the other still worked (up to 0.45 s
+    of a 1.8 s run, measured). Tasks that run out small let the first free core take the
+    next one. A task is consecutive pieces; pieces of one segment that meet are merged into
+    one range (one sequential read).
     """
-    groups: list[list[SegmentRange]] = [[] for _ in range(max(1, tasks))]
-    heap = [(0, g) for g in range(len(groups))]
-    order = {id(r): n for n, r in enumerate(ranges)}
-    for rng in sorted(ranges, key=lambda r: r.end - r.start, reverse=True):
-        size, g = heapq.heappop(heap)
-        groups[g].append(rng)
-        heapq.heappush(heap, (size + rng.end - rng.start, g))
-    return [sorted(g, key=lambda r: order[id(r)]) for g in groups if g]
+    cores = max(1, cores)
+    left = sum(p.end - p.start for p in pieces)
+    tasks: list[list[SegmentRange]] = []
+    task: list[SegmentRange] = []
+    size = 0
+    target = max(min_bytes, min(max_bytes, -(-left // cores)))
+    for piece in pieces:
+        piece_size = piece.end - piece.start
+        if task and size + piece_size > target and left - size > min_bytes // 2:
+            tasks.append(task)
+            left -= size
+            task, size = [], 0
+            target = max(min_bytes, min(max_bytes, -(-left // cores)))
+        previous = task[-1] if task else None
+        if previous is not None and previous.path == piece.path and previous.end == piece.start:
+            task[-1] = dataclasses.replace(previous, end=piece.end, is_tail=piece.is_tail)
+        else:
+            task.append(piece)
+        size += piece_size
+    if task:
+        tasks.append(task)
+    return tasks
 
 
 def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr) -> IngestSummary:
@@ -406,12 +433,13 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
         return summary
 
     log_dirs = ",".join(config.log_dirs)
+    piece = max(1, config.max_partition_bytes // PIECES_PER_TASK)
     source = parse_options(
         {
             "path": log_dirs,
             "kind": "records",
             "startingOffsets": json.dumps(_offsets_option(starts)),
-            "maxPartitionBytes": str(max(1, config.max_partition_bytes // 4)),
+            "maxPartitionBytes": str(piece),
             "topics": ",".join(sorted({topic for topic, _ in parts})),
         }
     )
@@ -426,13 +454,12 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
         for r in plan_ranges(source)
         if (r.topic, r.partition) in starts and (r.topic, r.partition) not in caught_up
     ]
-    # Pieces of a quarter of max_partition_bytes, packed into tasks of about that size, as
-    # many as a multiple of the cores: every core gets the same bytes (one task per segment
-    # left a core idle while the other read the last, larger segment).
-    cores = max(1, spark.sparkContext.defaultParallelism)
+    # Pieces of an eighth of max_partition_bytes, cut into tasks that run out small so the
+    # cores finish together (equal tasks left a core idle for up to 15% of a run).
     total = sum(r.end - r.start for r in ranges)
-    waves = max(1, -(-total // (cores * config.max_partition_bytes)))
-    tasks = pack_ranges(ranges, cores * waves)
+    tasks = schedule_tasks(
+        ranges, spark.sparkContext.defaultParallelism, config.max_partition_bytes, piece
+    )
     log(
         f"reading {len(ranges)} ranges ({total / 1e6:.1f} MB) of {len(starts)} partitions up to "
         f"their high watermarks in {len(tasks)} tasks"

@@ -33,9 +33,9 @@ from pipelines.ingest import (
     IngestConfig,
     app_id,
     load_config,
-    pack_ranges,
     read_progress,
     run_ingest,
+    schedule_tasks,
 )
 
 pytestmark = pytest.mark.integration
@@ -530,11 +530,10 @@ def test_records_table_equals_the_source_column_for_column(
         return (r["topic"], r["partition"], r["offset"])
 
     assert sorted(table.to_pylist(), key=key) == sorted(expected.to_pylist(), key=key)
-    # pieces of max_partition_bytes / 4 packed into equal tasks, a multiple of the 2 cores;
-    # every task writes its own files, split by topic and date
-    ranges = plan_ranges(parse_options({"path": str(logs.root), "maxPartitionBytes": "175"}))
-    total = sum(r.end - r.start for r in ranges)
-    packed = pack_ranges(ranges, 2 * -(-total // (2 * 700)))
+    # pieces of max_partition_bytes / 8 cut into tasks for the 2 cores; every task writes its
+    # own files, split by topic and date
+    ranges = plan_ranges(parse_options({"path": str(logs.root), "maxPartitionBytes": "87"}))
+    packed = schedule_tasks(ranges, 2, 700, 87)
     assert len(packed) >= 2
     uris = DeltaTable(str(lake / "records")).file_uris()
     tasks = {int(m.group(1)) for u in uris if (m := re.search(r"/part-(\d{5})-", u))}
