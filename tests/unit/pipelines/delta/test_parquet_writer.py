@@ -910,6 +910,33 @@ def test_dictionary_columns_with_any_number_of_distinct_values(distinct: int) ->
             assert "RLE_DICTIONARY" in column_chunks(data)["s"].encodings
 
 
+@pytest.mark.parametrize(
+    ("values", "distinct"),
+    [
+        (["lz4"] * 1000, 1),  # one label per decoded chunk: the whole-buffer check
+        ([""] * 1000, 1),  # zero width
+        (["abc"] * 500 + ["abd"] + ["abc"] * 499, 2),  # same width, one byte differs
+        (["abd"] + ["abc"] * 999, 2),  # the first row differs
+        (["ab"] * 500 + ["abc"] + ["ab"] * 499, 2),  # one width differs
+        (["ab", "c"] * 500, 2),  # widths differ, bytes end-to-end equal "abc" repeated
+    ],
+)
+def test_dictionary_of_equal_and_nearly_equal_byte_arrays(values: list[str], distinct: int) -> None:
+    """A column of one repeated value takes the whole-buffer check, not the run kernel: a
+    value that differs anywhere (width or one byte, first row or middle) must still start a
+    run; sliced and chunked inputs are checked from their offsets."""
+    full = pa.array(["zz", *values, "zz"])  # sliced below: offsets start past 0
+    chunked = pa.chunked_array([full.slice(1, 400), full.slice(401, len(values) - 400)])
+    for column in (full.slice(1, len(values)), chunked):
+        table = pa.table({"s": column})
+        options = {"compression": "none", "use_dictionary": True, "write_statistics": True}
+        data = _write_fast([table], **options)
+        check_file(data, [table], table.schema, None, options)
+        chunk = chunks_of(data)[0][0]
+        assert chunk.pages[0].type == PAGE_DICTIONARY
+        assert chunk.pages[0].num_values == distinct
+
+
 def test_dictionary_over_its_page_limit_reads_back() -> None:
     """A chunk whose dictionary would pass 1 MiB (pyarrow's limit) falls back or not, but reads
     back; a small chunk of the same file keeps its dictionary."""
