@@ -148,12 +148,24 @@ def rle_hybrid(values: np.ndarray, width: int, out: np.ndarray, pos: int) -> int
             if k - i >= 8:
                 break
         pos = _put_varint(out, pos, (groups << 1) | 1)
-        out[pos : pos + groups * width] = 0
-        bitpos = pos * 8
-        for k in range(start, min(i, n)):
-            bitpos = _bitpack(out, bitpos, np.uint64(values[k]), width)
+        stop = min(i, n)
+        if width <= 8:
+            # a group of 8 values is 8 * width <= 64 bits: build it in a register, LSB first
+            for g in range(groups):
+                acc = np.uint64(0)
+                for j in range(8):
+                    at = start + g * 8 + j
+                    if at < stop:
+                        acc |= np.uint64(values[at]) << np.uint64(j * width)
+                for b in range(width):
+                    out[pos + g * width + b] = np.uint8((acc >> np.uint64(8 * b)) & np.uint64(0xFF))
+        else:
+            out[pos : pos + groups * width] = 0
+            bitpos = pos * 8
+            for k in range(start, stop):
+                bitpos = _bitpack(out, bitpos, np.uint64(values[k]), width)
         pos += groups * width
-        i = min(i, n)
+        i = stop
     return pos
 
 

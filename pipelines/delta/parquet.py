@@ -670,7 +670,11 @@ def _put_levels(  # noqa: PLR0917
     out: np.ndarray, pos: int, levels: np.ndarray | None, width: int, n: int, level: int
 ) -> int:
     """Levels as data page v1 stores them: 4-byte little-endian length, hybrid encoding.
-    ``levels`` None: all ``n`` of them are ``level``, written as one RLE run."""
+    ``levels`` None: all ``n`` of them are ``level``, written as one RLE run; so are levels
+    that are all equal (repetition levels of lists of at most one item: one numpy pass
+    instead of the hybrid encoder, ~2.5 ns a row less)."""
+    if levels is not None and levels.shape[0] and (levels == levels[0]).all():
+        n, level, levels = levels.shape[0], int(levels[0]), None
     if levels is None:
         end = int(k.rle_run(out, pos + 4, n, level, (width + 7) // 8))
     else:

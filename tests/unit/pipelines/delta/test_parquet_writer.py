@@ -1027,6 +1027,46 @@ def test_null_patterns_long_runs_and_all_null(dictionary: bool) -> None:
     assert_round_trips(data, table)
 
 
+def _decode_hybrid(data: bytes, width: int, count: int) -> list[int]:
+    """RLE / bit-packing hybrid, decoded from the format's description (LSB-first bits)."""
+    out: list[int] = []
+    pos = 0
+    nbytes = (width + 7) // 8
+    while len(out) < count:
+        header, pos = _varint(data, pos)
+        if header & 1:  # bit-packed: (header >> 1) groups of 8 values
+            groups = header >> 1
+            bits = int.from_bytes(data[pos : pos + groups * width], "little")
+            out += [(bits >> (j * width)) & ((1 << width) - 1) for j in range(groups * 8)]
+            pos += groups * width
+        else:
+            out += [int.from_bytes(data[pos : pos + nbytes], "little")] * (header >> 1)
+            pos += nbytes
+    return out[:count]
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 7, 8, 9, 13, 17, 32])
+def test_hybrid_encoder_against_a_reference_decoder(width: int) -> None:
+    """The encoder behind levels and dictionary indices, both packing paths (a group of 8 in
+    one register up to 8 bits wide, bit by bit above), partial last groups included."""
+    from pipelines.delta import _parquet_kernels as kernels
+
+    rng = np.random.default_rng(width)
+    top = (1 << width) - 1
+    for n in (1, 7, 8, 9, 15, 16, 17, 100, 1001):
+        patterns = [
+            rng.integers(0, top, n, endpoint=True),
+            np.where(np.arange(n) % 10 == 9, top, 0),  # a blip every 10th value
+            np.repeat(rng.integers(0, top, n // 5 + 1, endpoint=True), 5)[:n],
+        ]
+        dtypes = (np.int64, np.uint8) if width <= 8 else (np.int64,)  # indices, levels
+        for values, dtype in itertools.product(patterns, dtypes):
+            typed = values.astype(dtype)
+            out = np.full(16 + n * 8, 0xA5, np.uint8)  # every byte written must be set
+            end = kernels.rle_hybrid(typed, width, out, 0)
+            assert _decode_hybrid(out[:end].tobytes(), width, n) == values.tolist(), (n, values)
+
+
 def test_long_runs_and_wide_dictionary_indices() -> None:
     """Run lengths beyond two varint bytes (levels, dictionary indices, delta blocks) and
     dictionary indices 17 bits wide."""
