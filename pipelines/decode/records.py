@@ -7,8 +7,8 @@ Pipeline for the batches a caller selected from a :class:`~pipelines.decode.batc
 2. per group, the records streams: uncompressed batches are used in place (``buf`` itself,
    no copy), compressed ones are decompressed (one call per batch) and laid end to end in one
    arena together with copies of the group's uncompressed streams (lz4 frames that declare
-   their size straight into the arena, :func:`~pipelines.decode.codecs.decompress_lz4_into`;
-   the arena is reused from group to group);
+   their size straight into the arena, a frame of one block without the frame decoder:
+   :mod:`pipelines.decode.codecs`; the arena is reused from group to group);
 3. :func:`~pipelines.decode._kernels.records_to_columns` walks every record once, applying
    the offset/time filters, and writes the final Arrow buffers as it goes: offsets and
    timestamps, keys and values (offsets + bytes + validity), the headers' list offsets;
@@ -47,9 +47,11 @@ from pipelines.decode.batches import (
 )
 from pipelines.decode.codecs import (
     CODEC_LABELS,
+    LZ4_STORED,
     decompress,
+    decompress_lz4_block_into,
     decompress_lz4_into,
-    lz4_content_sizes,
+    lz4_frames,
 )
 
 __all__ = [
@@ -175,15 +177,18 @@ def decode_records(
     errors: list[BatchError] = []
     filled = 0
     max_size = _MAX_ARROW_BYTES // 2  # one Arrow chunk holds at most 1 GiB of records
-    declared = lz4_content_sizes(data, rel + _HEADER_SIZE, rel + sizes)
+    declared, block_at, block_size = lz4_frames(data, rel + _HEADER_SIZE, rel + sizes)
     declared[codec != _LZ4] = -1
+    block_at[codec != _LZ4] = -1
     # One Python step per batch (not per record): plain ints, not numpy scalars.
-    for i, p, end, cid, lz4_size in zip(
+    for i, p, end, cid, lz4_size, blk, blk_size in zip(
         idx.tolist(),
         rel.tolist(),
         (rel + sizes).tolist(),
         codec.tolist(),
         declared.tolist(),
+        block_at.tolist(),
+        block_size.tolist(),
         strict=True,
     ):
         stream = view[p + _HEADER_SIZE : end]
@@ -201,7 +206,12 @@ def decode_records(
                 g_idx, g_start, g_end, errors, filled = [], [], [], [], 0
             if size > arena.shape[0]:
                 arena = _empty(size, np.uint8)
-            if raw is None:
+            if blk >= 0:
+                block = view[blk : blk + (blk_size & ~LZ4_STORED)]
+                decompress_lz4_block_into(
+                    block, blk_size >= LZ4_STORED, arena[filled : filled + size]
+                )
+            elif raw is None:
                 decompress_lz4_into(stream, arena[filled : filled + size])
             else:
                 arena[filled : filled + size] = np.frombuffer(raw, np.uint8)

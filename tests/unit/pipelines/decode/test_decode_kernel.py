@@ -14,7 +14,7 @@ from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from pipelines.decode import _kernels, decode_records, scan_batches, verify_batches
-from pipelines.decode.codecs import lz4_content_sizes
+from pipelines.decode.codecs import LZ4_STORED, lz4_frames
 from pipelines.decode.reference import reference_decode
 from pipelines.decode.warmup import warm
 from pipelines.delta import _parquet_kernels
@@ -191,22 +191,85 @@ def lz4_frame(data: bytes, declared_delta: int | None = 0) -> bytes:
     return header + body[len(header) :]
 
 
-def test_lz4_content_sizes_reads_each_frame_header() -> None:
-    """Declared sizes of sized frames; -1 for unsized frames, streams too short for a sized
-    header and bytes that are no lz4 frame (the full decompressor handles those)."""
+def lz4_variants(data: bytes) -> dict[str, bytes]:
+    """``data`` as lz4 frames of every shape a producer may write."""
+    f = lz4.frame
+    return {
+        "one block": f.compress(data),
+        "block checksums": f.compress(data, block_checksum=True),
+        "content checksum": f.compress(data, content_checksum=True),
+        "both checksums": f.compress(data, block_checksum=True, content_checksum=True),
+        "independent blocks": f.compress(data, block_linked=False),
+        "4 MiB blocks": f.compress(data, block_size=f.BLOCKSIZE_MAX4MB),
+        "no size": f.compress(data, store_size=False),
+    }
+
+
+def test_lz4_frames_reads_each_frame_header() -> None:
+    """Declared sizes of sized frames (-1 for unsized frames, streams too short for a sized
+    header and bytes that are no lz4 frame: the full decompressor handles those), and where
+    the block of a frame of exactly one block starts."""
+    rng = np.random.default_rng(3)
+    noise = rng.integers(0, 256, 300, np.uint8).tobytes()  # incompressible: a stored block
+    big = b"".join(b"%08d" % i + noise[: i % 50] for i in range(20_000))  # several blocks
+    plain = lz4_frame(b"x" * 300)
+    dict_id = bytearray(plain)  # FLG bit 0: a dictionary id (4 bytes) before the checksum
+    dict_id[4] |= 0x01
+    dict_id[14:14] = b"\x01\x00\x00\x00"
     streams = [
-        lz4_frame(b"x" * 300),
+        plain,
         lz4_frame(b"y" * 7, None),
         lz4_frame(b"z" * 40, 2**40),
         b"not an lz4 frame at all",
         lz4_frame(b"w" * 5)[:14],
         lz4_frame(b""),  # liblz4 writes no size for empty content
+        lz4.frame.compress(noise),
+        lz4.frame.compress(big),
+        lz4.frame.compress(noise, block_checksum=True, content_checksum=True),
+        plain + b"!",  # a byte after the end mark
+        plain[:-4] + b"\x01\x00\x00\x00",  # no end mark where it belongs
+        bytes(dict_id),
     ]
     buf = np.frombuffer(b"".join(streams), np.uint8)
     ends = np.cumsum([len(x) for x in streams])
     starts = ends - [len(x) for x in streams]
-    got = lz4_content_sizes(buf, starts, ends).tolist()
-    assert got == [300, -1, 40 + 2**40, -1, -1, -1]
+    declared, block_at, block_size = lz4_frames(buf, starts, ends)
+    assert declared.tolist() == [
+        300, -1, 40 + 2**40, -1, -1, -1, 300, len(big), 300, 300, 300, 300,
+    ]  # fmt: skip
+    one_block = (block_at >= 0).tolist()
+    assert one_block == [True, False, True] + [False] * 3 + [True, False, True] + [False] * 3
+    assert block_at[0] == starts[0] + 19  # magic, FLG, BD, size, HC, block size word
+    assert block_size[6] == LZ4_STORED | 300 and block_size[8] == LZ4_STORED | 300
+    assert 0 < block_size[0] < 300  # compressed
+
+
+@pytest.mark.parametrize("size", [1, 150, 1_000, 1 << 20])
+def test_lz4_frames_of_every_shape_decode_alike(size: int) -> None:
+    """One-block frames (block alone), the rest through liblz4's frame decoder, stored and
+    compressed blocks, checksums or not: every shape gives the records built, at any chunk
+    size, and the reference decoder agrees."""
+    rng = np.random.default_rng(5)
+    batches = []
+    expected = []
+    offset = 0
+    for n_records in (1, 3, 40, 700):  # 700 records of ~100 bytes: more than one 64 KiB block
+        for name, frame in lz4_variants(b"").items():
+            del frame
+            recs = []
+            for j in range(n_records):
+                value = rng.integers(0, 256, 40, np.uint8).tobytes() + b"v%d" % j * 10
+                recs.append(raw_record(j, j, b"k%d" % j, value))
+                expected.append((offset + j, value))
+            data = lz4_variants(b"".join(recs))[name]
+            batches.append(raw_batch(data, count=n_records, base_offset=offset, attributes=3))
+            offset += n_records
+    buf = b"".join(batches)
+    rows, bad = decode_all(buf, max_chunk_bytes=size)
+    assert bad == []
+    assert [(r["offset"], r["value"]) for r in rows] == expected
+    ref, ref_bad, _ = reference_decode(buf)
+    assert ref_bad == [] and [r["value"] for r in ref] == [v for _, v in expected]
 
 
 def test_lz4_frames_with_and_without_a_declared_size_across_chunks() -> None:
@@ -231,6 +294,16 @@ def test_lz4_frames_with_and_without_a_declared_size_across_chunks() -> None:
     for size in (1, 150, 1_000):
         chunks = list(decode_records(buf, scan, max_chunk_bytes=size))
         assert [r for c in chunks for r in c.records.to_pylist()] == whole, size
+
+
+LONG = raw_record(0, 0, b"k", b"v" * 200)  # compresses: its lz4 frame holds a compressed block
+
+
+def _damaged_block() -> bytes:
+    """A one-block lz4 frame of one record whose block's first token claims a long match."""
+    frame = bytearray(lz4_frame(LONG))
+    frame[19] = 0x0F  # no literals, a match before any output
+    return bytes(frame)
 
 
 def good(i: int) -> bytes:
@@ -297,6 +370,12 @@ KV = zigzag(1) + b"k" + zigzag(1) + b"v"  # key "k", value "v"
             ),
             "decompresses to more than",
         ),
+        # one-block frames (decoded without the frame decoder): a damaged block, compressed
+        # blocks holding one byte more or less than declared (the frames above hold stored
+        # blocks: the record is too short to compress)
+        (raw_batch(_damaged_block(), count=1, base_offset=1, attributes=3), "lz4"),
+        (raw_batch(lz4_frame(LONG, +1), count=1, base_offset=1, attributes=3), "lz4"),
+        (raw_batch(lz4_frame(LONG, -1), count=1, base_offset=1, attributes=3), "lz4"),
         (raw_batch(b"", count=0, base_offset=1, attributes=6), "codec"),
     ],
 )
