@@ -47,10 +47,11 @@ from pipelines.decode.batches import (
 )
 from pipelines.decode.codecs import (
     CODEC_LABELS,
-    LZ4_STORED,
+    LZ4_INDEPENDENT,
     decompress,
-    decompress_lz4_block_into,
+    decompress_lz4_blocks_into,
     decompress_lz4_into,
+    lz4_blocks,
     lz4_frames,
 )
 
@@ -177,27 +178,38 @@ def decode_records(
     errors: list[BatchError] = []
     filled = 0
     max_size = _MAX_ARROW_BYTES // 2  # one Arrow chunk holds at most 1 GiB of records
-    declared, block_at, block_size = lz4_frames(data, rel + _HEADER_SIZE, rel + sizes)
-    declared[codec != _LZ4] = -1
-    block_at[codec != _LZ4] = -1
+    frames = lz4_frames(data, rel + _HEADER_SIZE, rel + sizes)
+    lz4 = codec == _LZ4
     # One Python step per batch (not per record): plain ints, not numpy scalars.
-    for i, p, end, cid, lz4_size, blk, blk_size in zip(
+    for i, p, end, cid, declared, first, block_max, single, flg in zip(
         idx.tolist(),
         rel.tolist(),
         (rel + sizes).tolist(),
         codec.tolist(),
-        declared.tolist(),
-        block_at.tolist(),
-        block_size.tolist(),
+        np.where(lz4, frames.declared, -1).tolist(),
+        np.where(lz4, frames.first_block, -1).tolist(),
+        frames.block_max.tolist(),
+        frames.single.tolist(),
+        frames.flg.tolist(),
         strict=True,
     ):
         stream = view[p + _HEADER_SIZE : end]
-        size = lz4_size
         raw = None
+        blocks = None
         try:
-            if size > max_size:
+            if declared > max_size:
                 raise CorruptRecordError(f"lz4 data decompresses to more than {max_size} bytes")
-            if size < 0:
+            # lz4 block by block (no frame decoder) where the frame allows: one block, or
+            # independent blocks; bounded by the declared size or the blocks' largest size.
+            if first >= 0 and single >= 0:
+                blocks = [(first + 4, single)]
+            elif first >= 0 and flg & LZ4_INDEPENDENT:
+                blocks = lz4_blocks(view, first, end, flg)
+            if blocks is not None:
+                size = declared if declared >= 0 else min(len(blocks) * block_max, max_size)
+            elif declared >= 0:
+                size = declared  # a linked frame of several blocks: liblz4's frame decoder
+            else:
                 # Bounded before allocation; no declared size: the full decompressor.
                 raw = decompress(cid, stream, max_size=max_size) if cid else stream
                 size = len(raw)
@@ -206,15 +218,16 @@ def decode_records(
                 g_idx, g_start, g_end, errors, filled = [], [], [], [], 0
             if size > arena.shape[0]:
                 arena = _empty(size, np.uint8)
-            if blk >= 0:
-                block = view[blk : blk + (blk_size & ~LZ4_STORED)]
-                decompress_lz4_block_into(
-                    block, blk_size >= LZ4_STORED, arena[filled : filled + size]
-                )
+            out = arena[filled : filled + size]
+            if blocks is not None:
+                held = decompress_lz4_blocks_into(view, blocks, block_max, out)
+                if declared >= 0 and held != declared:
+                    raise CorruptRecordError(f"lz4 frame declares {declared} bytes, holds {held}")
+                size = held
             elif raw is None:
-                decompress_lz4_into(stream, arena[filled : filled + size])
+                decompress_lz4_into(stream, out)
             else:
-                arena[filled : filled + size] = np.frombuffer(raw, np.uint8)
+                out[:] = np.frombuffer(raw, np.uint8)
         except CorruptRecordError as exc:
             errors.append(BatchError(int(scan.position[i]), int(scan.base_offset[i]), exc.message))
             continue

@@ -202,6 +202,14 @@ def lz4_variants(data: bytes) -> dict[str, bytes]:
         "independent blocks": f.compress(data, block_linked=False),
         "4 MiB blocks": f.compress(data, block_size=f.BLOCKSIZE_MAX4MB),
         "no size": f.compress(data, store_size=False),
+        # the Java client's frames: independent 64 KiB blocks, no size, no content checksum
+        "java": f.compress(data, block_linked=False, store_size=False),
+        "java, block checksums": f.compress(
+            data, block_linked=False, store_size=False, block_checksum=True
+        ),
+        "independent, sized, checksums": f.compress(
+            data, block_linked=False, block_checksum=True, content_checksum=True
+        ),
     }
 
 
@@ -233,15 +241,20 @@ def test_lz4_frames_reads_each_frame_header() -> None:
     buf = np.frombuffer(b"".join(streams), np.uint8)
     ends = np.cumsum([len(x) for x in streams])
     starts = ends - [len(x) for x in streams]
-    declared, block_at, block_size = lz4_frames(buf, starts, ends)
-    assert declared.tolist() == [
+    frames = lz4_frames(buf, starts, ends)
+    assert frames.declared.tolist() == [
         300, -1, 40 + 2**40, -1, -1, -1, 300, len(big), 300, 300, 300, 300,
     ]  # fmt: skip
-    one_block = (block_at >= 0).tolist()
-    assert one_block == [True, False, True] + [False] * 3 + [True, False, True] + [False] * 3
-    assert block_at[0] == starts[0] + 19  # magic, FLG, BD, size, HC, block size word
-    assert block_size[6] == LZ4_STORED | 300 and block_size[8] == LZ4_STORED | 300
-    assert 0 < block_size[0] < 300  # compressed
+    one_block = (frames.single >= 0).tolist()
+    assert one_block == [True, True, True] + [False] * 3 + [True, False, True] + [False] * 3
+    # blocks found for every frame of a known header (not for bytes that are no frame, a
+    # truncated header or a dictionary id); an empty frame is its end mark alone
+    assert (frames.first_block >= 0).tolist() == [True] * 3 + [False] * 2 + [True] * 6 + [False]
+    assert frames.first_block[0] == starts[0] + 15  # magic, FLG, BD, size, HC
+    assert frames.first_block[1] == starts[1] + 7  # no size
+    assert frames.single[6] == LZ4_STORED | 300 and frames.single[8] == LZ4_STORED | 300
+    assert 0 < frames.single[0] < 300  # compressed
+    assert frames.block_max[0] == 64 << 10
 
 
 @pytest.mark.parametrize("size", [1, 150, 1_000, 1 << 20])
@@ -253,7 +266,7 @@ def test_lz4_frames_of_every_shape_decode_alike(size: int) -> None:
     batches = []
     expected = []
     offset = 0
-    for n_records in (1, 3, 40, 700):  # 700 records of ~100 bytes: more than one 64 KiB block
+    for n_records in (1, 3, 40, 2000):  # 2000 records of ~90 bytes: three 64 KiB blocks
         for name, frame in lz4_variants(b"").items():
             del frame
             recs = []
@@ -297,6 +310,8 @@ def test_lz4_frames_with_and_without_a_declared_size_across_chunks() -> None:
 
 
 LONG = raw_record(0, 0, b"k", b"v" * 200)  # compresses: its lz4 frame holds a compressed block
+# LONG twice as the Java client frames it: independent blocks, no content size
+JAVA = lz4.frame.compress(LONG * 2, block_linked=False, store_size=False)
 
 
 def _damaged_block() -> bytes:
@@ -376,6 +391,11 @@ KV = zigzag(1) + b"k" + zigzag(1) + b"v"  # key "k", value "v"
         (raw_batch(_damaged_block(), count=1, base_offset=1, attributes=3), "lz4"),
         (raw_batch(lz4_frame(LONG, +1), count=1, base_offset=1, attributes=3), "lz4"),
         (raw_batch(lz4_frame(LONG, -1), count=1, base_offset=1, attributes=3), "lz4"),
+        # frames walked block by block (independent blocks, no size): a block running past
+        # the batch, no end mark, a byte after it
+        (raw_batch(JAVA[:-6] + bytes(4), count=1, base_offset=1, attributes=3), "lz4"),
+        (raw_batch(JAVA[:-4], count=1, base_offset=1, attributes=3), "lz4"),
+        (raw_batch(JAVA + b"!", count=1, base_offset=1, attributes=3), "lz4"),
         (raw_batch(b"", count=0, base_offset=1, attributes=6), "codec"),
     ],
 )
