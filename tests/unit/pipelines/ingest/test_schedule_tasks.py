@@ -121,3 +121,13 @@ def test_cores_finish_together_when_one_big_task_runs_slow(slow_task: int) -> No
     old_cost = [117 * per_mb * (1.3 if i == slow_task else 1.0) for i in range(6)]
     old_first, old_last = _finish_times(old_cost, 2)
     assert old_last - old_first >= 0.3 * 117 * per_mb - 1e-9
+
+
+def test_a_small_run_is_still_spread_over_the_cores() -> None:
+    """Less than one smallest task a core: each core still gets a share (a cluster's every
+    executor works, as one task per segment did)."""
+    pieces = [_piece(f"{s}.log", 0, 1000) for s in range(6)]
+    tasks = schedule_tasks(pieces, 2, 128 * MB, 16 * MB)
+    assert [_bytes(t) for t in tasks] == [3000, 3000]
+    tasks = schedule_tasks(pieces, 4, 128 * MB, 16 * MB)  # a share is 1500: one piece a task
+    assert [_bytes(t) for t in tasks] == [1000] * 6
