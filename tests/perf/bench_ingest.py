@@ -30,8 +30,9 @@ best of ``--ingest-runs`` timed runs (their median is reported too) after
 ``--ingest-warmup-runs`` untimed ones: over the first runs of a session the driver JVM's JIT
 compiles Spark's per-job code (ClosureCleaner's ASM class reader, Java deserialization) on one
 of the two cores, measured at 0.3-0.6 s of C2 compiler time per run for the first ~5 runs and
-~0.06 s after. A fresh ``spark-submit`` pays that once per job; a cold job is timed by hand (see
-the issue's notes), this bench measures the pipeline's steady state. Last line: one JSON object.
+~0.06 s after; each timed run's compile time is reported (``driver_jit_ms``). A fresh
+``spark-submit`` pays that once per job; a cold job is timed by hand (see the issue's notes),
+this bench measures the pipeline's steady state. Last line: one JSON object.
 
     .venv/bin/python tests/perf/bench_ingest.py [--records 10000000] [--keep DIR]
 """
@@ -323,6 +324,9 @@ def main() -> None:
             conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
         )
         spark.sparkContext.setLogLevel("ERROR")
+        # The driver JVM's JIT compile time during each timed run (its compiler threads share
+        # the two cores with the Python workers): how settled the JVM was.
+        jit = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
         timed_noop(read_segments(spark, str(log_dir), topics="warmup"))
         timed_ingest(spark, ingest_config(log_dir, lake, "warmup", args), 20_000)
         settings = dataclasses.asdict(ingest_config(log_dir, lake, "warmup", args))
@@ -352,9 +356,12 @@ def main() -> None:
             # 20-30% over minutes, and a pair sees the same machine.
             kp_runs: list[float] = []
             runs: list[tuple[float, dict[str, Any]]] = []
+            jit_ms: list[int] = []
             for _ in range(max(1, args.ingest_runs)):
                 kp_runs.append(kafka_python_once(part_dir, args.baseline_records))
+                compiled = jit.getTotalCompilationTime()
                 runs.append(timed_ingest(spark, config, n))
+                jit_ms.append(jit.getTotalCompilationTime() - compiled)
             kp = max(kp_runs)
             e2e_seconds, summary = min(runs, key=lambda run: run[0])
             median_seconds = statistics.median(run[0] for run in runs)
@@ -375,6 +382,7 @@ def main() -> None:
                     "warmup_runs": args.ingest_warmup_runs,
                     "paired_vs_kafka_python": paired,
                     "paired_vs_kafka_python_median": statistics.median(paired),
+                    "driver_jit_ms": jit_ms,
                     "median": figures(n, size, median_seconds, pass_rate, kp),
                     "ingest_summary_seconds": summary["seconds"],
                     "table_rows": n,
