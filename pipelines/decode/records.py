@@ -48,6 +48,7 @@ from pipelines.decode.batches import (
 from pipelines.decode.codecs import (
     CODEC_LABELS,
     LZ4_INDEPENDENT,
+    ZstdFrames,
     decompress,
     decompress_lz4_blocks_into,
     decompress_lz4_into,
@@ -94,6 +95,7 @@ DECODED_SCHEMA = pa.schema(
     ]
 )
 _LZ4 = int(Codec.LZ4)
+_ZSTD = int(Codec.ZSTD)
 _CODEC_LABELS = [label.encode() for label in CODEC_LABELS] + [b"unknown"] * 3
 _CODEC_ARRAY = string_array([label.decode() for label in _CODEC_LABELS])
 
@@ -180,6 +182,7 @@ def decode_records(
     max_size = _MAX_ARROW_BYTES // 2  # one Arrow chunk holds at most 1 GiB of records
     frames = lz4_frames(data, rel + _HEADER_SIZE, rel + sizes)
     lz4 = codec == _LZ4
+    zstd = ZstdFrames(max_size)
     # One Python step per batch (not per record): plain ints, not numpy scalars.
     for i, p, end, cid, declared, first, block_max, single, flg in zip(
         idx.tolist(),
@@ -211,7 +214,9 @@ def decode_records(
                 size = declared  # a linked frame of several blocks: liblz4's frame decoder
             else:
                 # Bounded before allocation; no declared size: the full decompressor.
-                raw = decompress(cid, stream, max_size=max_size) if cid else stream
+                raw = zstd.decompress(stream) if cid == _ZSTD else None
+                if raw is None:
+                    raw = decompress(cid, stream, max_size=max_size) if cid else stream
                 size = len(raw)
             if filled and filled + size > arena.shape[0]:
                 yield _flush(arena[:filled], scan, g_idx, g_start, g_end, errors, filters)

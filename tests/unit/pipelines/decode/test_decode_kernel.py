@@ -10,11 +10,12 @@ import cramjam
 import lz4.frame
 import numpy as np
 import pytest
+import zstandard
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from pipelines.decode import _kernels, decode_records, scan_batches, verify_batches
-from pipelines.decode.codecs import LZ4_STORED, lz4_frames
+from pipelines.decode.codecs import LZ4_STORED, ZstdFrames, lz4_frames
 from pipelines.decode.reference import reference_decode
 from pipelines.decode.warmup import warm
 from pipelines.delta import _parquet_kernels
@@ -319,6 +320,45 @@ def _damaged_block() -> bytes:
     frame = bytearray(lz4_frame(LONG))
     frame[19] = 0x0F  # no literals, a match before any output
     return bytes(frame)
+
+
+def _zstd_records(n: int) -> bytes:
+    return b"".join(raw_record(j, j, b"k%d" % j, b"zstd value %d " % j * 5) for j in range(n))
+
+
+ZSTD_SIZED = zstandard.ZstdCompressor().compress(_zstd_records(3))
+ZSTD_UNSIZED = zstandard.ZstdCompressor(write_content_size=False).compress(_zstd_records(3))
+
+
+def test_zstd_one_call_path_takes_only_one_sized_frame() -> None:
+    """ZstdFrames decompresses one frame that declares its size; anything else is left to the
+    full decompressor (None)."""
+    frames = ZstdFrames(max_size=1 << 20)
+    assert frames.decompress(memoryview(ZSTD_SIZED)) == _zstd_records(3)
+    for other in (ZSTD_UNSIZED, ZSTD_SIZED * 2, ZSTD_SIZED + b"!", ZSTD_SIZED[:-3], b"no zstd"):
+        assert frames.decompress(memoryview(other)) is None
+    assert ZstdFrames(max_size=10).decompress(memoryview(ZSTD_SIZED)) is None  # over the bound
+
+
+@pytest.mark.parametrize(
+    ("stream", "count"),
+    [(ZSTD_SIZED, 3), (ZSTD_UNSIZED, 3), (ZSTD_SIZED + ZSTD_UNSIZED, 6), (ZSTD_SIZED * 2, 6)],
+)
+def test_zstd_streams_of_every_shape_decode(stream: bytes, count: int) -> None:
+    """One sized frame (one call), an unsized one and several frames (the full decompressor)."""
+    buf = good(0) + raw_batch(stream, count=count, base_offset=1, attributes=4) + good(9)
+    rows, bad = decode_all(buf)
+    assert bad == []
+    values = [r["value"] for r in rows[1:-1]]
+    assert values == [b"zstd value %d " % (j % 3) * 5 for j in range(count)]
+
+
+@pytest.mark.parametrize("stream", [ZSTD_SIZED + b"!", ZSTD_SIZED[:-3], b"\x28\xb5\x2f\xfd\x00"])
+def test_damaged_zstd_streams_are_quarantined(stream: bytes) -> None:
+    buf = good(0) + raw_batch(stream, count=3, base_offset=1, attributes=4) + good(2)
+    rows, bad = decode_all(buf)
+    assert [r["offset"] for r in rows] == [0, 2]
+    assert len(bad) == 1 and "zstd" in bad[0][1]
 
 
 def good(i: int) -> bytes:
