@@ -40,7 +40,7 @@ import zstandard
 
 from logstore.errors import CorruptRecordError
 from logstore.protocol.batch import Codec
-from logstore.protocol.codecs import MAX_DECOMPRESSED_SIZE
+from logstore.protocol.codecs import MAX_DECOMPRESSED_SIZE, XERIAL_MAGIC
 from logstore.protocol.codecs import decompress as _decompress
 
 __all__ = [
@@ -52,8 +52,10 @@ __all__ = [
     "decompress",
     "decompress_lz4_blocks_into",
     "decompress_lz4_into",
+    "decompress_snappy_blocks_into",
     "lz4_blocks",
     "lz4_frames",
+    "snappy_blocks",
 ]
 
 CODEC_LABELS: tuple[str, ...] = tuple(c.label for c in Codec)
@@ -196,6 +198,51 @@ def decompress_lz4_into(data: memoryview, out: np.ndarray) -> None:
         raise CorruptRecordError(f"lz4 decompression failed: {exc}") from exc
     if n != out.shape[0]:
         raise CorruptRecordError(f"lz4 frame declares {out.shape[0]} bytes, holds {n}")
+
+
+def snappy_blocks(data: memoryview) -> list[tuple[int, int, int]] | None:
+    """``(start, end, decompressed size)`` of every raw snappy block of a stream: xerial-framed
+    (the Java client and kafka-python: a 16-byte header, then blocks each after its 4-byte
+    big-endian length) or one raw block (librdkafka). None when the framing does not add up:
+    the full decompressor then says what is wrong."""
+    try:
+        if bytes(data[:8]) != XERIAL_MAGIC:
+            return [(0, len(data), int(cramjam.snappy.decompress_raw_len(data)))]
+        if len(data) < 16:
+            return None
+        blocks = []
+        pos = 16
+        while pos < len(data):
+            if pos + 4 > len(data):
+                return None
+            length = int.from_bytes(data[pos : pos + 4], "big")
+            pos += 4
+            if pos + length > len(data) or length > 2**31 - 1:
+                return None
+            block = data[pos : pos + length]
+            blocks.append((pos, pos + length, int(cramjam.snappy.decompress_raw_len(block))))
+            pos += length
+    except cramjam.DecompressionError:
+        return None
+    return blocks
+
+
+def decompress_snappy_blocks_into(
+    data: memoryview, blocks: list[tuple[int, int, int]], out: np.ndarray
+) -> None:
+    """The blocks of :func:`snappy_blocks` one after another into ``out`` (their sizes'
+    sum); CorruptRecordError when a block is not valid snappy or holds another size."""
+    filled = 0
+    for start, end, size in blocks:
+        try:
+            n = int(
+                cramjam.snappy.decompress_raw_into(data[start:end], out[filled : filled + size])
+            )
+        except cramjam.DecompressionError as exc:
+            raise CorruptRecordError(f"snappy decompression failed: {exc}") from exc
+        if n != size:
+            raise CorruptRecordError(f"snappy block declares {size} bytes, holds {n}")
+        filled += n
 
 
 class ZstdFrames:

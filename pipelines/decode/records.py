@@ -52,8 +52,10 @@ from pipelines.decode.codecs import (
     decompress,
     decompress_lz4_blocks_into,
     decompress_lz4_into,
+    decompress_snappy_blocks_into,
     lz4_blocks,
     lz4_frames,
+    snappy_blocks,
 )
 
 __all__ = [
@@ -96,6 +98,7 @@ DECODED_SCHEMA = pa.schema(
 )
 _LZ4 = int(Codec.LZ4)
 _ZSTD = int(Codec.ZSTD)
+_SNAPPY = int(Codec.SNAPPY)
 _CODEC_LABELS = [label.encode() for label in CODEC_LABELS] + [b"unknown"] * 3
 _CODEC_ARRAY = string_array([label.decode() for label in _CODEC_LABELS])
 
@@ -199,6 +202,7 @@ def decode_records(
         stream = view[p + _HEADER_SIZE : end]
         raw = None
         blocks = None
+        snappy = None
         try:
             if declared > max_size:
                 raise CorruptRecordError(f"lz4 data decompresses to more than {max_size} bytes")
@@ -212,6 +216,12 @@ def decode_records(
                 size = declared if declared >= 0 else min(len(blocks) * block_max, max_size)
             elif declared >= 0:
                 size = declared  # a linked frame of several blocks: liblz4's frame decoder
+            elif cid == _SNAPPY and (snappy := snappy_blocks(stream)) is not None:
+                size = sum(block[2] for block in snappy)
+                if size > max_size:
+                    raise CorruptRecordError(
+                        f"snappy data decompresses to more than {max_size} bytes"
+                    )
             else:
                 # Bounded before allocation; no declared size: the full decompressor.
                 raw = zstd.decompress(stream) if cid == _ZSTD else None
@@ -229,6 +239,8 @@ def decode_records(
                 if declared >= 0 and held != declared:
                     raise CorruptRecordError(f"lz4 frame declares {declared} bytes, holds {held}")
                 size = held
+            elif snappy is not None:
+                decompress_snappy_blocks_into(stream, snappy, out)
             elif raw is None:
                 decompress_lz4_into(stream, out)
             else:

@@ -14,6 +14,7 @@ import zstandard
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from logstore.protocol.codecs import XERIAL_HEADER
 from pipelines.decode import _kernels, decode_records, scan_batches, verify_batches
 from pipelines.decode.codecs import LZ4_STORED, ZstdFrames, lz4_frames
 from pipelines.decode.reference import reference_decode
@@ -359,6 +360,51 @@ def test_damaged_zstd_streams_are_quarantined(stream: bytes) -> None:
     rows, bad = decode_all(buf)
     assert [r["offset"] for r in rows] == [0, 2]
     assert len(bad) == 1 and "zstd" in bad[0][1]
+
+
+def _xerial(raw: bytes, block: int = 32 * 1024) -> bytes:
+    """snappy-java's framing, as the Java client and kafka-python write it."""
+    out = bytearray(XERIAL_HEADER)
+    for start in range(0, len(raw), block):
+        data = bytes(cramjam.snappy.compress_raw(raw[start : start + block]))
+        out += len(data).to_bytes(4, "big") + data
+    return bytes(out)
+
+
+SNAPPY_RECORDS = b"".join(raw_record(j, j, b"k%d" % j, b"snappy %d " % j * 40) for j in range(200))
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        _xerial(SNAPPY_RECORDS),  # 2 blocks of 32 KiB
+        _xerial(SNAPPY_RECORDS, block=1000),  # many blocks
+        bytes(cramjam.snappy.compress_raw(SNAPPY_RECORDS)),  # librdkafka: one raw block
+        XERIAL_HEADER + _xerial(SNAPPY_RECORDS)[16:],
+    ],
+)
+def test_snappy_streams_of_every_shape_decode(stream: bytes) -> None:
+    buf = good(0) + raw_batch(stream, count=200, base_offset=1, attributes=2) + good(201)
+    rows, bad = decode_all(buf)
+    assert bad == []
+    assert [r["value"] for r in rows[1:-1]] == [b"snappy %d " % j * 40 for j in range(200)]
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        _xerial(SNAPPY_RECORDS)[:-10],  # a block running past the batch
+        _xerial(SNAPPY_RECORDS)[:-10] + bytes(10),  # a damaged block
+        XERIAL_HEADER[:12],  # a torn header
+        _xerial(SNAPPY_RECORDS) + b"\x00\x00",  # a torn block length
+        b"\xff\xff\xff\xff\x0fnot snappy",  # a raw block declaring 4 GiB
+    ],
+)
+def test_damaged_snappy_streams_are_quarantined(stream: bytes) -> None:
+    buf = good(0) + raw_batch(stream, count=200, base_offset=1, attributes=2) + good(201)
+    rows, bad = decode_all(buf)
+    assert [r["offset"] for r in rows] == [0, 201]
+    assert len(bad) == 1 and "snappy" in bad[0][1], bad
 
 
 def good(i: int) -> bytes:
