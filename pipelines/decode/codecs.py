@@ -26,6 +26,12 @@ Measured on the ingest bench's 200-record batches of 100-byte values, lz4 decomp
 record: ~40 ns through liblz4's frame decoder into the buffer, ~17 block by block (with a
 bytes object per batch and a copy, as before either, ~140).
 
+snappy streams, xerial-framed or one raw block, are decompressed block by block into the
+caller's buffer too (:func:`snappy_blocks`, :func:`decompress_snappy_blocks_into`), and a zstd
+stream that is one frame declaring its size in one call (:class:`ZstdFrames`). Whole decode of
+200-record batches per record: lz4 ~52 ns, zstd 206 -> ~75, snappy 104 -> ~80, gzip ~300 (the
+full decompressor), none ~26.
+
 Pure and thread-safe; raises :class:`logstore.errors.CorruptRecordError`
 (``UnsupportedCodecError`` for ids 5-7).
 """

@@ -6,8 +6,8 @@ Pipeline for the batches a caller selected from a :class:`~pipelines.decode.batc
 1. group the batches so one group's records stream stays below ``max_chunk_bytes``;
 2. per group, the records streams: uncompressed batches are used in place (``buf`` itself,
    no copy), compressed ones are decompressed (one call per batch) and laid end to end in one
-   arena together with copies of the group's uncompressed streams (lz4 frames that declare
-   their size straight into the arena, a frame of one block without the frame decoder:
+   arena together with copies of the group's uncompressed streams (lz4 and snappy block by
+   block straight into the arena, zstd frames that declare their size in one call; see
    :mod:`pipelines.decode.codecs`; the arena is reused from group to group);
 3. :func:`~pipelines.decode._kernels.records_to_columns` walks every record once, applying
    the offset/time filters, and writes the final Arrow buffers as it goes: offsets and
