@@ -60,6 +60,7 @@ __all__ = [
     "decompress_lz4_into",
     "decompress_snappy_blocks_into",
     "lz4_blocks",
+    "lz4_bound",
     "lz4_frames",
     "snappy_blocks",
 ]
@@ -167,6 +168,17 @@ def lz4_blocks(data: memoryview, first: int, end: int, flg: int) -> list[tuple[i
     if pos + (4 if flg & _LZ4_CONTENT_CHECKSUM else 0) != end:
         raise CorruptRecordError("lz4 frame does not end where its batch does")
     return blocks
+
+
+def lz4_bound(blocks: list[tuple[int, int]], block_max: int, limit: int) -> int:
+    """Most bytes the blocks ``[(start, size word)]`` of a frame that declares no size can
+    hold: a stored block its length, a compressed one at most 255 times its length (lz4's
+    largest ratio) and never more than ``block_max``; at most ``limit`` in all."""
+    total = 0
+    for _, word in blocks:
+        length = word & ~LZ4_STORED
+        total += length if word & LZ4_STORED else min(block_max, 255 * length + 16)
+    return min(total, limit)
 
 
 def decompress_lz4_blocks_into(

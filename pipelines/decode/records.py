@@ -54,6 +54,7 @@ from pipelines.decode.codecs import (
     decompress_lz4_into,
     decompress_snappy_blocks_into,
     lz4_blocks,
+    lz4_bound,
     lz4_frames,
     snappy_blocks,
 )
@@ -207,13 +208,13 @@ def decode_records(
             if declared > max_size:
                 raise CorruptRecordError(f"lz4 data decompresses to more than {max_size} bytes")
             # lz4 block by block (no frame decoder) where the frame allows: one block, or
-            # independent blocks; bounded by the declared size or the blocks' largest size.
+            # independent blocks; bounded by the declared size or what the blocks can hold.
             if first >= 0 and single >= 0:
                 blocks = [(first + 4, single)]
             elif first >= 0 and flg & LZ4_INDEPENDENT:
                 blocks = lz4_blocks(view, first, end, flg)
             if blocks is not None:
-                size = declared if declared >= 0 else min(len(blocks) * block_max, max_size)
+                size = declared if declared >= 0 else lz4_bound(blocks, block_max, max_size)
             elif declared >= 0:
                 size = declared  # a linked frame of several blocks: liblz4's frame decoder
             elif cid == _SNAPPY and (snappy := snappy_blocks(stream)) is not None:

@@ -311,6 +311,18 @@ def test_lz4_frames_with_and_without_a_declared_size_across_chunks() -> None:
         assert [r for c in chunks for r in c.records.to_pylist()] == whole, size
 
 
+@pytest.mark.parametrize("block_size", [lz4.frame.BLOCKSIZE_MAX64KB, lz4.frame.BLOCKSIZE_MAX4MB])
+def test_unsized_lz4_frames_at_lz4s_largest_ratio_decode(block_size: int) -> None:
+    """Frames without a size (the Java client's) are bounded by what their blocks can hold:
+    a compressed block at most 255 times its length. Zeros compress at nearly that ratio
+    (4 MiB into 16459 bytes); they must still fit."""
+    value = bytes(3 << 20)
+    recs = raw_record(0, 0, b"k", value) + raw_record(1, 0, b"k", b"")
+    frame = lz4.frame.compress(recs, block_linked=False, store_size=False, block_size=block_size)
+    rows, bad = decode_all(raw_batch(frame, count=2, base_offset=0, attributes=3))
+    assert bad == [] and [r["value"] for r in rows] == [value, b""]
+
+
 LONG = raw_record(0, 0, b"k", b"v" * 200)  # compresses: its lz4 frame holds a compressed block
 # LONG twice as the Java client frames it: independent blocks, no content size
 JAVA = lz4.frame.compress(LONG * 2, block_linked=False, store_size=False)
