@@ -11,12 +11,12 @@ A run:
 1. reads progress ``P`` and each partition's log start offset ``L`` (``log-start-offset-
    checkpoint``, or the first segment's base offset); ``P < L`` is a **gap** (offsets removed
    by retention before they were ingested): reported, and the partition continues at ``L``;
-2. reads every partition from there up to its high watermark in **one pass**: one Spark task
-   per planned range (``kind=records`` planning) checks headers and CRCs, decodes the
-   records and writes them as Parquet files in the same Python worker
-   (``pipelines.delta.direct``: records never cross into the JVM), and reports where its
-   sound batches end, their bytes and control batches, and every damaged batch — CRC
-   failures, impossible headers, torn frames and batches whose records cannot be decoded;
+2. reads every partition from there up to its high watermark in **one pass**: Spark tasks
+   of planned ranges (``kind=records`` planning, cut into tasks by :func:`schedule_tasks`)
+   check headers and CRCs, decode the records and write them as Parquet files in the same
+   Python worker (``pipelines.delta.direct``: records never cross into the JVM), and report
+   where their sound batches end, their bytes and control batches, and every damaged batch —
+   CRC failures, impossible headers, torn frames and batches whose records cannot be decoded;
 3. appends damaged batches not yet in ``quarantine`` to it (idempotent by file and position);
    with ``fail_on_corrupt`` the run stops here: the written files are removed, progress does
    not move;
@@ -357,7 +357,8 @@ def _read_ranges(ranges: list[SegmentRange], *, options: SourceOptions) -> Itera
         yield report.to_json()
 
 
-# Planned pieces per max_partition_bytes: the smallest task there is (see schedule_tasks).
+# Segments are planned in pieces of max_partition_bytes / PIECES_PER_TASK, the smallest task
+# schedule_tasks makes.
 PIECES_PER_TASK = 8
 
 
