@@ -16,7 +16,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from logstore.protocol.codecs import XERIAL_HEADER
 from pipelines.decode import _kernels, decode_records, scan_batches, verify_batches
-from pipelines.decode.codecs import LZ4_STORED, ZstdFrames, lz4_frames
+from pipelines.decode.codecs import LZ4_STORED, ZstdFrames, lz4_frames, zstd_frame
 from pipelines.decode.reference import reference_decode
 from pipelines.decode.warmup import warm
 from pipelines.delta import _parquet_kernels
@@ -343,19 +343,72 @@ ZSTD_SIZED = zstandard.ZstdCompressor().compress(_zstd_records(3))
 ZSTD_UNSIZED = zstandard.ZstdCompressor(write_content_size=False).compress(_zstd_records(3))
 
 
-def test_zstd_one_call_path_takes_only_one_sized_frame() -> None:
-    """ZstdFrames decompresses one frame that declares its size; anything else is left to the
-    full decompressor (None)."""
+def _java_zstd(data: bytes, **kw: Any) -> bytes:
+    """A frame as a streaming compressor writes it (the Java client's): no content size."""
+    c = zstandard.ZstdCompressor(**kw).compressobj()
+    return c.compress(data) + c.flush()
+
+
+def test_zstd_one_call_path_takes_whole_frames_only() -> None:
+    """ZstdFrames decompresses whole frames, sized or not, one or several; anything else is
+    left to the full decompressor (None)."""
     frames = ZstdFrames(max_size=1 << 20)
-    assert frames.decompress(memoryview(ZSTD_SIZED)) == _zstd_records(3)
-    for other in (ZSTD_UNSIZED, ZSTD_SIZED * 2, ZSTD_SIZED + b"!", ZSTD_SIZED[:-3], b"no zstd"):
+    three = _zstd_records(3)
+    assert frames.decompress(memoryview(ZSTD_SIZED)) == three
+    assert frames.decompress(memoryview(ZSTD_UNSIZED)) == three
+    assert frames.decompress(memoryview(_java_zstd(three))) == three
+    assert frames.decompress(memoryview(ZSTD_SIZED + ZSTD_UNSIZED)) == three * 2
+    for other in (ZSTD_SIZED + b"!", ZSTD_SIZED[:-3], ZSTD_UNSIZED[:-3], b"no zstd", b""):
         assert frames.decompress(memoryview(other)) is None
     assert ZstdFrames(max_size=10).decompress(memoryview(ZSTD_SIZED)) is None  # over the bound
+    # walked without a declared size: the bound is what the blocks can hold (128 KiB a
+    # compressed block), so one compressed block is over a 100 KiB limit
+    assert ZstdFrames(max_size=100 << 10).decompress(memoryview(ZSTD_UNSIZED)) is None
+    # a declared size far beyond the compressed bytes is believed only if the blocks can
+    # hold it: zeros (RLE blocks) can, a forged size over a small frame cannot
+    zeros = zstandard.ZstdCompressor().compress(bytes(3 << 20))
+    assert ZstdFrames(max_size=1 << 30).decompress(memoryview(zeros)) == bytes(3 << 20)
+    forged = bytearray(zstandard.ZstdCompressor().compress(bytes(70_000)))  # one block
+    assert forged[4] == 0xA0  # single segment, a 4-byte content size right after
+    forged[5:9] = (900 << 20).to_bytes(4, "little")
+    assert zstd_frame(memoryview(bytes(forged)), 0) == (len(forged), 128 << 10)
+    assert ZstdFrames(max_size=1 << 30).decompress(memoryview(bytes(forged))) is None
+
+
+@pytest.mark.parametrize(
+    ("data", "kw"),
+    [
+        (b"", {}),
+        (bytes(5 << 20), {}),  # RLE blocks
+        (np.random.default_rng(2).integers(0, 256, 300_000, np.uint8).tobytes(), {}),  # raw
+        (b"abc" * 100_000, {"write_checksum": True}),
+        (b"abc" * 10, {"write_content_size": False}),  # single segment
+        (b"abc" * 100_000, {"write_content_size": False}),  # a window descriptor
+    ],
+)
+def test_zstd_frame_walk_ends_where_the_frame_does_and_bounds_its_output(
+    data: bytes, kw: dict[str, Any]
+) -> None:
+    for frame in (zstandard.ZstdCompressor(**kw).compress(data), _java_zstd(data, **kw)):
+        walked = zstd_frame(memoryview(b"xx" + frame + b"yy"), 2)
+        assert walked is not None and walked[0] == 2 + len(frame)
+        assert len(data) <= walked[1] <= len(data) + (128 << 10) * (len(data) // (128 << 10) + 1)
+        assert zstd_frame(memoryview(frame[:-1]), 0) is None  # torn
+    with_dict = bytearray(zstandard.ZstdCompressor().compress(data))
+    with_dict[4] |= 0x01  # a dictionary id the decoder does not have
+    assert zstd_frame(memoryview(bytes(with_dict)), 0) is None
 
 
 @pytest.mark.parametrize(
     ("stream", "count"),
-    [(ZSTD_SIZED, 3), (ZSTD_UNSIZED, 3), (ZSTD_SIZED + ZSTD_UNSIZED, 6), (ZSTD_SIZED * 2, 6)],
+    [
+        (ZSTD_SIZED, 3),
+        (ZSTD_UNSIZED, 3),
+        (ZSTD_SIZED + ZSTD_UNSIZED, 6),
+        (ZSTD_SIZED * 2, 6),
+        (_java_zstd(_zstd_records(3)), 3),
+        (_java_zstd(_zstd_records(3), write_checksum=True), 3),
+    ],
 )
 def test_zstd_streams_of_every_shape_decode(stream: bytes, count: int) -> None:
     """One sized frame (one call), an unsized one and several frames (the full decompressor)."""
