@@ -20,6 +20,7 @@ library becomes :class:`CorruptRecordError`; an unknown codec id
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 
 import cramjam
@@ -32,8 +33,10 @@ from logstore.protocol.batch import Buffer, Codec
 __all__ = [
     "MAX_DECOMPRESSED_SIZE",
     "XERIAL_HEADER",
+    "ZstdFrames",
     "compress",
     "decompress",
+    "zstd_frame",
 ]
 
 MAX_DECOMPRESSED_SIZE = 256 << 20
@@ -183,7 +186,126 @@ def _unlz4(data: Buffer, max_size: int) -> bytes:
     return b"".join(chunks)
 
 
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_BLOCK_MAX = 128 << 10  # the most a zstd block decompresses to
+_ZSTD_DID_BYTES = (0, 1, 2, 4)  # Dictionary_ID field size by its flag
+_ZSTD_FCS_BYTES = (0, 2, 4, 8)  # Frame_Content_Size field size by its flag
+# A declared size up to this many times the compressed bytes is allocated as declared; above
+# it (zeros compress 30000:1), the frame is walked first and must be able to hold it.
+_ZSTD_TRUSTED_RATIO = 64
+
+
+def zstd_frame(data: memoryview, pos: int) -> tuple[int, int] | None:
+    """``(end, bound)`` of the zstd frame at ``pos``: where it ends and the most bytes it can
+    decompress to, walked from its header and block headers (RFC 8878) without decompressing
+    anything; a raw or RLE block its size, a compressed block at most 128 KiB. None when no
+    whole frame without a dictionary starts there."""
+    n = len(data)
+    if pos + 5 > n or int.from_bytes(data[pos : pos + 4], "little") != _ZSTD_MAGIC:
+        return None
+    fhd = data[pos + 4]
+    single_segment = fhd & 0x20
+    if fhd & 0x08 or fhd & 0x03:  # a reserved bit, or a dictionary the decoder lacks
+        return None
+    fcs = _ZSTD_FCS_BYTES[fhd >> 6] or (1 if single_segment else 0)
+    at = pos + 5 + (0 if single_segment else 1) + _ZSTD_DID_BYTES[fhd & 0x03] + fcs
+    bound = 0
+    while True:
+        if at + 3 > n:
+            return None
+        header = int.from_bytes(data[at : at + 3], "little")
+        kind, size = (header >> 1) & 3, header >> 3
+        at += 3
+        if kind == 0:  # raw
+            at += size
+            bound += size
+        elif kind == 1:  # RLE: one byte, repeated size times
+            at += 1
+            bound += size
+        elif kind == 2:  # compressed
+            at += size
+            bound += _ZSTD_BLOCK_MAX
+        else:
+            return None
+        if header & 1:  # the last block
+            break
+    at += 4 if fhd & 0x04 else 0  # content checksum
+    return (at, bound) if at <= n else None
+
+
+class ZstdFrames:
+    """One-call decompression of zstd streams of whole frames, at most ``max_size`` bytes.
+
+    A frame that declares its content size (kafka-python and librdkafka write those) is
+    decompressed to exactly that size, in one call when the size is at most 64 times the
+    compressed bytes. A frame that declares none (the Java client's streaming compressor), a
+    larger declared size and several frames are walked first (:func:`zstd_frame`), which
+    bounds the output before anything is allocated.
+
+    :meth:`decompress` returns None for anything else (a dictionary, trailing bytes, damage,
+    an output over the bound): the streaming path then decodes it or says what is wrong.
+    Measured on 200-record batches: ~2 us a batch (~2.4 without a declared size), against ~25
+    for the streaming read plus a second pass that :func:`decompress` falls back to. One
+    decompression context per thread (creating one costs ~7 us).
+    """
+
+    def __init__(self, max_size: int) -> None:
+        self._max_size = max_size
+        dctx = getattr(_ZSTD_CONTEXTS, "dctx", None)
+        if dctx is None:
+            dctx = _ZSTD_CONTEXTS.dctx = zstandard.ZstdDecompressor()
+        self._dctx = dctx
+
+    def decompress(self, data: memoryview) -> bytes | None:
+        try:
+            size = zstandard.frame_content_size(data)
+        except zstandard.ZstdError:
+            return None
+        if size > self._max_size:
+            return None
+        if size >= 0 and size <= _ZSTD_TRUSTED_RATIO * len(data):
+            try:
+                out = self._dctx.decompress(data, allow_extra_data=False)
+                return out if len(out) == size else None
+            except zstandard.ZstdError:
+                pass  # several frames, trailing bytes or damage: walk them
+        try:
+            return self._walked(data)
+        except zstandard.ZstdError:
+            return None
+
+    def _walked(self, data: memoryview) -> bytes | None:
+        """Frame after frame, each decompressed with its walked bound as the output limit."""
+        parts = []
+        pos = total = 0
+        while pos < len(data):
+            frame = zstd_frame(data, pos)
+            if frame is None:
+                return None
+            end, bound = frame
+            total += bound
+            if total > self._max_size:
+                return None
+            piece = data[pos:end]
+            declared = zstandard.frame_content_size(piece)
+            if declared > bound:  # more than its blocks can hold: not allocated, damaged
+                return None
+            out = self._dctx.decompress(piece, max_output_size=max(bound, 1))
+            if declared >= 0 and len(out) != declared:
+                return None
+            parts.append(out)
+            pos = end
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+_ZSTD_CONTEXTS = threading.local()
+
+
 def _unzstd(data: Buffer, max_size: int) -> bytes:
+    # Whole frames: one call each, bounded by their declared size or their walked blocks.
+    fast = ZstdFrames(max_size).decompress(memoryview(data).cast("B"))
+    if fast is not None:
+        return fast
     raw = bytes(data)
     out = bytearray()
     with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as reader:

@@ -27,11 +27,10 @@ record: ~40 ns through liblz4's frame decoder into the buffer, ~17 block by bloc
 bytes object per batch and a copy, as before either, ~140).
 
 snappy streams, xerial-framed or one raw block, are decompressed block by block into the
-caller's buffer too (:func:`snappy_blocks`, :func:`decompress_snappy_blocks_into`), and zstd
-streams of whole frames in one call a frame (:class:`ZstdFrames`; a frame without a declared
-size, as the Java client writes it, is bounded by walking its block headers first). Whole
-decode of 200-record batches per record: lz4 ~52 ns, zstd 206 -> ~75 (without a declared size
-210 -> ~89), snappy 104 -> ~80, gzip ~300 (the full decompressor), none ~26.
+caller's buffer too (:func:`snappy_blocks`, :func:`decompress_snappy_blocks_into`). zstd goes
+through :func:`decompress`, whose zstd path takes whole frames in one call each. Whole decode
+of 200-record batches per record: lz4 ~52 ns, zstd 206 -> ~75 (without a declared size 210 ->
+~89), snappy 104 -> ~80, gzip ~300 (the full decompressor), none ~26.
 
 Pure and thread-safe; raises :class:`logstore.errors.CorruptRecordError`
 (``UnsupportedCodecError`` for ids 5-7).
@@ -43,19 +42,16 @@ from typing import NamedTuple
 
 import cramjam
 import numpy as np
-import zstandard
 
 from logstore.errors import CorruptRecordError
 from logstore.protocol.batch import Codec
-from logstore.protocol.codecs import MAX_DECOMPRESSED_SIZE, XERIAL_MAGIC
-from logstore.protocol.codecs import decompress as _decompress
+from logstore.protocol.codecs import XERIAL_MAGIC, decompress
 
 __all__ = [
     "CODEC_LABELS",
     "LZ4_INDEPENDENT",
     "LZ4_STORED",
     "Lz4Frames",
-    "ZstdFrames",
     "decompress",
     "decompress_lz4_blocks_into",
     "decompress_lz4_into",
@@ -64,7 +60,6 @@ __all__ = [
     "lz4_bound",
     "lz4_frames",
     "snappy_blocks",
-    "zstd_frame",
 ]
 
 CODEC_LABELS: tuple[str, ...] = tuple(c.label for c in Codec)
@@ -263,119 +258,3 @@ def decompress_snappy_blocks_into(
         if n != size:
             raise CorruptRecordError(f"snappy block declares {size} bytes, holds {n}")
         filled += n
-
-
-_ZSTD_MAGIC = 0xFD2FB528
-_ZSTD_BLOCK_MAX = 128 << 10  # the most a zstd block decompresses to
-_ZSTD_DID_BYTES = (0, 1, 2, 4)  # Dictionary_ID field size by its flag
-_ZSTD_FCS_BYTES = (0, 2, 4, 8)  # Frame_Content_Size field size by its flag
-# A declared size up to this many times the compressed bytes is allocated as declared; above
-# it (zeros compress 30000:1), the frame is walked first and must be able to hold it.
-_ZSTD_TRUSTED_RATIO = 64
-
-
-def zstd_frame(data: memoryview, pos: int) -> tuple[int, int] | None:
-    """``(end, bound)`` of the zstd frame at ``pos``: where it ends and the most bytes it can
-    decompress to, walked from its header and block headers (RFC 8878) without decompressing
-    anything; a raw or RLE block its size, a compressed block at most 128 KiB. None when no
-    whole frame without a dictionary starts there."""
-    n = len(data)
-    if pos + 5 > n or int.from_bytes(data[pos : pos + 4], "little") != _ZSTD_MAGIC:
-        return None
-    fhd = data[pos + 4]
-    single_segment = fhd & 0x20
-    if fhd & 0x08 or fhd & 0x03:  # a reserved bit, or a dictionary the decoder lacks
-        return None
-    fcs = _ZSTD_FCS_BYTES[fhd >> 6] or (1 if single_segment else 0)
-    at = pos + 5 + (0 if single_segment else 1) + _ZSTD_DID_BYTES[fhd & 0x03] + fcs
-    bound = 0
-    while True:
-        if at + 3 > n:
-            return None
-        header = int.from_bytes(data[at : at + 3], "little")
-        kind, size = (header >> 1) & 3, header >> 3
-        at += 3
-        if kind == 0:  # raw
-            at += size
-            bound += size
-        elif kind == 1:  # RLE: one byte, repeated size times
-            at += 1
-            bound += size
-        elif kind == 2:  # compressed
-            at += size
-            bound += _ZSTD_BLOCK_MAX
-        else:
-            return None
-        if header & 1:  # the last block
-            break
-    at += 4 if fhd & 0x04 else 0  # content checksum
-    return (at, bound) if at <= n else None
-
-
-class ZstdFrames:
-    """One-call decompression of zstd streams of whole frames, at most ``max_size`` bytes.
-
-    A frame that declares its content size (kafka-python and librdkafka write those) is
-    decompressed to exactly that size, in one call when the size is at most 64 times the
-    compressed bytes. A frame that declares none (the Java client's streaming compressor), a
-    larger declared size and several frames are walked first (:func:`zstd_frame`), which
-    bounds the output before anything is allocated.
-
-    :meth:`decompress` returns None for anything else (a dictionary, trailing bytes, damage,
-    an output over the bound): the full decompressor then decodes it or says what is wrong.
-    Measured on 200-record batches: ~2 us a batch (~2.4 without a declared size), against ~25
-    for the full decompressor (a streaming read, then a second pass to tell whole frames from
-    torn ones). Not thread-safe: one per decoding call.
-    """
-
-    def __init__(self, max_size: int) -> None:
-        self._max_size = max_size
-        self._dctx = zstandard.ZstdDecompressor()
-
-    def decompress(self, data: memoryview) -> bytes | None:
-        try:
-            size = zstandard.frame_content_size(data)
-        except zstandard.ZstdError:
-            return None
-        if size > self._max_size:
-            return None
-        if size >= 0 and size <= _ZSTD_TRUSTED_RATIO * len(data):
-            try:
-                out = self._dctx.decompress(data, allow_extra_data=False)
-                return out if len(out) == size else None
-            except zstandard.ZstdError:
-                pass  # several frames, trailing bytes or damage: walk them
-        try:
-            return self._walked(data)
-        except zstandard.ZstdError:
-            return None
-
-    def _walked(self, data: memoryview) -> bytes | None:
-        """Frame after frame, each decompressed with its walked bound as the output limit."""
-        parts = []
-        pos = total = 0
-        while pos < len(data):
-            frame = zstd_frame(data, pos)
-            if frame is None:
-                return None
-            end, bound = frame
-            total += bound
-            if total > self._max_size:
-                return None
-            piece = data[pos:end]
-            declared = zstandard.frame_content_size(piece)
-            if declared > bound:  # more than its blocks can hold: not allocated, damaged
-                return None
-            out = self._dctx.decompress(piece, max_output_size=max(bound, 1))
-            if declared >= 0 and len(out) != declared:
-                return None
-            parts.append(out)
-            pos = end
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def decompress(
-    codec_id: int, data: memoryview, *, max_size: int = MAX_DECOMPRESSED_SIZE
-) -> memoryview:
-    """The decompressed records stream of a batch whose codec id is ``codec_id`` (1-4)."""
-    return memoryview(_decompress(codec_id, data, max_size=max_size))

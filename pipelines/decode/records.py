@@ -7,8 +7,8 @@ Pipeline for the batches a caller selected from a :class:`~pipelines.decode.batc
 2. per group, the records streams: uncompressed batches are used in place (``buf`` itself,
    no copy), compressed ones are decompressed (one call per batch) and laid end to end in one
    arena together with copies of the group's uncompressed streams (lz4 and snappy block by
-   block straight into the arena, zstd frames that declare their size in one call; see
-   :mod:`pipelines.decode.codecs`; the arena is reused from group to group);
+   block straight into the arena; see :mod:`pipelines.decode.codecs`; the arena is reused
+   from group to group);
 3. :func:`~pipelines.decode._kernels.records_to_columns` walks every record once, applying
    the offset/time filters, and writes the final Arrow buffers as it goes: offsets and
    timestamps, keys and values (offsets + bytes + validity), the headers' list offsets;
@@ -48,7 +48,6 @@ from pipelines.decode.batches import (
 from pipelines.decode.codecs import (
     CODEC_LABELS,
     LZ4_INDEPENDENT,
-    ZstdFrames,
     decompress,
     decompress_lz4_blocks_into,
     decompress_lz4_into,
@@ -98,7 +97,6 @@ DECODED_SCHEMA = pa.schema(
     ]
 )
 _LZ4 = int(Codec.LZ4)
-_ZSTD = int(Codec.ZSTD)
 _SNAPPY = int(Codec.SNAPPY)
 _CODEC_LABELS = [label.encode() for label in CODEC_LABELS] + [b"unknown"] * 3
 _CODEC_ARRAY = string_array([label.decode() for label in _CODEC_LABELS])
@@ -186,7 +184,6 @@ def decode_records(
     max_size = _MAX_ARROW_BYTES // 2  # one Arrow chunk holds at most 1 GiB of records
     frames = lz4_frames(data, rel + _HEADER_SIZE, rel + sizes)
     lz4 = codec == _LZ4
-    zstd = ZstdFrames(max_size)
     # One Python step per batch (not per record): plain ints, not numpy scalars.
     for i, p, end, cid, declared, first, block_max, single, flg in zip(
         idx.tolist(),
@@ -225,9 +222,7 @@ def decode_records(
                     )
             else:
                 # Bounded before allocation; no declared size: the full decompressor.
-                raw = zstd.decompress(stream) if cid == _ZSTD else None
-                if raw is None:
-                    raw = decompress(cid, stream, max_size=max_size) if cid else stream
+                raw = decompress(cid, stream, max_size=max_size) if cid else stream
                 size = len(raw)
             if filled and filled + size > arena.shape[0]:
                 yield _flush(arena[:filled], scan, g_idx, g_start, g_end, errors, filters)

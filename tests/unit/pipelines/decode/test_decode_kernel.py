@@ -14,9 +14,9 @@ import zstandard
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from logstore.protocol.codecs import XERIAL_HEADER
+from logstore.protocol.codecs import XERIAL_HEADER, ZstdFrames, zstd_frame
 from pipelines.decode import _kernels, decode_records, scan_batches, verify_batches
-from pipelines.decode.codecs import LZ4_STORED, ZstdFrames, lz4_frames, zstd_frame
+from pipelines.decode.codecs import LZ4_STORED, lz4_frames
 from pipelines.decode.reference import reference_decode
 from pipelines.decode.warmup import warm
 from pipelines.delta import _parquet_kernels
