@@ -36,6 +36,7 @@ __all__ = [
     "ZstdFrames",
     "compress",
     "decompress",
+    "xerial_blocks",
     "zstd_frame",
 ]
 
@@ -130,22 +131,32 @@ def _gunzip(data: Buffer, max_size: int) -> bytes:
     return bytes(out)
 
 
+def xerial_blocks(raw: memoryview) -> list[tuple[int, int]]:
+    """``(start, end)`` of every raw snappy block of a xerial-framed stream (one that starts
+    with :data:`XERIAL_MAGIC`): a 16-byte header, then blocks each after its i32 length.
+    CorruptRecordError when the framing does not add up."""
+    if len(raw) < 16:
+        raise CorruptRecordError("truncated xerial snappy header")
+    blocks = []
+    pos = 16
+    while pos < len(raw):
+        if pos + 4 > len(raw):
+            raise CorruptRecordError("truncated xerial snappy block length")
+        (length,) = _I32.unpack_from(raw, pos)
+        pos += 4
+        if length < 0 or pos + length > len(raw):
+            raise CorruptRecordError(f"xerial snappy block of {length} bytes is truncated")
+        blocks.append((pos, pos + length))
+        pos += length
+    return blocks
+
+
 def _unsnappy(data: Buffer, max_size: int) -> bytes:
     raw = memoryview(data).cast("B")
     if bytes(raw[:8]) == XERIAL_MAGIC:
-        if len(raw) < 16:
-            raise CorruptRecordError("truncated xerial snappy header")
         out = bytearray()
-        pos = 16
-        while pos < len(raw):
-            if pos + 4 > len(raw):
-                raise CorruptRecordError("truncated xerial snappy block length")
-            (length,) = _I32.unpack_from(raw, pos)
-            pos += 4
-            if length < 0 or pos + length > len(raw):
-                raise CorruptRecordError(f"xerial snappy block of {length} bytes is truncated")
-            out += _unsnappy_raw(raw[pos : pos + length], max_size - len(out))
-            pos += length
+        for start, end in xerial_blocks(raw):
+            out += _unsnappy_raw(raw[start:end], max_size - len(out))
         return bytes(out)
     return _unsnappy_raw(raw, max_size)
 

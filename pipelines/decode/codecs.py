@@ -45,7 +45,7 @@ import numpy as np
 
 from logstore.errors import CorruptRecordError
 from logstore.protocol.batch import Codec
-from logstore.protocol.codecs import XERIAL_MAGIC, decompress
+from logstore.protocol.codecs import XERIAL_MAGIC, decompress, xerial_blocks
 
 __all__ = [
     "CODEC_LABELS",
@@ -217,29 +217,18 @@ def decompress_lz4_into(data: memoryview, out: np.ndarray) -> None:
 
 def snappy_blocks(data: memoryview) -> list[tuple[int, int, int]] | None:
     """``(start, end, decompressed size)`` of every raw snappy block of a stream: xerial-framed
-    (the Java client and kafka-python: a 16-byte header, then blocks each after its 4-byte
-    big-endian length) or one raw block (librdkafka). None when the framing does not add up:
-    the full decompressor then says what is wrong."""
+    (the Java client and kafka-python; :func:`~logstore.protocol.codecs.xerial_blocks`) or one
+    raw block (librdkafka). None when the framing does not add up: the full decompressor then
+    says what is wrong."""
     try:
         if bytes(data[:8]) != XERIAL_MAGIC:
             return [(0, len(data), int(cramjam.snappy.decompress_raw_len(data)))]
-        if len(data) < 16:
-            return None
-        blocks = []
-        pos = 16
-        while pos < len(data):
-            if pos + 4 > len(data):
-                return None
-            length = int.from_bytes(data[pos : pos + 4], "big")
-            pos += 4
-            if pos + length > len(data) or length > 2**31 - 1:
-                return None
-            block = data[pos : pos + length]
-            blocks.append((pos, pos + length, int(cramjam.snappy.decompress_raw_len(block))))
-            pos += length
-    except cramjam.DecompressionError:
+        return [
+            (start, end, int(cramjam.snappy.decompress_raw_len(data[start:end])))
+            for start, end in xerial_blocks(data)
+        ]
+    except (cramjam.DecompressionError, CorruptRecordError):
         return None
-    return blocks
 
 
 def decompress_snappy_blocks_into(
