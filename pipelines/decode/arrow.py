@@ -3,7 +3,8 @@
 ``pa.array`` on a Python list or a numpy array goes through pyarrow's pandas shim, which
 imports pandas on first use: about a second for every fresh Spark Python worker, paid at its
 first task. Nothing on the read/decode path needs pandas, so these helpers build the arrays
-from buffers instead (zero-copy for numpy arrays that are already contiguous). Pure functions.
+from buffers instead (zero-copy for numpy arrays that are already contiguous); and
+:func:`same_bytes` reads them back the same way. Pure functions.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["numpy_array", "numpy_values", "repeated_string", "string_array"]
+__all__ = ["numpy_array", "numpy_values", "repeated_string", "same_bytes", "string_array"]
 
 
 def numpy_array(
@@ -74,3 +75,24 @@ def repeated_string(value: str | bytes, n: int) -> pa.Array:
     return pa.Array.from_buffers(
         pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(label * n)], 0
     )
+
+
+def same_bytes(arr: pa.Array) -> bool:
+    """Whether every value of a string/binary array without nulls has the same bytes.
+
+    All lengths equal (from the offsets) and the values buffer equal to itself shifted by one
+    value's width: two vectorised compares over the buffers, no per-row work.
+    """
+    large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    itemsize = 8 if large else 4
+    offsets = np.frombuffer(
+        arr.buffers()[1], np.int64 if large else np.int32, len(arr) + 1, arr.offset * itemsize
+    )
+    width = int(offsets[1] - offsets[0])
+    if not np.all(np.diff(offsets) == width):
+        return False
+    if width == 0:
+        return True
+    start, end = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(arr.buffers()[2], np.uint8, end - start, start)
+    return bool(np.array_equal(data[width:], data[:-width]))

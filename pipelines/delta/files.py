@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from pipelines.decode.arrow import same_bytes
 
 if TYPE_CHECKING:
     from pipelines.delta.parquet import FastParquetWriter
@@ -197,7 +198,8 @@ def _single_value(column: pa.ChunkedArray) -> tuple[bool, Any]:
     ``(False, None)`` when the rows differ, and also when no cheap check exists for the type
     (floats, nested...): callers then take their general path. Integers, dates, timestamps
     and booleans are checked by ``min_max``, dictionaries by their indices, strings and
-    binaries by :func:`_same_bytes` (``min_max`` on strings costs ~12 ns a row).
+    binaries by :func:`~pipelines.decode.arrow.same_bytes` (``min_max`` on strings costs ~12 ns a
+    row).
     """
     chunks = [c for c in column.chunks if len(c)]
     if not chunks or not all(_chunk_single(c) for c in chunks):
@@ -218,29 +220,8 @@ def _chunk_single(arr: pa.Array) -> bool:
         mm = pc.min_max(arr)
         return bool(mm["min"].equals(mm["max"]))
     if t in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary()):
-        return _same_bytes(arr)
+        return same_bytes(arr)
     return False
-
-
-def _same_bytes(arr: pa.Array) -> bool:
-    """Whether every value of a string/binary array without nulls has the same bytes.
-
-    All lengths equal (from the offsets) and the values buffer equal to itself shifted by one
-    value's width: two vectorised compares over the buffers, no per-row work.
-    """
-    large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
-    itemsize = 8 if large else 4
-    offsets = np.frombuffer(
-        arr.buffers()[1], np.int64 if large else np.int32, len(arr) + 1, arr.offset * itemsize
-    )
-    width = int(offsets[1] - offsets[0])
-    if not np.all(np.diff(offsets) == width):
-        return False
-    if width == 0:
-        return True
-    start, end = int(offsets[0]), int(offsets[-1])
-    data = np.frombuffer(arr.buffers()[2], np.uint8, end - start, start)
-    return bool(np.array_equal(data[width:], data[:-width]))
 
 
 class _Stats:
