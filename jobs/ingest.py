@@ -17,7 +17,7 @@ import sys
 
 from logstore.errors import CorruptRecordError, LoglakeError
 from pipelines.ingest import load_config, run_ingest
-from pipelines.session import get_spark
+from pipelines.session import get_spark, spark_conf
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="exit 3 when damaged batches are found (they are quarantined)",
     )
+    parser.add_argument(
+        "--verbose", action="store_true", help="Spark's own INFO log lines on stderr too"
+    )
     args = parser.parse_args(argv)
     try:
         config = load_config(
@@ -48,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
             lake=args.lake,
             fail_on_corrupt=args.fail_on_corrupt,
         )
-        spark = get_spark(config.app_name, master=config.master, conf=config.spark_conf)
+        spark = get_spark(
+            config.app_name,
+            master=config.master,
+            conf=spark_conf(config.spark_conf, verbose=args.verbose),
+        )
         summary = run_ingest(spark, config)
     except CorruptRecordError as exc:
         print(f"ingest failed: {exc}", file=sys.stderr)
