@@ -22,6 +22,7 @@ empty. Functions are thread-safe as long as two threads do not write the same pa
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -68,7 +69,8 @@ def write_checkpoint_lines(path: str | os.PathLike[str], lines: Iterable[str]) -
             os.close(fd)
         os.replace(tmp, target)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise StorageError(
             f"cannot write checkpoint: {exc.strerror or exc}", path=str(target), errno=exc.errno
         ) from exc

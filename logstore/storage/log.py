@@ -34,8 +34,9 @@ is logged once, when the log goes offline. The log comes back by itself once the
 an append arriving at least ``offline_retry_ms`` (1 s) after the last attempt preallocates the
 active segment's indexes again and is tried; when both succeed the log is online (logged),
 otherwise it stays offline. A restart also retries (see :mod:`logstore.storage.loader`). A log
-that is offline at shutdown does not count as cleanly shut down (the log manager then writes no
-clean-shutdown marker, so the next start recovers).
+whose files may not match what it says (an fsync failed, or a failed write could not be cut
+back: :attr:`Log.needs_recovery`) does not count as cleanly shut down: the log manager then
+writes no clean-shutdown marker, so the next start recovers.
 
 Crash behaviour: nothing is fsynced except by :meth:`flush` (called by the flush policy:
 ``flush.messages``, ``flush.ms`` via the manager, and on roll for the rolled segment). On open
@@ -194,7 +195,8 @@ class Log:
         self.last_flush_ms = _now_ms() if now_ms is None else now_ms
         self._closed = False
         self._offline_reason: str | None = None
-        self._retry_at = 0.0  # time.monotonic() before which an offline log refuses at once
+        self._failed_at = 0.0  # time.monotonic() of the last storage failure
+        self._flush_failed = False
         if loaded.offline_reason is not None:
             self._go_offline(loaded.offline_reason)
 
@@ -287,9 +289,11 @@ class Log:
 
     @property
     def needs_recovery(self) -> bool:
-        """Whether the files may hold more than the log says (offline after a storage
-        error): the next start must not skip recovery."""
-        return self._offline_reason is not None or any(s.torn_tail for s in self._segments)
+        """Whether the files may differ from what the log says, so that the next start must
+        not skip recovery: an fsync failed (what reached the disk is unknown) or a failed
+        write could not be cut back. Other storage errors (no room to write or preallocate)
+        leave the files exactly as the log describes them."""
+        return self._flush_failed or any(s.torn_tail for s in self._segments)
 
     def _go_offline(self, reason: str) -> None:
         if self._offline_reason is None:
@@ -301,7 +305,7 @@ class Log:
                 self.offline_retry_ms,
             )
         self._offline_reason = reason
-        self._retry_at = time.monotonic() + self.offline_retry_ms / 1000
+        self._failed_at = time.monotonic()
 
     def _offline_error(self) -> LogOfflineError:
         return LogOfflineError(
@@ -403,7 +407,7 @@ class Log:
                 raise LoglakeError(f"log {self._dir.name} is closed", path=str(self._dir))
             was_offline = self._offline_reason is not None
             if was_offline:
-                if time.monotonic() < self._retry_at:
+                if time.monotonic() < self._failed_at + self.offline_retry_ms / 1000:
                     raise self._offline_error()
                 try:
                     self._prepare_active()
@@ -641,6 +645,7 @@ class Log:
                     seg.flush()
             fsync_dir(self._dir)
         except OSError as exc:
+            self._flush_failed = True
             raise self._storage_failure(exc) from exc
         self._recovery_point = offset
         if offset >= self._next_offset:

@@ -30,8 +30,9 @@ file and is logged once (again only when the error changes, and when it succeeds
 :meth:`LogManager.shutdown` never raises for storage errors: it does what it can in Kafka's
 order (flush every log, close every log — which trims the preallocated indexes and so frees
 their space — write the checkpoints), logs each failure once, and writes a directory's
-clean-shutdown marker only when everything there succeeded and no log of it is offline; it
-returns whether every directory was shut down cleanly. Without the marker the next start
+clean-shutdown marker only when everything there succeeded and no log of it may differ from
+its files (:attr:`~logstore.storage.log.Log.needs_recovery`; a log merely offline for lack of
+room is consistent on disk); it returns whether every directory was shut down cleanly. Without the marker the next start
 recovers from the recovery points, as after a crash.
 """
 
@@ -374,7 +375,7 @@ class LogManager:
                 unclean[d].append(f"{log.dir.name} not closed cleanly")
                 _log.error("shutdown: %s", exc)
             if log.needs_recovery:
-                unclean[d].append(f"{log.dir.name} offline: {log.offline_reason}")
+                unclean[d].append(f"{log.dir.name} may differ on disk: {log.offline_reason}")
         for d in self.checkpoint():
             unclean[d].append("checkpoints not written")
         for d in self.log_dirs:
