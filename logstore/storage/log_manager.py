@@ -32,8 +32,8 @@ order (flush every log, close every log — which trims the preallocated indexes
 their space — write the checkpoints), logs each failure once, and writes a directory's
 clean-shutdown marker only when everything there succeeded and no log of it may differ from
 its files (:attr:`~logstore.storage.log.Log.needs_recovery`; a log merely offline for lack of
-room is consistent on disk); it returns whether every directory was shut down cleanly. Without the marker the next start
-recovers from the recovery points, as after a crash.
+room is consistent on disk); it returns whether every directory was shut down cleanly.
+Without the marker the next start recovers from the recovery points, as after a crash.
 """
 
 from __future__ import annotations

@@ -96,9 +96,7 @@ def main() -> int:
             raw_best, log_best = float("inf"), float("inf")
             for _ in range(args.rounds):
                 raw_best = min(raw_best, bench_raw(directory, batches, count))
-                log_best = min(
-                    log_best, bench_log(directory, batches, count, args.segment_bytes)
-                )
+                log_best = min(log_best, bench_log(directory, batches, count, args.segment_bytes))
             raw_mibs = total / raw_best / 2**20
             log_mibs = total / log_best / 2**20
             ratio = raw_best / log_best
