@@ -189,7 +189,12 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 r = _PartitionResult(forced)
             else:
                 r = append_records(ctx, t.name, int(p.index), p.records)
-            if r.error not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
+            # storage errors: the partition logged going offline, once
+            if r.error not in (
+                ErrorCode.none,
+                ErrorCode.unknown_topic_or_partition,
+                ErrorCode.kafka_storage_error,
+            ):
                 log.info(
                     "produce to %s-%d rejected: %s %s",
                     t.name,
