@@ -48,6 +48,7 @@ the disk, in order.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import shutil
@@ -508,7 +509,7 @@ class Log:
         # recovery point to the new segment and keeps post-crash recovery short.
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.schedule(
-                f"flush-{self._dir.name}", lambda: self.flush(new_base), delay_ms=0
+                f"flush-{self._dir.name}", lambda: self._flush_rolled(new_base), delay_ms=0
             )
         else:
             self._flush(new_base)
@@ -627,6 +628,11 @@ class Log:
         return None
 
     # -- flush --------------------------------------------------------------------------------
+
+    def _flush_rolled(self, offset: int) -> None:
+        # a failure took the log offline and was logged there; nothing for the scheduler
+        with contextlib.suppress(StorageError):
+            self.flush(offset)
 
     def flush(self, offset: int | None = None) -> None:
         """fsync the segments holding offsets below ``offset`` (default: all); move the

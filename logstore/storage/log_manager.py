@@ -236,7 +236,10 @@ class LogManager:
             d = self._log_dir_of.pop((topic, partition), None)
         if log is None or d is None:
             return False
-        log.close()
+        try:
+            log.close()
+        except StorageError as exc:  # its files are about to go anyway
+            _log.warning("deleting %s: %s", log.dir.name, exc)
         doomed = d / f"{log.dir.name}.{uuid.uuid4().hex}-delete"
         os.replace(log.dir, doomed)
         fsync_dir(d)
