@@ -316,10 +316,17 @@ class Log:
 
     def _prepare_active(self) -> None:
         """Preallocate the active segment's indexes if they have no room (a full disk at
-        load or at a failed roll). :class:`StorageError` when the disk still has none."""
+        load or at a failed roll). :class:`StorageError` when the disk still has none and
+        the segment is empty; a non-empty one with full indexes makes the append roll to a
+        new segment instead, which allocates its own (and fails the same way without room)."""
         active = self._segments[-1]
-        if not (active.offset_index.has_room and active.time_index.has_room):
+        if active.offset_index.has_room and active.time_index.has_room:
+            return
+        try:
             active.resize_indexes(self._config.segment_index_bytes)
+        except StorageError:
+            if active.size == 0:
+                raise
 
     def _storage_failure(self, exc: OSError | StorageError) -> LogOfflineError:
         """Take the log offline after ``exc``; the error to raise to the appender."""
@@ -483,7 +490,10 @@ class Log:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""
         with self._lock:
             self._check_open()
-            return self._roll(_now_ms() if now_ms is None else now_ms)
+            try:
+                return self._roll(_now_ms() if now_ms is None else now_ms)
+            except (OSError, StorageError) as exc:
+                raise self._storage_failure(exc) from exc
 
     def _roll(self, now_ms: int) -> LogSegment:
         active = self._segments[-1]

@@ -682,17 +682,21 @@ class LogSegment:
         one more slot (:class:`StorageError` on a full disk, after the files were closed)."""
         if self._closed:
             return
+        failure: StorageError | None = None
         try:
             # Unloaded means nothing was appended since open: the time index is already final,
             # and loading would cost a header scan per segment at shutdown.
             if self._max_ts is not None and self._max_ts[0] >= 0:
                 self.time_index.maybe_append(*self._max_ts, skip_full_check=True)
+        except StorageError as exc:  # no room to grow by the final entry: trim all the same
+            failure = exc
+        try:
             self.offset_index.close()
             self.time_index.close()
         finally:
-            # whatever failed above (a full disk growing the time index by its final entry),
-            # the descriptors and maps go
             self.close_handlers()
+        if failure is not None:
+            raise failure
 
     def close_handlers(self) -> None:
         """Close files without touching them (no trim, no final entry)."""

@@ -180,6 +180,35 @@ def test_offline_log_refuses_appends_serves_reads_and_comes_back_with_room(tmpfs
     log.close()
 
 
+def test_a_roll_without_room_fails_cleanly_and_creates_no_segment(tmpfs) -> None:
+    d = tmpfs(4)
+    log = Log.open(d / "t-0", LogConfig(segment_index_bytes=256 * 1024))
+    for i in range(3):
+        log.append(_batch(i))
+    fill(d)
+    # the next segment wants 2 x 1.5 MiB of index, more than rolling frees: the roll fails
+    log.config = LogConfig(segment_bytes=10_000, segment_index_bytes=1536 * 1024)
+    with pytest.raises(LogOfflineError) as exc_info:
+        log.append(_batch(3))
+    cause = exc_info.value.__cause__
+    assert isinstance(cause, StorageError) and cause.errno == errno.ENOSPC
+    assert "index" in str(cause)
+    assert [s.base_offset for s in log.segments] == [0]
+    assert sorted(p.name for p in (d / "t-0").iterdir() if p.name[0] == "0") == [
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+    ]
+    assert log.log_end_offset == 3 and _keys(log) == _expected(0, 3)
+    # room again: the roll happens on the next try
+    (d / "filler").unlink()
+    log.offline_retry_ms = 0
+    assert log.append(_batch(3)).first_offset == 3
+    assert [s.base_offset for s in log.segments] == [0, 3]
+    assert log.offline_reason is None and _keys(log) == _expected(0, 4)
+    log.close()
+
+
 def test_log_manager_shutdown_and_restart_on_a_full_disk(tmpfs, caplog) -> None:
     d = tmpfs(3)
     cfg = LogConfig(segment_bytes=200_000, segment_index_bytes=64 * 1024)
