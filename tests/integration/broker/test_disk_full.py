@@ -166,7 +166,16 @@ def test_full_disk_offline_readable_clean_stop_restart_full_then_back(tmpfs, bro
     more, errors = _produce(b.bootstrap, topic, 10**6, 1, retries=0)
     assert not more and [e.code() for e in errors] == [STORAGE_ERROR]
 
-    # 5. room again: the partition takes appends by itself (the client retries), no restart
+    # 5. SIGTERM with nothing left to free: the checkpoints cannot be written, exit 3 (the
+    # documented code), no traceback, no clean-shutdown marker; the next start recovers
+    assert b.stop() == 3, b.log_tail()
+    assert "Traceback" not in b.log_text()
+    assert "was not shut down cleanly" in b.log_text()
+    assert not (b.log_dir / ".kafka_cleanshutdown").exists()
+    _start(b)
+    assert _consume(b.bootstrap, topic, len(acked)) == acked
+
+    # 6. room again: the partition takes appends by itself (the client retries), no restart
     filler.unlink()
     ballast.unlink()
     later, errors = _produce(b.bootstrap, topic, len(acked), 500, **{"message.timeout.ms": 30000})
@@ -174,7 +183,7 @@ def test_full_disk_offline_readable_clean_stop_restart_full_then_back(tmpfs, bro
     assert sorted(later) == list(range(len(acked), len(acked) + 500))
     assert "back online for appends" in b.log_text()
 
-    # 6. a clean stop and start: every acknowledged record, in the files and through a consumer
+    # 7. a clean stop and start: every acknowledged record, in the files and through a consumer
     assert b.stop() == 0, b.log_tail()
     everything = {**acked, **later}
     on_disk, _ = read_log(b.log_dir, topic, 0)
