@@ -131,6 +131,12 @@ class RateLimitedLog:
         self._suppressed: dict[str, int] = collections.defaultdict(int)
 
     def warning(self, kind: str, msg: str, *args: object) -> None:
+        self.log(logging.WARNING, kind, msg, *args)
+
+    def info(self, kind: str, msg: str, *args: object) -> None:
+        self.log(logging.INFO, kind, msg, *args)
+
+    def log(self, level: int, kind: str, msg: str, *args: object) -> None:
         now = time.monotonic()
         with self._lock:
             last = self._last.get(kind)
@@ -141,7 +147,7 @@ class RateLimitedLog:
             suppressed = self._suppressed.pop(kind, 0)
         if suppressed:
             msg += f" ({suppressed} similar events suppressed)"
-        self._logger.warning(msg, *args)
+        self._logger.log(level, msg, *args)
 
 
 @dataclass(slots=True)
@@ -512,6 +518,15 @@ class Processor(threading.Thread):
             # copied over and over) and never past the frame: at most twice what was read.
             want = min(conn.size, max(_FIRST_PIECE, 2 * cap, cap + arrived))
             if not self._pool.reserve(claim, want - claim.held):
+                pool = self._pool
+                self._server.bad_input.info(
+                    "memory-pool",
+                    "request memory full (%d of %s bytes, queued.max.request.bytes):"
+                    " connections wait to be read, %d in line",
+                    pool.used,
+                    pool.capacity,
+                    pool.waiting,
+                )
                 conn.waiting_memory = True
                 conn.wait_start = time.monotonic()
                 self._update(conn)
