@@ -104,17 +104,15 @@ class MemoryPool:
             if claim.waiting:
                 raise RuntimeError("claim is already waiting for memory")
             cap = self._capacity
-            if claim.granted or cap is None:
+            if cap is None or claim.granted or (not self._line and self._used + n <= cap):
+                claim.held += n
+                self._used += n
+                return True
+            if not self._line and self._grantee is None:
+                # nobody waits, and it does not fit: overdraw (the grant) rather than wait
+                self._grant(claim)
                 self._take(claim, n)
                 return True
-            if not self._line:
-                if self._used + n <= cap:
-                    self._take(claim, n)
-                    return True
-                if self._grantee is None:
-                    self._grant(claim)
-                    self._take(claim, n)
-                    return True
             claim.waiting = n
             self._line.append(claim)
             return False
@@ -133,6 +131,8 @@ class MemoryPool:
             if claim.granted:
                 claim.granted = False
                 self._grantee = None
+            if not self._line:
+                return
             ready = self._serve_line()
         for on_ready in ready:
             on_ready()

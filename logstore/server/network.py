@@ -78,6 +78,7 @@ from __future__ import annotations
 import array
 import collections
 import contextlib
+import ctypes
 import errno
 import fcntl
 import functools
@@ -113,6 +114,12 @@ _CLOSE: Final = object()  # close the connection once everything before it is se
 # A frame's first buffer is what has arrived, but at least this much (or the whole frame):
 # most requests are smaller and then take one buffer of exactly their size.
 _FIRST_PIECE: Final = 64 * 1024
+# Grows a bytearray in place without writing the new bytes (``bytearray.extend`` would
+# first build and copy a temporary of zeros that recv_into overwrites at once). PyDLL: the
+# GIL stays held and a Python error it sets is raised.
+_bytearray_resize = ctypes.pythonapi.PyByteArray_Resize
+_bytearray_resize.argtypes = [ctypes.py_object, ctypes.c_ssize_t]
+_bytearray_resize.restype = ctypes.c_int
 # Connections accepted per wake-up of the acceptor at most (then the processors are woken).
 _ACCEPT_BATCH: Final = 256
 
@@ -534,7 +541,7 @@ class Processor(threading.Thread):
         if body is None:
             body = conn.body = bytearray(claim.held)
         else:
-            body.extend(bytes(claim.held - cap))
+            _bytearray_resize(body, claim.held)
         return body
 
     def _arrived(self, sock: socket.socket) -> int:
