@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import socket
 import struct
 import threading
@@ -16,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
-from logstore.server.config import BrokerConfig
+from logstore.server.config import BrokerConfig, ConfigError
 from logstore.server.network import NetworkRequest, SocketServer
 
 MiB = 1024 * 1024
@@ -284,5 +285,23 @@ def test_max_connections_per_ip():
             s.sendall(_frame(b"k"))
             assert _read_frame(s) == hashlib.sha256(b"k").digest()
             s.close()
+    finally:
+        srv.shutdown(timeout_s=5)
+
+
+def test_memory_keys_are_validated_and_minus_one_means_unbounded():
+    with pytest.raises(ConfigError, match=re.escape("loglake.request.read.timeout.ms")):
+        BrokerConfig({"loglake.request.read.timeout.ms": "0"})
+    with pytest.raises(ConfigError, match=re.escape("queued.max.request.bytes")):
+        BrokerConfig({"queued.max.request.bytes": "lots"})
+    assert BrokerConfig({}).get_int("queued.max.request.bytes") == 128 * MiB
+    srv, _d = _digest_server(**{"queued.max.request.bytes": "-1"})
+    try:
+        assert srv.memory_pool.capacity is None
+        payload = os.urandom(3 * MiB)
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+            s.sendall(_frame(payload))
+            assert _read_frame(s) == hashlib.sha256(payload).digest()
+        assert _wait_for(lambda: srv.memory_pool.used == 0)
     finally:
         srv.shutdown(timeout_s=5)
