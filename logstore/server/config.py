@@ -130,12 +130,14 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
         ),
         # Kafka's default is 50. A burst of connections faster than the acceptor takes them
         # overflows the kernel's accept queue, and every dropped SYN costs its client a 1 s,
-        # 3 s, 7 s ... retransmission: 2,000 connections took 35 s with 50, 0.3 s with 1024.
+        # 3 s, 7 s ... retransmission: 2,000 connections took 35 s with 50. The acceptor
+        # costs ~20 us a connection, but a Python thread can wait several GIL switch
+        # intervals on a busy host (1024 still overflowed once at load 15 on 2 cores).
         # Linux caps the value at net.core.somaxconn (4096 since 5.4).
         _d(
             "socket.listen.backlog.size",
             "int",
-            "1024",
+            "4096",
             "listen() backlog (Kafka: 50; capped by net.core.somaxconn)",
             low=1,
         ),
