@@ -376,12 +376,14 @@ class Processor(threading.Thread):
             self._wake_r.close()
             self._wake_w.close()
 
+    # The drains run after every select(): empty() first, since a get_nowait() that raises
+    # queue.Empty costs ~1.3 us, several times per request. Only this thread takes from the
+    # queues, so a queue that is not empty cannot run dry before the get.
+
     def _register_new(self) -> None:
-        while True:
-            try:
-                sock, cid, host = self._new.get_nowait()
-            except queue.Empty:
-                return
+        new = self._new
+        while not new.empty():
+            sock, cid, host = new.get_nowait()
             conn = _Connection(sock, cid, host)
             conn.on_memory = functools.partial(self.memory_ready, conn)
             self._conns[cid] = conn
@@ -558,11 +560,9 @@ class Processor(threading.Thread):
 
     def _drain_memory_ready(self) -> None:
         now = 0.0
-        while True:
-            try:
-                conn = self._memory_ready.get_nowait()
-            except queue.Empty:
-                return
+        ready = self._memory_ready
+        while not ready.empty():
+            conn = ready.get_nowait()
             if conn.closing or not conn.waiting_memory:
                 continue
             if not now:
@@ -596,11 +596,9 @@ class Processor(threading.Thread):
         self._set_reading(True)
 
     def _drain_responses(self) -> None:
-        while True:
-            try:
-                cid, parts = self._responses.get_nowait()
-            except queue.Empty:
-                return
+        responses = self._responses
+        while not responses.empty():
+            cid, parts = responses.get_nowait()
             self._deliver(cid, parts)
 
     def _deliver(self, cid: str, parts: list[Any]) -> None:
