@@ -47,6 +47,7 @@ class FileRef:
     partition_values: dict[str, str | None]
     stats: str | None = None
     modification_time: int = 0
+    data_change: bool = True
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def commit_actions(
             "remove": {
                 "path": r.path,
                 "deletionTimestamp": now,
-                "dataChange": True,
+                "dataChange": r.data_change,
                 "extendedFileMetadata": True,
                 "partitionValues": r.partition_values,
                 "size": r.size,
@@ -125,7 +126,7 @@ def commit_actions(
                 "partitionValues": a.partition_values,
                 "size": a.size,
                 "modificationTime": a.modification_time or now,
-                "dataChange": True,
+                "dataChange": a.data_change,
                 "stats": a.stats,
             }
         }

@@ -47,6 +47,7 @@ commit finds the table moved and fails cleanly (``ConcurrentWriteError``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -69,6 +70,7 @@ from deltalake.transaction import create_table_with_add_actions
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from logstore.errors import LoglakeError
@@ -118,8 +120,12 @@ TABLE_SCHEMA = pa.schema(
         pa.field(BUCKET, pa.int32()),
     ]
 )
+SRC = "_src"  # in the shuffle: 0 a new record, 1 a live row, 2 a tombstone row (--full)
 CDC_SCHEMA = TABLE_SCHEMA.append(pa.field(CHANGE_TYPE, pa.string()))
 _INPUT_COLUMNS = [f.name for f in TABLE_SCHEMA if f.name != VERSION]
+_ROW_SPARK_SCHEMA = from_arrow_schema(
+    pa.schema([f for f in TABLE_SCHEMA if f.name != BUCKET]), prefer_timestamp_ntz=False
+)
 
 
 def app_id(topic: str, partition: int) -> str:
@@ -261,17 +267,30 @@ def _merge_bucket(
     plan: _TaskPlan,
     writers: dict[str, PartitionedFileWriter],
 ) -> dict[str, Any]:
-    """Merge one bucket's new records into its rows; write what changed (module step 3)."""
-    new = _as_state(rows, plan.strategy)
-    old_live = _read_bucket(plan.main_files.get(bucket, []), bucket)
-    old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
-    base = new if plan.full else pa.concat_tables([old_live, old_tomb, new])
+    """Merge one bucket's new records into its rows; write what changed (module step 3).
+
+    Incremental: the bucket's current rows come from its files. ``full``: they come through
+    the shuffle (``_src`` 1 live, 2 tombstone; bucketed again, so N may change) and only the
+    records decide the winners; every bucket is written, changed or not.
+    """
+    src = rows.column(SRC)
+    if plan.full:
+        old_live = _old_rows(rows.filter(pc.equal(src, 1)))
+        old_tomb = _old_rows(rows.filter(pc.equal(src, 2)))
+        new = _as_state(rows.filter(pc.equal(src, 0)), plan.strategy)
+        base = new
+    else:
+        new = _as_state(rows, plan.strategy)
+        old_live = _read_bucket(plan.main_files.get(bucket, []), bucket)
+        old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
+        base = pa.concat_tables([old_live, old_tomb, new])
     state = base.take(pa.array(winner_indices(base, base.column(VERSION)), type=pa.int64()))
     is_live = state.column("value").is_valid()
     live = state.filter(is_live)
     ins, dels, upd_old, upd_new = _diff(old_live, live)
-    report: dict[str, Any] = {"bucket": bucket, "records": new.num_rows, "main": False}
-    if len(ins) or len(dels) or len(upd_old):
+    changed = bool(len(ins) or len(dels) or len(upd_old))
+    report: dict[str, Any] = {"bucket": bucket, "records": new.num_rows, "changed": changed}
+    if changed:
         changes = pa.concat_tables(
             [
                 _tagged(live, ins, "insert"),
@@ -280,16 +299,21 @@ def _merge_bucket(
                 _tagged(old_live, dels, "delete"),
             ]
         )
-        writers["main"].write(live)
         writers["cdc"].write(changes.cast(CDC_SCHEMA))
-        report.update(main=True, inserted=len(ins), updated=len(upd_old), deleted=len(dels))
+        report.update(inserted=len(ins), updated=len(upd_old), deleted=len(dels))
+    if changed or plan.full:
+        writers["main"].write(live)
     if plan.tomb_root is not None:
         tomb = state.filter(pc.invert(is_live))
         t_ins, t_dels, t_old, _ = _diff(old_tomb, tomb)
-        if len(t_ins) or len(t_dels) or len(t_old):
+        report["tomb_changed"] = bool(len(t_ins) or len(t_dels) or len(t_old))
+        if report["tomb_changed"] or plan.full:
             writers["tomb"].write(tomb)
-            report["tomb"] = True
     return report
+
+
+def _old_rows(rows: pa.Table) -> pa.Table:
+    return rows.select(TABLE_SCHEMA.names).cast(TABLE_SCHEMA)
 
 
 def _merge_task(batches: Iterator[pa.RecordBatch], *, plan: _TaskPlan) -> Iterator[pa.RecordBatch]:
@@ -484,6 +508,13 @@ def compact_topic(
     tomb_files = _files_by_bucket(tomb_dt)
     rec_files = _record_files(records_path, rec_dt, topic, ranges)
     write_id = uuid.uuid4().hex
+    main_paths = {
+        b: [os.path.join(path, unquote(f.path)) for f in fs] for b, fs in main_files.items()
+    }
+    tomb_paths = {
+        b: [os.path.join(tomb_root or "", unquote(f.path)) for f in fs]
+        for b, fs in tomb_files.items()
+    }
     plan = _TaskPlan(
         root=path,
         tomb_root=tomb_root,
@@ -492,13 +523,9 @@ def compact_topic(
         full=full,
         compression=config.compression,
         max_rows_per_file=config.max_rows_per_file,
-        main_files={
-            b: [os.path.join(path, unquote(f.path)) for f in fs] for b, fs in main_files.items()
-        },
-        tomb_files={
-            b: [os.path.join(tomb_root or "", unquote(f.path)) for f in fs]
-            for b, fs in tomb_files.items()
-        },
+        # the tasks read a bucket's files themselves, except in a rebuild (see _merge_bucket)
+        main_files={} if full else main_paths,
+        tomb_files={} if full else tomb_paths,
     )
     log(
         f"{topic}: strategy {strategy}, {buckets} buckets; reading {len(rec_files)} records "
@@ -506,7 +533,17 @@ def compact_topic(
     )
     # step 3: the merge
     try:
-        reports, files = _run_merge(spark, plan, rec_files, records_path, topic, ranges, buckets)
+        reports, files = _run_merge(
+            spark,
+            plan,
+            rec_files,
+            [p for ps in main_paths.values() for p in ps] if full else [],
+            [p for ps in tomb_paths.values() for p in ps] if full else [],
+            records_path,
+            topic,
+            ranges,
+            buckets,
+        )
     except BaseException as exc:
         _cleanup(plan)
         if isinstance(exc, Exception) and not isinstance(exc, LoglakeError):
@@ -518,9 +555,27 @@ def compact_topic(
     # step 4: commit
     try:
         result.records_read = sum(r["records"] for r in reports)
-        main_buckets = {r["bucket"] for r in reports if r["main"]}
-        tomb_buckets = {r["bucket"] for r in reports if r.get("tomb")}
+        main_buckets = {r["bucket"] for r in reports if r["changed"]}
+        tomb_buckets = {r["bucket"] for r in reports if r.get("tomb_changed")}
         result.buckets_rewritten = len(main_buckets)
+        # A rebuild replaces every file; files whose rows did not change are no data change
+        # (Delta's dataChange=false, as OPTIMIZE writes), so change-data readers skip them.
+        changed_any = bool(main_buckets)
+        main_removes = [
+            dataclasses.replace(f, data_change=changed_any)
+            for b, fs in sorted(main_files.items())
+            if full or b in main_buckets
+            for f in fs
+        ]
+        tomb_removes = [
+            f for b, fs in sorted(tomb_files.items()) if full or b in tomb_buckets for f in fs
+        ]
+        main_adds = [
+            dataclasses.replace(
+                f, data_change=int(f.partition_values[BUCKET] or -1) in main_buckets
+            )
+            for f in _refs(files["main"])
+        ]
         result.inserted = sum(r.get("inserted", 0) for r in reports)
         result.updated = sum(r.get("updated", 0) for r in reports)
         result.deleted = sum(r.get("deleted", 0) for r in reports)
@@ -540,7 +595,7 @@ def compact_topic(
                 tomb_root,
                 read_version=tomb_dt.version(),
                 adds=_refs(files["tomb"]),
-                removes=[f for b in sorted(tomb_buckets) for f in tomb_files.get(b, [])],
+                removes=tomb_removes,
                 metadata=tomb_meta,
                 operation="MERGE",
             )
@@ -548,8 +603,8 @@ def compact_topic(
         version = commit_actions(
             path,
             read_version=dt.version(),
-            adds=_refs(files["main"]),
-            removes=[f for b in sorted(main_buckets) for f in main_files.get(b, [])],
+            adds=main_adds,
+            removes=main_removes,
             cdc=[
                 CdcFile(f"{CHANGE_DATA}/{w.path}", w.size, w.partition_values) for w in files["cdc"]
             ],
@@ -606,6 +661,8 @@ def _run_merge(  # noqa: PLR0917
     spark: SparkSession,
     plan: _TaskPlan,
     rec_files: list[str],
+    main_paths: list[str],
+    tomb_paths: list[str],
     records_path: str,
     topic: str,
     ranges: Mapping[int, tuple[int, int]],
@@ -636,16 +693,20 @@ def _run_merge(  # noqa: PLR0917
         )
     else:
         rec = None
+    if rec is not None:
+        rec = rec.withColumn(VERSION, sf.lit(None).cast("long")).withColumn(SRC, sf.lit(0))
     if plan.full:
-        # Every bucket holding rows must be recomputed even with no record for it now: one
-        # marker row (null key: never a winner) per such bucket.
-        old = sorted(set(plan.main_files) | set(plan.tomb_files))
-        schema = StructType(
-            [StructField(c, RECORDS_SCHEMA[c].dataType, True) for c in columns]
-            + [StructField(BUCKET, IntegerType(), False)]
-        )
-        markers = spark.createDataFrame([(*([None] * len(columns)), b) for b in old], schema=schema)
-        rec = markers if rec is None else rec.unionByName(markers)
+        # Every current row goes through the shuffle too, bucketed again (N may change).
+        for src, _root, old_files in ((1, plan.root, main_paths), (2, plan.tomb_root, tomb_paths)):
+            if not old_files:
+                continue
+            old = (
+                spark.read.schema(_ROW_SPARK_SCHEMA)
+                .parquet(*old_files)
+                .withColumn(BUCKET, sf.pmod(sf.xxhash64("key"), sf.lit(buckets)).cast("int"))
+                .withColumn(SRC, sf.lit(src))
+            )
+            rec = old if rec is None else rec.unionByName(old)
     if rec is None:
         return [], {"main": [], "cdc": [], "tomb": []}
     tasks = max(1, min(buckets, 4 * spark.sparkContext.defaultParallelism))
