@@ -219,11 +219,27 @@ def first_keyless_record(
             raise type(exc)(exc.message, position=pos) from exc
         finally:
             section.release()
+    return _walk_keys(data, header.records_count, pos)
+
+
+def _walk_keys(data: bytes, count: int, pos: int) -> int | None:
+    """The key-length walk of :func:`first_keyless_record` (one tight loop: ~1 us a record)."""
     end = len(data)
     p = 0
     try:
-        for index in range(header.records_count):
-            length, q = decode_varint(data, p)
+        for index in range(count):
+            raw = data[p]
+            if raw < 0x80:  # the record's length: zigzag varint of one or two bytes, mostly
+                q = p + 1
+            elif data[p + 1] < 0x80:
+                raw = (raw & 0x7F) | (data[p + 1] << 7)
+                q = p + 2
+            else:
+                raw, q = -1, p
+            if raw >= 0:
+                length = (raw >> 1) ^ -(raw & 1)
+            else:
+                length, q = decode_varint(data, p)
             record_end = q + length
             if length < 6 or record_end > end:
                 raise CorruptRecordError(f"record {index}: length {length} with {end - q} left")
