@@ -29,7 +29,6 @@ _KEYS = {
     "buckets",
     "compression",
     "max_rows_per_file",
-    "progress_interval_s",
 }
 
 
@@ -47,7 +46,6 @@ class CompactConfig:
     buckets: int = 16
     compression: str = "zstd"
     max_rows_per_file: int = 5_000_000
-    progress_interval_s: float = 10.0
     spark_conf: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -120,7 +118,6 @@ def load_compact_config(
         buckets=buckets,
         compression=compression,
         max_rows_per_file=int(compact.get("max_rows_per_file", 5_000_000)),
-        progress_interval_s=float(compact.get("progress_interval_s", 10.0)),
         spark_conf={str(k): str(v) for k, v in _table(spark, "conf", where).items()},
     )
 
