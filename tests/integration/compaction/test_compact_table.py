@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.parquet
 import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
@@ -266,3 +267,23 @@ def test_killed_job_leaves_the_table_and_rerun_is_exact(
         ("delete", 0, b"\x00", 4),
         ("insert", 0, b"\x07", 10),
     ]
+
+
+def test_an_incremental_run_reads_only_files_with_new_offsets(tmp_path: Path) -> None:
+    from pipelines.compaction.table import _record_files
+
+    append_records(tmp_path, "t", [Rec(0, o, 1, b"k", b"v") for o in range(5)], {0: 5})
+    append_records(tmp_path, "t", [Rec(1, o, 1, b"k", b"v") for o in range(3)], {0: 5, 1: 3})
+    append_records(tmp_path, "t", [Rec(0, o, 1, b"k", b"v") for o in range(5, 9)], {0: 9, 1: 3})
+    append_records(tmp_path, "u", [Rec(0, o, 1, b"k", b"v") for o in range(9)], {0: 9})
+    records = str(tmp_path / "records")
+    dt = DeltaTable(records)
+
+    def rows(files: list[str]) -> list[tuple[int, int]]:
+        got = pa.concat_tables([pa.parquet.read_table(f) for f in files]).to_pylist()
+        return sorted({(r["partition"], r["offset"]) for r in got})
+
+    everything = _record_files(records, dt, "t", {0: (0, 9), 1: (0, 3)})
+    assert len(everything) == 3
+    assert rows(_record_files(records, dt, "t", {0: (5, 9)})) == [(0, o) for o in range(5, 9)]
+    assert _record_files(records, dt, "t", {}) == []
