@@ -287,3 +287,23 @@ def test_an_incremental_run_reads_only_files_with_new_offsets(tmp_path: Path) ->
     assert len(everything) == 3
     assert rows(_record_files(records, dt, "t", {0: (5, 9)})) == [(0, o) for o in range(5, 9)]
     assert _record_files(records, dt, "t", {}) == []
+
+
+def test_job_help_and_bad_config(tmp_path: Path) -> None:
+    job = str(ROOT / "jobs" / "compact.py")
+    out = subprocess.run(
+        [sys.executable, job, "--help"], capture_output=True, text=True, check=True, timeout=120
+    )
+    for flag in ("--config", "--log-dirs", "--lake", "--full", "--topic"):
+        assert flag in out.stdout
+    conf = tmp_path / "bad.toml"
+    conf.write_text('[paths]\nlake = "x"\n[compact]\nbuckets = 0\n', encoding="utf-8")
+    bad = subprocess.run(
+        [sys.executable, job, "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert bad.returncode == 1
+    assert "buckets must be 1..65536, got 0" in bad.stderr
