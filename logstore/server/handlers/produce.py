@@ -9,6 +9,10 @@ epoch in place (outside the CRC) and appending the bytes. Errors per partition, 
   as ``__consumer_offsets``, which only the group coordinator writes);
 - ``CORRUPT_MESSAGE`` for bad CRC, torn or malformed batches; ``UNSUPPORTED_FOR_MESSAGE_FORMAT``
   for magic 0/1 message sets;
+- ``INVALID_RECORD`` for a record without a key in a compacted topic (``cleanup.policy``
+  containing ``compact``), as Kafka's LogValidator: every batch of such a topic is
+  decompressed and its records' key lengths read (only for compacted topics: others never
+  decompress);
 - ``MESSAGE_TOO_LARGE`` for a batch above the topic's ``max.message.bytes``
   (``message.max.bytes``);
 - idempotent producers (producerId >= 0): a duplicate of one of the producer's last 5
@@ -42,7 +46,8 @@ from logstore.errors import (
     StorageError,
     UnsupportedMagicError,
 )
-from logstore.protocol.batch import iter_batches
+from logstore.protocol.batch import BatchHeader, iter_batches
+from logstore.protocol.records import first_keyless_record
 from logstore.server.context import NO_RESPONSE, RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 from logstore.server.handlers.metadata import INTERNAL_TOPICS
@@ -97,11 +102,12 @@ def append_records(
     lg = state.log
     max_bytes = lg.config.max_message_bytes
     try:
-        headers = [h for _pos, h in iter_batches(buf)]
+        batches = list(iter_batches(buf))
     except UnsupportedMagicError as exc:
         return _PartitionResult(ErrorCode.unsupported_for_message_format, exc.message)
     except CorruptRecordError as exc:
         return _PartitionResult(ErrorCode.corrupt_message, str(exc))
+    headers = [h for _pos, h in batches]
     for h in headers:
         if h.size > max_bytes:
             return _PartitionResult(
@@ -113,6 +119,10 @@ def append_records(
                 ErrorCode.transactional_id_authorization_failed,
                 "transactions are not supported by this broker",
             )
+    if lg.config.compact:
+        refused = _refuse_keyless(buf, batches, topic, partition)
+        if refused is not None:
+            return refused
     result = _PartitionResult(ErrorCode.none)
     with state.lock:
         producers = state.producers
@@ -169,6 +179,28 @@ def append_records(
         result.log_start_offset = lg.log_start_offset
     broker.purgatory.check_and_complete((topic, partition))
     return result
+
+
+def _refuse_keyless(
+    buf: bytearray, batches: list[tuple[int, BatchHeader]], topic: str, partition: int
+) -> _PartitionResult | None:
+    """Kafka refuses a keyless record in a compacted topic (``INVALID_RECORD``, its message)."""
+    for pos, h in batches:
+        if h.is_control:
+            continue
+        try:
+            index = first_keyless_record(buf, pos)
+        except UnsupportedMagicError as exc:
+            return _PartitionResult(ErrorCode.unsupported_for_message_format, exc.message)
+        except CorruptRecordError as exc:
+            return _PartitionResult(ErrorCode.corrupt_message, str(exc))
+        if index is not None:
+            return _PartitionResult(
+                ErrorCode.invalid_record,
+                "Compacted topic cannot accept message without key in topic partition "
+                f"{topic}-{partition}.",
+            )
+    return None
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
