@@ -18,18 +18,11 @@ from logstore.errors import LoglakeError
 from logstore.storage.files import validate_topic
 from logstore.storage.topic_config import read_topic_configs
 from pipelines.compaction.model import DEFAULT_STRATEGY, Strategy, parse_strategy
+from pipelines.config import check_keys
 
 __all__ = ["CompactConfig", "compacted_topics", "load_compact_config"]
 
 PARQUET_CODECS = ("snappy", "zstd", "lz4", "gzip", "none")
-_KEYS = {
-    "topics",
-    "default_strategy",
-    "strategy",
-    "buckets",
-    "compression",
-    "max_rows_per_file",
-}
 
 
 @dataclass(frozen=True)
@@ -81,9 +74,7 @@ def load_compact_config(
     paths = _table(data, "paths", where)
     spark = _table(data, "spark", where)
     compact = _table(data, "compact", where)
-    unknown = sorted(set(compact) - _KEYS)
-    if unknown:
-        raise LoglakeError(f"[compact] has unknown keys {unknown}", path=where)
+    check_keys(data, where)
     dirs: list[str] | str = list(log_dirs) if log_dirs else paths.get("log_dirs", [])
     if isinstance(dirs, str):
         dirs = [dirs]
