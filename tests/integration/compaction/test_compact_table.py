@@ -199,9 +199,7 @@ def test_topic_selection_from_topic_configs_and_pipeline_toml(tmp_path: Path) ->
         "users": Strategy("timestamp"),
     }
     conf.write_text('[paths]\nlake = "x"\n[compact]\nbucket = 3\n', encoding="utf-8")
-    with pytest.raises(
-        LoglakeError, match=r"unknown key 'bucket' in \[compact\]; did you mean 'buckets'"
-    ):
+    with pytest.raises(LoglakeError, match=r"'bucket' in \[compact\]; did you mean 'buckets'"):
         load_compact_config(conf)
     conf.write_text('[paths]\nlake = "x"\n[compact.strategy]\nt = "newest"\n', encoding="utf-8")
     with pytest.raises(LoglakeError, match="expected offset, timestamp or header"):
