@@ -37,6 +37,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pipelines.catalog import find_tables, parse_versions, view_columns
 from pipelines.delta.commit import load_table
 from pipelines.delta.errors import DeltaSinkError
+from pipelines.delta.source import needs_delta_reader
 
 __all__ = ["query_delta", "read_delta", "register_delta_view", "register_lake_views"]
 
@@ -53,14 +54,6 @@ def _open(path: str | Path, version: int | None) -> DeltaTable:
     return dt
 
 
-def _needs_delta_reader(dt: DeltaTable) -> bool:
-    config = dt.metadata().configuration
-    if config.get("delta.columnMapping.mode", "none") not in ("none", None):
-        return True
-    features = dt.protocol().reader_features or []
-    return "deletionVectors" in features and pa.table(dt.deletion_vectors()).num_rows > 0
-
-
 def read_delta(spark: SparkSession, path: str | Path, *, version: int | None = None) -> DataFrame:
     """The table at ``path`` (latest snapshot, or ``version``) as a Spark DataFrame."""
     root = str(Path(str(path).removeprefix("file://")).absolute())
@@ -68,8 +61,13 @@ def read_delta(spark: SparkSession, path: str | Path, *, version: int | None = N
     arrow_schema = pa.schema(dt.schema().to_arrow())
     spark_schema = from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)
     names = [f.name for f in spark_schema.fields]
-    if _needs_delta_reader(dt):
-        return spark.createDataFrame(dt.to_pyarrow_table(), schema=spark_schema)
+    if needs_delta_reader(dt):
+        # DataFusion honours column mapping and deletion vectors (to_pyarrow_table reads a
+        # column-mapped table's columns as NULLs in deltalake 1.6)
+        names_sql = ", ".join('"' + n.replace('"', '""') + '"' for n in arrow_schema.names)
+        reader = QueryBuilder().register("t", dt).execute(f"SELECT {names_sql} FROM t")
+        table = pa.table(reader.read_all()).cast(arrow_schema)
+        return spark.createDataFrame(table, schema=spark_schema)
     files = dt.file_uris()
     if not files:
         return spark.createDataFrame([], schema=spark_schema)

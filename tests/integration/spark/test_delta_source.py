@@ -340,3 +340,20 @@ def test_loglake_sql_over_the_ingested_lake(
     raw = DeltaTable(str(lake / "time_lookup")).to_pyarrow_table().column("max_timestamp")
     cut = int(dt.datetime(2024, 5, 2, tzinfo=dt.UTC).timestamp() * 1000)
     assert (code, out) == (0, f"n\n{sum(1 for v in raw.to_pylist() if v >= cut)}\n")
+
+
+def test_column_mapped_table_is_read_through_delta_rs(spark: SparkSession, tmp_path: Path) -> None:
+    """delta-rs writes physical column names into the Parquet files: a plain Parquet read
+    would see none of the table's columns."""
+    path = tmp_path / "mapped"
+    write_deltalake(
+        path,
+        pa.table({"a": [1, 2, None], "b": ["x", "y", "z"]}),
+        configuration={"delta.columnMapping.mode": "name"},
+    )
+    want = [(1, "x"), (2, "y"), (None, "z")]
+    df = spark.read.format("delta").load(str(path))
+    assert df.rdd.getNumPartitions() == 1
+    assert _spark_rows(df, ["a", "b"]) == sorted(want, key=repr)
+    views = register_lake_views(spark, tmp_path)
+    assert _spark_rows(views["mapped"], ["a", "b"]) == sorted(want, key=repr)

@@ -254,3 +254,15 @@ def test_prompt_exit_zero_at_end_of_input(lake: Path) -> None:
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, '{"k": "a", "n": 1}\n', "")
+
+
+def test_column_mapped_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_deltalake(
+        tmp_path / "mapped",
+        pa.table({"a": [2, 1], "b": ["y", "x"]}),
+        configuration={"delta.columnMapping.mode": "name"},
+    )
+    code, out, _ = _run(
+        capsys, "--lake", str(tmp_path), "--format", "csv", "SELECT a, b FROM mapped ORDER BY a"
+    )
+    assert (code, out) == (0, "a,b\n1,x\n2,y\n")
