@@ -147,7 +147,8 @@ class _Session:
             import readline  # noqa: F401, PLC0415 (line editing and history for input())
 
             print(
-                f"loglake sql: {len(self.tables)} tables; .help for commands, .quit to leave",
+                f"loglake sql: {len(self.tables)} table{'s' if len(self.tables) != 1 else ''}; "
+                ".help for commands, .quit to leave",
                 file=sys.stderr,
             )
         failed = False

@@ -266,3 +266,43 @@ def test_column_mapped_table(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         capsys, "--lake", str(tmp_path), "--format", "csv", "SELECT a, b FROM mapped ORDER BY a"
     )
     assert (code, out) == (0, "a,b\n1,x\n2,y\n")
+
+
+def test_prompt_on_a_terminal(lake: Path) -> None:
+    """On a terminal (a real pty): prompts, continuation lines, results, .quit."""
+    import os
+    import pty
+    import select
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the real CLI on the pty
+        os.chdir(ROOT)
+        os.execv(sys.executable, [sys.executable, "-m", "logstore.cli", "sql", "--lake", str(lake)])
+    seen = b""
+
+    def until(marker: bytes) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + 120
+        while marker not in seen and time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.5)[0]:
+                try:
+                    seen += os.read(fd, 4096)
+                except OSError:
+                    return
+
+    try:
+        until(b"sql> ")
+        os.write(fd, b"SELECT count(*) AS n\n")
+        until(b"...> ")
+        os.write(fd, b"FROM records;\n")
+        until(b"(1 row)")
+        os.write(fd, b".quit\n")
+        until(b"\x00")  # to end of output
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = seen.decode()
+    assert "loglake sql: 3 tables; .help for commands" in text
+    assert "| 7 |" in text
+    assert os.waitstatus_to_exitcode(status) == 0
