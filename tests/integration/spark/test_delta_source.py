@@ -357,3 +357,13 @@ def test_column_mapped_table_is_read_through_delta_rs(spark: SparkSession, tmp_p
     assert _spark_rows(df, ["a", "b"]) == sorted(want, key=repr)
     views = register_lake_views(spark, tmp_path)
     assert _spark_rows(views["mapped"], ["a", "b"]) == sorted(want, key=repr)
+
+
+def test_timestamp_as_of_reads_the_version_of_that_time(spark: SparkSession, lake: Path) -> None:
+    path = str(lake / "records")
+    commits = {h["version"]: h["timestamp"] for h in DeltaTable(path).history()}
+    assert commits[1] > commits[0]
+    at = dt.datetime.fromtimestamp(commits[0] / 1000, dt.UTC).isoformat()
+    n = spark.read.format("delta").option("timestampAsOf", at).load(path).count()
+    assert n == DeltaTable(path, version=0).to_pyarrow_table().num_rows
+    assert n < DeltaTable(path).to_pyarrow_table().num_rows
