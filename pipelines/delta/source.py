@@ -91,6 +91,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "PUSHDOWN_KEY",
     "DeltaFilesPartition",
     "DeltaPruningReader",
     "DeltaSnapshotReader",
