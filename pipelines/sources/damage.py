@@ -33,10 +33,10 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True)
 class Skipped:
-    """One unreadable run of a partition: ``bytes`` bytes of ``file`` from ``position``,
-    holding offsets ``[from_offset, to_offset)`` (None: up to an unknown log end) that
-    the lake will not have; ``batches`` quarantine rows describe it, the first saying
-    ``error``."""
+    """One unreadable run of a partition: ``bytes`` bytes from ``position`` of ``file`` (a
+    run reaching the end of a segment goes on in the next one's bytes), holding offsets
+    ``[from_offset, to_offset)`` (None: up to an unknown log end) that the lake will not
+    have; ``batches`` quarantine rows describe it, the first saying ``error``."""
 
     topic: str
     partition: int
@@ -53,7 +53,9 @@ class Skipped:
         return 0 if self.to_offset is None else self.to_offset - self.from_offset
 
 
-def stitch_regions(reports: Iterable[Mapping[str, Any]]) -> dict[TopicPartition, list[dict[str, Any]]]:
+def stitch_regions(
+    reports: Iterable[Mapping[str, Any]],
+) -> dict[TopicPartition, list[dict[str, Any]]]:
     """Every partition's damage runs in file order, joined across ranges (see module doc).
 
     A run still lacks ``from_offset`` when no sound batch precedes it in the partition's
@@ -71,19 +73,20 @@ def stitch_regions(reports: Iterable[Mapping[str, Any]]) -> dict[TopicPartition,
         last_end: int | None = None
         for rep in reps:
             regions = [dict(g, rows=list(g["rows"])) for g in rep["regions"]]
-            if carry is not None and not (regions and regions[0]["from_offset"] is None):
-                if rep["first_sound"] is not None:
-                    carry["to_offset"] = rep["first_sound"]
-                    runs.append(carry)
-                    carry = None
-            for run in regions:
+            continues = bool(regions) and regions[0]["from_offset"] is None
+            if carry is not None and not continues and rep["first_sound"] is not None:
+                carry["to_offset"] = rep["first_sound"]
+                runs.append(carry)
+                carry = None
+            for region in regions:
+                run = region
                 if run["from_offset"] is None and carry is not None:
-                    # the same run continues at the start of this range
+                    # the same run goes on at the start of this range
                     carry["bytes"] += run["bytes"]
                     carry["soft"] = carry["soft"] and run["soft"]
                     carry["rows"].extend(run["rows"])
-                    run = carry
-                    carry = None
+                    carry["to_offset"] = run["to_offset"]
+                    run, carry = carry, None
                 elif run["from_offset"] is None:
                     run["from_offset"] = last_end
                 if run["to_offset"] is None:

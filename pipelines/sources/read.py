@@ -316,7 +316,7 @@ def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
             else:
                 gap_reason = f"impossible batchLength {length}"
             gap_torn = scan.stop == "torn"
-            if rest < _V2_HEADER:
+            if final and rest < _V2_HEADER:
                 # Too short to hold a batch: nothing can follow it in the range.
                 yield _gap_chunk(
                     rng, buf, pos, scan.end, pos + got, gap_reason, gap_torn, tail=True
@@ -361,10 +361,14 @@ def _gap_chunk(  # noqa: PLR0917
     """
     size = end - start
     if tail and torn:
-        error = f"torn batch ({reason}): {size} bytes at the end of the range"
+        # a frame cut short, or a wrong length: nothing sound follows to tell them apart
+        error = f"torn batch or impossible batchLength ({reason}): {size} bytes at the end"
+        error += " of the range"
     elif tail:
         error = f"{reason}: {size} bytes unreadable up to the end of the range"
     else:
+        # a sound batch follows: the frame that ran past the range had a wrong length
+        reason = f"impossible {reason}" if torn else reason
         error = f"{reason}: {size} bytes unreadable up to the next sound batch"
     soft = tail and torn and rng.is_tail
     empty = scan_batches(buf, end=0, base_position=pos)
