@@ -36,6 +36,7 @@ import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -128,6 +129,43 @@ def _be(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
+class _Index:
+    """The usable prefix of a segment's ``.index``: ``last_offset[i]`` (absolute) is the last
+    offset of the batch that starts at ``position[i]``."""
+
+    last_offset: np.ndarray
+    position: np.ndarray
+
+    @staticmethod
+    def load(rng: SegmentRange) -> _Index:
+        try:
+            raw = np.fromfile(Path(rng.path).with_suffix(".index"), dtype=">i4")
+        except OSError:
+            raw = np.empty(0, ">i4")
+        pairs = raw[: raw.shape[0] // 2 * 2].reshape(-1, 2).astype(np.int64)
+        rel, pos = pairs[:, 0], pairs[:, 1]
+        # A preallocated or stale tail: keep the prefix where both columns strictly increase.
+        good = np.ones(rel.shape[0], np.bool_)
+        good[1:] = (np.diff(rel) > 0) & (np.diff(pos) > 0)
+        bad = np.flatnonzero(~good | (rel < 0) | (pos < 0))
+        stop = int(bad[0]) if bad.shape[0] else rel.shape[0]
+        return _Index(rel[:stop] + rng.segment_base_offset, pos[:stop])
+
+    def agrees(self, position: int, base_offset: int, last_offset: int) -> bool:
+        """Whether a batch ``[base_offset, last_offset]`` at ``position`` fits the index: an
+        entry there names its last offset, entries before it name lower offsets, entries
+        after it higher ones (an empty index agrees with anything)."""
+        j = int(np.searchsorted(self.position, position))
+        if j > 0 and int(self.last_offset[j - 1]) >= base_offset:
+            return False
+        if j < self.position.shape[0]:
+            if int(self.position[j]) == position:
+                return int(self.last_offset[j]) == last_offset
+            return int(self.last_offset[j]) > last_offset
+        return True
+
+
+@dataclass(frozen=True, slots=True)
 class _Sync:
     """What a resync search found: ``at`` (relative) is a verified batch start when ``found``;
     else the search must go on from ``at`` with at least ``need`` bytes read (``at`` None:
@@ -146,14 +184,17 @@ def _find_sync(  # noqa: PLR0917
     rng: SegmentRange,
     floor: int,
     final: bool,
+    index: _Index,
 ) -> _Sync:
     """The first position in ``buf[lo:hi]`` where a sound v2 batch starts, by scanning.
 
     A candidate has magic 2, a batchLength that fits before the range's end, a base offset at
     or above ``floor`` (the end of the last sound batch, or the segment's base offset) and
-    below the next segment's, sane lastOffsetDelta/recordsCount/codec — and a CRC-32C that
-    matches: bytes that merely look like a header are never taken. Vectorised over the buffer
-    (numpy); one CRC per candidate that passes the header checks. Runs only on damage.
+    below the next segment's, sane lastOffsetDelta/recordsCount/codec, a CRC-32C that
+    matches, and offsets that agree with the segment's ``.index`` (which knows where later
+    batches start and what they hold): bytes that merely look like a header are never taken.
+    Vectorised over the buffer (numpy); one CRC per candidate that passes the header checks.
+    Runs only on damage.
     """
     got = buf.shape[0]
     top = min(hi, got - _V2_HEADER + 1)  # candidates whose whole header is in buf
@@ -186,7 +227,9 @@ def _find_sync(  # noqa: PLR0917
                     continue  # the file ends before it (it shrank): not a batch
                 return _Sync(False, c, size)
             stored = int.from_bytes(view[c + 17 : c + 21], "big")
-            if crc32c(view[c + 21 : c + size]) == stored:
+            if crc32c(view[c + 21 : c + size]) == stored and index.agrees(
+                base_position + c, int(base[i]), int(base[i]) + int(delta[i])
+            ):
                 return _Sync(True, c)
     if not final and hi > top:
         return _Sync(False, max(top, lo), 0)
@@ -217,6 +260,13 @@ def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
     gap_reason = ""
     gap_torn = False  # the damage is a frame cut short (at the active segment's end: in flight)
     need = 0  # a frame or candidate that must fit whole in the next read
+    loaded: list[_Index] = []
+
+    def index() -> _Index:  # read only when damage is found
+        if not loaded:
+            loaded.append(_Index.load(rng))
+        return loaded[0]
+
     try:
         pos = rng.start
         while pos < rng.end:
@@ -229,7 +279,7 @@ def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
             final = pos + want >= rng.end or shrunk
             buf = area[:got]
             if gap_start is not None:
-                sync = _find_sync(buf, 0, got, pos, rng, floor, final)
+                sync = _find_sync(buf, 0, got, pos, rng, floor, final, index())
                 if sync.at is None:  # nothing sound up to the end of the range
                     yield _gap_chunk(
                         rng, buf, pos, gap_start, pos + got, gap_reason, gap_torn, tail=True
@@ -256,7 +306,8 @@ def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
             for i in _doubtful(crc_ok).tolist():
                 start = int(scan.position[i]) - pos
                 size = int(scan.size[i])
-                sync = _find_sync(buf, start + 1, start + size, pos, rng, floor, final)
+                below = _floor(floor, rng, scan, crc_ok, upto=i)
+                sync = _find_sync(buf, start + 1, start + size, pos, rng, below, final, index())
                 if sync.found or sync.at is not None:
                     cut = (i, start, sync)
                     break
@@ -275,7 +326,7 @@ def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
                         "the next sound batch",
                     )  # fmt: skip
                 yield _Chunk(buf, pos, head, crc_ok[keep], errors[:i], gap)
-                floor = _floor(floor, head, errors[:i])
+                floor = _floor(floor, rng, scan, crc_ok, upto=i)
                 if sync.found:
                     assert sync.at is not None
                     pos += sync.at
@@ -284,7 +335,7 @@ def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
                     need = max(sync.at - start + max(sync.need, _V2_HEADER), size + _V2_HEADER)
                     pos += start
                 continue
-            floor = _floor(floor, scan, errors)
+            floor = _floor(floor, rng, scan, crc_ok)
             frames_end = int(scan.position[-1] + scan.size[-1]) if len(scan) else pos
             if scan.stop == "end":
                 gap = None
@@ -333,14 +384,20 @@ def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
         os.close(fd)
 
 
-def _floor(floor: int, scan: BatchScan, errors: list[str | None]) -> int:
-    """The lowest base offset a batch after ``scan``'s sound ones may have."""
-    if not len(scan):
+def _floor(
+    floor: int, rng: SegmentRange, scan: BatchScan, crc_ok: np.ndarray, upto: int | None = None
+) -> int:
+    """The lowest base offset a batch after ``scan``'s frames (the first ``upto``) may have:
+    one past the last frame whose CRC matches and whose offsets fit the segment."""
+    n = len(scan) if upto is None else upto
+    base, last = scan.base_offset[:n], scan.last_offset[:n]
+    ok = crc_ok[:n] & (base >= rng.segment_base_offset)
+    if rng.next_base_offset is not None:
+        ok &= last < rng.next_base_offset
+    found = np.flatnonzero(ok)
+    if not found.shape[0]:
         return floor
-    sound = ~_has_error(errors)
-    if not sound.any():
-        return floor
-    return max(floor, int(scan.last_offset[sound].max()) + 1)
+    return max(floor, int(last[found[-1]]) + 1)
 
 
 def _gap_chunk(  # noqa: PLR0917

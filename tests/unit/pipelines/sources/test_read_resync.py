@@ -157,6 +157,30 @@ def test_a_forged_header_inside_the_damage_is_not_taken(tmp_path: Path) -> None:
     assert [(r["position"], r["size"]) for r in rows] == [(p, size)]
 
 
+def test_a_whole_valid_batch_inside_the_damage_must_agree_with_the_index(tmp_path: Path) -> None:
+    """A valid batch (CRC matches) inside the damaged one, with offsets above the last sound
+    batch's — a record value may hold one — is not taken when the ``.index`` says the
+    damaged batch at that place holds those offsets: its record is not read as the log's."""
+    d = tmp_path / "logs"
+    write_partition(
+        d, "t", 0, make_records(300), batch_records=30, codecs=[Codec.NONE],
+        index_interval_bytes=1,  # every batch in the index
+    )  # fmt: skip
+    seg = next((d / "t-0").glob("*.log"))
+    f = frames(seg)
+    p, size, base, end = f[5]
+    decoy = bytearray(build_batch([(b"x", b"y", [], BASE_TS)]))
+    decoy[0:8] = (base + 1).to_bytes(8, "big")
+    data = bytearray(seg.read_bytes())
+    data[p + 200 : p + 200 + len(decoy)] = decoy
+    seg.write_bytes(bytes(data))
+    set_length(seg, p, BIG)
+    offsets, reports, _ = read_partition(d)
+    assert offsets == [o for o in range(300) if not base <= o < end]
+    skipped, rows, _ = skipped_offsets(reports, {("t", 0): 0}, {("t", 0): 300})
+    assert runs(skipped) == [(p, size, base, end)] and len(rows) == 1
+
+
 def test_damage_at_and_across_range_boundaries(tmp_path: Path) -> None:
     """Ranges are cut at ``.index`` entries: a range may start on the damaged batch, and a
     run of damage may start in one range and go on in the next (or in the next segment)."""
