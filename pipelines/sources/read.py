@@ -10,9 +10,18 @@ chunk of its own size.
 Checks beyond the batch's own (CRC, header, records): a batch whose offsets fall below the
 segment's base offset (file name) or reach the next segment's base offset is reported, not
 emitted — Kafka would never serve it from this segment (one real fixture has a file whose name
-says 100 and whose batch says 0). The end of a range: a torn frame at the end of the last
-(active) segment is in-flight data and is silently left for the next run; anywhere else it is
-damage and reported, like an impossible batchLength (after which nothing can be framed).
+says 100 and whose batch says 0).
+
+Damage never ends a range: after a batchLength too small for a header, a frame that runs past
+the range, or a frame whose CRC fails while a sound batch starts inside it (its length was
+wrong), the reader *resynchronises*: it scans the bytes that follow (numpy, over the read
+buffer, only then) for the first position holding a sound batch — magic 2, a length that fits,
+a base offset above the last sound batch's and inside the segment's bounds, a matching CRC-32C,
+offsets that agree with the segment's ``.index`` — and goes on from there. The bytes skipped
+are one unreadable range (file, position, size), reported like a damaged batch. A frame cut by
+the end of the last (active) segment may be a batch still being written: ``kind="batches"``
+leaves it out, and the ingest job counts it as damage only when offsets below the high
+watermark are missing (:mod:`pipelines.sources.damage`); elsewhere it is damage.
 
 ``kind="records"`` yields :data:`RECORDS_ARROW_SCHEMA` batches and skips reported batches;
 with ``on_decode_error="fail"`` a batch that passed the header, CRC and bounds checks but
@@ -20,8 +29,9 @@ whose records cannot be decoded (bad varints, decompression failure, non-UTF-8 h
 raises :class:`~logstore.errors.CorruptRecordError` (message starting with
 :data:`~pipelines.sources.plan.UNDECODABLE_BATCH`) instead. A :class:`RangeReport` passed to
 :func:`read_records` collects, from the same pass, what ``kind="batches"`` would say about the
-range: where its sound batches end, their bytes and control batches, and a ``batches`` row
-for every damaged batch (undecodable ones included) — the ingest job needs nothing else.
+range: where its sound batches end, their bytes and control batches, a ``batches`` row for
+every damaged batch or unreadable range (undecodable ones included), and the damage as runs
+between sound batches with the offsets around them — the ingest job needs nothing else.
 
 ``kind="batches"`` yields one :data:`BATCHES_ARROW_SCHEMA` row per frame (and per unreadable
 stop), with the reason in ``error``; ``verify="full"`` decodes the records too so that
