@@ -208,42 +208,68 @@ def _find_sync(  # noqa: PLR0917
     """
     got = buf.shape[0]
     top = min(hi, got - _V2_HEADER + 1)  # candidates whose whole header is in buf
-    cands = np.empty(0, np.int64)
-    if top > lo:
-        cands = lo + np.flatnonzero(buf[lo + 16 : top + 16] == 2).astype(np.int64)
-    if cands.shape[0]:
-        length = _be(buf, cands + 8, 4)
-        base = _be(buf, cands, 8)
-        delta = _be(buf, cands + 23, 4)
-        count = _be(buf, cands + 57, 4)
-        codec = buf[cands + 22] & ATTR_CODEC_MASK
-        ok = (
-            (length >= _V2_HEADER - _LOG_OVERHEAD)
-            & (base_position + cands + _LOG_OVERHEAD + length <= rng.end)
-            & (base >= floor)
-            & (delta >= 0)
-            & (count >= 0)
-            & (count <= delta + 1)
-            & (codec <= 4)
-        )
-        if rng.next_base_offset is not None:
-            ok &= base <= rng.next_base_offset - 1 - np.maximum(delta, 0)
-        view = buf.data
-        for i in np.flatnonzero(ok).tolist():
-            c = int(cands[i])
-            size = int(length[i]) + _LOG_OVERHEAD
-            if c + size > got:  # cannot be checked in this read: read again from there
-                if final:
-                    continue  # the file ends before it (it shrank): not a batch
-                return _Sync(False, c, size)
-            stored = int.from_bytes(view[c + 17 : c + 21], "big")
-            if crc32c(view[c + 21 : c + size]) == stored and index.agrees(
-                base_position + c, int(base[i]), int(base[i]) + int(delta[i])
-            ):
-                return _Sync(True, c)
+    # Windows that double from 64 KiB: the next sound batch is usually close, and a buffer of
+    # many MB is only scanned as far as needed.
+    start, width = lo, 1 << 16
+    while start < top:
+        stop = min(top, start + width)
+        found = _sync_in(buf, start, stop, base_position, rng, floor, final, index)
+        if found is not None:
+            return found
+        start, width = stop, width * 2
     if not final and hi > top:
         return _Sync(False, max(top, lo), 0)
     return _Sync(False, None)
+
+
+def _sync_in(  # noqa: PLR0917
+    buf: np.ndarray,
+    lo: int,
+    hi: int,
+    base_position: int,
+    rng: SegmentRange,
+    floor: int,
+    final: bool,
+    index: _Index,
+) -> _Sync | None:
+    """:func:`_find_sync` over candidates ``[lo, hi)`` (whole headers in ``buf``); None: none."""
+    got = buf.shape[0]
+    cands = lo + np.flatnonzero(buf[lo + 16 : hi + 16] == 2).astype(np.int64)
+    if not cands.shape[0]:
+        return None
+    length = _be(buf, cands + 8, 4)
+    base = _be(buf, cands, 8)
+    delta = _be(buf, cands + 23, 4)
+    count = _be(buf, cands + 57, 4)
+    codec = buf[cands + 22] & ATTR_CODEC_MASK
+    ok = (
+        (length >= _V2_HEADER - _LOG_OVERHEAD)
+        & (base_position + cands + _LOG_OVERHEAD + length <= rng.end)
+        & (base >= floor)
+        & (delta >= 0)
+        & (count >= 0)
+        & (count <= delta + 1)
+        & (codec <= 4)
+    )
+    # a segment's offsets fit in 32 bits above its base (relative offsets in its indexes)
+    span = rng.segment_base_offset + 2**31
+    ok &= (base < span) & (delta < span - base)
+    if rng.next_base_offset is not None:
+        ok &= base <= rng.next_base_offset - 1 - np.maximum(delta, 0)
+    view = buf.data
+    for i in np.flatnonzero(ok).tolist():
+        c = int(cands[i])
+        size = int(length[i]) + _LOG_OVERHEAD
+        if c + size > got:  # cannot be checked in this read: read again from there
+            if final:
+                continue  # the file ends before it (it shrank): not a batch
+            return _Sync(False, c, size)
+        stored = int.from_bytes(view[c + 17 : c + 21], "big")
+        if crc32c(view[c + 21 : c + size]) == stored and index.agrees(
+            base_position + c, int(base[i]), int(base[i]) + int(delta[i])
+        ):
+            return _Sync(True, c)
+    return None
 
 
 def _doubtful(crc_ok: np.ndarray) -> np.ndarray:
