@@ -519,8 +519,8 @@ def _finish(  # noqa: PLR0917
         sizes[tp] = (b + report["bytes"], c + report["control_batches"])
     # Damage: runs of unreadable bytes between sound batches; progress moves past each run
     # below the high watermark, and its offsets are reported as skipped (never a silent gap).
-    skipped, rows, past_damage = skipped_offsets(staged.reports, starts, high_watermarks)
-    for row in rows:
+    skipped, damage_rows, past_damage = skipped_offsets(staged.reports, starts, high_watermarks)
+    for row in damage_rows:
         damaged[(row["topic"], row["partition"], row["file"], row["position"])] = row
     for tp, end in past_damage.items():
         ends[tp] = max(ends.get(tp, end), end)
