@@ -6,7 +6,9 @@ offset (progress rides in the same Delta commit).
 Output: progress lines and a summary on stderr (spark-submit merges them into stdout), then
 the summary as one JSON line, last on stdout. Exit codes: 0 done; 1 failed (nothing
 half-committed); 2 bad arguments; 3 damaged batches found with --fail-on-corrupt (they are
-in <lake>/quarantine, progress is not moved).
+in <lake>/quarantine, progress is not moved); 4 the log went backwards under the lake
+(a partition's log was truncated below, or rewritten under, offsets already ingested;
+nothing is ingested: restore the log or re-run with --on-divergence=rewind).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import sys
 
 from logstore.errors import CorruptRecordError, LoglakeError
+from pipelines.divergence import ON_DIVERGENCE, DivergenceError
 from pipelines.ingest import load_config, run_ingest
 from pipelines.session import get_spark
 
@@ -40,6 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="exit 3 when damaged batches are found (they are quarantined)",
     )
+    parser.add_argument(
+        "--on-divergence",
+        choices=ON_DIVERGENCE,
+        help="a log that went backwards under the lake: fail (exit 4, the default) or rewind "
+        "(move the lake's rows from the first differing offset to <lake>/diverged and ingest "
+        "what the log holds now, in one commit); overrides [ingest] on_divergence",
+    )
     args = parser.parse_args(argv)
     try:
         config = load_config(
@@ -47,12 +57,16 @@ def main(argv: list[str] | None = None) -> int:
             log_dirs=args.log_dirs,
             lake=args.lake,
             fail_on_corrupt=args.fail_on_corrupt,
+            on_divergence=args.on_divergence,
         )
         spark = get_spark(config.app_name, master=config.master, conf=config.spark_conf)
         summary = run_ingest(spark, config)
     except CorruptRecordError as exc:
         print(f"ingest failed: {exc}", file=sys.stderr)
         return 3
+    except DivergenceError as exc:
+        print(f"ingest failed: {exc}", file=sys.stderr)
+        return 4
     except LoglakeError as exc:
         print(f"ingest failed: {exc}", file=sys.stderr)
         return 1
