@@ -11,6 +11,11 @@ A run:
 1. reads progress ``P`` and each partition's log start offset ``L`` (``log-start-offset-
    checkpoint``, or the first segment's base offset); ``P < L`` is a **gap** (offsets removed
    by retention before they were ingested): reported, and the partition continues at ``L``;
+   then checks that each log still holds what the lake ingested (:mod:`pipelines.divergence`:
+   the log's end and the batch at ``P - 1`` against the batch identity the last commit
+   recorded); a log that went backwards fails the run (``DivergenceError``) or, with
+   ``on_divergence="rewind"``, continues from the first differing offset ``D`` and the commit
+   of step 4 also moves the lake's rows ``>= D`` to ``diverged`` and sets progress back;
 2. reads every partition from there up to its high watermark in **one pass**: Spark tasks
    of planned ranges (``kind=records`` planning, cut into tasks by :func:`schedule_tasks`)
    check headers and CRCs, decode the records and write them as Parquet files in the same
@@ -28,7 +33,8 @@ Every batch that is ingested is decoded, so a batch whose CRC matches but whose 
 be decoded is quarantined like any damaged one, never dropped silently.
 
 Crash behaviour: a run killed anywhere before the commit leaves progress unchanged and only
-unreferenced data files: the next run writes the same range again. A run whose commit
+unreferenced data files, which the next run removes (run markers, :mod:`pipelines.delta.staging`)
+before it writes the same range again. A run whose commit
 landed is not repeated (a re-run finds ``N == P``). Two runs at once: the later commit finds
 progress moved and fails cleanly (``StaleTransactionError``), or finds exactly its own
 versions there and is a no-op. Quarantine rows precede the records commit; a re-run finds

@@ -20,7 +20,9 @@ Crash tests: ``LOGLAKE_FAILPOINT=delta.before_commit`` kills every process of th
 Crash behaviour: a failing task removes its own files; a failed job, an abort or a refused
 commit removes every file carrying the write id; after a committed write, files of failed or
 duplicate task attempts are removed. A process killed before the commit leaves only files no
-snapshot references (Delta's ``VACUUM`` removes those). Errors raised by ``produce`` reach the
+snapshot references; the next :func:`stage_files` on the table removes them, as it does the
+leftovers of any write whose driver died (its run marker, :mod:`pipelines.delta.staging`),
+never those of a write still running. Errors raised by ``produce`` reach the
 caller inside the ``DeltaSinkError`` (as its cause), so their text can still be recognised.
 """
 
