@@ -12,6 +12,8 @@ with deltalake and polars), move the lake's old rows to ``diverged`` and make a 
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,9 @@ from pyspark.sql import SparkSession
 from jobs.ingest import main
 from pipelines.divergence import DivergenceError, batch_at, rewind_id
 from pipelines.ingest import IngestConfig, read_progress, run_ingest
+from tests.fixtures.broker import ROOT
 from tests.integration.broker.clients import new_topic
+from tests.integration.spark.test_ingest_orphans import _spark_submit
 
 pytestmark = pytest.mark.integration
 
@@ -198,3 +202,51 @@ def test_rewind_id_names_the_lake_state() -> None:
     assert rewind_id(("t", 0), 10, None) == rewind_id(("t", 0), 10, None)
     assert rewind_id(("t", 0), 10, None) != rewind_id(("t", 0), 11, None)
     assert rewind_id(("t", 0), 10, None) != rewind_id(("t", 1), 10, None)
+
+
+def test_rewind_killed_before_the_records_commit_then_rerun_is_exact(
+    spark: SparkSession, broker_factory: Any, tmp_path: Path
+) -> None:
+    """A real crash mid-rewind: ``spark-submit`` SIGKILLed (failpoint) after ``diverged`` was
+    written and every records file was, before the records commit."""
+    b = broker_factory()
+    topic = new_topic(b.bootstrap, partitions=1, prefix="rewindcrash")
+    old = _produce(b.bootstrap, topic, "old", 200)
+    b.stop()
+    lake = tmp_path / "lake"
+    assert run_ingest(spark, _config(b, lake), log=_quiet).records == 200
+    b.start()
+    cut = _crash_losing_tail(b, topic, 80)
+    new = _produce(b.bootstrap, topic, "new", 150)
+    b.stop()
+    version = DeltaTable(str(lake / "records")).version()
+
+    args = ["--config", str(ROOT / "conf" / "pipeline.toml"), "--log-dirs", str(b.log_dir)]
+    args += ["--lake", str(lake), "--on-divergence", "rewind"]
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "LOGLAKE_FAILPOINT": "delta.before_commit",
+    }
+    killed = _spark_submit(args, env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    # records exactly as before; diverged holds the rewind's rows, named by its rewind id
+    assert DeltaTable(str(lake / "records")).version() == version
+    assert _records(lake) == old
+    first = _diverged(lake)
+    assert [(r["offset"], r["value"]) for r in first] == [(o, v) for o, _, v in old[cut:]]
+    records_dir = lake / "records"
+    live = {Path(u).resolve() for u in DeltaTable(str(records_dir)).file_uris()}
+    orphans = [p for p in records_dir.rglob("part-*.parquet") if p.resolve() not in live]
+    assert orphans  # the killed run's re-ingested and rewritten files
+
+    summary = run_ingest(spark, _config(b, lake, "rewind"), log=_quiet)
+    assert summary.committed and summary.diverged_rows == 200 - cut
+    assert _records(lake) == old[:cut] + new
+    again = _diverged(lake)  # replaced, not added again
+    assert [(r["offset"], r["value"]) for r in again] == [(o, v) for o, _, v in old[cut:]]
+    assert {r["rewind_id"] for r in again} == {r["rewind_id"] for r in first}
+    assert not any(p.exists() for p in orphans)
+    assert run_ingest(spark, _config(b, lake, "rewind"), log=_quiet).committed is False
