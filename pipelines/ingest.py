@@ -641,8 +641,8 @@ def _check_divergence(  # noqa: PLR0917
     Raises :class:`DivergenceError` (``on_divergence="fail"``) or returns the partitions to
     rewind with their divergence points (``"rewind"``).
     """
-    known = {tp: v for tp, v in progress.items() if tp in parts}
-    out = _Divergences(parts=parts, fingerprints=read_fingerprints(config.records_path, known))
+    # every partition's entry, also of topics this run does not read: carried to the commit
+    out = _Divergences(parts=parts, fingerprints=read_fingerprints(config.records_path, progress))
     found = []
     for tp, part_dir in sorted(parts.items()):
         div = check_partition(
