@@ -113,6 +113,7 @@ DIVERGED_PARTITION_BY = ["topic", "rewind_id"]
 # baseOffset i64, batchLength i32, partitionLeaderEpoch i32, magic i8, crc u32, attributes i16,
 # lastOffsetDelta i32 (the first 27 bytes of a v2 batch header)
 _HEADER = struct.Struct(">qiibIhi")
+_ENTRY = struct.Struct(">ii")  # an .index entry
 _MIN_BATCH_LENGTH = 49  # batchLength of a v2 batch without records
 # columns compared between the lake's rows and the log's records to find the divergence point
 _COMPARED = (
@@ -212,20 +213,35 @@ def _header(fd: int, position: int, size: int, base: int) -> BatchId | None:
 
 
 def _index_start(path: Path, base: int, offset: int, size: int) -> int:
-    """A batch start at or before the batch holding ``offset`` (from ``.index``), or 0."""
+    """A batch start at or before the batch holding ``offset`` (from ``.index``), or 0.
+
+    Entries (relative offset i32 = a batch's last offset, position i32 = its start) increase;
+    the active segment's file is preallocated with zeros after them. A binary search with
+    8-byte reads finds the last entry below ``offset`` without reading the (10 MiB) file.
+    """
     try:
-        raw = np.fromfile(path.with_suffix(".index"), dtype=">i4")
+        fd = os.open(path.with_suffix(".index"), os.O_RDONLY)
     except OSError:
         return 0
-    entries = raw[: raw.shape[0] // 2 * 2].reshape(-1, 2).astype(np.int64)
-    rel, pos = entries[:, 0], entries[:, 1]
-    # entries map a batch's last offset to its start; keep the sane increasing prefix
-    good = np.ones(rel.shape[0], np.bool_)
-    good[1:] = (np.diff(rel) > 0) & (np.diff(pos) > 0)
-    bad = np.flatnonzero(~good | (pos < 0) | (pos >= size) | (rel < 0))
-    stop = int(bad[0]) if bad.size else rel.shape[0]
-    before = np.flatnonzero(rel[:stop] + base < offset)
-    return int(pos[before[-1]]) if before.size else 0
+    try:
+        n = os.fstat(fd).st_size // 8
+
+        def below(i: int) -> tuple[bool, int]:
+            rel, pos = _ENTRY.unpack(os.pread(fd, 8, i * 8))
+            sane = (i == 0 or rel > 0) and 0 <= pos < size and rel >= 0
+            return sane and rel + base < offset, pos
+
+        lo, hi, found = 0, n, 0
+        while lo < hi:  # invariant: entries before lo are below offset
+            mid = (lo + hi) // 2
+            ok, pos = below(mid)
+            if ok:
+                lo, found = mid + 1, pos
+            else:
+                hi = mid
+        return found
+    finally:
+        os.close(fd)
 
 
 def _scan(path: Path, base: int, offset: int | None) -> tuple[BatchId | None, int | None]:
