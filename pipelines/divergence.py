@@ -445,14 +445,18 @@ def _first_difference(lake: pa.Table, log: pa.Table) -> int | None:
         both_null = pc.and_(pc.is_null(x), pc.is_null(y))
         ok = pc.or_(pc.fill_null(eq, False), both_null)
         differs |= ~np.asarray(ok.to_numpy(zero_copy_only=False), np.bool_)
-    # headers: list<struct<key, value>> compared by their JSON-free canonical bytes
+    # headers (list<struct<key, value>>): counts per row, then the flattened pairs of the rows
+    # before the first count that differs (there the flattened arrays still line up)
     hx, hy = a.column("headers").combine_chunks(), b.column("headers").combine_chunks()
-    lx = np.asarray(pc.list_value_length(hx).to_numpy(zero_copy_only=False))
-    ly = np.asarray(pc.list_value_length(hy).to_numpy(zero_copy_only=False))
-    differs |= lx != ly
-    if not differs.any() and lx.sum() > 0:
-        fx, fy = pc.list_flatten(hx), pc.list_flatten(hy)
-        parent = np.asarray(pc.list_parent_indices(hx).to_numpy(zero_copy_only=False))
+    lx = np.asarray(pc.list_value_length(hx).to_numpy(zero_copy_only=False), np.int64)
+    ly = np.asarray(pc.list_value_length(hy).to_numpy(zero_copy_only=False), np.int64)
+    count_differs = np.flatnonzero(lx != ly)
+    differs[count_differs] = True
+    k = int(count_differs[0]) if count_differs.size else n
+    flat = int(lx[:k].sum())
+    if flat:
+        fx, fy = pc.list_flatten(hx).slice(0, flat), pc.list_flatten(hy).slice(0, flat)
+        parent = np.asarray(pc.list_parent_indices(hx).to_numpy(zero_copy_only=False))[:flat]
         for fld in ("key", "value"):
             x, y = pc.struct_field(fx, fld), pc.struct_field(fy, fld)
             ok = pc.or_(pc.fill_null(pc.equal(x, y), False), pc.and_(pc.is_null(x), pc.is_null(y)))

@@ -8,12 +8,16 @@ grew, or lost offsets to retention (a gap), alone.
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
+
+import pyarrow as pa
 
 from logstore.protocol.records import build_batch
 from logstore.storage.config import LogConfig
 from logstore.storage.log import Log
-from pipelines.divergence import batch_at, check_partition, log_end
+from pipelines.divergence import _COMPARED, _first_difference, batch_at, check_partition, log_end
+from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
 
 
 def _append(log: Log, n: int, tag: str) -> tuple[int, int]:
@@ -88,3 +92,42 @@ def test_check_partition_cases(tmp_path: Path) -> None:
     )  # fmt: skip
     assert unknown is None
     log.close()
+
+
+def _rows(rows: list[dict[str, object]]) -> pa.Table:
+    names = ("offset", *_COMPARED, "headers")
+    cols = {}
+    for f in RECORDS_ARROW_SCHEMA:
+        if f.name in names:
+            default: object = 0
+            if pa.types.is_boolean(f.type):
+                default = False
+            elif pa.types.is_list(f.type):
+                default = []
+            elif f.name in ("key", "value"):
+                default = None
+            cols[f.name] = pa.array([r.get(f.name, default) for r in rows], f.type)
+    return pa.table(cols)
+
+
+def test_first_difference_of_lake_rows_and_log_records() -> None:
+    ts = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    base = [
+        {"offset": i, "key": b"k", "value": b"v%d" % i, "timestamp": ts,
+         "headers": [{"key": "h", "value": b"x"}]}
+        for i in range(5)
+    ]  # fmt: skip
+    assert _first_difference(_rows(base), _rows(base)) is None
+    other = [dict(r) for r in base]
+    other[3]["headers"] = [{"key": "h", "value": b"y"}]  # a header value, then a value
+    other[4]["value"] = b"zz"
+    assert _first_difference(_rows(base), _rows(other)) == 3
+    other = [dict(r) for r in base]
+    other[2]["headers"] = []  # a header count, after a null header value
+    other[1]["headers"] = [{"key": "h", "value": None}]
+    assert _first_difference(_rows(base), _rows(other)) == 1
+    other = [dict(r) for r in base]
+    other[4]["producer_id"] = 7
+    assert _first_difference(_rows(base), _rows(other)) == 4
+    assert _first_difference(_rows(base), _rows(base[:3])) == 3  # the log is shorter
+    assert _first_difference(_rows(base[:2]), _rows(base)) == 2  # the lake is shorter
