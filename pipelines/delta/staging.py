@@ -46,7 +46,8 @@ STALE_AFTER_S = 24 * 3600.0
 
 
 def _pid_start(pid: int) -> int | None:
-    """The start time (clock ticks since boot) of process ``pid``, None if it does not exist."""
+    """The start time (clock ticks since boot) of process ``pid``; None if it does not exist
+    or is a zombie."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
             stat = fh.read()
@@ -54,6 +55,8 @@ def _pid_start(pid: int) -> int | None:
         return None
     # field 2 (comm) may hold spaces and parentheses: split after the last ')'
     fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None  # killed, not yet reaped by its parent: dead all the same
     return int(fields[19])  # field 22 of the whole line
 
 

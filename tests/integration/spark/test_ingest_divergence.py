@@ -241,6 +241,7 @@ def test_rewind_killed_before_the_records_commit_then_rerun_is_exact(
     live = {Path(u).resolve() for u in DeltaTable(str(records_dir)).file_uris()}
     orphans = [p for p in records_dir.rglob("part-*.parquet") if p.resolve() not in live]
     assert orphans  # the killed run's re-ingested and rewritten files
+    assert len(list((records_dir / "_loglake_staging").glob("*.json"))) == 1  # its run marker
 
     summary = run_ingest(spark, _config(b, lake, "rewind"), log=_quiet)
     assert summary.committed and summary.diverged_rows == 200 - cut

@@ -79,3 +79,22 @@ def test_live_owner_kept_reused_pid_and_stale_other_host_reaped(tmp_path: Path) 
     left = sorted(p.name.split("-")[2] for p in tmp_path.rglob("part-*"))
     assert left == sorted([live, away])
     assert sorted(p.stem for p in (tmp_path / STAGING_DIR).glob("*.json")) == sorted([live, away])
+
+
+def test_a_killed_owner_not_yet_reaped_by_its_parent_is_dead(tmp_path: Path) -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        stat = Path(f"/proc/{child.pid}/stat").read_text()
+        start = int(stat[stat.rindex(")") + 2 :].split()[19])
+        _files(tmp_path, "5" * 32, 1)
+        _marker(tmp_path, "5" * 32, pid=child.pid, pid_start=start)
+        assert reap_crashed_writes(tmp_path) == 0  # alive
+        child.kill()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert reap_crashed_writes(tmp_path) == 1  # a zombie: its files go
+    finally:
+        child.kill()
+        child.wait()
