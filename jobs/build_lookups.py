@@ -16,7 +16,7 @@ import sys
 from logstore.errors import LoglakeError
 from pipelines.ingest import load_config
 from pipelines.lookups import build_lookups
-from pipelines.session import get_spark
+from pipelines.session import get_spark, spark_conf
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,10 +25,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-dirs", action="append", help="broker log dir (repeatable)")
     parser.add_argument("--lake", help="lake directory holding the tables")
     parser.add_argument("--no-check", action="store_true", help="skip the index consistency check")
+    parser.add_argument(
+        "--verbose", action="store_true", help="Spark's own INFO log lines on stderr too"
+    )
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
-        spark = get_spark("loglake-build-lookups", master=config.master, conf=config.spark_conf)
+        spark = get_spark(
+            "loglake-build-lookups",
+            master=config.master,
+            conf=spark_conf(config.spark_conf, verbose=args.verbose),
+        )
         summary = build_lookups(
             spark,
             log_dirs=config.log_dirs,

@@ -20,7 +20,7 @@ import sys
 from logstore.errors import CorruptRecordError, LoglakeError
 from pipelines.divergence import ON_DIVERGENCE, DivergenceError
 from pipelines.ingest import load_config, run_ingest
-from pipelines.session import get_spark
+from pipelines.session import get_spark, spark_conf
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         "(move the lake's rows from the first differing offset to <lake>/diverged and ingest "
         "what the log holds now, in one commit); overrides [ingest] on_divergence",
     )
+    parser.add_argument(
+        "--verbose", action="store_true", help="Spark's own INFO log lines on stderr too"
+    )
     args = parser.parse_args(argv)
     try:
         config = load_config(
@@ -59,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
             fail_on_corrupt=args.fail_on_corrupt,
             on_divergence=args.on_divergence,
         )
-        spark = get_spark(config.app_name, master=config.master, conf=config.spark_conf)
+        spark = get_spark(
+            config.app_name,
+            master=config.master,
+            conf=spark_conf(config.spark_conf, verbose=args.verbose),
+        )
         summary = run_ingest(spark, config)
     except CorruptRecordError as exc:
         print(f"ingest failed: {exc}", file=sys.stderr)

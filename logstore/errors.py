@@ -11,9 +11,11 @@ __all__ = [
     "InvalidConfigError",
     "InvalidTopicError",
     "LogDirLockedError",
+    "LogOfflineError",
     "LoglakeError",
     "OffsetOutOfRangeError",
     "RecordTooLargeError",
+    "StorageError",
     "UnsupportedCodecError",
     "UnsupportedMagicError",
 ]
@@ -72,3 +74,23 @@ class RecordTooLargeError(CorruptRecordError):
 
 class InvalidConfigError(LoglakeError):
     """A config value that is out of range or does not parse (Kafka's INVALID_CONFIG)."""
+
+
+class StorageError(LoglakeError):
+    """A log directory failed an I/O operation (a full disk, an I/O error): Kafka's
+    ``KafkaStorageException`` / ``KAFKA_STORAGE_ERROR``. ``errno`` is the OS error number."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        position: int | None = None,
+        errno: int | None = None,
+    ):
+        super().__init__(message, path=path, position=position)
+        self.errno = errno
+
+
+class LogOfflineError(StorageError):
+    """An append to a partition that is offline for appends after a storage error."""

@@ -62,6 +62,7 @@ from pyspark.sql import functions as sf
 from logstore.errors import CorruptRecordError, LoglakeError
 from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.files import offset_from_file_name, parse_partition_dir
+from pipelines.config import check_keys
 from pipelines.delta import read_app_transactions, read_delta, write_delta
 from pipelines.delta.commit import load_table
 from pipelines.delta.direct import StagedWrite, stage_files
@@ -178,6 +179,7 @@ def load_config(
             "quarantines the ones it cannot decode; remove the key",
             path=str(p),
         )
+    check_keys(data, str(p))
     compression = str(ingest.get("compression", "snappy"))
     if compression not in PARQUET_CODECS:
         raise LoglakeError(

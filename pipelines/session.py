@@ -33,6 +33,7 @@ __all__ = [
     "get_spark",
     "jvm_class_loadable",
     "read_spark_defaults",
+    "spark_conf",
 ]
 
 DeltaEngine = Literal["delta-rs", "delta-spark"]
@@ -112,6 +113,15 @@ def get_spark(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def spark_conf(conf: Mapping[str, str], *, verbose: bool = False) -> dict[str, str]:
+    """A job's ``[spark.conf]`` settings, with Spark's INFO log lines on when ``verbose``
+    (``conf/spark-defaults.conf`` sets ``spark.log.level`` to WARN)."""
+    out = {str(k): str(v) for k, v in conf.items()}
+    if verbose:
+        out["spark.log.level"] = "INFO"
+    return out
 
 
 def jvm_class_loadable(spark: SparkSession, name: str) -> bool | None:

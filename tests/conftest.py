@@ -26,4 +26,4 @@ def kafka_real() -> Path:
 
 
 # Fixture modules, each owned by the package it starts (broker, Spark session).
-pytest_plugins = ["tests.fixtures.broker", "tests.fixtures.spark"]
+pytest_plugins = ["tests.fixtures.broker", "tests.fixtures.spark", "tests.fixtures.tmpfs"]

@@ -17,6 +17,12 @@ answers what is in flight, stops the coordinator, then ``LogManager.shutdown()``
 writes the checkpoints and the clean-shutdown marker. A SIGKILL skips all of that; the next
 start recovers (storage).
 
+A full disk: partitions go offline for appends (produce answers ``KAFKA_STORAGE_ERROR``),
+fetches keep serving what is there, and a partition comes back by itself once there is room
+(``logstore.storage.log``). Starting on a full disk works: a partition whose indexes cannot be
+preallocated (or rebuilt) opens offline. :meth:`shutdown` logs what it could not persist and
+returns False; it never raises for a storage error.
+
 Thread-safety: topic creation and deletion take ``admin_lock``; partition appends take
 their partition's lock; everything else is read-mostly and safe under the GIL.
 """
@@ -150,10 +156,13 @@ class Broker:
             raise RuntimeError("broker not started")
         return int(self._server.port)
 
-    def shutdown(self) -> None:
-        """Stop accepting, finish in-flight requests, flush and checkpoint, release locks."""
+    def shutdown(self) -> bool:
+        """Stop accepting, finish in-flight requests, flush and checkpoint, release locks.
+
+        Returns whether the log state was fully persisted (every clean-shutdown marker
+        written); False after a storage error, which was logged (the next start recovers)."""
         if self._stopped.is_set():
-            return
+            return True
         self._stopped.set()
         log.info("shutting down")
         if self._server is not None:
@@ -168,8 +177,11 @@ class Broker:
                 self.group_coordinator.shutdown()
             except Exception:
                 log.exception("group coordinator shutdown failed")
-        self.log_manager.shutdown()
-        log.info("shut down cleanly")
+        if self.log_manager.shutdown():
+            log.info("shut down cleanly")
+            return True
+        log.error("shut down, but the log state was not fully persisted (see above)")
+        return False
 
     # -- topics and partitions ---------------------------------------------------------
 

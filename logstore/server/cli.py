@@ -2,8 +2,11 @@
 
 Starts the broker in the foreground and logs to stderr. SIGTERM (or SIGINT) shuts it down
 cleanly: stop accepting, answer in-flight requests, flush, write checkpoints and the
-clean-shutdown marker, exit 0. A configuration error exits 2 with one line naming the key;
-a log directory locked by another process exits 1.
+clean-shutdown marker, exit 0. When the log state could not be fully persisted at shutdown (a
+full disk, an I/O error: each failure is logged) it exits 3 after doing what it could, with no
+clean-shutdown marker, so the next start recovers; nothing acknowledged is lost. A
+configuration error exits 2 with one line naming the key; a log directory locked by another
+process or logs that cannot be opened exit 1 with one line.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     except LogDirLockedError as exc:
         print(f"loglake broker: {exc}", file=sys.stderr)
         return 1
-    except LoglakeError as exc:
+    except (LoglakeError, OSError) as exc:
         print(f"loglake broker: cannot open the logs: {exc}", file=sys.stderr)
         return 1
     try:
@@ -77,5 +80,4 @@ def run(args: argparse.Namespace) -> int:
     print(f"loglake broker started on {broker.advertised_host}:{broker.port}", flush=True)
     while not stop.wait(1.0):
         pass
-    broker.shutdown()
-    return 0
+    return 0 if broker.shutdown() else 3

@@ -13,18 +13,21 @@ entries (Kafka's ``LeaderEpochCheckpointFile``).
 
 Writes go to ``<file>.tmp``, which is fsynced, renamed over the file, and the directory fsynced
 (Kafka's ``CheckpointFile.write``): after a crash the file holds either the old or the new
-content, never a mix. Readers raise :class:`CorruptCheckpointError` on anything malformed —
+content, never a mix. A write that fails (a full disk) raises
+:class:`~logstore.errors.StorageError` naming the file, removes its ``.tmp`` and leaves the
+previous checkpoint in place. Readers raise :class:`CorruptCheckpointError` on anything malformed —
 unknown version, wrong count, bad line — naming the file and line. A missing file reads as
 empty. Functions are thread-safe as long as two threads do not write the same path at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from logstore.errors import LoglakeError
+from logstore.errors import LoglakeError, StorageError
 from logstore.storage.files import fsync_dir
 
 __all__ = [
@@ -46,23 +49,39 @@ class CorruptCheckpointError(LoglakeError):
 
 
 def write_checkpoint_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
-    """Write a version-0 checkpoint of ``lines`` atomically (tmp, fsync, rename, dir fsync)."""
+    """Write a version-0 checkpoint of ``lines`` atomically (tmp, fsync, rename, dir fsync).
+
+    :class:`StorageError` when the disk refuses (the old file stays, the ``.tmp`` goes)."""
     target = Path(path)
     body = list(lines)
     text = f"{_VERSION}\n{len(body)}\n" + "".join(line + "\n" for line in body)
     tmp = target.with_name(target.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        data = text.encode("utf-8")
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, target)
-    fsync_dir(target.parent)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            data = text.encode("utf-8")
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise StorageError(
+            f"cannot write checkpoint: {exc.strerror or exc}", path=str(target), errno=exc.errno
+        ) from exc
+    try:
+        fsync_dir(target.parent)
+    except OSError as exc:
+        raise StorageError(
+            f"checkpoint written but its directory not synced: {exc.strerror or exc}",
+            path=str(target),
+            errno=exc.errno,
+        ) from exc
 
 
 def read_checkpoint_lines(path: str | os.PathLike[str], *, fields: int) -> list[list[str]]:
@@ -151,7 +170,8 @@ class LeaderEpochCache:
     """Kafka's ``LeaderEpochFileCache``: which leader epoch started at which offset.
 
     Invariant: epochs and start offsets both strictly increase. Persisted to the partition's
-    ``leader-epoch-checkpoint`` on every change (changes are rare: once per new leader epoch).
+    ``leader-epoch-checkpoint`` on every change (changes are rare: once per new leader epoch),
+    before the change is made in memory.
     Not thread-safe on its own; the owning log serialises calls.
     """
 
@@ -181,9 +201,9 @@ class LeaderEpochCache:
             return
         # A newer epoch starting at or before existing entries replaces them (Kafka keeps the
         # offsets monotonic the same way).
-        self._entries = [(e, s) for e, s in self._entries if s < start_offset]
-        self._entries.append((epoch, start_offset))
-        self._write()
+        self._replace(
+            [*[(e, s) for e, s in self._entries if s < start_offset], (epoch, start_offset)]
+        )
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """Kafka's ``endOffsetFor``: ``(largest epoch <= epoch, its end offset)``; (-1, -1)."""
@@ -198,8 +218,7 @@ class LeaderEpochCache:
         """Drop entries starting at or after ``end_offset`` (the log was truncated there)."""
         kept = [(e, s) for e, s in self._entries if s < end_offset]
         if kept != self._entries:
-            self._entries = kept
-            self._write()
+            self._replace(kept)
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log start moved to ``start_offset``: clamp the first surviving epoch to it."""
@@ -210,13 +229,14 @@ class LeaderEpochCache:
                 continue
             kept.append((e, max(s, start_offset)))
         if kept != self._entries:
-            self._entries = kept
-            self._write()
+            self._replace(kept)
 
     def clear(self) -> None:
-        self._entries = []
-        self._write()
+        self._replace([])
 
-    def _write(self) -> None:
+    def _replace(self, entries: list[tuple[int, int]]) -> None:
+        """Persist ``entries``, then adopt them: a failed write (:class:`StorageError`) leaves
+        the cache as it was, so that the change is written by the next call that makes it."""
         if self.path.parent.exists():
-            write_leader_epoch_checkpoint(self.path, self._entries)
+            write_leader_epoch_checkpoint(self.path, entries)
+        self._entries = entries

@@ -10,7 +10,15 @@ Bytes on disk, big-endian, no header, no checksum:
   Timestamps strictly increase, offsets never decrease.
 
 A new index file is preallocated to ``max_index_size`` rounded down to the entry size and
-memory-mapped; entries are written through the map. On roll and on clean close the file is
+memory-mapped; entries are written through the map. Preallocation uses ``posix_fallocate``, not
+a sparse ``ftruncate``: a store through the map into a page that has no block behind it, on a
+full disk (or a full tmpfs), cannot report ENOSPC and kills the process with SIGBUS instead.
+With real blocks a lack of space is a :class:`~logstore.errors.StorageError` when the file is
+created or grown (the file is then left as it was), never a fault later. Every slot a writer
+can still fill (``entry_count .. max_entries``) lies in allocated blocks: any :meth:`resize`
+that leaves room allocates the whole mapped length, holes of an older sparse file included.
+Recovery rebuilds an index with :meth:`rebuild` (plain ``write(2)`` of exactly the entries), so
+it needs no preallocated room at all. On roll and on clean close the file is
 trimmed to ``entries * entry_size`` (:meth:`trim_to_valid_size`). When an existing file is
 opened its entry count is ``file length // entry_size``, exactly as Kafka counts it; so an index
 left untrimmed by a crash appears full of zero entries, which :meth:`sanity_check` rejects
@@ -34,6 +42,7 @@ entry becomes visible only after it is written and the count is bumped).
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -42,7 +51,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from logstore.errors import CorruptIndexError
+from logstore.errors import CorruptIndexError, StorageError
 
 __all__ = [
     "OFFSET_ENTRY_SIZE",
@@ -52,6 +61,7 @@ __all__ = [
     "OffsetPosition",
     "TimeIndex",
     "TimestampOffset",
+    "allocate",
 ]
 
 OFFSET_ENTRY_SIZE = 8
@@ -63,6 +73,27 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
+
+
+def allocate(fd: int, length: int, path: str | os.PathLike[str]) -> None:
+    """Make the first ``length`` bytes of ``fd`` real blocks (``posix_fallocate``), growing
+    the file to ``length`` if it is shorter.
+
+    Raises :class:`StorageError` (with the errno) when the filesystem has no room; the caller
+    restores the file's length. Filesystems without fallocate get glibc's emulation (it writes
+    the blocks); where even that is missing the file is extended sparse, as before.
+    """
+    if length <= 0:
+        return
+    try:
+        os.posix_fallocate(fd, 0, length)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS):
+            os.ftruncate(fd, max(length, os.fstat(fd).st_size))
+            return
+        raise StorageError(
+            f"cannot allocate {length} bytes: {exc.strerror}", path=str(path), errno=exc.errno
+        ) from exc
 
 
 class OffsetPosition(NamedTuple):
@@ -83,7 +114,10 @@ class AbstractIndex:
     """What both index files share: file, map, entry count, resizing, warm-section search.
 
     ``path`` may not exist yet; it is then created and preallocated to ``max_index_size``
-    rounded down to the entry size. An existing file keeps its length.
+    rounded down to the entry size (``preallocate=False``: created empty, as recovery wants
+    it; :meth:`resize` gives it room later). When the preallocation fails for lack of space
+    the new file is removed and :class:`StorageError` raised. An existing file keeps its
+    length.
     """
 
     entry_size: ClassVar[int]
@@ -91,7 +125,12 @@ class AbstractIndex:
     _key_struct: ClassVar[struct.Struct]
 
     def __init__(
-        self, path: str | os.PathLike[str], base_offset: int, *, max_index_size: int
+        self,
+        path: str | os.PathLike[str],
+        base_offset: int,
+        *,
+        max_index_size: int,
+        preallocate: bool = True,
     ) -> None:
         if max_index_size < self.entry_size:
             raise ValueError(
@@ -105,14 +144,16 @@ class AbstractIndex:
         newly_created = not self._path.exists()
         self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if newly_created:
-                os.ftruncate(self._fd, self._round(max_index_size))
+            if newly_created and preallocate:
+                allocate(self._fd, self._round(max_index_size), self._path)
             length = os.fstat(self._fd).st_size
             self._length = self._round(length)
             self._max_entries = self._length // self.entry_size
             self._mm: mmap.mmap | None = self._map(self._length)
         except BaseException:
             os.close(self._fd)
+            if newly_created:
+                self._path.unlink(missing_ok=True)
             raise
         self._entries = 0 if newly_created else self._length // self.entry_size
         self._closed = False
@@ -174,12 +215,28 @@ class AbstractIndex:
     def can_append_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= _MAX_RELATIVE
 
+    @property
+    def has_room(self) -> bool:
+        """Whether the file is longer than its entries (writers can add entries in place)."""
+        return self._length > self._entries * self.entry_size
+
     def resize(self, new_size: int) -> bool:
         """Set the file length to ``new_size`` rounded down (never below the valid entries).
 
+        When the new length leaves room for more entries, the whole length is allocated first
+        (``posix_fallocate``), so that every slot a writer may fill has a block behind it;
+        :class:`StorageError` when the disk has no room, with the file and its map unchanged.
         Remaps the file. Returns whether the length changed.
         """
         rounded = max(self._round(new_size), self._entries * self.entry_size)
+        if rounded > self._entries * self.entry_size:
+            try:
+                allocate(self._fd, rounded, self._path)
+            except StorageError:
+                # ext4 may keep what it managed to allocate, and the length with it
+                if os.fstat(self._fd).st_size != self._length:
+                    os.ftruncate(self._fd, self._length)
+                raise
         if rounded == self._length:
             return False
         # The old map is not closed here but dropped: a lookup running in another thread
@@ -199,8 +256,53 @@ class AbstractIndex:
     def reset(self) -> None:
         """Drop every entry and preallocate again to ``max_index_size``."""
         self._entries = 0
-        self.resize(self.max_index_size)
         self._after_load()
+        self.resize(self.max_index_size)
+
+    def rebuild(self, raw: bytes | bytearray) -> None:
+        """Replace the whole file with the entries in ``raw`` (recovery).
+
+        The file is truncated to nothing and the entries written with ``pwrite``: exactly the
+        space they need, and a full disk is an error here (:class:`StorageError`), never a
+        fault on a mapped page. On failure the file is left empty. No preallocation: the file
+        ends trimmed, like an index of an inactive segment.
+        """
+        if len(raw) % self.entry_size:
+            raise ValueError(f"{len(raw)} bytes are not whole {self.entry_size}-byte entries")
+        self._mm = None  # dropped, not closed: see resize()
+        self._entries = 0
+        self._length = self._max_entries = 0
+        self._after_load()
+        os.ftruncate(self._fd, 0)
+        view = memoryview(raw)
+        written = 0
+        try:
+            while written < len(raw):
+                written += os.pwrite(self._fd, view[written:], written)
+        except OSError as exc:
+            os.ftruncate(self._fd, 0)
+            raise StorageError(
+                f"cannot write {len(raw)} bytes of index entries: {exc.strerror}",
+                path=str(self._path),
+                errno=exc.errno,
+            ) from exc
+        finally:
+            view.release()
+        self._length = len(raw)
+        self._max_entries = self._length // self.entry_size
+        self._mm = self._map(self._length)
+        self._entries = self._max_entries
+        self._after_load()
+
+    def discard(self) -> None:
+        """Drop every entry and remove the file, keeping the handle (an index that could not
+        be written: its absence makes the next start rebuild it)."""
+        self._mm = None
+        self._entries = 0
+        self._length = self._max_entries = 0
+        self._after_load()
+        os.ftruncate(self._fd, 0)
+        self._path.unlink(missing_ok=True)
 
     def flush(self) -> None:
         """msync the map (durability of the entries written so far)."""
@@ -310,10 +412,15 @@ class OffsetIndex(AbstractIndex):
     _key_struct = _I32
 
     def __init__(
-        self, path: str | os.PathLike[str], base_offset: int, *, max_index_size: int = 10485760
+        self,
+        path: str | os.PathLike[str],
+        base_offset: int,
+        *,
+        max_index_size: int = 10485760,
+        preallocate: bool = True,
     ) -> None:
         self._last_offset = base_offset
-        super().__init__(path, base_offset, max_index_size=max_index_size)
+        super().__init__(path, base_offset, max_index_size=max_index_size, preallocate=preallocate)
 
     def _after_load(self) -> None:
         if self._entries == 0:
@@ -429,10 +536,15 @@ class TimeIndex(AbstractIndex):
     _key_struct = _I64
 
     def __init__(
-        self, path: str | os.PathLike[str], base_offset: int, *, max_index_size: int = 10485760
+        self,
+        path: str | os.PathLike[str],
+        base_offset: int,
+        *,
+        max_index_size: int = 10485760,
+        preallocate: bool = True,
     ) -> None:
         self._last = TimestampOffset(-1, base_offset)
-        super().__init__(path, base_offset, max_index_size=max_index_size)
+        super().__init__(path, base_offset, max_index_size=max_index_size, preallocate=preallocate)
 
     def _after_load(self) -> None:
         if self._entries == 0:

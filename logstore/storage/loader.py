@@ -20,6 +20,15 @@ Kafka's ``LogLoader``, in numbered steps:
    offsets overlap its range) are deleted, and its files are renamed to their final names.
 5. An empty directory gets one empty segment at the log start offset. The log end offset is
    the next offset of the last segment (never below its base offset: a segment may be empty).
+   The active (last) segment's indexes are preallocated for appends.
+
+A full disk. Loading needs no free space of its own: segments are opened without preallocating
+missing index files, and recovery writes rebuilt indexes with ``write(2)`` in the space the old
+files held (:meth:`LogSegment.recover`). Two things can still lack room; neither stops the load
+nor loses a byte of the ``.log``: a rebuilt index that cannot be written is removed (the
+segment is served by scanning from its start; the next start rebuilds it), and the active
+segment's indexes may not be preallocatable. Either way :attr:`LoadResult.offline_reason` says
+why, and the log opens offline for appends (readable; see :class:`~logstore.storage.log.Log`).
 
 Nothing here is thread-safe: it runs before the log is shared. Crash-safe by construction: every
 step can be interrupted and redone, since each one only deletes files that a later step would
@@ -33,7 +42,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from logstore.errors import CorruptIndexError, CorruptRecordError
+from logstore.errors import CorruptIndexError, LoglakeError, StorageError
 from logstore.storage.config import LogConfig
 from logstore.storage.files import (
     CLEANED_SUFFIX,
@@ -46,7 +55,7 @@ from logstore.storage.files import (
     offset_from_file_name,
     segment_path,
 )
-from logstore.storage.segment import LogSegment
+from logstore.storage.segment import IndexRebuildError, LogSegment
 
 __all__ = ["LoadResult", "load_segments"]
 
@@ -66,16 +75,33 @@ class LoadResult:
     recovered_segments: list[int] = field(default_factory=list)
     deleted_files: list[str] = field(default_factory=list)
     swapped_segments: list[int] = field(default_factory=list)
+    # why the log cannot take appends yet (a full disk while loading); None: it can
+    offline_reason: str | None = None
 
 
 def _open_segment(dir: Path, base_offset: int, config: LogConfig, suffix: str = "") -> LogSegment:
+    # No preallocation: a missing index is created empty and rebuilt by recovery, and only
+    # the active segment gets room for appends (step 5), where a full disk is not fatal.
     return LogSegment.open(
         dir,
         base_offset,
         index_interval_bytes=config.index_interval_bytes,
         max_index_size=config.segment_index_bytes,
         file_suffix=suffix,
+        preallocate=False,
     )
+
+
+def _recover(seg: LogSegment, result: LoadResult) -> int:
+    """``seg.recover()``; an index that cannot be written for lack of space takes the log
+    offline instead of failing the load (the ``.log`` itself was recovered)."""
+    try:
+        return seg.recover(max_message_size=None)
+    except IndexRebuildError as exc:
+        _log.error("%s; lookups in this segment scan from its start", exc)
+        if result.offline_reason is None:
+            result.offline_reason = str(exc)
+        return exc.truncated
 
 
 def _unlink(path: Path, result: LoadResult) -> None:
@@ -150,7 +176,7 @@ def load_segments(
                 seg.sanity_check()
             except CorruptIndexError as exc:
                 _log.warning("rebuilding indexes of %s: %s", seg.path, exc.message)
-                truncated_early[base] = seg.recover(max_message_size=None)
+                truncated_early[base] = _recover(seg, result)
                 result.truncated_bytes += truncated_early[base]
                 recovered.add(base)
 
@@ -167,7 +193,7 @@ def load_segments(
                     # recovered at step 2: a truncation there still ends the log here
                     truncated = truncated_early.get(seg.base_offset, 0)
                 else:
-                    truncated = seg.recover(max_message_size=None)
+                    truncated = _recover(seg, result)
                     recovered.add(seg.base_offset)
                     result.truncated_bytes += truncated
                     if truncated:
@@ -192,7 +218,7 @@ def load_segments(
         # 4. finish swaps
         for base in sorted(valid_swaps):
             swap = _open_segment(root, base, config, SWAP_SUFFIX)
-            swap.recover(max_message_size=None)
+            _recover(swap, result)
             end = swap.read_next_offset()
             keep: list[LogSegment] = []
             for seg in segments:
@@ -214,9 +240,13 @@ def load_segments(
         if not segments:
             segments.append(_open_segment(root, log_start_offset, config))
         active = segments[-1]
-        active.resize_indexes(config.segment_index_bytes)
+        try:
+            active.resize_indexes(config.segment_index_bytes)
+        except StorageError as exc:
+            if result.offline_reason is None:
+                result.offline_reason = f"cannot preallocate the active segment's indexes: {exc}"
         next_offset = max(active.read_next_offset(), active.base_offset)
-    except (CorruptRecordError, OSError):
+    except (LoglakeError, OSError):
         for seg in segments:
             seg.close_handlers()
         raise

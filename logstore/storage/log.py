@@ -25,6 +25,19 @@ written. A :class:`FetchSlice`'s descriptor stays valid for ``file.delete.delay.
 segment is deleted by retention (segments are renamed ``.deleted`` and closed later), which is
 the window Kafka gives in-flight fetches too.
 
+Storage errors (a full disk, an I/O error) take the log *offline for appends*, Kafka's
+reaction to an ``IOException`` narrowed to one partition: the failed operation leaves the log as
+it was (a failed write is cut back, a segment that cannot be created is not), every append is
+refused with :class:`~logstore.errors.LogOfflineError` (the broker answers
+``KAFKA_STORAGE_ERROR``), and reads, offsets and timestamps keep working on what is there. It
+is logged once, when the log goes offline. The log comes back by itself once the disk has room:
+an append arriving at least ``offline_retry_ms`` (1 s) after the last attempt preallocates the
+active segment's indexes again and is tried; when both succeed the log is online (logged),
+otherwise it stays offline. A restart also retries (see :mod:`logstore.storage.loader`). A log
+whose files may not match what it says (an fsync failed, or a failed write could not be cut
+back: :attr:`Log.needs_recovery`) does not count as cleanly shut down: the log manager then
+writes no clean-shutdown marker, so the next start recovers.
+
 Crash behaviour: nothing is fsynced except by :meth:`flush` (called by the flush policy:
 ``flush.messages``, ``flush.ms`` via the manager, and on roll for the rolled segment). On open
 after an unclean shutdown the log is recovered from the recovery point (see
@@ -35,6 +48,8 @@ the disk, in order.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import logging
 import os
 import shutil
 import threading
@@ -49,8 +64,10 @@ from logstore.errors import (
     CorruptRecordError,
     InvalidTopicError,
     LoglakeError,
+    LogOfflineError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    StorageError,
 )
 from logstore.protocol.batch import (
     ATTRIBUTES_OFFSET,
@@ -90,6 +107,8 @@ __all__ = [
     "Log",
     "LogConfig",
 ]
+
+_log = logging.getLogger(__name__)
 
 _MAX_CODEC = 4  # zstd
 _MIN_RECORD_SIZE = 7  # as protocol.batch: the smallest possible uncompressed record
@@ -140,6 +159,9 @@ class FetchSlice(NamedTuple):
 class Log:
     """One partition's log; see the module docstring. Open with :meth:`Log.open`."""
 
+    # how long an offline log refuses appends before the next one tries the disk again
+    offline_retry_ms = 1_000
+
     def __init__(
         self,
         dir: Path,
@@ -165,10 +187,19 @@ class Log:
         self._high_watermark = self._log_start_offset
         self.load_result = loaded
         self.leader_epoch_cache = LeaderEpochCache(dir / LEADER_EPOCH_CHECKPOINT)
-        self.leader_epoch_cache.truncate_from_end(self._next_offset)
+        try:
+            self.leader_epoch_cache.truncate_from_end(self._next_offset)
+        except StorageError as exc:
+            # the cache in memory is right; the stale file is truncated again at the next start
+            _log.warning("%s: leader-epoch-checkpoint not rewritten: %s", dir.name, exc)
         self.unflushed_messages = 0
         self.last_flush_ms = _now_ms() if now_ms is None else now_ms
         self._closed = False
+        self._offline_reason: str | None = None
+        self._failed_at = 0.0  # time.monotonic() of the last storage failure
+        self._flush_failed = False
+        if loaded.offline_reason is not None:
+            self._go_offline(loaded.offline_reason)
 
     @classmethod
     def open(
@@ -253,6 +284,59 @@ class Log:
             self._high_watermark = min(max(value, self._log_start_offset), self._next_offset)
 
     @property
+    def offline_reason(self) -> str | None:
+        """Why the log refuses appends (a storage error), or None when it takes them."""
+        return self._offline_reason
+
+    @property
+    def needs_recovery(self) -> bool:
+        """Whether the files may differ from what the log says, so that the next start must
+        not skip recovery: an fsync failed (what reached the disk is unknown) or a failed
+        write could not be cut back. Other storage errors (no room to write or preallocate)
+        leave the files exactly as the log describes them."""
+        return self._flush_failed or any(s.torn_tail for s in self._segments)
+
+    def _go_offline(self, reason: str) -> None:
+        if self._offline_reason is None:
+            _log.error(
+                "%s is offline for appends: %s. Reads continue; appends are retried once the "
+                "disk has room (at most every %d ms) or after a restart",
+                self._dir.name,
+                reason,
+                self.offline_retry_ms,
+            )
+        self._offline_reason = reason
+        self._failed_at = time.monotonic()
+
+    def _offline_error(self) -> LogOfflineError:
+        return LogOfflineError(
+            f"{self._dir.name} is offline for appends: {self._offline_reason}",
+            path=str(self._dir),
+        )
+
+    def _prepare_active(self) -> None:
+        """Preallocate the active segment's indexes if they have no room (a full disk at
+        load or at a failed roll). :class:`StorageError` when the disk still has none and
+        the segment is empty; a non-empty one with full indexes makes the append roll to a
+        new segment instead, which allocates its own (and fails the same way without room)."""
+        active = self._segments[-1]
+        if active.offset_index.has_room and active.time_index.has_room:
+            return
+        try:
+            active.resize_indexes(self._config.segment_index_bytes)
+        except StorageError:
+            if active.size == 0:
+                raise
+
+    def _storage_failure(self, exc: OSError | StorageError) -> LogOfflineError:
+        """Take the log offline after ``exc``; the error to raise to the appender."""
+        if isinstance(exc, StorageError):
+            self._go_offline(str(exc))
+        else:
+            self._go_offline(f"{exc.strerror or exc} [{exc.filename or self._dir}]")
+        return self._offline_error()
+
+    @property
     def size(self) -> int:
         """Bytes in all segments."""
         return sum(s.size for s in self._segments)
@@ -276,6 +360,9 @@ class Log:
         and appends nothing. Then, under the lock: base offsets and ``leader_epoch`` are
         stamped in place, LogAppendTime is applied when the topic says so, the log rolls if
         needed, and ``buf`` is written unchanged otherwise in one write.
+
+        :class:`LogOfflineError` when the log is offline or a storage error takes it offline
+        now; nothing is appended then (see the module docstring).
         """
         view = memoryview(buf)
         if view.readonly:
@@ -326,6 +413,14 @@ class Log:
         with self._lock:
             if self._closed:
                 raise LoglakeError(f"log {self._dir.name} is closed", path=str(self._dir))
+            was_offline = self._offline_reason is not None
+            if was_offline:
+                if time.monotonic() < self._failed_at + self.offline_retry_ms / 1000:
+                    raise self._offline_error()
+                try:
+                    self._prepare_active()
+                except (OSError, StorageError) as exc:
+                    raise self._storage_failure(exc) from exc
             now = _now_ms() if now_ms is None else now_ms
             append_time = self._config.log_append_time
             first = next_offset = self._next_offset
@@ -347,10 +442,17 @@ class Log:
                 infos.append(BatchInfo(bpos, size, last, ts))
                 records += count
                 next_offset = last + 1
-            segment = self._maybe_roll(total, max_ts, next_offset - 1, now)
-            segment.append(view, infos)
+            try:
+                # Before the write, as Kafka's appendAsLeader: a failure here appends nothing.
+                self.leader_epoch_cache.assign(leader_epoch, first)
+                segment = self._maybe_roll(total, max_ts, next_offset - 1, now)
+                segment.append(view, infos)
+            except (OSError, StorageError) as exc:
+                raise self._storage_failure(exc) from exc
             self._next_offset = next_offset
-            self.leader_epoch_cache.assign(leader_epoch, first)
+            if was_offline:
+                _log.info("%s is back online for appends", self._dir.name)
+                self._offline_reason = None
             self.unflushed_messages += next_offset - first
             if self.unflushed_messages >= self._config.flush_messages:
                 self._flush(next_offset)
@@ -388,7 +490,10 @@ class Log:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""
         with self._lock:
             self._check_open()
-            return self._roll(_now_ms() if now_ms is None else now_ms)
+            try:
+                return self._roll(_now_ms() if now_ms is None else now_ms)
+            except (OSError, StorageError) as exc:
+                raise self._storage_failure(exc) from exc
 
     def _roll(self, now_ms: int) -> LogSegment:
         active = self._segments[-1]
@@ -399,6 +504,8 @@ class Log:
             # stale files of a segment truncated away earlier would be reopened, not recreated
             segment_path(self._dir, new_base, suffix).unlink(missing_ok=True)
         active.on_become_inactive()
+        # A full disk fails here, before the new segment exists (its files are removed): the
+        # old one stays active with trimmed indexes, so the next append tries to roll again.
         seg = LogSegment.open(
             self._dir,
             new_base,
@@ -412,7 +519,7 @@ class Log:
         # recovery point to the new segment and keeps post-crash recovery short.
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.schedule(
-                f"flush-{self._dir.name}", lambda: self.flush(new_base), delay_ms=0
+                f"flush-{self._dir.name}", lambda: self._flush_rolled(new_base), delay_ms=0
             )
         else:
             self._flush(new_base)
@@ -532,20 +639,30 @@ class Log:
 
     # -- flush --------------------------------------------------------------------------------
 
+    def _flush_rolled(self, offset: int) -> None:
+        # a failure took the log offline and was logged there; nothing for the scheduler
+        with contextlib.suppress(StorageError):
+            self.flush(offset)
+
     def flush(self, offset: int | None = None) -> None:
         """fsync the segments holding offsets below ``offset`` (default: all); move the
-        recovery point there."""
+        recovery point there. A failed fsync takes the log offline and raises
+        :class:`LogOfflineError`; the recovery point stays where it was."""
         with self._lock:
             self._flush(self._next_offset if offset is None else min(offset, self._next_offset))
 
     def _flush(self, offset: int) -> None:
         if self._closed or offset <= self._recovery_point:
             return
-        for i, seg in enumerate(self._segments):
-            seg_end = self._bases[i + 1] if i + 1 < len(self._bases) else self._next_offset
-            if seg_end > self._recovery_point and seg.base_offset < offset and not seg.closed:
-                seg.flush()
-        fsync_dir(self._dir)
+        try:
+            for i, seg in enumerate(self._segments):
+                seg_end = self._bases[i + 1] if i + 1 < len(self._bases) else self._next_offset
+                if seg_end > self._recovery_point and seg.base_offset < offset and not seg.closed:
+                    seg.flush()
+            fsync_dir(self._dir)
+        except OSError as exc:
+            self._flush_failed = True
+            raise self._storage_failure(exc) from exc
         self._recovery_point = offset
         if offset >= self._next_offset:
             self.unflushed_messages = 0
@@ -572,13 +689,24 @@ class Log:
                 self._remove_segments(doomed, immediately=True, allow_all=True)
             active = self._segments[-1]
             active.truncate_to(offset)
-            active.resize_indexes(self._config.segment_index_bytes)
             self._next_offset = offset
             self._recovery_point = min(self._recovery_point, offset)
             self._log_start_offset = min(self._log_start_offset, offset)
             self._high_watermark = min(self._high_watermark, offset)
-            self.leader_epoch_cache.truncate_from_end(offset)
+            self._after_truncation(offset, clear_epochs=False)
             return True
+
+    def _after_truncation(self, offset: int, *, clear_epochs: bool) -> None:
+        """The truncation is done: forget later epochs and give the active segment's indexes
+        room again; a full disk takes the log offline here instead of failing."""
+        try:
+            if clear_epochs:
+                self.leader_epoch_cache.clear()
+            else:
+                self.leader_epoch_cache.truncate_from_end(offset)
+            self._segments[-1].resize_indexes(self._config.segment_index_bytes)
+        except (OSError, StorageError) as exc:
+            self._storage_failure(exc)
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         self._remove_segments(list(self._segments), immediately=True, allow_all=True)
@@ -587,6 +715,7 @@ class Log:
             offset,
             index_interval_bytes=self._config.index_interval_bytes,
             max_index_size=self._config.segment_index_bytes,
+            preallocate=False,
         )
         self._segments = [seg]
         self._bases = [offset]
@@ -594,7 +723,7 @@ class Log:
         self._log_start_offset = offset
         self._recovery_point = offset
         self._high_watermark = offset
-        self.leader_epoch_cache.clear()
+        self._after_truncation(offset, clear_epochs=True)
 
     def _remove_segments(
         self, doomed: list[LogSegment], *, immediately: bool = False, allow_all: bool = False
@@ -694,13 +823,24 @@ class Log:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every segment (indexes trimmed, final time index entries). No fsync."""
+        """Close every segment (indexes trimmed, final time index entries). No fsync.
+
+        Every segment is closed even when one fails (a full disk refusing a final time index
+        entry); :class:`StorageError` afterwards names the failures."""
         with self._lock:
             if self._closed:
                 return
+            failures: list[str] = []
             for seg in self._segments:
-                seg.close()
+                try:
+                    seg.close()
+                except (OSError, LoglakeError) as exc:
+                    failures.append(f"{seg.path.name}: {exc}")
             self._closed = True
+            if failures:
+                raise StorageError(
+                    f"closing {self._dir.name}: " + "; ".join(failures), path=str(self._dir)
+                )
 
     @property
     def closed(self) -> bool:

@@ -4,9 +4,10 @@ Per log directory (``log.dirs`` entry) it owns:
 
 * ``.lock`` — held (flock) from construction to :meth:`LogManager.shutdown`; a second manager
   on the same directory gets :class:`~logstore.errors.LogDirLockedError`;
-* ``.kafka_cleanshutdown`` — written after every log was flushed and closed at shutdown; its
-  presence at start-up skips recovery, and it is deleted once the logs are loaded so that a
-  later crash is never mistaken for a clean stop;
+* ``.kafka_cleanshutdown`` — written after every log was flushed and closed and every
+  checkpoint written at shutdown; its presence at start-up skips recovery, and it is deleted
+  once the logs are loaded so that a later crash is never mistaken for a clean stop. It is not
+  written when anything in the directory could not be persisted (see below);
 * ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
   ``replication-offset-checkpoint`` (high watermarks) — read at start-up, written
   periodically and at shutdown (see :mod:`logstore.storage.checkpoints`);
@@ -22,6 +23,17 @@ be run by hand (:meth:`flush_dirty_logs`, :meth:`cleanup_logs`, :meth:`checkpoin
 Thread-safety: the partition map is guarded by a lock; each log guards itself. Crash
 behaviour: everything the checkpoints say is conservative (a recovery point is only written
 after the flush it names), so recovery after a crash starts early enough.
+
+A full disk (or an I/O error). A log takes itself offline for appends (see
+:class:`~logstore.storage.log.Log`). A checkpoint that cannot be written keeps the previous
+file and is logged once (again only when the error changes, and when it succeeds again).
+:meth:`LogManager.shutdown` never raises for storage errors: it does what it can in Kafka's
+order (flush every log, close every log — which trims the preallocated indexes and so frees
+their space — write the checkpoints), logs each failure once, and writes a directory's
+clean-shutdown marker only when everything there succeeded and no log of it may differ from
+its files (:attr:`~logstore.storage.log.Log.needs_recovery`; a log merely offline for lack of
+room is consistent on disk); it returns whether every directory was shut down cleanly.
+Without the marker the next start recovers from the recovery points, as after a crash.
 """
 
 from __future__ import annotations
@@ -35,7 +47,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from logstore.errors import LoglakeError
+from logstore.errors import LoglakeError, StorageError
 from logstore.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from logstore.storage.config import LogConfig
 from logstore.storage.dirlock import DirLock
@@ -102,6 +114,8 @@ class LogManager:
         self._dir_locks: list[DirLock] = []
         self.had_clean_shutdown: dict[Path, bool] = {}
         self._shut_down = False
+        # checkpoint file -> the error last logged for it (logged once per error)
+        self._checkpoint_errors: dict[Path, str] = {}
         try:
             for d in self.log_dirs:
                 d.mkdir(parents=True, exist_ok=True)
@@ -222,7 +236,10 @@ class LogManager:
             d = self._log_dir_of.pop((topic, partition), None)
         if log is None or d is None:
             return False
-        log.close()
+        try:
+            log.close()
+        except StorageError as exc:  # its files are about to go anyway
+            _log.warning("deleting %s: %s", log.dir.name, exc)
         doomed = d / f"{log.dir.name}.{uuid.uuid4().hex}-delete"
         os.replace(log.dir, doomed)
         fsync_dir(d)
@@ -263,7 +280,10 @@ class LogManager:
             if log.closed:
                 continue
             if now - log.last_flush_ms >= log.config.flush_ms:
-                log.flush()
+                try:
+                    log.flush()
+                except StorageError:
+                    continue  # the log took itself offline and said so
                 flushed += 1
         return flushed
 
@@ -286,49 +306,99 @@ class LogManager:
                 out[self._log_dir_of[key]][key] = int(getattr(log, value))
         return out
 
-    def checkpoint_recovery_points(self) -> None:
-        for d, entries in self._per_dir("recovery_point").items():
-            write_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT, entries)
+    def _write_checkpoints(self, value: str, name: str) -> set[Path]:
+        """Write checkpoint ``name`` of every log directory from each log's ``value``;
+        the directories where that failed (each failure logged once)."""
+        failed: set[Path] = set()
+        for d, entries in self._per_dir(value).items():
+            path = d / name
+            try:
+                write_offset_checkpoint(path, entries)
+            except StorageError as exc:
+                failed.add(d)
+                if self._checkpoint_errors.get(path) != exc.message:
+                    self._checkpoint_errors[path] = exc.message
+                    _log.error("%s (the previous checkpoint stays in place)", exc)
+            else:
+                if self._checkpoint_errors.pop(path, None) is not None:
+                    _log.info("%s written again", path)
+        return failed
 
-    def checkpoint_log_start_offsets(self) -> None:
-        for d, entries in self._per_dir("log_start_offset").items():
-            write_offset_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, entries)
+    def checkpoint_recovery_points(self) -> set[Path]:
+        return self._write_checkpoints("recovery_point", RECOVERY_POINT_CHECKPOINT)
 
-    def checkpoint_high_watermarks(self) -> None:
-        for d, entries in self._per_dir("high_watermark").items():
-            write_offset_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT, entries)
+    def checkpoint_log_start_offsets(self) -> set[Path]:
+        return self._write_checkpoints("log_start_offset", LOG_START_OFFSET_CHECKPOINT)
 
-    def checkpoint(self) -> None:
-        """Write all three offset checkpoints of every log directory."""
-        self.checkpoint_recovery_points()
-        self.checkpoint_log_start_offsets()
-        self.checkpoint_high_watermarks()
+    def checkpoint_high_watermarks(self) -> set[Path]:
+        return self._write_checkpoints("high_watermark", REPLICATION_OFFSET_CHECKPOINT)
+
+    def checkpoint(self) -> set[Path]:
+        """Write all three offset checkpoints of every log directory; the directories where
+        one could not be written (logged; the previous file stays)."""
+        return (
+            self.checkpoint_recovery_points()
+            | self.checkpoint_log_start_offsets()
+            | self.checkpoint_high_watermarks()
+        )
 
     # -- shutdown -------------------------------------------------------------------------------
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> bool:
         """Flush and close every log, write the checkpoints and the clean-shutdown markers,
-        release the directory locks. Idempotent."""
+        release the directory locks. Idempotent.
+
+        Storage errors do not stop it (see the module docstring): each is logged once, and a
+        directory where anything failed gets no clean-shutdown marker. Returns whether every
+        directory got its marker (False also on a second call)."""
         with self._lock:
             if self._shut_down:
-                return
+                return False
             self._shut_down = True
         for task in getattr(self, "_tasks", []):
             task.cancel()
         if self._own_scheduler:
             # pending delayed deletions run now, so their descriptors close
             self.scheduler.shutdown(run_pending=True)
-        logs = self.all_logs()
-        for log in logs:
-            log.flush()
-        self.checkpoint()
-        for log in logs:
-            log.close()
+        with self._lock:
+            logs = [(self._log_dir_of[key], log) for key, log in self._logs.items()]
+        unclean: dict[Path, list[str]] = {d: [] for d in self.log_dirs}
+        # Kafka's order: flush, close (trims preallocated indexes, freeing their space on a
+        # full disk), then the checkpoints, then the markers.
+        for d, log in logs:
+            try:
+                log.flush()
+            except (OSError, LoglakeError) as exc:
+                unclean[d].append(f"{log.dir.name} not flushed")
+                _log.error("shutdown: cannot flush %s: %s", log.dir.name, exc)
+        for d, log in logs:
+            try:
+                log.close()
+            except (OSError, LoglakeError) as exc:
+                unclean[d].append(f"{log.dir.name} not closed cleanly")
+                _log.error("shutdown: %s", exc)
+            if log.needs_recovery:
+                unclean[d].append(f"{log.dir.name} may differ on disk: {log.offline_reason}")
+        for d in self.checkpoint():
+            unclean[d].append("checkpoints not written")
         for d in self.log_dirs:
-            (d / CLEAN_SHUTDOWN_FILE).touch()
-            fsync_dir(d)
+            if not unclean[d]:
+                try:
+                    (d / CLEAN_SHUTDOWN_FILE).touch()
+                    fsync_dir(d)
+                except OSError as exc:
+                    (d / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+                    unclean[d].append(f"marker not written: {exc.strerror or exc}")
+            if unclean[d]:
+                _log.error(
+                    "log dir %s was not shut down cleanly (%s): no clean-shutdown marker, the "
+                    "next start recovers its logs from their recovery points",
+                    d,
+                    "; ".join(unclean[d]),
+                )
         for lock in self._dir_locks:
             lock.release()
+        return not any(unclean.values())
 
     def _abort(self) -> None:
         """Undo a failed construction: close what was opened, release locks."""

@@ -25,6 +25,13 @@ Crash behaviour: appends go to the page cache (``os.pwrite``); nothing is fsynce
 :meth:`flush` is called. After a crash the ``.log`` may end in a torn batch and the indexes may
 be stale or untrimmed; :meth:`recover` re-validates every batch (size, magic, CRC, increasing
 offsets), truncates at the first bad one and rebuilds both indexes from the batches.
+
+A full disk (or any I/O error) is a :class:`~logstore.errors.StorageError`, never a fault: an
+append whose write fails cuts the ``.log`` back to its last whole batch (shrinking needs no
+space) before raising, so the segment stays as it was; a new segment whose index files cannot
+be preallocated is not created (see :mod:`logstore.storage.index`); :meth:`recover` writes the
+rebuilt indexes with ``write(2)`` and, when that fails, removes them (the next start rebuilds
+them) and raises :class:`IndexRebuildError` after the ``.log`` itself was recovered.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from logstore.errors import CorruptIndexError, CorruptRecordError
+from logstore.errors import CorruptIndexError, CorruptRecordError, StorageError
 from logstore.protocol.batch import (
     ATTRIBUTES_OFFSET,
     CODEC_MASK,
@@ -57,9 +64,14 @@ from logstore.storage.files import (
     TIME_INDEX_SUFFIX,
     segment_path,
 )
-from logstore.storage.index import OffsetIndex, TimeIndex
+from logstore.storage.index import (
+    OFFSET_ENTRY_SIZE,
+    TIME_ENTRY_SIZE,
+    OffsetIndex,
+    TimeIndex,
+)
 
-__all__ = ["BatchInfo", "BatchLocation", "LogSegment"]
+__all__ = ["BatchInfo", "BatchLocation", "IndexRebuildError", "LogSegment"]
 
 # The first 43 header bytes: baseOffset, batchLength, partitionLeaderEpoch, magic, crc,
 # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp. Enough to scan a segment.
@@ -68,6 +80,19 @@ _SCAN_CHUNK = 64 * 1024
 _MAX_RELATIVE = 2**31 - 1
 _MAX_CODEC = 4  # zstd
 _MIN_RECORD_SIZE = 7  # as protocol.batch: the smallest possible uncompressed record
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class IndexRebuildError(StorageError):
+    """:meth:`LogSegment.recover` recovered the ``.log`` but could not write the rebuilt
+    indexes (no space): they were removed, lookups scan from the segment start until a later
+    start rebuilds them. ``truncated`` is what recovery cut from the ``.log``, as its return
+    value would have said."""
+
+    def __init__(self, message: str, *, path: str, truncated: int, errno: int | None) -> None:
+        super().__init__(message, path=path, errno=errno)
+        self.truncated = truncated
 
 
 class BatchInfo(NamedTuple):
@@ -107,6 +132,9 @@ class LogSegment:
 
     Open with :meth:`open` (creates missing files). ``file_suffix`` (``""`` normally,
     ``".cleaned"`` / ``".swap"`` for cleaner output) is appended to every file name.
+    ``preallocate=False`` creates missing index files empty instead of preallocated (loading
+    and recovery, which must not need free space). When a file cannot be created the files
+    this call created are removed and the error (:class:`StorageError` for a full disk) raised.
     """
 
     def __init__(
@@ -118,6 +146,7 @@ class LogSegment:
         max_index_size: int = 10485760,
         file_suffix: str = "",
         created_ms: int | None = None,
+        preallocate: bool = True,
     ) -> None:
         self.dir = Path(dir)
         self.base_offset = base_offset
@@ -125,6 +154,7 @@ class LogSegment:
         self.max_index_size = max_index_size
         self.file_suffix = file_suffix
         self._log_path = segment_path(self.dir, base_offset, LOG_SUFFIX + file_suffix)
+        log_created = not self._log_path.exists()
         self._fd = os.open(self._log_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             self._size = os.fstat(self._fd).st_size
@@ -133,17 +163,28 @@ class LogSegment:
             self.offset_index_existed = offset_index_path.exists()
             self.time_index_existed = time_index_path.exists()
             self.offset_index = OffsetIndex(
-                offset_index_path, base_offset, max_index_size=max_index_size
+                offset_index_path,
+                base_offset,
+                max_index_size=max_index_size,
+                preallocate=preallocate,
             )
             try:
                 self.time_index = TimeIndex(
-                    time_index_path, base_offset, max_index_size=max_index_size
+                    time_index_path,
+                    base_offset,
+                    max_index_size=max_index_size,
+                    preallocate=preallocate,
                 )
             except BaseException:
-                self.offset_index.close_handler()
+                if self.offset_index_existed:
+                    self.offset_index.close_handler()
+                else:
+                    self.offset_index.delete()
                 raise
         except BaseException:
             os.close(self._fd)
+            if log_created:
+                self._log_path.unlink(missing_ok=True)
             raise
         self.created_ms = _now_ms() if created_ms is None else created_ms
         self._bytes_since_last_index_entry = 0
@@ -154,6 +195,8 @@ class LogSegment:
         self._closed = False
         # why the last recover() stopped before the end of the file (None: it did not)
         self.recovery_stop_reason: str | None = None
+        # a failed append left bytes past `size` that could not be removed
+        self.torn_tail = False
 
     @classmethod
     def open(
@@ -165,6 +208,7 @@ class LogSegment:
         max_index_size: int = 10485760,
         file_suffix: str = "",
         created_ms: int | None = None,
+        preallocate: bool = True,
     ) -> LogSegment:
         return cls(
             dir,
@@ -173,6 +217,7 @@ class LogSegment:
             max_index_size=max_index_size,
             file_suffix=file_suffix,
             created_ms=created_ms,
+            preallocate=preallocate,
         )
 
     # -- properties --------------------------------------------------------------------------
@@ -357,7 +402,9 @@ class LogSegment:
         """Append ``buf`` (whole batches, described by ``batches``) with one positional write.
 
         The bytes are written as they are (no copy); index entries are added per batch after
-        the write succeeded. ``batches[i].position`` are positions within ``buf``.
+        the write succeeded. ``batches[i].position`` are positions within ``buf``. A failed
+        write (no space, I/O error) cuts the file back to the segment's size and raises
+        :class:`StorageError`: nothing of ``buf`` stays in the segment.
         """
         if not batches:
             return
@@ -377,6 +424,8 @@ class LogSegment:
             written = 0
             while written < total:
                 written += os.pwrite(self._fd, view[written:], physical + written)
+        except OSError as exc:
+            raise self._undo_write(physical, total, exc) from exc
         finally:
             view.release()
         max_ts, max_off = self._load_max_timestamp()
@@ -395,17 +444,30 @@ class LogSegment:
         self._max_ts = (max_ts, max_off)
         self._size = physical + total
 
+    def _undo_write(self, physical: int, total: int, exc: OSError) -> StorageError:
+        """Cut the ``.log`` back to ``physical`` after a failed write of ``total`` bytes (a
+        partial write leaves a torn batch); the error to raise."""
+        message = f"cannot append {total} bytes at position {physical}: {exc.strerror}"
+        try:
+            if os.fstat(self._fd).st_size > physical:
+                os.ftruncate(self._fd, physical)
+        except OSError as undo:
+            # The torn bytes stay past `size`: the owning log must not be marked clean, so
+            # that the next start recovers (and truncates them).
+            message += f"; the partial write could not be removed: {undo.strerror}"
+            self.torn_tail = True
+        return StorageError(message, path=str(self._log_path), errno=exc.errno)
+
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset``; returns bytes removed.
 
-        Index entries at or above ``offset`` go too and the indexes are preallocated again
-        (the segment is about to be written to).
+        Index entries at or above ``offset`` go too. The indexes keep their length: the owner
+        preallocates them again (:meth:`resize_indexes`) when the segment is to be written to,
+        which may fail on a full disk after the truncation itself is complete.
         """
         loc = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
-        self.offset_index.resize(self.max_index_size)
-        self.time_index.resize(self.max_index_size)
         if loc is None:
             removed = 0
         else:
@@ -428,10 +490,13 @@ class LogSegment:
         offsets must lie above the previous batch's and within this segment's range
         (``base_offset <= base``, relative offset fits an i32). Returns the bytes truncated
         (0 when the whole file was valid).
+
+        The entries are collected in memory and written at the end with
+        :meth:`AbstractIndex.rebuild` (exactly their size, no preallocation): recovery on a
+        full disk needs only the space the old index files held. When even that fails the
+        indexes are removed and :class:`IndexRebuildError` is raised; the ``.log`` has been
+        recovered by then and the segment is usable (lookups scan from position 0).
         """
-        self.offset_index.reset()
-        self.time_index.reset()
-        self._bytes_since_last_index_entry = 0
         file_size = os.fstat(self._fd).st_size
         valid = 0
         max_ts, max_off = -1, self.base_offset
@@ -439,6 +504,13 @@ class LogSegment:
         expected_min = self.base_offset
         first_ts: int | None = None
         self.recovery_stop_reason = None
+        base_offset = self.base_offset
+        # The indexes' own rules (OffsetIndex.append, TimeIndex.maybe_append) over buffers.
+        offset_entries = bytearray()
+        time_entries = bytearray()
+        last_time_entry: int | None = None  # timestamp of the last time index entry
+        max_offset_entries = self.max_index_size // OFFSET_ENTRY_SIZE
+        max_time_entries = self.max_index_size // TIME_ENTRY_SIZE - 1  # last slot reserved
         if file_size > 0:
             mm = mmap.mmap(self._fd, file_size, access=mmap.ACCESS_READ)
             view = memoryview(mm)
@@ -472,10 +544,10 @@ class LogSegment:
                         self.recovery_stop_reason = _diagnose(mm, pos, max_message_size)
                         break
                     last = base + delta
-                    if base < expected_min or last - self.base_offset > _MAX_RELATIVE:
+                    if base < expected_min or last - base_offset > _MAX_RELATIVE:
                         self.recovery_stop_reason = (
                             f"batch offsets {base}..{last} not above {expected_min - 1} or "
-                            f"outside segment {self.base_offset}"
+                            f"outside segment {base_offset}"
                         )
                         break
                     if first_ts is None:
@@ -483,8 +555,20 @@ class LogSegment:
                     if ts > max_ts:
                         max_ts, max_off = ts, last
                     if since > interval:
-                        self.offset_index.append(last, pos)
-                        self.time_index.maybe_append(max_ts, max_off)
+                        if len(offset_entries) >= max_offset_entries * OFFSET_ENTRY_SIZE:
+                            raise CorruptIndexError(
+                                f"index is full ({max_offset_entries} entries)",
+                                path=str(self.offset_index.path),
+                            )
+                        offset_entries += _OFFSET_ENTRY.pack(last - base_offset, pos)
+                        if last_time_entry is None or max_ts > last_time_entry:
+                            if len(time_entries) >= max_time_entries * TIME_ENTRY_SIZE:
+                                raise CorruptIndexError(
+                                    f"time index is full ({max_time_entries} entries)",
+                                    path=str(self.time_index.path),
+                                )
+                            time_entries += _TIME_ENTRY.pack(max_ts, max_off - base_offset)
+                            last_time_entry = max_ts
                         since = 0
                     since += size
                     pos += size
@@ -493,16 +577,30 @@ class LogSegment:
             finally:
                 view.release()
                 mm.close()
+        # the final entry (Kafka's onBecomeInactiveSegment / close), reserved slot
+        if last_time_entry is None or max_ts > last_time_entry:
+            time_entries += _TIME_ENTRY.pack(max_ts, max_off - base_offset)
         truncated = file_size - valid
         if truncated:
             os.ftruncate(self._fd, valid)
         self._size = valid
-        self.offset_index.trim_to_valid_size()
-        self.time_index.maybe_append(max_ts, max_off, skip_full_check=True)
-        self.time_index.trim_to_valid_size()
+        self._bytes_since_last_index_entry = 0
         self._max_ts = (max_ts, max_off)
         self._rolling_based_timestamp = first_ts
         self._rolling_loaded = True
+        try:
+            self.offset_index.rebuild(offset_entries)
+            self.time_index.rebuild(time_entries)
+        except StorageError as exc:
+            self.offset_index.discard()
+            self.time_index.discard()
+            self.offset_index_existed = self.time_index_existed = False
+            raise IndexRebuildError(
+                f"recovered the log but could not write its rebuilt indexes: {exc.message}",
+                path=str(self._log_path),
+                truncated=truncated,
+                errno=exc.errno,
+            ) from exc
         self.offset_index_existed = self.time_index_existed = True
         return truncated
 
@@ -578,17 +676,27 @@ class LogSegment:
         self.time_index.flush()
 
     def close(self) -> None:
-        """Final time index entry, trim indexes, close files. Idempotent."""
+        """Final time index entry, trim indexes, close files. Idempotent.
+
+        Trimming only shrinks files, which needs no space; the final time index entry may need
+        one more slot (:class:`StorageError` on a full disk, after the files were closed)."""
         if self._closed:
             return
-        # Unloaded means nothing was appended since open: the time index is already final,
-        # and loading would cost a header scan per segment at shutdown.
-        if self._max_ts is not None and self._max_ts[0] >= 0:
-            self.time_index.maybe_append(*self._max_ts, skip_full_check=True)
-        self.offset_index.close()
-        self.time_index.close()
-        self._closed = True
-        os.close(self._fd)
+        failure: StorageError | None = None
+        try:
+            # Unloaded means nothing was appended since open: the time index is already final,
+            # and loading would cost a header scan per segment at shutdown.
+            if self._max_ts is not None and self._max_ts[0] >= 0:
+                self.time_index.maybe_append(*self._max_ts, skip_full_check=True)
+        except StorageError as exc:  # no room to grow by the final entry: trim all the same
+            failure = exc
+        try:
+            self.offset_index.close()
+            self.time_index.close()
+        finally:
+            self.close_handlers()
+        if failure is not None:
+            raise failure
 
     def close_handlers(self) -> None:
         """Close files without touching them (no trim, no final entry)."""

@@ -17,7 +17,9 @@ epoch in place (outside the CRC) and appending the bytes. Errors per partition, 
   (``logstore.storage.producer_state``);
 - transactional batches: ``TRANSACTIONAL_ID_AUTHORIZATION_FAILED`` (transactions are not
   supported; InitProducerId refuses transactional ids the same way);
-- ``KAFKA_STORAGE_ERROR`` when the disk fails.
+- ``KAFKA_STORAGE_ERROR`` when the disk fails: a full disk or an I/O error takes the
+  partition offline for appends (``logstore.storage.log``; logged there, once), it stays
+  readable, and it takes appends again once the disk has room. Clients retry this error.
 
 acks: 0 (no response at all, as Kafka), 1 and -1 (all: on a single node the high watermark
 moves to the log end at once, so both answer after the append); anything else
@@ -37,6 +39,7 @@ from logstore.errors import (
     InvalidTopicError,
     LoglakeError,
     RecordTooLargeError,
+    StorageError,
     UnsupportedMagicError,
 )
 from logstore.protocol.batch import iter_batches
@@ -141,6 +144,8 @@ def append_records(
             return _PartitionResult(ErrorCode.unsupported_for_message_format, exc.message)
         except CorruptRecordError as exc:
             return _PartitionResult(ErrorCode.corrupt_message, str(exc))
+        except StorageError as exc:
+            return _PartitionResult(ErrorCode.kafka_storage_error, exc.message)
         except (OSError, LoglakeError) as exc:
             log.error("%s-%d: append failed: %s", topic, partition, exc)
             return _PartitionResult(ErrorCode.kafka_storage_error, str(exc))
@@ -184,7 +189,12 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 r = _PartitionResult(forced)
             else:
                 r = append_records(ctx, t.name, int(p.index), p.records)
-            if r.error not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
+            # storage errors: the partition logged going offline, once
+            if r.error not in (
+                ErrorCode.none,
+                ErrorCode.unknown_topic_or_partition,
+                ErrorCode.kafka_storage_error,
+            ):
                 log.info(
                     "produce to %s-%d rejected: %s %s",
                     t.name,

@@ -1,0 +1,67 @@
+"""The pipeline configuration's schema: which sections and keys ``conf/pipeline.toml`` may hold.
+
+Every job reads the same file (``--config``), each its own sections, so a typo would
+otherwise be ignored by all of them and the job would run on a default the user did not
+choose. :func:`check_keys` refuses any section or key not listed here, naming the nearest
+valid one, the way the broker refuses an unknown ``broker.properties`` key.
+
+A section whose keys are free-form (``[spark.conf]``: Spark settings; per-topic tables such
+as ``[compact.strategy]``) is listed with ``None``: its own keys are not checked, its
+existence is.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from logstore.errors import LoglakeError
+
+__all__ = ["SECTIONS", "check_keys"]
+
+# section -> its keys (None: free-form keys). Sub-tables are sections of their own, by
+# dotted name ("spark.conf").
+SECTIONS: dict[str, frozenset[str] | None] = {
+    "paths": frozenset({"log_dirs", "lake"}),
+    "spark": frozenset({"app_name", "master"}),
+    "spark.conf": None,
+    "ingest": frozenset(
+        {
+            "topics",
+            "fail_on_corrupt",
+            "max_partition_bytes",
+            "compression",
+            "max_rows_per_file",
+            "progress_interval_s",
+            "on_divergence",
+        }
+    ),
+}
+
+
+def _nearest(word: str, candidates: set[str] | frozenset[str]) -> str:
+    close = difflib.get_close_matches(word, sorted(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def check_keys(data: Mapping[str, Any], path: str) -> None:
+    """Raise :class:`LoglakeError` for the first unknown section or key of ``data``."""
+    for section, table in data.items():
+        if section not in SECTIONS:
+            top = {s for s in SECTIONS if "." not in s}
+            raise LoglakeError(f"unknown section [{section}]" + _nearest(section, top), path=path)
+        _check_table(section, table, path)
+
+
+def _check_table(name: str, table: Any, path: str) -> None:
+    if not isinstance(table, Mapping):
+        raise LoglakeError(f"[{name}] must be a table", path=path)
+    keys = SECTIONS[name]
+    if keys is None:
+        return
+    for key, value in table.items():
+        if f"{name}.{key}" in SECTIONS:
+            _check_table(f"{name}.{key}", value, path)
+        elif key not in keys:
+            raise LoglakeError(f"unknown key {key!r} in [{name}]" + _nearest(key, keys), path=path)
