@@ -19,11 +19,13 @@ from typing import Any
 
 import confluent_kafka as ck
 import polars as pl
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from jobs.ingest import main
+from pipelines import ingest as ingest_mod
 from pipelines.divergence import DivergenceError, batch_at, rewind_id
 from pipelines.ingest import IngestConfig, read_progress, run_ingest
 from tests.fixtures.broker import ROOT
@@ -37,7 +39,9 @@ def _quiet(_message: str) -> None:
     pass
 
 
-def _produce(bootstrap: str, topic: str, prefix: str, n: int) -> list[tuple[int, bytes, bytes]]:
+def _produce(
+    bootstrap: str, topic: str, prefix: str, n: int, partition: int = 0
+) -> list[tuple[int, bytes, bytes]]:
     """``n`` records acknowledged with acks=all, in many small batches: (offset, key, value)."""
     acked: list[tuple[int, bytes, bytes]] = []
     errors: list[Any] = []
@@ -54,7 +58,7 @@ def _produce(bootstrap: str, topic: str, prefix: str, n: int) -> list[tuple[int,
             topic,
             key=f"{prefix}-k{i}".encode(),
             value=f"{prefix}-value-{i}".encode() * (1 + i % 5),
-            partition=0,
+            partition=partition,
             on_delivery=on_delivery,
         )
         if i % 10 == 9:
@@ -251,3 +255,38 @@ def test_rewind_killed_before_the_records_commit_then_rerun_is_exact(
     assert {r["rewind_id"] for r in again} == {r["rewind_id"] for r in first}
     assert not any(p.exists() for p in orphans)
     assert run_ingest(spark, _config(b, lake, "rewind"), log=_quiet).committed is False
+
+
+def test_rewind_keeps_the_other_partitions_rows_of_rewritten_files(
+    spark: SparkSession, broker_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Data files hold rows of several partitions of a topic: a rewind of partition 0 writes
+    partition 1's rows of those files back, and partition 1 stays as it was."""
+    b = broker_factory()
+    topic = new_topic(b.bootstrap, partitions=2, prefix="twoparts")
+    old0 = _produce(b.bootstrap, topic, "old0", 100, partition=0)
+    old1 = _produce(b.bootstrap, topic, "old1", 100, partition=1)
+    b.stop()
+    lake = tmp_path / "lake"
+    # one task for both partitions (as on one core): its data files hold rows of both
+    monkeypatch.setattr(ingest_mod, "schedule_tasks", lambda pieces, *_a: [list(pieces)])
+    assert run_ingest(spark, _config(b, lake), log=_quiet).records == 200
+    monkeypatch.undo()
+    adds = pa.table(DeltaTable(str(lake / "records")).get_add_actions(flatten=True)).to_pylist()
+    assert [(f["min.partition"], f["max.partition"]) for f in adds] == [(0, 1)]
+    b.start()
+    cut = _crash_losing_tail(b, topic, 60)
+    new0 = _produce(b.bootstrap, topic, "new0", 70, partition=0)
+    b.stop()
+
+    summary = run_ingest(spark, _config(b, lake, "rewind"), log=_quiet)
+    assert summary.committed and summary.rewinds == [f"{topic}/0 from offset {cut}"]
+    cols = ["partition", "offset", "key", "value"]
+    rows = DeltaTable(str(lake / "records")).to_pyarrow_table(columns=cols).to_pylist()
+    got = sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in rows)
+    want = sorted([(0, *r) for r in old0[:cut] + new0] + [(1, *r) for r in old1])
+    assert got == want
+    assert read_progress(lake / "records") == {(topic, 0): cut + 70, (topic, 1): 100}
+    assert [(r["partition"], r["offset"]) for r in _diverged(lake)] == [
+        (0, o) for o, _, _ in old0[cut:]
+    ]
