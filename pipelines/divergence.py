@@ -51,7 +51,10 @@ is atomic. A completed rewind changes the progress and remembered batch, so a re
 divergence and is a no-op.
 
 Limits: a compacted topic whose cleaner removed the remembered batch would read as diverged
-(loglake has no cleaner writing into the broker's log yet).
+(loglake has no cleaner writing into the broker's log yet). A lake written before commits
+carried batch identities is checked by its log end only until its next ingest commit. A
+rewind reads each affected data file whole on the driver (up to ``max_rows_per_file`` rows)
+and decodes the compared log segments there: fine for a rare repair, not a hot path.
 """
 
 from __future__ import annotations
