@@ -14,7 +14,9 @@ Output: progress lines and a summary on stderr (spark-submit merges them into st
 the summary as one JSON line, last on stdout. Exit codes: 0 done (check skipped_offsets:
 damaged offsets were skipped and quarantined); 1 failed (nothing half-committed); 2 bad
 arguments; 3 damaged batches found with --fail-on-corrupt (they are in <lake>/quarantine,
-nothing is committed, progress is not moved).
+nothing is committed, progress is not moved); 4 the log went backwards under the lake (a
+partition's log was truncated below, or rewritten under, offsets already ingested; nothing
+is ingested: restore the log or re-run with --on-divergence=rewind).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import sys
 
 from logstore.errors import CorruptRecordError, LoglakeError
+from pipelines.divergence import ON_DIVERGENCE, DivergenceError
 from pipelines.ingest import load_config, run_ingest
 from pipelines.session import get_spark, spark_conf
 
@@ -50,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
         "committed); without it they are skipped, reported and the run exits 0",
     )
     parser.add_argument(
+        "--on-divergence",
+        choices=ON_DIVERGENCE,
+        help="a log that went backwards under the lake: fail (exit 4, the default) or rewind "
+        "(move the lake's rows from the first differing offset to <lake>/diverged and ingest "
+        "what the log holds now, in one commit); overrides [ingest] on_divergence",
+    )
+    parser.add_argument(
         "--verbose", action="store_true", help="Spark's own INFO log lines on stderr too"
     )
     args = parser.parse_args(argv)
@@ -59,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             log_dirs=args.log_dirs,
             lake=args.lake,
             fail_on_corrupt=args.fail_on_corrupt,
+            on_divergence=args.on_divergence,
         )
         spark = get_spark(
             config.app_name,
@@ -69,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     except CorruptRecordError as exc:
         print(f"ingest failed: {exc}", file=sys.stderr)
         return 3
+    except DivergenceError as exc:
+        print(f"ingest failed: {exc}", file=sys.stderr)
+        return 4
     except LoglakeError as exc:
         print(f"ingest failed: {exc}", file=sys.stderr)
         return 1

@@ -34,6 +34,7 @@ SECTIONS: dict[str, frozenset[str] | None] = {
             "compression",
             "max_rows_per_file",
             "progress_interval_s",
+            "on_divergence",
         }
     ),
     "compact": frozenset(

@@ -11,6 +11,11 @@ A run:
 1. reads progress ``P`` and each partition's log start offset ``L`` (``log-start-offset-
    checkpoint``, or the first segment's base offset); ``P < L`` is a **gap** (offsets removed
    by retention before they were ingested): reported, and the partition continues at ``L``;
+   then checks that each log still holds what the lake ingested (:mod:`pipelines.divergence`:
+   the log's end and the batch at ``P - 1`` against the batch identity the last commit
+   recorded); a log that went backwards fails the run (``DivergenceError``) or, with
+   ``on_divergence="rewind"``, continues from the first differing offset ``D`` and the commit
+   of step 4 also moves the lake's rows ``>= D`` to ``diverged`` and sets progress back;
 2. reads every partition from there up to its high watermark in **one pass**: Spark tasks
    of planned ranges (``kind=records`` planning, cut into tasks by :func:`schedule_tasks`)
    check headers and CRCs, decode the records and write them as Parquet files in the same
@@ -32,7 +37,8 @@ Every batch that is ingested is decoded, so a batch whose CRC matches but whose 
 be decoded is quarantined like any damaged one, never dropped silently.
 
 Crash behaviour: a run killed anywhere before the commit leaves progress unchanged and only
-unreferenced data files: the next run writes the same range again. A run whose commit
+unreferenced data files, which the next run removes (run markers, :mod:`pipelines.delta.staging`)
+before it writes the same range again. A run whose commit
 landed is not repeated (a re-run finds ``N == P``). Two runs at once: the later commit finds
 progress moved and fails cleanly (``StaleTransactionError``), or finds exactly its own
 versions there and is a no-op. Quarantine rows precede the records commit; a re-run finds
@@ -65,6 +71,18 @@ from pipelines.delta import read_app_transactions, read_delta, write_delta
 from pipelines.delta.commit import load_table
 from pipelines.delta.direct import StagedWrite, stage_files
 from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
+from pipelines.divergence import (
+    ON_DIVERGENCE,
+    BatchId,
+    DivergenceError,
+    check_partition,
+    commit_info,
+    divergence_point,
+    plan_rewind,
+    read_fingerprints,
+    rewind_id,
+    write_diverged,
+)
 from pipelines.sources import BATCHES_SCHEMA, RECORDS_ARROW_SCHEMA
 from pipelines.sources.damage import Skipped, skipped_offsets
 from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
@@ -84,6 +102,7 @@ __all__ = [
 APP_PREFIX = "loglake-ingest"
 RECORDS_TABLE = "records"
 QUARANTINE_TABLE = "quarantine"
+DIVERGED_TABLE = "diverged"
 _QUARANTINE_KEY = ["topic", "partition", "file", "position"]
 Log = Callable[[str], None]
 TopicPartition = tuple[str, int]
@@ -114,6 +133,7 @@ class IngestConfig:
     max_rows_per_file: int = 5_000_000
     progress_interval_s: float = 10.0
     spark_conf: dict[str, str] = field(default_factory=dict)
+    on_divergence: str = "fail"
 
     @property
     def records_path(self) -> str:
@@ -123,6 +143,10 @@ class IngestConfig:
     def quarantine_path(self) -> str:
         return str(Path(self.lake) / QUARANTINE_TABLE)
 
+    @property
+    def diverged_path(self) -> str:
+        return str(Path(self.lake) / DIVERGED_TABLE)
+
 
 def load_config(
     path: str | Path,
@@ -130,6 +154,7 @@ def load_config(
     log_dirs: Iterable[str] | None = None,
     lake: str | None = None,
     fail_on_corrupt: bool | None = None,
+    on_divergence: str | None = None,
 ) -> IngestConfig:
     """Read ``[paths]``, ``[spark]`` and ``[ingest]`` of a pipeline TOML file, then overrides.
 
@@ -167,6 +192,12 @@ def load_config(
             path=str(p),
         )
     topics = ingest.get("topics") or None
+    divergence = str(on_divergence or ingest.get("on_divergence", "fail"))
+    if divergence not in ON_DIVERGENCE:
+        raise LoglakeError(
+            f"[ingest] on_divergence must be one of {', '.join(ON_DIVERGENCE)}, got {divergence!r}",
+            path=str(p),
+        )
     return IngestConfig(
         log_dirs=tuple(str(Path(d).absolute()) for d in dirs),
         lake=str(Path(lake_dir).absolute()),
@@ -181,6 +212,7 @@ def load_config(
         max_rows_per_file=int(ingest.get("max_rows_per_file", 5_000_000)),
         progress_interval_s=float(ingest.get("progress_interval_s", 10.0)),
         spark_conf={str(k): str(v) for k, v in spark.get("conf", {}).items()},
+        on_divergence=divergence,
     )
 
 
@@ -213,6 +245,8 @@ class IngestSummary:
     skipped: list[Skipped] = field(default_factory=list)
     skipped_offsets: int = 0
     skipped_bytes: int = 0
+    rewinds: list[str] = field(default_factory=list)  # "topic/partition from offset D"
+    diverged_rows: int = 0  # rows moved from records to diverged by those rewinds
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -444,6 +478,8 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
                 "before they were ingested; continuing at the log start offset"
             )
         starts[tp] = max(done, begin)
+    divergence = _check_divergence(config, parts, progress, log_starts, high_watermarks, log)
+    starts.update(divergence.starts)
     if not parts:
         summary.seconds = time.monotonic() - started
         log("no partitions to ingest")
@@ -493,8 +529,12 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
             max_rows_per_file=config.max_rows_per_file,
             writer_options=RECORDS_PARQUET_OPTIONS,
         )
+    if staged.reaped:
+        log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
     try:
-        return _finish(spark, config, summary, staged, starts, progress, high_watermarks, log)
+        return _finish(
+            spark, config, summary, staged, starts, progress, high_watermarks, log, divergence
+        )
     finally:
         summary.seconds = time.monotonic() - started
 
@@ -508,8 +548,10 @@ def _finish(  # noqa: PLR0917
     progress: Mapping[TopicPartition, int],
     high_watermarks: Mapping[TopicPartition, int] | None,
     log: Log,
+    divergence: _Divergences | None = None,
 ) -> IngestSummary:
     """Steps 3 and 4: quarantine, then commit the staged files with the new progress."""
+    divergence = divergence or _Divergences()
     ends: dict[TopicPartition, int] = {}
     sizes: dict[TopicPartition, tuple[int, int]] = {}
     damaged: dict[tuple[str, int, str, int], dict[str, Any]] = {}
@@ -561,6 +603,7 @@ def _finish(  # noqa: PLR0917
             elif start > progress.get(tp, 0):
                 # Only a gap was skipped: the partition still moves, so it is reported once.
                 new_progress[tp] = start
+        new_progress.update(divergence.progress_after(new_progress))
         if not new_progress:
             log("nothing new to ingest")
             staged.abort()
@@ -576,11 +619,130 @@ def _finish(  # noqa: PLR0917
     )
     apps = {app_id(t, p): v for (t, p), v in new_progress.items()}
     expected = {app_id(t, p): progress.get((t, p)) for (t, p) in new_progress}
-    result = staged.commit(app_transactions=apps, expected_versions=expected)
+    try:
+        extra = _rewind(config, staged, divergence, summary, log)
+    except BaseException:
+        staged.abort()
+        raise
+    extra["commit_info"] = commit_info(
+        new_progress, divergence.parts, divergence.fingerprints, progress, divergence.ids.values()
+    )
+    result = staged.commit(app_transactions=apps, expected_versions=expected, **extra)
     summary.records = result.num_rows
+    if result.committed:  # rows a rewind wrote back to new files are not new records
+        summary.records -= sum(f.num_rows for f in extra.get("extra_files", ()))
     summary.committed = result.committed
     summary.table_version = result.version
     summary.progress = dict(sorted(apps.items()))
     if not result.committed:
         log("another run already committed exactly this range: nothing written")
     return summary
+
+
+@dataclass
+class _Divergences:
+    """What the divergence check of a run found (see :mod:`pipelines.divergence`)."""
+
+    parts: Mapping[TopicPartition, Path] = field(default_factory=dict)
+    fingerprints: dict[TopicPartition, BatchId | None] = field(default_factory=dict)
+    starts: dict[TopicPartition, int] = field(default_factory=dict)  # divergence points
+    ids: dict[TopicPartition, str] = field(default_factory=dict)
+    reasons: dict[TopicPartition, str] = field(default_factory=dict)
+
+    def progress_after(
+        self, new_progress: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """Rewound partitions with nothing re-read still move: back to their divergence point."""
+        return {tp: d for tp, d in self.starts.items() if tp not in new_progress}
+
+
+def _check_divergence(  # noqa: PLR0917
+    config: IngestConfig,
+    parts: Mapping[TopicPartition, Path],
+    progress: Mapping[TopicPartition, int],
+    log_starts: Mapping[TopicPartition, int],
+    high_watermarks: Mapping[TopicPartition, int] | None,
+    log: Log,
+) -> _Divergences:
+    """Step 1b: does every partition's log still hold what the lake ingested from it?
+
+    Raises :class:`DivergenceError` (``on_divergence="fail"``) or returns the partitions to
+    rewind with their divergence points (``"rewind"``).
+    """
+    # every partition's entry, also of topics this run does not read: carried to the commit
+    out = _Divergences(parts=parts, fingerprints=read_fingerprints(config.records_path, progress))
+    found = []
+    for tp, part_dir in sorted(parts.items()):
+        div = check_partition(
+            tp,
+            part_dir,
+            progress=progress.get(tp, 0),
+            log_start=_log_start(part_dir, log_starts, tp),
+            high_watermark=None if high_watermarks is None else high_watermarks.get(tp),
+            fingerprint=out.fingerprints.get(tp),
+            known=tp in out.fingerprints,
+        )
+        if div is not None:
+            found.append(div)
+    if not found:
+        return out
+    text = "; ".join(d.describe() for d in found)
+    if config.on_divergence == "fail":
+        raise DivergenceError(
+            f"the log went backwards under the lake in {len(found)} partition(s): {text}. "
+            "The broker truncated its log (an unclean restart?) and may have written new "
+            "records under offsets the lake already holds; nothing was ingested. To proceed: "
+            "restore the log, or re-run with --on-divergence=rewind (or [ingest] "
+            f'on_divergence = "rewind") to move the lake\'s rows from the first differing '
+            f"offset on into {config.diverged_path} and ingest what the log holds now"
+        )
+    for div in found:
+        tp = (div.topic, div.partition)
+        start = _log_start(parts[tp], log_starts, tp)
+        point = divergence_point(config.records_path, parts[tp], div, start)
+        out.starts[tp] = point
+        out.ids[tp] = rewind_id(tp, div.progress, out.fingerprints.get(tp))
+        out.reasons[tp] = div.describe()
+        log(f"DIVERGED {div.describe()}; rewinding {tp[0]}/{tp[1]} from offset {point}")
+    return out
+
+
+def _rewind(
+    config: IngestConfig,
+    staged: StagedWrite,
+    divergence: _Divergences,
+    summary: IngestSummary,
+    log: Log,
+) -> dict[str, Any]:
+    """Rewind step 1 (``diverged`` written); returns what the records commit needs for step 2."""
+    if not divergence.starts:
+        return {}
+    options = {
+        "compression": config.compression,
+        "max_rows_per_file": config.max_rows_per_file,
+        **RECORDS_PARQUET_OPTIONS,
+    }
+    rewind = plan_rewind(
+        config.records_path,
+        divergence.starts,
+        divergence.ids,
+        divergence.reasons,
+        write_id=staged.write_id,
+        writer_options=options,
+    )
+    summary.diverged_rows = write_diverged(
+        config.diverged_path, rewind, compression=config.compression
+    )
+    summary.rewinds = [
+        f"{t}/{p} from offset {d}" for (t, p), d in sorted(divergence.starts.items())
+    ]
+    log(
+        f"moved {summary.diverged_rows} rows to {config.diverged_path}: {rewind.describe()}; "
+        f"{len(rewind.removes)} data files rewritten in the records commit"
+    )
+    return {
+        "extra_files": rewind.kept_files,
+        "removes": rewind.removes,
+        "read_version": rewind.read_version,
+        "rewind_apps": {app_id(t, p) for t, p in divergence.starts},
+    }

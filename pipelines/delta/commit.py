@@ -26,7 +26,7 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -140,22 +140,28 @@ def check_app_transactions(
     dt: DeltaTable | None,
     requested: Mapping[str, int],
     expected: Mapping[str, int | None] | None = None,
+    *,
+    rewind: Collection[str] = (),
 ) -> bool:
     """Decide an app-transaction write against snapshot ``dt``: True = commit, False = no-op.
 
     Raises ``StaleTransactionError`` when a version would go backwards, or when ``expected``
     is given and an app's current version is neither the expected one nor the requested one
-    (some other run moved it), or is the requested one for only some apps.
+    (some other run moved it), or is the requested one for only some apps. Apps in ``rewind``
+    may go backwards (a rewind of the lake; ``expected`` must then be given and still hold),
+    and a write rewinding any app is never a no-op.
     """
     if not requested:
         return True
     current = {app: (dt.transaction_version(app) if dt is not None else None) for app in requested}
     where = dt.table_uri if dt is not None else None
-    if all(current[a] == v for a, v in requested.items()):
+    if rewind and expected is None:
+        raise StaleTransactionError("a rewind needs the expected versions", path=where)
+    if not rewind and all(current[a] == v for a, v in requested.items()):
         return False
     for app, version in requested.items():
         cur = current[app]
-        if cur is not None and version < cur:
+        if cur is not None and version < cur and app not in rewind:
             raise StaleTransactionError(
                 f"app transaction {app!r} would go backwards: table has version {cur}, "
                 f"this write carries {version} (a stale re-run?)",
@@ -188,6 +194,8 @@ def commit_files(
     expected_versions: Mapping[str, int | None] | None = None,
     max_attempts: int = 20,
     before_attempt: Callable[[int], None] | None = None,
+    commit_info: Mapping[str, str] | None = None,
+    rewind_apps: Collection[str] = (),
 ) -> CommitResult:
     """Commit ``files`` to the table at ``table_path`` in one transaction (see module docstring).
 
@@ -195,7 +203,9 @@ def commit_files(
     against. With ``predicate`` (replace where), ``removes`` are the files to remove, chosen
     from snapshot ``read_version``; the commit fails if the table moved since. The table is
     created when absent. ``before_attempt(n)`` is called before attempt ``n`` (tests use it to
-    inject a concurrent commit).
+    inject a concurrent commit). ``commit_info``: extra ``commitInfo`` fields (strings) written
+    in the same commit; ``rewind_apps``: app ids whose version may go down (see
+    :func:`check_app_transactions`).
     """
     root = str(Path(table_path))
     apps = dict(app_transactions or {})
@@ -211,7 +221,7 @@ def commit_files(
         dt = load_table(root)
         if dt is not None:
             check_schema(dt, schema, partition_by)
-        if not check_app_transactions(dt, apps, expected_versions):
+        if not check_app_transactions(dt, apps, expected_versions, rewind=rewind_apps):
             version = dt.version() if dt is not None else -1
             return CommitResult(root, version, False, mode, 0, 0, 0, 0, attempt, apps)
         if by_predicate and (dt.version() if dt is not None else None) != read_version:
@@ -227,7 +237,7 @@ def commit_files(
         props = CommitProperties(
             app_transactions=txns or None,
             max_commit_retries=0,
-            custom_metadata=_commit_info(mode, predicate),
+            custom_metadata={**_commit_info(mode, predicate), **(commit_info or {})},
         )
         try:
             if dt is None:

@@ -19,7 +19,8 @@ Crash tests: with ``LOGLAKE_FAILPOINT=delta.before_commit`` in the job's environ
 Crash behaviour: a failed task removes its own files; ``abort()`` and a refused ``commit()``
 remove every file carrying the write id; after a committed write, files of failed or
 duplicate task attempts are removed too. A process killed before ``commit()`` leaves files no
-snapshot references (Delta's ``VACUUM`` removes those).
+snapshot references; ``write_delta``'s run marker (:mod:`pipelines.delta.staging`) lets the next
+write to the table remove them.
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ Crash tests: ``LOGLAKE_FAILPOINT=delta.before_commit`` kills every process of th
 Crash behaviour: a failing task removes its own files; a failed job, an abort or a refused
 commit removes every file carrying the write id; after a committed write, files of failed or
 duplicate task attempts are removed. A process killed before the commit leaves only files no
-snapshot references (Delta's ``VACUUM`` removes those). Errors raised by ``produce`` reach the
+snapshot references; the next :func:`stage_files` on the table removes them, as it does the
+leftovers of any write whose driver died (its run marker, :mod:`pipelines.delta.staging`),
+never those of a write still running. Errors raised by ``produce`` reach the
 caller inside the ``DeltaSinkError`` (as its cause), so their text can still be recognised.
 """
 
@@ -31,7 +33,7 @@ import os
 import posixpath
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +45,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.delta.commit import (
     CommitResult,
+    RemovedFile,
     check_app_transactions,
     check_schema,
     commit_files,
@@ -51,6 +54,7 @@ from pipelines.delta.commit import (
 from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
 from pipelines.delta.errors import DeltaSinkError, first_error_line
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
+from pipelines.delta.staging import reap_crashed_writes, release_run_marker, write_run_marker
 from pipelines.worker import start_task
 
 __all__ = ["StagedWrite", "run_in_job_group", "stage_files", "write_direct"]
@@ -155,6 +159,7 @@ class StagedWrite:
     partition_by: list[str]
     files: list[WrittenFile] = field(default_factory=list)
     reports: list[Any] = field(default_factory=list)
+    reaped: int = 0  # files of earlier crashed writes removed before this one started
 
     @property
     def num_rows(self) -> int:
@@ -165,26 +170,42 @@ class StagedWrite:
         *,
         app_transactions: Mapping[str, int] | None = None,
         expected_versions: Mapping[str, int | None] | None = None,
+        commit_info: Mapping[str, str] | None = None,
+        extra_files: Sequence[WrittenFile] = (),
+        removes: Sequence[RemovedFile] = (),
+        read_version: int | None = None,
+        rewind_apps: Collection[str] = (),
     ) -> CommitResult:
         """Append every staged file in one Delta commit (with the app transactions); a refused
-        commit removes the files and raises, a committed one removes leftover attempt files."""
+        commit removes the files and raises, a committed one removes leftover attempt files.
+
+        ``extra_files`` (written by the driver under this write id) are added too; ``removes``
+        (files of snapshot ``read_version``) are removed in the same commit, which then fails
+        if the table moved since. ``commit_info`` and ``rewind_apps``: see ``commit_files``.
+        """
         if os.environ.get(FAILPOINT_ENV) == "delta.before_commit":
             kill_session()
         apps = {str(k): int(v) for k, v in (app_transactions or {}).items()}
+        files = [*self.files, *extra_files]
         try:
             result = commit_files(
                 self.root,
-                self.files,
+                files,
                 schema=self.schema,
                 partition_by=self.partition_by,
-                mode="append",
+                mode="overwrite" if removes else "append",
+                predicate="loglake rewind" if removes else None,
+                removes=removes,
+                read_version=read_version,
                 app_transactions=apps,
                 expected_versions=expected_versions,
+                commit_info=commit_info,
+                rewind_apps=rewind_apps,
             )
         except BaseException:
             self.abort()
             raise
-        staged = {unquote(f.path) for f in self.files}
+        staged = {unquote(f.path) for f in files}
         # Leftovers of failed or duplicate task attempts sit beside the files they duplicate:
         # only those partition directories are listed, not the whole (growing) table.
         cleanup_write_files(
@@ -193,11 +214,13 @@ class StagedWrite:
             keep=staged if result.committed else set(),
             dirs={posixpath.dirname(p) for p in staged},
         )
+        release_run_marker(self.root, self.write_id)
         return result
 
     def abort(self) -> None:
         """Remove every file of this write (nothing was committed)."""
         cleanup_write_files(self.root, self.write_id)
+        release_run_marker(self.root, self.write_id)
 
 
 def stage_files(
@@ -232,6 +255,8 @@ def stage_files(
     if dt is not None:
         check_schema(dt, schema, parts)
     staged = StagedWrite(root, uuid.uuid4().hex, schema, parts)
+    staged.reaped = reap_crashed_writes(root)
+    write_run_marker(root, staged.write_id)
     if not tasks:
         return staged
     options: dict[str, Any] = {
@@ -255,6 +280,7 @@ def stage_files(
         )
     except Exception as exc:
         cleanup_write_files(root, staged.write_id, prune_dirs=True)
+        release_run_marker(root, staged.write_id)
         raise DeltaSinkError(
             f"write to {root} failed, nothing committed: {first_error_line(exc)}", path=root
         ) from exc

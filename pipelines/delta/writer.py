@@ -41,6 +41,7 @@ from pipelines.delta.datasource import FORMAT, DeltaRsDataSource
 from pipelines.delta.direct import run_in_job_group
 from pipelines.delta.errors import DeltaSinkError, error_class, first_error_line
 from pipelines.delta.files import cleanup_write_files, partition_value_string
+from pipelines.delta.staging import reap_crashed_writes, release_run_marker, write_run_marker
 from pipelines.session import delta_engine
 
 __all__ = ["CHECK_COLUMN", "register_sink", "write_delta"]
@@ -123,6 +124,10 @@ def write_delta(
         options["writeId"] = write_id
         register_sink(spark)
         run_error: Exception | None = None
+        # files of earlier writes whose driver died go; this driver's own marker (see
+        # pipelines.delta.staging) stays until the sink committed or aborted
+        reap_crashed_writes(root)
+        write_run_marker(root, write_id)
         try:
             run_in_job_group(
                 spark,
@@ -134,6 +139,7 @@ def write_delta(
             # The sink's abort() may run while a killed task is still closing a file: remove
             # the write's files again now that every task has stopped (none was committed).
             cleanup_write_files(root, write_id, prune_dirs=True)
+        release_run_marker(root, write_id)
         outcome = json.loads(result_file.read_text()) if result_file.exists() else {}
         if "error" in outcome:
             err = outcome["error"]

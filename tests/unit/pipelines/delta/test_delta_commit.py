@@ -219,3 +219,32 @@ def test_read_app_transactions_reads_checkpoints(tmp_path: Path) -> None:
     dt = DeltaTable(str(tmp_path))
     assert {a: dt.transaction_version(a) for a in ("app/0", "app/1")} == {"app/0": 3, "app/1": 9}
     assert read_app_transactions(tmp_path / "missing") == {}
+
+
+def test_rewind_apps_may_go_back_only_from_the_expected_version(tmp_path: Path) -> None:
+    base = {"schema": SCHEMA, "partition_by": ["p"]}
+    commit_files(tmp_path, _files(tmp_path, [(1, "a")], "w1"), **base, app_transactions={"x": 10})
+    with pytest.raises(StaleTransactionError, match="needs the expected versions"):
+        commit_files(tmp_path, [], **base, app_transactions={"x": 4}, rewind_apps={"x"})
+    with pytest.raises(StaleTransactionError, match="moved under this write"):
+        commit_files(
+            tmp_path, [], **base, app_transactions={"x": 4}, expected_versions={"x": 9},
+            rewind_apps={"x"},
+        )  # fmt: skip
+    with pytest.raises(StaleTransactionError, match="backwards"):  # only the named apps
+        commit_files(
+            tmp_path, [], **base, app_transactions={"x": 4}, expected_versions={"x": 10},
+            rewind_apps={"y"},
+        )  # fmt: skip
+    back = commit_files(
+        tmp_path, [], **base, app_transactions={"x": 4}, expected_versions={"x": 10},
+        rewind_apps={"x"}, commit_info={"loglakeIngest": '{"k": 1}'},
+    )  # fmt: skip
+    assert back.committed and DeltaTable(str(tmp_path)).transaction_version("x") == 4
+    assert DeltaTable(str(tmp_path)).history(1)[0]["loglakeIngest"] == '{"k": 1}'
+    # a rewind to the version the table already has is still a commit, never a no-op
+    same = commit_files(
+        tmp_path, [], **base, app_transactions={"x": 4}, expected_versions={"x": 4},
+        rewind_apps={"x"},
+    )  # fmt: skip
+    assert same.committed and same.version == 2
