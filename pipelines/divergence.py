@@ -247,8 +247,9 @@ def _index_start(path: Path, base: int, offset: int, size: int) -> int:
         os.close(fd)
 
 
-def _scan(path: Path, base: int, offset: int | None) -> tuple[BatchId | None, int | None]:
-    """Walk batch headers of one segment: ``(batch holding offset, end offset of the walk)``.
+def _scan(path: Path, base: int, offset: int | None) -> tuple[BatchId | None, int | None, int]:
+    """Walk batch headers of one segment: ``(batch holding offset, end offset of the walk,
+    byte position where the walk stopped)``.
 
     With ``offset`` None the walk goes to the last whole batch (its end is the second value).
     """
@@ -263,11 +264,11 @@ def _scan(path: Path, base: int, offset: int | None) -> tuple[BatchId | None, in
         while True:
             batch = _header(fd, position, size, base)
             if batch is None:
-                return None, end
+                return None, end, position
             if offset is not None and batch.base_offset > offset:
-                return None, end
+                return None, end, position
             if offset is not None and batch.last_offset >= offset:
-                return batch, batch.last_offset + 1
+                return batch, batch.last_offset + 1, position
             end = batch.last_offset + 1
             position += 12 + int.from_bytes(os.pread(fd, 4, position + 8), "big", signed=True)
     finally:
@@ -284,14 +285,32 @@ def batch_at(part_dir: Path, offset: int) -> BatchId | None:
 
 
 def log_end(part_dir: Path, high_watermark: int | None) -> int:
-    """The partition's readable end: one past its last whole batch, capped at the HW."""
+    """The partition's readable end: one past its last whole batch, capped at the HW.
+
+    A walk that stops at damaged bytes (not at the end of the file or at preallocated zero
+    fill) has not found the end of the log: ingest quarantines such a byte range and moves
+    past it (``pipelines.sources.damage``), so the log still reaches its high watermark there.
+    """
     segments = _segments(part_dir)
     if not segments:
         return 0
     base, path = segments[-1]
-    last = _scan(path, base, None)[1]
+    _, last, stop = _scan(path, base, None)
     end = base if last is None else last  # an active segment without a whole batch: its base
-    return end if high_watermark is None else min(end, high_watermark)
+    if high_watermark is None:
+        return end
+    if end < high_watermark and _damaged_from(path, stop):
+        return high_watermark
+    return min(end, high_watermark)
+
+
+def _damaged_from(path: Path, position: int) -> bool:
+    """Bytes other than zero fill follow ``position`` of segment ``path`` (64 KiB looked at)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return any(os.pread(fd, 1 << 16, position))
+    finally:
+        os.close(fd)
 
 
 # --------------------------------------------------------------------------- the lake side

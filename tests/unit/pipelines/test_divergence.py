@@ -131,3 +131,29 @@ def test_first_difference_of_lake_rows_and_log_records() -> None:
     assert _first_difference(_rows(base), _rows(other)) == 4
     assert _first_difference(_rows(base), _rows(base[:3])) == 3  # the log is shorter
     assert _first_difference(_rows(base[:2]), _rows(base)) == 2  # the lake is shorter
+
+
+def test_log_end_reaches_past_a_damaged_tail_to_the_high_watermark(tmp_path: Path) -> None:
+    """Ingest quarantines a damaged last batch below the high watermark and moves past it:
+    the log end must not stop at that damage (else the next run would call it divergence),
+    while a log that merely ends (truncated, zero fill after it) still ends there."""
+    part = tmp_path / "t-0"
+    log = Log.open(part, LogConfig(segment_bytes=1 << 20, index_interval_bytes=256))
+    spans = [_append(log, 5, "a") for _ in range(6)]
+    log.flush()
+    hw = spans[-1][1] + 1
+    segment = next(part.glob("*.log"))
+    data = bytearray(segment.read_bytes())
+    last = batch_at(part, spans[-1][0])
+    assert last is not None
+    assert log_end(part, hw) == hw
+    # the last batch's length made impossible: the walk stops before it
+    data[last.position + 8 : last.position + 12] = (0x7FFFFFF0).to_bytes(4, "big")
+    segment.write_bytes(bytes(data))
+    assert log_end(part, None) == spans[-2][1] + 1  # no high watermark: whole batches only
+    assert log_end(part, hw) == hw  # damage below the HW: the log still reaches it
+    # the same batch cut off with zero fill behind it: the log ends at the last whole batch
+    data[last.position :] = bytes(len(data) - last.position)
+    segment.write_bytes(bytes(data))
+    assert log_end(part, hw) == spans[-2][1] + 1
+    log.close()
