@@ -50,6 +50,7 @@ from logstore.errors import LogDirLockedError, LoglakeError
 from logstore.server.config import BrokerConfig
 from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.config import LogConfig
+from logstore.storage.dirlock import DirLock
 from logstore.storage.files import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -370,6 +371,19 @@ def delete_records_online(bootstrap: str, starts: Mapping[tuple[str, int], int])
     return out
 
 
+def _check_unlocked(log_dirs: Iterable[str]) -> None:
+    for d in log_dirs:
+        lock = DirLock(d)
+        try:
+            lock.acquire()
+        except LogDirLockedError as exc:
+            raise LoglakeError(
+                f"{exc}: a broker is running on the log dir; give --bootstrap-server to delete "
+                "through it"
+            ) from None
+        lock.release()
+
+
 def delete_records_offline(
     log_dirs: Iterable[str], defaults: LogConfig, starts: Mapping[tuple[str, int], int]
 ) -> dict[Any, Any]:
@@ -424,6 +438,8 @@ def run_retention(
     summary = RetentionSummary(forced=force)
     summary.mode = "dry-run" if dry_run else ("online" if bootstrap else "offline")
     defaults = broker_defaults(config.broker_config)
+    if summary.mode == "offline":
+        _check_unlocked(config.log_dirs)  # fail before planning, not after
     progress = read_progress(config.records_path) if Path(config.records_path).is_dir() else {}
     tasks = build_tasks(config.log_dirs, defaults, progress, config.ingest_topics)
     log(f"{len(tasks)} partitions in {', '.join(config.log_dirs)}; progress for {len(progress)}")
