@@ -286,3 +286,35 @@ def test_offline_under_the_lock_and_cli_dry_run(
     assert _read_all(broker.bootstrap, topic, start, 200) == {
         o: v for o, v in acked.items() if o >= start
     }
+
+
+def test_broker_killed_after_the_job_recovers_the_new_log_start(
+    spark: SparkSession, tmp_path: Path, broker_factory: Any
+) -> None:
+    """SIGKILL right after DeleteRecords: the segments are renamed .deleted but not removed
+    (file.delete.delay.ms), no clean shutdown. The restarted broker recovers: the log starts at
+    the job's new log start, the .deleted files are gone, everything above is served."""
+    broker = broker_factory(
+        **{
+            "log.retention.check.interval.ms": "3600000",
+            "replica.high.watermark.checkpoint.interval.ms": "200",
+            "log.flush.start.offset.checkpoint.interval.ms": "3600000",
+            "log.segment.delete.delay.ms": "3600000",
+        }
+    )
+    topic = _topic(broker.bootstrap)
+    _, cfg = _configs(tmp_path, broker.log_dir)
+    acked = _produce(broker.bootstrap, topic, 0, 300, OLD)
+    time.sleep(0.6)
+    summary = run_retention(spark, cfg, bootstrap=broker.bootstrap, force=True)
+    start = summary.log_starts[f"{topic}/0"]
+    assert start > 0 and summary.deleted_segments > 0
+    part = broker.log_dir / f"{topic}-0"
+    assert len(list(part.glob("*.log.deleted"))) == summary.deleted_segments
+    broker.kill()
+    broker.start()
+    assert not list(part.glob("*.deleted"))
+    assert _watermarks(broker.bootstrap, topic) == (start, 300)
+    assert _read_all(broker.bootstrap, topic, start, 300) == {
+        o: v for o, v in acked.items() if o >= start
+    }
