@@ -34,18 +34,31 @@ NOW = 1_700_000_000_000
 TOPICS = ("t0", "t1", "t2", "__internal")
 
 
+RETENTION_MS = [-1, 0, 5_000, 10_000, 30_000]
+RETENTION_BYTES = [-1, 0, 1_000, 4_000, 10_000]
+
+
+def _near(values: list[int]) -> st.SearchStrategy[int]:
+    """A value at or next to one of ``values``: where the rules' comparisons flip."""
+    return st.sampled_from(sorted({v + d for v in values for d in (-1, 0, 1) if v + d >= 0}))
+
+
 @st.composite
 def partitions(draw: st.DrawFn) -> ModelPartition:
     n = draw(st.integers(1, 7))
     base = draw(st.integers(0, 50))
+    # largest timestamps right at a retention.ms boundary, or anywhere
+    ages = [r + d for r in RETENTION_MS if r >= 0 for d in (-1, 0, 1)]
+    timestamps = st.sampled_from([NOW - a for a in ages]) | st.integers(NOW - 40_000, NOW + 1_000)
     segments = []
     for _ in range(n):
         segments.append(
             ModelSegment(
                 base_offset=base,
-                size=draw(st.integers(1, 3000)),
-                max_timestamp=draw(st.none() | st.integers(NOW - 20_000, NOW + 1_000)),
-                mtime_ms=draw(st.integers(NOW - 20_000, NOW)),
+                # sizes that add up to the retention.bytes values exactly, or anything
+                size=draw(st.sampled_from([500, 1_000, 2_000]) | st.integers(1, 3000)),
+                max_timestamp=draw(st.none() | timestamps),
+                mtime_ms=draw(timestamps),
             )
         )
         base += draw(st.integers(1, 40))
@@ -55,14 +68,14 @@ def partitions(draw: st.DrawFn) -> ModelPartition:
         retention_ms=0,  # resolved per topic below
         retention_bytes=0,
         cleanup_policy="delete",
-        log_start_offset=draw(st.integers(bases[0], bases[-1] + 5)),
-        high_watermark=draw(st.none() | st.integers(bases[0], base + 10)),
-        progress=draw(st.integers(0, base + 10)),
+        log_start_offset=draw(_near(bases) | st.integers(bases[0], bases[-1] + 5)),
+        high_watermark=draw(st.none() | _near([*bases, base]) | st.integers(bases[0], base + 10)),
+        progress=draw(_near([*bases, base]) | st.integers(0, base + 10)),
     )
 
 
-retention_ms = st.sampled_from([-1, 0, 5_000, 10_000, 30_000])
-retention_bytes = st.sampled_from([-1, 0, 1_000, 4_000, 10_000])
+retention_ms = st.sampled_from(RETENTION_MS)
+retention_bytes = st.sampled_from(RETENTION_BYTES)
 policies = st.sampled_from(["delete", "compact", "compact,delete", "delete,compact"])
 
 
