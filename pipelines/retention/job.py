@@ -273,7 +273,7 @@ def plan_spark(
     if not tasks:
         return []
     sc = spark.sparkContext
-    slices = max(1, min(len(tasks), sc.defaultParallelism * 4))
+    slices = max(1, min(len(tasks), sc.defaultParallelism * 2))
     rdd = sc.parallelize(tasks, slices).mapPartitions(
         functools.partial(plan_task, now_ms=now_ms, force=force)
     )
