@@ -13,12 +13,14 @@ existence is.
 from __future__ import annotations
 
 import difflib
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from logstore.errors import LoglakeError
 
-__all__ = ["SECTIONS", "check_keys"]
+__all__ = ["SECTIONS", "check_keys", "read_pipeline_toml"]
 
 # section -> its keys (None: free-form keys). Sub-tables are sections of their own, by
 # dotted name ("spark.conf").
@@ -41,6 +43,14 @@ SECTIONS: dict[str, frozenset[str] | None] = {
         {"topics", "default_strategy", "buckets", "compression", "max_rows_per_file"}
     ),
     "compact.strategy": None,  # topic = strategy
+    "retention": frozenset({"broker_config", "records", "vacuum_hours", "zorder"}),
+}
+
+
+# Keys that existed once: refused with what to do instead.
+RETIRED: dict[tuple[str, str], str] = {
+    ("ingest", "verify"): "[ingest] verify is no longer used: ingest decodes every batch it "
+    "ingests and quarantines the ones it cannot decode; remove the key",
 }
 
 
@@ -67,5 +77,20 @@ def _check_table(name: str, table: Any, path: str) -> None:
     for key, value in table.items():
         if f"{name}.{key}" in SECTIONS:
             _check_table(f"{name}.{key}", value, path)
+        elif (name, key) in RETIRED:
+            raise LoglakeError(RETIRED[(name, key)], path=path)
         elif key not in keys:
             raise LoglakeError(f"unknown key {key!r} in [{name}]" + _nearest(key, keys), path=path)
+
+
+def read_pipeline_toml(path: str | Path) -> dict[str, Any]:
+    """Parse a pipeline TOML file and :func:`check_keys` it; errors name the file."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LoglakeError("config file not found", path=str(p)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise LoglakeError(f"config is not valid TOML: {exc}", path=str(p)) from None
+    check_keys(data, str(p))
+    return data

@@ -54,7 +54,6 @@ import os
 import sys
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -66,7 +65,7 @@ from pyspark.sql import functions as sf
 from logstore.errors import CorruptRecordError, LoglakeError
 from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.files import offset_from_file_name, parse_partition_dir
-from pipelines.config import check_keys
+from pipelines.config import read_pipeline_toml
 from pipelines.delta import read_app_transactions, read_delta, write_delta
 from pipelines.delta.commit import load_table
 from pipelines.delta.direct import StagedWrite, stage_files
@@ -161,12 +160,7 @@ def load_config(
     Relative paths are taken relative to the current directory (as on a command line).
     """
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LoglakeError("config file not found", path=str(p)) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise LoglakeError(f"config is not valid TOML: {exc}", path=str(p)) from None
+    data = read_pipeline_toml(p)
     paths = data.get("paths", {})
     spark = data.get("spark", {})
     ingest = data.get("ingest", {})
@@ -178,13 +172,6 @@ def load_config(
         raise LoglakeError(
             "[paths] log_dirs and lake must be set (or --log-dirs/--lake)", path=str(p)
         )
-    if "verify" in ingest:
-        raise LoglakeError(
-            "[ingest] verify is no longer used: ingest decodes every batch it ingests and "
-            "quarantines the ones it cannot decode; remove the key",
-            path=str(p),
-        )
-    check_keys(data, str(p))
     compression = str(ingest.get("compression", "snappy"))
     if compression not in PARQUET_CODECS:
         raise LoglakeError(

@@ -95,6 +95,7 @@ from logstore.storage.files import (
     segment_path,
 )
 from logstore.storage.loader import LoadResult, load_segments
+from logstore.storage.retention import retention_plan
 from logstore.storage.scheduler import Scheduler
 from logstore.storage.segment import BatchInfo, LogSegment
 
@@ -791,34 +792,29 @@ class Log:
         """Retention: delete segments by ``retention.ms``, ``retention.bytes`` and the log start
         offset (the first two only with ``cleanup.policy`` delete). Returns how many went.
 
-        ``retention.ms``: a segment goes when ``now - largest timestamp > retention.ms``.
-        ``retention.bytes``: oldest segments go while the log stays at or over the limit without
-        them. Segments wholly below the log start offset always go.
+        The rules are :func:`logstore.storage.retention.retention_plan` (shared with the
+        retention job): ``retention.ms`` against each segment's largest timestamp,
+        ``retention.bytes`` while the log stays at or over the limit without the segment,
+        segments wholly below the log start offset; never the active segment.
         """
         now = _now_ms() if now_ms is None else now_ms
         with self._lock:
             if self._closed:
                 return 0
             cfg = self._config
-            deleted = 0
-            if cfg.delete and cfg.retention_ms >= 0:
-                deleted += self._delete_segments(
-                    lambda seg, nxt: now - seg.largest_timestamp > cfg.retention_ms
-                )
-            if cfg.delete and cfg.retention_bytes >= 0:
-                excess = [self.size - cfg.retention_bytes]
-
-                def over(seg: LogSegment, nxt: int) -> bool:
-                    if excess[0] - seg.size >= 0:
-                        excess[0] -= seg.size
-                        return True
-                    return False
-
-                if excess[0] > 0:
-                    deleted += self._delete_segments(over)
-            start = self._log_start_offset
-            deleted += self._delete_segments(lambda seg, nxt: nxt <= start)
-            return deleted
+            rules = retention_plan(
+                self._segments,
+                retention_ms=cfg.retention_ms,
+                retention_bytes=cfg.retention_bytes,
+                delete_policy=cfg.delete,
+                log_start_offset=self._log_start_offset,
+                high_watermark=self._high_watermark,
+                now_ms=now,
+            )
+            if not rules:
+                return 0
+            keep_from = self._segments[len(rules)].base_offset
+            return self._delete_segments(lambda seg, nxt: nxt <= keep_from)
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ else ``[compact] default_strategy`` (``offset``).
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from logstore.errors import LoglakeError
 from logstore.storage.files import validate_topic
 from logstore.storage.topic_config import read_topic_configs
 from pipelines.compaction.model import DEFAULT_STRATEGY, Strategy, parse_strategy
-from pipelines.config import check_keys
+from pipelines.config import read_pipeline_toml
 
 __all__ = ["CompactConfig", "compacted_topics", "load_compact_config"]
 
@@ -65,16 +64,10 @@ def load_compact_config(
     """
     p = Path(path)
     where = str(p)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LoglakeError("config file not found", path=where) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise LoglakeError(f"config is not valid TOML: {exc}", path=where) from None
+    data = read_pipeline_toml(p)
     paths = _table(data, "paths", where)
     spark = _table(data, "spark", where)
     compact = _table(data, "compact", where)
-    check_keys(data, where)
     dirs: list[str] | str = list(log_dirs) if log_dirs else paths.get("log_dirs", [])
     if isinstance(dirs, str):
         dirs = [dirs]

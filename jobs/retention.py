@@ -1,0 +1,97 @@
+"""spark-submit jobs/retention.py --config conf/pipeline.toml [--bootstrap-server HOST:PORT]
+[--dry-run] [--force] [--log-dirs DIR] [--lake DIR] [--broker-config FILE]
+
+Kafka's log retention over every partition of the log dirs, planned on the Spark executors
+from the segment files (sizes, time index tails): retention.ms against each segment's largest
+timestamp (the .log file's mtime when it has none), retention.bytes, segments below the log
+start offset; never the active segment; topic configs (<log_dir>/topic-configs) over the
+broker defaults (--broker-config, [retention] broker_config, else conf/broker.properties);
+cleanup.policy=compact alone gets no time or size retention, compact,delete does.
+
+Lake-aware: a segment of an ingested topic ([ingest] topics, or every topic not starting with
+"__") goes only once every record in it is committed to <lake>/records; the others are held
+and counted (held_segments). --force deletes them anyway (the next ingest reports the gap).
+Topics that are not ingested get Kafka's retention alone.
+
+Deletion: with --bootstrap-server through Kafka's DeleteRecords on the running broker; without
+it directly on the log dirs under their .lock (refused while a broker holds it). --dry-run
+prints the plan as a table and deletes nothing. What went is appended to <lake>/retention_log.
+
+Output: the plan as a table on stdout (dry run), a summary on stderr, then the summary as one
+JSON line, last on stdout. Exit codes: 0 done; 1 failed, or some partitions could not be
+trimmed (listed in "errors"); 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from logstore.errors import LoglakeError
+from pipelines.retention.job import format_plan, load_retention_config, run_retention
+from pipelines.retention.plan import PartitionPlan
+from pipelines.session import get_spark
+
+
+def _stderr(message: str) -> None:
+    print(f"[retention {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="spark-submit jobs/retention.py",
+        description=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[2:]),
+    )
+    parser.add_argument("--config", required=True, help="pipeline TOML, e.g. conf/pipeline.toml")
+    parser.add_argument(
+        "--log-dirs", action="append", help="broker log dir (repeatable); overrides [paths]"
+    )
+    parser.add_argument("--lake", help="lake directory; overrides [paths] lake")
+    parser.add_argument(
+        "--broker-config",
+        help="broker.properties giving the default retention (log.retention.*); overrides "
+        "[retention] broker_config; default conf/broker.properties",
+    )
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="delete through this running broker (DeleteRecords); without it: offline",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, delete nothing")
+    parser.add_argument(
+        "--force", action="store_true", help="also delete segments not yet in the lake"
+    )
+    args = parser.parse_args(argv)
+    try:
+        config = load_retention_config(
+            args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config
+        )
+        spark = get_spark(config.app_name, master=config.master, conf=config.spark_conf)
+        plans: list[PartitionPlan] = []
+        summary = run_retention(
+            spark,
+            config,
+            bootstrap=args.bootstrap_server,
+            dry_run=args.dry_run,
+            force=args.force,
+            log=_stderr,
+            plan_out=plans,
+        )
+    except LoglakeError as exc:
+        print(f"retention failed: {exc}", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        print(format_plan(plans))
+    print(summary.describe(), file=sys.stderr)
+    for error in summary.errors:
+        print(f"not trimmed: {error}", file=sys.stderr)
+    print(json.dumps(summary.to_json()))
+    return 1 if summary.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

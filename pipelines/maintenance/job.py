@@ -1,0 +1,123 @@
+"""The maintenance run: records retention, then maintenance of every loglake table.
+
+See :mod:`pipelines.maintenance.tables` for each step. The per-topic retention of ``[retention]
+records = "topic"`` comes from the log dirs' topic configs over the broker defaults (the same
+resolution as the log retention job); a topic in ``records`` that no log dir knows any more
+gets the broker defaults.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from logstore.storage.config import LogConfig
+from logstore.storage.topic_config import read_topic_configs
+from pipelines.maintenance.tables import find_tables, maintain_table, records_retention
+from pipelines.retention.job import (
+    RetentionConfig,
+    append_retention_log,
+    broker_defaults,
+    parse_records_retention,
+)
+
+__all__ = ["MaintenanceSummary", "run_maintenance", "topic_retention"]
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class MaintenanceSummary:
+    records_retention: str = "forever"
+    deleted_rows: int = 0
+    deleted_partitions: int = 0
+    records_version: int | None = None
+    tables: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        files = ", ".join(
+            f"{Path(t['path']).name} {t['files_before']}->{t['files_after']} files"
+            for t in self.tables
+        )
+        return (
+            f"maintenance summary: records retention {self.records_retention}: "
+            f"{self.deleted_rows} rows deleted; tables: {files or 'none'}; "
+            f"errors={len(self.errors)} seconds={self.seconds:.1f}"
+        )
+
+
+def topic_retention(
+    log_dirs: Iterable[str], defaults: LogConfig, topics: Iterable[str]
+) -> dict[str, int]:
+    """Each topic's ``retention.ms`` (-1 when it has no ``delete`` policy: kept forever)."""
+    overrides: dict[str, dict[str, str]] = {}
+    for d in log_dirs:
+        if Path(d).is_dir():
+            for topic, props in read_topic_configs(d).items():
+                overrides.setdefault(topic, {}).update(props)
+    out: dict[str, int] = {}
+    for topic in topics:
+        cfg = LogConfig.from_properties(overrides.get(topic, {}), defaults=defaults)
+        out[topic] = cfg.retention_ms if cfg.delete else -1
+    return out
+
+
+def run_maintenance(
+    config: RetentionConfig,
+    *,
+    tables: Iterable[str] | None = None,
+    records: bool = True,
+    now_ms: int | None = None,
+    log: Log = lambda _m: None,
+) -> MaintenanceSummary:
+    """Records retention (unless ``records`` is False), then maintenance of ``tables`` (names
+    under the lake; default every table found)."""
+    started = time.monotonic()
+    summary = MaintenanceSummary(records_retention=config.records_retention)
+    setting = parse_records_retention(config.records_retention)
+    if records and setting != "forever":
+        from deltalake import DeltaTable  # noqa: PLC0415
+
+        path = Path(config.records_path)
+        topics = (
+            sorted({v["topic"] for v in DeltaTable(str(path)).partitions() if "topic" in v})
+            if (path / "_delta_log").is_dir()
+            else []
+        )
+        if setting == "topic":
+            retention = topic_retention(
+                config.log_dirs, broker_defaults(config.broker_config), topics
+            )
+        else:
+            retention = dict.fromkeys(topics, int(setting))
+        rows, version, deleted = records_retention(path, retention, now_ms=now_ms)
+        summary.deleted_rows = deleted
+        summary.deleted_partitions = len(rows)
+        summary.records_version = version
+        append_retention_log(config.retention_log_path, rows)
+        log(f"records retention ({config.records_retention}): {deleted} rows deleted")
+    wanted = set(tables) if tables else None
+    found = find_tables(config.lake)
+    if wanted is not None:
+        missing = wanted - {t.name for t in found}
+        summary.errors.extend(f"{name}: no such table under {config.lake}" for name in missing)
+    for table in found:
+        if wanted is not None and table.name not in wanted:
+            continue
+        report = maintain_table(table, vacuum_hours=config.vacuum_hours, zorder=config.zorder)
+        summary.tables.append(report.to_json())
+        summary.errors.extend(f"{table.name}: {e}" for e in report.errors)
+        log(
+            f"{table.name}: files {report.files_before} -> {report.files_after}, "
+            f"version {report.version_before} -> {report.version_after}"
+        )
+    summary.seconds = time.monotonic() - started
+    return summary

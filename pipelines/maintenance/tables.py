@@ -1,0 +1,253 @@
+"""Records retention and Delta table maintenance, with delta-rs (no Spark needed).
+
+**Records retention** (``[retention] records`` in ``conf/pipeline.toml``): ``forever`` (the
+default: the lake keeps everything), ``topic`` (each topic's ``retention.ms``, from the log
+dirs' topic configs over the broker defaults; topics whose ``cleanup.policy`` lacks
+``delete`` or whose ``retention.ms`` is -1 are kept) or an age (``30d``, ``12h``, ``90m``).
+Rows are removed only as whole ``date`` partitions: a day goes once all of it is past the
+cutoff (``date < date(now - retention)``, UTC), so a row is kept up to one day longer than the
+setting says and no data file is ever rewritten. All topics go in **one** delete commit
+(predicate on the partition columns). What went (per topic and Kafka partition: rows, first
+and last offset) is returned for ``retention_log``.
+
+**Maintenance** of one table (:func:`maintain_table`), each step one commit (vacuum: delta-rs
+records a start and an end commit), in order: ``optimize`` (compaction of small files, or
+z-order by ``offset`` when asked and the table has that column; data files are rewritten,
+rows unchanged, ``dataChange=false``), ``vacuum`` of files unreferenced for longer than the
+horizon, a checkpoint, and clean-up of log entries older than the table's
+``delta.logRetentionDuration`` (30 days by default: the version history stays readable that
+long).
+
+Concurrency: every step reads a snapshot and commits with delta-rs's conflict checks. An
+ingest appending meanwhile does not conflict with compaction or vacuum (blind appends); a
+step that does conflict (e.g. another maintenance run removed the same files) is retried on a
+fresh snapshot up to ``retries`` times, then reported in the result's ``errors`` (the table is
+unchanged by the failed step). Ingest's own commits retry the same way
+(``pipelines.delta.commit``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError
+
+from logstore.errors import LoglakeError
+from logstore.storage.files import validate_topic
+
+__all__ = ["TableReport", "find_tables", "maintain_table", "records_retention"]
+
+T = TypeVar("T")
+_DAY_MS = 86_400_000
+
+
+@dataclass
+class TableReport:
+    """What maintenance did to one table."""
+
+    path: str
+    version_before: int = -1
+    version_after: int = -1
+    files_before: int = 0
+    files_after: int = 0
+    optimize: dict[str, Any] = field(default_factory=dict)
+    vacuumed_files: int = 0
+    checkpoint: bool = False
+    log_cleaned: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def find_tables(lake: str | Path) -> list[Path]:
+    """Every Delta table under ``lake`` (a directory holding ``_delta_log``), two levels deep
+    (``<lake>/records``, ``<lake>/topics/<name>``)."""
+    root = Path(lake)
+    out: list[Path] = []
+    if not root.is_dir():
+        return out
+    for entry in sorted(root.iterdir()):
+        if not entry.is_dir() or entry.name.startswith((".", "_")):
+            continue
+        if (entry / "_delta_log").is_dir():
+            out.append(entry)
+            continue
+        out.extend(
+            sub for sub in sorted(entry.iterdir()) if sub.is_dir() and (sub / "_delta_log").is_dir()
+        )
+    return out
+
+
+def _retrying(step: Callable[[], T], retries: int) -> T:
+    for attempt in range(1, retries + 1):
+        try:
+            return step()
+        except CommitFailedError:
+            if attempt == retries:
+                raise
+            time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _file_count(path: Path) -> int:
+    return len(DeltaTable(str(path)).file_uris())
+
+
+def maintain_table(
+    path: str | Path,
+    *,
+    vacuum_hours: float,
+    zorder: bool = False,
+    retries: int = 5,
+) -> TableReport:
+    """Optimize, vacuum, checkpoint and clean up the log of the table at ``path``."""
+    p = Path(path)
+    report = TableReport(str(p))
+    dt = DeltaTable(str(p))
+    report.version_before = dt.version()
+    report.files_before = len(dt.file_uris())
+
+    def optimize() -> dict[str, Any]:
+        t = DeltaTable(str(p))
+        names = {f.name for f in t.schema().fields}
+        if zorder and "offset" in names:
+            return dict(t.optimize.z_order(["offset"]))
+        return dict(t.optimize.compact())
+
+    def vacuum() -> list[str]:
+        return DeltaTable(str(p)).vacuum(
+            retention_hours=int(vacuum_hours),
+            dry_run=False,
+            enforce_retention_duration=False,
+        )
+
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("optimize", optimize),
+        ("vacuum", vacuum),
+        ("checkpoint", lambda: DeltaTable(str(p)).create_checkpoint()),
+        ("cleanup_metadata", lambda: DeltaTable(str(p)).cleanup_metadata()),
+    ]
+    for name, step in steps:
+        try:
+            out = _retrying(step, retries)
+        except (CommitFailedError, DeltaError, OSError) as exc:
+            report.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        if name == "optimize":
+            report.optimize = {k: v for k, v in out.items() if isinstance(v, (int, float, str))}
+        elif name == "vacuum":
+            report.vacuumed_files = len(out)
+        elif name == "checkpoint":
+            report.checkpoint = True
+        else:
+            report.log_cleaned = True
+    dt = DeltaTable(str(p))
+    report.version_after = dt.version()
+    report.files_after = len(dt.file_uris())
+    return report
+
+
+def _cutoff_date(now_ms: int, retention_ms: int) -> datetime.date:
+    cutoff = datetime.datetime.fromtimestamp((now_ms - retention_ms) / 1000, datetime.UTC)
+    return cutoff.date()
+
+
+def records_retention(
+    records_path: str | Path,
+    retention: Mapping[str, int],
+    *,
+    now_ms: int | None = None,
+    retries: int = 5,
+) -> tuple[list[dict[str, Any]], int | None, int]:
+    """Delete the whole ``date`` partitions of each topic past its retention (ms) in one
+    commit; returns (``retention_log`` rows, the new table version or None, rows deleted).
+
+    The rows are counted from the snapshot before the delete; the deleted count comes from
+    the delete itself (larger when an ingest added rows to a doomed day in between)."""
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    path = str(records_path)
+    if not (Path(path) / "_delta_log").is_dir():
+        return [], None, 0
+    dt = DeltaTable(path)
+    dates: dict[str, set[datetime.date]] = {}
+    for values in dt.partitions():
+        topic, day = values.get("topic"), values.get("date")
+        if topic is None or day is None:
+            continue
+        dates.setdefault(topic, set()).add(datetime.date.fromisoformat(day))
+    clauses: list[str] = []
+    cutoffs: dict[str, datetime.date] = {}
+    for topic, days in sorted(dates.items()):
+        ms = retention.get(topic)
+        if ms is None or ms < 0:
+            continue
+        cutoff = _cutoff_date(now, ms)
+        if not any(d < cutoff for d in days):
+            continue
+        validate_topic(topic)  # Kafka's name rules: no quote can reach the predicate
+        cutoffs[topic] = cutoff
+        clauses.append(f"(topic = '{topic}' AND date < '{cutoff.isoformat()}')")
+    if not clauses:
+        return [], None, 0
+    predicate = " OR ".join(clauses)
+    doomed = _doomed_ranges(dt, cutoffs)
+
+    def delete() -> dict[str, Any]:
+        return dict(DeltaTable(path).delete(predicate))
+
+    metrics = _retrying(delete, retries)
+    version = DeltaTable(path).version()
+    removed_at = datetime.datetime.now(datetime.UTC)
+    run_id = f"records-retention-{now}-{os.getpid()}"
+    rows = [
+        {
+            "source": "records",
+            "topic": topic,
+            "partition": partition,
+            "segment_base_offset": first,
+            "end_offset": last + 1,
+            "bytes": None,
+            "rows": count,
+            "largest_timestamp": None,
+            "rule": f"records < {cutoffs[topic].isoformat()}",
+            "forced": False,
+            "removed_at": removed_at,
+            "run_id": run_id,
+        }
+        for (topic, partition), (first, last, count) in sorted(doomed.items())
+    ]
+    return rows, version, int(metrics.get("num_deleted_rows", 0))
+
+
+def _doomed_ranges(
+    dt: DeltaTable, cutoffs: Mapping[str, datetime.date]
+) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """Per (topic, Kafka partition) in the doomed days: first offset, last offset, rows."""
+    import pyarrow.compute as pc  # noqa: PLC0415
+
+    out: dict[tuple[str, int], tuple[int, int, int]] = {}
+    for topic, cutoff in cutoffs.items():
+        table = dt.to_pyarrow_table(
+            filters=[("topic", "=", topic)], columns=["partition", "offset", "date"]
+        )
+        table = table.filter(pc.less(table["date"], cutoff))
+        grouped = table.group_by("partition").aggregate(
+            [("offset", "min"), ("offset", "max"), ("offset", "count")]
+        )
+        for r in grouped.to_pylist():
+            out[(topic, int(r["partition"]))] = (
+                int(r["offset_min"]),
+                int(r["offset_max"]),
+                int(r["offset_count"]),
+            )
+    if not out:
+        raise LoglakeError("records retention found doomed days but no rows in them")
+    return out
