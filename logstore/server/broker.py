@@ -216,6 +216,20 @@ class Broker:
             for p in range(partitions):
                 self.log_manager.get_or_create_log(topic, p, cfg)
 
+    def create_partitions(self, topic: str, count: int) -> None:
+        """Raise ``topic``'s partition count to ``count`` (new, empty partitions with the
+        topic's config); raises InvalidTopicError for an unknown topic, LoglakeError for a
+        count that is not higher."""
+        with self.admin_lock:
+            current = self.partition_count(topic)
+            if current is None:
+                raise InvalidTopicError(f"unknown topic {topic!r}")
+            if count <= current:
+                raise LoglakeError(f"{topic}: {count} partitions is not more than {current}")
+            cfg = self.topic_config(topic)
+            for p in range(current, count):
+                self.log_manager.get_or_create_log(topic, p, cfg)
+
     def delete_topic(self, topic: str) -> None:
         with self.admin_lock:
             n = self.partition_count(topic)

@@ -23,6 +23,8 @@ from typing import Any, Final
 from logstore.server.context import RequestContext
 from logstore.server.group import handlers as group_handlers
 from logstore.server.handlers import (
+    alter_configs,
+    create_partitions,
     create_topics,
     delete_records,
     delete_topics,
@@ -61,6 +63,8 @@ def _build() -> dict[int, tuple[int, int, Handler]]:
         incremental_alter_configs,
         init_producer_id,
         delete_records,
+        alter_configs,
+        create_partitions,
     ):
         add(int(mod.API_KEY), int(mod.MIN_VERSION), int(mod.MAX_VERSION), mod.handle, mod.__name__)
     for family in (transactions, group_handlers):
