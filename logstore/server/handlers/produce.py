@@ -78,9 +78,10 @@ def append_records(
         if part is None:
             validate_topic(topic)  # InvalidTopicError for a name no topic can have
             return _PartitionResult(ErrorCode.unknown_topic_or_partition)
-        # Checks that need the topic's config and more than batch headers go here, before
-        # the append: raise a LoglakeError (the table gives its code).
-        appended = part.append_as_leader(bytearray(records or b""), now_ms=ctx.wall_clock())
+        buf = bytearray(records or b"")  # the one copy; offsets are stamped into it
+        # A per-topic check that needs more than batch headers (the topic's config is
+        # part.log.config) is one call here, raising a LoglakeError (the table gives its code).
+        appended = part.append_as_leader(buf, now_ms=ctx.wall_clock())
     except LoglakeError as exc:
         return _PartitionResult(error_code_for(exc), exc.message)
     result = _PartitionResult(ErrorCode.none)
