@@ -79,11 +79,12 @@ def _read(
     total = 0
     errors = False
     out: list[tuple[str, list[_PartitionRead]]] = []
-    # Kafka refuses other values when parsing the request; v4+ always carry the field.
+    # v4+ always carry the field; a value other than 0 or 1 (Kafka refuses the request)
+    # gets the stricter read_committed.
     isolation = (
-        IsolationLevel.READ_COMMITTED
-        if int(request.isolation_level) == IsolationLevel.READ_COMMITTED
-        else IsolationLevel.READ_UNCOMMITTED
+        IsolationLevel.READ_UNCOMMITTED
+        if int(request.isolation_level) == IsolationLevel.READ_UNCOMMITTED
+        else IsolationLevel.READ_COMMITTED
     )
     for t in request.topics:
         parts: list[_PartitionRead] = []

@@ -54,11 +54,12 @@ def _lookup(
 
 def handle(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
-    # v1 has no isolation_level: read_uncommitted
+    # v1 has no isolation_level: read_uncommitted; a value other than 0 or 1 gets the
+    # stricter read_committed, as in Fetch.
     isolation = (
-        IsolationLevel.READ_COMMITTED
-        if int(getattr(request, "isolation_level", 0)) == IsolationLevel.READ_COMMITTED
-        else IsolationLevel.READ_UNCOMMITTED
+        IsolationLevel.READ_UNCOMMITTED
+        if int(getattr(request, "isolation_level", 0)) == IsolationLevel.READ_UNCOMMITTED
+        else IsolationLevel.READ_COMMITTED
     )
     topics = []
     for t in request.topics:
