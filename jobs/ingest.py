@@ -3,10 +3,18 @@
 Appends new records from the broker's log directories to <lake>/records, exactly once per
 offset (progress rides in the same Delta commit).
 
+Damage in a segment (a CRC mismatch, an impossible batchLength, torn bytes below the high
+watermark) never ends the read: the unreadable bytes go to <lake>/quarantine (file, position,
+size, error), reading resumes at the next sound batch, and progress moves past them. Each
+such run is printed on stderr as "SKIPPED topic/partition: offsets [a, b) ... N bytes at
+position P of FILE" and listed in the summary ("skipped", with the totals "skipped_offsets"
+and "skipped_bytes"); the run still exits 0.
+
 Output: progress lines and a summary on stderr (spark-submit merges them into stdout), then
-the summary as one JSON line, last on stdout. Exit codes: 0 done; 1 failed (nothing
-half-committed); 2 bad arguments; 3 damaged batches found with --fail-on-corrupt (they are
-in <lake>/quarantine, progress is not moved).
+the summary as one JSON line, last on stdout. Exit codes: 0 done (check skipped_offsets:
+damaged offsets were skipped and quarantined); 1 failed (nothing half-committed); 2 bad
+arguments; 3 damaged batches found with --fail-on-corrupt (they are in <lake>/quarantine,
+nothing is committed, progress is not moved).
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         "--fail-on-corrupt",
         action="store_true",
         default=None,
-        help="exit 3 when damaged batches are found (they are quarantined)",
+        help="exit 3 when damaged batches are found (they are quarantined, nothing is "
+        "committed); without it they are skipped, reported and the run exits 0",
     )
     parser.add_argument(
         "--verbose", action="store_true", help="Spark's own INFO log lines on stderr too"

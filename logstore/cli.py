@@ -28,6 +28,12 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "logstore.tools.dump_log",
         "print the batches, records and index entries of Kafka segment files",
     ),
+    # Lives in pipelines/ (Arrow, delta-rs); its module imports only the standard library, the
+    # engine is loaded when the subcommand runs.
+    "sql": (
+        "pipelines.sqlcli",
+        "SQL over the lake's Delta tables (delta-rs/DataFusion, no Spark); a prompt if no query",
+    ),
 }
 
 

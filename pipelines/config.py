@@ -36,6 +36,10 @@ SECTIONS: dict[str, frozenset[str] | None] = {
             "progress_interval_s",
         }
     ),
+    "compact": frozenset(
+        {"topics", "default_strategy", "buckets", "compression", "max_rows_per_file"}
+    ),
+    "compact.strategy": None,  # topic = strategy
 }
 
 

@@ -18,11 +18,15 @@ A run:
    where their sound batches end, their bytes and control batches, and every damaged batch —
    CRC failures, impossible headers, torn frames and batches whose records cannot be decoded;
 3. appends damaged batches not yet in ``quarantine`` to it (idempotent by file and position);
-   with ``fail_on_corrupt`` the run stops here: the written files are removed, progress does
-   not move;
+   damage never ends a read (the reader resynchronises on the next sound batch), and each run
+   of unreadable bytes is reported as **skipped** offsets — from the end of the sound batch
+   before it to the base offset of the one after it (or the high watermark), with its bytes
+   (:mod:`pipelines.sources.damage`; damage below progress, read again with its segment, is
+   an earlier run's and not counted again). With ``fail_on_corrupt`` the run stops here: the
+   written files are removed, progress does not move;
 4. commits the files to ``records`` in **one commit carrying the new progress** ``N`` (per
-   partition: the end of its last sound batch, capped at the high watermark), with the
-   versions read in step 1 as expected versions.
+   partition: the end of its last sound batch or of its last skipped run, capped at the
+   high watermark), with the versions read in step 1 as expected versions.
 
 Every batch that is ingested is decoded, so a batch whose CRC matches but whose records cannot
 be decoded is quarantined like any damaged one, never dropped silently.
@@ -62,6 +66,7 @@ from pipelines.delta.commit import load_table
 from pipelines.delta.direct import StagedWrite, stage_files
 from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
 from pipelines.sources import BATCHES_SCHEMA, RECORDS_ARROW_SCHEMA
+from pipelines.sources.damage import Skipped, skipped_offsets
 from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
 
 __all__ = [
@@ -204,6 +209,10 @@ class IngestSummary:
     committed: bool = False
     table_version: int | None = None
     progress: dict[str, int] = field(default_factory=dict)
+    # Unreadable byte runs whose offsets the lake will not have (quarantined, progress past).
+    skipped: list[Skipped] = field(default_factory=list)
+    skipped_offsets: int = 0
+    skipped_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -220,7 +229,8 @@ class IngestSummary:
             f"partitions={self.partitions} quarantined={self.quarantined} "
             f"corrupt_batches={self.corrupt_batches} control_batches={self.control_batches} "
             f"gaps={len(self.gaps)} ({gaps}) table_version={self.table_version} "
-            f"seconds={self.seconds:.1f}"
+            f"seconds={self.seconds:.1f} skipped_offsets={self.skipped_offsets} "
+            f"skipped_bytes={self.skipped_bytes} ({len(self.skipped)} unreadable runs)"
         )
 
 
@@ -509,8 +519,23 @@ def _finish(  # noqa: PLR0917
             ends[tp] = max(ends.get(tp, report["next_offset"]), report["next_offset"])
         b, c = sizes.get(tp, (0, 0))
         sizes[tp] = (b + report["bytes"], c + report["control_batches"])
-        for row in report["damaged"]:
-            damaged[(row["topic"], row["partition"], row["file"], row["position"])] = row
+    # Damage: runs of unreadable bytes between sound batches; progress moves past each run
+    # below the high watermark, and its offsets are reported as skipped (never a silent gap).
+    skipped, damage_rows, past_damage = skipped_offsets(staged.reports, starts, high_watermarks)
+    for row in damage_rows:
+        damaged[(row["topic"], row["partition"], row["file"], row["position"])] = row
+    for tp, end in past_damage.items():
+        ends[tp] = max(ends.get(tp, end), end)
+    summary.skipped = skipped
+    summary.skipped_offsets = sum(s.offsets for s in skipped)
+    summary.skipped_bytes = sum(s.bytes for s in skipped)
+    for s in skipped:
+        to = "the unknown log end" if s.to_offset is None else s.to_offset
+        log(
+            f"SKIPPED {s.topic}/{s.partition}: offsets [{s.from_offset}, {to}) ({s.offsets} "
+            f"offsets) are unreadable: {s.bytes} bytes at position {s.position} of {s.file} "
+            f"({s.error})"
+        )
     try:
         summary.corrupt_batches = len(damaged)
         if damaged:
@@ -519,7 +544,8 @@ def _finish(  # noqa: PLR0917
             summary.quarantined += _quarantine(spark, rows, config.quarantine_path, log)
         if damaged and config.fail_on_corrupt:
             raise CorruptRecordError(
-                f"{len(damaged)} damaged batches (see {config.quarantine_path}); "
+                f"{len(damaged)} damaged batches (see {config.quarantine_path}): "
+                f"{summary.skipped_offsets} offsets in {summary.skipped_bytes} bytes unreadable; "
                 "fail_on_corrupt is set, progress not moved"
             )
         new_progress: dict[TopicPartition, int] = {}

@@ -88,7 +88,8 @@ def get_spark(
     """Build or get the SparkSession for ``app_name`` (see the module docstring for precedence).
 
     When the engine switch says ``delta-spark``, Delta's extension and catalog are configured
-    too (the jars must come from the launcher, e.g. ``--packages``). If a session is already
+    too (the jars must come from the launcher, e.g. ``--packages``). Without native Delta,
+    ``format("delta")`` is made readable by ``pipelines.delta.source``. If a session is already
     running in this process, Spark returns it; static settings then keep their first values.
     """
     settings = read_spark_defaults(DEFAULTS_FILE if defaults_file is None else defaults_file)
@@ -112,7 +113,12 @@ def get_spark(
     builder = SparkSession.builder.appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    # format("delta") without Delta's jars: loglake's reader (nothing where native Delta is).
+    from pipelines.delta.source import register_delta_source  # noqa: PLC0415
+
+    register_delta_source(session)
+    return session
 
 
 def spark_conf(conf: Mapping[str, str], *, verbose: bool = False) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 - ``config``: ``BrokerConfig`` with Kafka's key names (``conf/broker.properties``).
 - ``network``: the reactor (acceptor, processors, bounded request channel, handler threads,
-  ``os.sendfile`` for fetched records).
+  ``os.sendfile`` for fetched records); ``memory_pool``: the bounded request memory
+  (``queued.max.request.bytes``) it reads frames into.
 - ``apis`` / ``dispatch``: request framing, the API registry and request routing;
   ``registry``: the static table of handlers (plain imports: a broken module stops the
   start); ``handlers/<api>.py`` one module per Kafka API; ``group/`` the group coordinator

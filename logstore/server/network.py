@@ -2,9 +2,13 @@
 
 Kafka's SocketServer shape, in threads:
 
-1. One **acceptor** thread ``accept()``s on the listening socket, refuses a connection
-   beyond ``max.connections`` (accept, close, log once per burst), makes it non-blocking and
-   hands it round-robin to a processor.
+1. One **acceptor** thread ``accept()``s on the non-blocking listening socket, as many
+   connections per wake-up as are waiting, refuses a connection beyond ``max.connections``
+   or ``max.connections.per.ip`` (accept, close, log once per burst), makes it non-blocking
+   and hands it round-robin to a processor, waking each processor once per batch. Bursts of
+   thousands of connections a second wait in the kernel's accept queue
+   (``socket.listen.backlog.size``) meanwhile; a queue that overflows drops SYNs, which
+   costs the client a 1 s, 3 s, 7 s ... retransmission.
 2. ``num.network.threads`` **processors**, each with its own ``selectors`` loop, read
    size-prefixed frames (``int32 size`` then ``size`` bytes) without blocking and write
    responses. The size prefix is checked against ``socket.request.max.bytes`` *before* any
@@ -13,14 +17,15 @@ Kafka's SocketServer shape, in threads:
    written: one request per connection in flight, so responses leave in request order and
    produce requests of one connection are appended in the order sent. Pipelined requests
    wait in the kernel's socket buffer meanwhile.
-3. The **request channel** is a bounded queue of ``queued.max.requests``. A processor that
+3. **Request memory** is bounded (KIP-72): see "Memory" below.
+4. The **request channel** is a bounded queue of ``queued.max.requests``. A processor that
    cannot enqueue keeps the request and stops reading from *all* its sockets until the
-   channel has room, so memory stays bounded under load.
-4. ``num.io.threads`` **handlers** take requests, parse them (``logstore.server.apis``),
+   channel has room.
+5. ``num.io.threads`` **handlers** take requests, parse them (``logstore.server.apis``),
    call the API handler, encode the response, and give it back to the connection's
    processor; a :class:`~logstore.server.context.Deferred` response is given back when it
    completes, from whatever thread completes it.
-5. **Inline requests.** Two thread hand-offs per request (processor -> handler -> processor,
+6. **Inline requests.** Two thread hand-offs per request (processor -> handler -> processor,
    each a wake-up and a GIL transfer) cost more than a cheap request itself: for a Fetch
    whose data is in the page cache they were most of its latency. The server's optional
    ``inline(request) -> bool`` hook runs on the processor thread for every whole frame; when
@@ -30,6 +35,28 @@ Kafka's SocketServer shape, in threads:
    the processor thread itself is written at once, without the response queue and wake-up.
    Muting still holds, so per-connection order is unchanged; a long-poll still waits in
    the purgatory and is answered from the thread that completes it.
+
+Memory. A frame's bytes are buffered only as they arrive: nothing is allocated for a frame
+until its first bytes are in the socket's receive buffer, the buffer starts at what has
+arrived (at least ``_FIRST_PIECE``, at most the frame) and grows, when full, to at most
+twice its size or to what has arrived by then. Every growth is reserved first from the
+broker's :class:`~logstore.server.memory_pool.MemoryPool` of ``queued.max.request.bytes``;
+the frame's memory goes back to the pool when its request is answered (or its connection
+closes first). A reservation that does not fit mutes that connection's reading
+(back-pressure: the client's bytes wait in its socket, nothing is dropped or failed) until
+the pool has reserved the memory on its behalf; first come, first served, and one frame at
+a time may overdraw the pool so that reading always makes progress (the pool's docstring
+has the rules and the bound: ``queued.max.request.bytes + socket.request.max.bytes``). A
+whole frame is handed over as a read-only view of its buffer, never copied: the buffer's
+final size is the frame's size. Per connection: one frame at a time (muting), so a
+connection holds at most one ``socket.request.max.bytes`` frame, buffered no faster than
+its bytes arrive.
+
+Deadlines. A connection that has begun a request (a first byte of its size prefix) must
+finish it within ``loglake.request.read.timeout.ms`` or is closed (slowloris clients cannot
+pin memory or connections); time spent muted by the broker (waiting for pool memory, a full
+request channel) does not count. A connection with nothing in flight and nothing read or
+written for ``connections.max.idle.ms`` is closed, as in Kafka.
 
 Responses are sequences of byte strings and :class:`~logstore.server.context.FileRegion` s;
 regions go out with ``os.sendfile`` straight from the segment file (Fetch's records), never
@@ -48,9 +75,13 @@ for every request in flight to be answered (bounded wait), then close all socket
 
 from __future__ import annotations
 
+import array
 import collections
 import contextlib
+import ctypes
 import errno
+import fcntl
+import functools
 import itertools
 import logging
 import os
@@ -58,6 +89,7 @@ import queue
 import selectors
 import socket
 import struct
+import termios
 import threading
 import time
 from collections.abc import Callable
@@ -66,6 +98,7 @@ from typing import Any, Final
 
 from logstore.server.config import BrokerConfig
 from logstore.server.context import FileRegion
+from logstore.server.memory_pool import Claim, MemoryPool
 
 __all__ = ["NetworkRequest", "RateLimitedLog", "SocketServer"]
 
@@ -78,6 +111,17 @@ _SIZE = struct.Struct(">i")
 _MSG_MORE: Final = getattr(socket, "MSG_MORE", 0)
 _END: Final = object()  # marks the end of one response in a send queue
 _CLOSE: Final = object()  # close the connection once everything before it is sent
+# A frame's first buffer is what has arrived, but at least this much (or the whole frame):
+# most requests are smaller and then take one buffer of exactly their size.
+_FIRST_PIECE: Final = 64 * 1024
+# Grows a bytearray in place without writing the new bytes (``bytearray.extend`` would
+# first build and copy a temporary of zeros that recv_into overwrites at once). PyDLL: the
+# GIL stays held and a Python error it sets is raised.
+_bytearray_resize = ctypes.pythonapi.PyByteArray_Resize
+_bytearray_resize.argtypes = [ctypes.py_object, ctypes.c_ssize_t]
+_bytearray_resize.restype = ctypes.c_int
+# Connections accepted per wake-up of the acceptor at most (then the processors are woken).
+_ACCEPT_BATCH: Final = 256
 
 
 class RateLimitedLog:
@@ -94,6 +138,12 @@ class RateLimitedLog:
         self._suppressed: dict[str, int] = collections.defaultdict(int)
 
     def warning(self, kind: str, msg: str, *args: object) -> None:
+        self.log(logging.WARNING, kind, msg, *args)
+
+    def info(self, kind: str, msg: str, *args: object) -> None:
+        self.log(logging.INFO, kind, msg, *args)
+
+    def log(self, level: int, kind: str, msg: str, *args: object) -> None:
         now = time.monotonic()
         with self._lock:
             last = self._last.get(kind)
@@ -104,7 +154,7 @@ class RateLimitedLog:
             suppressed = self._suppressed.pop(kind, 0)
         if suppressed:
             msg += f" ({suppressed} similar events suppressed)"
-        self._logger.warning(msg, *args)
+        self._logger.log(level, msg, *args)
 
 
 @dataclass(slots=True)
@@ -121,6 +171,7 @@ class NetworkRequest:
     frame: bytes | memoryview  # read-only; the processor's receive buffer, never copied
     received_ns: int
     answered: bool = False
+    claim: Claim | None = None  # the frame's pool memory, given back when answered
 
     def respond(self, parts: list[Any]) -> None:
         """Send ``parts`` and unmute the connection.
@@ -145,7 +196,12 @@ class NetworkRequest:
             if self.answered:
                 return False
             self.answered = True
-        self.processor.server.request_done()
+        server = self.processor.server
+        if self.claim is not None:
+            # The handler is done with the frame: its memory goes back to the pool (and on
+            # to connections waiting for it). Kafka's RequestChannel.Request.releaseBuffer.
+            server.memory_pool.release(self.claim)
+        server.request_done()
         return True
 
 
@@ -153,9 +209,19 @@ _ANSWER_LOCK = threading.Lock()
 
 
 class _Connection:
+    """One client connection; only its processor's thread touches it.
+
+    Reading a frame: ``head`` collects the 4-byte size prefix (``head_read`` bytes so far);
+    then ``size`` is the frame's size (-1 between frames), ``claim`` its pool memory,
+    ``body`` its buffer (None until its first bytes arrive; ``len(body) <= claim.held``)
+    and ``received`` the bytes of it read so far. ``read_deadline`` is when the frame must
+    be whole; ``waiting_memory`` is set while the pool has not yet given the next piece
+    (reading is muted meanwhile, since ``wait_start``).
+    """
+
     __slots__ = (
         "body",
-        "body_read",
+        "claim",
         "closing",
         "connection_id",
         "head",
@@ -163,9 +229,15 @@ class _Connection:
         "host",
         "last_active",
         "muted",
+        "on_memory",
+        "read_deadline",
+        "received",
         "registered",
         "send_queue",
+        "size",
         "sock",
+        "wait_start",
+        "waiting_memory",
     )
 
     def __init__(self, sock: socket.socket, connection_id: str, host: str) -> None:
@@ -174,13 +246,23 @@ class _Connection:
         self.host = host
         self.head = bytearray(4)
         self.head_read = 0
+        self.size = -1
         self.body: bytearray | None = None
-        self.body_read = 0
+        self.received = 0
+        self.claim: Claim | None = None
+        self.on_memory: Callable[[], None] | None = None
+        self.read_deadline = 0.0
+        self.waiting_memory = False
+        self.wait_start = 0.0
         self.muted = False
         self.registered = 0
         self.closing = False
         self.send_queue: collections.deque[Any] = collections.deque()
         self.last_active = time.monotonic()
+
+    def reading_frame(self) -> bool:
+        """True from the first byte of a size prefix until the whole frame is read."""
+        return self.head_read > 0 or self.size >= 0
 
 
 class Processor(threading.Thread):
@@ -197,18 +279,33 @@ class Processor(threading.Thread):
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._new: queue.SimpleQueue[tuple[socket.socket, str, str]] = queue.SimpleQueue()
         self._responses: queue.SimpleQueue[tuple[str, list[Any]]] = queue.SimpleQueue()
+        self._memory_ready: queue.SimpleQueue[_Connection] = queue.SimpleQueue()
+        self._pool = server.memory_pool
         self._conns: dict[str, _Connection] = {}
         self._pending: collections.deque[NetworkRequest] = collections.deque()
         self._reading = True
+        self._paused_since = 0.0
         self._running = True
         self._wake_pending = False
-        self._last_idle_check = time.monotonic()
+        self._last_timeout_check = time.monotonic()
+        self._fionread = array.array("i", [0])
 
     # -- called from other threads -------------------------------------------------------
 
-    def add_connection(self, sock: socket.socket, connection_id: str, host: str) -> None:
+    def add_connection(
+        self, sock: socket.socket, connection_id: str, host: str, *, wake: bool = True
+    ) -> None:
+        """Take over ``sock``; ``wake=False`` when the caller wakes the processor itself
+        after a batch (the acceptor)."""
         self._new.put((sock, connection_id, host))
-        self.wakeup()
+        if wake:
+            self.wakeup()
+
+    def memory_ready(self, conn: _Connection) -> None:
+        """The pool has reserved the piece ``conn`` waited for (called from any thread)."""
+        self._memory_ready.put(conn)
+        if threading.get_ident() != self.ident:
+            self.wakeup()
 
     def send_response(self, connection_id: str, parts: list[Any]) -> None:
         """Queue ``parts`` (bytes / FileRegion) as the response of the connection's request.
@@ -267,8 +364,9 @@ class Processor(threading.Thread):
                         self._read(conn)
                 self._register_new()
                 self._drain_responses()
+                self._drain_memory_ready()
                 self._flush_pending()
-                self._close_idle()
+                self._check_timeouts()
         except Exception:
             log.exception("network processor %s crashed", self.name)
         finally:
@@ -278,13 +376,16 @@ class Processor(threading.Thread):
             self._wake_r.close()
             self._wake_w.close()
 
+    # The drains run after every select(): empty() first, since a get_nowait() that raises
+    # queue.Empty costs ~1.3 us, several times per request. Only this thread takes from the
+    # queues, so a queue that is not empty cannot run dry before the get.
+
     def _register_new(self) -> None:
-        while True:
-            try:
-                sock, cid, host = self._new.get_nowait()
-            except queue.Empty:
-                return
+        new = self._new
+        while not new.empty():
+            sock, cid, host = new.get_nowait()
             conn = _Connection(sock, cid, host)
+            conn.on_memory = functools.partial(self.memory_ready, conn)
             self._conns[cid] = conn
             self._update(conn)
 
@@ -293,6 +394,7 @@ class Processor(threading.Thread):
         if (
             self._reading
             and not conn.muted
+            and not conn.waiting_memory
             and not conn.closing
             and self._server.accepting_requests
         ):
@@ -319,7 +421,14 @@ class Processor(threading.Thread):
         if reading == self._reading:
             return
         self._reading = reading
+        now = time.monotonic()
+        if not reading:
+            self._paused_since = now
+        paused = now - self._paused_since
         for conn in list(self._conns.values()):
+            if reading and conn.reading_frame():
+                # The broker stopped reading, not the client: that time is not the client's.
+                conn.read_deadline += paused
             self._update(conn)
 
     def _read(self, conn: _Connection) -> None:
@@ -329,16 +438,20 @@ class Processor(threading.Thread):
             return
         sock = conn.sock
         try:
-            while not conn.muted:
-                if conn.body is None:
+            while not conn.muted and not conn.waiting_memory:
+                if conn.size < 0:
                     n = sock.recv_into(memoryview(conn.head)[conn.head_read :])
                     if n == 0:
                         self._close(conn)
                         return
-                    conn.last_active = time.monotonic()
+                    now = time.monotonic()
+                    conn.last_active = now
+                    if conn.head_read == 0:
+                        conn.read_deadline = now + server.request_read_timeout_s
                     conn.head_read += n
                     if conn.head_read < 4:
                         return
+                    conn.head_read = 0
                     (size,) = _SIZE.unpack(conn.head)
                     if size < 0 or size > server.max_request_size:
                         server.bad_input.warning(
@@ -351,26 +464,40 @@ class Processor(threading.Thread):
                         )
                         self._close(conn)
                         return
-                    conn.body = bytearray(size)
-                    conn.body_read = 0
                     if size == 0:
-                        self._complete_frame(conn)
+                        self._complete_frame(conn, b"", None)
                         if conn.closing:
                             return
                         continue
-                view = memoryview(conn.body)[conn.body_read :]
-                n = sock.recv_into(view)
+                    conn.size = size
+                    conn.received = 0
+                    conn.claim = Claim(conn.on_memory)
+                body = conn.body
+                if body is None or conn.received == len(body):
+                    body = self._grow(conn)
+                    if body is None:
+                        return
+                want = len(body) - conn.received
+                n = sock.recv_into(memoryview(body)[conn.received :])
                 if n == 0:
                     self._close(conn)
                     return
                 conn.last_active = time.monotonic()
-                conn.body_read += n
-                if conn.body_read == len(conn.body):
-                    self._complete_frame(conn)
+                conn.received += n
+                if conn.received == conn.size:
+                    # The buffer is exactly the frame (it never grows past the frame's size):
+                    # hand it over as a read-only view, not a copy (kio insists on read-only
+                    # input); the connection lets go of the buffer and its pool memory.
+                    frame = memoryview(body).toreadonly()
+                    claim = conn.claim
+                    conn.body = None
+                    conn.claim = None
+                    conn.size = -1
+                    self._complete_frame(conn, frame, claim)
                     if conn.closing:
                         return
-                else:
-                    return
+                elif n < want:
+                    return  # the socket's receive buffer is empty: wait for the selector
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -378,16 +505,79 @@ class Processor(threading.Thread):
                 log.debug("read error on %s: %s", conn.connection_id, exc)
             self._close(conn)
 
-    def _complete_frame(self, conn: _Connection) -> None:
+    def _grow(self, conn: _Connection) -> bytearray | None:
+        """Make room for more of ``conn``'s frame: its buffer, grown within its claim.
+
+        Returns None when nothing is to be read now: no byte of the frame has arrived (an
+        announced frame takes no memory), the pool has put the claim in line (reading is
+        muted until :meth:`memory_ready`), or the peer closed (``conn`` is closed).
+        """
+        claim = conn.claim
+        assert claim is not None
         body = conn.body
-        assert body is not None
-        conn.body = None
-        conn.head_read = 0
+        cap = 0 if body is None else len(body)
+        if claim.held <= cap:
+            arrived = self._arrived(conn.sock)
+            if arrived < 0:
+                self._close(conn)
+                return None
+            if arrived == 0:
+                return None
+            # Grow to what has arrived, but at least double (a trickling frame is not
+            # copied over and over) and never past the frame: at most twice what was read.
+            want = min(conn.size, max(_FIRST_PIECE, 2 * cap, cap + arrived))
+            if not self._pool.reserve(claim, want - claim.held):
+                pool = self._pool
+                self._server.bad_input.info(
+                    "memory-pool",
+                    "request memory full (%d of %s bytes, queued.max.request.bytes):"
+                    " connections wait to be read, %d in line",
+                    pool.used,
+                    pool.capacity,
+                    pool.waiting,
+                )
+                conn.waiting_memory = True
+                conn.wait_start = time.monotonic()
+                self._update(conn)
+                return None
+        if body is None:
+            body = conn.body = bytearray(claim.held)
+        else:
+            _bytearray_resize(body, claim.held)
+        return body
+
+    def _arrived(self, sock: socket.socket) -> int:
+        """Bytes waiting in ``sock``'s receive buffer; -1 once the peer has closed."""
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, self._fionread, True)
+        n = self._fionread[0]
+        if n > 0:
+            return n
+        try:
+            # Nothing to read: distinguish "not yet" from end of stream (readable, 0 bytes).
+            return 1 if sock.recv(1, socket.MSG_PEEK) else -1
+        except (BlockingIOError, InterruptedError):
+            return 0
+
+    def _drain_memory_ready(self) -> None:
+        now = 0.0
+        ready = self._memory_ready
+        while not ready.empty():
+            conn = ready.get_nowait()
+            if conn.closing or not conn.waiting_memory:
+                continue
+            if not now:
+                now = time.monotonic()
+            conn.waiting_memory = False
+            conn.read_deadline += now - conn.wait_start
+            self._update(conn)
+
+    def _complete_frame(
+        self, conn: _Connection, frame: bytes | memoryview, claim: Claim | None
+    ) -> None:
         conn.muted = True
-        # A read-only view, not a copy: the buffer was allocated for this frame alone and the
-        # connection lets go of it above (kio insists on read-only input).
-        frame = memoryview(body).toreadonly()
-        req = NetworkRequest(self, conn.connection_id, conn.host, frame, time.monotonic_ns())
+        req = NetworkRequest(
+            self, conn.connection_id, conn.host, frame, time.monotonic_ns(), claim=claim
+        )
         if self._server.run_inline(req):
             # Usually answered and written already: then the connection stays registered
             # for reading and no selector call is made at all.
@@ -406,11 +596,9 @@ class Processor(threading.Thread):
         self._set_reading(True)
 
     def _drain_responses(self) -> None:
-        while True:
-            try:
-                cid, parts = self._responses.get_nowait()
-            except queue.Empty:
-                return
+        responses = self._responses
+        while not responses.empty():
+            cid, parts = responses.get_nowait()
             self._deliver(cid, parts)
 
     def _deliver(self, cid: str, parts: list[Any]) -> None:
@@ -493,16 +681,38 @@ class Processor(threading.Thread):
             if isinstance(p, FileRegion):
                 p.close()
         conn.send_queue.clear()
-        self._server.connection_closed()
+        if conn.claim is not None:
+            # A frame not yet whole: nobody else holds its memory (a whole one belongs to
+            # its request, which gives it back when answered).
+            self._pool.release(conn.claim)
+            conn.claim = None
+        conn.body = None
+        self._server.connection_closed(conn.host)
 
-    def _close_idle(self) -> None:
+    def _check_timeouts(self) -> None:
+        """Close connections past their request deadline or idle for too long."""
         now = time.monotonic()
-        if now - self._last_idle_check < 1.0:
+        server = self._server
+        if now - self._last_timeout_check < server.timeout_check_interval_s:
             return
-        self._last_idle_check = now
-        limit = self._server.idle_timeout_s
+        self._last_timeout_check = now
+        idle_limit = server.idle_timeout_s
         for conn in list(self._conns.values()):
-            if not conn.muted and not conn.send_queue and now - conn.last_active > limit:
+            if conn.reading_frame():
+                if conn.waiting_memory or not self._reading or now <= conn.read_deadline:
+                    continue  # muted by the broker: the deadline waits too
+                server.bad_input.warning(
+                    "slow-request",
+                    "closing %s: request not received whole within %d ms"
+                    " (loglake.request.read.timeout.ms; %d of %s bytes read)",
+                    conn.connection_id,
+                    round(server.request_read_timeout_s * 1000),
+                    conn.received if conn.size >= 0 else conn.head_read,
+                    conn.size if conn.size >= 0 else "?",
+                )
+                self._close(conn)
+            elif not conn.muted and not conn.send_queue and now - conn.last_active > idle_limit:
+                log.debug("closing idle %s (connections.max.idle.ms)", conn.connection_id)
                 self._close(conn)
 
     def idle(self) -> bool:
@@ -536,7 +746,16 @@ class SocketServer:
         self._inline = inline
         self.max_request_size = config.get_int("socket.request.max.bytes")
         self.max_connections = config.get_int("max.connections")
+        self.max_connections_per_ip = config.get_int("max.connections.per.ip")
         self.idle_timeout_s = config.get_int("connections.max.idle.ms") / 1000.0
+        self.request_read_timeout_s = config.get_int("loglake.request.read.timeout.ms") / 1000.0
+        # Deadlines are checked this often: a second, or finer for short (test) timeouts.
+        self.timeout_check_interval_s = max(
+            0.01, min(1.0, self.idle_timeout_s / 4, self.request_read_timeout_s / 4)
+        )
+        pool_bytes = config.get_int("queued.max.request.bytes")
+        # <= 0: no bound, as in Kafka (MemoryPool.NONE); the pool then only counts.
+        self.memory_pool = MemoryPool(pool_bytes if pool_bytes > 0 else None)
         self.bad_input = RateLimitedLog(log)
         self.accepting_requests = True
         self._channel: queue.Queue[NetworkRequest | None] = queue.Queue(
@@ -544,6 +763,7 @@ class SocketServer:
         )
         self._conn_lock = threading.Lock()
         self._conn_count = 0
+        self._conns_per_ip: dict[str, int] = {}
         self._ids = itertools.count()
         self._listen = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -582,52 +802,82 @@ class SocketServer:
 
     def _accept_loop(self) -> None:
         sel = selectors.DefaultSelector()
+        self._listen.setblocking(False)
         sel.register(self._listen, selectors.EVENT_READ)
         rr = itertools.cycle(self._processors)
         send_buf = self._config.get_int("socket.send.buffer.bytes")
         recv_buf = self._config.get_int("socket.receive.buffer.bytes")
+        local = f"{self.host}:{self.port}"
         try:
             while not self._stopping.is_set():
                 if not sel.select(0.2):
                     continue
-                try:
-                    sock, addr = self._listen.accept()
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError as exc:
-                    if self._stopping.is_set():
-                        return
-                    self.bad_input.warning("accept", "accept failed: %s", exc)
-                    time.sleep(0.05)
-                    continue
-                with self._conn_lock:
-                    over = self._conn_count >= self.max_connections
-                    if not over:
-                        self._conn_count += 1
-                if over:
-                    self.bad_input.warning(
-                        "max-connections",
-                        "refusing connection from %s: max.connections=%d reached",
-                        addr[0],
-                        self.max_connections,
-                    )
-                    sock.close()
-                    continue
-                sock.setblocking(False)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if send_buf > 0:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buf)
-                if recv_buf > 0:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buf)
-                local = f"{self.host}:{self.port}"
-                cid = f"{local}-{addr[0]}:{addr[1]}-{next(self._ids)}"
-                next(rr).add_connection(sock, cid, addr[0])
+                # Everything waiting in the accept queue, then one wake-up per processor:
+                # a select() and a wake-up per connection cannot keep up with a burst.
+                woken: set[Processor] = set()
+                for _ in range(_ACCEPT_BATCH):
+                    try:
+                        sock, addr = self._listen.accept()
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError as exc:
+                        if self._stopping.is_set():
+                            return
+                        # EMFILE/ENFILE/ENOBUFS: the connection stays queued; try again soon.
+                        self.bad_input.warning("accept", "accept failed: %s", exc)
+                        time.sleep(0.05)
+                        break
+                    host = addr[0]
+                    refused = self._admit(host)
+                    if refused is not None:
+                        self.bad_input.warning(
+                            refused.partition("=")[0],
+                            "refusing connection from %s: %s",
+                            host,
+                            refused,
+                        )
+                        sock.close()
+                        continue
+                    try:
+                        sock.setblocking(False)
+                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                        if send_buf > 0:
+                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buf)
+                        if recv_buf > 0:
+                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buf)
+                    except OSError:  # reset before we got to it
+                        sock.close()
+                        self.connection_closed(host)
+                        continue
+                    cid = f"{local}-{host}:{addr[1]}-{next(self._ids)}"
+                    proc = next(rr)
+                    proc.add_connection(sock, cid, host, wake=False)
+                    woken.add(proc)
+                for proc in woken:
+                    proc.wakeup()
         finally:
             sel.close()
 
-    def connection_closed(self) -> None:
+    def _admit(self, host: str) -> str | None:
+        """Count a new connection from ``host``; why not, if it is over a limit."""
+        with self._conn_lock:
+            if self._conn_count >= self.max_connections:
+                return f"max.connections={self.max_connections} reached"
+            per_ip = self._conns_per_ip.get(host, 0)
+            if per_ip >= self.max_connections_per_ip:
+                return f"max.connections.per.ip={self.max_connections_per_ip} reached"
+            self._conn_count += 1
+            self._conns_per_ip[host] = per_ip + 1
+        return None
+
+    def connection_closed(self, host: str) -> None:
         with self._conn_lock:
             self._conn_count -= 1
+            left = self._conns_per_ip.get(host, 0) - 1
+            if left > 0:
+                self._conns_per_ip[host] = left
+            else:
+                self._conns_per_ip.pop(host, None)
 
     @property
     def connection_count(self) -> int:

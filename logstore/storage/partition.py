@@ -11,7 +11,9 @@ The log's rules live here, not in the API handlers: a handler parses the request
    whole, magic 2, at most ``max.message.bytes``, CRC-32C, codec, record count — one header
    unpack per batch, the only parse of the request; nothing is decompressed and no record is
    looked at;
-2. refuse transactional and control batches (no transaction coordinator yet);
+2. refuse transactional and control batches (no transaction coordinator yet); in a
+   compacted topic, refuse a record without a key (Kafka's LogValidator, ``INVALID_RECORD``:
+   only there are batches decompressed, to read each record's key length);
 3. under the partition's lock: producer state checks every idempotent batch (KIP-98:
    duplicates of one of the producer's last 5 batches, sequence order, epoch fencing); a
    retried request is answered with the original offsets and appended again nowhere;
@@ -24,6 +26,7 @@ Typed failures, each leaving the log as it was: :class:`~logstore.errors.Corrupt
 :class:`~logstore.errors.OutOfOrderSequenceError`,
 :class:`~logstore.errors.InvalidProducerEpochError`,
 :class:`~logstore.errors.TransactionsNotSupportedError`,
+:class:`~logstore.errors.InvalidRecordError`,
 :class:`~logstore.errors.StorageError` / :class:`~logstore.errors.LogOfflineError` (a full disk,
 an I/O error: the log is offline for appends), :class:`~logstore.errors.LogClosedError`.
 
@@ -51,12 +54,14 @@ from enum import IntEnum
 from typing import NamedTuple
 
 from logstore.errors import (
+    InvalidRecordError,
     LoglakeError,
     OffsetOutOfRangeError,
     StorageError,
     TransactionsNotSupportedError,
 )
-from logstore.protocol.batch import CONTROL_FLAG, TRANSACTIONAL_FLAG
+from logstore.protocol.batch import CONTROL_FLAG, TRANSACTIONAL_FLAG, BatchHeader
+from logstore.protocol.records import first_keyless_record
 from logstore.storage.log import FetchSlice, Log, analyze_batches
 from logstore.storage.producer_state import ProducerStateManager
 
@@ -188,6 +193,8 @@ class Partition:
                     f"{self.topic}-{self.partition}: transactional batch from producer"
                     f" {h.producer_id}: transactions are not supported by this broker"
                 )
+        if lg.config.compact:
+            self._refuse_keyless(records, batches)
         with self.lock:
             # 3. idempotence
             producers = self.producers
@@ -221,6 +228,17 @@ class Partition:
             return AppendResult(
                 info.first_offset, info.last_offset, append_time, lg.log_start_offset, False
             )
+
+    def _refuse_keyless(self, records: bytearray, batches: list[tuple[int, BatchHeader]]) -> None:
+        """Kafka refuses a keyless record in a compacted topic (its message, INVALID_RECORD)."""
+        for pos, h in batches:
+            if h.is_control:
+                continue
+            if first_keyless_record(records, pos) is not None:
+                raise InvalidRecordError(
+                    "Compacted topic cannot accept message without key in topic partition "
+                    f"{self.topic}-{self.partition}."
+                )
 
     # -- read ---------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 The embedded default binds delta-rs (``deltalake``) to Spark through Spark 4's Python Data
 Source API: executors write Parquet files, the driver commits them in one Delta transaction
 with app transactions for idempotence. With Delta's jars on the session, ``delta-spark`` is
-used natively instead (``pipelines.session.delta_engine``). Reading: ``pipelines.delta.sql``.
+used natively instead (``pipelines.session.delta_engine``). Reading: ``pipelines.delta.sql``;
+``format("delta")`` without Delta's jars: ``pipelines.delta.source``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from pipelines.delta.errors import (
     SchemaMismatchError,
     StaleTransactionError,
 )
-from pipelines.delta.sql import query_delta, read_delta, register_delta_view
+from pipelines.delta.sql import (
+    query_delta,
+    read_delta,
+    register_delta_view,
+    register_lake_views,
+)
 from pipelines.delta.writer import write_delta
 
 __all__ = [
@@ -28,5 +34,6 @@ __all__ = [
     "read_app_transactions",
     "read_delta",
     "register_delta_view",
+    "register_lake_views",
     "write_delta",
 ]

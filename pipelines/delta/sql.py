@@ -13,22 +13,36 @@ Spark needed, e.g.::
                 {"records": "/lake/records"})
 
 A view is a snapshot: it does not see commits made after ``register_delta_view``.
+
+``register_lake_views(spark, lake)`` registers every table of a lake as a temporary view named
+as ``loglake sql`` names it (``pipelines.catalog``): through Delta's own reader when the session
+has it, else through ``read_delta`` (Spark's Parquet reader over the pinned snapshot: partition
+pruning, column pruning and Parquet filter pushdown, safe for a view queried many times, which
+the Python data source's file pruning is not, see ``pipelines.delta.source``). The lookup
+tables' ``max_timestamp`` is shown there as a timestamp, the raw milliseconds as
+``max_timestamp_ms``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from pipelines.catalog import find_tables, parse_versions, view_columns
 from pipelines.delta.commit import load_table
 from pipelines.delta.errors import DeltaSinkError
+from pipelines.delta.source import needs_delta_reader
 
-__all__ = ["query_delta", "read_delta", "register_delta_view"]
+__all__ = ["query_delta", "read_delta", "register_delta_view", "register_lake_views"]
+
+# Beyond this many milliseconds a Spark timestamp (microseconds in a long) would overflow.
+_MAX_MS = 9_000_000_000_000_000
 
 
 def _open(path: str | Path, version: int | None) -> DeltaTable:
@@ -40,14 +54,6 @@ def _open(path: str | Path, version: int | None) -> DeltaTable:
     return dt
 
 
-def _needs_delta_reader(dt: DeltaTable) -> bool:
-    config = dt.metadata().configuration
-    if config.get("delta.columnMapping.mode", "none") not in ("none", None):
-        return True
-    features = dt.protocol().reader_features or []
-    return "deletionVectors" in features and pa.table(dt.deletion_vectors()).num_rows > 0
-
-
 def read_delta(spark: SparkSession, path: str | Path, *, version: int | None = None) -> DataFrame:
     """The table at ``path`` (latest snapshot, or ``version``) as a Spark DataFrame."""
     root = str(Path(str(path).removeprefix("file://")).absolute())
@@ -55,8 +61,13 @@ def read_delta(spark: SparkSession, path: str | Path, *, version: int | None = N
     arrow_schema = pa.schema(dt.schema().to_arrow())
     spark_schema = from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)
     names = [f.name for f in spark_schema.fields]
-    if _needs_delta_reader(dt):
-        return spark.createDataFrame(dt.to_pyarrow_table(), schema=spark_schema)
+    if needs_delta_reader(dt):
+        # DataFusion honours column mapping and deletion vectors (to_pyarrow_table reads a
+        # column-mapped table's columns as NULLs in deltalake 1.6)
+        names_sql = ", ".join('"' + n.replace('"', '""') + '"' for n in arrow_schema.names)
+        reader = QueryBuilder().register("t", dt).execute(f"SELECT {names_sql} FROM t")
+        table = pa.table(reader.read_all()).cast(arrow_schema)
+        return spark.createDataFrame(table, schema=spark_schema)
     files = dt.file_uris()
     if not files:
         return spark.createDataFrame([], schema=spark_schema)
@@ -79,3 +90,57 @@ def query_delta(sql: str, tables: Mapping[str, str | Path]) -> pa.Table:
     for view, path in tables.items():
         qb = qb.register(view, _open(path, None))
     return pa.table(qb.execute(sql).read_all())
+
+
+def register_lake_views(
+    spark: SparkSession,
+    lake: str | Path,
+    *,
+    versions: Mapping[str, int] | None = None,
+) -> dict[str, DataFrame]:
+    """Register every Delta table under ``lake`` as a temporary view, in one call.
+
+    Names as ``loglake sql`` gives them (``records``, ``quarantine``, ``offset_lookup``,
+    ``time_lookup``, ``topics/<name>`` as ``topics_<name>``, ...); ``versions`` pins tables to
+    a version (``{"records": 3}``), the others are at their latest version of this call (call
+    again to see later commits; with native Delta they follow the table).
+    Returns the views' DataFrames by name.
+    """
+    from pipelines.session import delta_spark_available  # noqa: PLC0415
+
+    native = delta_spark_available(spark)
+    tables = find_tables(lake)
+    pinned = parse_versions([f"{k}={v}" for k, v in (versions or {}).items()], tables)
+    out: dict[str, DataFrame] = {}
+    for table in tables:
+        version = pinned.get(table.name)
+        if native:
+            reader = spark.read.format("delta")
+            if version is not None:
+                reader = reader.option("versionAsOf", str(version))
+            df = reader.load(str(table.path))
+        else:
+            df = read_delta(spark, table.path, version=version)
+        columns = view_columns(table.name, _arrow_schema(df))
+        if columns is not None:
+            exprs: list[Any] = []
+            for kind, col in columns:
+                q = f"`{col}`"
+                if kind == "ts":
+                    exprs.append(
+                        f"CASE WHEN abs({q}) < {_MAX_MS} THEN timestamp_millis({q}) END AS {q}"
+                    )
+                elif kind == "ms":
+                    exprs.append(f"{q} AS `{col}_ms`")
+                else:
+                    exprs.append(q)
+            df = df.selectExpr(*exprs)
+        df.createOrReplaceTempView(table.name)
+        out[table.name] = df
+    return out
+
+
+def _arrow_schema(df: DataFrame) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema  # noqa: PLC0415
+
+    return to_arrow_schema(df.schema, timezone="UTC")

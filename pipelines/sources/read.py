@@ -10,9 +10,18 @@ chunk of its own size.
 Checks beyond the batch's own (CRC, header, records): a batch whose offsets fall below the
 segment's base offset (file name) or reach the next segment's base offset is reported, not
 emitted — Kafka would never serve it from this segment (one real fixture has a file whose name
-says 100 and whose batch says 0). The end of a range: a torn frame at the end of the last
-(active) segment is in-flight data and is silently left for the next run; anywhere else it is
-damage and reported, like an impossible batchLength (after which nothing can be framed).
+says 100 and whose batch says 0).
+
+Damage never ends a range: after a batchLength too small for a header, a frame that runs past
+the range, or a frame whose CRC fails while a sound batch starts inside it (its length was
+wrong), the reader *resynchronises*: it scans the bytes that follow (numpy, over the read
+buffer, only then) for the first position holding a sound batch — magic 2, a length that fits,
+a base offset above the last sound batch's and inside the segment's bounds, a matching CRC-32C,
+offsets that agree with the segment's ``.index`` — and goes on from there. The bytes skipped
+are one unreadable range (file, position, size), reported like a damaged batch. A frame cut by
+the end of the last (active) segment may be a batch still being written: ``kind="batches"``
+leaves it out, and the ingest job counts it as damage only when offsets below the high
+watermark are missing (:mod:`pipelines.sources.damage`); elsewhere it is damage.
 
 ``kind="records"`` yields :data:`RECORDS_ARROW_SCHEMA` batches and skips reported batches;
 with ``on_decode_error="fail"`` a batch that passed the header, CRC and bounds checks but
@@ -20,8 +29,9 @@ whose records cannot be decoded (bad varints, decompression failure, non-UTF-8 h
 raises :class:`~logstore.errors.CorruptRecordError` (message starting with
 :data:`~pipelines.sources.plan.UNDECODABLE_BATCH`) instead. A :class:`RangeReport` passed to
 :func:`read_records` collects, from the same pass, what ``kind="batches"`` would say about the
-range: where its sound batches end, their bytes and control batches, and a ``batches`` row
-for every damaged batch (undecodable ones included) — the ingest job needs nothing else.
+range: where its sound batches end, their bytes and control batches, a ``batches`` row for
+every damaged batch or unreadable range (undecodable ones included), and the damage as runs
+between sound batches with the offsets around them — the ingest job needs nothing else.
 
 ``kind="batches"`` yields one :data:`BATCHES_ARROW_SCHEMA` row per frame (and per unreadable
 stop), with the reason in ``error``; ``verify="full"`` decodes the records too so that
@@ -32,18 +42,21 @@ Thread-safe: no shared state; a worker reads each range once, in order.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from crc32c import crc32c
 
 from logstore.errors import CorruptRecordError, LoglakeError
 from pipelines.decode.arrow import numpy_array, numpy_values, repeated_string, string_array
-from pipelines.decode.batches import BatchScan, scan_batches, verify_batches
+from pipelines.decode.batches import ATTR_CODEC_MASK, BatchScan, scan_batches, verify_batches
 from pipelines.decode.codecs import CODEC_LABELS
 from pipelines.decode.records import BatchError, decode_records
 from pipelines.sources.plan import UNDECODABLE_BATCH, SegmentRange
@@ -63,6 +76,9 @@ _MS_PER_DAY = 86_400_000
 _MAX_MS = (2**63 - 1) // 1000
 
 
+_LOG_OVERHEAD = 12
+_V2_HEADER = 61
+
 _CODECS = string_array([*CODEC_LABELS, "unknown", "unknown", "unknown"])
 
 
@@ -79,42 +95,379 @@ def _open(path: str) -> int:
             ) from None
 
 
-def _chunks(
-    rng: SegmentRange, chunk_bytes: int
-) -> Iterator[tuple[np.ndarray, int, BatchScan, str | None]]:
-    """``(buf, base_position, scan, stop_error)`` per chunk of whole frames of ``rng``."""
+# A resync read is at least this long, so that its last unexamined header start moves on.
+_MIN_RESYNC_READ = 4 * _V2_HEADER
+
+
+@dataclass(frozen=True, slots=True)
+class _Gap:
+    """Bytes ``[position, position + size)`` of a range that hold no readable batch.
+
+    ``soft``: bytes that may be harmless — zero fill after the last batch, or a frame cut by
+    the end of the active segment (in flight) — they count as damage only if they hide
+    offsets below the high watermark (the driver decides, see :func:`stitch_regions`).
+    """
+
+    position: int
+    size: int
+    error: str
+    soft: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """The whole frames of one read (checked), then the gap that follows them, if any."""
+
+    buf: np.ndarray
+    base_position: int
+    scan: BatchScan
+    crc_ok: np.ndarray
+    errors: list[str | None]
+    gap: _Gap | None
+
+
+def _be(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """Big-endian signed integers of ``width`` bytes at positions ``at`` of ``buf``."""
+    v = np.zeros(at.shape[0], np.uint64)
+    for i in range(width):
+        v = (v << np.uint64(8)) | buf[at + i].astype(np.uint64)
+    bits = 8 * width
+    if bits == 64:
+        return v.view(np.int64)
+    signed = v.astype(np.int64)
+    return np.where(signed >= 1 << (bits - 1), signed - (1 << bits), signed)
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    """The usable prefix of a segment's ``.index``: ``last_offset[i]`` (absolute) is the last
+    offset of the batch that starts at ``position[i]``."""
+
+    last_offset: np.ndarray
+    position: np.ndarray
+
+    @staticmethod
+    def load(rng: SegmentRange) -> _Index:
+        try:
+            raw = np.fromfile(Path(rng.path).with_suffix(".index"), dtype=">i4")
+        except OSError:
+            raw = np.empty(0, ">i4")
+        pairs = raw[: raw.shape[0] // 2 * 2].reshape(-1, 2).astype(np.int64)
+        rel, pos = pairs[:, 0], pairs[:, 1]
+        # A preallocated or stale tail: keep the prefix where both columns strictly increase.
+        good = np.ones(rel.shape[0], np.bool_)
+        good[1:] = (np.diff(rel) > 0) & (np.diff(pos) > 0)
+        bad = np.flatnonzero(~good | (rel < 0) | (pos < 0))
+        stop = int(bad[0]) if bad.shape[0] else rel.shape[0]
+        return _Index(rel[:stop] + rng.segment_base_offset, pos[:stop])
+
+    def agrees(self, position: int, base_offset: int, last_offset: int) -> bool:
+        """Whether a batch ``[base_offset, last_offset]`` at ``position`` fits the index: an
+        entry there names its last offset, entries before it name lower offsets, entries
+        after it higher ones (an empty index agrees with anything)."""
+        j = int(np.searchsorted(self.position, position))
+        if j > 0 and int(self.last_offset[j - 1]) >= base_offset:
+            return False
+        if j < self.position.shape[0]:
+            if int(self.position[j]) == position:
+                return int(self.last_offset[j]) == last_offset
+            return int(self.last_offset[j]) > last_offset
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Sync:
+    """What a resync search found: ``at`` (relative) is a verified batch start when ``found``;
+    else the search must go on from ``at`` with at least ``need`` bytes read (``at`` None:
+    nothing more to look at)."""
+
+    found: bool
+    at: int | None
+    need: int = 0
+
+
+def _find_sync(  # noqa: PLR0917
+    buf: np.ndarray,
+    lo: int,
+    hi: int,
+    base_position: int,
+    rng: SegmentRange,
+    floor: int,
+    final: bool,
+    index: _Index,
+) -> _Sync:
+    """The first position in ``buf[lo:hi]`` where a sound v2 batch starts, by scanning.
+
+    A candidate has magic 2, a batchLength that fits before the range's end, a base offset at
+    or above ``floor`` (the end of the last sound batch, or the segment's base offset) and
+    below the next segment's, sane lastOffsetDelta/recordsCount/codec, a CRC-32C that
+    matches, and offsets that agree with the segment's ``.index`` (which knows where later
+    batches start and what they hold): bytes that merely look like a header are never taken.
+    Vectorised over the buffer (numpy); one CRC per candidate that passes the header checks.
+    Runs only on damage.
+    """
+    got = buf.shape[0]
+    top = min(hi, got - _V2_HEADER + 1)  # candidates whose whole header is in buf
+    # Windows that double from 64 KiB: the next sound batch is usually close, and a buffer of
+    # many MB is only scanned as far as needed.
+    start, width = lo, 1 << 16
+    while start < top:
+        stop = min(top, start + width)
+        found = _sync_in(buf, start, stop, base_position, rng, floor, final, index)
+        if found is not None:
+            return found
+        start, width = stop, width * 2
+    if not final and hi > top:
+        return _Sync(False, max(top, lo), 0)
+    return _Sync(False, None)
+
+
+def _sync_in(  # noqa: PLR0917
+    buf: np.ndarray,
+    lo: int,
+    hi: int,
+    base_position: int,
+    rng: SegmentRange,
+    floor: int,
+    final: bool,
+    index: _Index,
+) -> _Sync | None:
+    """:func:`_find_sync` over candidates ``[lo, hi)`` (whole headers in ``buf``); None: none."""
+    got = buf.shape[0]
+    cands = lo + np.flatnonzero(buf[lo + 16 : hi + 16] == 2).astype(np.int64)
+    if not cands.shape[0]:
+        return None
+    length = _be(buf, cands + 8, 4)
+    base = _be(buf, cands, 8)
+    delta = _be(buf, cands + 23, 4)
+    count = _be(buf, cands + 57, 4)
+    codec = buf[cands + 22] & ATTR_CODEC_MASK
+    ok = (
+        (length >= _V2_HEADER - _LOG_OVERHEAD)
+        & (base_position + cands + _LOG_OVERHEAD + length <= rng.end)
+        & (base >= floor)
+        & (delta >= 0)
+        & (count >= 0)
+        & (count <= delta + 1)
+        & (codec <= 4)
+    )
+    # a segment's offsets fit in 32 bits above its base (relative offsets in its indexes)
+    span = rng.segment_base_offset + 2**31
+    ok &= (base < span) & (delta < span - base)
+    if rng.next_base_offset is not None:
+        ok &= base <= rng.next_base_offset - 1 - np.maximum(delta, 0)
+    view = buf.data
+    for i in np.flatnonzero(ok).tolist():
+        c = int(cands[i])
+        size = int(length[i]) + _LOG_OVERHEAD
+        if c + size > got:  # cannot be checked in this read: read again from there
+            if final:
+                continue  # the file ends before it (it shrank): not a batch
+            return _Sync(False, c, size)
+        stored = int.from_bytes(view[c + 17 : c + 21], "big")
+        if crc32c(view[c + 21 : c + size]) == stored and index.agrees(
+            base_position + c, int(base[i]), int(base[i]) + int(delta[i])
+        ):
+            return _Sync(True, c)
+    return None
+
+
+def _doubtful(crc_ok: np.ndarray) -> np.ndarray:
+    """Frames whose length no matching CRC vouches for (v0/v1 frames, whose CRC is not
+    checked, included: a frame whose magic byte is damaged may look like one)."""
+    return np.flatnonzero(~crc_ok)
+
+
+def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
+    """The checked frames of ``rng``, a read of about ``chunk_bytes`` at a time, with the
+    unreadable byte ranges between them.
+
+    Damage never ends the walk: after an impossible batchLength, a frame that runs past the
+    range, or a frame whose CRC fails while a sound batch starts inside it (its length was
+    wrong), the reader resynchronises on the next sound batch (:func:`_find_sync`) and the
+    bytes skipped are a :class:`_Gap`. Only the end of the range (or of the file) ends it.
+    """
     fd = _open(rng.path)
     # One read buffer for the whole range: every decoded column is a copy, so the next chunk
     # may overwrite it, and reusing it spares the page faults of a fresh buffer per chunk.
     area = np.empty(0, np.uint8)
+    floor = rng.segment_base_offset  # a resync candidate's lowest base offset
+    gap_start: int | None = None  # resynchronising: bytes from here on are unreadable so far
+    gap_reason = ""
+    gap_torn = False  # the damage is a frame cut short (at the active segment's end: in flight)
+    need = 0  # a frame or candidate that must fit whole in the next read
+    loaded: list[_Index] = []
+
+    def index() -> _Index:  # read only when damage is found
+        if not loaded:
+            loaded.append(_Index.load(rng))
+        return loaded[0]
+
     try:
         pos = rng.start
         while pos < rng.end:
-            want = min(chunk_bytes, rng.end - pos)
+            want = min(max(chunk_bytes, need), rng.end - pos)
+            need = 0
             if area.shape[0] < want:
                 area = np.empty(want, np.uint8)
             got = os.preadv(fd, [area[:want].data], pos)
+            shrunk = got < want
+            final = pos + want >= rng.end or shrunk
+            buf = area[:got]
+            if gap_start is not None:
+                sync = _find_sync(buf, 0, got, pos, rng, floor, final, index())
+                if sync.at is None:  # nothing sound up to the end of the range
+                    yield _gap_chunk(
+                        rng, buf, pos, gap_start, pos + got, gap_reason, gap_torn, tail=True
+                    )
+                    return
+                if not sync.found:
+                    pos += sync.at
+                    need = max(sync.need, _MIN_RESYNC_READ)
+                    continue
+                yield _gap_chunk(
+                    rng, buf, pos, gap_start, pos + sync.at, gap_reason, gap_torn, tail=False
+                )
+                gap_start = None
+                pos += sync.at
+                continue
             if got == 0:
                 return  # the file shrank since planning (truncation): nothing more to read
-            shrunk = got < want
-            final = pos + want >= rng.end
-            buf = area[:got]
             scan = scan_batches(buf, base_position=pos)
-            if scan.stop == "torn" and len(scan) == 0 and not final and not shrunk:
-                # One frame larger than a chunk: read it whole.
-                chunk_bytes = int.from_bytes(buf[8:12].tobytes(), "big", signed=True) + 12
+            crc_ok, errors = verify_batches(buf, scan, base_position=pos)
+            _bounds_errors(rng, scan, errors)
+            # A frame that fails its checks may have a wrong length: if a sound batch starts
+            # inside it, the walk went astray there and the frames after it are not frames.
+            cut = None
+            for i in _doubtful(crc_ok).tolist():
+                start = int(scan.position[i]) - pos
+                size = int(scan.size[i])
+                below = _floor(floor, rng, scan, crc_ok, upto=i)
+                sync = _find_sync(buf, start + 1, start + size, pos, rng, below, final, index())
+                if sync.found or sync.at is not None:
+                    cut = (i, start, sync)
+                    break
+            if cut is not None:
+                i, start, sync = cut
+                keep = np.arange(len(scan)) < i
+                head = scan.take(keep)
+                head = dataclasses.replace(head, end=pos + start, stop="end")
+                gap = None
+                if sync.found:
+                    assert sync.at is not None
+                    gap = _Gap(
+                        pos + start, sync.at - start,
+                        f"bad batchLength {int(scan.batch_length[i])} (a sound batch starts "
+                        f"inside it; {errors[i]}): {sync.at - start} bytes unreadable up to "
+                        "the next sound batch",
+                    )  # fmt: skip
+                yield _Chunk(buf, pos, head, crc_ok[keep], errors[:i], gap)
+                floor = _floor(floor, rng, scan, crc_ok, upto=i)
+                if sync.found:
+                    assert sync.at is not None
+                    pos += sync.at
+                else:  # read again from the doubtful frame, far enough to decide
+                    assert sync.at is not None
+                    need = max(sync.at - start + max(sync.need, _V2_HEADER), size + _V2_HEADER)
+                    pos += start
                 continue
-            error = None
-            if scan.stop == "corrupt":
-                error = "impossible batchLength: the rest of the range cannot be framed"
-            elif scan.stop == "torn" and (final or shrunk) and not rng.is_tail:
-                error = f"torn batch: {rng.end - scan.end} bytes at the end of the range"
-            yield buf, pos, scan, error
-            if scan.stop == "corrupt" or final or shrunk:
+            floor = _floor(floor, rng, scan, crc_ok)
+            frames_end = int(scan.position[-1] + scan.size[-1]) if len(scan) else pos
+            if scan.stop == "end":
+                gap = None
+                if frames_end < scan.end:
+                    gap = _Gap(frames_end, scan.end - frames_end,
+                               f"zero bytes after the last batch ({scan.end - frames_end} bytes)",
+                               soft=True)  # fmt: skip
+                yield _Chunk(buf, pos, scan, crc_ok, errors, gap)
+                if final:
+                    return
+                pos = scan.end
+                continue
+            at = scan.end - pos  # relative start of the frame the walk could not take
+            rest = got - at
+            length = int(_be(buf, np.array([at + 8]), 4)[0]) if rest >= _LOG_OVERHEAD else None
+            fits = length is not None and scan.end + _LOG_OVERHEAD + length <= rng.end
+            if scan.stop == "torn" and (rest < _LOG_OVERHEAD or fits) and not final:
+                # Cut by the end of this read: read on from it (whole, if larger than a read).
+                yield _Chunk(buf, pos, scan, crc_ok, errors, None)
+                if length is not None and len(scan) == 0:
+                    need = length + _LOG_OVERHEAD
+                pos = scan.end
+                continue
+            yield _Chunk(buf, pos, scan, crc_ok, errors, None)
+            if length is None:
+                gap_reason = "an incomplete batch header"
+            elif scan.stop == "torn":
+                gap_reason = f"batchLength {length} runs past the end of the range"
+            else:
+                gap_reason = f"impossible batchLength {length}"
+            gap_torn = scan.stop == "torn"
+            if final and rest < _V2_HEADER:
+                # Too short to hold a batch: nothing can follow it in the range.
+                yield _gap_chunk(
+                    rng, buf, pos, scan.end, pos + got, gap_reason, gap_torn, tail=True
+                )
                 return
-            pos = scan.end
+            gap_start = scan.end
+            pos = scan.end + 1
+            need = _MIN_RESYNC_READ
+        if gap_start is not None:
+            yield _gap_chunk(
+                rng, area[:0], pos, gap_start, rng.end, gap_reason, gap_torn, tail=True
+            )
     finally:
         os.close(fd)
+
+
+def _floor(
+    floor: int, rng: SegmentRange, scan: BatchScan, crc_ok: np.ndarray, upto: int | None = None
+) -> int:
+    """The lowest base offset a batch after ``scan``'s frames (the first ``upto``) may have:
+    one past the last frame whose CRC matches and whose offsets fit the segment."""
+    n = len(scan) if upto is None else upto
+    base, last = scan.base_offset[:n], scan.last_offset[:n]
+    ok = crc_ok[:n] & (base >= rng.segment_base_offset)
+    if rng.next_base_offset is not None:
+        ok &= last < rng.next_base_offset
+    found = np.flatnonzero(ok)
+    if not found.shape[0]:
+        return floor
+    return max(floor, int(last[found[-1]]) + 1)
+
+
+def _gap_chunk(  # noqa: PLR0917
+    rng: SegmentRange,
+    buf: np.ndarray,
+    pos: int,
+    start: int,
+    end: int,
+    reason: str,
+    torn: bool,
+    *,
+    tail: bool,
+) -> _Chunk:
+    """An empty chunk carrying the gap ``[start, end)`` (``tail``: it reaches the range's end).
+
+    A frame cut short by the end of the active segment may be a batch still being written:
+    that gap is soft.
+    """
+    size = end - start
+    if tail and torn:
+        # a frame cut short, or a wrong length: nothing sound follows to tell them apart
+        error = f"torn batch or impossible batchLength ({reason}): {size} bytes at the end"
+        error += " of the range"
+    elif tail:
+        error = f"{reason}: {size} bytes unreadable up to the end of the range"
+    else:
+        # a sound batch follows: the frame that ran past the range had a wrong length
+        reason = f"impossible {reason}" if torn else reason
+        error = f"{reason}: {size} bytes unreadable up to the next sound batch"
+    soft = tail and torn and rng.is_tail
+    empty = scan_batches(buf, end=0, base_position=pos)
+    empty = dataclasses.replace(empty, end=end, stop="end")
+    no = np.zeros(0, np.bool_)
+    return _Chunk(buf, pos, empty, no, [], _Gap(start, size, error, soft=soft))
 
 
 def _bounds_errors(rng: SegmentRange, scan: BatchScan, errors: list[str | None]) -> None:
@@ -143,7 +496,16 @@ class RangeReport:
     ``next_offset``: one past the last offset of the last sound batch (control batches
     included) inside the range's offset window, or None; ``bytes`` and ``control_batches``
     count those sound batches; ``damaged``: one :data:`BATCHES_ARROW_SCHEMA` row (a dict) per
-    damaged batch or unreadable stop, whatever the window (damage is always reported).
+    damaged batch or unreadable byte range, whatever the window (damage is always reported).
+
+    ``regions``: the damage as runs between sound batches, whatever the window — per run its
+    file, first position, ``bytes`` (extent), ``from_offset`` (end of the sound batch before
+    it in this range, None if none), ``to_offset`` (base offset of the sound batch after it,
+    None if none), ``soft`` (only zero fill or a frame cut by the end of the active segment:
+    damage only if it hides offsets below the high watermark) and its ``rows`` (the damaged
+    rows). ``first_sound``/``last_end``: the first sound batch's base offset and one past the
+    last one's last offset, whatever the window; with ``file``/``start`` they let the driver
+    join runs across ranges (:func:`pipelines.sources.damage.stitch_regions`).
     JSON-able through :meth:`to_json`, so an executor can hand it back to the driver.
     """
 
@@ -153,17 +515,23 @@ class RangeReport:
     bytes: int = 0
     control_batches: int = 0
     damaged: list[dict[str, Any]] = field(default_factory=list)
+    file: str | None = None
+    segment_base_offset: int | None = None
+    start: int | None = None
+    first_sound: int | None = None
+    last_end: int | None = None
+    regions: list[dict[str, Any]] = field(default_factory=list)
+    _open: dict[str, Any] | None = field(default=None, repr=False)
 
-    def add(  # noqa: PLR0917
-        self,
-        rng: SegmentRange,
-        scan: BatchScan,
-        crc_ok: np.ndarray,
-        errors: list[str | None],
-        stop_error: str | None,
-        min_timestamp: int,
+    def add(
+        self, rng: SegmentRange, chunk: _Chunk, errors: list[str | None], min_timestamp: int
     ) -> None:
-        """Account one chunk's frames (``errors`` final: decode failures filled in)."""
+        """Account one chunk's frames and gap (``errors`` final: decode failures filled in)."""
+        scan = chunk.scan
+        if self.file is None:
+            self.file, self.segment_base_offset, self.start = (
+                rng.path, rng.segment_base_offset, rng.start,
+            )  # fmt: skip
         has_error = _has_error(errors)
         sound = ~has_error & _in_window(rng, scan, min_timestamp)
         if sound.any():
@@ -171,12 +539,69 @@ class RangeReport:
             self.next_offset = end if self.next_offset is None else max(self.next_offset, end)
             self.bytes += int(scan.size[sound].sum())
             self.control_batches += int(scan.is_control[sound].sum())
+        items: list[tuple[int, int, dict[str, Any], bool]] = []
         if has_error.any():
-            rows = scan.take(has_error)
+            bad = scan.take(has_error)
             damaged: list[str | None] = [e for e in errors if e is not None]
-            self.damaged.extend(_batch_rows(rng, rows, crc_ok[has_error], damaged).to_pylist())
-        if stop_error is not None:
-            self.damaged.extend(_stop_row(rng, scan.end, stop_error).to_pylist())
+            rows = _batch_rows(rng, bad, chunk.crc_ok[has_error], damaged).to_pylist()
+            self.damaged.extend(rows)
+            items.extend(
+                (p, s, row, False)
+                for p, s, row in zip(bad.position.tolist(), bad.size.tolist(), rows, strict=True)
+            )
+        gap = chunk.gap
+        if gap is not None:
+            row = _stop_row(rng, gap.position, gap.size, gap.error).to_pylist()[0]
+            if not gap.soft:
+                self.damaged.append(row)
+            items.append((gap.position, gap.size, row, gap.soft))
+        self._track(rng, scan, np.flatnonzero(~has_error), items)
+
+    def _track(
+        self,
+        rng: SegmentRange,
+        scan: BatchScan,
+        sound: np.ndarray,
+        items: list[tuple[int, int, dict[str, Any], bool]],
+    ) -> None:
+        """Fold damaged ``items`` (in file order) into runs between the ``sound`` frames."""
+        bases = scan.base_offset[sound]
+        ends = scan.last_offset[sound] + 1
+        if items or (self._open is not None and sound.size):
+            positions = scan.position[sound]
+            after = 0  # sound frames of this chunk before the open run's last item
+            for position, size, row, soft in items:
+                k = int(np.searchsorted(positions, position))
+                if self._open is not None and k > after:
+                    self._close(int(bases[after]))
+                if self._open is None:
+                    self._open = {
+                        "file": rng.path,
+                        "segment_base_offset": rng.segment_base_offset,
+                        "position": position,
+                        "bytes": 0,
+                        "from_offset": int(ends[k - 1]) if k else self.last_end,
+                        "to_offset": None,
+                        "soft": True,
+                        "rows": [],
+                    }
+                run = self._open
+                run["bytes"] = position + size - run["position"]
+                run["soft"] = run["soft"] and soft
+                run["rows"].append(row)
+                after = k
+            if self._open is not None and after < sound.size:
+                self._close(int(bases[after]))
+        if sound.size:
+            if self.first_sound is None:
+                self.first_sound = int(bases[0])
+            self.last_end = int(ends[-1])
+
+    def _close(self, to_offset: int) -> None:
+        assert self._open is not None
+        self._open["to_offset"] = to_offset
+        self.regions.append(self._open)
+        self._open = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -186,6 +611,12 @@ class RangeReport:
             "bytes": self.bytes,
             "control_batches": self.control_batches,
             "damaged": self.damaged,
+            "file": self.file,
+            "segment_base_offset": self.segment_base_offset,
+            "start": self.start,
+            "first_sound": self.first_sound,
+            "last_end": self.last_end,
+            "regions": self.regions + ([self._open] if self._open is not None else []),
         }
 
 
@@ -227,9 +658,8 @@ def read_records(
     ``on_decode_error="fail"``: raise on the first sound-looking batch that cannot be decoded.
     ``report``: filled as the range is read (complete once the iterator is exhausted).
     """
-    for buf, base_position, scan, stop_error in _chunks(rng, chunk_bytes):
-        crc_ok, errors = verify_batches(buf, scan, base_position=base_position)
-        _bounds_errors(rng, scan, errors)
+    for chunk in _chunks(rng, chunk_bytes):
+        buf, base_position, scan, errors = chunk.buf, chunk.base_position, chunk.scan, chunk.errors
         select = np.fromiter((e is None for e in errors), np.bool_, len(errors))
         for decoded in decode_records(
             buf, scan, select=select, base_position=base_position,
@@ -273,7 +703,7 @@ def read_records(
             ]
             yield pa.RecordBatch.from_arrays(columns, schema=RECORDS_ARROW_SCHEMA)
         if report is not None:
-            report.add(rng, scan, crc_ok, errors, stop_error, min_timestamp)
+            report.add(rng, chunk, errors, min_timestamp)
 
 
 def read_batches(
@@ -289,9 +719,9 @@ def read_batches(
     ``max_timestamp >= min_timestamp``, and every frame with an error (damage is always
     reported, whatever the filters).
     """
-    for buf, base_position, scan, stop_error in _chunks(rng, chunk_bytes):
-        crc_ok, errors = verify_batches(buf, scan, base_position=base_position)
-        _bounds_errors(rng, scan, errors)
+    for chunk in _chunks(rng, chunk_bytes):
+        buf, base_position, scan, errors = chunk.buf, chunk.base_position, chunk.scan, chunk.errors
+        crc_ok = chunk.crc_ok
         if verify == "full":
             select = np.fromiter((e is None for e in errors), np.bool_, len(errors))
             for decoded in decode_records(buf, scan, select=select, base_position=base_position):
@@ -301,8 +731,8 @@ def read_batches(
         kept_errors = [e for e, k in zip(errors, keep.tolist(), strict=True) if k]
         if len(rows):
             yield _batch_rows(rng, rows, crc_ok[keep], kept_errors)
-        if stop_error is not None:
-            yield _stop_row(rng, scan.end, stop_error)
+        if chunk.gap is not None and not chunk.gap.soft:
+            yield _stop_row(rng, chunk.gap.position, chunk.gap.size, chunk.gap.error)
 
 
 def _batch_rows(
@@ -349,7 +779,7 @@ def _codec_column(scan: BatchScan, v2: np.ndarray) -> pa.Array:
     return pc.if_else(numpy_array(v2), labels, pa.scalar(None, pa.string()))
 
 
-def _stop_row(rng: SegmentRange, position: int, error: str) -> pa.RecordBatch:
+def _stop_row(rng: SegmentRange, position: int, size: int, error: str) -> pa.RecordBatch:
     row: dict[str, object] = dict.fromkeys(BATCHES_ARROW_SCHEMA.names)
     row.update(
         topic=rng.topic,
@@ -357,7 +787,7 @@ def _stop_row(rng: SegmentRange, position: int, error: str) -> pa.RecordBatch:
         file=rng.path,
         segment_base_offset=rng.segment_base_offset,
         position=position,
-        size=rng.end - position,
+        size=size,
         crc_valid=False,
         error=error,
     )

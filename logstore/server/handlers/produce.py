@@ -8,6 +8,10 @@ become error codes through the one table of :mod:`logstore.server.error_codes`:
 
 - ``CORRUPT_MESSAGE`` for bad CRC, torn or malformed batches; ``UNSUPPORTED_FOR_MESSAGE_FORMAT``
   for magic 0/1 message sets; ``MESSAGE_TOO_LARGE`` above the topic's ``max.message.bytes``;
+- ``INVALID_RECORD`` for a record without a key in a compacted topic (``cleanup.policy``
+  containing ``compact``), as Kafka's LogValidator: every batch of such a topic is
+  decompressed and its records' key lengths read (only for compacted topics: others never
+  decompress);
 - idempotent producers (producerId >= 0): a retry of one of the producer's last 5 batches is
   acknowledged with its original base offset and not appended again;
   ``OUT_OF_ORDER_SEQUENCE_NUMBER`` / ``INVALID_PRODUCER_EPOCH`` otherwise;
@@ -79,8 +83,6 @@ def append_records(
             validate_topic(topic)  # InvalidTopicError for a name no topic can have
             return _PartitionResult(ErrorCode.unknown_topic_or_partition)
         buf = bytearray(records or b"")  # the one copy; offsets are stamped into it
-        # A per-topic check that needs more than batch headers (the topic's config is
-        # part.log.config) is one call here, raising a LoglakeError (the table gives its code).
         appended = part.append_as_leader(buf, now_ms=ctx.wall_clock())
     except LoglakeError as exc:
         return _PartitionResult(error_code_for(exc), exc.message)

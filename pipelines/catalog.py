@@ -1,0 +1,209 @@
+"""The lake's tables by name, and SQL over them with delta-rs's DataFusion (no Spark).
+
+Every Delta table under a lake directory (a directory holding ``_delta_log``) is a table whose
+SQL name is its path below the lake, lower-cased, with ``/`` and every character outside
+``[a-z0-9_]`` turned into ``_``: ``<lake>/records`` is ``records``, ``<lake>/topics/orders``
+is ``topics_orders``. Directories starting with ``_`` or ``.`` (``_quality``, ...) are not
+searched, nor is a table's own directory below its root. Two paths that give the same name are
+an error naming both.
+
+Views change one thing against the stored tables: the lookup tables keep Kafka's raw
+milliseconds in ``max_timestamp`` (what ``.timeindex`` holds; ListOffsets compares them), and a
+view shows that column as a UTC timestamp, with the raw value beside it as
+``max_timestamp_ms`` (:data:`TIMESTAMP_MS_COLUMNS`). Spark's views
+(:func:`pipelines.delta.sql.register_lake_views`) do the same.
+
+This module imports neither Spark nor the Delta sink, so ``loglake sql`` starts quickly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from logstore.errors import LoglakeError
+
+__all__ = [
+    "RAW_PREFIX",
+    "TIMESTAMP_MS_COLUMNS",
+    "LakeTable",
+    "QueryError",
+    "find_tables",
+    "lake_query_builder",
+    "open_table",
+    "parse_versions",
+    "run_query",
+    "table_name",
+    "view_columns",
+]
+
+# table -> integer millisecond columns shown as timestamps in views (raw value kept as <col>_ms)
+TIMESTAMP_MS_COLUMNS: Mapping[str, tuple[str, ...]] = {
+    "offset_lookup": ("max_timestamp",),
+    "time_lookup": ("max_timestamp",),
+}
+# name under which a table whose view converts columns is registered raw in DataFusion
+RAW_PREFIX = "__loglake_raw_"
+_NOT_NAME = re.compile(r"[^a-z0-9_]")
+
+
+class QueryError(LoglakeError):
+    """A query the engine refused (bad SQL, unknown table or column) or could not run."""
+
+
+@dataclass(frozen=True, slots=True)
+class LakeTable:
+    """One Delta table of the lake: its SQL ``name`` and directory ``path``."""
+
+    name: str
+    path: Path
+
+
+def table_name(relative: str | Path) -> str:
+    """The SQL name of the table at ``relative`` (a path below the lake)."""
+    parts = Path(relative).parts
+    return "_".join(_NOT_NAME.sub("_", p.lower()) for p in parts)
+
+
+def find_tables(lake: str | Path) -> list[LakeTable]:
+    """Every Delta table under ``lake``, sorted by name (see the module docstring)."""
+    root = Path(lake)
+    if not root.is_dir():
+        raise LoglakeError("lake directory does not exist", path=str(root))
+    found: dict[str, LakeTable] = {}
+    for here, dirs, _files in os.walk(root):
+        if "_delta_log" in dirs and Path(here) != root:
+            rel = Path(here).relative_to(root)
+            name = table_name(rel)
+            if name in found:
+                raise LoglakeError(
+                    f"two tables would be called {name!r}: {found[name].path} and {here}; "
+                    "rename one directory",
+                    path=str(root),
+                )
+            found[name] = LakeTable(name, Path(here))
+            dirs.clear()  # a table's own directories are partitions, not tables
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+    return sorted(found.values(), key=lambda t: t.name)
+
+
+def parse_versions(specs: Sequence[str], tables: Sequence[LakeTable]) -> dict[str, int]:
+    """``["records=3", ...]`` -> ``{"records": 3}``; unknown tables and bad numbers refused."""
+    names = {t.name for t in tables}
+    out: dict[str, int] = {}
+    for spec in specs:
+        name, sep, number = spec.partition("=")
+        name = name.strip().lower()
+        if not sep or not number.strip().isdigit():
+            raise LoglakeError(f"--version takes TABLE=N (N a version number), got {spec!r}")
+        if name not in names:
+            raise LoglakeError(
+                f"--version names table {name!r}, which is not in the lake "
+                f"(tables: {', '.join(sorted(names)) or 'none'})"
+            )
+        out[name] = int(number)
+    return out
+
+
+def open_table(table: LakeTable, version: int | None = None) -> DeltaTable:
+    """The table's latest snapshot, or ``version`` (a clear error when that does not exist)."""
+    try:
+        dt = DeltaTable(str(table.path))
+        if version is not None:
+            latest = dt.version()
+            if not 0 <= version <= latest:
+                raise LoglakeError(
+                    f"table {table.name!r} has versions 0..{latest}, not {version}",
+                    path=str(table.path),
+                )
+            dt.load_as_version(version)
+    except (TableNotFoundError, DeltaError, OSError) as exc:
+        raise LoglakeError(
+            f"cannot open table {table.name!r}"
+            + (f" at version {version}" if version else "")
+            + f": {exc}",
+            path=str(table.path),
+        ) from exc
+    return dt
+
+
+def view_columns(name: str, schema: pa.Schema) -> list[tuple[str, str]] | None:
+    """How a view of table ``name`` with ``schema`` shows its columns: ``(kind, column)`` pairs,
+    ``kind`` being ``col`` (as stored), ``ts`` (milliseconds shown as a timestamp) or ``ms``
+    (the raw milliseconds of the column before it, named ``<column>_ms``); None when the view
+    is the table itself."""
+    wanted = set(TIMESTAMP_MS_COLUMNS.get(name, ()))
+    convert = {f.name for f in schema if f.name in wanted and pa.types.is_integer(f.type)}
+    if not convert:
+        return None
+    out: list[tuple[str, str]] = []
+    for f in schema:
+        if f.name in convert:
+            out += [("ts", f.name), ("ms", f.name)]
+        else:
+            out.append(("col", f.name))
+    return out
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def lake_query_builder(
+    tables: Sequence[LakeTable], versions: Mapping[str, int] | None = None
+) -> QueryBuilder:
+    """A DataFusion ``QueryBuilder`` with every table registered by name (``versions`` pins
+    some to a version; the others are at their latest)."""
+    qb = QueryBuilder()
+    for table in tables:
+        dt = open_table(table, (versions or {}).get(table.name))
+        columns = view_columns(table.name, pa.schema(dt.schema().to_arrow()))
+        if columns is None:
+            qb = qb.register(table.name, dt)
+            continue
+        raw = RAW_PREFIX + table.name
+        qb = qb.register(raw, dt)
+        select = []
+        for kind, col in columns:
+            if kind == "ts":
+                select.append(
+                    f"arrow_cast(to_timestamp_millis({_quote(col)}), "
+                    f"'Timestamp(Millisecond, Some(\"UTC\"))') AS {_quote(col)}"
+                )
+            elif kind == "ms":
+                select.append(f"{_quote(col)} AS {_quote(col + '_ms')}")
+            else:
+                select.append(_quote(col))
+        _execute(
+            qb, f"CREATE VIEW {_quote(table.name)} AS SELECT {', '.join(select)} FROM {_quote(raw)}"
+        )
+    return qb
+
+
+def _execute(qb: QueryBuilder, sql: str) -> pa.RecordBatchReader:
+    try:
+        return pa.RecordBatchReader.from_stream(qb.execute(sql))
+    except DeltaError as exc:
+        raise QueryError(_engine_message(exc)) from None
+    except Exception as exc:  # DataFusion's own errors surface as plain exceptions too
+        raise QueryError(_engine_message(exc)) from None
+
+
+def _engine_message(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.replace("datafusion.public.", "")
+
+
+def run_query(qb: QueryBuilder, sql: str) -> pa.RecordBatchReader:
+    """Run ``sql`` and stream its result; ``QueryError`` (one line, no traceback) on failure."""
+    if not sql.strip():
+        raise QueryError("empty query")
+    return _execute(qb, sql)

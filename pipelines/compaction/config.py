@@ -1,0 +1,136 @@
+"""What the compaction job reads from ``conf/pipeline.toml`` and the broker's topic configs.
+
+Which topics are compacted (:func:`compacted_topics`): every topic whose topic config in a log
+dir (``<log_dir>/topic-configs/<topic>.properties``) has ``cleanup.policy`` containing
+``compact``, plus every topic named in ``[compact] topics``. A topic's strategy: ``[compact.
+strategy] <topic> = "..."``, else its topic config ``compaction.strategy`` (KIP-280's name),
+else ``[compact] default_strategy`` (``offset``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from logstore.errors import LoglakeError
+from logstore.storage.files import validate_topic
+from logstore.storage.topic_config import read_topic_configs
+from pipelines.compaction.model import DEFAULT_STRATEGY, Strategy, parse_strategy
+from pipelines.config import check_keys
+
+__all__ = ["CompactConfig", "compacted_topics", "load_compact_config"]
+
+PARQUET_CODECS = ("snappy", "zstd", "lz4", "gzip", "none")
+
+
+@dataclass(frozen=True)
+class CompactConfig:
+    """A compaction run's settings (see ``conf/pipeline.toml`` ``[compact]`` for each key)."""
+
+    log_dirs: tuple[str, ...]
+    lake: str
+    app_name: str = "loglake-compact"
+    master: str | None = None
+    topics: tuple[str, ...] = ()
+    default_strategy: Strategy = DEFAULT_STRATEGY
+    strategies: dict[str, Strategy] = field(default_factory=dict)
+    buckets: int = 16
+    compression: str = "zstd"
+    max_rows_per_file: int = 5_000_000
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def records_path(self) -> str:
+        return str(Path(self.lake) / "records")
+
+
+def _table(data: dict[str, Any], name: str, where: str) -> dict[str, Any]:
+    value = data.get(name, {})
+    if not isinstance(value, dict):
+        raise LoglakeError(f"[{name}] must be a table", path=where)
+    return value
+
+
+def load_compact_config(
+    path: str | Path,
+    *,
+    log_dirs: list[str] | None = None,
+    lake: str | None = None,
+) -> CompactConfig:
+    """Read ``[paths]``, ``[spark]`` and ``[compact]`` of a pipeline TOML file, then overrides.
+
+    Unknown ``[compact]`` keys, bad strategies, topic names and bucket counts are refused.
+    """
+    p = Path(path)
+    where = str(p)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LoglakeError("config file not found", path=where) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise LoglakeError(f"config is not valid TOML: {exc}", path=where) from None
+    paths = _table(data, "paths", where)
+    spark = _table(data, "spark", where)
+    compact = _table(data, "compact", where)
+    check_keys(data, where)
+    dirs: list[str] | str = list(log_dirs) if log_dirs else paths.get("log_dirs", [])
+    if isinstance(dirs, str):
+        dirs = [dirs]
+    lake_dir = lake or paths.get("lake")
+    if not lake_dir:
+        raise LoglakeError("[paths] lake must be set (or --lake)", path=where)
+    topics = [str(t) for t in compact.get("topics", [])]
+    for t in topics:
+        validate_topic(t)
+    raw_strategies = compact.get("strategy", {})
+    if not isinstance(raw_strategies, dict):
+        raise LoglakeError("[compact.strategy] must be a table of topic = strategy", path=where)
+    strategies = {validate_topic(str(t)): parse_strategy(str(s)) for t, s in raw_strategies.items()}
+    buckets = compact.get("buckets", 16)
+    if not isinstance(buckets, int) or not 1 <= buckets <= 65536:
+        raise LoglakeError(f"[compact] buckets must be 1..65536, got {buckets!r}", path=where)
+    compression = str(compact.get("compression", "zstd"))
+    if compression not in PARQUET_CODECS:
+        raise LoglakeError(
+            f"[compact] compression must be one of {', '.join(PARQUET_CODECS)}, "
+            f"got {compression!r}",
+            path=where,
+        )
+    return CompactConfig(
+        log_dirs=tuple(str(Path(d).absolute()) for d in dirs),
+        lake=str(Path(lake_dir).absolute()),
+        app_name=str(spark.get("app_name", "loglake-compact")),
+        master=spark.get("master"),
+        topics=tuple(topics),
+        default_strategy=parse_strategy(str(compact.get("default_strategy", "offset"))),
+        strategies=strategies,
+        buckets=buckets,
+        compression=compression,
+        max_rows_per_file=int(compact.get("max_rows_per_file", 5_000_000)),
+        spark_conf={str(k): str(v) for k, v in _table(spark, "conf", where).items()},
+    )
+
+
+def compacted_topics(config: CompactConfig) -> dict[str, Strategy]:
+    """``{topic: strategy}`` for every topic to compact (see the module docstring)."""
+    found: dict[str, dict[str, str]] = {}
+    for d in config.log_dirs:
+        if not Path(d).is_dir():
+            raise LoglakeError("log dir does not exist", path=d)
+        for topic, props in read_topic_configs(d).items():
+            policies = {s.strip() for s in props.get("cleanup.policy", "").split(",")}
+            if "compact" in policies:
+                found[topic] = props
+    for topic in config.topics:
+        found.setdefault(topic, {})
+    out: dict[str, Strategy] = {}
+    for topic, props in sorted(found.items()):
+        if topic in config.strategies:
+            out[topic] = config.strategies[topic]
+        elif "compaction.strategy" in props:
+            out[topic] = parse_strategy(props["compaction.strategy"])
+        else:
+            out[topic] = config.default_strategy
+    return out

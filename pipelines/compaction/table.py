@@ -1,0 +1,754 @@
+"""Compacted topics as Delta upsert tables: ``<lake>/topics/<topic>``, one row per live key.
+
+Table (Delta, change data feed on): columns ``partition, key, value, headers, offset,
+timestamp, timestamp_type, version, bucket`` — the winning record of each live ``(partition,
+key)`` (rules: ``pipelines.compaction.model``); ``version`` is the winner's version under the
+topic's strategy (null under ``offset``); ``bucket = pmod(xxhash64(key), N)`` is the partition
+column, N fixed when the table is created (``[compact] buckets``). The table's description
+holds ``loglake.compaction.strategy`` and ``loglake.compaction.buckets`` as JSON (delta-rs
+refuses table properties it does not know); a run whose settings differ is refused unless it
+is a ``--full`` rebuild.
+
+Progress: app transactions ``loglake-compact/<topic>/<partition>`` in the table = the next
+offset of ``records`` the table reflects (ingest's progress at the ``records`` snapshot read).
+
+Under the ``timestamp`` and ``header:`` strategies a deleted key must remember its tombstone's
+version (a later record with a smaller version must not bring it back), so those topics also
+keep ``<lake>/topic_tombstones/<topic>`` (same layout, one row per deleted key); ``offset``
+does not need it (later records always have greater offsets).
+
+A run, per topic:
+
+1. pins the ``records`` snapshot and reads ingest's progress ``E[p]`` in it, and the table's
+   progress ``S[p]``; nothing to do when ``E == S`` everywhere (a re-run is a no-op);
+2. picks the ``records`` files whose stats may hold offsets ``[S[p], E[p])`` of the topic, and
+   the table's current files per bucket (same snapshot for the whole run);
+3. Spark: reads those records, keeps ``[S[p], E[p])`` and keyed rows, computes each row's
+   bucket and shuffles by bucket; each task, per bucket it holds, reads that bucket's current
+   files (and tombstones), merges them with the new records (``pipelines.compaction.plan``),
+   and, only when the bucket's live rows change, writes the bucket's new file(s), a change-data
+   file (``_change_data/bucket=B``, ``_change_type`` insert / update_preimage /
+   update_postimage / delete) and reports which bucket's files it replaces;
+4. the driver commits the tombstone table (if any) and then the topic table, each in **one**
+   Delta commit against the snapshot it read; the topic table's commit carries the new progress
+   ``E`` (``pipelines.compaction.deltalog``: adds, removes, cdc and txn actions together).
+
+``full=True`` rebuilds from all of ``records``: every bucket is recomputed from the records
+alone and diffed against the old rows (so the change feed stays exact); it may change buckets
+and strategy.
+
+Crash behaviour: a run killed before step 4 leaves only unreferenced files (removed by the
+next run's failure path or by VACUUM); the topic table is as it was. Killed between the two
+commits of step 4: the tombstone table is ahead; the re-run reads records again from ``S``
+and merges them into a state that already holds their tombstones — the winner is a maximum,
+so re-applying records changes nothing — and the result is exact. Two runs at once: the later
+commit finds the table moved and fails cleanly (``ConcurrentWriteError``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+from deltalake.transaction import create_table_with_add_actions
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as sf
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+from logstore.errors import LoglakeError
+from pipelines.compaction.config import CompactConfig, compacted_topics
+from pipelines.compaction.deltalog import CdcFile, FileRef, commit_actions
+from pipelines.compaction.model import Strategy
+from pipelines.compaction.plan import VERSION, versions, winner_indices
+from pipelines.delta import read_app_transactions
+from pipelines.delta.commit import load_table
+from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
+from pipelines.delta.errors import DeltaSinkError, first_error_line
+from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
+from pipelines.ingest import APP_PREFIX as INGEST_PREFIX
+from pipelines.sources import RECORDS_ARROW_SCHEMA, RECORDS_SCHEMA
+from pipelines.worker import start_task
+
+__all__ = [
+    "APP_PREFIX",
+    "TABLE_SCHEMA",
+    "CompactSummary",
+    "TopicResult",
+    "app_id",
+    "compact_topic",
+    "run_compact",
+    "table_path",
+    "tombstones_path",
+]
+
+APP_PREFIX = "loglake-compact"
+BUCKET = "bucket"
+CHANGE_DATA = "_change_data"
+CHANGE_TYPE = "_change_type"
+CONF_STRATEGY = "loglake.compaction.strategy"
+CONF_BUCKETS = "loglake.compaction.buckets"
+Log = Callable[[str], None]
+
+TABLE_SCHEMA = pa.schema(
+    [
+        pa.field("partition", pa.int32()),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", RECORDS_ARROW_SCHEMA.field("headers").type),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestamp_type", pa.int32()),
+        pa.field(VERSION, pa.int64()),
+        pa.field(BUCKET, pa.int32()),
+    ]
+)
+SRC = "_src"  # in the shuffle: 0 a new record, 1 a live row, 2 a tombstone row (--full)
+CDC_SCHEMA = TABLE_SCHEMA.append(pa.field(CHANGE_TYPE, pa.string()))
+_INPUT_COLUMNS = [f.name for f in TABLE_SCHEMA if f.name != VERSION]
+_ROW_SPARK_SCHEMA = from_arrow_schema(
+    pa.schema([f for f in TABLE_SCHEMA if f.name != BUCKET]), prefer_timestamp_ntz=False
+)
+
+
+def app_id(topic: str, partition: int) -> str:
+    """The app-transaction id carrying the table's progress for ``topic``/``partition``."""
+    return f"{APP_PREFIX}/{topic}/{partition}"
+
+
+def table_path(lake: str | Path, topic: str) -> str:
+    return str(Path(lake) / "topics" / topic)
+
+
+def tombstones_path(lake: str | Path, topic: str) -> str:
+    return str(Path(lake) / "topic_tombstones" / topic)
+
+
+@dataclass
+class TopicResult:
+    """What a run did to one topic's table."""
+
+    topic: str
+    strategy: str
+    committed: bool = False
+    table_version: int | None = None
+    records_read: int = 0
+    buckets_rewritten: int = 0
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    progress: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class CompactSummary:
+    topics: list[TopicResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        parts = [
+            f"{t.topic}: +{t.inserted} ~{t.updated} -{t.deleted} "
+            f"({t.records_read} records, {t.buckets_rewritten} buckets, "
+            f"version {t.table_version}, committed={t.committed})"
+            for t in self.topics
+        ]
+        return (
+            f"compact summary: {'; '.join(parts) or 'no compacted topics'} in {self.seconds:.1f}s"
+        )
+
+
+def _stderr(message: str) -> None:
+    print(f"[compact {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Executor side: merge one bucket
+
+
+@dataclass(frozen=True)
+class _TaskPlan:
+    """What every merge task needs (pickled into the tasks)."""
+
+    root: str
+    tomb_root: str | None
+    write_id: str
+    strategy: Strategy
+    full: bool
+    compression: str
+    max_rows_per_file: int
+    main_files: dict[int, list[str]]  # bucket -> absolute paths of its current files
+    tomb_files: dict[int, list[str]]
+
+
+def _read_bucket(paths: Sequence[str], bucket: int) -> pa.Table:
+    if not paths:
+        return TABLE_SCHEMA.empty_table()
+    data = pa.concat_tables(
+        [pq.read_table(p).select([f.name for f in TABLE_SCHEMA if f.name != BUCKET]) for p in paths]
+    )
+    data = data.append_column(BUCKET, pa.array(np.full(data.num_rows, bucket, np.int32)))
+    return data.cast(TABLE_SCHEMA)
+
+
+def _as_state(rows: pa.Table, strategy: Strategy) -> pa.Table:
+    """New records (keyed) in the table's schema, with their versions.
+
+    Hook (model rule 2): records of aborted transactions are to be dropped here once the
+    broker accepts transactions (it refuses them today, so ``records`` holds none).
+    """
+    rows = rows.filter(rows.column("key").is_valid())
+    rows = rows.select(_INPUT_COLUMNS)
+    rows = rows.cast(pa.schema([TABLE_SCHEMA.field(n) for n in _INPUT_COLUMNS]))
+    rows = rows.add_column(7, VERSION, versions(rows, strategy))
+    return rows
+
+
+def _diff(old: pa.Table, new: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(inserted rows of new, deleted rows of old, updated rows of old, of new): both tables
+    hold one row per (partition, key); a row is unchanged when its offset is the same."""
+    o = pa.table(
+        {
+            "partition": old.column("partition"),
+            "key": old.column("key"),
+            "o_off": old.column("offset"),
+            "o_i": pa.array(np.arange(old.num_rows, dtype=np.int64)),
+        }
+    )
+    n = pa.table(
+        {
+            "partition": new.column("partition"),
+            "key": new.column("key"),
+            "n_off": new.column("offset"),
+            "n_i": pa.array(np.arange(new.num_rows, dtype=np.int64)),
+        }
+    )
+    j = o.join(n, keys=["partition", "key"], join_type="full outer")
+    o_i = j.column("o_i").to_numpy(zero_copy_only=False)
+    n_i = j.column("n_i").to_numpy(zero_copy_only=False)
+    o_valid = np.asarray(j.column("o_i").is_valid().to_numpy(zero_copy_only=False))
+    n_valid = np.asarray(j.column("n_i").is_valid().to_numpy(zero_copy_only=False))
+    both = o_valid & n_valid
+    o_off = np.asarray(pc.fill_null(j.column("o_off"), -1).to_numpy(zero_copy_only=False))
+    n_off = np.asarray(pc.fill_null(j.column("n_off"), -1).to_numpy(zero_copy_only=False))
+    upd = both & (o_off != n_off)
+    as_int = functools.partial(np.asarray, dtype=np.int64)
+    return (
+        as_int(n_i[n_valid & ~o_valid]),
+        as_int(o_i[o_valid & ~n_valid]),
+        as_int(o_i[upd]),
+        as_int(n_i[upd]),
+    )
+
+
+def _tagged(table: pa.Table, rows: np.ndarray, change: str) -> pa.Table:
+    part = table.take(pa.array(rows, type=pa.int64()))
+    return part.append_column(CHANGE_TYPE, pa.array([change] * part.num_rows, pa.string()))
+
+
+def _merge_bucket(
+    bucket: int,
+    rows: pa.Table,
+    plan: _TaskPlan,
+    writers: dict[str, PartitionedFileWriter],
+) -> dict[str, Any]:
+    """Merge one bucket's new records into its rows; write what changed (module step 3).
+
+    Incremental: the bucket's current rows come from its files. ``full``: they come through
+    the shuffle (``_src`` 1 live, 2 tombstone; bucketed again, so N may change) and only the
+    records decide the winners; every bucket is written, changed or not.
+    """
+    src = rows.column(SRC)
+    if plan.full:
+        old_live = _old_rows(rows.filter(pc.equal(src, 1)))
+        old_tomb = _old_rows(rows.filter(pc.equal(src, 2)))
+        new = _as_state(rows.filter(pc.equal(src, 0)), plan.strategy)
+        base = new
+    else:
+        new = _as_state(rows, plan.strategy)
+        old_live = _read_bucket(plan.main_files.get(bucket, []), bucket)
+        old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
+        base = pa.concat_tables([old_live, old_tomb, new])
+    state = base.take(pa.array(winner_indices(base, base.column(VERSION)), type=pa.int64()))
+    is_live = state.column("value").is_valid()
+    live = state.filter(is_live)
+    ins, dels, upd_old, upd_new = _diff(old_live, live)
+    changed = bool(len(ins) or len(dels) or len(upd_old))
+    report: dict[str, Any] = {"bucket": bucket, "records": new.num_rows, "changed": changed}
+    if changed:
+        changes = pa.concat_tables(
+            [
+                _tagged(live, ins, "insert"),
+                _tagged(old_live, upd_old, "update_preimage"),
+                _tagged(live, upd_new, "update_postimage"),
+                _tagged(old_live, dels, "delete"),
+            ]
+        )
+        writers["cdc"].write(changes.cast(CDC_SCHEMA))
+        report.update(inserted=len(ins), updated=len(upd_old), deleted=len(dels))
+    if changed or plan.full:
+        writers["main"].write(live)
+    if plan.tomb_root is not None:
+        tomb = state.filter(pc.invert(is_live))
+        t_ins, t_dels, t_old, _ = _diff(old_tomb, tomb)
+        report["tomb_changed"] = bool(len(t_ins) or len(t_dels) or len(t_old))
+        if report["tomb_changed"] or plan.full:
+            writers["tomb"].write(tomb)
+    return report
+
+
+def _old_rows(rows: pa.Table) -> pa.Table:
+    return rows.select(TABLE_SCHEMA.names).cast(TABLE_SCHEMA)
+
+
+def _merge_task(batches: Iterator[pa.RecordBatch], *, plan: _TaskPlan) -> Iterator[pa.RecordBatch]:
+    """One Spark task: every bucket it holds, then one JSON row with its files and reports."""
+    start_task()
+    ctx = TaskContext.get()
+    task_id = ctx.partitionId() if ctx is not None else 0
+    attempt = ctx.attemptNumber() if ctx is not None else 0
+    chunks = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+    if not chunks:
+        return
+    rows = pa.concat_tables(chunks)
+    common: dict[str, Any] = {
+        "write_id": plan.write_id,
+        "task_id": task_id,
+        "attempt": attempt,
+        "partition_by": [BUCKET],
+        "compression": plan.compression,
+        "max_rows_per_file": plan.max_rows_per_file,
+    }
+    writers = {
+        "main": PartitionedFileWriter(plan.root, **common),
+        "cdc": PartitionedFileWriter(os.path.join(plan.root, CHANGE_DATA), **common),
+    }
+    if plan.tomb_root is not None:
+        writers["tomb"] = PartitionedFileWriter(plan.tomb_root, **common)
+    reports = []
+    try:
+        buckets = rows.column(BUCKET)
+        for bucket in sorted(pc.unique(buckets).to_pylist()):
+            part = rows.filter(pc.equal(buckets, bucket))
+            reports.append(_merge_bucket(int(bucket), part, plan, writers))
+        files = {name: [asdict(f) for f in w.close()] for name, w in writers.items()}
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    out = json.dumps({"files": files, "reports": reports})
+    yield pa.RecordBatch.from_pydict({"r": [out]})
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver side
+
+
+def _ingest_progress(records_path: str, rec_dt: DeltaTable, topic: str) -> dict[int, int]:
+    """Ingest's progress per partition of ``topic`` in the pinned ``records`` snapshot."""
+    out: dict[int, int] = {}
+    prefix = f"{INGEST_PREFIX}/{topic}/"
+    for app in read_app_transactions(records_path):
+        rest = app.removeprefix(prefix)
+        if rest != app and rest.isdigit():
+            version = rec_dt.transaction_version(app)
+            if version is not None:
+                out[int(rest)] = int(version)
+    return out
+
+
+def _files_by_bucket(dt: DeltaTable | None) -> dict[int, list[FileRef]]:
+    out: dict[int, list[FileRef]] = {}
+    if dt is None:
+        return out
+    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    for a in actions:
+        bucket = int(a[f"partition.{BUCKET}"])
+        out.setdefault(bucket, []).append(
+            FileRef(a["path"], int(a["size_bytes"]), {BUCKET: str(bucket)})
+        )
+    return out
+
+
+def _record_files(
+    records_path: str, rec_dt: DeltaTable, topic: str, ranges: Mapping[int, tuple[int, int]]
+) -> list[str]:
+    """Files of the ``records`` snapshot that may hold offsets in ``ranges`` (by file stats)."""
+    out: list[str] = []
+    actions = pa.table(rec_dt.get_add_actions(flatten=True)).to_pylist()
+    for a in actions:
+        if a.get("partition.topic") != topic:
+            continue
+        lo, hi, top = a.get("min.partition"), a.get("max.partition"), a.get("max.offset")
+        if lo is not None and hi is not None and top is not None:
+            starts = [s for p, (s, _e) in ranges.items() if lo <= p <= hi]
+            if not starts or top < min(starts):
+                continue
+        out.append(os.path.join(records_path, unquote(a["path"])))
+    return out
+
+
+def _settings(strategy: Strategy, buckets: int) -> str:
+    return json.dumps({CONF_STRATEGY: str(strategy), CONF_BUCKETS: str(buckets)}, sort_keys=True)
+
+
+def _create_table(path: str, strategy: Strategy, buckets: int, cdf: bool) -> None:
+    # delta-rs refuses table properties it does not know: the settings go in the description.
+    create_table_with_add_actions(
+        path,
+        DeltaSchema.from_arrow(TABLE_SCHEMA),
+        [],
+        mode="error",
+        partition_by=[BUCKET],
+        description=_settings(strategy, buckets),
+        configuration={"delta.enableChangeDataFeed": "true"} if cdf else None,
+    )
+
+
+def _metadata_action(dt: DeltaTable, strategy: Strategy, buckets: int) -> dict[str, Any]:
+    meta = dt.metadata()
+    return {
+        "id": meta.id,
+        "name": meta.name,
+        "description": _settings(strategy, buckets),
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": dt.schema().to_json(),
+        "partitionColumns": list(meta.partition_columns),
+        "createdTime": meta.created_time,
+        "configuration": dict(meta.configuration),
+    }
+
+
+def _ensure_table(
+    path: str, strategy: Strategy, buckets: int, *, full: bool, cdf: bool
+) -> tuple[DeltaTable, int, dict[str, Any] | None]:
+    """The table (created empty when absent), its bucket count, and a metaData action when a
+    ``--full`` run changes the settings."""
+    dt = load_table(path)
+    if dt is None:
+        _create_table(path, strategy, buckets, cdf)
+        dt = DeltaTable(path)
+    try:
+        conf = json.loads(dt.metadata().description or "{}")
+    except ValueError:
+        conf = {}
+    have = (conf.get(CONF_STRATEGY), conf.get(CONF_BUCKETS))
+    want = (str(strategy), str(buckets))
+    if have == want:
+        return dt, buckets, None
+    if not full:
+        raise LoglakeError(
+            f"table was built with strategy {have[0]!r} and {have[1]} buckets, the config says "
+            f"{want[0]!r} and {want[1]}: re-run with --full to rebuild it",
+            path=path,
+        )
+    return dt, buckets, _metadata_action(dt, strategy, buckets)
+
+
+def _failpoint(name: str) -> None:
+    if os.environ.get(FAILPOINT_ENV) == name:
+        kill_session()
+
+
+def compact_topic(
+    spark: SparkSession,
+    config: CompactConfig,
+    topic: str,
+    strategy: Strategy,
+    *,
+    full: bool = False,
+    log: Log = _stderr,
+) -> TopicResult:
+    """One topic's run (module steps 1-4)."""
+    result = TopicResult(topic, str(strategy))
+    records_path = config.records_path
+    rec_dt = load_table(records_path)
+    if rec_dt is None:
+        log(f"{topic}: no records table at {records_path} yet")
+        return result
+    ends = _ingest_progress(records_path, rec_dt, topic)
+    path = table_path(config.lake, topic)
+    existing = load_table(path)
+    if existing is None and not ends:
+        log(f"{topic}: nothing ingested yet")
+        return result
+    # step 1: progress
+    dt, buckets, metadata = _ensure_table(path, strategy, config.buckets, full=full, cdf=True)
+    tomb_root = tombstones_path(config.lake, topic) if strategy.kind != "offset" else None
+    tomb_dt = None
+    tomb_meta = None
+    if tomb_root is not None:
+        tomb_dt, _, tomb_meta = _ensure_table(
+            tomb_root, strategy, config.buckets, full=full, cdf=False
+        )
+    done = {p: dt.transaction_version(app_id(topic, p)) for p in ends}
+    starts = {p: 0 if full else int(done[p] or 0) for p in ends}
+    ranges = {p: (starts[p], e) for p, e in ends.items() if e > starts[p]}
+    if not ranges and not full:
+        log(f"{topic}: nothing new since the last run (table version {dt.version()})")
+        result.table_version = dt.version()
+        return result
+    # step 2: the files
+    main_files = _files_by_bucket(dt)
+    tomb_files = _files_by_bucket(tomb_dt)
+    rec_files = _record_files(records_path, rec_dt, topic, ranges)
+    write_id = uuid.uuid4().hex
+    main_paths = {
+        b: [os.path.join(path, unquote(f.path)) for f in fs] for b, fs in main_files.items()
+    }
+    tomb_paths = {
+        b: [os.path.join(tomb_root or "", unquote(f.path)) for f in fs]
+        for b, fs in tomb_files.items()
+    }
+    plan = _TaskPlan(
+        root=path,
+        tomb_root=tomb_root,
+        write_id=write_id,
+        strategy=strategy,
+        full=full,
+        compression=config.compression,
+        max_rows_per_file=config.max_rows_per_file,
+        # the tasks read a bucket's files themselves, except in a rebuild (see _merge_bucket)
+        main_files={} if full else main_paths,
+        tomb_files={} if full else tomb_paths,
+    )
+    log(
+        f"{topic}: strategy {strategy}, {buckets} buckets; reading {len(rec_files)} records "
+        "files for " + ", ".join(f"{p} [{s}, {e})" for p, (s, e) in sorted(ranges.items()))
+    )
+    # step 3: the merge
+    try:
+        reports, files = _run_merge(
+            spark,
+            plan,
+            rec_files,
+            [p for ps in main_paths.values() for p in ps] if full else [],
+            [p for ps in tomb_paths.values() for p in ps] if full else [],
+            records_path,
+            topic,
+            ranges,
+            buckets,
+        )
+    except BaseException as exc:
+        _cleanup(plan)
+        if isinstance(exc, Exception) and not isinstance(exc, LoglakeError):
+            raise DeltaSinkError(
+                f"compaction of {topic} failed, nothing committed: {first_error_line(exc)}",
+                path=path,
+            ) from exc
+        raise
+    # step 4: commit
+    try:
+        result.records_read = sum(r["records"] for r in reports)
+        main_buckets = {r["bucket"] for r in reports if r["changed"]}
+        tomb_buckets = {r["bucket"] for r in reports if r.get("tomb_changed")}
+        result.buckets_rewritten = len(main_buckets)
+        # A rebuild replaces every file; files whose rows did not change are no data change
+        # (Delta's dataChange=false, as OPTIMIZE writes), so change-data readers skip them.
+        changed_any = bool(main_buckets)
+        main_removes = [
+            dataclasses.replace(f, data_change=changed_any)
+            for b, fs in sorted(main_files.items())
+            if full or b in main_buckets
+            for f in fs
+        ]
+        tomb_removes = [
+            f for b, fs in sorted(tomb_files.items()) if full or b in tomb_buckets for f in fs
+        ]
+        main_adds = [
+            dataclasses.replace(
+                f, data_change=int(f.partition_values[BUCKET] or -1) in main_buckets
+            )
+            for f in _refs(files["main"])
+        ]
+        result.inserted = sum(r.get("inserted", 0) for r in reports)
+        result.updated = sum(r.get("updated", 0) for r in reports)
+        result.deleted = sum(r.get("deleted", 0) for r in reports)
+        apps = {app_id(topic, p): e for p, (_s, e) in ranges.items()}
+        expected: dict[str, int | None] = {app_id(topic, p): done[p] for p in ranges}
+        if full:
+            rebuild = f"{APP_PREFIX}/{topic}/full"
+            previous = dt.transaction_version(rebuild)
+            apps[rebuild] = (previous or 0) + 1
+            expected[rebuild] = previous
+            for p in ends:
+                apps.setdefault(app_id(topic, p), ends[p])
+                expected.setdefault(app_id(topic, p), done[p])
+        _failpoint("compact.before_commit")
+        if tomb_root is not None and tomb_dt is not None and (tomb_buckets or full):
+            commit_actions(
+                tomb_root,
+                read_version=tomb_dt.version(),
+                adds=_refs(files["tomb"]),
+                removes=tomb_removes,
+                metadata=tomb_meta,
+                operation="MERGE",
+            )
+            _failpoint("compact.between_commits")
+        version = commit_actions(
+            path,
+            read_version=dt.version(),
+            adds=main_adds,
+            removes=main_removes,
+            cdc=[
+                CdcFile(f"{CHANGE_DATA}/{w.path}", w.size, w.partition_values) for w in files["cdc"]
+            ],
+            app_transactions=apps,
+            expected_versions=expected,
+            metadata=metadata,
+            operation="MERGE",
+            operation_parameters={"source": "records", "full": full},
+        )
+    except BaseException:
+        _cleanup(plan)
+        raise
+    result.committed = version is not None
+    result.table_version = version if version is not None else dt.version()
+    result.progress = dict(sorted(apps.items()))
+    _cleanup(plan, keep=files, committed=version is not None)
+    log(
+        f"{topic}: version {result.table_version}: +{result.inserted} ~{result.updated} "
+        f"-{result.deleted} from {result.records_read} records, "
+        f"{result.buckets_rewritten} buckets rewritten"
+    )
+    return result
+
+
+def _refs(files: Sequence[WrittenFile]) -> list[FileRef]:
+    return [
+        FileRef(f.path, f.size, f.partition_values, f.stats, f.modification_time) for f in files
+    ]
+
+
+def _cleanup(
+    plan: _TaskPlan,
+    *,
+    keep: Mapping[str, Sequence[WrittenFile]] | None = None,
+    committed: bool = False,
+) -> None:
+    """Remove this run's files: all of them, or (after a commit) the attempts' leftovers."""
+    if keep is None:
+        cleanup_write_files(plan.root, plan.write_id, prune_dirs=False)
+        if plan.tomb_root is not None:
+            cleanup_write_files(plan.tomb_root, plan.write_id)
+        return
+    main = {unquote(f.path) for f in keep.get("main", [])} if committed else set()
+    main |= (
+        {f"{CHANGE_DATA}/{unquote(f.path)}" for f in keep.get("cdc", [])} if committed else set()
+    )
+    cleanup_write_files(plan.root, plan.write_id, keep=main)
+    if plan.tomb_root is not None:
+        tomb = {unquote(f.path) for f in keep.get("tomb", [])} if committed else set()
+        cleanup_write_files(plan.tomb_root, plan.write_id, keep=tomb)
+
+
+def _run_merge(  # noqa: PLR0917
+    spark: SparkSession,
+    plan: _TaskPlan,
+    rec_files: list[str],
+    main_paths: list[str],
+    tomb_paths: list[str],
+    records_path: str,
+    topic: str,
+    ranges: Mapping[int, tuple[int, int]],
+    buckets: int,
+) -> tuple[list[dict[str, Any]], dict[str, list[WrittenFile]]]:
+    """Step 3 on Spark: returns the tasks' bucket reports and the files they wrote."""
+    columns = [c for c in _INPUT_COLUMNS if c != BUCKET]
+    bounds = spark.createDataFrame(
+        [(p, s, e) for p, (s, e) in ranges.items()] or [(-1, 0, 0)],
+        StructType(
+            [
+                StructField("partition", IntegerType(), False),
+                StructField("_lo", LongType(), False),
+                StructField("_hi", LongType(), False),
+            ]
+        ),
+    )
+    if rec_files:
+        rec = (
+            spark.read.schema(RECORDS_SCHEMA)
+            .option("basePath", records_path)
+            .parquet(*rec_files)
+            .where((sf.col("topic") == topic) & sf.col("key").isNotNull())
+            .join(sf.broadcast(bounds), on="partition")
+            .where((sf.col("offset") >= sf.col("_lo")) & (sf.col("offset") < sf.col("_hi")))
+            .select(*columns)
+            .withColumn(BUCKET, sf.pmod(sf.xxhash64("key"), sf.lit(buckets)).cast("int"))
+        )
+    else:
+        rec = None
+    if rec is not None:
+        rec = rec.withColumn(VERSION, sf.lit(None).cast("long")).withColumn(SRC, sf.lit(0))
+    if plan.full:
+        # Every current row goes through the shuffle too, bucketed again (N may change).
+        for src, _root, old_files in ((1, plan.root, main_paths), (2, plan.tomb_root, tomb_paths)):
+            if not old_files:
+                continue
+            old = (
+                spark.read.schema(_ROW_SPARK_SCHEMA)
+                .parquet(*old_files)
+                .withColumn(BUCKET, sf.pmod(sf.xxhash64("key"), sf.lit(buckets)).cast("int"))
+                .withColumn(SRC, sf.lit(src))
+            )
+            rec = old if rec is None else rec.unionByName(old)
+    if rec is None:
+        return [], {"main": [], "cdc": [], "tomb": []}
+    tasks = max(1, min(buckets, 4 * spark.sparkContext.defaultParallelism))
+    out_schema = "r string"
+    rows = (
+        rec.repartition(tasks, BUCKET)
+        .mapInArrow(functools.partial(_merge_task, plan=plan), out_schema)
+        .collect()
+    )
+    reports: list[dict[str, Any]] = []
+    files: dict[str, list[WrittenFile]] = {"main": [], "cdc": [], "tomb": []}
+    for row in rows:
+        item = json.loads(row["r"])
+        reports += item["reports"]
+        for name, written in item["files"].items():
+            files[name] += [WrittenFile(**w) for w in written]
+    return reports, files
+
+
+def run_compact(
+    spark: SparkSession,
+    config: CompactConfig,
+    *,
+    full: bool = False,
+    topics: Sequence[str] | None = None,
+    log: Log = _stderr,
+) -> CompactSummary:
+    """Compact every selected topic (``config.compacted_topics``, or ``topics`` of those)."""
+    started = time.monotonic()
+    selected = compacted_topics(config)
+    if topics:
+        unknown = sorted(set(topics) - set(selected))
+        if unknown:
+            raise LoglakeError(f"topics {unknown} are not compacted topics (cleanup.policy)")
+        selected = {t: s for t, s in selected.items() if t in topics}
+    log(f"compacted topics: {', '.join(f'{t} ({s})' for t, s in selected.items()) or 'none'}")
+    summary = CompactSummary()
+    for topic, strategy in selected.items():
+        summary.topics.append(compact_topic(spark, config, topic, strategy, full=full, log=log))
+    summary.seconds = time.monotonic() - started
+    return summary

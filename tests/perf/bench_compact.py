@@ -1,0 +1,267 @@
+"""Benchmark: key compaction to the Delta topic table (local[2]) vs baselines in this run.
+
+Builds a ``records`` table as ingest leaves it (rows + ingest progress, written with delta-rs):
+``--records`` records of ``--value-bytes`` random bytes over ``--keys`` distinct keys (uniform
+random), ``--partitions`` partitions, timestamps increasing. Figures:
+
+- ``full``: ``run_compact`` of a topic with no table yet: every record read, shuffled by
+  bucket, merged, written and committed (records/s);
+- (a) ``python_dict``: one process, the same records' keys and values as Python bytes, deduped
+  with a dict (what one cleaner thread does); records/s of the loop alone and with the
+  conversion from Arrow (``--baseline-records`` prefix);
+- (b) ``spark_write``: a plain Spark Parquet write of the same row count (key and value columns
+  of the same widths, generated in the JVM): rows/s;
+- ``incremental``: ``--new-records`` new records (random keys of the table's key space) into a
+  table of ``--keys`` keys, and into one of 10x ``--keys`` keys; the ratio of the two run times
+  (target <= 2: cost grows with the change, not the table).
+
+Figures are wall-clock of one run each after a warm-up run that starts the Python workers.
+Last line: one JSON object.
+
+    .venv/bin/python tests/perf/bench_compact.py [--records 10000000 --keys 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from pipelines.compaction.config import CompactConfig  # noqa: E402
+from pipelines.compaction.table import run_compact, table_path  # noqa: E402
+from pipelines.sources import RECORDS_ARROW_SCHEMA  # noqa: E402
+
+CHUNK = 1_000_000
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def _fixed(values: np.ndarray, width: int) -> pa.Array:
+    flat = np.ascontiguousarray(values).view(np.uint8).reshape(-1)
+    fixed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(width), len(values), [None, pa.py_buffer(flat)]
+    )
+    return fixed.cast(pa.binary())
+
+
+def append_records(
+    lake: Path,
+    topic: str,
+    n: int,
+    *,
+    key_space: int,
+    value_bytes: int,
+    partitions: int,
+    next_offsets: list[int],
+    rng: np.random.Generator,
+    unique: bool = False,
+) -> None:
+    """Append ``n`` records (keys uniform over ``key_space``, or 0..n-1 when ``unique``)."""
+    done = 0
+    while done < n:
+        m = min(CHUNK, n - done)
+        ids = np.arange(done, done + m) if unique else rng.integers(0, key_space, m)
+        keys = np.char.zfill(ids.astype("U12"), 12).astype("S12")
+        part = (ids % partitions).astype(np.int32)
+        offsets = np.empty(m, np.int64)
+        for p in range(partitions):
+            sel = part == p
+            k = int(sel.sum())
+            offsets[sel] = np.arange(next_offsets[p], next_offsets[p] + k)
+            next_offsets[p] += k
+        values = rng.integers(0, 256, (m, value_bytes), dtype=np.uint8)
+        ts = 1_700_000_000_000_000 + offsets * 1000
+        table = pa.table(
+            {
+                "topic": pa.array([topic] * m),
+                "partition": pa.array(part),
+                "offset": pa.array(offsets),
+                "timestamp": pa.array(ts, pa.timestamp("us", "UTC")),
+                "timestamp_type": pa.array(np.zeros(m, np.int32)),
+                "key": _fixed(keys, 12),
+                "value": _fixed(values, value_bytes),
+                "headers": pa.array([[]] * m, RECORDS_ARROW_SCHEMA.field("headers").type),
+                "producer_id": pa.array(np.full(m, -1, np.int64)),
+                "producer_epoch": pa.array(np.full(m, -1, np.int16)),
+                "base_sequence": pa.array(np.full(m, -1, np.int32)),
+                "is_transactional": pa.array(np.zeros(m, bool)),
+                "leader_epoch": pa.array(np.zeros(m, np.int32)),
+                "segment_base_offset": pa.array(np.zeros(m, np.int64)),
+                "batch_position": pa.array(np.zeros(m, np.int64)),
+                "codec": pa.array(["none"] * m),
+                "date": pa.array(np.full(m, 19675, np.int32), pa.int32()).cast(pa.date32()),
+            },
+            schema=RECORDS_ARROW_SCHEMA,
+        )
+        txns = [
+            Transaction(f"loglake-ingest/{topic}/{p}", next_offsets[p]) for p in range(partitions)
+        ]
+        write_deltalake(
+            str(lake / "records"),
+            table,
+            partition_by=["topic", "date"],
+            mode="append",
+            commit_properties=CommitProperties(app_transactions=txns),
+        )
+        done += m
+
+
+def _config(lake: Path, topic: str, buckets: int) -> CompactConfig:
+    logs = lake / "logs"
+    logs.mkdir(exist_ok=True)
+    return CompactConfig(log_dirs=(str(logs),), lake=str(lake), topics=(topic,), buckets=buckets)
+
+
+def _timed_compact(spark: Any, lake: Path, topic: str, buckets: int) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    summary = run_compact(spark, _config(lake, topic, buckets), topics=[topic], log=_quiet)
+    return time.perf_counter() - t0, summary.topics[0]
+
+
+def python_dict(lake: Path, topic: str, limit: int) -> dict[str, float]:
+    t0 = time.perf_counter()
+    dt = DeltaTable(str(lake / "records"))
+    data = pa.table(dt.to_pyarrow_table(columns=["topic", "partition", "key", "value"]))
+    data = data.filter(pa.compute.equal(data.column("topic"), topic)).slice(0, limit)
+    keys = data.column("key").to_pylist()
+    values = data.column("value").to_pylist()
+    parts = data.column("partition").to_pylist()
+    t1 = time.perf_counter()
+    latest: dict[tuple[int, bytes], bytes | None] = {}
+    for p, k, v in zip(parts, keys, values, strict=True):
+        if v is None:
+            latest.pop((p, k), None)
+        else:
+            latest[(p, k)] = v
+    t2 = time.perf_counter()
+    n = len(keys)
+    return {
+        "records": n,
+        "loop_records_per_s": n / (t2 - t1),
+        "with_conversion_records_per_s": n / (t2 - t0),
+        "live_keys": len(latest),
+    }
+
+
+def spark_write(spark: Any, n: int, value_bytes: int, out: Path) -> float:
+    from pyspark.sql import functions as sf
+
+    df = spark.range(n).select(
+        sf.lpad(sf.col("id").cast("string"), 12, "0").cast("binary").alias("key"),
+        sf.expr(f"cast(repeat(cast(id % 10 as string), {value_bytes}) as binary)").alias("value"),
+        sf.col("id").alias("offset"),
+    )
+    t0 = time.perf_counter()
+    df.write.mode("overwrite").parquet(str(out))
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--new-records", type=int, default=None, help="default: --keys")
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--buckets", type=int, default=16)
+    parser.add_argument("--baseline-records", type=int, default=2_000_000)
+    parser.add_argument("--keep", help="work in this directory and keep it")
+    args = parser.parse_args()
+    new_records = args.new_records or args.keys
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pipelines.session import get_spark
+
+    spark = get_spark(
+        "bench-compact",
+        master="local[2]",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "8",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.driver.memory": "4g",
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-compact-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(7)
+    results: dict[str, Any] = {"args": vars(args)}
+    try:
+        # warm-up: starts the Python workers
+        warm = work / "warm"
+        append_records(warm, "w", 1000, key_space=100, value_bytes=10, partitions=1,
+                       next_offsets=[0], rng=rng)  # fmt: skip
+        _timed_compact(spark, warm, "w", args.buckets)
+
+        lake = work / "lake"
+        offs = [0] * args.partitions
+        t0 = time.perf_counter()
+        append_records(lake, "t", args.records, key_space=args.keys, value_bytes=args.value_bytes,
+                       partitions=args.partitions, next_offsets=offs, rng=rng)  # fmt: skip
+        results["setup_records_s"] = time.perf_counter() - t0
+        seconds, res = _timed_compact(spark, lake, "t", args.buckets)
+        rows = DeltaTable(table_path(lake, "t")).to_pyarrow_table(columns=["key"]).num_rows
+        results["full"] = {
+            "seconds": seconds,
+            "records_per_s": args.records / seconds,
+            "live_keys": rows,
+            "inserted": res.inserted,
+        }
+        results["python_dict"] = python_dict(lake, "t", args.baseline_records)
+        results["spark_write_rows_per_s"] = spark_write(
+            spark, args.records, args.value_bytes, work / "plain"
+        )
+        results["full_vs_python_dict_loop"] = (
+            results["full"]["records_per_s"] / results["python_dict"]["loop_records_per_s"]
+        )
+        results["full_vs_spark_write"] = (
+            results["full"]["records_per_s"] / results["spark_write_rows_per_s"]
+        )
+
+        # incremental: new records into a table of --keys keys vs one of 10x --keys keys
+        incremental: dict[str, Any] = {}
+        for name, keys in (("small", args.keys), ("large", 10 * args.keys)):
+            lake_i = work / f"inc-{name}"
+            offs = [0] * args.partitions
+            common = {"value_bytes": args.value_bytes, "partitions": args.partitions, "rng": rng}
+            append_records(lake_i, "t", keys, key_space=keys, next_offsets=offs, unique=True,
+                           **common)  # fmt: skip
+            _timed_compact(spark, lake_i, "t", args.buckets)
+            append_records(lake_i, "t", new_records, key_space=keys, next_offsets=offs, **common)
+            seconds, res = _timed_compact(spark, lake_i, "t", args.buckets)
+            incremental[name] = {
+                "table_keys": keys,
+                "new_records": new_records,
+                "seconds": seconds,
+                "buckets_rewritten": res.buckets_rewritten,
+                "inserted": res.inserted,
+                "updated": res.updated,
+            }
+        incremental["ratio_large_to_small"] = (
+            incremental["large"]["seconds"] / incremental["small"]["seconds"]
+        )
+        results["incremental"] = incremental
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
