@@ -250,3 +250,18 @@ def test_the_table_covers_every_error_a_partition_raises() -> None:
         OffsetOutOfRangeError,
     ):
         assert cls in ERROR_CODES, cls
+
+
+def test_a_compacted_topic_refuses_keyless_records(tmp_path: Path) -> None:
+    lg = Log.open(tmp_path / "c-0", LogConfig(cleanup_policy="compact"))
+    p = Partition("c", 0, lg)
+    try:
+        keyless = build_batch([(b"k", b"v"), (None, b"no key")])
+        with pytest.raises(InvalidRecordError) as exc:
+            p.append_as_leader(keyless)
+        assert _code(exc) == 87
+        assert "c-0" in str(exc.value)
+        assert p.log_end_offset == 0
+        assert p.append_as_leader(build_batch([(b"k", None)])).first_offset == 0  # tombstone
+    finally:
+        lg.close()
