@@ -9,13 +9,18 @@ __all__ = [
     "CorruptIndexError",
     "CorruptRecordError",
     "InvalidConfigError",
+    "InvalidProducerEpochError",
+    "InvalidRecordError",
     "InvalidTopicError",
+    "LogClosedError",
     "LogDirLockedError",
     "LogOfflineError",
     "LoglakeError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
     "RecordTooLargeError",
     "StorageError",
+    "TransactionsNotSupportedError",
     "UnsupportedCodecError",
     "UnsupportedMagicError",
 ]
@@ -94,3 +99,26 @@ class StorageError(LoglakeError):
 
 class LogOfflineError(StorageError):
     """An append to a partition that is offline for appends after a storage error."""
+
+
+class LogClosedError(LoglakeError):
+    """An operation on a log that was closed meanwhile: its topic was deleted, or the broker
+    is shutting down (Kafka's answer: NOT_LEADER_OR_FOLLOWER, so clients refresh metadata)."""
+
+
+class InvalidRecordError(LoglakeError):
+    """A well-formed batch that the topic refuses (Kafka's INVALID_RECORD), e.g. a record
+    without a key for a compacted topic."""
+
+
+class OutOfOrderSequenceError(LoglakeError):
+    """An idempotent producer's batch whose first sequence does not follow its last one."""
+
+
+class InvalidProducerEpochError(LoglakeError):
+    """A batch from a producer epoch older than the producer's current one (fenced)."""
+
+
+class TransactionsNotSupportedError(LoglakeError):
+    """A transactional or control batch: this broker has no transaction coordinator yet
+    (answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, like InitProducerId with an id)."""

@@ -1,12 +1,10 @@
 """The API registry and the request/response framing around kio's codecs.
 
-Registry: ``api_key -> (min_version, max_version, handler)``. The broker's own handlers
-live in ``logstore/server/handlers/<api>.py``, each exposing ``API_KEY``, ``MIN_VERSION``,
-``MAX_VERSION`` and ``handle``; the group coordinator's come from
-``logstore.server.group.handlers.API_HANDLERS`` when that package is present. ApiVersions
-advertises exactly this registry, because clients choose what to send from it (librdkafka
-silently downgrades to magic 0 without Fetch v4+, and may drop compression without
-FindCoordinator).
+Registry: ``api_key -> (min_version, max_version, handler)``: :mod:`logstore.server.registry`
+(every API but ApiVersions, plain imports: a broken handler module fails the import, so the
+broker does not start) plus ApiVersions. ApiVersions advertises exactly this registry,
+because clients choose what to send from it (librdkafka silently downgrades to magic 0
+without Fetch v4+, and may drop compression without FindCoordinator).
 
 Wire format of a request frame (after the 4-byte size prefix, all big-endian)::
 
@@ -27,20 +25,23 @@ caches are filled under the GIL with idempotent values.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import io
 import logging
 import struct
 import typing
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
 from logstore.errors import LoglakeError
-from logstore.server.context import RawResponse, RequestContext
+from logstore.server import registry
+from logstore.server.context import RawResponse
+from logstore.server.handlers import api_versions
+from logstore.server.registry import Handler
 
 __all__ = [
     "API_HANDLERS",
@@ -57,26 +58,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Returns a Response or a Deferred of one (see logstore.server.context).
-Handler = Callable[[RequestContext, Any], Any]
-
-API_VERSIONS_KEY: Final = 18
-
-# The broker's handler modules, one per API (logstore/server/handlers/<name>.py).
-_BROKER_HANDLER_MODULES: Final = (
-    "api_versions",
-    "metadata",
-    "produce",
-    "fetch",
-    "list_offsets",
-    "create_topics",
-    "delete_topics",
-    "describe_configs",
-    "incremental_alter_configs",
-    "init_producer_id",
-    "delete_records",
-    "transactions",
-)
+API_VERSIONS_KEY: Final = api_versions.API_KEY
 
 
 class InvalidRequestError(LoglakeError):
@@ -92,37 +74,20 @@ class UnsupportedVersionError(LoglakeError):
         self.api_version = api_version
 
 
-def _load_registry() -> dict[int, tuple[int, int, Handler]]:
-    registry: dict[int, tuple[int, int, Handler]] = {}
-    for name in _BROKER_HANDLER_MODULES:
-        try:
-            mod = importlib.import_module(f"logstore.server.handlers.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"logstore.server.handlers.{name}":
-                raise
-            log.error("handler module logstore.server.handlers.%s is missing", name)
-            continue
-        handlers: dict[int, tuple[int, int, Handler]] | None = getattr(mod, "API_HANDLERS", None)
-        if handlers is not None:
-            registry.update(handlers)
-        else:
-            registry[int(mod.API_KEY)] = (int(mod.MIN_VERSION), int(mod.MAX_VERSION), mod.handle)
-    try:
-        group = importlib.import_module("logstore.server.group.handlers")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("logstore.server.group", "logstore.server.group.handlers"):
-            log.exception("group coordinator APIs unavailable: cannot import their handlers")
-    except Exception:
-        # A broken group package must not take produce/fetch down with it: the group APIs
-        # are then simply not advertised (clients see it in ApiVersions), and this is loud.
-        log.exception("group coordinator APIs unavailable: cannot import their handlers")
-    else:
-        for key, (lo, hi, fn) in group.API_HANDLERS.items():
-            registry[int(key)] = (int(lo), int(hi), fn)
-    return dict(sorted(registry.items()))
-
-
-API_HANDLERS: Final[dict[int, tuple[int, int, Handler]]] = _load_registry()
+API_HANDLERS: Final[Mapping[int, tuple[int, int, Handler]]] = MappingProxyType(
+    dict(
+        sorted(
+            {
+                **registry.API_HANDLERS,
+                api_versions.API_KEY: (
+                    api_versions.MIN_VERSION,
+                    api_versions.MAX_VERSION,
+                    api_versions.handle,
+                ),
+            }.items()
+        )
+    )
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,10 +6,15 @@
 - the topic table, derived from the log manager's logs (a topic's partition count is its
   highest partition + 1) plus per-topic config overrides persisted with
   ``logstore.storage.topic_config`` in every log dir;
-- one :class:`PartitionState` per partition: the log, its producer state and the lock that
-  makes producer-state check -> append -> update atomic;
+- one :class:`~logstore.storage.partition.Partition` per partition, loaded on first use:
+  the log, its producer state and the lock that makes producer-state check -> append ->
+  update atomic; the log's rules (``append_as_leader``, ``read``) live there;
 - ``purgatory``: Fetch long-polls waiting for data, woken by appends;
-- ``group_coordinator`` when ``logstore.server.group.coordinator`` is installed.
+- ``group_coordinator``: the consumer-group coordinator (``logstore.server.group``).
+
+Imports are plain: a handler or coordinator module that fails to import makes
+``import logstore.server.broker`` fail, so the broker refuses to start with the error rather
+than run without some APIs (``loglake broker`` exits 1 and prints it).
 
 Lifecycle: ``Broker(config)`` opens and recovers the logs (taking each dir's ``.lock``),
 :meth:`start` starts the coordinator and begins listening, :meth:`shutdown` stops accepting,
@@ -30,53 +35,26 @@ their partition's lock; everything else is read-mostly and safe under the GIL.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import threading
 import uuid
-from dataclasses import dataclass, field
-from typing import Any
 
 from logstore.errors import InvalidTopicError, LoglakeError
 from logstore.server.config import BrokerConfig
+from logstore.server.dispatch import Dispatcher
+from logstore.server.group.coordinator import GroupCoordinator
 from logstore.server.network import SocketServer
 from logstore.server.purgatory import Purgatory
+from logstore.server.topics import TOPIC_ID_NAMESPACE, TopicExistsError, topic_id_for
 from logstore.storage.config import LogConfig
 from logstore.storage.files import validate_topic
-from logstore.storage.log import Log
 from logstore.storage.log_manager import LogManager
-from logstore.storage.producer_state import ProducerStateManager
+from logstore.storage.partition import Partition
 from logstore.storage.topic_config import delete_topic_config, read_topic_configs
 
-__all__ = ["Broker", "PartitionState", "TopicExistsError", "topic_id_for"]
+__all__ = ["Broker", "TopicExistsError", "topic_id_for"]
 
 log = logging.getLogger("logstore.server.broker")
-
-# Topic ids are derived from the name (uuid5) so that they are stable across restarts
-# without a partition.metadata file; recreating a topic therefore reuses its id.
-_TOPIC_ID_NAMESPACE = uuid.UUID("6f1e3c4a-9b7d-4e52-8a61-0c3d5b2f7e90")
-
-
-def topic_id_for(topic: str) -> uuid.UUID:
-    return uuid.uuid5(_TOPIC_ID_NAMESPACE, topic)
-
-
-class TopicExistsError(LoglakeError):
-    """CreateTopics for a topic that already exists."""
-
-
-@dataclass(slots=True)
-class PartitionState:
-    """One partition's log, producer state and append lock."""
-
-    topic: str
-    partition: int
-    log: Log
-    producers: ProducerStateManager
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def log_deleted(self) -> bool:
-        return bool(self.log.closed)
 
 
 class Broker:
@@ -85,7 +63,7 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.cluster_id = "loglake-" + uuid.uuid5(_TOPIC_ID_NAMESPACE, "cluster").hex[:14]
+        self.cluster_id = "loglake-" + uuid.uuid5(TOPIC_ID_NAMESPACE, "cluster").hex[:14]
         self.default_log_config = LogConfig.from_properties(config.topic_defaults())
         for d in config.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -106,14 +84,14 @@ class Broker:
         for lg in self.log_manager.all_logs():
             lg.high_watermark = lg.log_end_offset
         self.admin_lock = threading.RLock()
-        self._partitions: dict[tuple[str, int], PartitionState] = {}
+        self._partitions: dict[tuple[str, int], Partition] = {}
         self._partitions_lock = threading.Lock()
         self.topic_overrides: dict[str, dict[str, str]] = {}
         for d in config.log_dirs:
             for topic, props in read_topic_configs(d).items():
                 self.topic_overrides.setdefault(topic, {}).update(props)
         self.purgatory = Purgatory("fetch")
-        self.group_coordinator: Any = None
+        self.group_coordinator: GroupCoordinator | None = None
         self._server: SocketServer | None = None
         self._stopped = threading.Event()
         self.advertised_host = ""
@@ -122,18 +100,8 @@ class Broker:
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        try:
-            coord_mod = importlib.import_module("logstore.server.group.coordinator")
-        except Exception:
-            log.exception("group coordinator unavailable")
-        else:
-            self.group_coordinator = coord_mod.GroupCoordinator(
-                self.log_manager, config=self.config, clock=None
-            )
-            self.group_coordinator.start()
-        # Imported here: the dispatcher pulls in the whole API registry.
-        from logstore.server.dispatch import Dispatcher  # noqa: PLC0415
-
+        self.group_coordinator = GroupCoordinator(self.log_manager, config=self.config, clock=None)
+        self.group_coordinator.start()
         dispatcher = Dispatcher(self)
         self._server = SocketServer(self.config, dispatcher.dispatch, inline=dispatcher.try_inline)
         adv = self.config.advertised
@@ -200,22 +168,22 @@ class Broker:
             self.topic_overrides.get(topic, {}), defaults=self.default_log_config
         )
 
-    def loaded_partition(self, topic: str, partition: int) -> PartitionState | None:
+    def loaded_partition(self, topic: str, partition: int) -> Partition | None:
         """The partition's state if already loaded and live, else None; never loads it.
 
         No log lookup, no producer-state rebuild: a dict read, cheap enough for the
         network threads (the inline Fetch path) to call.
         """
         state = self._partitions.get((topic, partition))
-        if state is None or state.log_deleted():
+        if state is None or state.deleted:
             return None
         return state
 
-    def partition(self, topic: str, partition: int) -> PartitionState | None:
+    def partition(self, topic: str, partition: int) -> Partition | None:
         """The partition's state, or None when the topic-partition does not exist."""
         key = (topic, partition)
         state = self._partitions.get(key)
-        if state is not None and not state.log_deleted():
+        if state is not None and not state.deleted:
             return state
         lg = self.log_manager.get_log(topic, partition)
         if lg is None:
@@ -223,12 +191,7 @@ class Broker:
         with self._partitions_lock:
             state = self._partitions.get(key)
             if state is None or state.log is not lg:
-                producers = ProducerStateManager(topic, partition)
-                try:
-                    producers.rebuild_from_batches(lg.iter_headers())
-                except LoglakeError as exc:
-                    log.warning("%s-%d: producer state rebuild stopped: %s", topic, partition, exc)
-                state = PartitionState(topic, partition, lg, producers)
+                state = Partition.load(topic, partition, lg)
                 self._partitions[key] = state
         return state
 
@@ -251,6 +214,20 @@ class Broker:
                 self.log_manager.set_topic_config(topic, configs)
                 self.topic_overrides[topic] = dict(configs)
             for p in range(partitions):
+                self.log_manager.get_or_create_log(topic, p, cfg)
+
+    def create_partitions(self, topic: str, count: int) -> None:
+        """Raise ``topic``'s partition count to ``count`` (new, empty partitions with the
+        topic's config); raises InvalidTopicError for an unknown topic, LoglakeError for a
+        count that is not higher."""
+        with self.admin_lock:
+            current = self.partition_count(topic)
+            if current is None:
+                raise InvalidTopicError(f"unknown topic {topic!r}")
+            if count <= current:
+                raise LoglakeError(f"{topic}: {count} partitions is not more than {current}")
+            cfg = self.topic_config(topic)
+            for p in range(current, count):
                 self.log_manager.get_or_create_log(topic, p, cfg)
 
     def delete_topic(self, topic: str) -> None:

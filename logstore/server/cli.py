@@ -6,7 +6,9 @@ clean-shutdown marker, exit 0. When the log state could not be fully persisted a
 full disk, an I/O error: each failure is logged) it exits 3 after doing what it could, with no
 clean-shutdown marker, so the next start recovers; nothing acknowledged is lost. A
 configuration error exits 2 with one line naming the key; a log directory locked by another
-process or logs that cannot be opened exit 1 with one line.
+process or logs that cannot be opened exit 1 with one line. A broker module that fails to
+import (a broken install, a handler with a bug at import) exits 1 with a line naming the
+module and the error, then its traceback: the broker never starts without some of its APIs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 import signal
 import sys
 import threading
+import traceback
 from types import FrameType
 
 from logstore.errors import LogDirLockedError, LoglakeError
@@ -40,6 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _failing_module(exc: BaseException) -> str:
+    """The innermost logstore file in ``exc``'s traceback (the module that failed)."""
+    found = "unknown module"
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if "logstore" in frame.filename:
+            found = frame.filename
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, args.log_level),
@@ -52,7 +64,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"loglake broker: configuration error: {exc}", file=sys.stderr)
         return 2
     # Imported after the config is known good: opening the logs is the slow part.
-    from logstore.server.broker import Broker  # noqa: PLC0415
+    try:
+        from logstore.server.broker import Broker  # noqa: PLC0415
+    except Exception as exc:
+        where = exc.filename if isinstance(exc, SyntaxError) else _failing_module(exc)
+        print(
+            f"loglake broker: cannot start: a broker module failed to import ({where}):"
+            f" {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        traceback.print_exc(file=sys.stderr)
+        return 1
 
     stop = threading.Event()
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from logstore.errors import LoglakeError
+from logstore.errors import InvalidConfigError, LoglakeError
+from logstore.storage.properties import parse_properties as _parse_java_properties
 
 __all__ = [
     "BROKER_CONFIG_DEFS",
@@ -314,29 +315,19 @@ class Listener:
 
 
 def parse_properties(text: str, *, source: str = "<properties>") -> dict[str, str]:
-    """Java properties text -> dict (last occurrence of a key wins)."""
-    out: dict[str, str] = {}
-    logical: list[str] = []
-    for raw in text.splitlines():
-        line = raw.strip() if not logical else raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            logical.append(line[:-1])
-            continue
-        logical.append(line)
-        full = "".join(logical)
-        logical = []
-        m = re.match(r"^((?:[^=:\s\\]|\\.)+)\s*[=:\s]\s*(.*)$", full)
-        if m is None:
-            key, value = full, ""
-        else:
-            key, value = m.group(1), m.group(2)
-        key = re.sub(r"\\(.)", r"\1", key)
-        if not key:
-            raise ConfigError(f"{source}: line without a key: {raw!r}")
-        out[key] = value.strip()
-    return out
+    """Java properties text -> dict: ``java.util.Properties.load``'s rules
+    (:mod:`logstore.storage.properties`, the parser of topic configs too), then each value
+    trimmed as Kafka's ``ConfigDef`` trims what it parses. :class:`ConfigError` names
+    ``source`` for the one thing Java refuses, a malformed ``\\uXXXX`` escape."""
+    try:
+        props = _parse_java_properties(text, source=source)
+    except InvalidConfigError as exc:
+        raise ConfigError(exc.message) from exc
+    return {k: v.strip(_JAVA_TRIM) for k, v in props.items()}
+
+
+# What Java's String.trim() removes: every char up to and including the space.
+_JAVA_TRIM: Final = "".join(map(chr, range(0x21)))
 
 
 def _parse_value(d: ConfigDef, raw: str) -> object:

@@ -4,8 +4,10 @@ One module per on-disk concept: ``files`` (names, topic validation), ``index`` (
 ``.timeindex``), ``segment`` (one ``.log`` + indexes), ``loader`` (clean-up and recovery at
 open), ``log`` (a partition: append, read as file slices, truncation, retention), ``checkpoints``
 (Kafka's text checkpoints, leader epochs), ``topic_config`` (per-topic overrides in the log
-dir), ``log_manager`` (all partitions, locks, checkpoints, clean shutdown), ``scheduler`` and
-``dirlock``. ``producer_state`` (idempotence/transactions) is the broker's.
+dir), ``properties`` (Java properties text: topic overrides and the broker config),
+``log_manager`` (all partitions, locks, checkpoints, clean shutdown), ``scheduler`` and
+``dirlock``. ``partition`` (the leader's rules: ``append_as_leader``, ``read`` by isolation
+level) and ``producer_state`` (idempotence) are what the broker serves requests through.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -63,6 +63,7 @@ from crc32c import crc32c
 from logstore.errors import (
     CorruptRecordError,
     InvalidTopicError,
+    LogClosedError,
     LoglakeError,
     LogOfflineError,
     OffsetOutOfRangeError,
@@ -107,6 +108,7 @@ __all__ = [
     "FetchSlice",
     "Log",
     "LogConfig",
+    "analyze_batches",
 ]
 
 _log = logging.getLogger(__name__)
@@ -122,6 +124,56 @@ MAX_TIMESTAMP = -3
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def analyze_batches(
+    buf: bytearray | memoryview, *, max_message_bytes: int
+) -> list[tuple[int, BatchHeader]]:
+    """``(position, header)`` of every batch of a producer's ``buf``, each fully checked.
+
+    Kafka's ``analyzeAndValidateRecords``: the whole batch present, magic 2, size at most
+    ``max_message_bytes`` (:class:`RecordTooLargeError`), a known codec, the CRC-32C, and
+    ``records_count == last_offset_delta + 1 > 0``; any failure raises
+    :class:`CorruptRecordError` (:class:`~logstore.errors.UnsupportedMagicError` for magic 0/1)
+    naming the position. One ``struct`` unpack per batch, headers only: the records are not
+    touched, and the headers are what the caller needs next (producer state, offsets).
+    """
+    total = len(buf)
+    if total == 0:
+        raise CorruptRecordError("produce request holds no record batch")
+    out: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    unpack = HEADER.unpack_from
+    new = tuple.__new__
+    while pos < total:
+        if total - pos < HEADER_SIZE:
+            validate_batch(buf, pos, exact_count=True)  # raises: torn header
+        fields = unpack(buf, pos)
+        _, length, _, magic, crc, attrs, delta, _, _, _, _, _, count = fields
+        size = length + LOG_OVERHEAD
+        if size > max_message_bytes and magic == MAGIC:
+            raise RecordTooLargeError(
+                f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}",
+                position=pos,
+            )
+        # The checks of protocol.validate_batch(exact_count=True), inlined: this runs once
+        # per produced batch. On any failure validate_batch itself names the problem.
+        if (
+            magic != MAGIC
+            or length < HEADER_SIZE - LOG_OVERHEAD
+            or size > total - pos
+            or attrs & CODEC_MASK > _MAX_CODEC
+            or delta < 0
+            or count <= 0
+            or count != delta + 1
+            or (attrs & CODEC_MASK == 0 and count * _MIN_RECORD_SIZE > size - HEADER_SIZE)
+            or crc32c(buf[pos + ATTRIBUTES_OFFSET : pos + size]) != crc
+        ):
+            validate_batch(buf, pos, exact_count=True)
+            raise CorruptRecordError("batch failed validation", position=pos)
+        out.append((pos, new(BatchHeader, fields)))
+        pos += size
+    return out
 
 
 class AppendInfo(NamedTuple):
@@ -351,19 +403,26 @@ class Log:
     # -- append -------------------------------------------------------------------------------
 
     def append(
-        self, buf: bytearray | memoryview, *, leader_epoch: int = 0, now_ms: int | None = None
+        self,
+        buf: bytearray | memoryview,
+        *,
+        leader_epoch: int = 0,
+        now_ms: int | None = None,
+        analyzed: Sequence[tuple[int, BatchHeader]] | None = None,
     ) -> AppendInfo:
         """Validate, assign offsets to and append the v2 batches in ``buf`` (writable).
 
-        All batches are checked before anything is written (whole, magic 2, size at most
-        ``max.message.bytes``, CRC, codec, ``records_count == last_offset_delta + 1 > 0``);
-        any failure raises :class:`CorruptRecordError` (:class:`RecordTooLargeError` for size)
-        and appends nothing. Then, under the lock: base offsets and ``leader_epoch`` are
-        stamped in place, LogAppendTime is applied when the topic says so, the log rolls if
-        needed, and ``buf`` is written unchanged otherwise in one write.
+        All batches are checked before anything is written (:func:`analyze_batches`); any
+        failure raises :class:`CorruptRecordError` (:class:`RecordTooLargeError` for size)
+        and appends nothing. ``analyzed`` is that function's result for this very ``buf``
+        when the caller already has it (the partition, which also needs the headers): then
+        the batches are not parsed again. Then, under the lock: base offsets and
+        ``leader_epoch`` are stamped in place, LogAppendTime is applied when the topic says
+        so, the log rolls if needed, and ``buf`` is written unchanged otherwise in one write.
 
         :class:`LogOfflineError` when the log is offline or a storage error takes it offline
-        now; nothing is appended then (see the module docstring).
+        now; :class:`LogClosedError` when the log was closed; nothing is appended then (see
+        the module docstring).
         """
         view = memoryview(buf)
         if view.readonly:
@@ -372,48 +431,23 @@ class Log:
         if view.ndim != 1 or view.itemsize != 1:
             view = view.cast("B")
         try:
-            return self._append(view, leader_epoch, now_ms)
+            if analyzed is None:
+                analyzed = analyze_batches(view, max_message_bytes=self._config.max_message_bytes)
+            return self._append(view, analyzed, leader_epoch, now_ms)
         finally:
             view.release()
 
-    def _append(self, view: memoryview, leader_epoch: int, now_ms: int | None) -> AppendInfo:
+    def _append(
+        self,
+        view: memoryview,
+        batches: Sequence[tuple[int, BatchHeader]],
+        leader_epoch: int,
+        now_ms: int | None,
+    ) -> AppendInfo:
         total = view.nbytes
-        if total == 0:
-            raise CorruptRecordError("produce request holds no record batch")
-        max_size = self._config.max_message_bytes
-        # (position, size, last_offset_delta, max_timestamp, records_count) per batch
-        batches: list[tuple[int, int, int, int, int]] = []
-        pos = 0
-        unpack = HEADER.unpack_from
-        while pos < total:
-            if total - pos < HEADER_SIZE:
-                validate_batch(view, pos, exact_count=True)  # raises: torn header
-            _, length, _, magic, crc, attrs, delta, _, max_ts, _, _, _, count = unpack(view, pos)
-            size = length + LOG_OVERHEAD
-            if size > max_size and magic == MAGIC:
-                raise RecordTooLargeError(
-                    f"batch of {size} bytes exceeds max.message.bytes {max_size}", position=pos
-                )
-            # The checks of protocol.validate_batch(exact_count=True), inlined: this runs once
-            # per produced batch. On any failure validate_batch itself names the problem.
-            if (
-                magic != MAGIC
-                or length < HEADER_SIZE - LOG_OVERHEAD
-                or size > total - pos
-                or attrs & CODEC_MASK > _MAX_CODEC
-                or delta < 0
-                or count <= 0
-                or count != delta + 1
-                or (attrs & CODEC_MASK == 0 and count * _MIN_RECORD_SIZE > size - HEADER_SIZE)
-                or crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != crc
-            ):
-                validate_batch(view, pos, exact_count=True)
-                raise CorruptRecordError("batch failed validation", position=pos)
-            batches.append((pos, size, delta, max_ts, count))
-            pos += size
         with self._lock:
             if self._closed:
-                raise LoglakeError(f"log {self._dir.name} is closed", path=str(self._dir))
+                raise LogClosedError(f"log {self._dir.name} is closed", path=str(self._dir))
             was_offline = self._offline_reason is not None
             if was_offline:
                 if time.monotonic() < self._failed_at + self.offline_retry_ms / 1000:
@@ -428,7 +462,11 @@ class Log:
             infos: list[BatchInfo] = []
             max_ts, max_ts_offset = -1, first
             records = 0
-            for bpos, size, delta, batch_max_ts, count in batches:
+            for bpos, h in batches:
+                size = h.batch_length + LOG_OVERHEAD
+                delta = h.last_offset_delta
+                count = h.records_count
+                batch_max_ts = h.max_timestamp
                 stamp_batch(
                     view, bpos, base_offset=next_offset, partition_leader_epoch=leader_epoch
                 )
@@ -485,7 +523,7 @@ class Log:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise LoglakeError(f"log {self._dir.name} is closed", path=str(self._dir))
+            raise LogClosedError(f"log {self._dir.name} is closed", path=str(self._dir))
 
     def roll(self, *, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""

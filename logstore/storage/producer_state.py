@@ -17,6 +17,12 @@ sequence, first/last offset, max timestamp. Before a batch from an idempotent pr
 
 After a successful append :meth:`update` records the batch with its assigned offsets.
 
+The partition (:mod:`logstore.storage.partition`) uses the request-level pair:
+:meth:`check_batches` validates all batches of one produce request at once (a later batch of
+the same producer in the request must follow the earlier one; a request is either wholly a
+duplicate or wholly new), and :meth:`append_batch` records one appended batch — the same step
+:meth:`rebuild_from_batches` replays, so live and rebuilt state cannot differ.
+
 State is not persisted in snapshot files (Kafka's ``.snapshot``); after a restart it is
 rebuilt by :meth:`rebuild_from_batches` from the batch headers of the log (headers only, no
 decompression), which gives the same state because it is a pure function of the batches in
@@ -29,11 +35,11 @@ check -> append -> update so the three are atomic with respect to other producer
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-from logstore.errors import LoglakeError
+from logstore.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from logstore.protocol.batch import BatchHeader
 
 __all__ = [
@@ -48,14 +54,6 @@ __all__ = [
 BATCHES_RETAINED: Final = 5
 _INT32_MAX: Final = 2**31 - 1
 NO_PRODUCER_EPOCH: Final = -1
-
-
-class OutOfOrderSequenceError(LoglakeError):
-    """The batch's first sequence does not follow the producer's last one."""
-
-
-class InvalidProducerEpochError(LoglakeError):
-    """The batch comes from an epoch older than the producer's current one (fenced)."""
 
 
 class BatchMetadata(NamedTuple):
@@ -134,6 +132,65 @@ class ProducerStateManager:
             )
         return None
 
+    def check_batches(self, batches: Sequence[tuple[int, BatchHeader]]) -> BatchMetadata | None:
+        """Validate every batch of one request (``(position, header)`` pairs, in order).
+
+        Returns the original of the first batch when the request is a retry of batches
+        already written (all of them duplicates), None when all are new. Raises
+        :class:`OutOfOrderSequenceError` for a gap, for a later batch of a producer that does
+        not follow its earlier batch in the same request, and for duplicates mixed with new
+        batches (Kafka would drop the new ones silently); :class:`InvalidProducerEpochError`
+        for a fenced epoch. Nothing is recorded: that is :meth:`append_batch`, after the append.
+        """
+        dup: BatchMetadata | None = None
+        # pid -> (epoch, last sequence) of this request's earlier batches
+        pending: dict[int, tuple[int, int]] = {}
+        for i, (_pos, h) in enumerate(batches):
+            pid = h.producer_id
+            d: BatchMetadata | None = None
+            if pid >= 0:
+                earlier = pending.get(pid)
+                if earlier is None:
+                    d = self.check(pid, h.producer_epoch, h.base_sequence, h.last_offset_delta)
+                elif h.producer_epoch != earlier[0] or not _in_sequence(
+                    earlier[1], h.base_sequence
+                ):
+                    raise OutOfOrderSequenceError(
+                        f"{self.topic}-{self.partition}: producer {pid} epoch {h.producer_epoch}"
+                        f" sequence {h.base_sequence} does not follow its previous batch in the"
+                        f" same request (epoch {earlier[0]}, sequence {earlier[1]})"
+                    )
+                if d is None:
+                    pending[pid] = (
+                        h.producer_epoch,
+                        _last_seq(h.base_sequence, h.last_offset_delta),
+                    )
+            if i == 0:
+                dup = d
+            elif (d is None) != (dup is None):
+                raise OutOfOrderSequenceError(
+                    f"{self.topic}-{self.partition}: a retried (duplicate) batch mixed with new"
+                    " batches in one request"
+                )
+        return dup
+
+    def append_batch(self, h: BatchHeader, *, base_offset: int, max_timestamp: int) -> None:
+        """Record one batch as appended at ``base_offset`` (control batches move the epoch)."""
+        if h.producer_id < 0:
+            return
+        if h.is_control:
+            self.update_control(h.producer_id, h.producer_epoch)
+            return
+        self.update(
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            h.last_offset_delta,
+            first_offset=base_offset,
+            last_offset=base_offset + h.last_offset_delta,
+            max_timestamp=max_timestamp,
+        )
+
     def update(
         self,
         producer_id: int,
@@ -179,20 +236,7 @@ class ProducerStateManager:
         """Replay batch headers in offset order (``Log.iter_headers()``)."""
         self.producers.clear()
         for h in batches:
-            if h.producer_id < 0:
-                continue
-            if h.is_control:
-                self.update_control(h.producer_id, h.producer_epoch)
-                continue
-            self.update(
-                h.producer_id,
-                h.producer_epoch,
-                h.base_sequence,
-                h.last_offset_delta,
-                first_offset=h.base_offset,
-                last_offset=h.last_offset,
-                max_timestamp=h.max_timestamp,
-            )
+            self.append_batch(h, base_offset=h.base_offset, max_timestamp=h.max_timestamp)
 
     def truncate_below(self, log_start_offset: int) -> None:
         """Forget batches wholly below the log start offset (DeleteRecords, retention)."""

@@ -1,7 +1,8 @@
 """Per-topic config overrides stored in the log directory, so the directory describes itself.
 
 File: ``<log_dir>/topic-configs/<topic>.properties``, Java properties text (ISO-8859-1 with
-``\\uXXXX`` escapes for anything else, as ``java.util.Properties.store`` writes), one
+``\\uXXXX`` escapes for anything else, as ``java.util.Properties.store`` writes; read and
+written by :mod:`logstore.storage.properties`, which parses the broker config too), one
 ``key=value`` line per override of a Kafka topic-level config (``segment.bytes``,
 ``cleanup.policy``, ...). Only the overrides are stored; defaults come from the broker.
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from logstore.errors import LoglakeError
 from logstore.storage.files import fsync_dir, validate_topic
+from logstore.storage.properties import format_properties, parse_properties
 
 __all__ = [
     "TOPIC_CONFIG_DIR",
@@ -32,110 +34,6 @@ __all__ = [
 
 TOPIC_CONFIG_DIR = "topic-configs"
 _SUFFIX = ".properties"
-
-
-def _escape(text: str, *, is_key: bool) -> str:
-    out: list[str] = []
-    for i, ch in enumerate(text):
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\f":
-            out.append("\\f")
-        elif ch in "=:#!":
-            out.append("\\" + ch)
-        elif ch == " " and (is_key or i == 0):
-            out.append("\\ ")
-        elif ord(ch) < 0x20 or ord(ch) > 0x7E:
-            if ord(ch) > 0xFFFF:
-                data = ch.encode("utf-16-be")
-                out.append(f"\\u{data[0]:02x}{data[1]:02x}\\u{data[2]:02x}{data[3]:02x}")
-            else:
-                out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def format_properties(props: Mapping[str, str]) -> str:
-    """Java properties text for ``props`` (sorted keys, ASCII only)."""
-    return "".join(
-        f"{_escape(k, is_key=True)}={_escape(v, is_key=False)}\n" for k, v in sorted(props.items())
-    )
-
-
-def _logical_lines(text: str) -> list[str]:
-    lines: list[str] = []
-    pending = ""
-    for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-        line = raw.lstrip(" \t\f")
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            pending += line[:-1]
-            continue
-        lines.append(pending + line)
-        pending = ""
-    if pending:
-        lines.append(pending)
-    return lines
-
-
-def _unescape(text: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch != "\\" or i + 1 >= len(text):
-            out.append(ch)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u":
-            digits = text[i + 2 : i + 6]
-            try:
-                out.append(chr(int(digits, 16)))
-            except ValueError:
-                raise LoglakeError(f"bad \\u escape {digits!r} in properties text") from None
-            i += 6
-            continue
-        out.append({"n": "\n", "r": "\r", "t": "\t", "f": "\f"}.get(nxt, nxt))
-        i += 2
-    joined = "".join(out)
-    # Re-pair surrogates written as two \u escapes.
-    return joined.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java properties text (comments, continuations, ``=``/``:``/space separators)."""
-    out: dict[str, str] = {}
-    for line in _logical_lines(text):
-        i = 0
-        key_chars: list[str] = []
-        while i < len(line):
-            ch = line[i]
-            if ch == "\\" and i + 1 < len(line):
-                key_chars.append(line[i : i + 2])
-                i += 2
-                continue
-            if ch in "=: \t\f":
-                break
-            key_chars.append(ch)
-            i += 1
-        while i < len(line) and line[i] in " \t\f":
-            i += 1
-        if i < len(line) and line[i] in "=:":
-            i += 1
-            while i < len(line) and line[i] in " \t\f":
-                i += 1
-        out[_unescape("".join(key_chars))] = _unescape(line[i:])
-    return out
 
 
 def topic_config_path(log_dir: str | os.PathLike[str], topic: str) -> Path:
@@ -169,7 +67,7 @@ def read_topic_config(log_dir: str | os.PathLike[str], topic: str) -> dict[str, 
         text = topic_config_path(log_dir, topic).read_bytes().decode("latin-1")
     except FileNotFoundError:
         return {}
-    return parse_properties(text)
+    return parse_properties(text, source=str(topic_config_path(log_dir, topic)))
 
 
 def read_topic_configs(log_dir: str | os.PathLike[str]) -> dict[str, dict[str, str]]:
@@ -186,7 +84,7 @@ def read_topic_configs(log_dir: str | os.PathLike[str]) -> dict[str, dict[str, s
             validate_topic(topic)
         except LoglakeError:
             continue
-        out[topic] = parse_properties(entry.read_bytes().decode("latin-1"))
+        out[topic] = parse_properties(entry.read_bytes().decode("latin-1"), source=str(entry))
     return out
 
 

@@ -9,8 +9,6 @@
 - ``handlers``: ``API_HANDLERS`` (api key -> min version, max version, handler) merged into
   the broker's registry; ``messages``: the version-independent requests and answers.
 - ``config``: ``GroupConfig`` under Kafka's ``group.*`` / ``offsets.*`` names.
-
-Importing this package imports nothing else, so the broker's registry can probe for it cheaply.
 """
 
 __all__: list[str] = []

@@ -5,7 +5,7 @@ ListGroups, DescribeGroups, DeleteGroups and OffsetDelete (the classic group pro
 KIP-848 ConsumerGroupHeartbeat is not offered, so clients stay on the classic one).
 
 ``API_HANDLERS`` maps api key -> (min version, max version, handler) and is merged into the
-broker's registry (:mod:`logstore.server.apis`), so ApiVersions advertises exactly these
+broker's registry (:mod:`logstore.server.registry`), so ApiVersions advertises exactly these
 ranges. They cover what confluent-kafka (librdkafka), kafka-python and aiokafka send, and
 stop short of versions that need what this broker does not have (OffsetCommit/OffsetFetch
 v10 name topics by topic id; DescribeGroups v6 changes the unknown-group answer).

@@ -1,5 +1,8 @@
 """ApiVersions (key 18), v0-v4: the API keys and version ranges of the registry, exactly.
 
+The registry (:mod:`logstore.server.registry`) holds every other API; this module adds its
+own range, and :mod:`logstore.server.apis` serves the same union.
+
 v3+ requests are flexible and carry ``client_software_name/version``; the response header is
 always v0 (KIP-511). A client sending a version newer than v4 gets, as from Kafka, a v0
 response with ``UNSUPPORTED_VERSION`` and the supported ranges (the reactor produces that
@@ -14,6 +17,7 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
 
+from logstore.server import registry
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 
@@ -24,10 +28,17 @@ MIN_VERSION: Final = 0
 MAX_VERSION: Final = 4
 
 
-def _ranges() -> list[tuple[int, int, int]]:
-    from logstore.server.apis import API_HANDLERS  # noqa: PLC0415 - apis imports us
+# What this broker serves: the registry (every other API) and ApiVersions itself, by key.
+_RANGES: Final = tuple(
+    sorted(
+        [(k, lo, hi) for k, (lo, hi, _fn) in registry.API_HANDLERS.items()]
+        + [(API_KEY, MIN_VERSION, MAX_VERSION)]
+    )
+)
 
-    return [(k, lo, hi) for k, (lo, hi, _fn) in API_HANDLERS.items()]
+
+def _ranges() -> tuple[tuple[int, int, int], ...]:
+    return _RANGES
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:

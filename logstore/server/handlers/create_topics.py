@@ -15,13 +15,13 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from logstore.errors import InvalidConfigError, InvalidTopicError, LoglakeError
-from logstore.server.broker import TopicExistsError, topic_id_for
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 from logstore.server.handlers.describe_configs import (
     topic_config_entries,
     validate_topic_configs,
 )
+from logstore.server.topics import TopicExistsError, topic_id_for
 from logstore.storage.files import validate_topic
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]

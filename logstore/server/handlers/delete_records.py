@@ -2,8 +2,9 @@
 
 ``offset`` -1 means the high watermark. Below the current log start offset nothing changes
 (the answer is the current low watermark); above the high watermark ``OFFSET_OUT_OF_RANGE``.
-The log deletes whole segments below the new start offset (``Log.delete_records``); the
-producer state forgets batches below it.
+The partition (``Partition.delete_records_before``) deletes whole segments below the new
+start offset and makes the producer state forget batches below it; its typed errors become
+codes through ``logstore.server.error_codes``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from logstore.errors import LoglakeError, OffsetOutOfRangeError
+from logstore.errors import LoglakeError
 from logstore.server.context import RequestContext
+from logstore.server.error_codes import error_code_for
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
@@ -24,23 +26,15 @@ MAX_VERSION: Final = 2
 
 
 def _delete(ctx: RequestContext, topic: str, partition: int, offset: int) -> tuple[ErrorCode, int]:
-    state = ctx.broker.partition(topic, partition)
-    if state is None:
+    part = ctx.broker.partition(topic, partition)
+    if part is None:
         return ErrorCode.unknown_topic_or_partition, -1
-    lg = state.log
-    with state.lock:
-        target = lg.high_watermark if offset == -1 else offset
-        if target < 0 or target > lg.high_watermark:
-            return ErrorCode.offset_out_of_range, -1
-        try:
-            low = lg.delete_records(target)
-        except OffsetOutOfRangeError:
-            return ErrorCode.offset_out_of_range, -1
-        except (OSError, LoglakeError):
-            return ErrorCode.kafka_storage_error, -1
-        state.producers.truncate_below(low)
+    try:
+        low = part.delete_records_before(offset)
+    except LoglakeError as exc:
+        return error_code_for(exc), -1
     ctx.broker.purgatory.check_and_complete((topic, partition))
-    return ErrorCode.none, int(low)
+    return ErrorCode.none, low
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:

@@ -12,10 +12,10 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from logstore.errors import LoglakeError
-from logstore.server.broker import topic_id_for
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 from logstore.server.handlers.metadata import INTERNAL_TOPICS
+from logstore.server.topics import topic_id_for
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 

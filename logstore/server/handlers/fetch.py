@@ -14,7 +14,9 @@ and length from ``Log.read``) that the reactor sends with ``os.sendfile``. Wire 
     v12 is flexible: arrays and strings are compact (uvarint length + 1), records are
     compact bytes, and every struct ends with an empty tagged-field section (0x00).
 
-Semantics (Kafka's): records up to the high watermark only; ``max_bytes`` for the whole
+Semantics (Kafka's): records up to the high watermark (``isolation_level`` read_uncommitted)
+or the last stable offset (read_committed; the same offset until transactions exist),
+through the partition's ``read`` (:mod:`logstore.storage.partition`); ``max_bytes`` for the whole
 response and ``partition_max_bytes`` per partition, except that the first partition with
 data returns at least one whole batch (KIP-74) so a consumer always progresses;
 ``OFFSET_OUT_OF_RANGE`` outside ``[log_start_offset, high_watermark]``. When fewer than
@@ -37,10 +39,12 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from logstore.errors import LoglakeError, OffsetOutOfRangeError
+from logstore.errors import LoglakeError
 from logstore.protocol.varint import encode_unsigned_varint as _uvarint
 from logstore.server.context import Deferred, FileRegion, RawResponse, RequestContext
+from logstore.server.error_codes import error_code_for
 from logstore.server.purgatory import DelayedOperation
+from logstore.storage.partition import IsolationLevel
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle", "runs_inline"]
 
@@ -63,6 +67,7 @@ class _PartitionRead:
     path: str | None = None
     position: int = 0
     length: int = 0
+    last_stable_offset: int = -1
 
 
 def _read(
@@ -74,42 +79,52 @@ def _read(
     total = 0
     errors = False
     out: list[tuple[str, list[_PartitionRead]]] = []
+    # v4+ always carry the field; a value other than 0 or 1 (Kafka refuses the request)
+    # gets the stricter read_committed.
+    isolation = (
+        IsolationLevel.READ_UNCOMMITTED
+        if int(request.isolation_level) == IsolationLevel.READ_UNCOMMITTED
+        else IsolationLevel.READ_COMMITTED
+    )
     for t in request.topics:
         parts: list[_PartitionRead] = []
         for p in t.partitions:
             pid = int(p.partition)
-            state = broker.partition(t.topic, pid)
-            if state is None:
+            part = broker.partition(t.topic, pid)
+            if part is None:
                 parts.append(_PartitionRead(pid, ErrorCode.unknown_topic_or_partition, -1, -1))
                 errors = True
                 continue
-            lg = state.log
-            hw = lg.high_watermark
-            start = lg.log_start_offset
-            offset = int(p.fetch_offset)
-            r = _PartitionRead(pid, ErrorCode.none, hw, start)
-            if offset < start or offset > hw:
-                r.error = ErrorCode.offset_out_of_range
+            limit = min(int(p.partition_max_bytes), remaining)
+            try:
+                rd = part.read(
+                    int(p.fetch_offset), limit, isolation=isolation, min_one_batch=total == 0
+                )
+            except LoglakeError as exc:
+                # offsets as the partition has them now, as before the read
+                r = _PartitionRead(
+                    pid,
+                    error_code_for(exc),
+                    part.high_watermark,
+                    part.log_start_offset,
+                    last_stable_offset=part.last_stable_offset,
+                )
                 errors = True
-            elif offset < hw:
-                limit = min(int(p.partition_max_bytes), remaining)
-                first = total == 0
-                if limit > 0 or first:
-                    try:
-                        sl = lg.read(offset, max(limit, 0), max_offset=hw, min_one_batch=first)
-                    except OffsetOutOfRangeError:
-                        r.error = ErrorCode.offset_out_of_range
-                        errors = True
-                    except (OSError, LoglakeError):
-                        r.error = ErrorCode.kafka_storage_error
-                        errors = True
-                    else:
-                        if sl.length > 0:
-                            r.path = str(sl.path)
-                            r.position = sl.position
-                            r.length = sl.length
-                            total += sl.length
-                            remaining -= sl.length
+            else:
+                r = _PartitionRead(
+                    pid,
+                    ErrorCode.none,
+                    rd.high_watermark,
+                    rd.log_start_offset,
+                    last_stable_offset=rd.last_stable_offset,
+                )
+                sl = rd.slice
+                if sl is not None:
+                    r.path = str(sl.path)
+                    r.position = sl.position
+                    r.length = sl.length
+                    total += sl.length
+                    remaining -= sl.length
             parts.append(r)
         out.append((t.topic, parts))
     return out, total, errors
@@ -145,7 +160,7 @@ def _encode(version: int, results: list[tuple[str, list[_PartitionRead]]]) -> Ra
         buf += (_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))) + name
         buf += _uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
         for r in partitions:
-            buf += _PART_HEAD.pack(r.partition, r.error, r.high_watermark, r.high_watermark)
+            buf += _PART_HEAD.pack(r.partition, r.error, r.high_watermark, r.last_stable_offset)
             if version >= 5:
                 buf += _I64.pack(r.log_start_offset)
             buf += b"\x00" if flexible else _I32.pack(-1)  # aborted_transactions: null

@@ -1,10 +1,11 @@
 """ListOffsets (key 2), v1-v7: offsets by timestamp (Kafka's special values included).
 
 Per partition, ``timestamp``: -2 earliest (log start offset), -1 latest (the high watermark
-for read_uncommitted and read_committed alike: no transactions here), -3 the record with the
-largest timestamp (KIP-734, v7), otherwise the first offset whose record timestamp is at or
-after it, found through the time index (``Log.offset_for_timestamp``); none -> offset -1,
-timestamp -1, as Kafka answers. Unknown partitions get ``UNKNOWN_TOPIC_OR_PARTITION``.
+for read_uncommitted, the last stable offset for read_committed: ``Partition.fetch_limit``),
+-3 the record with the largest timestamp (KIP-734, v7), otherwise the first offset whose
+record timestamp is at or after it, found through the time index
+(``Log.offset_for_timestamp``); none -> offset -1, timestamp -1, as Kafka answers. Unknown
+partitions get ``UNKNOWN_TOPIC_OR_PARTITION``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from logstore.errors import LoglakeError
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.storage.partition import IsolationLevel
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
@@ -28,15 +30,17 @@ LATEST: Final = -1
 MAX_TIMESTAMP: Final = -3
 
 
-def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> tuple[ErrorCode, int, int]:
-    state = ctx.broker.partition(topic, partition)
-    if state is None:
+def _lookup(
+    ctx: RequestContext, topic: str, partition: int, ts: int, isolation: IsolationLevel
+) -> tuple[ErrorCode, int, int]:
+    part = ctx.broker.partition(topic, partition)
+    if part is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1
-    lg = state.log
+    lg = part.log
     if ts == EARLIEST:
         return ErrorCode.none, lg.log_start_offset, -1
     if ts == LATEST:
-        return ErrorCode.none, lg.high_watermark, -1
+        return ErrorCode.none, part.fetch_limit(isolation), -1
     if ts < MAX_TIMESTAMP:
         return ErrorCode.invalid_request, -1, -1
     try:
@@ -50,11 +54,20 @@ def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> tuple[E
 
 def handle(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
+    # v1 has no isolation_level: read_uncommitted; a value other than 0 or 1 gets the
+    # stricter read_committed, as in Fetch.
+    isolation = (
+        IsolationLevel.READ_UNCOMMITTED
+        if int(getattr(request, "isolation_level", 0)) == IsolationLevel.READ_UNCOMMITTED
+        else IsolationLevel.READ_COMMITTED
+    )
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            error, offset, ts = _lookup(ctx, t.name, int(p.partition_index), int(p.timestamp))
+            error, offset, ts = _lookup(
+                ctx, t.name, int(p.partition_index), int(p.timestamp), isolation
+            )
             parts.append(
                 build(
                     mod.ListOffsetsPartitionResponse,

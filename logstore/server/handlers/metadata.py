@@ -4,7 +4,7 @@ Request ``topics``: v0 empty array = every topic; v1+ null = every topic, empty 
 Unknown topics are auto-created when ``auto.create.topics.enable`` is on and (v4+) the
 request allows it; an invalid name gets ``INVALID_TOPIC_EXCEPTION``, an unknown one
 ``UNKNOWN_TOPIC_OR_PARTITION``. Topic ids (v10+) are stable per name (see
-``logstore.server.broker.topic_id_for``). Every partition has this node as leader and only
+``logstore.server.topics.topic_id_for``). Every partition has this node as leader and only
 replica, leader epoch 0.
 """
 
@@ -15,9 +15,9 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from logstore.errors import InvalidTopicError
-from logstore.server.broker import topic_id_for
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.topics import topic_id_for
 from logstore.storage.files import validate_topic
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]

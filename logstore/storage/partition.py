@@ -1,0 +1,303 @@
+"""One partition as its only leader sees it: Kafka's ``Partition`` + ``appendAsLeader``.
+
+The log's rules live here, not in the API handlers: a handler parses the request, calls
+:meth:`Partition.append_as_leader` or :meth:`Partition.read`, and turns a raised
+:class:`~logstore.errors.LoglakeError` into a Kafka error code through one table
+(``logstore.server.error_codes``).
+
+:meth:`Partition.append_as_leader`, numbered as it runs:
+
+1. analyse the producer's bytes (:func:`logstore.storage.log.analyze_batches`): every batch
+   whole, magic 2, at most ``max.message.bytes``, CRC-32C, codec, record count — one header
+   unpack per batch, the only parse of the request; nothing is decompressed and no record is
+   looked at;
+2. refuse transactional and control batches (no transaction coordinator yet); in a
+   compacted topic, refuse a record without a key (Kafka's LogValidator, ``INVALID_RECORD``:
+   only there are batches decompressed, to read each record's key length);
+3. under the partition's lock: producer state checks every idempotent batch (KIP-98:
+   duplicates of one of the producer's last 5 batches, sequence order, epoch fencing); a
+   retried request is answered with the original offsets and appended again nowhere;
+4. append the bytes unchanged (offsets and leader epoch stamped in place, outside the CRC);
+5. record each idempotent batch in the producer state with its assigned offsets;
+6. move the high watermark to the log end (a single replica: appended is committed).
+
+Typed failures, each leaving the log as it was: :class:`~logstore.errors.CorruptRecordError`
+(:class:`~logstore.errors.UnsupportedMagicError`, :class:`~logstore.errors.RecordTooLargeError`),
+:class:`~logstore.errors.OutOfOrderSequenceError`,
+:class:`~logstore.errors.InvalidProducerEpochError`,
+:class:`~logstore.errors.TransactionsNotSupportedError`,
+:class:`~logstore.errors.InvalidRecordError`,
+:class:`~logstore.errors.StorageError` / :class:`~logstore.errors.LogOfflineError` (a full disk,
+an I/O error: the log is offline for appends), :class:`~logstore.errors.LogClosedError`.
+
+Transactions (the coordinator's work, issue 15) have their places: step 2 becomes
+"a transactional batch opens or extends its producer's ongoing transaction" (Kafka:
+``ProducerAppendInfo.append`` -> ``currentTxnFirstOffset``) and a control batch completes it
+(an ABORT also adds an entry to the ``.txnindex``); :attr:`Partition.last_stable_offset` then
+becomes the first offset of the oldest ongoing transaction, and :meth:`Partition.read` with
+``READ_COMMITTED`` returns the aborted transactions of the range it reads. Today no
+transaction can be open, so the last stable offset is the high watermark.
+
+Thread-safety: appends and DeleteRecords serialise on :attr:`Partition.lock` (producer-state
+check -> append -> update is atomic with respect to other producers). :meth:`read` and the
+offset properties take no lock (the log's reads are safe from any thread).
+
+Crash behaviour: nothing of its own is persisted; producer state is rebuilt from the log's
+batch headers when the partition is loaded (:meth:`Partition.load`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from enum import IntEnum
+from typing import NamedTuple
+
+from logstore.errors import (
+    InvalidRecordError,
+    LoglakeError,
+    OffsetOutOfRangeError,
+    StorageError,
+    TransactionsNotSupportedError,
+)
+from logstore.protocol.batch import CONTROL_FLAG, TRANSACTIONAL_FLAG, BatchHeader
+from logstore.protocol.records import first_keyless_record
+from logstore.storage.log import FetchSlice, Log, analyze_batches
+from logstore.storage.producer_state import ProducerStateManager
+
+__all__ = ["AppendResult", "IsolationLevel", "Partition", "ReadResult"]
+
+_log = logging.getLogger(__name__)
+
+_TXN_OR_CONTROL = TRANSACTIONAL_FLAG | CONTROL_FLAG
+
+
+class IsolationLevel(IntEnum):
+    """Fetch's and ListOffsets' ``isolation_level`` (Kafka's ``IsolationLevel``, wire values)."""
+
+    READ_UNCOMMITTED = 0  # everything below the high watermark
+    READ_COMMITTED = 1  # everything below the last stable offset
+
+
+class AppendResult(NamedTuple):
+    """What a produce response says about one partition.
+
+    ``duplicate``: the request was a producer's retry of batches already in the log; the
+    offsets are the originals' and nothing was appended (``log_append_time_ms`` is then -1,
+    as Kafka answers). ``log_append_time_ms`` is -1 with CreateTime.
+    """
+
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    duplicate: bool
+
+
+class ReadResult(NamedTuple):
+    """One partition's part of a fetch: the file slice (None when there is nothing to send)
+    and the offsets a fetch response carries."""
+
+    slice: FetchSlice | None
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+
+
+class Partition:
+    """One topic-partition's log, producer state and append lock (see the module docstring)."""
+
+    __slots__ = ("lock", "log", "partition", "producers", "topic")
+
+    def __init__(
+        self, topic: str, partition: int, log: Log, producers: ProducerStateManager | None = None
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.log = log
+        self.producers = (
+            producers if producers is not None else ProducerStateManager(topic, partition)
+        )
+        self.lock = threading.Lock()
+
+    @classmethod
+    def load(cls, topic: str, partition: int, log: Log) -> Partition:
+        """The partition over an open log, its producer state rebuilt from the batch headers.
+
+        A header that cannot be read stops the rebuild where it is (logged): what was read
+        stays, as the log itself was recovered before it was opened.
+        """
+        producers = ProducerStateManager(topic, partition)
+        try:
+            producers.rebuild_from_batches(log.iter_headers())
+        except LoglakeError as exc:
+            _log.warning("%s-%d: producer state rebuild stopped: %s", topic, partition, exc)
+        return cls(topic, partition, log, producers)
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.partition}, {self.log!r})"
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    @property
+    def deleted(self) -> bool:
+        """Whether the log was closed (topic deleted, broker shut down)."""
+        return bool(self.log.closed)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset a READ_COMMITTED consumer may not see yet.
+
+        Kafka: the first offset of the oldest ongoing transaction, else the high watermark.
+        No transaction can be ongoing here yet (step 2 refuses transactional batches), so it
+        is the high watermark.
+        """
+        return self.log.high_watermark
+
+    def fetch_limit(self, isolation: IsolationLevel) -> int:
+        """The offset a fetch of ``isolation`` stops before (also ListOffsets' "latest")."""
+        if isolation == IsolationLevel.READ_COMMITTED:
+            return self.last_stable_offset
+        return self.high_watermark
+
+    # -- append -------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, records: bytearray, *, now_ms: int | None = None, leader_epoch: int = 0
+    ) -> AppendResult:
+        """Validate and append a producer's batches (see the module docstring's steps).
+
+        ``records`` must be writable: offsets are stamped into it in place, then it is
+        written unchanged. Raises the typed errors of the module docstring; nothing is
+        appended then.
+        """
+        lg = self.log
+        # 1. the only parse of the request's batches
+        batches = analyze_batches(records, max_message_bytes=lg.config.max_message_bytes)
+        # 2. transactions: refused until the coordinator exists (see the module docstring)
+        for _pos, h in batches:
+            if h.attributes & _TXN_OR_CONTROL:
+                raise TransactionsNotSupportedError(
+                    f"{self.topic}-{self.partition}: transactional batch from producer"
+                    f" {h.producer_id}: transactions are not supported by this broker"
+                )
+        if lg.config.compact:
+            self._refuse_keyless(records, batches)
+        with self.lock:
+            # 3. idempotence
+            producers = self.producers
+            dup = producers.check_batches(batches)
+            if dup is not None:
+                return AppendResult(
+                    dup.first_offset, dup.last_offset, -1, lg.log_start_offset, True
+                )
+            # 4. the bytes
+            try:
+                info = lg.append(
+                    records, leader_epoch=leader_epoch, now_ms=now_ms, analyzed=batches
+                )
+            except OSError as exc:  # the log converts its own; anything else is still storage
+                raise StorageError(
+                    f"{self.topic}-{self.partition}: append failed: {exc}", errno=exc.errno
+                ) from exc
+            # 5. producer state, from the headers of step 1 and the offsets just assigned
+            base = info.first_offset
+            append_time = info.log_append_time_ms
+            for _pos, h in batches:
+                if h.producer_id >= 0:
+                    producers.append_batch(
+                        h,
+                        base_offset=base,
+                        max_timestamp=append_time if append_time >= 0 else h.max_timestamp,
+                    )
+                base += h.last_offset_delta + 1
+            # 6. single replica: everything appended is committed
+            lg.high_watermark = lg.log_end_offset
+            return AppendResult(
+                info.first_offset, info.last_offset, append_time, lg.log_start_offset, False
+            )
+
+    def _refuse_keyless(self, records: bytearray, batches: list[tuple[int, BatchHeader]]) -> None:
+        """Kafka refuses a keyless record in a compacted topic (its message, INVALID_RECORD)."""
+        for pos, h in batches:
+            if h.is_control:
+                continue
+            if first_keyless_record(records, pos) is not None:
+                raise InvalidRecordError(
+                    "Compacted topic cannot accept message without key in topic partition "
+                    f"{self.topic}-{self.partition}."
+                )
+
+    # -- read ---------------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        min_one_batch: bool = True,
+    ) -> ReadResult:
+        """Batches from ``offset`` up to the fetch limit of ``isolation``, as a file slice.
+
+        At most ``max_bytes`` (but one whole batch when ``min_one_batch``, KIP-74); nothing at
+        all when ``max_bytes <= 0`` and not ``min_one_batch``. Raises
+        :class:`OffsetOutOfRangeError` outside ``[log_start_offset, high_watermark]`` and
+        :class:`StorageError` when the log cannot be read.
+        """
+        start = self.log.log_start_offset
+        hw = self.log.high_watermark
+        lso = self.last_stable_offset
+        if offset < start or offset > hw:
+            raise OffsetOutOfRangeError(
+                f"{self.topic}-{self.partition}: fetch offset {offset} is outside"
+                f" [{start}, {hw}] (log start offset, high watermark)"
+            )
+        limit = lso if isolation == IsolationLevel.READ_COMMITTED else hw
+        if offset >= limit or (max_bytes <= 0 and not min_one_batch):
+            return ReadResult(None, hw, lso, start)
+        try:
+            sl = self.log.read(
+                offset, max(max_bytes, 0), max_offset=limit, min_one_batch=min_one_batch
+            )
+        except OffsetOutOfRangeError:
+            raise
+        except (OSError, LoglakeError) as exc:
+            raise StorageError(f"{self.topic}-{self.partition}: read failed: {exc}") from exc
+        return ReadResult(sl if sl.length > 0 else None, hw, lso, start)
+
+    # -- DeleteRecords ------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """Advance the log start offset to ``offset`` (-1: the high watermark); returns the
+        new low watermark. :class:`OffsetOutOfRangeError` above the high watermark."""
+        lg = self.log
+        with self.lock:
+            target = lg.high_watermark if offset == -1 else offset
+            if target < 0 or target > lg.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"{self.topic}-{self.partition}: delete offset {offset} is outside"
+                    f" [0, {lg.high_watermark}]"
+                )
+            try:
+                low = lg.delete_records(target)
+            except OffsetOutOfRangeError:
+                raise
+            except (OSError, LoglakeError) as exc:
+                raise StorageError(
+                    f"{self.topic}-{self.partition}: delete records failed: {exc}"
+                ) from exc
+            self.producers.truncate_below(low)
+        return int(low)
