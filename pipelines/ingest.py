@@ -59,6 +59,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
@@ -67,10 +68,12 @@ from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.files import offset_from_file_name, parse_partition_dir
 from pipelines.config import read_pipeline_toml
 from pipelines.delta import read_app_transactions, read_delta, write_delta
-from pipelines.delta.commit import load_table
+from pipelines.delta.commit import ensure_table, load_table
 from pipelines.delta.direct import StagedWrite, stage_files
 from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
 from pipelines.divergence import (
+    DIVERGED_ARROW_SCHEMA,
+    DIVERGED_PARTITION_BY,
     ON_DIVERGENCE,
     BatchId,
     DivergenceError,
@@ -82,7 +85,7 @@ from pipelines.divergence import (
     rewind_id,
     write_diverged,
 )
-from pipelines.sources import BATCHES_SCHEMA, RECORDS_ARROW_SCHEMA
+from pipelines.sources import BATCHES_ARROW_SCHEMA, BATCHES_SCHEMA, RECORDS_ARROW_SCHEMA
 from pipelines.sources.damage import Skipped, skipped_offsets
 from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
 
@@ -357,12 +360,25 @@ def _offsets_option(entries: Mapping[TopicPartition, int]) -> dict[str, dict[str
     return out
 
 
+QUARANTINE_ARROW_SCHEMA: pa.Schema = BATCHES_ARROW_SCHEMA.append(
+    pa.field("quarantined_at", pa.timestamp("us", tz="UTC"))
+)
+
+
+def _ensure_tables(config: IngestConfig) -> None:
+    """``records``, ``quarantine`` and ``diverged`` exist from the first run on (empty)."""
+    ensure_table(config.records_path, RECORDS_ARROW_SCHEMA, ["topic", "date"])
+    ensure_table(config.quarantine_path, QUARANTINE_ARROW_SCHEMA, ["topic"])
+    ensure_table(config.diverged_path, DIVERGED_ARROW_SCHEMA, DIVERGED_PARTITION_BY)
+
+
 def _quarantine(spark: SparkSession, errors: DataFrame, path: str, log: Log) -> int:
     """Append ``errors`` rows not yet in the quarantine table; returns how many were new."""
     rows = errors.withColumn("quarantined_at", sf.current_timestamp())
     if load_table(path) is not None:
         seen = read_delta(spark, path).select(*_QUARANTINE_KEY)
-        rows = rows.join(seen, on=_QUARANTINE_KEY, how="left_anti")
+        # (a join puts its key columns first: back to the table's column order)
+        rows = rows.join(seen, on=_QUARANTINE_KEY, how="left_anti").select(*rows.columns)
     rows = rows.cache()
     try:
         if rows.count() == 0:
@@ -445,6 +461,7 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
     summary = IngestSummary()
     records_path = config.records_path
     parts = _partitions(config.log_dirs, config.topics)
+    _ensure_tables(config)
     progress = read_progress(records_path)
     log_starts = _checkpoints(config.log_dirs, "log-start-offset-checkpoint") or {}
     high_watermarks = _checkpoints(config.log_dirs, "replication-offset-checkpoint")

@@ -59,6 +59,7 @@ __all__ = [
     "check_app_transactions",
     "check_schema",
     "commit_files",
+    "ensure_table",
     "load_table",
     "read_app_transactions",
 ]
@@ -110,6 +111,34 @@ def load_table(path: str | Path) -> DeltaTable | None:
         return DeltaTable(str(path))
     except TableNotFoundError:
         return None
+
+
+def ensure_table(path: str | Path, schema: pa.Schema, partition_by: Sequence[str]) -> bool:
+    """Create an empty Delta table at ``path`` unless one is there; True when created.
+
+    Every loglake table exists from its job's first run on, empty if nothing went there, so
+    that queries and checks of it never fail on a missing table. A table already there must
+    match ``schema`` and ``partition_by`` (``SchemaMismatchError`` otherwise). Two runs racing
+    to create it: the loser finds the winner's table.
+    """
+    root = str(Path(str(path).removeprefix("file://")).absolute())
+    dt = load_table(root)
+    if dt is None:
+        try:
+            create_table_with_add_actions(
+                root,
+                DeltaSchema.from_arrow(schema),
+                [],
+                mode="error",
+                partition_by=list(partition_by) or None,
+            )
+            return True
+        except DeltaError:
+            dt = load_table(root)
+            if dt is None:
+                raise
+    check_schema(dt, schema, partition_by)
+    return False
 
 
 def check_schema(dt: DeltaTable, schema: pa.Schema, partition_by: Sequence[str]) -> None:
