@@ -1,7 +1,7 @@
 """Offset and time lookups as tables: what ``.index`` and ``.timeindex`` answer, in SQL.
 
-Both tables are built from the ``logsegments`` source's ``kind=batches`` rows (headers + CRC
-only; damaged batches, which carry an ``error``, are left out):
+Both tables hold the ``kind=batches`` rows of the segments (headers + CRC only; damaged
+batches, which carry an ``error``, are left out):
 
 - ``offset_lookup``: one row per batch — topic, partition, segment (base offset), file,
   first_offset, last_offset, position, size, record_count, max_timestamp, is_control;
@@ -27,18 +27,28 @@ Questions and their answers (Kafka's semantics):
 
   then, over the ``records`` table, ``min(offset) WHERE offset >= batch AND timestamp >= ts``.
 
-:func:`check_indexes` checks the broker's own ``.index``/``.timeindex`` entries against the
-batches (positions are batch starts, offsets inside the batch found there, the time index's
-timestamps are running maxima of the batch max timestamps).
+:func:`check_index_files` (and :func:`check_indexes` for a DataFrame of batches) checks the
+broker's own ``.index``/``.timeindex`` entries against the batches (positions are batch starts,
+offsets inside the batch found there, the time index's timestamps are running maxima of the
+batch max timestamps).
+
+:func:`build_lookups` reads and writes in plain Spark tasks (``pipelines.delta.direct``: each
+task reads its planned segment ranges with :func:`pipelines.sources.read.read_batches` and
+writes the rows as Parquet in the same Python worker), never through the Python Data Source
+API: Spark 4.2's planner workers of Python data sources end with ``BrokenPipeError``
+tracebacks from ``pyspark/daemon.py`` on stderr after the JVM has read their answer, which a
+successful job must not print.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -46,22 +56,62 @@ import pyarrow.compute as pc
 
 from logstore.errors import LoglakeError
 from logstore.protocol.records import decode_batch
+from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
+from pipelines.sources.schema import BATCHES_ARROW_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "LOOKUP_SCHEMAS",
     "IndexProblem",
     "Location",
     "LookupsSummary",
     "build_lookups",
     "build_offset_lookup",
     "build_time_lookup",
+    "check_index_files",
     "check_indexes",
     "check_segment_indexes",
     "locate",
+    "lookup_rows",
     "offsets_for_times",
 ]
+
+OFFSET_LOOKUP = "offset_lookup"
+TIME_LOOKUP = "time_lookup"
+# (column of the kind=batches rows, column of the table), in table order.
+_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    OFFSET_LOOKUP: (
+        ("topic", "topic"),
+        ("partition", "partition"),
+        ("segment_base_offset", "segment"),
+        ("file", "file"),
+        ("base_offset", "first_offset"),
+        ("last_offset", "last_offset"),
+        ("position", "position"),
+        ("size", "size"),
+        ("record_count", "record_count"),
+        ("max_timestamp", "max_timestamp"),
+        ("is_control", "is_control"),
+    ),
+    TIME_LOOKUP: (
+        ("topic", "topic"),
+        ("partition", "partition"),
+        ("max_timestamp", "max_timestamp"),
+        ("base_offset", "first_offset"),
+        ("last_offset", "last_offset"),
+        ("segment_base_offset", "segment"),
+        ("file", "file"),
+        ("position", "position"),
+        ("size", "size"),
+    ),
+}
+LOOKUP_SCHEMAS: dict[str, pa.Schema] = {
+    table: pa.schema([BATCHES_ARROW_SCHEMA.field(src).with_name(dst) for src, dst in columns])
+    for table, columns in _COLUMNS.items()
+}
+"""The Arrow schema of each lookup table (partitioned by ``topic``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,35 +140,28 @@ class IndexProblem:
     problem: str
 
 
-def build_offset_lookup(batches: DataFrame) -> DataFrame:
-    """``offset_lookup`` rows from ``kind=batches`` rows (sound batches only)."""
+def _select(batches: DataFrame, table: str) -> DataFrame:
     return batches.where("error IS NULL").selectExpr(
-        "topic",
-        "partition",
-        "segment_base_offset AS segment",
-        "file",
-        "base_offset AS first_offset",
-        "last_offset",
-        "position",
-        "size",
-        "record_count",
-        "max_timestamp",
-        "is_control",
+        *(src if src == dst else f"{src} AS {dst}" for src, dst in _COLUMNS[table])
     )
 
 
+def build_offset_lookup(batches: DataFrame) -> DataFrame:
+    """``offset_lookup`` rows from a DataFrame of ``kind=batches`` rows (sound batches only)."""
+    return _select(batches, OFFSET_LOOKUP)
+
+
 def build_time_lookup(batches: DataFrame) -> DataFrame:
-    """``time_lookup`` rows from ``kind=batches`` rows (sound batches only)."""
-    return batches.where("error IS NULL").selectExpr(
-        "topic",
-        "partition",
-        "max_timestamp",
-        "base_offset AS first_offset",
-        "last_offset",
-        "segment_base_offset AS segment",
-        "file",
-        "position",
-        "size",
+    """``time_lookup`` rows from a DataFrame of ``kind=batches`` rows (sound batches only)."""
+    return _select(batches, TIME_LOOKUP)
+
+
+def lookup_rows(table: str, batches: pa.RecordBatch) -> pa.RecordBatch:
+    """``table``'s rows (:data:`LOOKUP_SCHEMAS`) from a record batch of ``kind=batches`` rows
+    (:data:`~pipelines.sources.BATCHES_ARROW_SCHEMA`; sound batches only)."""
+    sound = batches.filter(pc.is_null(batches.column("error")))
+    return pa.RecordBatch.from_arrays(
+        [sound.column(src) for src, _ in _COLUMNS[table]], schema=LOOKUP_SCHEMAS[table]
     )
 
 
@@ -275,36 +318,104 @@ def check_segment_indexes(
     return problems
 
 
+_CHECK_COLUMNS = ["file", "segment_base_offset", "position", "base_offset", "last_offset",
+                  "max_timestamp"]  # fmt: skip
+
+
+def _check_segment_table(table: pa.Table) -> list[IndexProblem]:
+    """:func:`check_segment_indexes` over one segment's ``kind=batches`` rows (``_CHECK_COLUMNS``;
+    frames without a v2 header, whose ``last_offset`` is null, are left out)."""
+    t = table.filter(pc.is_valid(table.column("last_offset")))
+    if t.num_rows == 0:
+        return []
+    return check_segment_indexes(
+        t.column("file")[0].as_py(),
+        t.column("segment_base_offset")[0].as_py(),
+        positions=t.column("position").to_numpy(),
+        first_offsets=t.column("base_offset").to_numpy(),
+        last_offsets=t.column("last_offset").to_numpy(),
+        max_timestamps=t.column("max_timestamp").to_numpy(),
+    )
+
+
 def check_indexes(batches: DataFrame) -> list[IndexProblem]:
-    """Check every segment's index files against ``kind=batches`` rows, on the executors.
+    """Check every segment's index files against a DataFrame of ``kind=batches`` rows, on the
+    executors (:func:`check_index_files` does the same straight from the log dirs).
 
     Pass the batches of whole segments (no offset or time filters), damaged ones included.
     """
     schema = "file string, kind string, entry int, offset long, value long, problem string"
 
     def check(table: pa.Table) -> pa.Table:
-        t = table.filter(pc.is_valid(table.column("last_offset")))
-        if t.num_rows == 0:
-            return _PROBLEMS.empty_table()
-        problems = check_segment_indexes(
-            t.column("file")[0].as_py(),
-            t.column("segment_base_offset")[0].as_py(),
-            positions=t.column("position").to_numpy(),
-            first_offsets=t.column("base_offset").to_numpy(),
-            last_offsets=t.column("last_offset").to_numpy(),
-            max_timestamps=t.column("max_timestamp").to_numpy(),
-        )
+        problems = _check_segment_table(table)
         return pa.Table.from_pylist([_as_dict(p) for p in problems], schema=_PROBLEMS)
 
-    rows = (
-        batches.select(
-            "file", "segment_base_offset", "position", "base_offset", "last_offset", "max_timestamp"
-        )
-        .groupBy("file")
-        .applyInArrow(check, schema)
-        .collect()
-    )
+    rows = batches.select(*_CHECK_COLUMNS).groupBy("file").applyInArrow(check, schema).collect()
     return [IndexProblem(r.file, r.kind, r.entry, r.offset, r.value, r.problem) for r in rows]
+
+
+def _check_task(ranges: Iterable[SegmentRange], *, options: SourceOptions) -> Iterator[str]:
+    """Executor side of :func:`check_index_files`: the problems of whole segments, as JSON."""
+    from pipelines.sources.read import read_batches  # noqa: PLC0415 (numba on executors only)
+    from pipelines.worker import start_task  # noqa: PLC0415
+
+    start_task()
+    by_file: dict[str, list[pa.RecordBatch]] = {}
+    for rng in ranges:  # a segment's ranges are consecutive (one per segment as planned)
+        parts = by_file.setdefault(rng.path, [])
+        for batch in read_batches(rng, min_timestamp=options.min_timestamp):
+            parts.append(batch.select(_CHECK_COLUMNS))
+    for parts in by_file.values():
+        if parts:
+            for problem in _check_segment_table(pa.Table.from_batches(parts)):
+                yield json.dumps(_as_dict(problem))
+
+
+def check_index_files(
+    spark: SparkSession, log_dirs: Sequence[str], *, topics: Sequence[str] | None = None
+) -> list[IndexProblem]:
+    """Check every segment's ``.index``/``.timeindex`` against its batches (every batch up to
+    the end of the file, damaged ones included), in plain Spark tasks of whole segments.
+
+    Problems come in log dir, topic, partition, segment and entry order.
+    """
+    from pipelines.ingest import schedule_tasks  # noqa: PLC0415
+
+    source = _source(log_dirs, topics, until="latest", max_partition_bytes=_WHOLE_SEGMENTS)
+    ranges = plan_ranges(source)
+    if not ranges:
+        return []
+    cores = spark.sparkContext.defaultParallelism
+    tasks = schedule_tasks(ranges, cores, _CHECK_TASK_BYTES, _CHECK_TASK_BYTES // 8)
+    rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+    task = functools.partial(_check_task, options=source)
+    lines = rdd.mapPartitions(lambda items: task(r for rs in items for r in rs)).collect()
+    return [IndexProblem(**json.loads(line)) for line in lines]
+
+
+# One range per segment (a segment is checked whole), tasks of about this many bytes.
+_WHOLE_SEGMENTS = 1 << 62
+_CHECK_TASK_BYTES = 128 << 20
+
+
+def _source(
+    log_dirs: Sequence[str],
+    topics: Sequence[str] | None,
+    *,
+    starting: dict[str, dict[str, int]] | None = None,
+    until: str | None = None,
+    max_partition_bytes: int | None = None,
+) -> SourceOptions:
+    options: dict[str, str] = {"path": ",".join(log_dirs), "kind": "batches"}
+    if topics:
+        options["topics"] = ",".join(topics)
+    if starting:
+        options["startingOffsets"] = json.dumps(starting)
+    if until:
+        options["until"] = until
+    if max_partition_bytes:
+        options["maxPartitionBytes"] = str(max_partition_bytes)
+    return parse_options(options)
 
 
 def _as_dict(p: IndexProblem) -> dict[str, object]:
@@ -324,6 +435,26 @@ def _app_id(table: str, topic: str, partition: int) -> str:
     return f"{table}:{topic}-{partition}"
 
 
+def _lookup_task(ranges: list[SegmentRange], *, table: str, min_timestamp: int) -> Iterator[Any]:
+    """Executor side of :func:`build_lookups`: ``table``'s rows of ``ranges``, then one report
+    per partition: ``{"topic", "partition", "next_offset": max last_offset + 1, "rows"}``."""
+    from pipelines.sources.read import read_batches  # noqa: PLC0415 (numba on executors only)
+
+    ends: dict[tuple[str, int], tuple[int, int]] = {}
+    for rng in ranges:
+        key = (rng.topic, rng.partition)
+        for batch in read_batches(rng, min_timestamp=min_timestamp):
+            rows = lookup_rows(table, batch)
+            if rows.num_rows == 0:
+                continue
+            last = pc.max(rows.column("last_offset")).as_py()
+            end, n = ends.get(key, (-1, 0))
+            ends[key] = (max(end, -1 if last is None else last), n + rows.num_rows)
+            yield rows
+    for (topic, partition), (end, n) in ends.items():
+        yield {"topic": topic, "partition": partition, "next_offset": end + 1, "rows": n}
+
+
 def build_lookups(
     spark: SparkSession,
     *,
@@ -337,49 +468,57 @@ def build_lookups(
 
     Each table keeps its own progress per partition as Delta app transactions
     (``<table>:<topic>-<partition>`` -> next offset), committed with its rows, so a re-run
-    after a crash between the two commits neither duplicates nor loses rows. Reads batches up
-    to the high watermark (the source's default). ``check`` also runs :func:`check_indexes`
-    over every segment (a full ``kind=batches`` scan).
+    after a crash between the two commits neither duplicates nor loses rows; a run that finds
+    another run moved a table's progress meanwhile is refused (``StaleTransactionError``).
+    Reads batches up to the high watermark (``replication-offset-checkpoint``), in plain Spark
+    tasks of planned ranges (:func:`pipelines.delta.direct.stage_files`), one Delta commit per
+    table. ``check`` also runs :func:`check_index_files` over every segment (a full scan).
     """
-    from pipelines.delta import read_app_transactions, write_delta  # noqa: PLC0415
-    from pipelines.sources import read_segments  # noqa: PLC0415
+    # Imported here: pipelines.ingest and the writer need the Spark driver, not the executors.
+    from pipelines.delta import read_app_transactions  # noqa: PLC0415
+    from pipelines.delta.direct import stage_files  # noqa: PLC0415
+    from pipelines.ingest import PIECES_PER_TASK, schedule_tasks  # noqa: PLC0415
+    from pipelines.sources.plan import DEFAULT_MAX_PARTITION_BYTES  # noqa: PLC0415
 
-    options: dict[str, object] = {}
-    if topics:
-        options["topics"] = ",".join(topics)
-    if max_partition_bytes:
-        options["maxPartitionBytes"] = max_partition_bytes
+    max_bytes = max_partition_bytes or DEFAULT_MAX_PARTITION_BYTES
+    piece = max(1, max_bytes // PIECES_PER_TASK)
+    cores = spark.sparkContext.defaultParallelism
     rows: dict[str, int] = {}
     progress: dict[str, dict[str, int]] = {}
-    for table, build in (
-        ("offset_lookup", build_offset_lookup),
-        ("time_lookup", build_time_lookup),
-    ):
+    for table in (OFFSET_LOOKUP, TIME_LOOKUP):
         path = str(Path(lake) / table)
         done = read_app_transactions(path)
-        starting: dict[str, dict[int, int]] = {}
+        starting: dict[str, dict[str, int]] = {}
         for app, version in done.items():
             name, _, tp = app.partition(":")
             topic, _, part = tp.rpartition("-")
             if name == table and topic and part.isdigit():
-                starting.setdefault(topic, {})[int(part)] = version
-        batches = read_segments(
-            spark, ",".join(log_dirs), kind="batches", startingOffsets=starting, **options
+                starting.setdefault(topic, {})[part] = version
+        source = _source(log_dirs, topics, starting=starting, max_partition_bytes=piece)
+        # A range starting at or past its partition's high watermark holds nothing to add
+        # (a partition that is caught up starts no task).
+        ranges = [r for r in plan_ranges(source) if r.start_offset < r.until]
+        tasks = schedule_tasks(ranges, cores, max_bytes, piece)
+        staged = stage_files(
+            spark,
+            path,
+            tasks,
+            functools.partial(_lookup_task, table=table, min_timestamp=source.min_timestamp),
+            schema=LOOKUP_SCHEMAS[table],
+            partition_by=["topic"],
         )
-        df = build(batches).cache()
-        ends = df.groupBy("topic", "partition").agg({"last_offset": "max", "*": "count"}).collect()
-        apps = {
-            _app_id(table, r["topic"], r["partition"]): int(r["max(last_offset)"]) + 1 for r in ends
-        }
-        rows[table] = sum(int(r["count(1)"]) for r in ends)
+        ends: dict[tuple[str, int], int] = {}
+        for report in staged.reports:
+            tp_key = (report["topic"], report["partition"])
+            ends[tp_key] = max(ends.get(tp_key, 0), report["next_offset"])
+        apps = {_app_id(table, t, p): end for (t, p), end in sorted(ends.items())}
+        rows[table] = staged.num_rows
         if apps:
-            write_delta(df, path, partition_by=["topic"], app_transactions=apps)
-        df.unpersist()
+            staged.commit(app_transactions=apps, expected_versions={a: done.get(a) for a in apps})
+        elif tasks:
+            staged.abort()
         progress[table] = apps
     problems: list[IndexProblem] = []
     if check:
-        scan_options = {k: v for k, v in options.items() if k == "topics"}
-        problems = check_indexes(
-            read_segments(spark, ",".join(log_dirs), kind="batches", until="latest", **scan_options)
-        )
+        problems = check_index_files(spark, log_dirs, topics=topics)
     return LookupsSummary(rows, progress, problems)

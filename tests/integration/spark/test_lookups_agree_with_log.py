@@ -22,6 +22,7 @@ from logstore.storage.log import Log
 from pipelines.lookups import (
     build_offset_lookup,
     build_time_lookup,
+    check_index_files,
     check_indexes,
     locate,
     offsets_for_times,
@@ -119,6 +120,7 @@ def test_index_files_agree_with_data(
 ) -> None:
     batches, _, _ = lookups
     assert check_indexes(batches) == []
+    assert check_index_files(spark, [str(log_dir)]) == []  # the job's path: plain Spark tasks
     # Damage one .index entry of a copy: the check names the file and the entry.
     copy = tmp_path / "logs"
     shutil.copytree(log_dir, copy)
@@ -132,3 +134,5 @@ def test_index_files_agree_with_data(
         (index, "index", 1)
     ]
     assert problems[0].problem == "position is not a batch start"
+    assert check_index_files(spark, [str(copy)]) == problems
+    assert check_index_files(spark, [str(copy)], topics=["other"]) == []

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,10 @@ from deltalake import DeltaTable
 
 from logstore.protocol.records import build_batch
 from pipelines.decode.reference import reference_decode
-from pipelines.sources.synthetic import write_batches
+from pipelines.delta import write_delta
+from pipelines.lookups import LOOKUP_SCHEMAS, build_lookups, build_offset_lookup, build_time_lookup
+from pipelines.sources import read_segments
+from pipelines.sources.synthetic import write_batches, write_high_watermarks
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
@@ -89,3 +95,110 @@ def test_build_lookups_job_is_incremental(
     assert sorted(times.column("first_offset").to_pylist()) == sorted(
         [r[3] for r in expected_rows(log_dir)]
     )
+
+
+def _columns(table: Any, names: list[str]) -> list[tuple[Any, ...]]:
+    return sorted(zip(*(table.column(c).to_pylist() for c in names), strict=True))
+
+
+def test_tables_written_through_the_data_source_sink_keep_working(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Tables of earlier releases (logsegments source -> Delta sink, same app ids) take the
+    direct tasks' appends: same schema and partitioning, progress continues, no duplicates."""
+    log_dir, lake = tmp_path / "logs", tmp_path / "lake"
+    write_batches(log_dir, "a", 0, batches(0, 12), segment_bytes=1500, index_interval_bytes=200)
+    write_batches(log_dir, "b", 1, batches(0, 4))
+    # the earlier release's run, stopped at offset 15 of a-0 (b-1 all of it)
+    old = read_segments(spark, str(log_dir), kind="batches", until={"a": {0: 15}})
+    for table, build in (
+        ("offset_lookup", build_offset_lookup),
+        ("time_lookup", build_time_lookup),
+    ):
+        df = build(old)
+        ends = df.groupBy("topic", "partition").agg({"last_offset": "max"}).collect()
+        apps = {f"{table}:{r[0]}-{r[1]}": int(r[2]) + 1 for r in ends}
+        assert apps == {f"{table}:a-0": 15, f"{table}:b-1": 12}
+        write_delta(df, str(lake / table), partition_by=["topic"], app_transactions=apps)
+    before = {t: DeltaTable(str(lake / t)) for t in ("offset_lookup", "time_lookup")}
+
+    summary = build_lookups(spark, log_dirs=[str(log_dir)], lake=str(lake))
+    assert summary.rows == {"offset_lookup": 7, "time_lookup": 7}  # 12 batches of a-0, 5 done
+    assert summary.progress["offset_lookup"] == {"offset_lookup:a-0": 36}
+    assert summary.index_problems == []
+    for table, dt_before in before.items():
+        dt = DeltaTable(str(lake / table))
+        assert dt.version() == dt_before.version() + 1
+        assert dt.schema().to_arrow().names == dt_before.schema().to_arrow().names
+        assert dt.schema().to_arrow().names == LOOKUP_SCHEMAS[table].names
+        assert dt.metadata().partition_columns == ["topic"]
+        got = dt.to_pyarrow_table()
+        rows = _columns(got, ["topic", "partition", "position", "first_offset", "last_offset"])
+        assert rows == expected_rows(log_dir)  # every batch exactly once
+        assert dt.transaction_version(f"{table}:a-0") == 36
+        assert dt.transaction_version(f"{table}:b-1") == 12
+    # the same rows, column for column, as the data source path gives for the whole log
+    new = DeltaTable(str(lake / "offset_lookup")).to_pyarrow_table()
+    reference = build_offset_lookup(read_segments(spark, str(log_dir), kind="batches"))
+    ref = reference.toArrow()
+    names = LOOKUP_SCHEMAS["offset_lookup"].names
+    assert _columns(new, names) == _columns(ref, names)
+
+
+def _spark_submit(job: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    site = Path(sys.executable).parent.parent / "lib" / "python3.11" / "site-packages"
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    cmd = [
+        str(site / "pyspark" / "bin" / "spark-submit"),
+        "--properties-file",
+        str(ROOT / "conf" / "spark-defaults.conf"),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        str(ROOT / "jobs" / job),
+        *args,
+    ]
+    return subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=600, start_new_session=True,
+        check=False,
+    )  # fmt: skip
+
+
+def test_spark_submit_jobs_print_no_traceback_after_success(tmp_path: Path) -> None:
+    """The ingest and lookups jobs as users run them: exit 0, their summaries, and on the
+    console neither a traceback (Spark's Python workers) nor Spark's INFO lines nor warnings
+    of loglake's own making."""
+    log_dir, lake = tmp_path / "logs", tmp_path / "lake"
+    _, end_a = write_batches(
+        log_dir, "a", 0, batches(0, 20), segment_bytes=1500, index_interval_bytes=200
+    )
+    _, end_b = write_batches(log_dir, "b", 2, batches(0, 3))
+    write_high_watermarks(log_dir, {("a", 0): end_a, ("b", 2): end_b})
+    args = ["--config", str(ROOT / "conf" / "pipeline.toml"), "--log-dirs", str(log_dir),
+            "--lake", str(lake)]  # fmt: skip
+    outputs = {}
+    for job in ("ingest.py", "build_lookups.py"):
+        done = _spark_submit(job, args)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-3000:]
+        outputs[job] = (json.loads(done.stdout.strip().splitlines()[-1]), out)
+    ingest, _ = outputs["ingest.py"]
+    assert ingest["records"] == 3 * (20 + 3) and ingest["committed"] is True
+    lookups, _ = outputs["build_lookups.py"]
+    assert lookups["rows"] == {"offset_lookup": 23, "time_lookup": 23}
+    assert lookups["index_problems"] == 0
+    table = DeltaTable(str(lake / "time_lookup")).to_pyarrow_table()
+    rows = _columns(table, ["topic", "partition", "position", "first_offset", "last_offset"])
+    assert rows == expected_rows(log_dir)
+    for job, (_, out) in outputs.items():
+        assert "Traceback" not in out, (job, out[-3000:])
+        # only the three lines SparkContext prints before it applies spark.log.level
+        info = [line for line in out.splitlines() if " INFO " in line]
+        assert len(info) <= 3, (job, info)
+        assert "DataSourceManager" not in out, (job, out[-3000:])
