@@ -34,7 +34,8 @@ tests crash the process at each):
 a. rename the three ``.cleaned`` files to ``.swap``, fsync the directory [``before-swap``,
    ``swapped``]. From the moment no ``.cleaned`` is left the swap is committed;
 b. rename the replaced segments to ``.deleted`` and, in memory, put the new segment in their
-   place (one list assignment: readers see the old list or the new one) [``retired``]. Open
+   place (one list assignment: readers see the old list or the new one) [``retiring`` after
+   the first rename (offline path), ``retired``]. Open
    descriptors of the old files stay valid, so fetches in flight finish; the files go after
    ``file.delete.delay.ms``;
 c. rename ``.swap`` to the live names, fsync the directory [``live``].
@@ -95,6 +96,7 @@ __all__ = [
     "apply_manifest",
     "apply_offline",
     "discard_cleaned",
+    "failpoint",
     "manifest_end_offset",
     "read_manifest",
     "remove_manifest",
@@ -467,6 +469,7 @@ def apply_offline(dir: str | os.PathLike[str], config: LogConfig) -> bool | None
                 def retire(new: LogSegment, old: list[LogSegment] = replaced) -> None:
                     for seg in old:
                         seg.change_file_suffixes("", DELETED_SUFFIX)
+                        failpoint("retiring")
                     fsync_dir(root)
                     for seg in old:
                         seg.delete()

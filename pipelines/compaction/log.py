@@ -53,6 +53,7 @@ from logstore.storage.swap import (
     CleanerManifest,
     ManifestGroup,
     apply_offline,
+    failpoint,
     write_manifest,
 )
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
@@ -160,6 +161,7 @@ def clean_partition(
         result.records_out += cleaned.records_out
         result.bytes_in += sum(r.size for r in cleaned.replaced)
         result.bytes_out += cleaned.size
+    failpoint("rewritten")
     write_manifest(root, CleanerManifest(topic, partition, tuple(groups), plan.end_offset))
     result.end_offset = plan.end_offset
     result.groups = len(groups)
