@@ -31,8 +31,8 @@ from logstore.storage.files import LOG_SUFFIX, offset_from_file_name
 from logstore.storage.log import Log
 from logstore.storage.topic_config import write_topic_config
 from logstore.tools import dump_log
-from pipelines.compaction.log import clean_partition, hand_over, winners
-from pipelines.compaction.model import Rec, Strategy
+from pipelines.compaction.log import clean_partition, hand_over
+from pipelines.compaction.model import Rec, Strategy, latest
 
 TOPIC = "t"
 NOW = 1_700_000_000_000
@@ -118,7 +118,7 @@ def _recs(records: list[Record]) -> list[Rec]:
 def expected_after(records: list[Record], end: int, strategy: Strategy, *, expired: set[int]):
     """The model: below ``end`` only the winners (minus expired tombstones); above, all."""
     below = [r for r in records if r.offset < end]
-    keep = winners(_recs(below), strategy)
+    keep = {rec.offset for rec in latest(_recs(below), strategy).values()}
     return [
         (r.offset, r.key, r.value)
         for r in records
