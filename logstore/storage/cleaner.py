@@ -61,10 +61,11 @@ Thread-safety: none needed; every function works on files and values passed in.
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import time
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -449,11 +450,17 @@ def _empty_batch(header: BatchHeader) -> bytearray:
     return out
 
 
+def _holds(sorted_offsets: Sequence[int], offset: int) -> bool:
+    i = bisect.bisect_left(sorted_offsets, offset)
+    return i < len(sorted_offsets) and sorted_offsets[i] == offset
+
+
 def _clean_batch(
     batch: memoryview,
     header: BatchHeader,
     *,
-    keep: Container[int],
+    keep: Sequence[int],
+    tombstones: Sequence[int],
     now_ms: int,
     delete_retention_ms: int,
     producer_last: Mapping[int, int],
@@ -463,17 +470,23 @@ def _clean_batch(
         # Transactions do not exist yet: markers stay. With them, markers past their delete
         # horizon and the records of aborted transactions go here.
         return batch, 0, 0
-    _, records = decode_batch(batch)
+    n = header.records_count
+    first, last = header.base_offset, header.last_offset
+    # The winners are offsets of this batch's records: counting them in [first, last]
+    # decides most batches without decoding them.
+    kept_n = bisect.bisect_right(keep, last) - bisect.bisect_left(keep, first)
+    dead_n = bisect.bisect_right(tombstones, last) - bisect.bisect_left(tombstones, first)
     horizon = header.delete_horizon_ms
     expired = horizon is not None and horizon <= now_ms
-    kept = [r for r in records if r.offset in keep and not (r.value is None and expired)]
-    if not kept:
+    if kept_n == n and (dead_n == 0 or (horizon is not None and not expired)):
+        return batch, n, n  # all kept, no horizon to set: the original bytes
+    if kept_n == 0 or (expired and kept_n == dead_n):
         pid = header.producer_id
         is_last = pid >= 0 and producer_last.get(pid) == header.last_offset
-        return (_empty_batch(header) if is_last else None), len(records), 0
-    needs_horizon = horizon is None and any(r.value is None for r in kept)
-    if len(kept) == len(records) and not needs_horizon:
-        return batch, len(records), len(kept)
+        return (_empty_batch(header) if is_last else None), n, 0
+    _, records = decode_batch(batch)
+    kept = [r for r in records if _holds(keep, r.offset) and not (r.value is None and expired)]
+    needs_horizon = horizon is None and dead_n > 0
     if needs_horizon:
         horizon = now_ms + delete_retention_ms
     rebuilt = build_batch(
@@ -499,7 +512,8 @@ def rewrite_group(
     dir: str | os.PathLike[str],
     group: Sequence[SegmentRef],
     *,
-    keep: Container[int],
+    keep: Sequence[int],
+    tombstones: Sequence[int] = (),
     settings: CleanerSettings,
     producer_last_offsets: Mapping[int, int],
     now_ms: int | None = None,
@@ -507,7 +521,10 @@ def rewrite_group(
     """Write ``<group[0].base_offset>.log.cleaned`` (+ indexes) holding the kept records of
     ``group`` (see the module docstring); fsynced, mtime of the group's last segment.
 
-    ``keep``: the offsets of the records that win their key over the whole cleanable range.
+    ``keep``: the sorted offsets of the records that win their key over the whole cleanable
+    range; ``tombstones``: the sorted subset of those whose value is null. Batches all of
+    whose records are kept (and need no horizon) are copied, batches with none are dropped,
+    both without decoding; only the others are decoded and rebuilt.
     A stale ``.cleaned`` segment of the same base offset (an earlier run killed) is replaced.
     """
     root = Path(dir)
@@ -533,6 +550,7 @@ def rewrite_group(
                     batch,
                     header,
                     keep=keep,
+                    tombstones=tombstones,
                     now_ms=now,
                     delete_retention_ms=settings.delete_retention_ms,
                     producer_last=producer_last_offsets,

@@ -5,9 +5,10 @@ Per compacted partition, one Spark task (on an executor that sees the log dirs):
 1. plans the pass from the segment files (:func:`logstore.storage.cleaner.plan_cleaning`:
    cleanable range, dirty ratio, ``max.compaction.lag.ms``, segment groups); a partition that
    is not due is left alone unless ``force``;
-2. decides the winners over the whole cleanable range with the reference model
-   (:func:`winners`, which is :func:`pipelines.compaction.model.latest`: same rule, same
-   strategies as the Delta table output);
+2. decides the winners over the whole cleanable range (:func:`winning_offsets`: the
+   vectorised decoder, then :func:`pipelines.compaction.plan.winner_indices`, the reference
+   model's rule over Arrow that the Delta table output uses too; no Python object per
+   record);
 3. rewrites each segment group into ``.cleaned`` segments
    (:func:`logstore.storage.cleaner.rewrite_group`: whole batches, original offsets, producer
    fields, codec, timestamps and headers, fresh CRC and indexes, KIP-534 tombstone horizon);
@@ -18,10 +19,11 @@ broker), the job swaps the segments in itself under that lock; otherwise the run
 does it within about a second (its ``cleaner-swaps`` task) and the job waits for the manifest
 to go and reads the ``cleaner-offset-checkpoint`` to learn whether it was accepted.
 
-What :func:`winners` relies on in ``pipelines.compaction.model`` (the compaction helper's
-reference model): ``Rec(partition, offset, timestamp, key, value, headers)``, ``Strategy``,
-and ``latest(records, strategy) -> {(partition, key): winning Rec}`` covering tombstones and
-skipping keyless records.
+What this relies on from the compaction helper's modules (``model.py`` and ``plan.py`` are
+their files, verbatim): ``plan.versions(table, strategy)`` and ``plan.winner_indices(table,
+version) -> row indices`` over a table with ``partition``, ``key``, ``offset``,
+``timestamp`` (int64 ms), ``headers`` (the decoder's list<struct<key, value>>): one winner per
+(partition, key), keyless rows excluded; ``model.latest`` for the same rule per record.
 
 Crash behaviour: see :mod:`logstore.storage.swap`; a job killed anywhere leaves the log as it
 was or swapped, never in between after the broker's next load, and a re-run redoes the pass.
@@ -32,22 +34,27 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from logstore.errors import LogDirLockedError, LoglakeError
 from logstore.storage.cleaner import (
     CleanerSettings,
-    iter_segment_records,
+    SegmentRef,
     plan_cleaning,
     read_cleaner_checkpoint,
     rewrite_group,
 )
 from logstore.storage.config import LogConfig
 from logstore.storage.dirlock import DirLock
-from logstore.storage.files import parse_partition_dir
+from logstore.storage.files import LOG_SUFFIX, parse_partition_dir, segment_path
 from logstore.storage.swap import (
     MANIFEST_FILE,
     CleanerManifest,
@@ -58,6 +65,8 @@ from logstore.storage.swap import (
 )
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
 from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, parse_strategy
+from pipelines.compaction.plan import versions, winner_indices
+from pipelines.decode import decode_records, scan_batches, verify_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,6 +78,7 @@ __all__ = [
     "hand_over",
     "run_log_compaction",
     "winners",
+    "winning_offsets",
 ]
 
 
@@ -77,8 +87,60 @@ def _now_ms() -> int:
 
 
 def winners(records: Iterable[Rec], strategy: Strategy = DEFAULT_STRATEGY) -> set[int]:
-    """The offsets of the records that win their ``(partition, key)`` (tombstones included)."""
+    """The offsets of the records that win their ``(partition, key)`` (tombstones included),
+    by the reference model itself (one Python object per record: tests and tools)."""
     return {rec.offset for rec in latest(records, strategy).values()}
+
+
+def winning_offsets(
+    dir: str | os.PathLike[str], segments: Sequence[SegmentRef], strategy: Strategy
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(keep, tombstones)``: sorted offsets of the records of ``segments`` that win their
+    key (:func:`pipelines.compaction.plan.winner_indices`, the model's rule over Arrow), and
+    the subset of those that are tombstones. Batches are decoded by the vectorised decoder
+    (CRC checked; a damaged batch fails the pass), no Python object per record."""
+    root = Path(dir)
+    parts: list[pa.Table] = []
+    for ref in segments:
+        if ref.size == 0:
+            continue
+        path = segment_path(root, ref.base_offset, LOG_SUFFIX)
+        with open(path, "rb") as f:
+            data = os.pread(f.fileno(), ref.size, 0)
+        if len(data) < ref.size:
+            raise LoglakeError(
+                f"segment shrank to {len(data)} bytes since the plan", path=str(path)
+            )
+        scan = scan_batches(data)
+        _, errors = verify_batches(data, scan)
+        bad = next((e for e in errors if e is not None), None)
+        if bad is not None:
+            raise LoglakeError(f"damaged batch, not cleaning: {bad}", path=str(path))
+        for chunk in decode_records(data, scan):
+            if chunk.errors:
+                raise LoglakeError(f"damaged batch: {chunk.errors[0].reason}", path=str(path))
+            rb = chunk.records
+            parts.append(
+                pa.table(
+                    {
+                        "partition": pa.array(np.zeros(rb.num_rows, np.int32)),
+                        "key": rb.column("key"),
+                        "offset": rb.column("offset"),
+                        "timestamp": rb.column("timestamp"),
+                        "headers": rb.column("headers"),
+                        "tombstone": pc.is_null(rb.column("value")),
+                    }
+                )
+            )
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return empty, empty
+    table = pa.concat_tables(parts)
+    picked = winner_indices(table, versions(table, strategy))
+    offsets = np.asarray(table.column("offset").to_numpy())[picked]
+    dead = np.asarray(table.column("tombstone").to_numpy(zero_copy_only=False))[picked]
+    order = np.argsort(offsets, kind="stable")
+    return offsets[order], offsets[order][dead[order]]
 
 
 @dataclass
@@ -139,19 +201,16 @@ def clean_partition(
     if (root / MANIFEST_FILE).exists():
         result.note = "a manifest is still pending: skipped"
         return result
-    keep = winners(
-        (
-            Rec(partition, r.offset, r.timestamp, r.key, r.value, r.headers)
-            for r in iter_segment_records(root, plan.segments)
-        ),
-        strategy,
-    )
+    keep_np, dead_np = winning_offsets(root, plan.segments, strategy)
+    # sorted int64 arrays the storage layer bisects (no numpy there)
+    keep, tombstones = array("q", keep_np.tobytes()), array("q", dead_np.tobytes())
     groups = []
     for group in plan.groups:
         cleaned = rewrite_group(
             root,
             group,
             keep=keep,
+            tombstones=tombstones,
             settings=settings,
             producer_last_offsets=plan.producer_last_offsets,
             now_ms=now,
