@@ -69,19 +69,25 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from logstore.errors import LoglakeError
+from logstore.errors import CorruptRecordError, LoglakeError
 from logstore.protocol.batch import (
     CODEC_MASK,
     CRC_OFFSET,
+    DELETE_HORIZON_FLAG,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_FLAG,
     BatchHeader,
     compute_crc,
     iter_batches,
     read_header,
+    validate_batch,
 )
-from logstore.protocol.records import Record, build_batch, decode_batch
+from logstore.protocol.codecs import compress, decompress
+from logstore.protocol.records import Record, decode_batch
+from logstore.protocol.varint import decode_varint, decode_varlong, encode_varint, encode_varlong
 from logstore.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from logstore.storage.config import LONG_MAX, LogConfig
 from logstore.storage.files import (
@@ -397,7 +403,8 @@ def _segment_batches(dir: Path, ref: SegmentRef) -> Iterator[tuple[memoryview, B
             path=str(path),
         )
     view = memoryview(data)
-    for pos, header in iter_batches(view, 0, ref.size):
+    for pos, _ in iter_batches(view, 0, ref.size):
+        header = validate_batch(view, pos)  # CRC, magic, sizes: never rewrite a damaged batch
         yield view[pos : pos + header.size], header
 
 
@@ -484,28 +491,91 @@ def _clean_batch(
         pid = header.producer_id
         is_last = pid >= 0 and producer_last.get(pid) == header.last_offset
         return (_empty_batch(header) if is_last else None), n, 0
-    _, records = decode_batch(batch)
-    kept = [r for r in records if _holds(keep, r.offset) and not (r.value is None and expired)]
-    needs_horizon = horizon is None and dead_n > 0
-    if needs_horizon:
+    if horizon is None and dead_n > 0:
         horizon = now_ms + delete_retention_ms
-    rebuilt = build_batch(
-        kept,
-        base_offset=header.base_offset,
-        codec=header.codec_id,
-        # LogAppendTime: every record carries the batch's maxTimestamp, so it is kept
-        base_timestamp=None if horizon is not None else kept[0].timestamp,
-        timestamp_type=header.timestamp_type,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        is_transactional=header.is_transactional,
-        partition_leader_epoch=header.partition_leader_epoch,
-        keep_offsets=True,
-        last_offset_delta=header.last_offset_delta,
-        delete_horizon_ms=horizon,
+    rebuilt, kept = _filter_batch(
+        batch, header, keep=keep, drop_tombstones=expired, horizon=horizon
     )
-    return rebuilt, len(records), len(kept)
+    return rebuilt, n, kept
+
+
+def _filter_batch(
+    batch: memoryview,
+    header: BatchHeader,
+    *,
+    keep: Sequence[int],
+    drop_tombstones: bool,
+    horizon: int | None,
+) -> tuple[bytearray, int]:
+    """The batch rebuilt with only the kept records, and how many (at least one).
+
+    Kept records are copied as raw bytes: the base offset stays, so every offset delta stays;
+    the base timestamp stays too unless a delete horizon is set (KIP-534 stores it there),
+    then only each record's timestamp delta is re-encoded. Everything else of the header is
+    the original's (producer fields, leader epoch, codec, flags, lastOffsetDelta: Kafka's
+    ``buildRetainedRecordsInto`` + ``overrideLastOffset``). Kafka makes the first kept
+    record's timestamp the base; consumers see the same timestamps either way.
+    """
+    codec = header.attributes & CODEC_MASK
+    section = batch[HEADER_SIZE : header.size]
+    data = decompress(codec, section) if codec else bytes(section)
+    base_ts = header.base_timestamp if horizon is None else horizon
+    shift = header.base_timestamp - base_ts
+    out = bytearray()
+    kept = 0
+    max_ts = NO_TIMESTAMP
+    p = 0
+    end = len(data)
+    for _ in range(header.records_count):
+        length, q = decode_varint(data, p)
+        record_end = q + length
+        if length < 6 or record_end > end:
+            raise CorruptRecordError(f"record length {length} with {end - q} bytes left")
+        ts_delta, r = decode_varlong(data, q + 1)
+        offset_delta, after = decode_varint(data, r)
+        if _holds(keep, header.base_offset + offset_delta):
+            if drop_tombstones:
+                key_len, k = decode_varint(data, after)
+                value_len, _ = decode_varint(data, k + max(key_len, 0))
+                if value_len < 0:
+                    p = record_end
+                    continue
+            if shift == 0:
+                out += data[p:record_end]
+            else:
+                body = data[q : q + 1] + encode_varlong(ts_delta + shift) + data[r:record_end]
+                out += encode_varint(len(body))
+                out += body
+            kept += 1
+            max_ts = max(max_ts, header.base_timestamp + ts_delta)
+        p = record_end
+    if p != end:
+        raise CorruptRecordError(f"{end - p} bytes left after {header.records_count} records")
+    if header.attributes & TIMESTAMP_TYPE_FLAG:
+        max_ts = header.max_timestamp  # LogAppendTime: the batch's time for every record
+    payload = compress(codec, out) if codec else bytes(out)
+    size = HEADER_SIZE + len(payload)
+    rebuilt = bytearray(size)
+    HEADER.pack_into(
+        rebuilt,
+        0,
+        header.base_offset,
+        size - LOG_OVERHEAD,
+        header.partition_leader_epoch,
+        header.magic,
+        0,
+        header.attributes | (DELETE_HORIZON_FLAG if horizon is not None else 0),
+        header.last_offset_delta,
+        base_ts,
+        max_ts,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        kept,
+    )
+    rebuilt[HEADER_SIZE:] = payload
+    rebuilt[CRC_OFFSET : CRC_OFFSET + 4] = compute_crc(rebuilt, 0, size).to_bytes(4, "big")
+    return rebuilt, kept
 
 
 def rewrite_group(

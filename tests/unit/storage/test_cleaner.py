@@ -106,8 +106,8 @@ def read_log(d: Path) -> tuple[list[Record], list]:
             records.extend(recs)
             kb = DefaultRecordBatch(raw)
             assert kb.validate_crc()
-            theirs = [(r.offset, r.key, r.value) for r in kb]
-            assert theirs == [(r.offset, r.key, r.value) for r in recs]
+            theirs = [(r.offset, r.key, r.value, r.timestamp) for r in kb]
+            assert theirs == [(r.offset, r.key, r.value, r.timestamp) for r in recs]
     return records, headers
 
 
@@ -120,7 +120,7 @@ def expected_after(records: list[Record], end: int, strategy: Strategy, *, expir
     below = [r for r in records if r.offset < end]
     keep = {rec.offset for rec in latest(_recs(below), strategy).values()}
     return [
-        (r.offset, r.key, r.value)
+        (r.offset, r.key, r.value, r.timestamp, r.headers)
         for r in records
         if r.offset >= end or (r.offset in keep and r.offset not in expired)
     ]
@@ -152,7 +152,7 @@ def test_clean_equals_model_then_tombstones_expire(tmp_path_factory, batches, st
     after, headers = read_log(d)
     end = res.end_offset
     assert end == leo  # everything but the (empty) active segment
-    assert [(r.offset, r.key, r.value) for r in after] == expected_after(
+    assert [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in after] == expected_after(
         before, end, strategy, expired=set()
     )
     assert read_cleaner_checkpoint(log_dir)[(TOPIC, 0)] == end
@@ -192,10 +192,8 @@ def test_clean_equals_model_then_tombstones_expire(tmp_path_factory, batches, st
         assert hand_over(d)[0]
     final, _ = read_log(d)
     expired = {r.offset for r in after if r.value is None}
-    assert [(r.offset, r.key, r.value) for r in final] == [
-        (o, k, v)
-        for o, k, v in expected_after(after, end, strategy, expired=set())
-        if o not in expired
+    assert [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in final] == [
+        t for t in expected_after(after, end, strategy, expired=set()) if t[0] not in expired
     ]
     # the broker's loader opens the cleaned log without recovering anything
     log = Log.open(d, LogConfig.from_properties(_props()), clean_shutdown=False)

@@ -68,7 +68,7 @@ def _run(mode: str, d: Path, hw: int, failpoint: str | None) -> int:
 
 
 def _triples(records):
-    return [(r.offset, r.key, r.value) for r in records]
+    return [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in records]
 
 
 def _reload(d: Path) -> None:
@@ -92,8 +92,8 @@ def _assert_consistent(now: list, before: list, want: list) -> None:
     assert set(now) <= set(before)
     assert set(want) <= set(now)
     assert [t[0] for t in now] == sorted(t[0] for t in now)
-    latest_now = {k: (o, v) for o, k, v in now if k is not None}
-    latest_before = {k: (o, v) for o, k, v in before if k is not None}
+    latest_now = {t[1]: t for t in now if t[1] is not None}
+    latest_before = {t[1]: t for t in before if t[1] is not None}
     assert latest_now == latest_before
 
 
@@ -210,6 +210,6 @@ def test_broker_swap_keeps_readers_working(tmp_path: Path) -> None:
             for pos, h in iter_batches(data, allow_torn_tail=True):
                 got.extend(r for r in decode_batch(data[pos : pos + h.size])[1] if r.offset >= mid)
                 offset = h.next_offset
-        assert [(o, k, v) for o, k, v in _triples(got)] == [t for t in want if t[0] >= mid]
+        assert _triples(got) == [t for t in want if t[0] >= mid]
     finally:
         mgr.shutdown()
