@@ -213,3 +213,26 @@ def test_broker_swap_keeps_readers_working(tmp_path: Path) -> None:
         assert _triples(got) == [t for t in want if t[0] >= mid]
     finally:
         mgr.shutdown()
+
+
+def test_swap_completed_on_load_covers_the_whole_replaced_range(tmp_path: Path) -> None:
+    """A group [A, B] whose cleaned segment ends inside A (all of B's records lost to a later
+    segment): killed after the swap was committed, the loader must still delete B, using the
+    manifest's range end rather than the cleaned segment's own end."""
+    batches = [
+        ([(1, b"a", None), (2, b"b", None)], Codec.NONE, -1),  # A: offsets 0, 1
+        ([(3, b"old", None)], Codec.NONE, -1),  # B: offset 2, superseded by C
+        ([(3, b"new", None)], Codec.NONE, -1),  # C: offset 3
+    ]
+    d = write_log(tmp_path, batches, segment_bytes=14)  # one batch per segment
+    sizes = sorted((p.name, p.stat().st_size) for p in d.glob("*.log"))
+    assert len(sizes) == 4  # A, B, C and the empty active segment
+    group_bytes = sizes[0][1] + sizes[1][1]
+    write_topic_config(tmp_path, "t", {**_props(), "segment.bytes": str(group_bytes)})
+    assert _run("job", d, 4, "swapped") == 137
+    manifest = read_manifest(d)
+    assert manifest is not None
+    assert len(manifest.groups[0].replaced) == 2
+    _reload(d)
+    assert _leftovers(d) == []
+    assert [(r.offset, r.value) for r in read_log(d)[0]] == [(0, b"a"), (1, b"b"), (3, b"new")]
