@@ -1,6 +1,6 @@
 """Log compaction against the real broker: confluent-kafka produces to a compacted topic, the
 Spark job (real local[2] session) cleans the partition while producing goes on, the broker
-swaps the segments in; confluent-kafka and kafka-python then read exactly the reference
+swaps the segments in; confluent-kafka, kafka-python and aiokafka then read exactly the reference
 model's records with their original offsets, and a consumer positioned in the middle before
 the swap keeps going to the end without an error."""
 
@@ -16,7 +16,13 @@ from logstore.storage.cleaner import read_cleaner_checkpoint
 from pipelines.compaction.log import run_log_compaction
 from pipelines.compaction.model import Rec, latest
 from tests.integration.broker.clients import Rec as CRec
-from tests.integration.broker.clients import ck_consume, ck_produce, kp_consume, new_topic
+from tests.integration.broker.clients import (
+    ak_consume,
+    ck_consume,
+    ck_produce,
+    kp_consume,
+    new_topic,
+)
 
 
 def _records(n: int, start: int, keys: int) -> list[CRec]:
@@ -83,6 +89,8 @@ def test_compaction_while_producing_real_clients(broker_factory, spark) -> None:
     assert [(g.offset, g.key, g.value) for g in got_ck] == want
     got_kp = kp_consume(b.bootstrap, topic, {0: len(want)})
     assert [(g.offset, g.key, g.value) for g in got_kp] == want
+    got_ak = ak_consume(b.bootstrap, topic, {0: len(want)})
+    assert [(g.offset, g.key, g.value) for g in got_ak] == want
 
     # the middle consumer goes on to the end, offsets increasing, no record it should see lost
     deadline = time.monotonic() + 30
