@@ -101,6 +101,7 @@ __all__ = [
     "read_manifest",
     "remove_manifest",
     "swap_group",
+    "validate_cleaned",
     "validate_group",
     "write_manifest",
 ]
@@ -262,10 +263,13 @@ def validate_group(
     current: Sequence[LogSegment],
     *,
     active_base_offset: int,
+    check_cleaned: bool = True,
 ) -> list[LogSegment]:
     """The checks of the module docstring; the live segments the group replaces.
 
-    ``current``: the live segments (at least the replaced ones), in order.
+    ``current``: the live segments (at least the replaced ones), in order. The identity of
+    the replaced segments is checked here (cheap: under the log's lock); the ``.cleaned``
+    file too (:func:`validate_cleaned`) unless ``check_cleaned`` is false.
     Raises :class:`SwapRejectedError` naming the first failed check.
     """
     root = Path(dir)
@@ -299,6 +303,17 @@ def validate_group(
                     f"segment {seg.base_offset}: last batch changed since the job read it",
                     path=str(seg.path),
                 )
+    if check_cleaned:
+        validate_cleaned(root, group)
+    return replaced
+
+
+def validate_cleaned(dir: str | os.PathLike[str], group: ManifestGroup) -> None:
+    """The ``.cleaned`` segment's checks (size, CRCs, batches a subsequence of the replaced
+    segments', nothing past the range): the costly part, which needs no lock (only the job
+    writes ``.cleaned`` files, and it finished before writing the manifest; a replaced
+    segment changed meanwhile fails the identity check made under the lock)."""
+    root = Path(dir)
     cleaned = segment_path(root, group.base_offset, LOG_SUFFIX + CLEANED_SUFFIX)
     try:
         data = cleaned.read_bytes()
@@ -309,7 +324,10 @@ def validate_group(
             f"cleaned segment is {len(data)} bytes, the manifest says {group.size}",
             path=str(cleaned),
         )
-    originals = [bid for ref in group.replaced for bid in _batch_ids(root, ref)]
+    try:
+        originals = [bid for ref in group.replaced for bid in _batch_ids(root, ref)]
+    except (OSError, LoglakeError) as exc:
+        raise SwapRejectedError(f"replaced segments unreadable: {exc}", path=str(root)) from None
     j = 0
     pos = 0
     while pos < len(data):
@@ -333,7 +351,6 @@ def validate_group(
             )
         j += 1
         pos += h.size
-    return replaced
 
 
 def swap_group(
@@ -389,26 +406,40 @@ def _check_target(root: Path, manifest: CleanerManifest) -> None:
 
 def apply_manifest(log: Log) -> bool | None:
     """Apply the log's pending manifest (the broker's path): True swapped, False rejected,
-    None when there is none. Holds the log's lock throughout."""
+    None when there is none. The ``.cleaned`` files are checked first without the log's
+    lock; the replaced segments' identity and the swap itself happen under it."""
     root = log.dir
+    try:
+        manifest = read_manifest(root)
+    except LoglakeError as exc:
+        _log.warning("rejecting %s", exc)
+        discard_cleaned(root)
+        remove_manifest(root)
+        return False
+    if manifest is None:
+        return None
+    try:
+        # the costly checks before taking the lock: appends are not held up by them
+        _check_target(root, manifest)
+        for group in manifest.groups:
+            validate_cleaned(root, group)
+    except SwapRejectedError as exc:
+        _log.warning("%s: cleaned segments rejected: %s", root.name, exc)
+        discard_cleaned(root)
+        remove_manifest(root)
+        return False
     with log.lock:
         if log.closed:
             return None
         try:
-            manifest = read_manifest(root)
-        except LoglakeError as exc:
-            _log.warning("rejecting %s", exc)
-            discard_cleaned(root)
-            remove_manifest(root)
-            return False
-        if manifest is None:
-            return None
-        try:
-            _check_target(root, manifest)
             for group in manifest.groups:
                 segs = log.segments
                 replaced = validate_group(
-                    root, group, segs, active_base_offset=segs[-1].base_offset
+                    root,
+                    group,
+                    segs,
+                    active_base_offset=segs[-1].base_offset,
+                    check_cleaned=False,
                 )
 
                 def retire(new: LogSegment, old: list[LogSegment] = replaced) -> None:

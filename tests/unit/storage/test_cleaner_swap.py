@@ -142,12 +142,19 @@ def _tamper_cases():
     return ["crc", "appended", "offsets", "size"]
 
 
-@pytest.mark.parametrize("tamper", _tamper_cases())
-def test_manifest_checks_reject(tmp_path: Path, tamper: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "tamper"),
+    [("job", t) for t in _tamper_cases()]
+    + [("broker", t) for t in _tamper_cases() if t != "appended"],
+)
+def test_manifest_checks_reject(tmp_path: Path, mode: str, tamper: str) -> None:
     d = write_log(tmp_path, _WORKLOAD, segment_bytes=500)
     # segment.bytes up after writing: the cleaner makes one group of every segment
     write_topic_config(tmp_path, "t", {**_props(), "segment.bytes": "1000000"})
     before, headers = read_log(d)
+    mgr = None
+    if mode == "broker":
+        mgr = LogManager([tmp_path], default_config=LogConfig(), background=False)
     clean_partition(d, now_ms=NOW, force=True, high_watermark=headers[-1].next_offset)
     manifest_path = d / MANIFEST_FILE
     manifest = read_manifest(d)
@@ -170,10 +177,32 @@ def test_manifest_checks_reject(tmp_path: Path, tamper: str) -> None:
         doc = json.loads(manifest_path.read_text())
         doc["groups"][0]["size"] += 1
         manifest_path.write_text(json.dumps(doc))
-    assert hand_over(d) == (False, "rejected offline")
+    if mgr is None:
+        assert hand_over(d) == (False, "rejected offline")
+    else:
+        assert mgr.apply_cleaner_swaps() == 0
+        log = mgr.get_log("t", 0)
+        assert log is not None and _triples(_read_through(log)) == _triples(before)
+        mgr.shutdown()
     assert _leftovers(d) == []
     if tamper != "appended":
         assert _triples(read_log(d)[0]) == _triples(before)
+
+
+def _read_through(log: Log) -> list:
+    """Every record the log serves, read through Log.read like a fetch."""
+    from logstore.protocol.batch import iter_batches
+    from logstore.protocol.records import decode_batch
+
+    out = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        sl = log.read(offset, 1 << 20)
+        data = os.pread(sl.fileno, sl.length, sl.position)
+        for pos, h in iter_batches(data, allow_torn_tail=True):
+            out.extend(r for r in decode_batch(data[pos : pos + h.size])[1] if r.offset >= offset)
+            offset = h.next_offset
+    return out
 
 
 def test_broker_swap_keeps_readers_working(tmp_path: Path) -> None:
