@@ -41,16 +41,19 @@ cleaned segments are then swapped into the log by :mod:`logstore.storage.swap`.
    - a batch keeping all its records and needing no horizon is copied byte for byte;
      otherwise it is rebuilt with its original base offset, last offset delta (so the
      producer's last sequence survives), producer id/epoch, base sequence, leader epoch,
-     codec, timestamp type and record timestamps/headers (``logstore.protocol.records``), with
-     a fresh CRC-32C;
+     codec, timestamp type and record timestamps/headers, with a fresh CRC-32C: the kept
+     records are copied as raw bytes (only the timestamp delta is re-encoded when a horizon
+     becomes the base timestamp), compressed once;
    - a batch left empty goes, unless it is its producer's last batch in the log: then its
      header alone stays (no records, Kafka's ``writeEmptyHeader``), so an idempotent producer
      keeps its sequence state after a restart;
    - control batches are copied as they are. When transactions exist, this is where the
      records of aborted transactions (``.txnindex``) and markers past their horizon will go.
 
-Per-record Python in the rewrite (the reference decoder and builder): measured in
-``tests/unit/storage/test_cleaner.py``'s sibling benchmark figures in the branch report.
+Cost: batches whose records all win, or none, are copied or dropped from their header alone
+(the winners are counted in the batch's offset range); only partly kept batches are walked
+record by record (a few varints each, no object per record). Figures:
+``tests/perf/bench_log_clean.py``.
 
 Crash behaviour: the plan writes nothing. The rewrite only creates ``.cleaned`` files, which
 any loader deletes (:mod:`logstore.storage.loader`, step 1) and the next rewrite replaces;
