@@ -17,7 +17,10 @@ Kafka's ``LogLoader``, in numbered steps:
    rebuilt). At the first segment that had to be truncated, every later segment is deleted: the
    log ends at the last whole valid batch.
 4. Swaps. Each valid ``.swap`` segment is recovered, the segments it replaces (those whose
-   offsets overlap its range) are deleted, and its files are renamed to their final names.
+   offsets overlap its range: from its base offset to its next offset or, when the cleaner's
+   ``cleaner-manifest.json`` names the group, to the end of the range the group replaced) are
+   deleted, and its files are renamed to their final names. The manifest is then deleted
+   (see :mod:`logstore.storage.swap`).
 5. An empty directory gets one empty segment at the log start offset. The log end offset is
    the next offset of the last segment (never below its base offset: a segment may be empty).
    The active (last) segment's indexes are preallocated for appends.
@@ -56,6 +59,7 @@ from logstore.storage.files import (
     segment_path,
 )
 from logstore.storage.segment import IndexRebuildError, LogSegment
+from logstore.storage.swap import manifest_end_offset, remove_manifest
 
 __all__ = ["LoadResult", "load_segments"]
 
@@ -219,7 +223,9 @@ def load_segments(
         for base in sorted(valid_swaps):
             swap = _open_segment(root, base, config, SWAP_SUFFIX)
             _recover(swap, result)
-            end = swap.read_next_offset()
+            # a cleaned segment may end before the range it replaces: the cleaner's manifest
+            # says where that range ended (logstore.storage.swap)
+            end = max(swap.read_next_offset(), manifest_end_offset(root, base) or 0)
             keep: list[LogSegment] = []
             for seg in segments:
                 seg_end = seg.read_next_offset()
@@ -235,6 +241,9 @@ def load_segments(
             segments = keep
             result.swapped_segments.append(base)
             recovered.add(base)
+
+        # a cleaner manifest is finished (swaps above) or stale (its .cleaned files are gone)
+        remove_manifest(root)
 
         # 5. an empty log gets its first segment
         if not segments:

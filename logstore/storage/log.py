@@ -854,6 +854,28 @@ class Log:
             keep_from = self._segments[len(rules)].base_offset
             return self._delete_segments(lambda seg, nxt: nxt <= keep_from)
 
+    # -- cleaner hand-over ---------------------------------------------------------------------
+
+    def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
+        """Put the cleaned segment ``new`` in place of the consecutive segments ``old`` (never
+        the active one); step b of :mod:`logstore.storage.swap`, which validated both.
+
+        One assignment of the segment list, so readers see the old list or the new one; the
+        old files are renamed ``.deleted`` and deleted after ``file.delete.delay.ms`` (open
+        descriptors keep in-flight fetches valid), like retention's.
+        """
+        with self._lock:
+            self._check_open()
+            segs = self._segments
+            start = next((i for i, s in enumerate(segs) if s is old[0]), None)
+            if start is None or segs[start : start + len(old)] != old or segs[-1] in old:
+                raise ValueError("replace_segments: old segments are not consecutive live ones")
+            kept = [*segs[:start], new, *segs[start + len(old) :]]
+            # the new list first: a lockless reader never sees the range without a segment
+            self._segments = kept
+            self._bases = [s.base_offset for s in kept]
+            self._remove_segments(old)
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -17,7 +17,8 @@ Per log directory (``log.dirs`` entry) it owns:
   ``*-delete`` (a deletion that was interrupted) are removed at start-up.
 
 Background tasks (on a :class:`~logstore.storage.scheduler.Scheduler`): flush logs whose
-``flush.ms`` elapsed, retention (``delete_old_segments``) and checkpoint writing. They can also
+``flush.ms`` elapsed, retention (``delete_old_segments``), checkpoint writing and, every second,
+swapping in segments cleaned by a compaction job (:mod:`logstore.storage.swap`). They can also
 be run by hand (:meth:`flush_dirty_logs`, :meth:`cleanup_logs`, :meth:`checkpoint`).
 
 Thread-safety: the partition map is guarded by a lock; each log guards itself. Crash
@@ -63,6 +64,7 @@ from logstore.storage.files import (
 )
 from logstore.storage.log import Log
 from logstore.storage.scheduler import Scheduler
+from logstore.storage.swap import MANIFEST_FILE, apply_manifest
 from logstore.storage.topic_config import read_topic_configs, write_topic_config
 
 __all__ = ["LogManager"]
@@ -97,6 +99,8 @@ class LogManager:
         retention_check_interval_ms: int = 300_000,
         checkpoint_interval_ms: int = 60_000,
     ) -> None:
+        # how often the scheduler looks for cleaned segments to swap in (one stat per log)
+        self.cleaner_swap_check_ms = 1_000
         if isinstance(log_dirs, (str, os.PathLike)):
             dirs = [Path(log_dirs)]
         else:
@@ -270,6 +274,12 @@ class LogManager:
             self.scheduler.schedule(
                 "checkpoints", self.checkpoint, delay_ms=checkpoint_ms, period_ms=checkpoint_ms
             ),
+            self.scheduler.schedule(
+                "cleaner-swaps",
+                self.apply_cleaner_swaps,
+                delay_ms=self.cleaner_swap_check_ms,
+                period_ms=self.cleaner_swap_check_ms,
+            ),
         ]
 
     def flush_dirty_logs(self, now_ms: int | None = None) -> int:
@@ -286,6 +296,20 @@ class LogManager:
                     continue  # the log took itself offline and said so
                 flushed += 1
         return flushed
+
+    def apply_cleaner_swaps(self) -> int:
+        """Swap in the cleaned segments that compaction jobs left for any log (a
+        ``cleaner-manifest.json`` in its directory; see :mod:`logstore.storage.swap`); how
+        many logs were swapped."""
+        swapped = 0
+        for log in self.all_logs():
+            if log.closed or not (log.dir / MANIFEST_FILE).exists():
+                continue
+            try:
+                swapped += apply_manifest(log) is True
+            except (LoglakeError, OSError):
+                _log.exception("swapping cleaned segments into %s failed", log.dir)
+        return swapped
 
     def cleanup_logs(self, now_ms: int | None = None) -> int:
         """Retention over every log (segments by time, size and log start offset)."""

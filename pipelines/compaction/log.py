@@ -1,0 +1,319 @@
+"""Output 2 of compaction: the broker's log, cleaned by Spark (Kafka's LogCleaner semantics).
+
+Per compacted partition, one Spark task (on an executor that sees the log dirs):
+
+1. plans the pass from the segment files (:func:`logstore.storage.cleaner.plan_cleaning`:
+   cleanable range, dirty ratio, ``max.compaction.lag.ms``, segment groups); a partition that
+   is not due is left alone unless ``force``;
+2. decides the winners over the whole cleanable range (:func:`winning_offsets`: the
+   vectorised decoder, then :func:`pipelines.compaction.plan.winner_indices`, the reference
+   model's rule over Arrow that the Delta table output uses too; no Python object per
+   record);
+3. rewrites each segment group into ``.cleaned`` segments
+   (:func:`logstore.storage.cleaner.rewrite_group`: whole batches, original offsets, producer
+   fields, codec, timestamps and headers, fresh CRC and indexes, KIP-534 tombstone horizon);
+4. writes the partition's ``cleaner-manifest.json`` (:mod:`logstore.storage.swap`).
+
+Then, on the driver, the hand-over (:func:`hand_over`): if the log dir's ``.lock`` is free (no
+broker), the job swaps the segments in itself under that lock; otherwise the running broker
+does it within about a second (its ``cleaner-swaps`` task) and the job waits for the manifest
+to go and reads the ``cleaner-offset-checkpoint`` to learn whether it was accepted.
+
+What this relies on from the compaction helper's modules (``model.py`` and ``plan.py`` are
+their files, verbatim): ``plan.versions(table, strategy)`` and ``plan.winner_indices(table,
+version) -> row indices`` over a table with ``partition``, ``key``, ``offset``,
+``timestamp`` (int64 ms), ``headers`` (the decoder's list<struct<key, value>>): one winner per
+(partition, key), keyless rows excluded; ``model.latest`` for the same rule per record.
+
+Crash behaviour: see :mod:`logstore.storage.swap`; a job killed anywhere leaves the log as it
+was or swapped, never in between after the broker's next load, and a re-run redoes the pass.
+Executors must see the broker's log dirs at the same paths (one host, or a shared mount).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from logstore.errors import LogDirLockedError, LoglakeError
+from logstore.storage.cleaner import (
+    CleanerSettings,
+    SegmentRef,
+    plan_cleaning,
+    read_cleaner_checkpoint,
+    rewrite_group,
+)
+from logstore.storage.config import LogConfig
+from logstore.storage.dirlock import DirLock
+from logstore.storage.files import LOG_SUFFIX, parse_partition_dir, segment_path
+from logstore.storage.swap import (
+    MANIFEST_FILE,
+    CleanerManifest,
+    ManifestGroup,
+    apply_offline,
+    failpoint,
+    write_manifest,
+)
+from logstore.storage.topic_config import read_topic_config, read_topic_configs
+from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, parse_strategy
+from pipelines.compaction.plan import versions, winner_indices
+from pipelines.decode import decode_records, scan_batches, verify_batches
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "LogCleanResult",
+    "clean_partition",
+    "compacted_partitions",
+    "hand_over",
+    "run_log_compaction",
+    "winners",
+    "winning_offsets",
+]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def winners(records: Iterable[Rec], strategy: Strategy = DEFAULT_STRATEGY) -> set[int]:
+    """The offsets of the records that win their ``(partition, key)`` (tombstones included),
+    by the reference model itself (one Python object per record: tests and tools)."""
+    return {rec.offset for rec in latest(records, strategy).values()}
+
+
+def winning_offsets(
+    dir: str | os.PathLike[str], segments: Sequence[SegmentRef], strategy: Strategy
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(keep, tombstones)``: sorted offsets of the records of ``segments`` that win their
+    key (:func:`pipelines.compaction.plan.winner_indices`, the model's rule over Arrow), and
+    the subset of those that are tombstones. Batches are decoded by the vectorised decoder
+    (CRC checked; a damaged batch fails the pass), no Python object per record."""
+    root = Path(dir)
+    parts: list[pa.Table] = []
+    for ref in segments:
+        if ref.size == 0:
+            continue
+        path = segment_path(root, ref.base_offset, LOG_SUFFIX)
+        with open(path, "rb") as f:
+            data = os.pread(f.fileno(), ref.size, 0)
+        if len(data) < ref.size:
+            raise LoglakeError(
+                f"segment shrank to {len(data)} bytes since the plan", path=str(path)
+            )
+        scan = scan_batches(data)
+        _, errors = verify_batches(data, scan)
+        bad = next((e for e in errors if e is not None), None)
+        if bad is not None:
+            raise LoglakeError(f"damaged batch, not cleaning: {bad}", path=str(path))
+        for chunk in decode_records(data, scan):
+            if chunk.errors:
+                raise LoglakeError(f"damaged batch: {chunk.errors[0].reason}", path=str(path))
+            rb = chunk.records
+            parts.append(
+                pa.table(
+                    {
+                        "partition": pa.array(np.zeros(rb.num_rows, np.int32)),
+                        "key": rb.column("key"),
+                        "offset": rb.column("offset"),
+                        "timestamp": rb.column("timestamp"),
+                        "headers": rb.column("headers"),
+                        "tombstone": pc.is_null(rb.column("value")),
+                    }
+                )
+            )
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return empty, empty
+    table = pa.concat_tables(parts)
+    picked = winner_indices(table, versions(table, strategy))
+    offsets = np.asarray(table.column("offset").to_numpy())[picked]
+    dead = np.asarray(table.column("tombstone").to_numpy(zero_copy_only=False))[picked]
+    order = np.argsort(offsets, kind="stable")
+    return offsets[order], offsets[order][dead[order]]
+
+
+@dataclass
+class LogCleanResult:
+    """One partition's pass, as returned by the Spark task and completed by the hand-over."""
+
+    dir: str
+    due: bool
+    reason: str
+    first_dirty_offset: int = 0
+    end_offset: int = 0
+    groups: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    swapped: bool | None = None  # None: nothing handed over
+    note: str = ""
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+def _settings(log_dir: Path, topic: str) -> tuple[LogConfig, CleanerSettings]:
+    props = read_topic_config(log_dir, topic)
+    config = LogConfig.from_properties(props)
+    return config, CleanerSettings.from_topic(config, props)
+
+
+def strategy_of(log_dir: Path, topic: str) -> Strategy:
+    """The topic config's ``compaction.strategy`` (KIP-280), else ``offset``."""
+    text = read_topic_config(log_dir, topic).get("compaction.strategy")
+    return DEFAULT_STRATEGY if text is None else parse_strategy(text.strip())
+
+
+def clean_partition(
+    dir: str | os.PathLike[str],
+    *,
+    strategy: Strategy | None = None,
+    now_ms: int | None = None,
+    force: bool = False,
+    high_watermark: int | None = None,
+) -> LogCleanResult:
+    """Steps 1-4 of the module docstring for one partition directory (no hand-over)."""
+    started = time.perf_counter()
+    root = Path(dir)
+    parsed = parse_partition_dir(root.name)
+    if parsed is None:
+        raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
+    topic, partition = parsed
+    _, settings = _settings(root.parent, topic)
+    if strategy is None:
+        strategy = strategy_of(root.parent, topic)
+    now = _now_ms() if now_ms is None else now_ms
+    plan = plan_cleaning(root, settings, now_ms=now, high_watermark=high_watermark)
+    result = LogCleanResult(str(root), plan.due, plan.reason, plan.first_dirty_offset)
+    if not plan.segments or not (plan.due or force):
+        return result
+    if (root / MANIFEST_FILE).exists():
+        result.note = "a manifest is still pending: skipped"
+        return result
+    keep_np, dead_np = winning_offsets(root, plan.segments, strategy)
+    # sorted int64 arrays the storage layer bisects (no numpy there)
+    keep, tombstones = array("q", keep_np.tobytes()), array("q", dead_np.tobytes())
+    groups = []
+    for group in plan.groups:
+        cleaned = rewrite_group(
+            root,
+            group,
+            keep=keep,
+            tombstones=tombstones,
+            settings=settings,
+            producer_last_offsets=plan.producer_last_offsets,
+            now_ms=now,
+        )
+        groups.append(ManifestGroup(cleaned.base_offset, cleaned.size, cleaned.replaced))
+        result.records_in += cleaned.records_in
+        result.records_out += cleaned.records_out
+        result.bytes_in += sum(r.size for r in cleaned.replaced)
+        result.bytes_out += cleaned.size
+    failpoint("rewritten")
+    write_manifest(root, CleanerManifest(topic, partition, tuple(groups), plan.end_offset))
+    result.end_offset = plan.end_offset
+    result.groups = len(groups)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def hand_over(
+    dir: str | os.PathLike[str], *, timeout_s: float = 30.0, poll_s: float = 0.2
+) -> tuple[bool, str]:
+    """Get a written manifest applied: by this process under the log dir's ``.lock`` when no
+    broker holds it, else by the broker (waits up to ``timeout_s``). ``(swapped, how)``."""
+    root = Path(dir)
+    parsed = parse_partition_dir(root.name)
+    if parsed is None:
+        raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
+    lock = DirLock(root.parent)
+    try:
+        lock.acquire()
+    except LogDirLockedError:
+        deadline = time.monotonic() + timeout_s
+        while (root / MANIFEST_FILE).exists():
+            if time.monotonic() > deadline:
+                return False, "the broker has not applied the manifest yet"
+            time.sleep(poll_s)
+        return True, "applied or rejected by the broker (see the checkpoint)"
+    try:
+        config, _ = _settings(root.parent, parsed[0])
+        done = apply_offline(root, config)
+    finally:
+        lock.release()
+    return bool(done), "swapped offline" if done else "rejected offline"
+
+
+def compacted_partitions(
+    log_dirs: Iterable[str | os.PathLike[str]], topics: Iterable[str] = ()
+) -> list[tuple[str, Strategy]]:
+    """Partition directories of every topic whose config says ``cleanup.policy`` contains
+    ``compact``, plus ``topics``; with each topic's strategy."""
+    out = []
+    named = set(topics)
+    for d in log_dirs:
+        log_dir = Path(d)
+        configs = read_topic_configs(log_dir)
+        wanted = set(named)
+        for topic, props in configs.items():
+            if "compact" in {p.strip() for p in props.get("cleanup.policy", "").split(",")}:
+                wanted.add(topic)
+        for name in sorted(os.listdir(log_dir)):
+            parsed = parse_partition_dir(name)
+            if parsed is not None and parsed[0] in wanted and (log_dir / name).is_dir():
+                out.append((str(log_dir / name), strategy_of(log_dir, parsed[0])))
+    return out
+
+
+def _task(item: tuple[str, Strategy, int, bool]) -> LogCleanResult:
+    dir, strategy, now_ms, force = item
+    return clean_partition(dir, strategy=strategy, now_ms=now_ms, force=force)
+
+
+def run_log_compaction(
+    spark: SparkSession,
+    log_dirs: Iterable[str | os.PathLike[str]],
+    *,
+    topics: Iterable[str] = (),
+    force: bool = False,
+    now_ms: int | None = None,
+    strategies: Mapping[str, Strategy] | None = None,
+    hand_over_timeout_s: float = 30.0,
+) -> list[LogCleanResult]:
+    """Clean every due compacted partition (one Spark task each), then hand the results over."""
+    now = _now_ms() if now_ms is None else now_ms
+    parts = compacted_partitions(log_dirs, topics)
+    items = []
+    for dir, from_config in parts:
+        topic = Path(dir).name.rsplit("-", 1)[0]
+        chosen = strategies[topic] if strategies and topic in strategies else from_config
+        items.append((dir, chosen, now, force))
+    if not items:
+        return []
+    results: list[LogCleanResult] = (
+        spark.sparkContext.parallelize(items, len(items)).map(_task).collect()
+    )
+    for res in results:
+        if res.groups:
+            res.swapped, res.note = hand_over(res.dir, timeout_s=hand_over_timeout_s)
+            if res.swapped and res.note.startswith("applied or rejected"):
+                res.swapped = _checkpoint(res.dir) == res.end_offset
+                res.note = "swapped by the broker" if res.swapped else "rejected by the broker"
+    return results
+
+
+def _checkpoint(dir: str) -> int | None:
+    root = Path(dir)
+    parsed = parse_partition_dir(root.name)
+    return read_cleaner_checkpoint(root.parent).get(parsed) if parsed else None
