@@ -1,24 +1,32 @@
-"""spark-submit jobs/compact.py --config conf/pipeline.toml [--lake DIR] [--full] [--topic T]
+"""spark-submit jobs/compact.py --config conf/pipeline.toml [--lake DIR] [--full] [--log]
 
 Merges the records ingested since the last run into <lake>/topics/<topic>, one Delta upsert
 table per compacted topic (cleanup.policy=compact in the broker's topic configs, or named in
 [compact] topics): one row per live (partition, key), change data feed on, exactly once
-(progress rides in the same Delta commit; a re-run is a no-op).
+(progress rides in the same Delta commit; a re-run is a no-op). With --log it compacts the
+broker's log itself instead (Kafka's cleaner semantics, pipelines.compaction.log): every due
+partition of those topics gets its cleanable segments rewritten by a Spark task and swapped
+in, by the running broker or, with none running, by this job under the log dir's .lock.
 
 Output: progress lines and a summary on stderr, then the summary as one JSON line, last on
-stdout. Exit codes: 0 done; 1 failed (the tables are as they were); 2 bad arguments.
+stdout (with --log: one line per cleaned partition, then a JSON list of results). Exit codes:
+0 done (with --log, a partition whose swap the broker rejected is reported, not an error: the
+next run redoes it); 1 failed (the tables are as they were); 2 bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+from typing import Any
 
 from logstore.errors import LoglakeError
-from pipelines.compaction.config import load_compact_config
+from pipelines.compaction.config import CompactConfig, compacted_topics, load_compact_config
+from pipelines.compaction.log import run_log_compaction
 from pipelines.compaction.table import run_compact
-from pipelines.session import get_spark
+from pipelines.session import get_spark, spark_conf
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,16 +47,52 @@ def main(argv: list[str] | None = None) -> int:
         "--full", action="store_true", help="rebuild the tables from all of records"
     )
     parser.add_argument("--topic", action="append", help="compact only this topic (repeatable)")
+    parser.add_argument(
+        "--log", action="store_true", help="compact the broker's log segments, not the tables"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="with --log: clean partitions not yet due"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="with --log: seconds to wait for the broker"
+    )
+    parser.add_argument("--verbose", action="store_true", help="Spark's own INFO lines too")
     args = parser.parse_args(argv)
     try:
         config = load_compact_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
-        spark = get_spark(config.app_name, master=config.master, conf=config.spark_conf)
+        spark = get_spark(
+            config.app_name,
+            master=config.master,
+            conf=spark_conf(config.spark_conf, verbose=args.verbose),
+        )
+        if args.log:
+            return _compact_log(spark, config, args)
         summary = run_compact(spark, config, full=args.full, topics=args.topic)
     except LoglakeError as exc:
         print(f"compact failed: {exc}", file=sys.stderr)
         return 1
     print(summary.describe(), file=sys.stderr)
     print(json.dumps(summary.to_json()))
+    return 0
+
+
+def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) -> int:
+    results = run_log_compaction(
+        spark,
+        list(config.log_dirs),
+        topics=args.topic or list(config.topics),
+        force=args.force,
+        strategies=compacted_topics(config),
+        hand_over_timeout_s=args.timeout,
+    )
+    for r in results:
+        if r.groups:
+            print(
+                f"{r.dir}: {r.records_in} -> {r.records_out} records, {r.bytes_in} -> "
+                f"{r.bytes_out} bytes, {r.note}",
+                file=sys.stderr,
+            )
+    print(json.dumps([dataclasses.asdict(r) for r in results]))
     return 0
 
 

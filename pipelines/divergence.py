@@ -391,6 +391,7 @@ def check_partition(
     high_watermark: int | None,
     fingerprint: BatchId | None,
     known: bool,
+    cleaned_to: int = 0,
 ) -> Divergence | None:
     """Does the partition's log still hold what the lake ingested up to ``progress``?
 
@@ -404,6 +405,10 @@ def check_partition(
         return Divergence(tp[0], tp[1], progress, end, fingerprint, None)
     if not known or fingerprint is None or fingerprint.base_offset < log_start:
         return None  # nothing to compare the log's batch with
+    if fingerprint.last_offset < cleaned_to:
+        # compacted since (cleaner-offset-checkpoint past it): the cleaner rewrote that batch
+        # (records dropped, new CRC) under the same offsets; only the log end can tell.
+        return None
     current = batch_at(part_dir, fingerprint.last_offset)
     if current is not None and current.same_batch(fingerprint):
         return None

@@ -675,6 +675,7 @@ def _check_divergence(  # noqa: PLR0917
     """
     # every partition's entry, also of topics this run does not read: carried to the commit
     out = _Divergences(parts=parts, fingerprints=read_fingerprints(config.records_path, progress))
+    cleaned = _checkpoints(config.log_dirs, "cleaner-offset-checkpoint") or {}
     found = []
     for tp, part_dir in sorted(parts.items()):
         div = check_partition(
@@ -685,6 +686,7 @@ def _check_divergence(  # noqa: PLR0917
             high_watermark=None if high_watermarks is None else high_watermarks.get(tp),
             fingerprint=out.fingerprints.get(tp),
             known=tp in out.fingerprints,
+            cleaned_to=cleaned.get(tp, 0),
         )
         if div is not None:
             found.append(div)

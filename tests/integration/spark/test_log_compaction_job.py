@@ -1,4 +1,4 @@
-"""jobs/compact_log.py with no broker: the job finds the compacted topic by its topic config,
+"""jobs/compact.py --log with no broker: the job finds the compacted topic by its topic config,
 cleans it on Spark and swaps it in itself under the log dir's .lock; the log then equals the
 reference model, the cleaner-offset-checkpoint is written, a second run is a no-op."""
 
@@ -9,13 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from jobs.compact_log import main
+from jobs.compact import main
 from logstore.protocol.batch import Codec
 from logstore.storage.checkpoints import write_offset_checkpoint
 from logstore.storage.cleaner import read_cleaner_checkpoint
 from logstore.storage.dirlock import DirLock
 from pipelines.compaction.model import Strategy
 from tests.unit.storage.test_cleaner import expected_after, read_log, write_log
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _args(log_dir: Path) -> list[str]:
+    conf = str(ROOT / "conf" / "pipeline.toml")
+    return ["--config", conf, "--log-dirs", str(log_dir), "--lake", str(log_dir / "lake"), "--log"]
 
 
 def _fields(records):
@@ -32,7 +39,7 @@ def test_job_cleans_offline_and_equals_the_model(tmp_path: Path, spark, capsys) 
     leo = headers[-1].next_offset
     # no broker: the high watermark a broker would have checkpointed
     write_offset_checkpoint(tmp_path / "replication-offset-checkpoint", {("t", 0): leo})
-    assert main(["--log-dirs", str(tmp_path)]) == 0
+    assert main(_args(tmp_path)) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     (res,) = out
     assert res["swapped"] is True and res["note"] == "swapped offline"
@@ -44,7 +51,7 @@ def test_job_cleans_offline_and_equals_the_model(tmp_path: Path, spark, capsys) 
     lock.acquire()  # released by the job
     lock.release()
     # nothing dirty any more: not due, nothing rewritten
-    assert main(["--log-dirs", str(tmp_path)]) == 0
+    assert main(_args(tmp_path)) == 0
     (again,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["due"] is False and again["groups"] == 0
     assert _fields(read_log(d)[0]) == _fields(after)
@@ -54,7 +61,7 @@ def test_job_arguments(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     assert exc.value.code == 0
-    assert "--log-dirs" in capsys.readouterr().out
+    assert "--log" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exc:
         main([])
     assert exc.value.code == 2

@@ -91,6 +91,20 @@ def test_check_partition_cases(tmp_path: Path) -> None:
         fingerprint=None, known=False,
     )  # fmt: skip
     assert unknown is None
+    # the same rewritten batch below the cleaner-offset-checkpoint: log compaction rewrote it
+    # (same offsets, other CRC), which is not divergence; a log end below progress still is
+    cleaned = check_partition(
+        ("t", 0), part, progress=progress, log_start=0, high_watermark=None,
+        fingerprint=lake, known=True, cleaned_to=progress,
+    )  # fmt: skip
+    assert cleaned is None
+    log.truncate_to(60)
+    log.flush()
+    short_cleaned = check_partition(
+        ("t", 0), part, progress=progress, log_start=0, high_watermark=None,
+        fingerprint=lake, known=True, cleaned_to=progress,
+    )  # fmt: skip
+    assert short_cleaned is not None and short_cleaned.log_end == 60
     log.close()
 
 
