@@ -59,7 +59,7 @@ def _produce(bootstrap: str) -> None:
 def _txn_partition(log_dir: Path) -> None:
     """txn-0: offsets 0-2 a transaction, 3 its COMMIT marker, 4-7 a cleaned batch holding 4, 6."""
     pid = dict(producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
-    ts = NOW_MS - 1000
+    ts = NOW_MS - 10 * 86_400_000  # ten days old
     _, end = write_batches(
         log_dir, "txn", 0,
         [build_batch([(b"k", b"v", [], ts)] * 3, **pid),
@@ -166,7 +166,7 @@ def test_a_broken_table_fails_the_right_expectations(
     write_deltalake(str(root / "records"), dupes, mode="append", partition_by=["topic", "date"])
     records = DeltaTable(str(root / "records"))
     records.delete('topic = \'orders\' AND "partition" = 0 AND "offset" = 10')
-    config = _config(tmp_path / "p.toml", log_dir, root, "max_past_skew_s = 0.5\n")
+    config = _config(tmp_path / "p.toml", log_dir, root, "max_past_skew_s = 86400\n")
 
     assert _job().main(["--config", str(config), "--run-id", "broken"]) == 5
     out = capsys.readouterr()
@@ -183,5 +183,5 @@ def test_a_broken_table_fails_the_right_expectations(
     }  # fmt: skip
     assert results[("records", "offset_unique")]["unexpected_count"] == 4  # both copies of 2
     assert "unexplained" in results[("records_gaps", "gaps_explained")]["details"]
-    # the txn records are 1 s older than their ingest: past the 0.5 s bound
+    # the txn records (ten days old) only are past the one-day bound
     assert results[("records", "timestamp_within_skew")]["unexpected_count"] == 5
