@@ -9,33 +9,23 @@ DAGs by themselves once they land, without touching this file. Steps run in orde
 after the one before succeeded (a failed task stops its downstream; Airflow's default trigger
 rule); a task retries with exponential backoff.
 
-Configuration, none of it hard-coded (Airflow Variables, read when the file is parsed unless
-said otherwise; environment ``AIRFLOW_VAR_<NAME>`` works too):
+Configuration, none of it hard-coded: Airflow Variables (or ``AIRFLOW_VAR_<NAME>`` in the
+environment), read when this file is parsed unless said otherwise, each with its default:
 
-=============================== ==================================================== ========
-Variable                        meaning                                              default
-=============================== ==================================================== ========
-loglake_root                    the loglake checkout (jobs/, conf/, .venv/)          this file's
-                                                                                     ../..
-loglake_spark_submit            spark-submit to run (the project's own, pyspark's)   <root>/.venv/lib/
-                                                                                     python3.11/site-
-                                                                                     packages/pyspark/
-                                                                                     bin/spark-submit
-loglake_python                  PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON               <root>/.venv/bin/
-                                                                                     python
-loglake_config                  pipeline TOML: paths (log dirs, lake), thresholds;   <root>/conf/
-                                read when a task runs; a run's ``config`` param      pipeline.toml
-                                overrides it
-loglake_spark_properties        spark-submit ``--properties-file``                   <root>/conf/spark-
-                                                                                     defaults.conf
-loglake_spark_conn_id           the Spark connection: its host is the master         loglake_spark
-                                (``local[*]``, ``spark://h:7077``, ``yarn``)
-loglake_ingest_schedule         schedule of loglake_ingest                           @hourly
-loglake_maintenance_schedule    schedule of loglake_maintenance                      @daily
-loglake_retries                 retries of a task (exponential backoff from          2
-                                loglake_retry_delay_s up to 30 min)
-loglake_retry_delay_s           first retry delay, seconds                           60
-=============================== ==================================================== ========
+- ``loglake_root``: the loglake checkout (jobs/, conf/, .venv/); this file's ``../..``
+- ``loglake_spark_submit``: the project's own spark-submit (pyspark's);
+  ``<root>/.venv/lib/python3.11/site-packages/pyspark/bin/spark-submit``
+- ``loglake_python``: PYSPARK_PYTHON and PYSPARK_DRIVER_PYTHON; ``<root>/.venv/bin/python``
+- ``loglake_config``: the pipeline TOML (log dirs, lake, thresholds), read by the jobs when a
+  task runs; a run's ``config`` param overrides it; ``<root>/conf/pipeline.toml``
+- ``loglake_spark_properties``: spark-submit ``--properties-file``;
+  ``<root>/conf/spark-defaults.conf``
+- ``loglake_spark_conn_id``: the Spark connection, whose host is the master (``local[*]``,
+  ``spark://host:7077``, ``yarn``); ``loglake_spark``
+- ``loglake_spark_local_ip``: SPARK_LOCAL_IP of the jobs (read when a task runs); 127.0.0.1
+- ``loglake_ingest_schedule``, ``loglake_maintenance_schedule``: ``@hourly``, ``@daily``
+- ``loglake_retries``: retries of a task, with exponential backoff from
+  ``loglake_retry_delay_s`` (60) up to 30 minutes; 2
 
 The connection: e.g. ``AIRFLOW_CONN_LOGLAKE_SPARK='{"conn_type": "spark", "host": "local[*]"}'``
 (without it the Spark provider falls back to ``yarn``).
@@ -90,9 +80,7 @@ def present_steps(steps: list[tuple[str, str, list[str]]]) -> list[tuple[str, st
     return [step for step in steps if (ROOT / "jobs" / step[1]).is_file()]
 
 
-def build_dag(
-    dag_id: str, schedule: str, steps: list[tuple[str, str, list[str]]], doc: str
-) -> DAG:
+def build_dag(dag_id: str, schedule: str, steps: list[tuple[str, str, list[str]]], doc: str) -> DAG:
     """One DAG: the present steps as a chain of SparkSubmitOperator tasks."""
     with DAG(
         dag_id=dag_id,
