@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -173,6 +174,10 @@ def _dags_test(home: Path, dag_id: str, config: Path, date: str) -> tuple[int, s
     return proc.returncode, proc.stdout + proc.stderr, states
 
 
+def ingested_run_ids(lake: Path) -> list[str]:
+    return DeltaTable(str(lake / "quality_results")).to_pyarrow_table()["run_id"].to_pylist()
+
+
 def _config(path: Path, log_dir: Path, lake: Path, quality: str = "") -> Path:
     path.write_text(
         f'[paths]\nlog_dirs = ["{log_dir}"]\nlake = "{lake}"\n[spark]\nmaster = "local[2]"\n'
@@ -181,10 +186,19 @@ def _config(path: Path, log_dir: Path, lake: Path, quality: str = "") -> Path:
     return path
 
 
-def test_ingest_dag_runs_end_to_end(airflow_home: Path, log_dir: Path, tmp_path: Path) -> None:
-    lake = tmp_path / "lake"
-    config = _config(tmp_path / "pipeline.toml", log_dir, lake)
-    code, output, states = _dags_test(airflow_home, "loglake_ingest", config, "2024-02-01")
+@pytest.fixture(scope="module")
+def ingested(
+    airflow_home: Path, log_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, int, str, dict[str, str]]:
+    """One ``dags test`` of loglake_ingest: (lake, exit code, output, task states)."""
+    work = tmp_path_factory.mktemp("af-ingest")
+    lake = work / "lake"
+    config = _config(work / "pipeline.toml", log_dir, lake)
+    return (lake, *_dags_test(airflow_home, "loglake_ingest", config, "2024-02-01"))
+
+
+def test_ingest_dag_runs_end_to_end(ingested: tuple[Path, int, str, dict[str, str]]) -> None:
+    lake, code, output, states = ingested
     assert code == 0, output[-5000:]
     assert set(states.values()) == {"success"}, states
     records = DeltaTable(str(lake / "records")).to_pyarrow_table()
@@ -209,11 +223,13 @@ def test_a_failed_task_stops_its_downstream(airflow_home: Path, tmp_path: Path) 
 
 
 def test_a_failing_quality_suite_fails_its_task_and_the_run(
-    airflow_home: Path, log_dir: Path, tmp_path: Path
+    airflow_home: Path,
+    log_dir: Path,
+    ingested: tuple[Path, int, str, dict[str, str]],
+    tmp_path: Path,
 ) -> None:
     lake = tmp_path / "lake"
-    good = _config(tmp_path / "good.toml", log_dir, lake)
-    assert _dags_test(airflow_home, "loglake_ingest", good, "2024-02-03")[0] == 0
+    shutil.copytree(ingested[0], lake)
     # Records are stamped by the producer before they reach the lake: no past skew allowed.
     strict = _config(tmp_path / "strict.toml", log_dir, lake, "max_past_skew_s = 0\n")
     code, output, states = _dags_test(airflow_home, "loglake_maintenance", strict, "2024-02-03")
@@ -224,4 +240,5 @@ def test_a_failing_quality_suite_fails_its_task_and_the_run(
     assert set(zip(failed["suite"].to_pylist(), failed["rule"].to_pylist(), strict=True)) == {
         ("records", "timestamp_within_skew")
     }
+    assert set(failed["run_id"].to_pylist()) != set(ingested_run_ids(ingested[0]))
     assert "records.timestamp_within_skew" in output
