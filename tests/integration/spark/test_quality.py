@@ -185,3 +185,48 @@ def test_a_broken_table_fails_the_right_expectations(
     assert "unexplained" in results[("records_gaps", "gaps_explained")]["details"]
     # the txn records (ten days old) only are past the one-day bound
     assert results[("records", "timestamp_within_skew")]["unexpected_count"] == 5
+
+
+def _latest_per_key(lake: Path) -> dict[tuple[int, bytes], tuple[int, bool]]:
+    """(partition, key) -> (latest offset, latest is a tombstone) of ``orders``, in Python."""
+    rows = DeltaTable(str(lake / "records")).to_pyarrow_table().to_pylist()
+    latest: dict[tuple[int, bytes], tuple[int, bool]] = {}
+    for r in rows:
+        if r["topic"] == "orders" and r["key"] is not None:
+            k = (r["partition"], r["key"])
+            if k not in latest or r["offset"] > latest[k][0]:
+                latest[k] = (r["offset"], r["value"] is None)
+    return latest
+
+
+def test_a_compacted_topic_table_is_checked(
+    lake: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log_dir, good = lake
+    root = tmp_path / "lake"
+    shutil.copytree(good, root)
+    latest = _latest_per_key(root)
+    live = sorted((p, k, o) for (p, k), (o, tomb) in latest.items() if not tomb)
+    dead = sorted((p, k, o) for (p, k), (o, tomb) in latest.items() if tomb)
+    assert live and dead  # the produced data has both
+
+    def table(rows: list[tuple[int, bytes, int]]) -> pa.Table:
+        p, k, o = zip(*rows, strict=True)
+        return pa.table({"partition": pa.array(p, pa.int32()), "key": pa.array(k, pa.binary()),
+                         "offset": pa.array(o, pa.int64())})  # fmt: skip
+
+    write_deltalake(str(root / "topics" / "orders"), table(live))
+    config = _config(tmp_path / "p.toml", log_dir, root)
+    assert _job().main(["--config", str(config), "--run-id", "compacted"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["suites"]["topic_orders"] is True
+
+    stale = (live[0][0], live[0][1], live[0][2] - 1)  # an older offset of a live key
+    broken = [*live[1:], stale, live[1], dead[0]]  # ... a key twice, a tombstoned key
+    write_deltalake(str(root / "topics" / "orders"), table(broken), mode="overwrite")
+    assert _job().main(["--config", str(config), "--run-id", "compacted-broken"]) == 5
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert sorted(summary["failed"]) == [
+        "topic_orders.key_unique_per_partition", "topic_orders.no_tombstoned_key",
+        "topic_orders.offset_is_latest",
+    ]  # fmt: skip
