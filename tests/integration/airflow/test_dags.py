@@ -29,7 +29,8 @@ from deltalake import DeltaTable
 
 from tests.fixtures.broker import BrokerProcess
 
-pytestmark = pytest.mark.integration
+# A dags test is several spark-submits (each 10-60 s to start on a loaded 2-core machine).
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 ROOT = Path(__file__).resolve().parents[3]
 AIRFLOW_VENV = ROOT / "airflow" / ".venv"
 DAGS = ROOT / "airflow" / "dags"
@@ -149,6 +150,7 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         for i in range(40):
             p.produce("events", partition=i % 2, key=f"k{i}", value=f"event {i}".encode())
         assert p.flush(60) == 0
+        del p  # no reconnect attempts to the stopped broker for the rest of the module
     finally:
         assert broker.stop() == 0
     yield broker.log_dir
