@@ -44,6 +44,9 @@ SECTIONS: dict[str, frozenset[str] | None] = {
     ),
     "compact.strategy": None,  # topic = strategy
     "retention": frozenset({"broker_config", "records", "vacuum_hours", "zorder"}),
+    "quality": frozenset(
+        {"max_future_skew_s", "max_past_skew_s", "max_quarantined_batches", "docs"}
+    ),
 }
 
 

@@ -60,3 +60,14 @@ if [ -z "$(find pipelines/decode/__pycache__ -name '_kernels.records_to_columns-
   [ -z "$(find pipelines/delta/__pycache__ -name '_parquet_kernels.plain_binary-*.nbi' -newer pipelines/delta/_parquet_kernels.py 2>/dev/null)" ]; then
   .venv/bin/python -m pipelines.decode.warmup
 fi
+
+# 7. The Airflow environment: its own pins (airflow/pyproject.toml, airflow/uv.lock) in its own
+# airflow/.venv. Never in .venv: the Spark provider pulls pyspark-client, which shares files with
+# pyspark and silently corrupts it. The DAGs call .venv's spark-submit by path. Synced again
+# only when its lock changes (the stamp); bytecode written once, as for .venv (step 5).
+af_stamp=airflow/.venv/.loglake-synced
+if [ ! -f "$af_stamp" ] || [ airflow/uv.lock -nt "$af_stamp" ] || [ airflow/pyproject.toml -nt "$af_stamp" ]; then
+  (cd airflow && ../.tools/bin/uv sync --frozen --quiet --python "$PY")
+  airflow/.venv/bin/python -m compileall -q -j 0 airflow/.venv/lib/python*/site-packages >/dev/null || true
+  touch "$af_stamp"
+fi

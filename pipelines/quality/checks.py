@@ -1,0 +1,272 @@
+"""The DataFrames the quality suites validate: Spark transforms, no I/O.
+
+Great Expectations checks columns of one DataFrame. Rules that span tables (offsets against
+the log's bounds, gaps against the batches around them, lookups against records, a compacted
+table against the latest record per key) are computed here with Spark into a column each, so
+that a built-in expectation can state the rule on that column (decision: derived columns and
+built-in expectations, not custom expectations: Data Docs render them, and the logic stays
+plain Spark that is tested on its own).
+
+Gap classification (:func:`offset_gaps`). A partition's expected offsets are
+``[log_start, progress)`` (progress: the next offset ingest reads). Offsets missing from
+``records`` in that range, and between records below the log start, form gaps. Each gap is
+cut into pieces, one row per piece and explanation:
+
+1. below the log start offset: ``retention`` (the broker deleted those segments);
+2. inside a control batch (``offset_lookup.is_control``): ``transaction_marker``;
+3. inside a quarantined batch (``quarantine`` rows with offsets): ``quarantine``;
+4. inside a sound data batch that holds fewer records than its offset range: ``compaction``
+   (the cleaner removed records but kept the batch's offsets);
+5. inside a sound data batch that holds every offset of its range: ``unexplained`` — the log
+   has those records, the table does not;
+6. in no batch of ``offset_lookup`` below its progress: ``compaction`` (the cleaner removed
+   whole batches); at or past the lookups' progress: ``unexplained`` (nothing to tell).
+
+Cost: a gap is joined with the batches of its partition that overlap it (an equi-join on the
+partition plus a range condition): gaps are few (one per transaction, compaction hole or
+retention), batches many, so the join is about gaps x batches of a partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as sf
+
+from pipelines.quality.bounds import PartitionBounds
+
+__all__ = [
+    "EXPLAINED",
+    "bounds_frame",
+    "compacted_check",
+    "lookup_agreement",
+    "lookup_progress_frame",
+    "offset_gaps",
+    "records_checked",
+]
+
+EXPLAINED = ("retention", "transaction_marker", "quarantine", "compaction")
+
+_BOUNDS_SCHEMA = "topic string, partition int, log_start long, high_watermark long, progress long"
+
+
+def bounds_frame(spark: SparkSession, bounds: Sequence[PartitionBounds]) -> DataFrame:
+    """The bounds as a small DataFrame (one row per partition)."""
+    rows = [(b.topic, b.partition, b.log_start, b.high_watermark, b.progress) for b in bounds]
+    return spark.createDataFrame(rows, schema=_BOUNDS_SCHEMA)
+
+
+def _ingest_time(records: DataFrame) -> Column:
+    """A record's ingest time: the write time of the Parquet file holding it (Spark's
+    ``_metadata.file_modification_time``); null when the table was read without Parquet files
+    (then the skew rule has nothing to check)."""
+    try:
+        records.select("_metadata.file_modification_time").schema  # noqa: B018
+    except AnalysisException:
+        return sf.lit(None).cast("timestamp")
+    return sf.col("_metadata.file_modification_time")
+
+
+def records_checked(records: DataFrame, bounds: DataFrame) -> DataFrame:
+    """``records`` narrowed to what the ``records`` suite checks, one row per record:
+    topic, partition, offset, timestamp_type, codec, ``skew_s`` (timestamp minus ingest time,
+    seconds), and the partition's ``log_start`` and ``upper`` (the high watermark, or the
+    ingest progress where the broker wrote none: ingest never reads past the watermark)."""
+    skew = (
+        sf.unix_micros(sf.col("timestamp").cast("timestamp"))
+        - sf.unix_micros(_ingest_time(records))
+    ) / sf.lit(1e6)
+    narrow = records.select(
+        "topic", "partition", "offset", "timestamp_type", "codec", skew.alias("skew_s")
+    )
+    limits = bounds.select(
+        "topic",
+        "partition",
+        "log_start",
+        sf.coalesce("high_watermark", "progress").alias("upper"),
+    )
+    return narrow.join(sf.broadcast(limits), ["topic", "partition"], "left")
+
+
+def _gaps(records: DataFrame, bounds: DataFrame) -> DataFrame:
+    """Missing offset ranges ``[gap_start, gap_end)`` per partition (see the module doc)."""
+    w = Window.partitionBy("topic", "partition").orderBy("offset")
+    inner = (
+        records.select("topic", "partition", "offset")
+        .withColumn("prev", sf.lag("offset").over(w))
+        .where(sf.col("offset") - sf.col("prev") > 1)
+        .select("topic", "partition", (sf.col("prev") + 1).alias("gap_start"),
+                sf.col("offset").alias("gap_end"))
+    )  # fmt: skip
+    ends = records.groupBy("topic", "partition").agg(
+        sf.min("offset").alias("first"), sf.max("offset").alias("last")
+    )
+    edges = bounds.join(ends, ["topic", "partition"], "left")
+    leading = edges.select(
+        "topic",
+        "partition",
+        sf.col("log_start").alias("gap_start"),
+        sf.coalesce("first", "progress").alias("gap_end"),
+    )
+    trailing = edges.where(sf.col("last").isNotNull()).select(
+        "topic", "partition", (sf.col("last") + 1).alias("gap_start"),
+        sf.col("progress").alias("gap_end"),
+    )  # fmt: skip
+    return (
+        inner.unionByName(leading)
+        .unionByName(trailing)
+        .where(sf.col("gap_end").isNotNull() & (sf.col("gap_end") > sf.col("gap_start")))
+    )
+
+
+def _overlap(lo: Column, hi: Column) -> Column:
+    """Offsets of ``[lo, hi)`` that are in ``[piece_start, gap_end)`` (0 when disjoint)."""
+    return sf.greatest(
+        sf.lit(0),
+        sf.least(hi, sf.col("gap_end")) - sf.greatest(lo, sf.col("piece_start")),
+    )
+
+
+def offset_gaps(
+    records: DataFrame,
+    bounds: DataFrame,
+    offset_lookup: DataFrame | None,
+    quarantine: DataFrame | None,
+    lookup_progress: DataFrame | None = None,
+) -> DataFrame:
+    """One row per (gap, explanation): topic, partition, gap_start, gap_end, ``gap`` (text),
+    ``explanation`` and ``offsets`` (how many of the gap's offsets it explains).
+
+    ``lookup_progress`` (topic, partition, next_offset) is how far ``offset_lookup`` was built;
+    without it the lookups are taken to cover the whole progress range.
+    """
+    spark = records.sparkSession
+    gaps = (
+        _gaps(records, bounds)
+        .join(bounds.select("topic", "partition", "log_start"), ["topic", "partition"])
+        .withColumn("piece_start", sf.greatest("gap_start", "log_start"))
+        .withColumn(
+            "gap",
+            sf.format_string("%s/%d [%d, %d)", "topic", "partition", "gap_start", "gap_end"),
+        )
+    )
+    retention = gaps.select(
+        "topic", "partition", "gap_start", "gap_end", "gap",
+        sf.lit("retention").alias("explanation"),
+        (sf.least("gap_end", "log_start") - sf.col("gap_start")).alias("offsets"),
+    ).where(sf.col("offsets") > 0)  # fmt: skip
+
+    intervals: list[DataFrame] = []
+    if offset_lookup is not None:
+        size = sf.col("last_offset") - sf.col("first_offset") + 1
+        kind = (
+            sf.when(sf.col("is_control"), "transaction_marker")
+            .when(sf.col("record_count") < size, "compaction")
+            .otherwise("unexplained")
+        )
+        intervals.append(
+            offset_lookup.select(
+                "topic", "partition", sf.col("first_offset").alias("lo"),
+                (sf.col("last_offset") + 1).alias("hi"), kind.alias("kind"),
+            )
+        )  # fmt: skip
+    if quarantine is not None:
+        intervals.append(
+            quarantine.where(sf.col("base_offset").isNotNull() & sf.col("last_offset").isNotNull())
+            .select("topic", "partition", sf.col("base_offset").alias("lo"),
+                    (sf.col("last_offset") + 1).alias("hi"), sf.lit("quarantine").alias("kind"))
+        )  # fmt: skip
+    keys = ["topic", "partition", "gap_start", "gap_end", "gap"]
+    if intervals:
+        batches = intervals[0]
+        for more in intervals[1:]:
+            batches = batches.unionByName(more)
+        pieces = (
+            gaps.join(batches, ["topic", "partition"])
+            .where((sf.col("lo") < sf.col("gap_end")) & (sf.col("hi") > sf.col("piece_start")))
+            .groupBy(*keys, sf.col("kind").alias("explanation"))
+            .agg(sf.sum(_overlap(sf.col("lo"), sf.col("hi"))).alias("offsets"))
+            .where(sf.col("offsets") > 0)
+        )
+    else:
+        pieces = spark.createDataFrame(
+            [], "topic string, partition int, gap_start long, gap_end long, gap string, "
+            "explanation string, offsets long",
+        )  # fmt: skip
+    covered = pieces.groupBy(*keys).agg(sf.sum("offsets").alias("covered"))
+    rest = (
+        gaps.join(covered, keys, "left")
+        .withColumn(
+            "offsets",
+            sf.col("gap_end") - sf.col("piece_start") - sf.coalesce("covered", sf.lit(0)),
+        )
+        .where(sf.col("offsets") > 0)
+    )
+    if offset_lookup is None:
+        uncovered = rest.select(*keys, sf.lit("unexplained").alias("explanation"), "offsets")
+    else:
+        # Offsets in no batch: removed from the log by the cleaner, as far as the lookups
+        # were built; past that the lookups cannot tell.
+        built = (
+            lookup_progress.select("topic", "partition", sf.col("next_offset").alias("built"))
+            if lookup_progress is not None
+            else bounds.select("topic", "partition", sf.col("progress").alias("built"))
+        )
+        uncovered = (
+            rest.join(built, ["topic", "partition"], "left")
+            .withColumn("built", sf.coalesce("built", sf.lit(0)))
+            .withColumn(
+                "explanation",
+                sf.when(sf.col("gap_end") <= sf.col("built"), "compaction").otherwise(
+                    "unexplained"
+                ),
+            )
+            .select(*keys, "explanation", "offsets")
+        )
+    return retention.unionByName(pieces).unionByName(uncovered)
+
+
+def lookup_agreement(records: DataFrame, offset_lookup: DataFrame) -> DataFrame:
+    """One row per batch of ``records`` (by segment and position): its first and last offset
+    and record count, with the ``offset_lookup`` row of that batch (null columns: none)."""
+    batches = records.groupBy(
+        "topic", "partition", sf.col("segment_base_offset").alias("segment"),
+        sf.col("batch_position").alias("position"),
+    ).agg(
+        sf.min("offset").alias("first_offset"), sf.max("offset").alias("last_offset"),
+        sf.count(sf.lit(1)).alias("records"),
+    )  # fmt: skip
+    lookup = offset_lookup.select(
+        "topic", "partition", "segment", "position",
+        sf.col("first_offset").alias("lookup_first_offset"),
+        sf.col("last_offset").alias("lookup_last_offset"),
+        sf.col("record_count").alias("lookup_record_count"),
+    )  # fmt: skip
+    return batches.join(lookup, ["topic", "partition", "segment", "position"], "left")
+
+
+def compacted_check(table: DataFrame, records: DataFrame, topic: str) -> DataFrame:
+    """A compacted topic table's rows (partition, key, offset) with the latest record of that
+    key in ``records``: ``latest_offset`` and ``latest_is_tombstone`` (null: key not there)."""
+    latest = (
+        records.where((sf.col("topic") == topic) & sf.col("key").isNotNull())
+        .groupBy("partition", "key")
+        .agg(
+            sf.max("offset").alias("latest_offset"),
+            sf.max_by(sf.col("value").isNull(), sf.col("offset")).alias("latest_is_tombstone"),
+        )
+    )
+    return table.select("partition", "key", "offset").join(latest, ["partition", "key"], "left")
+
+
+def lookup_progress_frame(spark: SparkSession, apps: Mapping[str, int]) -> DataFrame:
+    """``offset_lookup``'s app transactions (``offset_lookup:<topic>-<partition>``) as rows."""
+    rows = []
+    for app, version in apps.items():
+        name, _, tp = app.partition(":")
+        topic, _, part = tp.rpartition("-")
+        if name == "offset_lookup" and topic and part.isdigit():
+            rows.append((topic, int(part), int(version)))
+    return spark.createDataFrame(rows, "topic string, partition int, next_offset long")

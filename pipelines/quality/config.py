@@ -1,0 +1,65 @@
+"""The ``[quality]`` section of ``conf/pipeline.toml``: thresholds of the quality suites.
+
+Every key is optional; a key that does not exist is refused, naming the nearest valid one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from logstore.errors import LoglakeError
+from pipelines.config import read_pipeline_toml
+
+__all__ = ["QualityConfig", "load_quality_config"]
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    """Thresholds of the suites (see ``conf/pipeline.toml`` ``[quality]`` for each key).
+
+    ``max_future_skew_s``: a record's timestamp may be at most this many seconds after its
+    ingest time (Kafka's ``message.timestamp.after.max.ms``, KIP-937, defaults to 1 h).
+    ``max_past_skew_s``: at most this many seconds before it; None = no bound (Kafka's
+    ``message.timestamp.before.max.ms`` defaults to unbounded: old data is normal).
+    ``max_quarantined_batches``: rows the ``quarantine`` table may hold.
+    ``docs``: build the Data Docs site under ``<lake>/_quality/data_docs``.
+    """
+
+    max_future_skew_s: float = 3600.0
+    max_past_skew_s: float | None = None
+    max_quarantined_batches: int = 0
+    docs: bool = True
+
+
+def _number(section: dict[str, Any], key: str, path: Path, default: Any) -> Any:
+    value = section.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise LoglakeError(f"[quality] {key} must be a number >= 0, got {value!r}", path=str(path))
+    return value
+
+
+def load_quality_config(path: str | Path) -> QualityConfig:
+    """Read ``[quality]`` of a pipeline TOML file (defaults when the section is absent)."""
+    p = Path(path)
+    data = read_pipeline_toml(p)
+    section = data.get("quality", {})
+    docs = section.get("docs", True)
+    if not isinstance(docs, bool):
+        raise LoglakeError(f"[quality] docs must be true or false, got {docs!r}", path=str(p))
+    quarantined = _number(section, "max_quarantined_batches", p, 0)
+    if int(quarantined) != quarantined:
+        raise LoglakeError(
+            f"[quality] max_quarantined_batches must be an integer, got {quarantined!r}",
+            path=str(p),
+        )
+    past = _number(section, "max_past_skew_s", p, None)
+    return QualityConfig(
+        max_future_skew_s=float(_number(section, "max_future_skew_s", p, 3600.0)),
+        max_past_skew_s=None if past is None else float(past),
+        max_quarantined_batches=int(quarantined),
+        docs=docs,
+    )

@@ -1,0 +1,283 @@
+"""One quality run: the suites over the lake's tables, Data Docs, ``quality_results``.
+
+1. read the tables (``pipelines.delta.read_delta``) and the partitions' bounds from the log
+   dirs (:mod:`pipelines.quality.bounds`); build the checked DataFrames
+   (:mod:`pipelines.quality.checks`);
+2. validate each with its suite (:mod:`pipelines.quality.suites`) in a Great Expectations
+   file context under ``<lake>/_quality/gx`` (suites, validation definitions and results are
+   kept there, so Data Docs show every run);
+3. build the Data Docs site at ``<lake>/_quality/data_docs/index.html``;
+4. append one row per expectation to ``<lake>/quality_results`` (run id, run time, suite,
+   rule, expectation type, success, observed value, unexpected count, details), one commit.
+
+Suites: ``records`` and ``records_gaps`` always (the ``records`` table must exist);
+``lookups`` when ``offset_lookup`` exists; ``quarantine`` always (no table = no rows);
+``topic_<name>`` for every compacted table ``<lake>/topics/<name>``.
+
+Not safe to run twice at once on one lake (the file context is shared); a crashed run leaves
+at most validation results without their ``quality_results`` rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from logstore.errors import LoglakeError
+from pipelines.delta import read_app_transactions, read_delta, write_delta
+from pipelines.delta.commit import load_table
+from pipelines.ingest import IngestConfig, read_progress
+from pipelines.quality.bounds import partition_bounds
+from pipelines.quality.checks import (
+    bounds_frame,
+    compacted_check,
+    lookup_agreement,
+    lookup_progress_frame,
+    offset_gaps,
+    records_checked,
+)
+from pipelines.quality.config import QualityConfig
+
+__all__ = ["QUALITY_DIR", "RESULTS_TABLE", "QualityReport", "RuleResult", "run_quality"]
+
+QUALITY_DIR = "_quality"
+RESULTS_TABLE = "quality_results"
+DOCS_SITE = "loglake"
+Log = Callable[[str], None]
+
+RESULTS_SCHEMA = (
+    "run_id string, run_time timestamp, suite string, rule string, expectation string, "
+    "success boolean, observed_value string, unexpected_count long, details string"
+)
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """One expectation's outcome in one run."""
+
+    suite: str
+    rule: str
+    expectation: str
+    success: bool
+    observed_value: str | None
+    unexpected_count: int | None
+    details: str | None
+
+
+@dataclass
+class QualityReport:
+    """What a run found; ``success`` when every expectation of every suite held."""
+
+    run_id: str
+    success: bool = True
+    suites: dict[str, bool] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+    results: list[RuleResult] = field(default_factory=list)
+    docs: str | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("results")
+        return out
+
+
+def _stderr(message: str) -> None:
+    print(f"[quality {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _context(root: Path, docs: bool) -> Any:
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx  # noqa: PLC0415 (slow import: only when a run starts)
+    from great_expectations.data_context.types.base import (  # noqa: PLC0415
+        ProgressBarsConfig,
+    )
+
+    root.mkdir(parents=True, exist_ok=True)
+    context = gx.get_context(mode="file", project_root_dir=str(root))
+    bars = context.variables.progress_bars
+    if (bars.get("globally") if isinstance(bars, dict) else getattr(bars, "globally", None)) in (
+        None,
+        True,
+    ):
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        context.variables.save()
+    if docs and DOCS_SITE not in (context.get_config().data_docs_sites or {}):
+        context.add_data_docs_site(
+            site_name=DOCS_SITE,
+            site_config={
+                "class_name": "SiteBuilder",
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                "store_backend": {
+                    "class_name": "TupleFilesystemStoreBackend",
+                    "base_directory": str(root / "data_docs"),
+                },
+            },
+        )
+    return context
+
+
+def _validate(context: Any, suite: Any, df: DataFrame, run_id: Any) -> Any:
+    """Validate ``df`` with ``suite`` (objects made once per context, suite replaced)."""
+    import great_expectations as gx  # noqa: PLC0415
+
+    try:
+        source = context.data_sources.get("loglake")
+    except KeyError:
+        source = context.data_sources.add_spark(name="loglake")
+    try:
+        asset = source.get_asset(suite.name)
+    except LookupError:
+        asset = source.add_dataframe_asset(name=suite.name)
+    try:
+        batch = asset.get_batch_definition("whole")
+    except KeyError:
+        batch = asset.add_batch_definition_whole_dataframe("whole")
+    suite = context.suites.add_or_update(suite)
+    definition = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=suite.name, data=batch, suite=suite)
+    )
+    return definition.run(
+        batch_parameters={"dataframe": df},
+        result_format={"result_format": "SUMMARY", "partial_unexpected_count": 10},
+        run_id=run_id,
+    )
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, default=str, sort_keys=True)
+
+
+def _rows(suite: str, result: Any) -> list[RuleResult]:
+    out = []
+    for r in result.results:
+        cfg = r.expectation_config
+        res = r.result or {}
+        details = {k: res[k] for k in ("partial_unexpected_list", "unexpected_percent") if k in res}
+        if r.exception_info and r.exception_info.get("raised_exception"):
+            details["exception"] = r.exception_info.get("exception_message")
+        out.append(
+            RuleResult(
+                suite=suite,
+                rule=(cfg.meta or {}).get("rule", cfg.type),
+                expectation=cfg.type,
+                success=bool(r.success),
+                observed_value=_json(res.get("observed_value")),
+                unexpected_count=res.get("unexpected_count"),
+                details=_json(details) if details else None,
+            )
+        )
+    return out
+
+
+def _table(spark: SparkSession, lake: Path, name: str) -> DataFrame | None:
+    return read_delta(spark, lake / name) if load_table(lake / name) is not None else None
+
+
+def run_quality(
+    spark: SparkSession,
+    config: IngestConfig,
+    quality: QualityConfig,
+    *,
+    run_id: str | None = None,
+    log: Log = _stderr,
+) -> QualityReport:
+    """One run (see the module docstring). Raises ``LoglakeError`` when it cannot run at all;
+    failed expectations are in the report (``success`` False), not raised."""
+    from great_expectations.core.run_identifier import RunIdentifier  # noqa: PLC0415
+
+    from pipelines.quality import suites  # noqa: PLC0415
+
+    started = time.monotonic()
+    now = dt.datetime.now(dt.UTC)
+    run_id = run_id or f"quality-{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+    report = QualityReport(run_id=run_id)
+    lake = Path(config.lake)
+    records = _table(spark, lake, "records")
+    if records is None:
+        raise LoglakeError("no records table: run the ingest job first", path=str(lake))
+
+    # 1. the checked DataFrames (suites need the context to exist first)
+    context = _context(lake / QUALITY_DIR, quality.docs)
+    bounds = bounds_frame(
+        spark,
+        partition_bounds(config.log_dirs, read_progress(lake / "records"), topics=config.topics),
+    ).cache()
+    offset_lookup = _table(spark, lake, "offset_lookup")
+    quarantine = _table(spark, lake, "quarantine")
+    built = (
+        lookup_progress_frame(spark, read_app_transactions(lake / "offset_lookup"))
+        if offset_lookup is not None
+        else None
+    )
+    checked = records_checked(records, bounds)
+    jobs: list[tuple[Any, DataFrame]] = [
+        (suites.records_suite(quality), checked),
+        (suites.gaps_suite(), offset_gaps(records, bounds, offset_lookup, quarantine, built)),
+    ]
+    if offset_lookup is not None:
+        jobs.append((suites.lookups_suite(), lookup_agreement(records, offset_lookup)))
+    jobs.append(
+        (
+            suites.quarantine_suite(quality),
+            quarantine if quarantine is not None else spark.createDataFrame([], "position long"),
+        )
+    )
+    topics_dir = lake / "topics"
+    for table_dir in sorted(topics_dir.iterdir()) if topics_dir.is_dir() else []:
+        table = _table(spark, topics_dir, table_dir.name)
+        if table is not None:
+            jobs.append(
+                (suites.compacted_suite(table_dir.name),
+                 compacted_check(table, records, table_dir.name))
+            )  # fmt: skip
+
+    # 2. validate. Every metric of an expectation is a Spark job over its DataFrame: cache
+    # each (the records suite's is one row per record but narrow; the others are small).
+    jobs = [(suite, df.cache()) for suite, df in jobs]
+    gx_run = RunIdentifier(run_name=run_id, run_time=now)
+    try:
+        for suite, df in jobs:
+            t0 = time.monotonic()
+            result = _validate(context, suite, df, gx_run)
+            rows = _rows(suite.name, result)
+            report.results += rows
+            report.suites[suite.name] = bool(result.success)
+            bad = [r.rule for r in rows if not r.success]
+            report.failed += [f"{suite.name}.{rule}" for rule in bad]
+            log(
+                f"suite {suite.name}: {'passed' if result.success else 'FAILED'} "
+                f"({len(rows) - len(bad)}/{len(rows)} expectations, "
+                f"{time.monotonic() - t0:.1f} s){': ' + ', '.join(bad) if bad else ''}"
+            )
+    finally:
+        for _, df in jobs:
+            df.unpersist()
+        bounds.unpersist()
+    report.success = all(report.suites.values())
+
+    # 3. Data Docs
+    if quality.docs:
+        context.build_data_docs(site_names=[DOCS_SITE])
+        report.docs = str(lake / QUALITY_DIR / "data_docs" / "index.html")
+        log(f"Data Docs: {report.docs}")
+
+    # 4. quality_results
+    rows = [
+        (run_id, now, r.suite, r.rule, r.expectation, r.success, r.observed_value,
+         r.unexpected_count, r.details)
+        for r in report.results
+    ]  # fmt: skip
+    write_delta(spark.createDataFrame(rows, RESULTS_SCHEMA), lake / RESULTS_TABLE)
+    report.seconds = time.monotonic() - started
+    return report
