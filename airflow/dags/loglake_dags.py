@@ -22,6 +22,9 @@ environment), read when this file is parsed unless said otherwise, each with its
   ``<root>/conf/spark-defaults.conf``
 - ``loglake_spark_conn_id``: the Spark connection, whose host is the master (``local[*]``,
   ``spark://host:7077``, ``yarn``); ``loglake_spark``
+- ``loglake_bootstrap_servers``: the running broker (``host:port``) that retention asks to
+  delete records (Kafka's DeleteRecords); unset: retention works on the log dirs directly,
+  under their ``.lock``, which a running broker holds (the task then fails and says so)
 - ``loglake_spark_local_ip``: SPARK_LOCAL_IP of the jobs (read when a task runs); 127.0.0.1
 - ``loglake_ingest_schedule``, ``loglake_maintenance_schedule``: ``@hourly``, ``@daily``
 - ``loglake_retries``: retries of a task, with exponential backoff from
@@ -53,6 +56,10 @@ CONN_ID = Variable.get("loglake_spark_conn_id", default="loglake_spark")
 RETRIES = int(Variable.get("loglake_retries", default="2"))
 RETRY_DELAY = dt.timedelta(seconds=float(Variable.get("loglake_retry_delay_s", default="60")))
 
+# The running broker, for retention's DeleteRecords; unset: retention works on the log dirs
+# directly under their .lock (no broker running).
+BOOTSTRAP = Variable.get("loglake_bootstrap_servers", default="")
+
 # (task id, job file, extra arguments) in run order.
 INGEST_STEPS = [
     ("ingest", "ingest.py", []),
@@ -61,7 +68,7 @@ INGEST_STEPS = [
     ("quality", "quality.py", ["--run-id", "{{ run_id }}"]),
 ]
 MAINTENANCE_STEPS = [
-    ("retention", "retention.py", []),
+    ("retention", "retention.py", ["--bootstrap-server", BOOTSTRAP] if BOOTSTRAP else []),
     ("maintain", "maintain.py", []),
     ("quality", "quality.py", ["--run-id", "{{ run_id }}"]),
 ]
