@@ -51,6 +51,7 @@ import dataclasses
 import functools
 import json
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -69,11 +70,9 @@ from deltalake import Schema as DeltaSchema
 from deltalake.transaction import create_table_with_add_actions
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as sf
-from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from logstore.errors import LoglakeError
+from pipelines.compaction._hash import buckets_of
 from pipelines.compaction.config import CompactConfig, compacted_topics
 from pipelines.compaction.deltalog import CdcFile, FileRef, commit_actions
 from pipelines.compaction.model import Strategy
@@ -81,10 +80,11 @@ from pipelines.compaction.plan import VERSION, versions, winner_indices
 from pipelines.delta import read_app_transactions
 from pipelines.delta.commit import load_table
 from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
+from pipelines.delta.direct import run_in_job_group
 from pipelines.delta.errors import DeltaSinkError, first_error_line
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
 from pipelines.ingest import APP_PREFIX as INGEST_PREFIX
-from pipelines.sources import RECORDS_ARROW_SCHEMA, RECORDS_SCHEMA
+from pipelines.sources import RECORDS_ARROW_SCHEMA
 from pipelines.worker import start_task
 
 __all__ = [
@@ -123,9 +123,6 @@ TABLE_SCHEMA = pa.schema(
 SRC = "_src"  # in the shuffle: 0 a new record, 1 a live row, 2 a tombstone row (--full)
 CDC_SCHEMA = TABLE_SCHEMA.append(pa.field(CHANGE_TYPE, pa.string()))
 _INPUT_COLUMNS = [f.name for f in TABLE_SCHEMA if f.name != VERSION]
-_ROW_SPARK_SCHEMA = from_arrow_schema(
-    pa.schema([f for f in TABLE_SCHEMA if f.name != BUCKET]), prefer_timestamp_ntz=False
-)
 
 
 def app_id(topic: str, partition: int) -> str:
@@ -320,16 +317,8 @@ def _old_rows(rows: pa.Table) -> pa.Table:
     return rows.select(TABLE_SCHEMA.names).cast(TABLE_SCHEMA)
 
 
-def _merge_task(batches: Iterator[pa.RecordBatch], *, plan: _TaskPlan) -> Iterator[pa.RecordBatch]:
-    """One Spark task: every bucket it holds, then one JSON row with its files and reports."""
-    start_task()
-    ctx = TaskContext.get()
-    task_id = ctx.partitionId() if ctx is not None else 0
-    attempt = ctx.attemptNumber() if ctx is not None else 0
-    chunks = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
-    if not chunks:
-        return
-    rows = pa.concat_tables(chunks)
+def _merge_rows(rows: pa.Table, plan: _TaskPlan, task_id: int, attempt: int) -> str:
+    """Every bucket in ``rows`` merged and written; one JSON line with the files and reports."""
     common: dict[str, Any] = {
         "write_id": plan.write_id,
         "task_id": task_id,
@@ -346,17 +335,133 @@ def _merge_task(batches: Iterator[pa.RecordBatch], *, plan: _TaskPlan) -> Iterat
         writers["tomb"] = PartitionedFileWriter(plan.tomb_root, **common)
     reports = []
     try:
-        buckets = rows.column(BUCKET)
-        for bucket in sorted(pc.unique(buckets).to_pylist()):
-            part = rows.filter(pc.equal(buckets, bucket))
+        buckets = np.asarray(rows.column(BUCKET).to_numpy(zero_copy_only=False))
+        order = np.argsort(buckets, kind="stable")
+        sorted_buckets = buckets[order]
+        present, starts = np.unique(sorted_buckets, return_index=True)
+        ends = [*starts[1:].tolist(), len(order)]
+        for bucket, lo, hi in zip(present.tolist(), starts.tolist(), ends, strict=True):
+            part = rows.take(pa.array(order[lo:hi], type=pa.int64()))
             reports.append(_merge_bucket(int(bucket), part, plan, writers))
         files = {name: [asdict(f) for f in w.close()] for name, w in writers.items()}
     except BaseException:
         for w in writers.values():
             w.abort()
         raise
-    out = json.dumps({"files": files, "reports": reports})
-    yield pa.RecordBatch.from_pydict({"r": [out]})
+    return json.dumps({"files": files, "reports": reports})
+
+
+def _task_ids() -> tuple[int, int]:
+    ctx = TaskContext.get()
+    if ctx is None:
+        return 0, 0
+    return ctx.partitionId(), ctx.attemptNumber()
+
+
+# Direct path (the run's two stages, both in the Python workers, no rows through the JVM):
+# stage 1, one task per group of input files: read them with pyarrow (only the rows of the new
+# offsets, keyed), bucket every row (Spark's pmod(xxhash64(key), N), ``_hash``), and write one
+# Arrow IPC file per bucket under ``<table>/_compact_staging/<write_id>/``; stage 2, one task
+# per group of buckets: read those buckets' staged files and merge them (``_merge_rows``).
+# Only file names and row counts travel through the driver. The staging directory is removed
+# when the run ends, committed or not (a killed run leaves it: ``_clear_stale_staging``).
+
+STAGING = "_compact_staging"
+_RECORD_COLUMNS = ["partition", "key", "value", "headers", "offset", "timestamp", "timestamp_type"]
+_STAGED_SCHEMA = TABLE_SCHEMA.append(pa.field(SRC, pa.int32()))
+
+
+@dataclass(frozen=True)
+class _StageInput:
+    path: str
+    src: int  # 0 records, 1 live rows, 2 tombstone rows (``--full``)
+
+
+def _read_input(item: _StageInput, ranges: Mapping[int, tuple[int, int]], buckets: int) -> pa.Table:
+    """One input file as staged rows (``_STAGED_SCHEMA``): records of ``ranges`` with a key,
+    or a table file's rows, each with its bucket and source."""
+    if item.src == 0:
+        data = pq.ParquetFile(item.path).read(columns=_RECORD_COLUMNS)
+        part = np.asarray(data.column("partition").to_numpy(zero_copy_only=False))
+        off = np.asarray(data.column("offset").to_numpy(zero_copy_only=False))
+        keep = np.zeros(data.num_rows, dtype=bool)
+        for p, (lo, hi) in ranges.items():
+            keep |= (part == p) & (off >= lo) & (off < hi)
+        keep &= np.asarray(data.column("key").is_valid().to_numpy(zero_copy_only=False))
+        if not keep.all():
+            data = data.filter(pa.array(keep))
+        data = data.append_column(VERSION, pa.nulls(data.num_rows, pa.int64()))
+    else:
+        names = [f.name for f in TABLE_SCHEMA if f.name != BUCKET]
+        data = pq.ParquetFile(item.path).read(columns=names)
+    data = data.append_column(BUCKET, pa.array(buckets_of(data.column("key"), buckets)))
+    data = data.append_column(SRC, pa.array(np.full(data.num_rows, item.src, np.int32)))
+    return data.select(_STAGED_SCHEMA.names).cast(_STAGED_SCHEMA)
+
+
+def _stage_task(
+    index: int,
+    items: Iterator[list[_StageInput]],
+    *,
+    staging: str,
+    ranges: Mapping[int, tuple[int, int]],
+    buckets: int,
+) -> Iterator[str]:
+    """Stage 1: this task's input files, split by bucket into Arrow IPC files."""
+    start_task()
+    _task, attempt = _task_ids()
+    parts = [_read_input(i, ranges, buckets) for group in items for i in group]
+    if not parts:
+        return
+    rows = pa.concat_tables(parts)
+    if rows.num_rows == 0:
+        return
+    bucket = np.asarray(rows.column(BUCKET).to_numpy(zero_copy_only=False))
+    order = np.argsort(bucket, kind="stable")
+    present, starts = np.unique(bucket[order], return_index=True)
+    ends = [*starts[1:].tolist(), len(order)]
+    rows = rows.take(pa.array(order, type=pa.int64()))
+    for b, lo, hi in zip(present.tolist(), starts.tolist(), ends, strict=True):
+        folder = os.path.join(staging, str(b))
+        os.makedirs(folder, exist_ok=True)
+        out = os.path.join(folder, f"{index}-{attempt}.arrow")
+        with pa.OSFile(out, "wb") as sink, pa.ipc.new_file(sink, _STAGED_SCHEMA) as writer:
+            writer.write_table(rows.slice(lo, hi - lo), max_chunksize=1 << 20)
+        yield json.dumps({"bucket": b, "path": out, "rows": hi - lo})
+
+
+def _merge_staged(
+    index: int, items: Iterator[dict[int, list[str]]], *, plan: _TaskPlan
+) -> Iterator[str]:
+    """Stage 2: this task's buckets, read from their staged files and merged."""
+    start_task()
+    _task, attempt = _task_ids()
+    tables = []
+    for group in items:
+        for paths in group.values():
+            for path in paths:
+                with pa.memory_map(path) as source:
+                    tables.append(pa.ipc.open_file(source).read_all())
+    if not tables:
+        return
+    yield _merge_rows(pa.concat_tables(tables), plan, index, attempt)
+
+
+def _clear_stale_staging(root: str, max_age_s: float = 24 * 3600) -> None:
+    """Remove staging directories of runs killed long ago (a live run's is recent)."""
+    base = os.path.join(root, STAGING)
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return
+    now = time.time()
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            if now - os.stat(path).st_mtime > max_age_s:
+                shutil.rmtree(path, ignore_errors=True)
+        except FileNotFoundError:
+            continue
 
 
 # ---------------------------------------------------------------------------------------------
@@ -672,58 +777,59 @@ def _run_merge(  # noqa: PLR0917
     ranges: Mapping[int, tuple[int, int]],
     buckets: int,
 ) -> tuple[list[dict[str, Any]], dict[str, list[WrittenFile]]]:
-    """Step 3 on Spark: returns the tasks' bucket reports and the files they wrote."""
-    columns = [c for c in _INPUT_COLUMNS if c != BUCKET]
-    bounds = spark.createDataFrame(
-        [(p, s, e) for p, (s, e) in ranges.items()] or [(-1, 0, 0)],
-        StructType(
-            [
-                StructField("partition", IntegerType(), False),
-                StructField("_lo", LongType(), False),
-                StructField("_hi", LongType(), False),
-            ]
-        ),
-    )
-    if rec_files:
-        rec = (
-            spark.read.schema(RECORDS_SCHEMA)
-            .option("basePath", records_path)
-            .parquet(*rec_files)
-            .where((sf.col("topic") == topic) & sf.col("key").isNotNull())
-            .join(sf.broadcast(bounds), on="partition")
-            .where((sf.col("offset") >= sf.col("_lo")) & (sf.col("offset") < sf.col("_hi")))
-            .select(*columns)
-            .withColumn(BUCKET, sf.pmod(sf.xxhash64("key"), sf.lit(buckets)).cast("int"))
-        )
-    else:
-        rec = None
-    if rec is not None:
-        rec = rec.withColumn(VERSION, sf.lit(None).cast("long")).withColumn(SRC, sf.lit(0))
+    """Step 3 on Spark (the direct path above): returns the tasks' bucket reports and the
+    files they wrote. ``records_path`` and ``topic`` are already resolved into ``rec_files``."""
+    del records_path, topic
+    inputs = [_StageInput(p, 0) for p in rec_files]
     if plan.full:
-        # Every current row goes through the shuffle too, bucketed again (N may change).
-        for src, _root, old_files in ((1, plan.root, main_paths), (2, plan.tomb_root, tomb_paths)):
-            if not old_files:
-                continue
-            old = (
-                spark.read.schema(_ROW_SPARK_SCHEMA)
-                .parquet(*old_files)
-                .withColumn(BUCKET, sf.pmod(sf.xxhash64("key"), sf.lit(buckets)).cast("int"))
-                .withColumn(SRC, sf.lit(src))
-            )
-            rec = old if rec is None else rec.unionByName(old)
-    if rec is None:
+        # Every current row goes through the staging too, bucketed again (N may change).
+        inputs += [_StageInput(p, 1) for p in main_paths]
+        inputs += [_StageInput(p, 2) for p in tomb_paths]
+    if not inputs:
         return [], {"main": [], "cdc": [], "tomb": []}
-    tasks = max(1, min(buckets, 4 * spark.sparkContext.defaultParallelism))
-    out_schema = "r string"
-    rows = (
-        rec.repartition(tasks, BUCKET)
-        .mapInArrow(functools.partial(_merge_task, plan=plan), out_schema)
-        .collect()
-    )
+    sc = spark.sparkContext
+    parallelism = max(1, sc.defaultParallelism)
+    staging = os.path.join(plan.root, STAGING, plan.write_id)
+    _clear_stale_staging(plan.root)
+    try:
+        n1 = min(len(inputs), 2 * parallelism) if len(inputs) > parallelism else len(inputs)
+        groups = [inputs[i::n1] for i in range(n1)]
+        stage = functools.partial(
+            _stage_task, staging=staging, ranges=dict(ranges), buckets=buckets
+        )
+        staged = run_in_job_group(
+            spark,
+            f"loglake-compact-stage-{plan.write_id}",
+            sc.parallelize(groups, len(groups)).mapPartitionsWithIndex(stage).collect,
+        )
+        by_bucket: dict[int, list[str]] = {}
+        rows_in: dict[int, int] = {}
+        for line in staged:
+            item = json.loads(line)
+            by_bucket.setdefault(item["bucket"], []).append(item["path"])
+            rows_in[item["bucket"]] = rows_in.get(item["bucket"], 0) + item["rows"]
+        if not by_bucket:
+            return [], {"main": [], "cdc": [], "tomb": []}
+        # buckets to tasks: largest first onto the least loaded task
+        n2 = max(1, min(len(by_bucket), 2 * parallelism))
+        loads = [0] * n2
+        assigned: list[dict[int, list[str]]] = [{} for _ in range(n2)]
+        for b in sorted(by_bucket, key=lambda b: -rows_in[b]):
+            t = loads.index(min(loads))
+            assigned[t][b] = by_bucket[b]
+            loads[t] += rows_in[b]
+        merge = functools.partial(_merge_staged, plan=plan)
+        rows = run_in_job_group(
+            spark,
+            f"loglake-compact-merge-{plan.write_id}",
+            sc.parallelize(assigned, n2).mapPartitionsWithIndex(merge).collect,
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     reports: list[dict[str, Any]] = []
     files: dict[str, list[WrittenFile]] = {"main": [], "cdc": [], "tomb": []}
     for row in rows:
-        item = json.loads(row["r"])
+        item = json.loads(row)
         reports += item["reports"]
         for name, written in item["files"].items():
             files[name] += [WrittenFile(**w) for w in written]
