@@ -201,7 +201,10 @@ def _read_bucket(paths: Sequence[str], bucket: int) -> pa.Table:
     if not paths:
         return TABLE_SCHEMA.empty_table()
     data = pa.concat_tables(
-        [pq.read_table(p).select([f.name for f in TABLE_SCHEMA if f.name != BUCKET]) for p in paths]
+        [
+            pq.ParquetFile(p).read(columns=[f.name for f in TABLE_SCHEMA if f.name != BUCKET])
+            for p in paths
+        ]
     )
     data = data.append_column(BUCKET, pa.array(np.full(data.num_rows, bucket, np.int32)))
     return data.cast(TABLE_SCHEMA)
@@ -275,6 +278,8 @@ def _merge_bucket(
     records decide the winners; every bucket is written, changed or not.
     """
     src = rows.column(SRC)
+    if not plan.full:
+        return _merge_incremental(bucket, rows, plan, writers)
     if plan.full:
         old_live = _old_rows(rows.filter(pc.equal(src, 1)))
         old_tomb = _old_rows(rows.filter(pc.equal(src, 2)))
@@ -309,6 +314,114 @@ def _merge_bucket(
         t_ins, t_dels, t_old, _ = _diff(old_tomb, tomb)
         report["tomb_changed"] = bool(len(t_ins) or len(t_dels) or len(t_old))
         if report["tomb_changed"] or plan.full:
+            writers["tomb"].write(tomb)
+    return report
+
+
+def _sort_key(table: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(has version, version or 0, offset) of ``rows``: the model's order within a key."""
+    idx = pa.array(rows, type=pa.int64())
+    version = table.column(VERSION).take(idx)
+    # copies: the caller updates them in place (Arrow's zero-copy views are read-only)
+    has = np.array(version.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    value = np.array(pc.fill_null(version, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    offset = np.array(table.column("offset").take(idx).to_numpy(zero_copy_only=False))
+    return has, value, offset
+
+
+def _merge_incremental(
+    bucket: int,
+    rows: pa.Table,
+    plan: _TaskPlan,
+    writers: dict[str, PartitionedFileWriter],
+) -> dict[str, Any]:
+    """``_merge_bucket`` of an incremental run, at the cost of the change plus one copy.
+
+    The winners among the new records (one per key) are matched with the bucket's current
+    row of the same key (live or tombstone; a hash join built on the new keys); a new winner
+    replaces that row when it beats it by the model's order (version present, version,
+    offset). The bucket's new rows are its current rows minus the replaced ones plus the
+    winning new rows; the changes (and the change feed) come from the match directly, no sort
+    or join over the whole bucket.
+    """
+    new = _as_state(rows, plan.strategy)
+    nw = new.take(pa.array(winner_indices(new, new.column(VERSION)), type=pa.int64()))
+    old_live = _read_bucket(plan.main_files.get(bucket, []), bucket)
+    old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
+    n_live = old_live.num_rows
+    old = pa.concat_tables([old_live, old_tomb])
+    # new winner -> its current live row / tombstone row (index in ``old``), or -1. A key has
+    # both only after a run killed between its two commits (the tombstone table is ahead).
+    match_l = np.full(nw.num_rows, -1, dtype=np.int64)
+    match_t = np.full(nw.num_rows, -1, dtype=np.int64)
+    if old.num_rows and nw.num_rows:
+        o = pa.table(
+            {
+                "partition": old.column("partition"),
+                "key": old.column("key"),
+                "o_i": pa.array(np.arange(old.num_rows, dtype=np.int64)),
+            }
+        )
+        n = pa.table(
+            {
+                "partition": nw.column("partition"),
+                "key": nw.column("key"),
+                "n_i": pa.array(np.arange(nw.num_rows, dtype=np.int64)),
+            }
+        )
+        j = o.join(n, keys=["partition", "key"], join_type="inner")
+        n_i = np.asarray(j.column("n_i").to_numpy())
+        o_i = np.asarray(j.column("o_i").to_numpy())
+        in_live = o_i < n_live
+        match_l[n_i[in_live]] = o_i[in_live]
+        match_t[n_i[~in_live]] = o_i[~in_live]
+    # the winner of each key among (new winner, tombstone row, live row); a tie (the same
+    # record applied again) keeps the earlier of that order
+    src = np.zeros(nw.num_rows, dtype=np.int8)  # 0 new, 1 tombstone row, 2 live row
+    bh, bv, bo = _sort_key(nw, np.arange(nw.num_rows, dtype=np.int64))
+    for code, match in ((1, match_t), (2, match_l)):
+        at = np.nonzero(match >= 0)[0]
+        if not len(at):
+            continue
+        h, v, o_ = _sort_key(old, match[at])
+        beats = (h > bh[at]) | ((h == bh[at]) & ((v > bv[at]) | ((v == bv[at]) & (o_ > bo[at]))))
+        won = at[beats]
+        src[won], bh[won], bv[won], bo[won] = code, h[beats], v[beats], o_[beats]
+    wins = src == 0
+    is_live = np.asarray(nw.column("value").is_valid().to_numpy(zero_copy_only=False))
+    has_l = match_l >= 0
+    has_t = match_t >= 0
+    ins = np.nonzero(wins & is_live & ~has_l)[0]
+    upd = np.nonzero(wins & is_live & has_l)[0]
+    dels = np.nonzero(has_l & (src != 2) & ~(wins & is_live))[0]  # beaten by a tombstone
+    keep = np.ones(old.num_rows, dtype=bool)
+    keep[match_l[has_l & (src != 2)]] = False
+    keep[match_t[has_t & (src != 1)]] = False
+    match = match_l
+    changed = bool(len(ins) or len(upd) or len(dels))
+    report: dict[str, Any] = {"bucket": bucket, "records": new.num_rows, "changed": changed}
+    if changed:
+        changes = pa.concat_tables(
+            [
+                _tagged(nw, ins, "insert"),
+                _tagged(old_live, match[upd], "update_preimage"),
+                _tagged(nw, upd, "update_postimage"),
+                _tagged(old_live, match[dels], "delete"),
+            ]
+        )
+        writers["cdc"].write(changes.cast(CDC_SCHEMA))
+        report.update(inserted=len(ins), updated=len(upd), deleted=len(dels))
+        live = pa.concat_tables(
+            [old_live.filter(pa.array(keep[:n_live])), nw.filter(pa.array(wins & is_live))]
+        )
+        writers["main"].write(live)
+    if plan.tomb_root is not None:
+        new_tomb = wins & ~is_live
+        report["tomb_changed"] = bool(new_tomb.any() or (has_t & (src != 1)).any())
+        if report["tomb_changed"]:
+            tomb = pa.concat_tables(
+                [old_tomb.filter(pa.array(keep[n_live:])), nw.filter(pa.array(new_tomb))]
+            )
             writers["tomb"].write(tomb)
     return report
 
