@@ -376,7 +376,7 @@ def _merge_incremental(
         match_l[n_i[in_live]] = o_i[in_live]
         match_t[n_i[~in_live]] = o_i[~in_live]
     # the winner of each key among (new winner, tombstone row, live row); a tie (the same
-    # record applied again) keeps the earlier of that order
+    # record applied again: a re-run after a kill) keeps the current row, so nothing changes
     src = np.zeros(nw.num_rows, dtype=np.int8)  # 0 new, 1 tombstone row, 2 live row
     bh, bv, bo = _sort_key(nw, np.arange(nw.num_rows, dtype=np.int64))
     for code, match in ((1, match_t), (2, match_l)):
@@ -384,7 +384,7 @@ def _merge_incremental(
         if not len(at):
             continue
         h, v, o_ = _sort_key(old, match[at])
-        beats = (h > bh[at]) | ((h == bh[at]) & ((v > bv[at]) | ((v == bv[at]) & (o_ > bo[at]))))
+        beats = (h > bh[at]) | ((h == bh[at]) & ((v > bv[at]) | ((v == bv[at]) & (o_ >= bo[at]))))
         won = at[beats]
         src[won], bh[won], bv[won], bo[won] = code, h[beats], v[beats], o_[beats]
     wins = src == 0
