@@ -23,12 +23,19 @@ A run, per topic:
    progress ``S[p]``; nothing to do when ``E == S`` everywhere (a re-run is a no-op);
 2. picks the ``records`` files whose stats may hold offsets ``[S[p], E[p])`` of the topic, and
    the table's current files per bucket (same snapshot for the whole run);
-3. Spark: reads those records, keeps ``[S[p], E[p])`` and keyed rows, computes each row's
-   bucket and shuffles by bucket; each task, per bucket it holds, reads that bucket's current
-   files (and tombstones), merges them with the new records (``pipelines.compaction.plan``),
-   and, only when the bucket's live rows change, writes the bucket's new file(s), a change-data
-   file (``_change_data/bucket=B``, ``_change_type`` insert / update_preimage /
-   update_postimage / delete) and reports which bucket's files it replaces;
+3. Spark, two stages of Python tasks (no row crosses the JVM; only file names and row counts
+   go through the driver): stage 1 tasks read those ``records`` files with pyarrow (only the
+   table's columns, only offsets ``[S[p], E[p])`` with a key), compute each row's bucket
+   (Spark's ``pmod(xxhash64(key), N)``, computed in numba: ``_hash``) and write one Arrow IPC
+   file per bucket under ``<table>/_compact_staging/<write id>/`` (removed when the stage-2
+   job ends, whatever its outcome); stage 2 tasks, per bucket they hold, read that bucket's
+   staged rows, its current files (and tombstones), merge them (``pipelines.compaction.plan``
+   picks the winners among the new records; each is matched to the key's current row by a
+   hash join built on the new keys and replaces it when it ranks higher, so the cost is the
+   change plus one copy of the bucket's rows), and, only when the bucket's live rows change,
+   write the bucket's new file(s), a change-data file (``_change_data/bucket=B``,
+   ``_change_type`` insert / update_preimage / update_postimage / delete) and report which
+   bucket's files they replace;
 4. the driver commits the tombstone table (if any) and then the topic table, each in **one**
    Delta commit against the snapshot it read; the topic table's commit carries the new progress
    ``E`` (``pipelines.compaction.deltalog``: adds, removes, cdc and txn actions together).
@@ -38,7 +45,8 @@ alone and diffed against the old rows (so the change feed stays exact); it may c
 and strategy.
 
 Crash behaviour: a run killed before step 4 leaves only unreferenced files (removed by the
-next run's failure path or by VACUUM); the topic table is as it was. Killed between the two
+next run's failure path or by VACUUM; a killed run's staging directory by the first run a day
+later); the topic table is as it was. Killed between the two
 commits of step 4: the tombstone table is ahead; the re-run reads records again from ``S``
 and merges them into a state that already holds their tombstones — the winner is a maximum,
 so re-applying records changes nothing — and the result is exact. Two runs at once: the later
