@@ -34,6 +34,8 @@ TOPIC_KEYS: dict[str, tuple[str, int | None]] = {
     "delete.retention.ms": ("delete_retention_ms", 0),
     "message.timestamp.type": ("message_timestamp_type", None),
     "max.message.bytes": ("max_message_bytes", 0),
+    # loglake's (KIP-280's name): which record of a key wins in compaction (pipelines.compaction)
+    "compaction.strategy": ("compaction_strategy", None),
 }
 
 # broker key -> (topic key, multiplier to the topic key's unit)
@@ -81,6 +83,7 @@ class LogConfig:
     delete_retention_ms: int = 24 * 3_600_000
     message_timestamp_type: Literal["CreateTime", "LogAppendTime"] = "CreateTime"
     max_message_bytes: int = 1024 * 1024 + 12
+    compaction_strategy: str = "offset"
 
     def __post_init__(self) -> None:
         for key, (field, minimum) in TOPIC_KEYS.items():
@@ -96,6 +99,12 @@ class LogConfig:
             raise InvalidConfigError(
                 f"message.timestamp.type = {self.message_timestamp_type!r}: expected "
                 "CreateTime or LogAppendTime"
+            )
+
+        if not _valid_strategy(self.compaction_strategy):
+            raise InvalidConfigError(
+                f"compaction.strategy = {self.compaction_strategy!r}: expected offset, "
+                "timestamp or header:<name>"
             )
 
     @property
@@ -129,7 +138,7 @@ class LogConfig:
             value = str(raw).strip()
             if field == "cleanup_policy":
                 changes[field] = ",".join(p.strip() for p in value.split(",") if p.strip())
-            elif field == "message_timestamp_type":
+            elif field in ("message_timestamp_type", "compaction_strategy"):
                 changes[field] = value
             else:
                 try:
@@ -168,6 +177,14 @@ class LogConfig:
             for key, (field, _) in TOPIC_KEYS.items()
             if getattr(self, field) != getattr(ref, field)
         }
+
+
+def _valid_strategy(text: object) -> bool:
+    """``offset`` | ``timestamp`` | ``header:<name>`` (non-empty name): the same grammar as
+    ``pipelines.compaction.model.parse_strategy`` (the storage layer does not import it)."""
+    if not isinstance(text, str):
+        return False
+    return text in ("offset", "timestamp") or (text.startswith("header:") and len(text) > 7)
 
 
 def _rank(key: str) -> int:

@@ -23,12 +23,19 @@ A run, per topic:
    progress ``S[p]``; nothing to do when ``E == S`` everywhere (a re-run is a no-op);
 2. picks the ``records`` files whose stats may hold offsets ``[S[p], E[p])`` of the topic, and
    the table's current files per bucket (same snapshot for the whole run);
-3. Spark: reads those records, keeps ``[S[p], E[p])`` and keyed rows, computes each row's
-   bucket and shuffles by bucket; each task, per bucket it holds, reads that bucket's current
-   files (and tombstones), merges them with the new records (``pipelines.compaction.plan``),
-   and, only when the bucket's live rows change, writes the bucket's new file(s), a change-data
-   file (``_change_data/bucket=B``, ``_change_type`` insert / update_preimage /
-   update_postimage / delete) and reports which bucket's files it replaces;
+3. Spark, two stages of Python tasks (no row crosses the JVM; only file names and row counts
+   go through the driver): stage 1 tasks read those ``records`` files with pyarrow (only the
+   table's columns, only offsets ``[S[p], E[p])`` with a key), compute each row's bucket
+   (Spark's ``pmod(xxhash64(key), N)``, computed in numba: ``_hash``) and write one Arrow IPC
+   file per bucket under ``<table>/_compact_staging/<write id>/`` (removed when the stage-2
+   job ends, whatever its outcome); stage 2 tasks, per bucket they hold, read that bucket's
+   staged rows, its current files (and tombstones), merge them (``pipelines.compaction.plan``
+   picks the winners among the new records; each is matched to the key's current row by a
+   hash join built on the new keys and replaces it when it ranks higher, so the cost is the
+   change plus one copy of the bucket's rows), and, only when the bucket's live rows change,
+   write the bucket's new file(s), a change-data file (``_change_data/bucket=B``,
+   ``_change_type`` insert / update_preimage / update_postimage / delete) and report which
+   bucket's files they replace;
 4. the driver commits the tombstone table (if any) and then the topic table, each in **one**
    Delta commit against the snapshot it read; the topic table's commit carries the new progress
    ``E`` (``pipelines.compaction.deltalog``: adds, removes, cdc and txn actions together).
@@ -38,7 +45,8 @@ alone and diffed against the old rows (so the change feed stays exact); it may c
 and strategy.
 
 Crash behaviour: a run killed before step 4 leaves only unreferenced files (removed by the
-next run's failure path or by VACUUM); the topic table is as it was. Killed between the two
+next run's failure path or by VACUUM; a killed run's staging directory by the first run a day
+later); the topic table is as it was. Killed between the two
 commits of step 4: the tombstone table is ahead; the re-run reads records again from ``S``
 and merges them into a state that already holds their tombstones — the winner is a maximum,
 so re-applying records changes nothing — and the result is exact. Two runs at once: the later
@@ -51,6 +59,7 @@ import dataclasses
 import functools
 import json
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -69,11 +78,9 @@ from deltalake import Schema as DeltaSchema
 from deltalake.transaction import create_table_with_add_actions
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as sf
-from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from logstore.errors import LoglakeError
+from pipelines.compaction._hash import buckets_of
 from pipelines.compaction.config import CompactConfig, compacted_topics
 from pipelines.compaction.deltalog import CdcFile, FileRef, commit_actions
 from pipelines.compaction.model import Strategy
@@ -81,10 +88,11 @@ from pipelines.compaction.plan import VERSION, versions, winner_indices
 from pipelines.delta import read_app_transactions
 from pipelines.delta.commit import load_table
 from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
+from pipelines.delta.direct import run_in_job_group
 from pipelines.delta.errors import DeltaSinkError, first_error_line
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
 from pipelines.ingest import APP_PREFIX as INGEST_PREFIX
-from pipelines.sources import RECORDS_ARROW_SCHEMA, RECORDS_SCHEMA
+from pipelines.sources import RECORDS_ARROW_SCHEMA
 from pipelines.worker import start_task
 
 __all__ = [
@@ -123,9 +131,6 @@ TABLE_SCHEMA = pa.schema(
 SRC = "_src"  # in the shuffle: 0 a new record, 1 a live row, 2 a tombstone row (--full)
 CDC_SCHEMA = TABLE_SCHEMA.append(pa.field(CHANGE_TYPE, pa.string()))
 _INPUT_COLUMNS = [f.name for f in TABLE_SCHEMA if f.name != VERSION]
-_ROW_SPARK_SCHEMA = from_arrow_schema(
-    pa.schema([f for f in TABLE_SCHEMA if f.name != BUCKET]), prefer_timestamp_ntz=False
-)
 
 
 def app_id(topic: str, partition: int) -> str:
@@ -204,7 +209,10 @@ def _read_bucket(paths: Sequence[str], bucket: int) -> pa.Table:
     if not paths:
         return TABLE_SCHEMA.empty_table()
     data = pa.concat_tables(
-        [pq.read_table(p).select([f.name for f in TABLE_SCHEMA if f.name != BUCKET]) for p in paths]
+        [
+            pq.ParquetFile(p).read(columns=[f.name for f in TABLE_SCHEMA if f.name != BUCKET])
+            for p in paths
+        ]
     )
     data = data.append_column(BUCKET, pa.array(np.full(data.num_rows, bucket, np.int32)))
     return data.cast(TABLE_SCHEMA)
@@ -278,6 +286,8 @@ def _merge_bucket(
     records decide the winners; every bucket is written, changed or not.
     """
     src = rows.column(SRC)
+    if not plan.full:
+        return _merge_incremental(bucket, rows, plan, writers)
     if plan.full:
         old_live = _old_rows(rows.filter(pc.equal(src, 1)))
         old_tomb = _old_rows(rows.filter(pc.equal(src, 2)))
@@ -316,20 +326,120 @@ def _merge_bucket(
     return report
 
 
+def _sort_key(table: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(has version, version or 0, offset) of ``rows``: the model's order within a key."""
+    idx = pa.array(rows, type=pa.int64())
+    version = table.column(VERSION).take(idx)
+    # copies: the caller updates them in place (Arrow's zero-copy views are read-only)
+    has = np.array(version.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    value = np.array(pc.fill_null(version, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    offset = np.array(table.column("offset").take(idx).to_numpy(zero_copy_only=False))
+    return has, value, offset
+
+
+def _merge_incremental(
+    bucket: int,
+    rows: pa.Table,
+    plan: _TaskPlan,
+    writers: dict[str, PartitionedFileWriter],
+) -> dict[str, Any]:
+    """``_merge_bucket`` of an incremental run, at the cost of the change plus one copy.
+
+    The winners among the new records (one per key) are matched with the bucket's current
+    row of the same key (live or tombstone; a hash join built on the new keys); a new winner
+    replaces that row when it beats it by the model's order (version present, version,
+    offset). The bucket's new rows are its current rows minus the replaced ones plus the
+    winning new rows; the changes (and the change feed) come from the match directly, no sort
+    or join over the whole bucket.
+    """
+    new = _as_state(rows, plan.strategy)
+    nw = new.take(pa.array(winner_indices(new, new.column(VERSION)), type=pa.int64()))
+    old_live = _read_bucket(plan.main_files.get(bucket, []), bucket)
+    old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
+    n_live = old_live.num_rows
+    old = pa.concat_tables([old_live, old_tomb])
+    # new winner -> its current live row / tombstone row (index in ``old``), or -1. A key has
+    # both only after a run killed between its two commits (the tombstone table is ahead).
+    match_l = np.full(nw.num_rows, -1, dtype=np.int64)
+    match_t = np.full(nw.num_rows, -1, dtype=np.int64)
+    if old.num_rows and nw.num_rows:
+        o = pa.table(
+            {
+                "partition": old.column("partition"),
+                "key": old.column("key"),
+                "o_i": pa.array(np.arange(old.num_rows, dtype=np.int64)),
+            }
+        )
+        n = pa.table(
+            {
+                "partition": nw.column("partition"),
+                "key": nw.column("key"),
+                "n_i": pa.array(np.arange(nw.num_rows, dtype=np.int64)),
+            }
+        )
+        j = o.join(n, keys=["partition", "key"], join_type="inner")
+        n_i = np.asarray(j.column("n_i").to_numpy())
+        o_i = np.asarray(j.column("o_i").to_numpy())
+        in_live = o_i < n_live
+        match_l[n_i[in_live]] = o_i[in_live]
+        match_t[n_i[~in_live]] = o_i[~in_live]
+    # the winner of each key among (new winner, tombstone row, live row); a tie (the same
+    # record applied again: a re-run after a kill) keeps the current row, so nothing changes
+    src = np.zeros(nw.num_rows, dtype=np.int8)  # 0 new, 1 tombstone row, 2 live row
+    bh, bv, bo = _sort_key(nw, np.arange(nw.num_rows, dtype=np.int64))
+    for code, match in ((1, match_t), (2, match_l)):
+        at = np.nonzero(match >= 0)[0]
+        if not len(at):
+            continue
+        h, v, o_ = _sort_key(old, match[at])
+        beats = (h > bh[at]) | ((h == bh[at]) & ((v > bv[at]) | ((v == bv[at]) & (o_ >= bo[at]))))
+        won = at[beats]
+        src[won], bh[won], bv[won], bo[won] = code, h[beats], v[beats], o_[beats]
+    wins = src == 0
+    is_live = np.asarray(nw.column("value").is_valid().to_numpy(zero_copy_only=False))
+    has_l = match_l >= 0
+    has_t = match_t >= 0
+    ins = np.nonzero(wins & is_live & ~has_l)[0]
+    upd = np.nonzero(wins & is_live & has_l)[0]
+    dels = np.nonzero(has_l & (src != 2) & ~(wins & is_live))[0]  # beaten by a tombstone
+    keep = np.ones(old.num_rows, dtype=bool)
+    keep[match_l[has_l & (src != 2)]] = False
+    keep[match_t[has_t & (src != 1)]] = False
+    match = match_l
+    changed = bool(len(ins) or len(upd) or len(dels))
+    report: dict[str, Any] = {"bucket": bucket, "records": new.num_rows, "changed": changed}
+    if changed:
+        changes = pa.concat_tables(
+            [
+                _tagged(nw, ins, "insert"),
+                _tagged(old_live, match[upd], "update_preimage"),
+                _tagged(nw, upd, "update_postimage"),
+                _tagged(old_live, match[dels], "delete"),
+            ]
+        )
+        writers["cdc"].write(changes.cast(CDC_SCHEMA))
+        report.update(inserted=len(ins), updated=len(upd), deleted=len(dels))
+        live = pa.concat_tables(
+            [old_live.filter(pa.array(keep[:n_live])), nw.filter(pa.array(wins & is_live))]
+        )
+        writers["main"].write(live)
+    if plan.tomb_root is not None:
+        new_tomb = wins & ~is_live
+        report["tomb_changed"] = bool(new_tomb.any() or (has_t & (src != 1)).any())
+        if report["tomb_changed"]:
+            tomb = pa.concat_tables(
+                [old_tomb.filter(pa.array(keep[n_live:])), nw.filter(pa.array(new_tomb))]
+            )
+            writers["tomb"].write(tomb)
+    return report
+
+
 def _old_rows(rows: pa.Table) -> pa.Table:
     return rows.select(TABLE_SCHEMA.names).cast(TABLE_SCHEMA)
 
 
-def _merge_task(batches: Iterator[pa.RecordBatch], *, plan: _TaskPlan) -> Iterator[pa.RecordBatch]:
-    """One Spark task: every bucket it holds, then one JSON row with its files and reports."""
-    start_task()
-    ctx = TaskContext.get()
-    task_id = ctx.partitionId() if ctx is not None else 0
-    attempt = ctx.attemptNumber() if ctx is not None else 0
-    chunks = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
-    if not chunks:
-        return
-    rows = pa.concat_tables(chunks)
+def _merge_rows(rows: pa.Table, plan: _TaskPlan, task_id: int, attempt: int) -> str:
+    """Every bucket in ``rows`` merged and written; one JSON line with the files and reports."""
     common: dict[str, Any] = {
         "write_id": plan.write_id,
         "task_id": task_id,
@@ -346,17 +456,133 @@ def _merge_task(batches: Iterator[pa.RecordBatch], *, plan: _TaskPlan) -> Iterat
         writers["tomb"] = PartitionedFileWriter(plan.tomb_root, **common)
     reports = []
     try:
-        buckets = rows.column(BUCKET)
-        for bucket in sorted(pc.unique(buckets).to_pylist()):
-            part = rows.filter(pc.equal(buckets, bucket))
+        buckets = np.asarray(rows.column(BUCKET).to_numpy(zero_copy_only=False))
+        order = np.argsort(buckets, kind="stable")
+        sorted_buckets = buckets[order]
+        present, starts = np.unique(sorted_buckets, return_index=True)
+        ends = [*starts[1:].tolist(), len(order)]
+        for bucket, lo, hi in zip(present.tolist(), starts.tolist(), ends, strict=True):
+            part = rows.take(pa.array(order[lo:hi], type=pa.int64()))
             reports.append(_merge_bucket(int(bucket), part, plan, writers))
         files = {name: [asdict(f) for f in w.close()] for name, w in writers.items()}
     except BaseException:
         for w in writers.values():
             w.abort()
         raise
-    out = json.dumps({"files": files, "reports": reports})
-    yield pa.RecordBatch.from_pydict({"r": [out]})
+    return json.dumps({"files": files, "reports": reports})
+
+
+def _task_ids() -> tuple[int, int]:
+    ctx = TaskContext.get()
+    if ctx is None:
+        return 0, 0
+    return ctx.partitionId(), ctx.attemptNumber()
+
+
+# Direct path (the run's two stages, both in the Python workers, no rows through the JVM):
+# stage 1, one task per group of input files: read them with pyarrow (only the rows of the new
+# offsets, keyed), bucket every row (Spark's pmod(xxhash64(key), N), ``_hash``), and write one
+# Arrow IPC file per bucket under ``<table>/_compact_staging/<write_id>/``; stage 2, one task
+# per group of buckets: read those buckets' staged files and merge them (``_merge_rows``).
+# Only file names and row counts travel through the driver. The staging directory is removed
+# when the run ends, committed or not (a killed run leaves it: ``_clear_stale_staging``).
+
+STAGING = "_compact_staging"
+_RECORD_COLUMNS = ["partition", "key", "value", "headers", "offset", "timestamp", "timestamp_type"]
+_STAGED_SCHEMA = TABLE_SCHEMA.append(pa.field(SRC, pa.int32()))
+
+
+@dataclass(frozen=True)
+class _StageInput:
+    path: str
+    src: int  # 0 records, 1 live rows, 2 tombstone rows (``--full``)
+
+
+def _read_input(item: _StageInput, ranges: Mapping[int, tuple[int, int]], buckets: int) -> pa.Table:
+    """One input file as staged rows (``_STAGED_SCHEMA``): records of ``ranges`` with a key,
+    or a table file's rows, each with its bucket and source."""
+    if item.src == 0:
+        data = pq.ParquetFile(item.path).read(columns=_RECORD_COLUMNS)
+        part = np.asarray(data.column("partition").to_numpy(zero_copy_only=False))
+        off = np.asarray(data.column("offset").to_numpy(zero_copy_only=False))
+        keep = np.zeros(data.num_rows, dtype=bool)
+        for p, (lo, hi) in ranges.items():
+            keep |= (part == p) & (off >= lo) & (off < hi)
+        keep &= np.asarray(data.column("key").is_valid().to_numpy(zero_copy_only=False))
+        if not keep.all():
+            data = data.filter(pa.array(keep))
+        data = data.append_column(VERSION, pa.nulls(data.num_rows, pa.int64()))
+    else:
+        names = [f.name for f in TABLE_SCHEMA if f.name != BUCKET]
+        data = pq.ParquetFile(item.path).read(columns=names)
+    data = data.append_column(BUCKET, pa.array(buckets_of(data.column("key"), buckets)))
+    data = data.append_column(SRC, pa.array(np.full(data.num_rows, item.src, np.int32)))
+    return data.select(_STAGED_SCHEMA.names).cast(_STAGED_SCHEMA)
+
+
+def _stage_task(
+    index: int,
+    items: Iterator[list[_StageInput]],
+    *,
+    staging: str,
+    ranges: Mapping[int, tuple[int, int]],
+    buckets: int,
+) -> Iterator[str]:
+    """Stage 1: this task's input files, split by bucket into Arrow IPC files."""
+    start_task()
+    _task, attempt = _task_ids()
+    parts = [_read_input(i, ranges, buckets) for group in items for i in group]
+    if not parts:
+        return
+    rows = pa.concat_tables(parts)
+    if rows.num_rows == 0:
+        return
+    bucket = np.asarray(rows.column(BUCKET).to_numpy(zero_copy_only=False))
+    order = np.argsort(bucket, kind="stable")
+    present, starts = np.unique(bucket[order], return_index=True)
+    ends = [*starts[1:].tolist(), len(order)]
+    rows = rows.take(pa.array(order, type=pa.int64()))
+    for b, lo, hi in zip(present.tolist(), starts.tolist(), ends, strict=True):
+        folder = os.path.join(staging, str(b))
+        os.makedirs(folder, exist_ok=True)
+        out = os.path.join(folder, f"{index}-{attempt}.arrow")
+        with pa.OSFile(out, "wb") as sink, pa.ipc.new_file(sink, _STAGED_SCHEMA) as writer:
+            writer.write_table(rows.slice(lo, hi - lo), max_chunksize=1 << 20)
+        yield json.dumps({"bucket": b, "path": out, "rows": hi - lo})
+
+
+def _merge_staged(
+    index: int, items: Iterator[dict[int, list[str]]], *, plan: _TaskPlan
+) -> Iterator[str]:
+    """Stage 2: this task's buckets, read from their staged files and merged."""
+    start_task()
+    _task, attempt = _task_ids()
+    tables = []
+    for group in items:
+        for paths in group.values():
+            for path in paths:
+                with pa.memory_map(path) as source:
+                    tables.append(pa.ipc.open_file(source).read_all())
+    if not tables:
+        return
+    yield _merge_rows(pa.concat_tables(tables), plan, index, attempt)
+
+
+def _clear_stale_staging(root: str, max_age_s: float = 24 * 3600) -> None:
+    """Remove staging directories of runs killed long ago (a live run's is recent)."""
+    base = os.path.join(root, STAGING)
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return
+    now = time.time()
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            if now - os.stat(path).st_mtime > max_age_s:
+                shutil.rmtree(path, ignore_errors=True)
+        except FileNotFoundError:
+            continue
 
 
 # ---------------------------------------------------------------------------------------------
@@ -672,58 +898,59 @@ def _run_merge(  # noqa: PLR0917
     ranges: Mapping[int, tuple[int, int]],
     buckets: int,
 ) -> tuple[list[dict[str, Any]], dict[str, list[WrittenFile]]]:
-    """Step 3 on Spark: returns the tasks' bucket reports and the files they wrote."""
-    columns = [c for c in _INPUT_COLUMNS if c != BUCKET]
-    bounds = spark.createDataFrame(
-        [(p, s, e) for p, (s, e) in ranges.items()] or [(-1, 0, 0)],
-        StructType(
-            [
-                StructField("partition", IntegerType(), False),
-                StructField("_lo", LongType(), False),
-                StructField("_hi", LongType(), False),
-            ]
-        ),
-    )
-    if rec_files:
-        rec = (
-            spark.read.schema(RECORDS_SCHEMA)
-            .option("basePath", records_path)
-            .parquet(*rec_files)
-            .where((sf.col("topic") == topic) & sf.col("key").isNotNull())
-            .join(sf.broadcast(bounds), on="partition")
-            .where((sf.col("offset") >= sf.col("_lo")) & (sf.col("offset") < sf.col("_hi")))
-            .select(*columns)
-            .withColumn(BUCKET, sf.pmod(sf.xxhash64("key"), sf.lit(buckets)).cast("int"))
-        )
-    else:
-        rec = None
-    if rec is not None:
-        rec = rec.withColumn(VERSION, sf.lit(None).cast("long")).withColumn(SRC, sf.lit(0))
+    """Step 3 on Spark (the direct path above): returns the tasks' bucket reports and the
+    files they wrote. ``records_path`` and ``topic`` are already resolved into ``rec_files``."""
+    del records_path, topic
+    inputs = [_StageInput(p, 0) for p in rec_files]
     if plan.full:
-        # Every current row goes through the shuffle too, bucketed again (N may change).
-        for src, _root, old_files in ((1, plan.root, main_paths), (2, plan.tomb_root, tomb_paths)):
-            if not old_files:
-                continue
-            old = (
-                spark.read.schema(_ROW_SPARK_SCHEMA)
-                .parquet(*old_files)
-                .withColumn(BUCKET, sf.pmod(sf.xxhash64("key"), sf.lit(buckets)).cast("int"))
-                .withColumn(SRC, sf.lit(src))
-            )
-            rec = old if rec is None else rec.unionByName(old)
-    if rec is None:
+        # Every current row goes through the staging too, bucketed again (N may change).
+        inputs += [_StageInput(p, 1) for p in main_paths]
+        inputs += [_StageInput(p, 2) for p in tomb_paths]
+    if not inputs:
         return [], {"main": [], "cdc": [], "tomb": []}
-    tasks = max(1, min(buckets, 4 * spark.sparkContext.defaultParallelism))
-    out_schema = "r string"
-    rows = (
-        rec.repartition(tasks, BUCKET)
-        .mapInArrow(functools.partial(_merge_task, plan=plan), out_schema)
-        .collect()
-    )
+    sc = spark.sparkContext
+    parallelism = max(1, sc.defaultParallelism)
+    staging = os.path.join(plan.root, STAGING, plan.write_id)
+    _clear_stale_staging(plan.root)
+    try:
+        n1 = min(len(inputs), 2 * parallelism) if len(inputs) > parallelism else len(inputs)
+        groups = [inputs[i::n1] for i in range(n1)]
+        stage = functools.partial(
+            _stage_task, staging=staging, ranges=dict(ranges), buckets=buckets
+        )
+        staged = run_in_job_group(
+            spark,
+            f"loglake-compact-stage-{plan.write_id}",
+            sc.parallelize(groups, len(groups)).mapPartitionsWithIndex(stage).collect,
+        )
+        by_bucket: dict[int, list[str]] = {}
+        rows_in: dict[int, int] = {}
+        for line in staged:
+            item = json.loads(line)
+            by_bucket.setdefault(item["bucket"], []).append(item["path"])
+            rows_in[item["bucket"]] = rows_in.get(item["bucket"], 0) + item["rows"]
+        if not by_bucket:
+            return [], {"main": [], "cdc": [], "tomb": []}
+        # buckets to tasks: largest first onto the least loaded task
+        n2 = max(1, min(len(by_bucket), 2 * parallelism))
+        loads = [0] * n2
+        assigned: list[dict[int, list[str]]] = [{} for _ in range(n2)]
+        for b in sorted(by_bucket, key=lambda b: -rows_in[b]):
+            t = loads.index(min(loads))
+            assigned[t][b] = by_bucket[b]
+            loads[t] += rows_in[b]
+        merge = functools.partial(_merge_staged, plan=plan)
+        rows = run_in_job_group(
+            spark,
+            f"loglake-compact-merge-{plan.write_id}",
+            sc.parallelize(assigned, n2).mapPartitionsWithIndex(merge).collect,
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     reports: list[dict[str, Any]] = []
     files: dict[str, list[WrittenFile]] = {"main": [], "cdc": [], "tomb": []}
     for row in rows:
-        item = json.loads(row["r"])
+        item = json.loads(row)
         reports += item["reports"]
         for name, written in item["files"].items():
             files[name] += [WrittenFile(**w) for w in written]

@@ -53,6 +53,7 @@ _BROKER_KEY_FOR_TOPIC_KEY: Final = {v: k for k, v in TOPIC_KEY_FOR_BROKER_KEY.it
 _TOPIC_TYPES: Final = {
     "cleanup.policy": 7,
     "message.timestamp.type": 2,
+    "compaction.strategy": 2,
     "segment.bytes": 3,
     "segment.index.bytes": 3,
     "index.interval.bytes": 3,

@@ -82,3 +82,56 @@ def test_compacted_topic_through_broker_ingest_and_compact(
     want = {pk: (r.offset, r.value, list(r.headers)) for pk, r in compact(acked, strategy).items()}
     assert read_topic_table(table_path(lake, topic)) == want
     assert not run_compact(spark, config, log=lambda _m: None).topics[0].committed
+
+
+def test_compaction_strategy_topic_config_via_admin_client(tmp_path: Path, broker: Any) -> None:
+    """``compaction.strategy`` is a topic config the broker accepts (validated) from
+    CreateTopics and IncrementalAlterConfigs; the job reads it from the log dir."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+    )
+
+    from logstore.storage.topic_config import read_topic_config
+    from pipelines.compaction.config import compacted_topics
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topic = new_topic(
+        broker.bootstrap,
+        partitions=1,
+        prefix="kip280",
+        **{"cleanup.policy": "compact", "compaction.strategy": "header:version"},
+    )
+    assert read_topic_config(broker.log_dir, topic)["compaction.strategy"] == "header:version"
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    described = admin.describe_configs([res])[res].result(timeout=30)
+    assert described["compaction.strategy"].value == "header:version"
+    config = CompactConfig(log_dirs=(str(broker.log_dir),), lake=str(tmp_path / "lake"))
+    assert compacted_topics(config)[topic] == Strategy("header", "version")
+
+    for bad in ("header:", "newest", "Timestamp", ""):
+        name = f"kip280-bad-{abs(hash(bad)) % 10**8}"
+        fut = admin.create_topics(
+            [NewTopic(name, 1, 1, config={"compaction.strategy": bad})], operation_timeout=10
+        )[name]
+        with pytest.raises(ck.KafkaException) as info:
+            fut.result(timeout=30)
+        assert info.value.args[0].code() == ck.KafkaError.INVALID_CONFIG, bad
+        assert name not in admin.list_topics(timeout=30).topics
+
+    def alter(value: str) -> None:
+        entry = ConfigEntry(
+            "compaction.strategy", value, incremental_operation=AlterConfigOpType.SET
+        )
+        change = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+        admin.incremental_alter_configs([change])[change].result(timeout=30)
+
+    alter("timestamp")
+    assert compacted_topics(config)[topic] == Strategy("timestamp")
+    with pytest.raises(ck.KafkaException) as info:
+        alter("header:")
+    assert info.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
+    assert read_topic_config(broker.log_dir, topic)["compaction.strategy"] == "timestamp"

@@ -307,3 +307,35 @@ def test_job_help_and_bad_config(tmp_path: Path) -> None:
     )
     assert bad.returncode == 1
     assert "buckets must be 1..65536, got 0" in bad.stderr
+
+
+def test_staging_is_removed_after_a_run_and_after_a_failed_run(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The direct path's shuffle files (``<table>/_compact_staging/<write id>``) do not outlive
+    the run, committed or failed; a failed run leaves the table as it was."""
+    strategy = Strategy("offset")
+    config = _config(tmp_path, strategy, buckets=3)
+    recs = [Rec(p, o, 1, bytes([o % 5]), bytes([o]), ()) for p in (0, 1) for o in range(20)]
+    append_records(tmp_path, "t", recs, {0: 20, 1: 20})
+    assert run_compact(spark, config, log=_quiet).topics[0].committed
+    path = table_path(tmp_path, "t")
+    staging = Path(path) / "_compact_staging"
+    assert not any(staging.iterdir())
+    assert read_topic_table(path) == _expected(recs, strategy)
+    before = (DeltaTable(path).version(), read_topic_table(path))
+    more = [Rec(0, o, 1, bytes([o % 7]), bytes([o]), ()) for o in range(20, 30)]
+    append_records(tmp_path, "t", more, {0: 30, 1: 20})
+    # one of the table's files unreadable: stage 2 fails after stage 1 staged its files
+    victim = next(Path(path).glob("bucket=*/*.parquet"))
+    data = victim.read_bytes()
+    victim.write_bytes(b"not parquet")
+    try:
+        with pytest.raises(LoglakeError, match="nothing committed"):
+            run_compact(spark, config, log=_quiet)
+    finally:
+        victim.write_bytes(data)
+    assert not any(staging.iterdir())
+    assert (DeltaTable(path).version(), read_topic_table(path)) == before
+    assert run_compact(spark, config, log=_quiet).topics[0].committed
+    assert read_topic_table(path) == _expected(recs + more, strategy)
