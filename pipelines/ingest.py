@@ -456,12 +456,21 @@ def schedule_tasks(
 
 
 def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr) -> IngestSummary:
-    """One ingest run (see the module docstring). Raises ``LoglakeError`` on failure."""
+    """One ingest run (see the module docstring). Raises ``LoglakeError`` on failure.
+
+    After a run that did not fail, ``records``, ``quarantine`` and ``diverged`` exist, empty
+    if nothing went there (a table's first commit is its first data when there is any).
+    """
+    summary = _run_ingest(spark, config, log=log)
+    _ensure_tables(config)
+    return summary
+
+
+def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> IngestSummary:
     started = time.monotonic()
     summary = IngestSummary()
     records_path = config.records_path
     parts = _partitions(config.log_dirs, config.topics)
-    _ensure_tables(config)
     progress = read_progress(records_path)
     log_starts = _checkpoints(config.log_dirs, "log-start-offset-checkpoint") or {}
     high_watermarks = _checkpoints(config.log_dirs, "replication-offset-checkpoint")
