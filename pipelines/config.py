@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from logstore.errors import LoglakeError
 
-__all__ = ["SECTIONS", "check_keys", "read_pipeline_toml"]
+__all__ = [
+    "PARQUET_CODECS",
+    "SECTIONS",
+    "JobSettings",
+    "check_keys",
+    "job_settings",
+    "read_pipeline_toml",
+]
 
 # section -> its keys (None: free-form keys). Sub-tables are sections of their own, by
 # dotted name ("spark.conf").
@@ -97,3 +105,49 @@ def read_pipeline_toml(path: str | Path) -> dict[str, Any]:
         raise LoglakeError(f"config is not valid TOML: {exc}", path=str(p)) from None
     check_keys(data, str(p))
     return data
+
+
+# Parquet codecs of the tables' data files (the jobs' `compression` keys).
+PARQUET_CODECS = ("snappy", "zstd", "lz4", "gzip", "none")
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What every job takes from ``[paths]`` and ``[spark]`` (after command-line overrides)."""
+
+    log_dirs: tuple[str, ...]
+    lake: str
+    app_name: str
+    master: str | None
+    spark_conf: dict[str, str]
+
+
+def job_settings(
+    data: Mapping[str, Any],
+    path: str | Path,
+    job: str,
+    *,
+    log_dirs: Iterable[str] | None = None,
+    lake: str | None = None,
+    need_log_dirs: bool = True,
+) -> JobSettings:
+    """``[paths]`` and ``[spark]`` of a pipeline TOML for job ``job``; paths made absolute
+    (relative to the current directory, as on a command line). The Spark application is
+    named ``<[spark] app_name>-<job>`` (``loglake-ingest``, ``loglake-compact``, ...)."""
+    paths = data.get("paths", {})
+    spark = data.get("spark", {})
+    dirs = list(log_dirs) if log_dirs else paths.get("log_dirs", [])
+    if isinstance(dirs, str):
+        dirs = [dirs]
+    lake_dir = lake or paths.get("lake")
+    if not lake_dir or (need_log_dirs and not dirs):
+        what = "log_dirs and lake" if need_log_dirs else "lake"
+        flags = "--log-dirs/--lake" if need_log_dirs else "--lake"
+        raise LoglakeError(f"[paths] {what} must be set (or {flags})", path=str(path))
+    return JobSettings(
+        log_dirs=tuple(str(Path(d).absolute()) for d in dirs),
+        lake=str(Path(lake_dir).absolute()),
+        app_name=f"{spark.get('app_name', 'loglake')}-{job}",
+        master=spark.get("master"),
+        spark_conf={str(k): str(v) for k, v in spark.get("conf", {}).items()},
+    )

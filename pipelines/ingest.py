@@ -66,7 +66,7 @@ from pyspark.sql import functions as sf
 from logstore.errors import CorruptRecordError, LoglakeError
 from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.files import offset_from_file_name, parse_partition_dir
-from pipelines.config import read_pipeline_toml
+from pipelines.config import PARQUET_CODECS, job_settings, read_pipeline_toml
 from pipelines.delta import read_app_transactions, read_delta, write_delta
 from pipelines.delta.commit import ensure_table, load_table
 from pipelines.delta.direct import StagedWrite, stage_files
@@ -112,7 +112,6 @@ TopicPartition = tuple[str, int]
 
 INTERNAL_TOPIC_PREFIX = "__"
 # Parquet codecs pyarrow writes and Spark, delta-rs and polars read ("lz4" is LZ4_RAW).
-PARQUET_CODECS = ("snappy", "zstd", "lz4", "gzip", "none")
 
 
 def app_id(topic: str, partition: int) -> str:
@@ -164,17 +163,8 @@ def load_config(
     """
     p = Path(path)
     data = read_pipeline_toml(p)
-    paths = data.get("paths", {})
-    spark = data.get("spark", {})
     ingest = data.get("ingest", {})
-    dirs = list(log_dirs) if log_dirs else paths.get("log_dirs", [])
-    if isinstance(dirs, str):
-        dirs = [dirs]
-    lake_dir = lake or paths.get("lake")
-    if not dirs or not lake_dir:
-        raise LoglakeError(
-            "[paths] log_dirs and lake must be set (or --log-dirs/--lake)", path=str(p)
-        )
+    common = job_settings(data, p, "ingest", log_dirs=log_dirs, lake=lake)
     compression = str(ingest.get("compression", "snappy"))
     if compression not in PARQUET_CODECS:
         raise LoglakeError(
@@ -189,10 +179,10 @@ def load_config(
             path=str(p),
         )
     return IngestConfig(
-        log_dirs=tuple(str(Path(d).absolute()) for d in dirs),
-        lake=str(Path(lake_dir).absolute()),
-        app_name=str(spark.get("app_name", "loglake-ingest")),
-        master=spark.get("master"),
+        log_dirs=common.log_dirs,
+        lake=common.lake,
+        app_name=common.app_name,
+        master=common.master,
         topics=tuple(topics) if topics else None,
         compression=compression,
         fail_on_corrupt=bool(ingest.get("fail_on_corrupt", False))
@@ -201,7 +191,7 @@ def load_config(
         max_partition_bytes=int(ingest.get("max_partition_bytes", 128 << 20)),
         max_rows_per_file=int(ingest.get("max_rows_per_file", 5_000_000)),
         progress_interval_s=float(ingest.get("progress_interval_s", 10.0)),
-        spark_conf={str(k): str(v) for k, v in spark.get("conf", {}).items()},
+        spark_conf=common.spark_conf,
         on_divergence=divergence,
     )
 

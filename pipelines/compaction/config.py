@@ -17,11 +17,9 @@ from logstore.errors import LoglakeError
 from logstore.storage.files import validate_topic
 from logstore.storage.topic_config import read_topic_configs
 from pipelines.compaction.model import DEFAULT_STRATEGY, Strategy, parse_strategy
-from pipelines.config import read_pipeline_toml
+from pipelines.config import PARQUET_CODECS, job_settings, read_pipeline_toml
 
 __all__ = ["CompactConfig", "compacted_topics", "load_compact_config"]
-
-PARQUET_CODECS = ("snappy", "zstd", "lz4", "gzip", "none")
 
 
 @dataclass(frozen=True)
@@ -65,15 +63,8 @@ def load_compact_config(
     p = Path(path)
     where = str(p)
     data = read_pipeline_toml(p)
-    paths = _table(data, "paths", where)
-    spark = _table(data, "spark", where)
     compact = _table(data, "compact", where)
-    dirs: list[str] | str = list(log_dirs) if log_dirs else paths.get("log_dirs", [])
-    if isinstance(dirs, str):
-        dirs = [dirs]
-    lake_dir = lake or paths.get("lake")
-    if not lake_dir:
-        raise LoglakeError("[paths] lake must be set (or --lake)", path=where)
+    common = job_settings(data, p, "compact", log_dirs=log_dirs, lake=lake, need_log_dirs=False)
     topics = [str(t) for t in compact.get("topics", [])]
     for t in topics:
         validate_topic(t)
@@ -92,17 +83,17 @@ def load_compact_config(
             path=where,
         )
     return CompactConfig(
-        log_dirs=tuple(str(Path(d).absolute()) for d in dirs),
-        lake=str(Path(lake_dir).absolute()),
-        app_name=str(spark.get("app_name", "loglake-compact")),
-        master=spark.get("master"),
+        log_dirs=common.log_dirs,
+        lake=common.lake,
+        app_name=common.app_name,
+        master=common.master,
         topics=tuple(topics),
         default_strategy=parse_strategy(str(compact.get("default_strategy", "offset"))),
         strategies=strategies,
         buckets=buckets,
         compression=compression,
         max_rows_per_file=int(compact.get("max_rows_per_file", 5_000_000)),
-        spark_conf={str(k): str(v) for k, v in _table(spark, "conf", where).items()},
+        spark_conf=common.spark_conf,
     )
 
 

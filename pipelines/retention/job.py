@@ -59,7 +59,7 @@ from logstore.storage.log_manager import LogManager
 from logstore.storage.retention import RULES
 from logstore.storage.topic_config import read_topic_configs
 from logstore.tools.topics import KafkaConnection
-from pipelines.config import read_pipeline_toml
+from pipelines.config import job_settings, read_pipeline_toml
 from pipelines.ingest import INTERNAL_TOPIC_PREFIX, RECORDS_TABLE, read_progress
 from pipelines.retention.plan import PartitionPlan, PartitionTask, plan_task
 
@@ -135,17 +135,8 @@ def load_retention_config(
     """``[paths]``, ``[spark]``, ``[ingest] topics`` and ``[retention]`` of a pipeline TOML."""
     p = Path(path)
     data = read_pipeline_toml(p)
-    paths = data.get("paths", {})
-    spark = data.get("spark", {})
     retention = data.get("retention", {})
-    dirs = list(log_dirs) if log_dirs else paths.get("log_dirs", [])
-    if isinstance(dirs, str):
-        dirs = [dirs]
-    lake_dir = lake or paths.get("lake")
-    if not dirs or not lake_dir:
-        raise LoglakeError(
-            "[paths] log_dirs and lake must be set (or --log-dirs/--lake)", path=str(p)
-        )
+    common = job_settings(data, p, "retention", log_dirs=log_dirs, lake=lake)
     topics = data.get("ingest", {}).get("topics") or None
     records = str(retention.get("records", "forever"))
     try:
@@ -159,15 +150,15 @@ def load_retention_config(
     if vacuum_hours < 0:
         raise LoglakeError("[retention] vacuum_hours must be >= 0", path=str(p))
     return RetentionConfig(
-        log_dirs=tuple(str(Path(d).absolute()) for d in dirs),
-        lake=str(Path(lake_dir).absolute()),
+        log_dirs=common.log_dirs,
+        lake=common.lake,
         broker_config=str(
             Path(broker_config or retention.get("broker_config") or DEFAULT_BROKER_CONFIG)
         ),
         ingest_topics=tuple(topics) if topics else None,
-        app_name=str(spark.get("app_name", "loglake-retention")),
-        master=spark.get("master"),
-        spark_conf={str(k): str(v) for k, v in spark.get("conf", {}).items()},
+        app_name=common.app_name,
+        master=common.master,
+        spark_conf=common.spark_conf,
         records_retention=records,
         vacuum_hours=vacuum_hours,
         zorder=bool(retention.get("zorder", False)),
