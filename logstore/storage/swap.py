@@ -404,6 +404,15 @@ def _check_target(root: Path, manifest: CleanerManifest) -> None:
         )
 
 
+def _reject(root: Path, exc: Exception) -> bool:
+    """Drop a pending hand-over that cannot be applied (its ``.cleaned`` files and manifest):
+    the log stays as it is and the next job run cleans it again."""
+    _log.warning("%s: cleaned segments rejected: %s", root.name, exc)
+    discard_cleaned(root)
+    remove_manifest(root)
+    return False
+
+
 def apply_manifest(log: Log) -> bool | None:
     """Apply the log's pending manifest (the broker's path): True swapped, False rejected,
     None when there is none. The ``.cleaned`` files are checked first without the log's
@@ -412,10 +421,7 @@ def apply_manifest(log: Log) -> bool | None:
     try:
         manifest = read_manifest(root)
     except LoglakeError as exc:
-        _log.warning("rejecting %s", exc)
-        discard_cleaned(root)
-        remove_manifest(root)
-        return False
+        return _reject(root, exc)
     if manifest is None:
         return None
     try:
@@ -424,10 +430,7 @@ def apply_manifest(log: Log) -> bool | None:
         for group in manifest.groups:
             validate_cleaned(root, group)
     except SwapRejectedError as exc:
-        _log.warning("%s: cleaned segments rejected: %s", root.name, exc)
-        discard_cleaned(root)
-        remove_manifest(root)
-        return False
+        return _reject(root, exc)
     with log.lock:
         if log.closed:
             return None
@@ -447,10 +450,7 @@ def apply_manifest(log: Log) -> bool | None:
 
                 swap_group(root, group, log.config, retire)
         except SwapRejectedError as exc:
-            _log.warning("%s: cleaned segments rejected: %s", root.name, exc)
-            discard_cleaned(root)
-            remove_manifest(root)
-            return False
+            return _reject(root, exc)
         _finish(root, manifest)
         _log.info(
             "%s: swapped in %d cleaned segment group(s) up to offset %d",
@@ -469,10 +469,7 @@ def apply_offline(dir: str | os.PathLike[str], config: LogConfig) -> bool | None
     try:
         manifest = read_manifest(root)
     except LoglakeError as exc:
-        _log.warning("rejecting %s", exc)
-        discard_cleaned(root)
-        remove_manifest(root)
-        return False
+        return _reject(root, exc)
     if manifest is None:
         return None
     try:
@@ -510,10 +507,7 @@ def apply_offline(dir: str | os.PathLike[str], config: LogConfig) -> bool | None
                 for seg in segs:
                     seg.close_handlers()
     except SwapRejectedError as exc:
-        _log.warning("%s: cleaned segments rejected: %s", root.name, exc)
-        discard_cleaned(root)
-        remove_manifest(root)
-        return False
+        return _reject(root, exc)
     _finish(root, manifest)
     return True
 
