@@ -18,15 +18,10 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from logstore.errors import LoglakeError
 from logstore.server.context import RequestContext
-from logstore.server.error_codes import error_code_for
+from logstore.server.handlers._alter import resource_results
 from logstore.server.handlers._util import ZERO_MS, build, response_module
-from logstore.server.handlers.describe_configs import (
-    RESOURCE_BROKER,
-    RESOURCE_TOPIC,
-    validate_topic_configs,
-)
+from logstore.server.handlers.describe_configs import validate_topic_configs
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
@@ -35,46 +30,21 @@ MIN_VERSION: Final = 0
 MAX_VERSION: Final = 2
 
 
-def _alter_topic(
-    ctx: RequestContext, topic: str, configs: Any, validate_only: bool
-) -> tuple[ErrorCode, str | None]:
+def handle(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
-    if broker.partition_count(topic) is None:
-        return ErrorCode.unknown_topic_or_partition, f"unknown topic {topic!r}"
-    names = [c.name for c in configs]
-    dups = sorted({n for n in names if names.count(n) > 1})
-    if dups:
-        return ErrorCode.invalid_request, f"duplicate config keys: {', '.join(dups)}"
-    props = {c.name: c.value for c in configs if c.value is not None}
-    try:
+    validate_only = bool(request.validate_only)
+
+    def alter_topic(topic: str, configs: Any) -> tuple[ErrorCode, str | None]:
+        names = [c.name for c in configs]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            return ErrorCode.invalid_request, f"duplicate config keys: {', '.join(dups)}"
+        props = {c.name: c.value for c in configs if c.value is not None}
         validate_topic_configs(props)
         if not validate_only:
             broker.set_topic_overrides(topic, props)
-    except LoglakeError as exc:
-        return error_code_for(exc), exc.message
-    return ErrorCode.none, None
+        return ErrorCode.none, None
 
-
-def handle(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
-    results = []
-    for res in request.resources:
-        if res.resource_type == RESOURCE_TOPIC:
-            error, message = _alter_topic(
-                ctx, res.resource_name, res.configs, bool(request.validate_only)
-            )
-        elif res.resource_type == RESOURCE_BROKER:
-            error, message = ErrorCode.invalid_request, "broker configs are static"
-        else:
-            error = ErrorCode.invalid_request
-            message = f"unsupported resource type {res.resource_type}"
-        results.append(
-            build(
-                mod.AlterConfigsResourceResponse,
-                error_code=error,
-                error_message=message,
-                resource_type=res.resource_type,
-                resource_name=res.resource_name,
-            )
-        )
-    return build(mod.AlterConfigsResponse, throttle_time=ZERO_MS, responses=tuple(results))
+    results = resource_results(ctx, mod, request.resources, alter_topic)
+    return build(mod.AlterConfigsResponse, throttle_time=ZERO_MS, responses=results)

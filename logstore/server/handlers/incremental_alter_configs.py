@@ -15,12 +15,9 @@ from kio.schema.errors import ErrorCode
 
 from logstore.errors import InvalidConfigError
 from logstore.server.context import RequestContext
+from logstore.server.handlers._alter import resource_results
 from logstore.server.handlers._util import ZERO_MS, build, response_module
-from logstore.server.handlers.describe_configs import (
-    RESOURCE_BROKER,
-    RESOURCE_TOPIC,
-    validate_topic_configs,
-)
+from logstore.server.handlers.describe_configs import validate_topic_configs
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
@@ -60,42 +57,18 @@ def _apply(current: dict[str, str], ops: Any, defaults: dict[str, str]) -> dict[
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
-    mod = response_module(ctx)
     broker = ctx.broker
-    results = []
-    for res in request.resources:
-        error = ErrorCode.none
-        message = None
-        if res.resource_type == RESOURCE_TOPIC:
-            topic = res.resource_name
-            if broker.partition_count(topic) is None:
-                error, message = ErrorCode.unknown_topic_or_partition, f"unknown topic {topic!r}"
-            else:
-                try:
-                    props = _apply(
-                        broker.topic_overrides.get(topic, {}),
-                        res.configs,
-                        broker.default_log_config.to_properties(),
-                    )
-                    validate_topic_configs(props)
-                    if not request.validate_only:
-                        broker.set_topic_overrides(topic, props)
-                except InvalidConfigError as exc:
-                    error, message = ErrorCode.invalid_config, exc.message
-        elif res.resource_type == RESOURCE_BROKER:
-            error, message = ErrorCode.invalid_request, "broker configs are static"
-        else:
-            error = ErrorCode.invalid_request
-            message = f"unsupported resource type {res.resource_type}"
-        results.append(
-            build(
-                mod.AlterConfigsResourceResponse,
-                error_code=error,
-                error_message=message,
-                resource_type=res.resource_type,
-                resource_name=res.resource_name,
-            )
+    validate_only = bool(request.validate_only)
+
+    def alter_topic(topic: str, ops: Any) -> tuple[ErrorCode, str | None]:
+        props = _apply(
+            broker.topic_overrides.get(topic, {}), ops, broker.default_log_config.to_properties()
         )
-    return build(
-        mod.IncrementalAlterConfigsResponse, throttle_time=ZERO_MS, responses=tuple(results)
-    )
+        validate_topic_configs(props)
+        if not validate_only:
+            broker.set_topic_overrides(topic, props)
+        return ErrorCode.none, None
+
+    mod = response_module(ctx)
+    results = resource_results(ctx, mod, request.resources, alter_topic)
+    return build(mod.IncrementalAlterConfigsResponse, throttle_time=ZERO_MS, responses=results)
