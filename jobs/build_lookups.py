@@ -9,25 +9,19 @@ are still written; the problems are listed on stderr).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from logstore.errors import LoglakeError
+from pipelines.config import job_parser
 from pipelines.ingest import load_config
 from pipelines.lookups import build_lookups
 from pipelines.session import get_spark, spark_conf
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jobs/build_lookups.py", description=__doc__)
-    parser.add_argument("--config", required=True, help="pipeline TOML, e.g. conf/pipeline.toml")
-    parser.add_argument("--log-dirs", action="append", help="broker log dir (repeatable)")
-    parser.add_argument("--lake", help="lake directory holding the tables")
+    parser = job_parser("spark-submit jobs/build_lookups.py", __doc__ or "")
     parser.add_argument("--no-check", action="store_true", help="skip the index consistency check")
-    parser.add_argument(
-        "--verbose", action="store_true", help="Spark's own INFO log lines on stderr too"
-    )
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, log_dirs=args.log_dirs, lake=args.lake)

@@ -26,23 +26,16 @@ from logstore.errors import LoglakeError
 from pipelines.compaction.config import CompactConfig, compacted_topics, load_compact_config
 from pipelines.compaction.log import run_log_compaction
 from pipelines.compaction.table import run_compact
+from pipelines.config import job_parser
 from pipelines.session import get_spark, spark_conf
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="spark-submit jobs/compact.py",
-        description=__doc__.split("\n\n")[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(__doc__.split("\n\n")[2:]),
+    parser = job_parser(
+        "spark-submit jobs/compact.py",
+        __doc__ or "",
+        log_dirs_help="broker log dir (repeatable; read for topic configs only); overrides [paths]",
     )
-    parser.add_argument("--config", required=True, help="pipeline TOML, e.g. conf/pipeline.toml")
-    parser.add_argument(
-        "--log-dirs",
-        action="append",
-        help="broker log dir (repeatable; read for topic configs only); overrides [paths]",
-    )
-    parser.add_argument("--lake", help="lake directory holding the tables; overrides [paths] lake")
     parser.add_argument(
         "--full", action="store_true", help="rebuild the tables from all of records"
     )
@@ -56,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="with --log: seconds to wait for the broker"
     )
-    parser.add_argument("--verbose", action="store_true", help="Spark's own INFO lines too")
     args = parser.parse_args(argv)
     try:
         config = load_compact_config(args.config, log_dirs=args.log_dirs, lake=args.lake)

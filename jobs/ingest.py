@@ -21,30 +21,18 @@ is ingested: restore the log or re-run with --on-divergence=rewind).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from logstore.errors import CorruptRecordError, LoglakeError
+from pipelines.config import job_parser
 from pipelines.divergence import ON_DIVERGENCE, DivergenceError
 from pipelines.ingest import load_config, run_ingest
 from pipelines.session import get_spark, spark_conf
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="spark-submit jobs/ingest.py",
-        description=__doc__.split("\n\n")[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(__doc__.split("\n\n")[2:]),
-    )
-    parser.add_argument("--config", required=True, help="pipeline TOML, e.g. conf/pipeline.toml")
-    parser.add_argument(
-        "--log-dirs",
-        action="append",
-        help="broker log dir (repeatable); overrides [paths] log_dirs",
-    )
-    parser.add_argument("--lake", help="lake directory holding the tables; overrides [paths] lake")
+    parser = job_parser("spark-submit jobs/ingest.py", __doc__ or "")
     parser.add_argument(
         "--fail-on-corrupt",
         action="store_true",
@@ -58,9 +46,6 @@ def main(argv: list[str] | None = None) -> int:
         help="a log that went backwards under the lake: fail (exit 4, the default) or rewind "
         "(move the lake's rows from the first differing offset to <lake>/diverged and ingest "
         "what the log holds now, in one commit); overrides [ingest] on_divergence",
-    )
-    parser.add_argument(
-        "--verbose", action="store_true", help="Spark's own INFO log lines on stderr too"
     )
     args = parser.parse_args(argv)
     try:

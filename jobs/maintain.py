@@ -17,13 +17,13 @@ done; 1 failed or a step reported errors (listed in "errors"); 2 bad arguments.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 import time
 
 from logstore.errors import LoglakeError
+from pipelines.config import job_parser
 from pipelines.maintenance.job import run_maintenance
 from pipelines.retention.job import load_retention_config
 
@@ -33,17 +33,7 @@ def _stderr(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python jobs/maintain.py",
-        description=__doc__.split("\n\n")[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(__doc__.split("\n\n")[2:]),
-    )
-    parser.add_argument("--config", required=True, help="pipeline TOML, e.g. conf/pipeline.toml")
-    parser.add_argument("--lake", help="lake directory; overrides [paths] lake")
-    parser.add_argument(
-        "--log-dirs", action="append", help="broker log dir (repeatable); overrides [paths]"
-    )
+    parser = job_parser("python jobs/maintain.py", __doc__ or "", spark=False)
     parser.add_argument("--broker-config", help="broker.properties (for records = topic)")
     parser.add_argument("--table", action="append", help="maintain only this table (repeatable)")
     parser.add_argument("--vacuum-hours", type=float, help="overrides [retention] vacuum_hours")

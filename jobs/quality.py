@@ -12,32 +12,28 @@ one expectation failed (listed on stderr and in the summary's "failed").
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from logstore.errors import LoglakeError
+from pipelines.config import job_parser
 from pipelines.ingest import load_config
 from pipelines.quality import load_quality_config, run_quality
-from pipelines.session import get_spark
+from pipelines.session import get_spark, spark_conf
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="spark-submit jobs/quality.py",
-        description=__doc__.split("\n\n")[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(__doc__.split("\n\n")[2:]),
-    )
-    parser.add_argument("--config", required=True, help="pipeline TOML, e.g. conf/pipeline.toml")
-    parser.add_argument("--log-dirs", action="append", help="broker log dir (repeatable)")
-    parser.add_argument("--lake", help="lake directory holding the tables")
+    parser = job_parser("spark-submit jobs/quality.py", __doc__ or "")
     parser.add_argument("--run-id", help="id of this run in quality_results (default: generated)")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
         quality = load_quality_config(args.config)
-        spark = get_spark("loglake-quality", master=config.master, conf=config.spark_conf)
+        spark = get_spark(
+            "loglake-quality",
+            master=config.master,
+            conf=spark_conf(config.spark_conf, verbose=args.verbose),
+        )
         report = run_quality(spark, config, quality, run_id=args.run_id)
     except LoglakeError as exc:
         print(f"quality failed: {exc}", file=sys.stderr)

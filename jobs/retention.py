@@ -24,15 +24,15 @@ trimmed (listed in "errors"); 2 bad arguments.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 
 from logstore.errors import LoglakeError
+from pipelines.config import job_parser
 from pipelines.retention.job import format_plan, load_retention_config, run_retention
 from pipelines.retention.plan import PartitionPlan
-from pipelines.session import get_spark
+from pipelines.session import get_spark, spark_conf
 
 
 def _stderr(message: str) -> None:
@@ -40,17 +40,7 @@ def _stderr(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="spark-submit jobs/retention.py",
-        description=__doc__.split("\n\n")[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(__doc__.split("\n\n")[2:]),
-    )
-    parser.add_argument("--config", required=True, help="pipeline TOML, e.g. conf/pipeline.toml")
-    parser.add_argument(
-        "--log-dirs", action="append", help="broker log dir (repeatable); overrides [paths]"
-    )
-    parser.add_argument("--lake", help="lake directory; overrides [paths] lake")
+    parser = job_parser("spark-submit jobs/retention.py", __doc__ or "")
     parser.add_argument(
         "--broker-config",
         help="broker.properties giving the default retention (log.retention.*); overrides "
@@ -70,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         config = load_retention_config(
             args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config
         )
-        spark = get_spark(config.app_name, master=config.master, conf=config.spark_conf)
+        spark = get_spark(
+            config.app_name,
+            master=config.master,
+            conf=spark_conf(config.spark_conf, verbose=args.verbose),
+        )
         plans: list[PartitionPlan] = []
         summary = run_retention(
             spark,

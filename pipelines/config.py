@@ -12,6 +12,7 @@ existence is.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -26,6 +27,7 @@ __all__ = [
     "SECTIONS",
     "JobSettings",
     "check_keys",
+    "job_parser",
     "job_settings",
     "read_pipeline_toml",
 ]
@@ -151,3 +153,30 @@ def job_settings(
         master=spark.get("master"),
         spark_conf={str(k): str(v) for k, v in spark.get("conf", {}).items()},
     )
+
+
+def job_parser(
+    prog: str,
+    doc: str,
+    *,
+    log_dirs_help: str = "broker log dir (repeatable); overrides [paths]",
+    spark: bool = True,
+) -> argparse.ArgumentParser:
+    """A job's argument parser with what every job takes: ``--config``, ``--log-dirs``,
+    ``--lake``, and ``--verbose`` for the jobs that run Spark. The description is the second
+    paragraph of the job's docstring, the epilog the rest (exit codes and output)."""
+    parts = doc.split("\n\n")
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=parts[1] if len(parts) > 1 else parts[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(parts[2:]),
+    )
+    parser.add_argument("--config", required=True, help="pipeline TOML, e.g. conf/pipeline.toml")
+    parser.add_argument("--log-dirs", action="append", help=log_dirs_help)
+    parser.add_argument("--lake", help="lake directory holding the tables; overrides [paths] lake")
+    if spark:
+        parser.add_argument(
+            "--verbose", action="store_true", help="Spark's own INFO log lines on stderr too"
+        )
+    return parser
