@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
             "loglake-build-lookups",
             master=config.master,
             conf=spark_conf(config.spark_conf, verbose=args.verbose),
+            delta_reader=False,
         )
         summary = build_lookups(
             spark,

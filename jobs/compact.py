@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             config.app_name,
             master=config.master,
             conf=spark_conf(config.spark_conf, verbose=args.verbose),
+            delta_reader=False,
         )
         if args.log:
             return _compact_log(spark, config, args)

@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             config.app_name,
             master=config.master,
             conf=spark_conf(config.spark_conf, verbose=args.verbose),
+            delta_reader=False,
         )
         summary = run_ingest(spark, config)
     except CorruptRecordError as exc:

@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
             "loglake-quality",
             master=config.master,
             conf=spark_conf(config.spark_conf, verbose=args.verbose),
+            delta_reader=False,
         )
         report = run_quality(spark, config, quality, run_id=args.run_id)
     except LoglakeError as exc:

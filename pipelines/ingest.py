@@ -56,20 +56,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as sf
+from pyspark.sql import SparkSession
 
 from logstore.errors import CorruptRecordError, LoglakeError
 from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.files import offset_from_file_name, parse_partition_dir
 from pipelines.config import PARQUET_CODECS, job_settings, read_pipeline_toml
-from pipelines.delta import read_app_transactions, read_delta, write_delta
+from pipelines.delta import read_app_transactions
 from pipelines.delta.commit import ensure_table, load_table
-from pipelines.delta.direct import StagedWrite, stage_files
+from pipelines.delta.direct import StagedWrite, append_table, stage_files
 from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
 from pipelines.divergence import (
     DIVERGED_ARROW_SCHEMA,
@@ -85,7 +85,7 @@ from pipelines.divergence import (
     rewind_id,
     write_diverged,
 )
-from pipelines.sources import BATCHES_ARROW_SCHEMA, BATCHES_SCHEMA, RECORDS_ARROW_SCHEMA
+from pipelines.sources import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 from pipelines.sources.damage import Skipped, skipped_offsets
 from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
 
@@ -362,22 +362,26 @@ def _ensure_tables(config: IngestConfig) -> None:
     ensure_table(config.diverged_path, DIVERGED_ARROW_SCHEMA, DIVERGED_PARTITION_BY)
 
 
-def _quarantine(spark: SparkSession, errors: DataFrame, path: str, log: Log) -> int:
-    """Append ``errors`` rows not yet in the quarantine table; returns how many were new."""
-    rows = errors.withColumn("quarantined_at", sf.current_timestamp())
-    if load_table(path) is not None:
-        seen = read_delta(spark, path).select(*_QUARANTINE_KEY)
-        # (a join puts its key columns first: back to the table's column order)
-        rows = rows.join(seen, on=_QUARANTINE_KEY, how="left_anti").select(*rows.columns)
-    rows = rows.cache()
-    try:
-        if rows.count() == 0:
-            return 0
-        result = write_delta(rows, path, partition_by=["topic"])
-    finally:
-        rows.unpersist()
-    log(f"quarantined {result.num_rows} new damaged batches into {path}")
-    return result.num_rows
+def _quarantine(rows: list[dict[str, Any]], path: str, log: Log, *, compression: str) -> int:
+    """Append the damaged-batch ``rows`` not yet in the quarantine table; returns how many
+    were new. Written from the driver (a handful of rows): no Spark job, and no Python data
+    source whose planner worker could print pyspark's daemon traceback on the console."""
+    new = pa.Table.from_pylist(rows, schema=BATCHES_ARROW_SCHEMA)
+    dt = load_table(path)
+    if dt is not None and new.num_rows:
+        seen = dt.to_pyarrow_table(columns=_QUARANTINE_KEY)
+        known = set(zip(*(seen.column(k).to_pylist() for k in _QUARANTINE_KEY), strict=True))
+        keep = [tuple(r[k] for k in _QUARANTINE_KEY) not in known for r in new.to_pylist()]
+        new = new.filter(pa.array(keep, pa.bool_()))
+    if new.num_rows == 0:
+        return 0
+    stamp = QUARANTINE_ARROW_SCHEMA.field("quarantined_at").type
+    new = new.append_column("quarantined_at", pa.array([datetime.now(UTC)] * new.num_rows, stamp))
+    append_table(
+        path, new, schema=QUARANTINE_ARROW_SCHEMA, partition_by=["topic"], compression=compression
+    )
+    log(f"quarantined {new.num_rows} new damaged batches into {path}")
+    return int(new.num_rows)
 
 
 def _read_ranges(ranges: list[SegmentRange], *, options: SourceOptions) -> Iterator[Any]:
@@ -585,8 +589,9 @@ def _finish(  # noqa: PLR0917
         summary.corrupt_batches = len(damaged)
         if damaged:
             log(f"{len(damaged)} damaged batches found")
-            rows = spark.createDataFrame(list(damaged.values()), schema=BATCHES_SCHEMA)
-            summary.quarantined += _quarantine(spark, rows, config.quarantine_path, log)
+            summary.quarantined += _quarantine(
+                list(damaged.values()), config.quarantine_path, log, compression=config.compression
+            )
         if damaged and config.fail_on_corrupt:
             raise CorruptRecordError(
                 f"{len(damaged)} damaged batches (see {config.quarantine_path}): "

@@ -84,6 +84,7 @@ def get_spark(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
     defaults_file: Path | str | None = None,
+    delta_reader: bool = True,
 ) -> SparkSession:
     """Build or get the SparkSession for ``app_name`` (see the module docstring for precedence).
 
@@ -91,6 +92,12 @@ def get_spark(
     too (the jars must come from the launcher, e.g. ``--packages``). Without native Delta,
     ``format("delta")`` is made readable by ``pipelines.delta.source``. If a session is already
     running in this process, Spark returns it; static settings then keep their first values.
+
+    ``delta_reader=False`` (the jobs, which read tables with :func:`pipelines.delta.read_delta`)
+    leaves that reader unregistered: registering any Python data source makes Spark run its
+    one-off lookup of installed data sources in a worker of pyspark's own daemon, which
+    ``spark.python.daemon.module`` does not reach and which now and then prints a
+    ``BrokenPipeError`` traceback on the console after its answer was read.
     """
     settings = read_spark_defaults(DEFAULTS_FILE if defaults_file is None else defaults_file)
     launched = _launcher_conf()
@@ -114,10 +121,11 @@ def get_spark(
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    # format("delta") without Delta's jars: loglake's reader (nothing where native Delta is).
-    from pipelines.delta.source import register_delta_source  # noqa: PLC0415
+    if delta_reader:
+        # format("delta") without Delta's jars: loglake's reader (nothing where native Delta is).
+        from pipelines.delta.source import register_delta_source  # noqa: PLC0415
 
-    register_delta_source(session)
+        register_delta_source(session)
     return session
 
 

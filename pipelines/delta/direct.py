@@ -57,7 +57,7 @@ from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_wr
 from pipelines.delta.staging import reap_crashed_writes, release_run_marker, write_run_marker
 from pipelines.worker import start_task
 
-__all__ = ["StagedWrite", "run_in_job_group", "stage_files", "write_direct"]
+__all__ = ["StagedWrite", "append_table", "run_in_job_group", "stage_files", "write_direct"]
 
 T = TypeVar("T")
 _JOB_GROUP = "spark.jobGroup.id"
@@ -331,3 +331,41 @@ def write_direct(
         writer_options=writer_options,
     )
     return staged.commit(app_transactions=apps, expected_versions=expected_versions)
+
+
+def append_table(
+    path: str | Path,
+    table: pa.Table,
+    *,
+    schema: pa.Schema,
+    partition_by: Sequence[str] = (),
+    compression: str = "zstd",
+) -> CommitResult:
+    """Append a small Arrow ``table`` to the Delta table at ``path`` from the driver (created
+    when absent): the same file writer and commit as the Spark paths, without a Spark job.
+    For the handful of rows a job records about itself (quarantined batches, quality results).
+    """
+    root = str(Path(str(path).removeprefix("file://")).absolute())
+    dt = load_table(root)
+    Path(root).mkdir(parents=True, exist_ok=True)
+    writer = PartitionedFileWriter(
+        root,
+        write_id=uuid.uuid4().hex,
+        task_id=0,
+        attempt=0,
+        partition_by=partition_by,
+        compression=compression,
+    )
+    try:
+        if table.num_rows:
+            writer.write(table.select(schema.names).cast(schema))
+        return commit_files(
+            root,
+            writer.close(),
+            schema=schema,
+            partition_by=partition_by,
+            read_version=dt.version() if dt is not None else None,
+        )
+    except BaseException:
+        writer.abort()
+        raise

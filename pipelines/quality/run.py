@@ -31,11 +31,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from logstore.errors import LoglakeError
-from pipelines.delta import read_app_transactions, read_delta, write_delta
+from pipelines.delta import read_app_transactions, read_delta
 from pipelines.delta.commit import load_table
+from pipelines.delta.direct import append_table
 from pipelines.ingest import IngestConfig, read_progress
 from pipelines.quality.bounds import partition_bounds
 from pipelines.quality.checks import (
@@ -55,9 +57,18 @@ RESULTS_TABLE = "quality_results"
 DOCS_SITE = "loglake"
 Log = Callable[[str], None]
 
-RESULTS_SCHEMA = (
-    "run_id string, run_time timestamp, suite string, rule string, expectation string, "
-    "success boolean, observed_value string, unexpected_count long, details string"
+RESULTS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("run_time", pa.timestamp("us", tz="UTC")),
+        ("suite", pa.string()),
+        ("rule", pa.string()),
+        ("expectation", pa.string()),
+        ("success", pa.bool_()),
+        ("observed_value", pa.string()),
+        ("unexpected_count", pa.int64()),
+        ("details", pa.string()),
+    ]
 )
 
 
@@ -273,11 +284,16 @@ def run_quality(
         log(f"Data Docs: {report.docs}")
 
     # 4. quality_results
+    # (from the driver: a Python data source sink would start a planner worker of pyspark's own
+    # daemon, which may print a BrokenPipeError traceback; see pipelines.session.get_spark)
     rows = [
-        (run_id, now, r.suite, r.rule, r.expectation, r.success, r.observed_value,
-         r.unexpected_count, r.details)
+        {"run_id": run_id, "run_time": now, "suite": r.suite, "rule": r.rule,
+         "expectation": r.expectation, "success": r.success, "observed_value": r.observed_value,
+         "unexpected_count": r.unexpected_count, "details": r.details}
         for r in report.results
     ]  # fmt: skip
-    write_delta(spark.createDataFrame(rows, RESULTS_SCHEMA), lake / RESULTS_TABLE)
+    append_table(
+        lake / RESULTS_TABLE, pa.Table.from_pylist(rows, RESULTS_SCHEMA), schema=RESULTS_SCHEMA
+    )
     report.seconds = time.monotonic() - started
     return report
