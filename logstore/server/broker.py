@@ -10,17 +10,22 @@
   the log, its producer state and the lock that makes producer-state check -> append ->
   update atomic; the log's rules (``append_as_leader``, ``read``) live there;
 - ``purgatory``: Fetch long-polls waiting for data, woken by appends;
-- ``group_coordinator``: the consumer-group coordinator (``logstore.server.group``).
+- ``group_coordinator``: the consumer-group coordinator (``logstore.server.group``);
+- ``txn_coordinator``: the transaction coordinator (``logstore.server.txn``), whose markers
+  go to the partitions (``Partition.write_txn_marker``) and, for ``__consumer_offsets``, to
+  the group coordinator; its timers (timed-out transactions, expired ids, markers to retry)
+  run on the log manager's scheduler.
 
 Imports are plain: a handler or coordinator module that fails to import makes
 ``import logstore.server.broker`` fail, so the broker refuses to start with the error rather
 than run without some APIs (``loglake broker`` exits 1 and prints it).
 
 Lifecycle: ``Broker(config)`` opens and recovers the logs (taking each dir's ``.lock``),
-:meth:`start` starts the coordinator and begins listening, :meth:`shutdown` stops accepting,
-answers what is in flight, stops the coordinator, then ``LogManager.shutdown()`` flushes,
-writes the checkpoints and the clean-shutdown marker. A SIGKILL skips all of that; the next
-start recovers (storage).
+:meth:`start` starts the coordinators (the transaction coordinator completes the
+transactions its log left in PrepareCommit/PrepareAbort) and begins listening,
+:meth:`shutdown` stops accepting, answers what is in flight, stops the coordinators, then
+``LogManager.shutdown()`` flushes, writes the checkpoints and the clean-shutdown marker. A
+SIGKILL skips all of that; the next start recovers (storage).
 
 A full disk: partitions go offline for appends (produce answers ``KAFKA_STORAGE_ERROR``),
 fetches keep serving what is there, and a partition comes back by itself once there is room
@@ -43,13 +48,18 @@ from logstore.errors import InvalidTopicError, LoglakeError
 from logstore.server.config import BrokerConfig
 from logstore.server.dispatch import Dispatcher
 from logstore.server.group.coordinator import GroupCoordinator
+from logstore.server.group.offset_store import OFFSETS_TOPIC
 from logstore.server.network import SocketServer
 from logstore.server.purgatory import Purgatory
 from logstore.server.topics import TOPIC_ID_NAMESPACE, TopicExistsError, topic_id_for
+from logstore.server.txn.coordinator import TransactionCoordinator, TxnConfig
+from logstore.server.txn.producer_ids import next_producer_id
+from logstore.server.txn.state_log import TxnStateLog
 from logstore.storage.config import LogConfig
 from logstore.storage.files import validate_topic
 from logstore.storage.log_manager import LogManager
 from logstore.storage.partition import Partition
+from logstore.storage.scheduler import ScheduledTask
 from logstore.storage.topic_config import delete_topic_config, read_topic_configs
 
 __all__ = ["Broker", "TopicExistsError", "topic_id_for"]
@@ -92,6 +102,8 @@ class Broker:
                 self.topic_overrides.setdefault(topic, {}).update(props)
         self.purgatory = Purgatory("fetch")
         self.group_coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
+        self._txn_tasks: list[ScheduledTask] = []
         self._server: SocketServer | None = None
         self._stopped = threading.Event()
         self.advertised_host = ""
@@ -102,6 +114,7 @@ class Broker:
     def start(self) -> None:
         self.group_coordinator = GroupCoordinator(self.log_manager, config=self.config, clock=None)
         self.group_coordinator.start()
+        self._start_txn_coordinator(self.group_coordinator)
         dispatcher = Dispatcher(self)
         self._server = SocketServer(self.config, dispatcher.dispatch, inline=dispatcher.try_inline)
         adv = self.config.advertised
@@ -117,6 +130,71 @@ class Broker:
             self._server.port,
             ",".join(str(d) for d in self.config.log_dirs),
         )
+
+    def _start_txn_coordinator(self, groups: GroupCoordinator) -> None:
+        cfg = TxnConfig.from_broker_config(self.config)
+        tc = TransactionCoordinator(
+            TxnStateLog(
+                self.log_manager,
+                num_partitions=cfg.num_partitions,
+                segment_bytes=cfg.segment_bytes,
+            ),
+            config=cfg,
+            next_producer_id=next_producer_id,
+            write_marker=self._write_txn_marker,
+            offsets_partition_for=groups.offsets_partition_for,
+        )
+        tc.load()
+        self.txn_coordinator = tc
+        sched = self.log_manager.scheduler
+        self._txn_tasks = [
+            sched.schedule(
+                "txn-abort-timed-out",
+                tc.abort_timed_out,
+                delay_ms=cfg.abort_timed_out_interval_ms,
+                period_ms=cfg.abort_timed_out_interval_ms,
+            ),
+            sched.schedule(
+                "txn-expire-ids",
+                tc.expire_transactional_ids,
+                delay_ms=cfg.remove_expired_interval_ms,
+                period_ms=cfg.remove_expired_interval_ms,
+            ),
+            sched.schedule(
+                "txn-complete-pending", tc.complete_pending, delay_ms=1000, period_ms=1000
+            ),
+        ]
+
+    def _write_txn_marker(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> bool:
+        """The transaction coordinator's marker writer (see ``MarkerWriter``)."""
+        groups = self.group_coordinator
+        if groups is not None and topic == OFFSETS_TOPIC:
+            groups.complete_txn(
+                partition,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+            )
+            return True
+        part = self.partition(topic, partition)
+        if part is None:
+            return False
+        part.write_txn_marker(  # type: ignore[attr-defined]  # until the partition side lands
+            producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
+        )
+        # The last stable offset moved: READ_COMMITTED fetches waiting there may answer.
+        self.purgatory.check_and_complete((topic, partition))
+        return True
 
     @property
     def port(self) -> int:
@@ -140,6 +218,8 @@ class Broker:
         self.purgatory.shutdown()
         if self._server is not None:
             self._server.shutdown(timeout_s=15.0)
+        for task in self._txn_tasks:
+            task.cancel()
         if self.group_coordinator is not None:
             try:
                 self.group_coordinator.shutdown()

@@ -284,6 +284,59 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "how long a new member's first join may wait",
             low=1,
         ),
+        # Transaction coordinator keys (read by logstore.server.txn.coordinator.TxnConfig;
+        # Kafka's defaults, except one __transaction_state partition, as for the offsets).
+        _d(
+            "transaction.max.timeout.ms",
+            "int",
+            "900000",
+            "largest transaction.timeout.ms a producer may ask for",
+            low=1,
+        ),
+        _d(
+            "transactional.id.expiration.ms",
+            "int",
+            "604800000",
+            "forget a transactional id idle (no transaction) this long",
+            low=1,
+        ),
+        _d(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "int",
+            "10000",
+            "how often transactions past their timeout are aborted",
+            low=1,
+        ),
+        _d(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            "int",
+            "3600000",
+            "how often expired transactional ids are removed",
+            low=1,
+        ),
+        _d(
+            "transaction.state.log.num.partitions",
+            "int",
+            "1",
+            "__transaction_state partitions (Kafka: 50)",
+            low=1,
+        ),
+        _d(
+            "transaction.state.log.segment.bytes",
+            "int",
+            "104857600",
+            "__transaction_state segment size",
+            low=14,
+        ),
+        _d(
+            "transaction.state.log.replication.factor",
+            "int",
+            "1",
+            "single node: must be 1",
+            low=1,
+            high=1,
+        ),
+        _d("transaction.state.log.min.isr", "int", "1", "single node: must be 1", low=1, high=1),
     )
 }
 

@@ -31,6 +31,12 @@ Offsets of a group that stayed empty for ``offsets.retention.minutes`` expire (K
 and the group with them; DeleteGroups removes an empty group at once, OffsetDelete single
 partitions (never those of a topic a live member subscribes to).
 
+Transactional offset commits (TxnOffsetCommit) are validated like OffsetCommit (member and
+generation only when given, KIP-447) and stay pending in the store until the transaction
+coordinator's marker reaches the group's ``__consumer_offsets`` partition
+(:meth:`GroupCoordinator.complete_txn`); an OffsetFetch that requires stable offsets (v7+,
+READ_COMMITTED consumers) gets ``UNSTABLE_OFFSET_COMMIT`` for a partition with one pending.
+
 Time: ``clock()`` returns wall-clock milliseconds (commit timestamps are persisted);
 deadlines are checked by :meth:`GroupCoordinator.tick`, called by the coordinator's own
 timer thread every ``group.coordinator.tick.interval.ms`` (0: the caller drives it).
@@ -66,7 +72,7 @@ from logstore.server.group.messages import (
     SyncRequest,
     SyncResult,
 )
-from logstore.server.group.offset_store import OffsetStore
+from logstore.server.group.offset_store import OFFSETS_TOPIC, OffsetStore
 from logstore.server.group.rebalance import Outbox, Rebalancer
 from logstore.server.group.schemas import OffsetValue, subscribed_topics
 from logstore.storage.log_manager import LogManager
@@ -384,10 +390,130 @@ class GroupCoordinator(Rebalancer):
                 ]
         return errors
 
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Sequence[CommitRequest],
+    ) -> list[ErrorCode]:
+        """TxnOffsetCommit: validate and append ``offsets`` as pending offsets of the
+        producer's transaction; one error code per request, in order."""
+        with self._lock:
+            result = self._txn_commit(
+                group_id,
+                producer_id,
+                producer_epoch,
+                generation_id,
+                member_id,
+                group_instance_id,
+                offsets,
+            )
+        return result
+
+    def _txn_commit(  # noqa: PLR0917 - the request's fields, private
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: Sequence[CommitRequest],
+    ) -> list[ErrorCode]:
+        def all_(error: ErrorCode) -> list[ErrorCode]:
+            return [error] * len(offsets)
+
+        err = self._inactive_error()
+        if err is not None:
+            return all_(err)
+        if not group_id:
+            return all_(ErrorCode.invalid_group_id)
+        now = self._clock()
+        group = self._groups.get(group_id)
+        if group is None:
+            # Kafka creates the group: a producer need not be a member of it.
+            group = Group(group_id, current_state_timestamp_ms=now)
+            self._groups[group_id] = group
+        if group.state is GroupState.DEAD:
+            return all_(ErrorCode.coordinator_not_available)
+        # KIP-447: member and generation are checked when the producer sends them.
+        if instance_id is not None:
+            known = group.static_members.get(instance_id)
+            if known is not None and member_id and known != member_id:
+                return all_(ErrorCode.fenced_instance_id)
+        if member_id and member_id not in group.members:
+            return all_(ErrorCode.unknown_member_id)
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return all_(ErrorCode.illegal_generation)
+        errors: list[ErrorCode] = []
+        values: list[tuple[tuple[str, int], OffsetValue]] = []
+        for c in offsets:
+            metadata = c.metadata or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                errors.append(ErrorCode.offset_metadata_too_large)
+                continue
+            values.append(
+                ((c.topic, c.partition), OffsetValue(c.offset, metadata, now, c.leader_epoch))
+            )
+            errors.append(ErrorCode.none)
+        if values:
+            try:
+                self._store.txn_commit(
+                    group_id,
+                    values,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    now_ms=now,
+                )
+            except (LoglakeError, OSError) as e:
+                log.error("group %s: cannot store transactional offsets: %s", group_id, e)
+                return [
+                    ErrorCode.coordinator_not_available if e_ is ErrorCode.none else e_
+                    for e_ in errors
+                ]
+        return errors
+
+    def offsets_partition_for(self, group_id: str) -> tuple[str, int]:
+        """The ``__consumer_offsets`` partition holding ``group_id``'s offsets."""
+        return OFFSETS_TOPIC, self._store.partition_for(group_id)
+
+    def complete_txn(
+        self,
+        partition: int,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> None:
+        """The transaction coordinator's marker for ``__consumer_offsets`` ``partition``:
+        the producer's pending offsets there become committed (or are dropped). Raises
+        :class:`~logstore.errors.LoglakeError` / ``OSError`` when it cannot be written."""
+        with self._lock:
+            self._store.complete_txn(
+                partition,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+                now_ms=self._clock(),
+            )
+
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[tuple[str, int]] | None
+        self,
+        group_id: str,
+        partitions: Iterable[tuple[str, int]] | None,
+        *,
+        require_stable: bool = False,
     ) -> tuple[ErrorCode, list[OffsetFetchResult]]:
-        """Committed offsets (-1 where none); ``partitions`` None means all of the group's."""
+        """Committed offsets (-1 where none); ``partitions`` None means all of the group's.
+        With ``require_stable`` a partition with a pending transactional offset answers
+        ``UNSTABLE_OFFSET_COMMIT`` (the client retries until the transaction completes)."""
         with self._lock:
             err = self._inactive_error()
             if err is not None:
@@ -397,7 +523,13 @@ class GroupCoordinator(Rebalancer):
             out = []
             for topic, partition in wanted:
                 v = offsets.get((topic, partition))
-                if v is None:
+                if require_stable and self._store.has_pending(group_id, (topic, partition)):
+                    out.append(
+                        OffsetFetchResult(
+                            topic, partition, -1, -1, "", ErrorCode.unstable_offset_commit
+                        )
+                    )
+                elif v is None:
                     out.append(OffsetFetchResult(topic, partition, -1, -1, "", ErrorCode.none))
                 else:
                     out.append(

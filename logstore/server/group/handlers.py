@@ -314,12 +314,19 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 
 def _fetch_group(
-    ctx: RequestContext, group_id: str, topics: Any, *, per_partition_errors: bool
+    ctx: RequestContext,
+    group_id: str,
+    topics: Any,
+    *,
+    per_partition_errors: bool,
+    require_stable: bool = False,
 ) -> dict[str, Any]:
     wanted = None
     if topics is not None:
         wanted = [(str(t.name), int(p)) for t in topics for p in t.partition_indexes]
-    error, results = _coordinator(ctx).fetch_offsets(group_id, wanted)
+    error, results = _coordinator(ctx).fetch_offsets(
+        group_id, wanted, require_stable=require_stable
+    )
     if error is not ErrorCode.none and per_partition_errors and wanted:
         # v1 has no group-level error: every partition carries it.
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -362,13 +369,23 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
             request,
             {
                 "groups": [
-                    _fetch_group(ctx, str(g.group_id), g.topics, per_partition_errors=False)
+                    _fetch_group(
+                        ctx,
+                        str(g.group_id),
+                        g.topics,
+                        per_partition_errors=False,
+                        require_stable=bool(request.require_stable),
+                    )
                     for g in request.groups
                 ]
             },
         )
     body = _fetch_group(
-        ctx, str(request.group_id), request.topics, per_partition_errors=ctx.api_version < 2
+        ctx,
+        str(request.group_id),
+        request.topics,
+        per_partition_errors=ctx.api_version < 2,
+        require_stable=bool(getattr(request, "require_stable", False)),
     )
     return _response(request, body)
 

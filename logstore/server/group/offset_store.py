@@ -11,6 +11,14 @@ The topic is created lazily (a partition's log appears with its first record) wi
 ``cleanup.policy=compact`` stored as its override (``LogManager.set_topic_config``, i.e.
 ``<log_dir>/topic-configs/__consumer_offsets.properties``) so the directory describes itself.
 
+Transactional offset commits (TxnOffsetCommit, KIP-98) are appended as a *transactional*
+batch carrying the producer's id and epoch and stay pending (not visible to OffsetFetch)
+until the transaction coordinator writes a COMMIT or ABORT marker into the same partition
+(:meth:`OffsetStore.complete_txn`): COMMIT materialises the producer's pending offsets of
+that partition's groups, ABORT drops them. Loading replays the same rules from the log, so a
+restart keeps pending offsets pending until their marker arrives. Snapshot compaction skips
+a partition while it holds pending offsets (Kafka's cleaner never passes the LSO).
+
 It also keeps the compacted view in memory (group -> partition -> latest committed value),
 updated only after the append that makes a change durable returned.
 
@@ -29,6 +37,7 @@ from dataclasses import dataclass, field
 
 from logstore.errors import CorruptRecordError, LoglakeError
 from logstore.protocol.batch import iter_batches
+from logstore.protocol.control import ControlType, build_control_batch, decode_control_record
 from logstore.protocol.records import build_batch, decode_batch
 from logstore.server.group.schemas import (
     GroupKey,
@@ -67,6 +76,8 @@ class LoadedState:
 
     offsets: dict[str, dict[tuple[str, int], OffsetValue]] = field(default_factory=dict)
     groups: dict[str, GroupValue] = field(default_factory=dict)
+    # producer id -> group -> (topic, partition) -> offset, awaiting the producer's marker
+    pending: dict[int, dict[str, dict[tuple[str, int], OffsetValue]]] = field(default_factory=dict)
     records: int = 0
     corrupt_records: int = 0
 
@@ -92,6 +103,8 @@ class OffsetStore:
         # and group -> its latest group metadata value (encoded).
         self._offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
         self._group_values: dict[str, bytes] = {}
+        # Transactional commits awaiting their marker: producer id -> group -> tp -> value.
+        self._pending: dict[int, dict[str, dict[tuple[str, int], OffsetValue]]] = {}
 
     # --- the committed offsets ----------------------------------------------------------
 
@@ -114,6 +127,80 @@ class OffsetStore:
         group_offsets = self._offsets.setdefault(group_id, {})
         for tp, v in values:
             group_offsets[tp] = v
+
+    def txn_commit(
+        self,
+        group_id: str,
+        values: Sequence[tuple[tuple[str, int], OffsetValue]],
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        now_ms: int,
+    ) -> None:
+        """Append the offsets as one transactional batch of the producer; they stay pending
+        until :meth:`complete_txn` (nothing on failure)."""
+        self.append(
+            group_id,
+            [(encode_offset_key(group_id, t, p), encode_offset_value(v)) for (t, p), v in values],
+            now_ms=now_ms,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+        )
+        pending = self._pending.setdefault(producer_id, {}).setdefault(group_id, {})
+        for tp, v in values:
+            pending[tp] = v
+
+    def has_pending(self, group_id: str, tp: tuple[str, int]) -> bool:
+        """Whether a transaction holds an uncommitted offset of ``tp`` for the group."""
+        return any(tp in groups.get(group_id, {}) for groups in self._pending.values())
+
+    def complete_txn(
+        self,
+        partition: int,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int,
+    ) -> None:
+        """Append the producer's COMMIT/ABORT marker to ``partition`` of the topic, then
+        materialise (commit) or drop (abort) its pending offsets of that partition's groups.
+
+        Raises :class:`~logstore.errors.LoglakeError` / ``OSError`` when the marker cannot be
+        appended; the offsets stay pending then (the coordinator retries)."""
+        buf = build_control_batch(
+            ControlType.COMMIT if commit else ControlType.ABORT,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            timestamp=now_ms,
+        )
+        log_ = self._log(partition)
+        log_.append(buf, now_ms=now_ms)
+        log_.high_watermark = log_.log_end_offset
+        self._apply_marker(
+            self._pending, self._offsets, partition, producer_id=producer_id, commit=commit
+        )
+
+    def _apply_marker(
+        self,
+        pending: dict[int, dict[str, dict[tuple[str, int], OffsetValue]]],
+        offsets: dict[str, dict[tuple[str, int], OffsetValue]],
+        partition: int,
+        *,
+        producer_id: int,
+        commit: bool,
+    ) -> None:
+        groups = pending.get(producer_id)
+        if not groups:
+            return
+        for group_id in [g for g in groups if self.partition_for(g) == partition]:
+            values = groups.pop(group_id)
+            if commit:
+                offsets.setdefault(group_id, {}).update(values)
+        if not groups:
+            del pending[producer_id]
 
     def expire(
         self, group_id: str, *, base_ms: int, retention_ms: int, now_ms: int, delete_group: bool
@@ -169,9 +256,16 @@ class OffsetStore:
         return partition_for(group_id, self.num_partitions)
 
     def append(
-        self, group_id: str, records: Iterable[tuple[bytes, bytes | None]], *, now_ms: int
+        self,
+        group_id: str,
+        records: Iterable[tuple[bytes, bytes | None]],
+        *,
+        now_ms: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> None:
-        """Append ``(key, value)`` records of one group as one batch (value None: tombstone).
+        """Append ``(key, value)`` records of one group as one batch (value None: tombstone);
+        a transactional batch of ``producer_id`` when one is given.
 
         Raises :class:`~logstore.errors.LoglakeError` (or ``OSError``) when the log refuses;
         nothing is appended then.
@@ -181,7 +275,13 @@ class OffsetStore:
             return
         partition = self.partition_for(group_id)
         log_ = self._log(partition)
-        buf = build_batch(items, base_timestamp=now_ms)
+        buf = build_batch(
+            items,
+            base_timestamp=now_ms,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=producer_id >= 0,
+        )
         log_.append(buf, now_ms=now_ms)
         # A single broker: what is appended is committed, so consumers of the topic (the
         # lakehouse ingest included) may read it at once.
@@ -202,6 +302,8 @@ class OffsetStore:
         span = log_.log_end_offset - log_.log_start_offset
         if span < self._snapshot_min_records:
             return
+        if any(self.partition_for(g) == partition for gs in self._pending.values() for g in gs):
+            return  # pending transactional offsets: their records must stay (never past LSO)
         live = self._live_records(partition)
         if 2 * len(live) > span:
             return
@@ -275,10 +377,24 @@ class OffsetStore:
         for log_ in self._existing_logs():
             self._logs[int(log_.partition)] = log_
             bad = 0
-            for key, value in _iter_records(log_):
+            partition = int(log_.partition)
+            for producer_id, control, key, value in _iter_records(log_):
                 state.records += 1
                 try:
-                    self._apply(state, key, value)
+                    if control:
+                        marker = decode_control_record(key, value)
+                        if marker.is_transaction_marker:
+                            self._apply_marker(
+                                state.pending,
+                                state.offsets,
+                                partition,
+                                producer_id=producer_id,
+                                commit=marker.type == ControlType.COMMIT,
+                            )
+                    elif producer_id >= 0:
+                        self._apply_pending(state, producer_id, key, value)
+                    else:
+                        self._apply(state, key, value)
                 except CorruptRecordError:
                     bad += 1
             if bad:
@@ -287,12 +403,25 @@ class OffsetStore:
                     "%s-%d: skipped %d undecodable records", OFFSETS_TOPIC, log_.partition, bad
                 )
         self._offsets = state.offsets
+        self._pending = state.pending
         self._group_values = {g: encode_group_value(v) for g, v in state.groups.items()}
         return state
 
     def _existing_logs(self) -> list[Log]:
         found = [lg for lg in self._log_manager.all_logs() if lg.topic == OFFSETS_TOPIC]
         return sorted(found, key=lambda lg: int(lg.partition))
+
+    @staticmethod
+    def _apply_pending(
+        state: LoadedState, producer_id: int, key: bytes | None, value: bytes | None
+    ) -> None:
+        if key is None:
+            raise CorruptRecordError("__consumer_offsets record without a key")
+        k = decode_key(key)
+        if isinstance(k, OffsetKey) and value is not None:
+            state.pending.setdefault(producer_id, {}).setdefault(k.group, {})[
+                (k.topic, k.partition)
+            ] = decode_offset_value(value)
 
     @staticmethod
     def _apply(state: LoadedState, key: bytes | None, value: bytes | None) -> None:
@@ -317,8 +446,9 @@ class OffsetStore:
                 state.groups[k.group] = decode_group_value(value)
 
 
-def _iter_records(log_: Log) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """(key, value) of every record of ``log_``, from its log start offset to its end."""
+def _iter_records(log_: Log) -> Iterator[tuple[int, bool, bytes | None, bytes | None]]:
+    """(producer id of a transactional batch else -1, is control, key, value) of every
+    record of ``log_``, from its log start offset to its end."""
     offset = int(log_.log_start_offset)
     end = int(log_.log_end_offset)
     while offset < end:
@@ -331,12 +461,11 @@ def _iter_records(log_: Log) -> Iterator[tuple[bytes | None, bytes | None]]:
             next_offset = header.next_offset
             if header.next_offset <= offset:
                 continue
-            if header.is_control:
-                continue
+            txn_pid = header.producer_id if header.is_transactional else -1
             _, records = decode_batch(data, pos)
             for rec in records:
                 if rec.offset >= offset:
-                    yield rec.key, rec.value
+                    yield txn_pid, header.is_control, rec.key, rec.value
         if next_offset <= offset:
             raise CorruptRecordError(
                 f"{OFFSETS_TOPIC}-{log_.partition}: no progress reading at offset {offset}"

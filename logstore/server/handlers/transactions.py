@@ -1,11 +1,18 @@
-"""The transactional APIs, answered with Kafka's error for an unusable transactional id.
+"""The transactional APIs of the transaction coordinator (KIP-98), versions 0-3.
 
-Transactions are not supported yet. Kafka brokers always advertise AddPartitionsToTxn (24),
-AddOffsetsToTxn (25), EndTxn (26) and TxnOffsetCommit (28), so a client that sends one
-anyway gets a well-formed answer rather than a closed connection (which clients retry —
-a hang): ``TRANSACTIONAL_ID_AUTHORIZATION_FAILED`` for every partition / the request, the
-same error InitProducerId gives a transactional id. It is fatal in every client, with a
-message naming the transactional id. Versions 0-3 (the ones before KIP-890's batching).
+AddPartitionsToTxn (24), AddOffsetsToTxn (25) and EndTxn (26) go to
+:class:`logstore.server.txn.coordinator.TransactionCoordinator`; TxnOffsetCommit (28) is
+checked there (the producer's transaction is Ongoing and holds the group's offsets partition)
+and stored by the group coordinator as pending offsets of the transaction.
+
+Versions 0-3 are the ones clients send (v4+ of AddPartitionsToTxn batches several
+transactions, for brokers; v4+ of the others add KIP-890's TRANSACTION_ABORTABLE and epoch
+bumps per transaction, not implemented). ``PRODUCER_FENCED`` exists from v2 of
+AddPartitionsToTxn, AddOffsetsToTxn and EndTxn (KIP-588); older versions get
+``INVALID_PRODUCER_EPOCH`` instead, as from Kafka.
+
+AddPartitionsToTxn naming a partition that does not exist: ``UNKNOWN_TOPIC_OR_PARTITION`` for
+it and ``OPERATION_NOT_ATTEMPTED`` for the others (Kafka's answer); nothing is added.
 """
 
 from __future__ import annotations
@@ -15,15 +22,43 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from logstore.server.context import RequestContext
+from logstore.server.group.messages import CommitRequest
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 
 __all__ = ["API_HANDLERS"]
 
-_ERROR: Final = ErrorCode.transactional_id_authorization_failed
+
+def _fenced_for(ctx: RequestContext, error: ErrorCode, *, since: int) -> ErrorCode:
+    if error is ErrorCode.producer_fenced and ctx.api_version < since:
+        return ErrorCode.invalid_producer_epoch
+    return error
+
+
+def _exists(ctx: RequestContext, topic: str, partition: int) -> bool:
+    return ctx.log_manager.get_log(topic, partition) is not None
 
 
 def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
+    wanted = [(str(t.name), int(p)) for t in request.v3_and_below_topics for p in t.partitions]
+    unknown = {tp for tp in wanted if not _exists(ctx, *tp)}
+    errors: dict[tuple[str, int], ErrorCode]
+    if unknown:
+        errors = {
+            tp: ErrorCode.unknown_topic_or_partition
+            if tp in unknown
+            else ErrorCode.operation_not_attempted
+            for tp in wanted
+        }
+    else:
+        error = ctx.broker.txn_coordinator.add_partitions(
+            str(request.v3_and_below_transactional_id),
+            int(request.v3_and_below_producer_id),
+            int(request.v3_and_below_producer_epoch),
+            wanted,
+        )
+        error = _fenced_for(ctx, error, since=2)
+        errors = dict.fromkeys(wanted, error)
     topics = tuple(
         build(
             mod.AddPartitionsToTxnTopicResult,
@@ -32,7 +67,7 @@ def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
                 build(
                     mod.AddPartitionsToTxnPartitionResult,
                     partition_index=p,
-                    partition_error_code=_ERROR,
+                    partition_error_code=errors[(str(t.name), int(p))],
                 )
                 for p in t.partitions
             ),
@@ -45,31 +80,86 @@ def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
 
 
 def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
+    error = ctx.broker.txn_coordinator.add_offsets(
+        str(request.transactional_id),
+        int(request.producer_id),
+        int(request.producer_epoch),
+        str(request.group_id),
+    )
     return build(
-        response_module(ctx).AddOffsetsToTxnResponse, throttle_time=ZERO_MS, error_code=_ERROR
+        response_module(ctx).AddOffsetsToTxnResponse,
+        throttle_time=ZERO_MS,
+        error_code=_fenced_for(ctx, error, since=2),
     )
 
 
 def end_txn(ctx: RequestContext, request: Any) -> Any:
-    return build(response_module(ctx).EndTxnResponse, throttle_time=ZERO_MS, error_code=_ERROR)
+    error = ctx.broker.txn_coordinator.end_txn(
+        str(request.transactional_id),
+        int(request.producer_id),
+        int(request.producer_epoch),
+        commit=bool(request.committed),
+    )
+    return build(
+        response_module(ctx).EndTxnResponse,
+        throttle_time=ZERO_MS,
+        error_code=_fenced_for(ctx, error, since=2),
+    )
 
 
 def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
-    topics = tuple(
-        build(
-            mod.TxnOffsetCommitResponseTopic,
-            name=t.name,
-            partitions=tuple(
-                build(
-                    mod.TxnOffsetCommitResponsePartition,
-                    partition_index=p.partition_index,
-                    error_code=_ERROR,
+    group_id = str(request.group_id)
+    error = ctx.broker.txn_coordinator.check_offset_commit(
+        str(request.transactional_id),
+        int(request.producer_id),
+        int(request.producer_epoch),
+        group_id,
+    )
+    slots: list[tuple[int, int, ErrorCode | None]] = []  # (topic index, partition, error)
+    commits: list[CommitRequest] = []
+    for ti, t in enumerate(request.topics):
+        for p in t.partitions:
+            if error is not ErrorCode.none:
+                slots.append((ti, int(p.partition_index), error))
+            elif not _exists(ctx, str(t.name), int(p.partition_index)):
+                slots.append((ti, int(p.partition_index), ErrorCode.unknown_topic_or_partition))
+            else:
+                commits.append(
+                    CommitRequest(
+                        topic=str(t.name),
+                        partition=int(p.partition_index),
+                        offset=int(p.committed_offset),
+                        leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+                        metadata=p.committed_metadata,
+                    )
                 )
-                for p in t.partitions
-            ),
+                slots.append((ti, int(p.partition_index), None))
+    results = iter(
+        ctx.group_coordinator.txn_commit_offsets(
+            group_id,
+            producer_id=int(request.producer_id),
+            producer_epoch=int(request.producer_epoch),
+            generation_id=int(getattr(request, "generation_id", -1)),
+            member_id=str(getattr(request, "member_id", "")),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            offsets=commits,
         )
-        for t in request.topics
+        if commits
+        else []
+    )
+    by_topic: list[list[Any]] = [[] for _ in request.topics]
+    for ti, partition, err in slots:
+        by_topic[ti].append(
+            build(
+                mod.TxnOffsetCommitResponsePartition,
+                partition_index=partition,
+                error_code=err if err is not None else next(results),
+            )
+        )
+    topics = tuple(
+        build(mod.TxnOffsetCommitResponseTopic, name=t.name, partitions=tuple(parts))
+        for t, parts in zip(request.topics, by_topic, strict=True)
     )
     return build(mod.TxnOffsetCommitResponse, throttle_time=ZERO_MS, topics=topics)
 

@@ -1,5 +1,5 @@
 """Idempotent produce at the protocol level (duplicates, sequence gaps, fencing, state rebuilt
-after a restart), InitProducerId, transactional ids refused with Kafka's error code, and
+after a restart), InitProducerId, the transactional APIs' checks of the producer (raw requests), and
 LogAppendTime topics."""
 
 from __future__ import annotations
@@ -108,14 +108,12 @@ def test_duplicates_gaps_and_fencing_survive_a_restart(broker_factory):
     ]
 
 
-def test_transactional_id_is_refused_not_hung(broker):
+def test_transactional_id_gets_a_producer_id_and_fences_the_previous_one(broker):
     with RawClient(broker.bootstrap) as c:
-        error, pid, _epoch = _init_pid(c, "my-txn")
-    assert error == ErrorCode.transactional_id_authorization_failed and pid == -1
-    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "my-txn"})
-    with pytest.raises(ck.KafkaException) as exc:
-        p.init_transactions(30)
-    assert exc.value.args[0].fatal() or not exc.value.args[0].retriable()
+        error, pid, epoch = _init_pid(c, "my-txn")
+        assert (error, epoch) == (ErrorCode.none, 0) and pid >= 0
+        error, pid2, epoch2 = _init_pid(c, "my-txn")
+        assert (error, pid2, epoch2) == (ErrorCode.none, pid, 1)
 
 
 def test_log_append_time_topic(broker):
@@ -146,31 +144,79 @@ def test_log_append_time_topic(broker):
         c2.close()
 
 
-def test_transactional_apis_answer_with_the_error(broker):
+def test_transactional_apis_check_the_producer(broker):
+    from kio.schema.add_partitions_to_txn.v1.request import (
+        AddPartitionsToTxnRequest as AddV1,
+    )
+    from kio.schema.add_partitions_to_txn.v1.request import (
+        AddPartitionsToTxnTopic as TopicV1,
+    )
     from kio.schema.add_partitions_to_txn.v3.request import (
         AddPartitionsToTxnRequest,
         AddPartitionsToTxnTopic,
     )
     from kio.schema.end_txn.v3.request import EndTxnRequest
 
+    topic = new_topic(broker.bootstrap, partitions=2, prefix="txnapi")
     with RawClient(broker.bootstrap) as c:
+        _, pid, _ = _init_pid(c, "t-api")
+        _init_pid(c, "t-api")  # epoch 1: epoch 0 is fenced now
+
+        def add(epoch: int, name: str) -> list[ErrorCode]:
+            r = c.call(
+                AddPartitionsToTxnRequest(
+                    v3_and_below_transactional_id="t-api",
+                    v3_and_below_producer_id=i64(pid),
+                    v3_and_below_producer_epoch=i16(epoch),
+                    v3_and_below_topics=(
+                        AddPartitionsToTxnTopic(name=name, partitions=(i32(0), i32(1))),
+                    ),
+                )
+            )
+            return [
+                p.partition_error_code
+                for p in r.results_by_topic_v3_and_below[0].results_by_partition
+            ]
+
+        assert add(0, topic) == [ErrorCode.producer_fenced] * 2
+        # before v2 (KIP-588) the same is INVALID_PRODUCER_EPOCH
         r = c.call(
-            AddPartitionsToTxnRequest(
-                v3_and_below_transactional_id="t",
-                v3_and_below_producer_id=i64(5),
+            AddV1(
+                v3_and_below_transactional_id="t-api",
+                v3_and_below_producer_id=i64(pid),
                 v3_and_below_producer_epoch=i16(0),
-                v3_and_below_topics=(
-                    AddPartitionsToTxnTopic(name="x", partitions=(i32(0), i32(1))),
-                ),
+                v3_and_below_topics=(TopicV1(name=topic, partitions=(i32(0),)),),
             )
         )
-        codes = [
-            p.partition_error_code for p in r.results_by_topic_v3_and_below[0].results_by_partition
-        ]
-        assert codes == [ErrorCode.transactional_id_authorization_failed] * 2
+        assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == (
+            ErrorCode.invalid_producer_epoch
+        )
+        assert add(1, "no-such-topic-xyz") == [ErrorCode.unknown_topic_or_partition] * 2
         r = c.call(
             EndTxnRequest(
-                transactional_id="t", producer_id=i64(5), producer_epoch=i16(0), committed=True
+                transactional_id="t-api",
+                producer_id=i64(pid),
+                producer_epoch=i16(1),
+                committed=True,
             )
         )
-        assert r.error_code == ErrorCode.transactional_id_authorization_failed
+        assert r.error_code == ErrorCode.invalid_txn_state  # nothing to commit
+        assert add(1, topic) == [ErrorCode.none] * 2
+        r = c.call(
+            EndTxnRequest(
+                transactional_id="t-api",
+                producer_id=i64(pid),
+                producer_epoch=i16(1),
+                committed=False,
+            )
+        )
+        assert r.error_code == ErrorCode.none
+        r = c.call(
+            EndTxnRequest(
+                transactional_id="t-ghost",
+                producer_id=i64(pid),
+                producer_epoch=i16(1),
+                committed=False,
+            )
+        )
+        assert r.error_code == ErrorCode.invalid_producer_id_mapping
