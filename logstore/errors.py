@@ -12,6 +12,7 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidRecordError",
     "InvalidTopicError",
+    "InvalidTxnStateError",
     "LogClosedError",
     "LogDirLockedError",
     "LogOfflineError",
@@ -20,6 +21,7 @@ __all__ = [
     "OutOfOrderSequenceError",
     "RecordTooLargeError",
     "StorageError",
+    "TransactionCoordinatorFencedError",
     "TransactionsNotSupportedError",
     "UnsupportedCodecError",
     "UnsupportedMagicError",
@@ -122,3 +124,13 @@ class InvalidProducerEpochError(LoglakeError):
 class TransactionsNotSupportedError(LoglakeError):
     """A transactional or control batch: this broker has no transaction coordinator yet
     (answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, like InitProducerId with an id)."""
+
+
+class InvalidTxnStateError(LoglakeError):
+    """A batch that breaks its producer's transaction state (Kafka's INVALID_TXN_STATE), e.g.
+    a non-transactional batch from a producer whose transaction is still open here."""
+
+
+class TransactionCoordinatorFencedError(LoglakeError):
+    """A transaction marker from a coordinator epoch older than one already seen for the
+    producer (Kafka's TRANSACTION_COORDINATOR_FENCED): a stale coordinator's retry."""

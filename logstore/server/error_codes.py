@@ -21,11 +21,13 @@ from logstore.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTopicError,
+    InvalidTxnStateError,
     LogClosedError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
     StorageError,
+    TransactionCoordinatorFencedError,
     TransactionsNotSupportedError,
     UnsupportedMagicError,
 )
@@ -41,6 +43,8 @@ ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = MappingProxyType(
         InvalidRecordError: ErrorCode.invalid_record,
         OutOfOrderSequenceError: ErrorCode.out_of_order_sequence_number,
         InvalidProducerEpochError: ErrorCode.invalid_producer_epoch,
+        InvalidTxnStateError: ErrorCode.invalid_txn_state,
+        TransactionCoordinatorFencedError: ErrorCode.transaction_coordinator_fenced,
         TransactionsNotSupportedError: ErrorCode.transactional_id_authorization_failed,
         # LogOfflineError is a StorageError: clients retry it (the disk may get room again)
         StorageError: ErrorCode.kafka_storage_error,

@@ -626,6 +626,14 @@ class Log:
         Headers only, read in chunks: what the broker rebuilds producer state from. Safe to
         run while appends continue (they are not included).
         """
+        for _seg, _pos, header in self.iter_located_headers(start_offset):
+            yield header
+
+    def iter_located_headers(
+        self, start_offset: int | None = None
+    ) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
+        """:meth:`iter_headers` with each header's segment and position in it (to read a
+        control batch's record)."""
         segments = self._segments
         bases = self._bases
         end = self._next_offset
@@ -633,12 +641,12 @@ class Log:
         for i in range(self._segment_index_for(start, bases), len(segments)):
             seg = segments[i]
             position = seg.offset_index.lookup(start).position  # 0 below the first entry
-            for _, header in seg.headers(position):
+            for pos, header in seg.headers(position):
                 last = header.base_offset + header.last_offset_delta
                 if header.base_offset >= end:
                     return
                 if last >= start:
-                    yield header
+                    yield seg, pos, header
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """Kafka ListOffsets: ``(offset, timestamp)`` of the first record with timestamp >= ``ts``.

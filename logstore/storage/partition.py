@@ -11,32 +11,33 @@ The log's rules live here, not in the API handlers: a handler parses the request
    whole, magic 2, at most ``max.message.bytes``, CRC-32C, codec, record count — one header
    unpack per batch, the only parse of the request; nothing is decompressed and no record is
    looked at;
-2. refuse transactional and control batches (no transaction coordinator yet); in a
-   compacted topic, refuse a record without a key (Kafka's LogValidator, ``INVALID_RECORD``:
-   only there are batches decompressed, to read each record's key length);
-3. under the partition's lock: producer state checks every idempotent batch (KIP-98:
-   duplicates of one of the producer's last 5 batches, sequence order, epoch fencing); a
-   retried request is answered with the original offsets and appended again nowhere;
+2. refuse what no producer may send: control batches (only the transaction coordinator
+   writes markers, :meth:`Partition.write_txn_marker`) and transactional batches without a
+   producer id; in a compacted topic, refuse a record without a key (Kafka's LogValidator,
+   ``INVALID_RECORD``: only there are batches decompressed, to read each record's key length);
+3. under the partition's lock: producer state checks every idempotent or transactional batch
+   (KIP-98: duplicates of one of the producer's last 5 batches, sequence order, epoch fencing,
+   no non-transactional batch while the producer's transaction is open); a retried request
+   is answered with the original offsets and appended again nowhere;
 4. append the bytes unchanged (offsets and leader epoch stamped in place, outside the CRC);
-5. record each idempotent batch in the producer state with its assigned offsets;
+5. record each batch in the producer state with its assigned offsets: a transactional batch
+   opens its producer's transaction here unless one is open (Kafka's
+   ``currentTxnFirstOffset``);
 6. move the high watermark to the log end (a single replica: appended is committed).
 
 Typed failures, each leaving the log as it was: :class:`~logstore.errors.CorruptRecordError`
 (:class:`~logstore.errors.UnsupportedMagicError`, :class:`~logstore.errors.RecordTooLargeError`),
 :class:`~logstore.errors.OutOfOrderSequenceError`,
 :class:`~logstore.errors.InvalidProducerEpochError`,
-:class:`~logstore.errors.TransactionsNotSupportedError`,
+:class:`~logstore.errors.InvalidTxnStateError`,
 :class:`~logstore.errors.InvalidRecordError`,
 :class:`~logstore.errors.StorageError` / :class:`~logstore.errors.LogOfflineError` (a full disk,
 an I/O error: the log is offline for appends), :class:`~logstore.errors.LogClosedError`.
 
-Transactions (the coordinator's work, issue 15) have their places: step 2 becomes
-"a transactional batch opens or extends its producer's ongoing transaction" (Kafka:
-``ProducerAppendInfo.append`` -> ``currentTxnFirstOffset``) and a control batch completes it
-(an ABORT also adds an entry to the ``.txnindex``); :attr:`Partition.last_stable_offset` then
-becomes the first offset of the oldest ongoing transaction, and :meth:`Partition.read` with
-``READ_COMMITTED`` returns the aborted transactions of the range it reads. Today no
-transaction can be open, so the last stable offset is the high watermark.
+Transactions: :meth:`Partition.write_txn_marker` (the coordinator's call) appends a COMMIT or
+ABORT marker and completes the producer's transaction. :attr:`Partition.last_stable_offset`
+is the first offset of the oldest open transaction, capped by the high watermark; a
+``READ_COMMITTED`` :meth:`Partition.read` stops there.
 
 Thread-safety: appends and DeleteRecords serialise on :attr:`Partition.lock` (producer-state
 check -> append -> update is atomic with respect to other producers). :meth:`read` and the
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -58,18 +60,17 @@ from logstore.errors import (
     LoglakeError,
     OffsetOutOfRangeError,
     StorageError,
-    TransactionsNotSupportedError,
 )
 from logstore.protocol.batch import CONTROL_FLAG, TRANSACTIONAL_FLAG, BatchHeader
+from logstore.protocol.control import ControlType, build_control_batch
 from logstore.protocol.records import first_keyless_record
 from logstore.storage.log import FetchSlice, Log, analyze_batches
+from logstore.storage.producer_loader import replay_batches
 from logstore.storage.producer_state import ProducerStateManager
 
 __all__ = ["AppendResult", "IsolationLevel", "Partition", "ReadResult"]
 
 _log = logging.getLogger(__name__)
-
-_TXN_OR_CONTROL = TRANSACTIONAL_FLAG | CONTROL_FLAG
 
 
 class IsolationLevel(IntEnum):
@@ -129,7 +130,7 @@ class Partition:
         """
         producers = ProducerStateManager(topic, partition)
         try:
-            producers.rebuild_from_batches(log.iter_headers())
+            replay_batches(producers, log.iter_located_headers())
         except LoglakeError as exc:
             _log.warning("%s-%d: producer state rebuild stopped: %s", topic, partition, exc)
         return cls(topic, partition, log, producers)
@@ -160,11 +161,12 @@ class Partition:
     def last_stable_offset(self) -> int:
         """The first offset a READ_COMMITTED consumer may not see yet.
 
-        Kafka: the first offset of the oldest ongoing transaction, else the high watermark.
-        No transaction can be ongoing here yet (step 2 refuses transactional batches), so it
-        is the high watermark.
+        Kafka: the first offset of the oldest ongoing transaction, else the high watermark
+        (never above it). Lockless: a read of the producer state's first open transaction.
         """
-        return self.log.high_watermark
+        hw = self.log.high_watermark
+        first = self.producers.first_unstable_offset
+        return hw if first is None else min(first, hw)
 
     def fetch_limit(self, isolation: IsolationLevel) -> int:
         """The offset a fetch of ``isolation`` stops before (also ListOffsets' "latest")."""
@@ -186,12 +188,16 @@ class Partition:
         lg = self.log
         # 1. the only parse of the request's batches
         batches = analyze_batches(records, max_message_bytes=lg.config.max_message_bytes)
-        # 2. transactions: refused until the coordinator exists (see the module docstring)
+        # 2. what no producer may send
         for _pos, h in batches:
-            if h.attributes & _TXN_OR_CONTROL:
-                raise TransactionsNotSupportedError(
-                    f"{self.topic}-{self.partition}: transactional batch from producer"
-                    f" {h.producer_id}: transactions are not supported by this broker"
+            if h.attributes & CONTROL_FLAG:
+                raise InvalidRecordError(
+                    f"{self.topic}-{self.partition}: control batch from producer"
+                    f" {h.producer_id}: only the transaction coordinator writes markers"
+                )
+            if h.attributes & TRANSACTIONAL_FLAG and h.producer_id < 0:
+                raise InvalidRecordError(
+                    f"{self.topic}-{self.partition}: transactional batch without a producer id"
                 )
         if lg.config.compact:
             self._refuse_keyless(records, batches)
@@ -239,6 +245,73 @@ class Partition:
                     "Compacted topic cannot accept message without key in topic partition "
                     f"{self.topic}-{self.partition}."
                 )
+
+    # -- transaction markers ------------------------------------------------------------------
+
+    def write_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int | None = None,
+        leader_epoch: int = 0,
+    ) -> int:
+        """Append a COMMIT (``commit=True``) or ABORT marker for ``producer_id``; its offset.
+
+        The transaction coordinator's call (Kafka's WriteTxnMarkers -> ``appendAsLeader`` with
+        origin COORDINATOR), one per partition of the transaction. The marker is Kafka's
+        control batch: attributes control + transactional, the producer's id and
+        ``producer_epoch``, base sequence -1, one record with key ``version 0, type`` (0 ABORT,
+        1 COMMIT) and value ``version 0, coordinator_epoch``. It ends the producer's open
+        transaction here: the last stable offset moves past it and, for an ABORT, the
+        transaction joins the aborted ones READ_COMMITTED fetches return.
+
+        Idempotent for the coordinator's retries: a marker for a producer with no open
+        transaction in this partition (a retry after a lost response, or a partition the
+        producer never wrote to) is still written, as Kafka does; it completes nothing, so a
+        consumer skips it like any marker. A marker with a newer ``producer_epoch`` moves the
+        producer to it (fencing a zombie: its later batches get ``INVALID_PRODUCER_EPOCH``, the
+        new producer starts at sequence 0).
+
+        Raises, appending nothing: :class:`~logstore.errors.InvalidProducerEpochError`
+        (``INVALID_PRODUCER_EPOCH``) when ``producer_epoch`` is older than the producer's
+        epoch here; :class:`~logstore.errors.TransactionCoordinatorFencedError`
+        (``TRANSACTION_COORDINATOR_FENCED``) when ``coordinator_epoch`` is older than the one of
+        the producer's last marker; :class:`~logstore.errors.StorageError` /
+        :class:`~logstore.errors.LogOfflineError`, :class:`~logstore.errors.LogClosedError`
+        as for any append. Thread-safe (the partition's lock). The high watermark moves past the
+        marker; the caller wakes Fetch waiters (``broker.purgatory.check_and_complete``).
+        """
+        lg = self.log
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        batch = build_control_batch(
+            ControlType.COMMIT if commit else ControlType.ABORT,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            timestamp=now,
+        )
+        with self.lock:
+            self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            try:
+                info = lg.append(batch, leader_epoch=leader_epoch, now_ms=now)
+            except OSError as exc:
+                raise StorageError(
+                    f"{self.topic}-{self.partition}: marker append failed: {exc}", errno=exc.errno
+                ) from exc
+            offset = info.first_offset
+            self.producers.complete_txn(
+                producer_id,
+                producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+                offset=offset,
+                timestamp=info.max_timestamp,
+            )
+            lg.high_watermark = lg.log_end_offset
+            return offset
 
     # -- read ---------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from logstore.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     LogClosedError,
     LoglakeError,
     LogOfflineError,
@@ -22,7 +23,7 @@ from logstore.errors import (
     OutOfOrderSequenceError,
     RecordTooLargeError,
     StorageError,
-    TransactionsNotSupportedError,
+    TransactionCoordinatorFencedError,
     UnsupportedMagicError,
 )
 from logstore.protocol.batch import MAGIC_OFFSET, iter_batches
@@ -67,7 +68,7 @@ def test_append_assigns_offsets_and_moves_the_high_watermark(part: Partition) ->
     assert (r.first_offset, r.last_offset, r.duplicate, r.log_start_offset) == (0, 4, False, 0)
     assert r.log_append_time_ms == -1  # CreateTime topic
     assert part.high_watermark == part.log_end_offset == 5
-    # no transaction can be open: read_committed stops where read_uncommitted does
+    # no transaction is open: read_committed stops where read_uncommitted does
     assert part.last_stable_offset == 5
     assert part.fetch_limit(IsolationLevel.READ_COMMITTED) == 5
     stored = [(h.base_offset, h.last_offset) for _, h in iter_batches(_log_bytes(part))]
@@ -186,11 +187,10 @@ def test_bad_batches_raise_typed_errors_with_their_codes(part: Partition) -> Non
     with pytest.raises(UnsupportedMagicError) as exc:
         part.append_as_leader(old)
     assert _code(exc) == 43
-    txn = build_batch([(b"k", b"v")], producer_id=1, producer_epoch=0, base_sequence=0,
-                      is_transactional=True)  # fmt: skip
-    with pytest.raises(TransactionsNotSupportedError) as exc:
+    txn = build_batch([(b"k", b"v")], is_transactional=True)  # no producer id
+    with pytest.raises(InvalidRecordError) as exc:
         part.append_as_leader(txn)
-    assert _code(exc) == 53
+    assert _code(exc) == 87
     # a good batch after a bad one in the same request: nothing of the request is appended
     with pytest.raises(CorruptRecordError):
         part.append_as_leader(_batch(1) + bad_crc)
@@ -244,7 +244,8 @@ def test_the_table_covers_every_error_a_partition_raises() -> None:
         UnsupportedMagicError,
         OutOfOrderSequenceError,
         InvalidProducerEpochError,
-        TransactionsNotSupportedError,
+        InvalidTxnStateError,
+        TransactionCoordinatorFencedError,
         StorageError,
         LogClosedError,
         OffsetOutOfRangeError,

@@ -1,0 +1,213 @@
+"""The partition's transaction rules: transactional batches, markers, last stable offset.
+
+Real logs in a temporary directory; batches built byte for byte by the protocol package and
+markers read back from the segment file and decoded independently of the writer.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from logstore.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
+from logstore.protocol.batch import HEADER_SIZE, iter_batches
+from logstore.protocol.control import ControlType, build_control_batch
+from logstore.protocol.records import build_batch, decode_batch
+from logstore.server.error_codes import error_code_for
+from logstore.storage.log import Log, LogConfig
+from logstore.storage.partition import IsolationLevel, Partition
+
+CFG = LogConfig(segment_bytes=1 << 20)
+RC = IsolationLevel.READ_COMMITTED
+
+
+def txn(n: int, *, pid: int, epoch: int = 0, seq: int = 0, transactional: bool = True) -> bytearray:
+    return build_batch(
+        [(b"k%d" % i, b"v%d" % i) for i in range(n)],
+        base_timestamp=1_000,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        is_transactional=transactional,
+    )
+
+
+@pytest.fixture
+def part(tmp_path: Path) -> Partition:
+    lg = Log.open(tmp_path / "t-0", CFG)
+    p = Partition.load("t", 0, lg)
+    yield p
+    lg.close()
+
+
+def _stored(p: Partition) -> bytes:
+    sl = p.log.read(p.log_start_offset, 10**9)
+    return os.pread(sl.fileno, sl.length, sl.position)
+
+
+def _code(exc: pytest.ExceptionInfo[BaseException]) -> int:
+    return int(error_code_for(exc.value))
+
+
+def test_commit_marker_is_kafkas_control_batch_and_moves_the_lso(part: Partition) -> None:
+    assert part.append_as_leader(txn(3, pid=7)).first_offset == 0
+    # open transaction: nothing of it is stable, read_committed sees nothing yet
+    assert (part.high_watermark, part.last_stable_offset) == (3, 0)
+    assert part.fetch_limit(RC) == 0
+    assert part.read(0, 10**6, isolation=RC).slice is None
+    assert part.read(0, 10**6).slice is not None
+    off = part.write_txn_marker(7, 0, commit=True, coordinator_epoch=5, now_ms=42)
+    assert off == 3
+    assert part.high_watermark == part.last_stable_offset == part.log_end_offset == 4
+    batches = list(iter_batches(_stored(part)))
+    pos, h = batches[-1]
+    # Kafka's marker: control (0x20) + transactional (0x10), no codec, the producer's id and
+    # epoch, no sequence, one record
+    assert (h.base_offset, h.attributes, h.producer_id, h.producer_epoch) == (3, 0x30, 7, 0)
+    assert (h.base_sequence, h.records_count, h.last_offset_delta) == (-1, 1, 0)
+    assert h.max_timestamp == 42
+    _, recs = decode_batch(_stored(part)[pos:])
+    (rec,) = recs
+    assert rec.key == struct.pack(">hh", 0, 1)  # version 0, COMMIT
+    assert rec.value == struct.pack(">hi", 0, 5)  # version 0, coordinator epoch
+    # the same bytes the protocol package builds for a coordinator (offset stamped)
+    expected = build_control_batch(
+        ControlType.COMMIT, producer_id=7, producer_epoch=0, coordinator_epoch=5, timestamp=42
+    )
+    assert _stored(part)[pos + HEADER_SIZE :] == bytes(expected[HEADER_SIZE:])
+
+
+def test_abort_marker_key_and_read_committed_stops_at_the_lso(part: Partition) -> None:
+    part.append_as_leader(build_batch([(b"a", b"1")]))  # plain, offset 0
+    part.append_as_leader(txn(2, pid=9))  # 1..2
+    assert part.last_stable_offset == 1
+    rd = part.read(0, 10**6, isolation=RC)
+    assert rd.slice is not None and rd.last_stable_offset == 1
+    # the slice ends before the open transaction's first batch
+    data = os.pread(rd.slice.fileno, rd.slice.length, rd.slice.position)
+    assert [h.base_offset for _, h in iter_batches(data)] == [0]
+    off = part.write_txn_marker(9, 0, commit=False, coordinator_epoch=0)
+    assert off == 3 and part.last_stable_offset == 4
+    pos, _h = list(iter_batches(_stored(part)))[-1]
+    _, recs = decode_batch(_stored(part)[pos:])
+    assert recs[0].key == struct.pack(">hh", 0, 0)  # ABORT
+
+
+def test_lso_with_interleaved_producers(part: Partition) -> None:
+    part.append_as_leader(txn(2, pid=1))  # 0..1 opens A
+    part.append_as_leader(txn(2, pid=2))  # 2..3 opens B
+    part.append_as_leader(txn(1, pid=1, seq=2))  # 4 A continues
+    part.append_as_leader(build_batch([(b"x", b"y")]))  # 5 plain
+    assert part.last_stable_offset == 0
+    assert part.write_txn_marker(1, 0, commit=True, coordinator_epoch=0) == 6
+    assert part.last_stable_offset == 2  # B is still open
+    part.append_as_leader(txn(1, pid=1, seq=3))  # 7: A's next transaction
+    assert part.last_stable_offset == 2
+    assert part.write_txn_marker(2, 0, commit=False, coordinator_epoch=0) == 8
+    assert part.last_stable_offset == 7
+    assert part.write_txn_marker(1, 0, commit=True, coordinator_epoch=0) == 9
+    assert part.last_stable_offset == part.high_watermark == 10
+    assert part.producers.ongoing == {}
+
+
+def test_a_marker_with_a_new_epoch_fences_the_zombie(part: Partition) -> None:
+    part.append_as_leader(txn(2, pid=3, epoch=0, seq=0))
+    # the coordinator aborts the zombie's transaction with the bumped epoch
+    part.write_txn_marker(3, 1, commit=False, coordinator_epoch=0)
+    with pytest.raises(InvalidProducerEpochError) as exc:
+        part.append_as_leader(txn(1, pid=3, epoch=0, seq=2))
+    assert _code(exc) == 47  # INVALID_PRODUCER_EPOCH
+    # a stale marker is refused the same way, and nothing is appended
+    end = part.log_end_offset
+    with pytest.raises(InvalidProducerEpochError):
+        part.write_txn_marker(3, 0, commit=True, coordinator_epoch=0)
+    assert part.log_end_offset == end
+    # the new producer epoch starts at sequence 0
+    with pytest.raises(OutOfOrderSequenceError):
+        part.append_as_leader(txn(1, pid=3, epoch=1, seq=2))
+    assert part.append_as_leader(txn(1, pid=3, epoch=1, seq=0)).first_offset == end
+
+
+def test_an_older_coordinator_epoch_is_fenced(part: Partition) -> None:
+    part.append_as_leader(txn(1, pid=4))
+    part.write_txn_marker(4, 0, commit=True, coordinator_epoch=3)
+    part.append_as_leader(txn(1, pid=4, seq=1))
+    end = part.log_end_offset
+    with pytest.raises(TransactionCoordinatorFencedError) as exc:
+        part.write_txn_marker(4, 0, commit=True, coordinator_epoch=2)
+    assert _code(exc) == 52  # TRANSACTION_COORDINATOR_FENCED
+    assert part.log_end_offset == end and part.last_stable_offset == end - 1
+
+
+def test_non_transactional_batch_during_an_open_transaction(part: Partition) -> None:
+    part.append_as_leader(txn(1, pid=5))
+    with pytest.raises(InvalidTxnStateError) as exc:
+        part.append_as_leader(txn(1, pid=5, seq=1, transactional=False))
+    assert _code(exc) == 48  # INVALID_TXN_STATE
+    with pytest.raises(InvalidTxnStateError):  # the same inside one request
+        part.append_as_leader(txn(1, pid=6) + txn(1, pid=6, seq=1, transactional=False))
+    assert part.log_end_offset == 1
+    part.write_txn_marker(5, 0, commit=True, coordinator_epoch=0)
+    assert part.append_as_leader(txn(1, pid=5, seq=1, transactional=False)).first_offset == 2
+
+
+def test_marker_retry_without_an_open_transaction_is_written(part: Partition) -> None:
+    part.append_as_leader(txn(1, pid=8))
+    assert part.write_txn_marker(8, 0, commit=True, coordinator_epoch=1) == 1
+    # the coordinator retries (its response was lost): a second marker, completing nothing
+    assert part.write_txn_marker(8, 0, commit=True, coordinator_epoch=1) == 2
+    assert part.last_stable_offset == part.high_watermark == 3
+    # a marker for a producer this partition never saw
+    assert part.write_txn_marker(99, 0, commit=False, coordinator_epoch=1) == 3
+    assert part.last_stable_offset == 4
+    # sequence numbers continue across transactions of the same epoch
+    assert part.append_as_leader(txn(1, pid=8, seq=0)).duplicate
+    with pytest.raises(OutOfOrderSequenceError):
+        part.append_as_leader(txn(1, pid=8, seq=5))
+    assert part.append_as_leader(txn(1, pid=8, seq=1)).first_offset == 4
+
+
+def test_clients_cannot_write_markers(part: Partition) -> None:
+    marker = build_control_batch(
+        ControlType.COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=1
+    )
+    with pytest.raises(InvalidRecordError) as exc:
+        part.append_as_leader(marker)
+    assert _code(exc) == 87
+    assert part.log_end_offset == 0
+
+
+def test_a_retried_transactional_batch_gets_its_original_offsets(part: Partition) -> None:
+    part.append_as_leader(txn(2, pid=11))
+    part.append_as_leader(txn(2, pid=11, seq=2))
+    again = part.append_as_leader(txn(2, pid=11, seq=2))
+    assert again.duplicate and again.first_offset == 2
+    assert part.log_end_offset == 4 and part.producers.ongoing == {11: 0}
+
+
+def test_producer_state_with_open_transactions_is_rebuilt_on_load(tmp_path: Path) -> None:
+    lg = Log.open(tmp_path / "t-0", CFG)
+    p = Partition.load("t", 0, lg)
+    p.append_as_leader(txn(2, pid=1))
+    p.append_as_leader(txn(2, pid=2))
+    p.write_txn_marker(1, 0, commit=False, coordinator_epoch=0)
+    lg.close()
+    lg = Log.open(tmp_path / "t-0", CFG)
+    try:
+        again = Partition.load("t", 0, lg)
+        lg.high_watermark = lg.log_end_offset  # the broker sets it from its checkpoint
+        assert again.producers.ongoing == {2: 2}
+        assert again.last_stable_offset == 2
+        again.write_txn_marker(2, 0, commit=True, coordinator_epoch=0)
+        assert again.last_stable_offset == again.high_watermark
+    finally:
+        lg.close()
