@@ -44,7 +44,12 @@ import logging
 import threading
 import uuid
 
-from logstore.errors import InvalidTopicError, LoglakeError
+from logstore.errors import (
+    InvalidProducerEpochError,
+    InvalidTopicError,
+    LoglakeError,
+    TransactionCoordinatorFencedError,
+)
 from logstore.server.config import BrokerConfig
 from logstore.server.dispatch import Dispatcher
 from logstore.server.group.coordinator import GroupCoordinator
@@ -189,9 +194,15 @@ class Broker:
         part = self.partition(topic, partition)
         if part is None:
             return False
-        part.write_txn_marker(  # type: ignore[attr-defined]  # until the partition side lands
-            producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
-        )
+        try:
+            part.write_txn_marker(
+                producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
+            )
+        except (InvalidProducerEpochError, TransactionCoordinatorFencedError) as exc:
+            # The partition has moved on to a newer producer or coordinator epoch: this
+            # marker is obsolete there and is dropped, as Kafka's marker channel does.
+            log.warning("%s-%d: transaction marker dropped: %s", topic, partition, exc)
+            return False
         # The last stable offset moved: READ_COMMITTED fetches waiting there may answer.
         self.purgatory.check_and_complete((topic, partition))
         return True
