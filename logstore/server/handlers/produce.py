@@ -15,8 +15,9 @@ become error codes through the one table of :mod:`logstore.server.error_codes`:
 - idempotent producers (producerId >= 0): a retry of one of the producer's last 5 batches is
   acknowledged with its original base offset and not appended again;
   ``OUT_OF_ORDER_SEQUENCE_NUMBER`` / ``INVALID_PRODUCER_EPOCH`` otherwise;
-- transactional batches: ``TRANSACTIONAL_ID_AUTHORIZATION_FAILED`` (no transaction
-  coordinator yet; InitProducerId refuses transactional ids the same way);
+- transactional batches (the request names its transactional id): appended by the same
+  call, which opens or extends the producer's transaction in the partition; the transaction
+  coordinator (``logstore.server.txn``) ends it with a marker;
 - ``KAFKA_STORAGE_ERROR`` when the disk fails: a full disk or an I/O error takes the
   partition offline for appends (``logstore.storage.log``; logged there, once), it stays
   readable, and it takes appends again once the disk has room. Clients retry this error.
@@ -99,12 +100,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     acks = int(request.acks)
     bad_acks = acks not in (0, 1, -1)
     mod = response_module(ctx)
-    if request.transactional_id is not None:
-        forced: ErrorCode | None = ErrorCode.transactional_id_authorization_failed
-    elif bad_acks:
-        forced = ErrorCode.invalid_required_acks
-    else:
-        forced = None
+    forced: ErrorCode | None = ErrorCode.invalid_required_acks if bad_acks else None
     topics = []
     for t in request.topic_data:
         parts = []
