@@ -245,7 +245,10 @@ class TransactionCoordinator:
         for md in self._txns.values():
             counts[md.state.name] = counts.get(md.state.name, 0) + 1
         log.info("transaction coordinator loaded %d transactional ids %s", len(loaded), counts)
-        self.complete_pending()
+        pending = counts.get("PREPARE_COMMIT", 0) + counts.get("PREPARE_ABORT", 0)
+        if pending:
+            done = self.complete_pending()
+            log.info("completed %d of %d transactions decided before the restart", done, pending)
 
     def complete_pending(self) -> int:
         """Write the missing markers of every Prepare* transaction (startup, and the retry
