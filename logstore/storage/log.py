@@ -351,9 +351,7 @@ class Log:
         write could not be cut back. Other storage errors (no room to write or preallocate)
         leave the files exactly as the log describes them."""
         return (
-            self._flush_failed
-            or self._txn_index_failed
-            or any(s.torn_tail for s in self._segments)
+            self._flush_failed or self._txn_index_failed or any(s.torn_tail for s in self._segments)
         )
 
     def _go_offline(self, reason: str) -> None:
