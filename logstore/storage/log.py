@@ -91,6 +91,7 @@ from logstore.storage.files import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     fsync_dir,
     parse_partition_dir,
     segment_path,
@@ -99,6 +100,7 @@ from logstore.storage.loader import LoadResult, load_segments
 from logstore.storage.retention import retention_plan
 from logstore.storage.scheduler import Scheduler
 from logstore.storage.segment import BatchInfo, LogSegment
+from logstore.storage.txn_index import AbortedTxn
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -251,6 +253,7 @@ class Log:
         self._offline_reason: str | None = None
         self._failed_at = 0.0  # time.monotonic() of the last storage failure
         self._flush_failed = False
+        self._txn_index_failed = False
         if loaded.offline_reason is not None:
             self._go_offline(loaded.offline_reason)
 
@@ -347,7 +350,9 @@ class Log:
         not skip recovery: an fsync failed (what reached the disk is unknown) or a failed
         write could not be cut back. Other storage errors (no room to write or preallocate)
         leave the files exactly as the log describes them."""
-        return self._flush_failed or any(s.torn_tail for s in self._segments)
+        return (
+            self._flush_failed or self._txn_index_failed or any(s.torn_tail for s in self._segments)
+        )
 
     def _go_offline(self, reason: str) -> None:
         if self._offline_reason is None:
@@ -539,7 +544,7 @@ class Log:
         if active.size == 0:
             return active
         new_base = self._next_offset
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             # stale files of a segment truncated away earlier would be reopened, not recreated
             segment_path(self._dir, new_base, suffix).unlink(missing_ok=True)
         active.on_become_inactive()
@@ -618,6 +623,45 @@ class Log:
             i += 1
         active = segments[-1]
         return FetchSlice(active.path, active.fileno, active.size, 0, offset)
+
+    def segment_for(self, offset: int) -> LogSegment:
+        """The segment whose range holds ``offset`` (the first one below the log start)."""
+        segments = self._segments
+        return segments[min(self._segment_index_for(offset, self._bases), len(segments) - 1)]
+
+    def segment_end_offset(self, offset: int) -> int:
+        """The offset after the range of the segment holding ``offset``: the next segment's
+        base offset, or the log end offset for the active segment."""
+        bases = self._bases
+        i = bisect.bisect_right(bases, offset)
+        return bases[i] if i < len(bases) else self._next_offset
+
+    def append_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Add ``txn`` to the ``.txnindex`` of the segment holding its ABORT marker.
+
+        A failed write takes the log offline (:class:`LogOfflineError`) and marks it as not
+        cleanly closable, so that the next start rebuilds the index from the markers."""
+        with self._lock:
+            try:
+                self.segment_for(txn.last_offset).txn_index.append(txn)
+            except StorageError as exc:
+                self._txn_index_failed = True
+                raise self._storage_failure(exc) from exc
+
+    def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``
+        (Kafka's ``collectAbortedTransactions``): from the segment holding ``start_offset``
+        on, until an entry shows that no later marker can belong to a transaction begun
+        below the bound. Reads the indexes' entries in memory, no file."""
+        segments = self._segments
+        out: list[AbortedTxn] = []
+        first = min(self._segment_index_for(start_offset, self._bases), len(segments) - 1)
+        for seg in segments[first:]:
+            found = seg.txn_index.collect(start_offset, upper_bound_offset)
+            out.extend(found.aborted)
+            if found.complete:
+                break
+        return out
 
     def iter_headers(self, start_offset: int | None = None) -> Iterator[BatchHeader]:
         """Every batch header (61 bytes, no CRC check) from the batch holding ``start_offset``

@@ -37,7 +37,9 @@ an I/O error: the log is offline for appends), :class:`~logstore.errors.LogClose
 Transactions: :meth:`Partition.write_txn_marker` (the coordinator's call) appends a COMMIT or
 ABORT marker and completes the producer's transaction. :attr:`Partition.last_stable_offset`
 is the first offset of the oldest open transaction, capped by the high watermark; a
-``READ_COMMITTED`` :meth:`Partition.read` stops there.
+``READ_COMMITTED`` :meth:`Partition.read` stops there and returns the aborted transactions
+(producer id, first offset) overlapping what it read, from the segments' ``.txnindex``
+(:mod:`logstore.storage.txn_index`; an ABORT marker adds its transaction there).
 
 Thread-safety: appends and DeleteRecords serialise on :attr:`Partition.lock` (producer-state
 check -> append -> update is atomic with respect to other producers). :meth:`read` and the
@@ -67,6 +69,7 @@ from logstore.protocol.records import first_keyless_record
 from logstore.storage.log import FetchSlice, Log, analyze_batches
 from logstore.storage.producer_loader import replay_batches
 from logstore.storage.producer_state import ProducerStateManager
+from logstore.storage.txn_index import AbortedTxn
 
 __all__ = ["AppendResult", "IsolationLevel", "Partition", "ReadResult"]
 
@@ -96,13 +99,15 @@ class AppendResult(NamedTuple):
 
 
 class ReadResult(NamedTuple):
-    """One partition's part of a fetch: the file slice (None when there is nothing to send)
-    and the offsets a fetch response carries."""
+    """One partition's part of a fetch: the file slice (None when there is nothing to send),
+    the offsets a fetch response carries, and for READ_COMMITTED the aborted transactions
+    overlapping the slice (None for READ_UNCOMMITTED: the response's null)."""
 
     slice: FetchSlice | None
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
+    aborted_transactions: list[AbortedTxn] | None = None
 
 
 class Partition:
@@ -302,7 +307,7 @@ class Partition:
                     f"{self.topic}-{self.partition}: marker append failed: {exc}", errno=exc.errno
                 ) from exc
             offset = info.first_offset
-            self.producers.complete_txn(
+            done = self.producers.complete_txn(
                 producer_id,
                 producer_epoch,
                 commit=commit,
@@ -311,6 +316,17 @@ class Partition:
                 timestamp=info.max_timestamp,
             )
             lg.high_watermark = lg.log_end_offset
+            if done.is_aborted:
+                # after the marker (Kafka's order): a crash in between is mended by recovery,
+                # which rebuilds the index from the markers; a failure takes the log offline
+                lg.append_aborted_txn(
+                    AbortedTxn(
+                        done.producer_id,
+                        done.first_offset,
+                        done.last_offset,
+                        done.last_stable_offset,
+                    )
+                )
             return offset
 
     # -- read ---------------------------------------------------------------------------------
@@ -338,9 +354,11 @@ class Partition:
                 f"{self.topic}-{self.partition}: fetch offset {offset} is outside"
                 f" [{start}, {hw}] (log start offset, high watermark)"
             )
-        limit = lso if isolation == IsolationLevel.READ_COMMITTED else hw
+        committed = isolation == IsolationLevel.READ_COMMITTED
+        limit = lso if committed else hw
+        none: list[AbortedTxn] | None = [] if committed else None
         if offset >= limit or (max_bytes <= 0 and not min_one_batch):
-            return ReadResult(None, hw, lso, start)
+            return ReadResult(None, hw, lso, start, none)
         try:
             sl = self.log.read(
                 offset, max(max_bytes, 0), max_offset=limit, min_one_batch=min_one_batch
@@ -349,7 +367,15 @@ class Partition:
             raise
         except (OSError, LoglakeError) as exc:
             raise StorageError(f"{self.topic}-{self.partition}: read failed: {exc}") from exc
-        return ReadResult(sl if sl.length > 0 else None, hw, lso, start)
+        if sl.length <= 0:
+            return ReadResult(None, hw, lso, start, none)
+        aborted = none
+        if committed:
+            # Kafka's bound: the slice never leaves its segment, so nothing it holds is at or
+            # above the segment's end (nor the LSO)
+            upper = min(limit, self.log.segment_end_offset(sl.first_offset))
+            aborted = self.log.collect_aborted_txns(offset, upper)
+        return ReadResult(sl, hw, lso, start, aborted)
 
     # -- DeleteRecords ------------------------------------------------------------------------
 

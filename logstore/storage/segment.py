@@ -1,4 +1,5 @@
-"""One log segment: a ``.log`` file of whole v2 batches plus its ``.index`` and ``.timeindex``.
+"""One log segment: a ``.log`` file of whole v2 batches plus its ``.index`` and ``.timeindex``
+(and a ``.txnindex`` once a transaction aborts in it: :mod:`logstore.storage.txn_index`).
 
 Bytes on disk: ``<20-digit base offset>.log`` is a plain concatenation of RecordBatch v2
 batches exactly as producers sent them (after the broker stamped baseOffset and the partition
@@ -62,6 +63,7 @@ from logstore.storage.files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     segment_path,
 )
 from logstore.storage.index import (
@@ -70,6 +72,7 @@ from logstore.storage.index import (
     OffsetIndex,
     TimeIndex,
 )
+from logstore.storage.txn_index import TransactionIndex
 
 __all__ = ["BatchInfo", "BatchLocation", "IndexRebuildError", "LogSegment"]
 
@@ -186,6 +189,9 @@ class LogSegment:
             if log_created:
                 self._log_path.unlink(missing_ok=True)
             raise
+        self.txn_index = TransactionIndex(
+            segment_path(self.dir, base_offset, TXN_INDEX_SUFFIX + file_suffix), base_offset
+        )
         self.created_ms = _now_ms() if created_ms is None else created_ms
         self._bytes_since_last_index_entry = 0
         # (max timestamp, offset of max timestamp) over the segment; None = not loaded yet.
@@ -468,6 +474,7 @@ class LogSegment:
         loc = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         if loc is None:
             removed = 0
         else:
@@ -670,10 +677,11 @@ class LogSegment:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync the ``.log`` and msync both indexes."""
+        """fsync the ``.log`` and the ``.txnindex``, msync both indexes."""
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Final time index entry, trim indexes, close files. Idempotent.
@@ -712,7 +720,7 @@ class LogSegment:
         return self._closed
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
-        """Rename the three files from ``<name><old_suffix>`` to ``<name><new_suffix>``.
+        """Rename the files from ``<name><old_suffix>`` to ``<name><new_suffix>``.
 
         Open descriptors and maps stay valid (they follow the inodes), so a segment renamed
         ``.deleted`` can still serve in-flight ``sendfile`` calls until it is deleted.
@@ -728,10 +736,14 @@ class LogSegment:
         self.time_index.rename_to(
             segment_path(self.dir, self.base_offset, TIME_INDEX_SUFFIX + new_suffix)
         )
+        self.txn_index.rename_to(
+            segment_path(self.dir, self.base_offset, TXN_INDEX_SUFFIX + new_suffix)
+        )
         self.file_suffix = new_suffix
 
     def delete(self) -> None:
-        """Close and unlink the three files (missing files are fine)."""
+        """Close and unlink the segment's files (missing files are fine)."""
         self.close_handlers()
-        for p in (self._log_path, self.offset_index.path, self.time_index.path):
+        paths = (self._log_path, self.offset_index.path, self.time_index.path, self.txn_index.path)
+        for p in paths:
             p.unlink(missing_ok=True)

@@ -9,13 +9,15 @@ and length from ``Log.read``) that the reactor sends with ``os.sendfile``. Wire 
     topic   name string, [partition]
     partition
             partition_index i32, error_code i16, high_watermark i64, last_stable_offset i64,
-            log_start_offset i64 (v5+), aborted_transactions [..] (null),
+            log_start_offset i64 (v5+), aborted_transactions [producer_id i64,
+            first_offset i64] (null for read_uncommitted),
             preferred_read_replica i32 (v11+, -1), records bytes (i32 length + bytes)
     v12 is flexible: arrays and strings are compact (uvarint length + 1), records are
     compact bytes, and every struct ends with an empty tagged-field section (0x00).
 
 Semantics (Kafka's): records up to the high watermark (``isolation_level`` read_uncommitted)
-or the last stable offset (read_committed; the same offset until transactions exist),
+or the last stable offset (read_committed, with the aborted transactions overlapping the
+records sent, from the segments' ``.txnindex``: clients drop those transactions' records),
 through the partition's ``read`` (:mod:`logstore.storage.partition`); ``max_bytes`` for the whole
 response and ``partition_max_bytes`` per partition, except that the first partition with
 data returns at least one whole batch (KIP-74) so a consumer always progresses;
@@ -56,6 +58,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART_HEAD = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, lso
 _I64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 
 
 @dataclass(slots=True)
@@ -68,6 +71,7 @@ class _PartitionRead:
     position: int = 0
     length: int = 0
     last_stable_offset: int = -1
+    aborted: list[tuple[int, int]] | None = None  # (producer_id, first_offset)
 
 
 def _read(
@@ -118,6 +122,8 @@ def _read(
                     rd.log_start_offset,
                     last_stable_offset=rd.last_stable_offset,
                 )
+                if rd.aborted_transactions is not None:
+                    r.aborted = [(a.producer_id, a.first_offset) for a in rd.aborted_transactions]
                 sl = rd.slice
                 if sl is not None:
                     r.path = str(sl.path)
@@ -163,7 +169,15 @@ def _encode(version: int, results: list[tuple[str, list[_PartitionRead]]]) -> Ra
             buf += _PART_HEAD.pack(r.partition, r.error, r.high_watermark, r.last_stable_offset)
             if version >= 5:
                 buf += _I64.pack(r.log_start_offset)
-            buf += b"\x00" if flexible else _I32.pack(-1)  # aborted_transactions: null
+            aborted = r.aborted
+            if aborted is None:
+                buf += b"\x00" if flexible else _I32.pack(-1)  # aborted_transactions: null
+            else:
+                buf += _uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted))
+                for pid, first in aborted:
+                    buf += _ABORTED.pack(pid, first)
+                    if flexible:
+                        buf += b"\x00"  # the entry's tagged fields
             if version >= 11:
                 buf += _I32.pack(-1)  # preferred_read_replica
             region = _open_region(r)

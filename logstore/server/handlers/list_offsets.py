@@ -4,7 +4,8 @@ Per partition, ``timestamp``: -2 earliest (log start offset), -1 latest (the hig
 for read_uncommitted, the last stable offset for read_committed: ``Partition.fetch_limit``),
 -3 the record with the largest timestamp (KIP-734, v7), otherwise the first offset whose
 record timestamp is at or after it, found through the time index
-(``Log.offset_for_timestamp``); none -> offset -1, timestamp -1, as Kafka answers. Unknown
+(``Log.offset_for_timestamp``), counted only below the same limit as "latest" (Kafka's
+``fetchOffsetForTimestamp``); none -> offset -1, timestamp -1, as Kafka answers. Unknown
 partitions get ``UNKNOWN_TOPIC_OR_PARTITION``.
 """
 
@@ -47,7 +48,7 @@ def _lookup(
         found = lg.offset_for_timestamp(ts)
     except (OSError, LoglakeError):
         return ErrorCode.kafka_storage_error, -1, -1
-    if found is None or found[0] >= lg.high_watermark:
+    if found is None or found[0] >= part.fetch_limit(isolation):
         return ErrorCode.none, -1, -1
     return ErrorCode.none, found[0], found[1]
 

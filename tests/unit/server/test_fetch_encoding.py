@@ -14,12 +14,17 @@ from logstore.server.context import FileRegion
 from logstore.server.handlers.fetch import MAX_VERSION, MIN_VERSION, _encode, _PartitionRead
 
 partition = st.builds(
-    lambda p, err, hw, start, data: (p, err, hw, start, data),
+    lambda p, err, hw, start, data, aborted: (p, err, hw, start, data, aborted),
     st.integers(0, 1000),
     st.sampled_from([0, 1, 3, 6, 56]),
     st.integers(-1, 2**40),
     st.integers(-1, 2**40),
     st.one_of(st.none(), st.binary(min_size=1, max_size=300)),
+    # aborted transactions: None (read_uncommitted) or (producer_id, first_offset) pairs
+    st.one_of(
+        st.none(),
+        st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 2**62)), max_size=4),
+    ),
 )
 topics = st.lists(
     st.tuples(
@@ -47,8 +52,8 @@ def test_encoded_fetch_response_decodes_with_kio(version, spec):
         results = []
         for name, parts in spec:
             reads = []
-            for p, err, hw, start, data in parts:
-                r = _PartitionRead(p, err, hw, start)
+            for p, err, hw, start, data, aborted in parts:
+                r = _PartitionRead(p, err, hw, start, aborted=aborted)
                 if data is not None:
                     pos = f.tell() + 3
                     f.write(b"xyz" + data)
@@ -64,10 +69,16 @@ def test_encoded_fetch_response_decodes_with_kio(version, spec):
     assert size == len(body)
     assert [t.topic for t in resp.responses] == [name for name, _ in spec]
     for t, (_name, parts) in zip(resp.responses, spec, strict=True):
-        for got, (p, err, hw, start, data) in zip(t.partitions, parts, strict=True):
+        for got, (p, err, hw, start, data, aborted) in zip(t.partitions, parts, strict=True):
             assert got.partition_index == p
             assert int(got.error_code) == err
             assert got.high_watermark == hw
             if version >= 5:
                 assert got.log_start_offset == start
             assert bytes(got.records or b"") == (data or b"")
+            if aborted is None:
+                assert got.aborted_transactions is None
+            else:
+                assert [
+                    (int(a.producer_id), int(a.first_offset)) for a in got.aborted_transactions
+                ] == aborted

@@ -26,7 +26,8 @@ from logstore.server.error_codes import error_code_for
 from logstore.storage.log import Log, LogConfig
 from logstore.storage.partition import IsolationLevel, Partition
 
-CFG = LogConfig(segment_bytes=1 << 20)
+# no time-based roll: the batches are stamped 1970, the markers now
+CFG = LogConfig(segment_bytes=1 << 20, segment_ms=2**62)
 RC = IsolationLevel.READ_COMMITTED
 
 
@@ -211,3 +212,64 @@ def test_producer_state_with_open_transactions_is_rebuilt_on_load(tmp_path: Path
         assert again.last_stable_offset == again.high_watermark
     finally:
         lg.close()
+
+
+# -- .txnindex and READ_COMMITTED reads ------------------------------------------------------
+
+
+def _txnindex(p: Partition, base: int = 0) -> bytes:
+    path = p.log.dir / f"{base:020d}.txnindex"
+    return path.read_bytes() if path.exists() else b""
+
+
+def test_an_abort_writes_kafkas_txnindex_entry_and_a_commit_none(part: Partition) -> None:
+    part.append_as_leader(txn(2, pid=1))  # 0..1
+    part.write_txn_marker(1, 0, commit=True, coordinator_epoch=0)  # 2
+    assert not (part.log.dir / f"{0:020d}.txnindex").exists()
+    part.append_as_leader(txn(2, pid=2))  # 3..4, B
+    part.append_as_leader(txn(1, pid=1, seq=2))  # 5, A again
+    part.write_txn_marker(1, 0, commit=False, coordinator_epoch=0)  # 6: A aborts, B open
+    part.write_txn_marker(2, 0, commit=False, coordinator_epoch=0)  # 7: B aborts
+    # version i16 0, producerId, firstOffset, lastOffset (the marker), lastStableOffset
+    assert _txnindex(part) == struct.pack(">hqqqq", 0, 1, 5, 6, 3) + struct.pack(
+        ">hqqqq", 0, 2, 3, 7, 8
+    )
+    assert len(_txnindex(part)) == 2 * 34
+
+
+def test_read_committed_returns_the_aborted_transactions_it_overlaps(part: Partition) -> None:
+    part.append_as_leader(txn(2, pid=1))  # 0..1
+    part.write_txn_marker(1, 0, commit=False, coordinator_epoch=0)  # 2
+    part.append_as_leader(txn(2, pid=2, seq=0))  # 3..4
+    part.write_txn_marker(2, 0, commit=True, coordinator_epoch=0)  # 5
+    part.append_as_leader(txn(1, pid=3))  # 6
+    part.write_txn_marker(3, 0, commit=False, coordinator_epoch=0)  # 7
+    part.append_as_leader(txn(1, pid=4))  # 8, still open
+    assert part.last_stable_offset == 8
+    rd = part.read(0, 10**6, isolation=RC)
+    assert rd.slice is not None
+    assert [(a.producer_id, a.first_offset) for a in rd.aborted_transactions or []] == [
+        (1, 0),
+        (3, 6),
+    ]
+    # from after the first abort's marker: only the second overlaps
+    rd = part.read(3, 10**6, isolation=RC)
+    assert [(a.producer_id, a.first_offset) for a in rd.aborted_transactions or []] == [(3, 6)]
+    # read_uncommitted: no list at all (the response's null)
+    assert part.read(0, 10**6).aborted_transactions is None
+    # at the LSO: nothing to read, an empty list
+    assert part.read(8, 10**6, isolation=RC) == (None, 9, 8, 0, [])
+
+
+def test_an_abort_whose_marker_is_in_a_later_segment(part: Partition) -> None:
+    part.append_as_leader(txn(2, pid=1))  # 0..1
+    part.append_as_leader(build_batch([(b"p", b"q")]))  # 2
+    part.log.roll()
+    part.append_as_leader(build_batch([(b"p", b"q")]))  # 3
+    assert part.write_txn_marker(1, 0, commit=False, coordinator_epoch=0) == 4
+    # the entry lives with the marker, in the second segment
+    assert _txnindex(part, 0) == b""
+    assert _txnindex(part, 3) == struct.pack(">hqqqq", 0, 1, 0, 4, 5)
+    rd = part.read(0, 10**6, isolation=RC)
+    assert rd.slice is not None and rd.slice.first_offset == 0
+    assert [(a.producer_id, a.first_offset) for a in rd.aborted_transactions or []] == [(1, 0)]
