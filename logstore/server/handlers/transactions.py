@@ -12,7 +12,9 @@ AddPartitionsToTxn, AddOffsetsToTxn and EndTxn (KIP-588); older versions get
 ``INVALID_PRODUCER_EPOCH`` instead, as from Kafka.
 
 AddPartitionsToTxn naming a partition that does not exist: ``UNKNOWN_TOPIC_OR_PARTITION`` for
-it and ``OPERATION_NOT_ATTEMPTED`` for the others (Kafka's answer); nothing is added.
+it and ``OPERATION_NOT_ATTEMPTED`` for the others (Kafka's answer); nothing is added. An
+internal topic (which no client produces to; AddOffsetsToTxn adds ``__consumer_offsets``)
+is answered the same way with ``INVALID_TOPIC_EXCEPTION``, Produce's answer for it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from logstore.server.context import RequestContext
 from logstore.server.group.messages import CommitRequest
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.handlers.metadata import INTERNAL_TOPICS
 
 __all__ = ["API_HANDLERS"]
 
@@ -41,15 +44,16 @@ def _exists(ctx: RequestContext, topic: str, partition: int) -> bool:
 def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
     wanted = [(str(t.name), int(p)) for t in request.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if not _exists(ctx, *tp)}
+    refused = {
+        tp: ErrorCode.invalid_topic_exception
+        if tp[0] in INTERNAL_TOPICS
+        else ErrorCode.unknown_topic_or_partition
+        for tp in wanted
+        if tp[0] in INTERNAL_TOPICS or not _exists(ctx, *tp)
+    }
     errors: dict[tuple[str, int], ErrorCode]
-    if unknown:
-        errors = {
-            tp: ErrorCode.unknown_topic_or_partition
-            if tp in unknown
-            else ErrorCode.operation_not_attempted
-            for tp in wanted
-        }
+    if refused:
+        errors = {tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
     else:
         error = ctx.broker.txn_coordinator.add_partitions(
             str(request.v3_and_below_transactional_id),

@@ -192,6 +192,7 @@ def test_transactional_apis_check_the_producer(broker):
             ErrorCode.invalid_producer_epoch
         )
         assert add(1, "no-such-topic-xyz") == [ErrorCode.unknown_topic_or_partition] * 2
+        assert add(1, "__transaction_state") == [ErrorCode.invalid_topic_exception] * 2
         r = c.call(
             EndTxnRequest(
                 transactional_id="t-api",
@@ -220,3 +221,14 @@ def test_transactional_apis_check_the_producer(broker):
             )
         )
         assert r.error_code == ErrorCode.invalid_producer_id_mapping
+
+
+def test_find_coordinator_of_a_transactional_id_is_this_broker(broker):
+    from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+    from kio.static.primitive import i8
+
+    with RawClient(broker.bootstrap) as c:
+        r = c.call(FindCoordinatorRequest(key="some-txn", key_type=i8(1)))
+        assert (r.error_code, r.node_id, r.port) == (ErrorCode.none, 0, broker.port)
+        r = c.call(FindCoordinatorRequest(key="x", key_type=i8(2)))
+        assert r.error_code == ErrorCode.invalid_request
