@@ -90,14 +90,18 @@ class TxnStateLog:
         encoded = None if value is None else encode_txn_value(value)
         partition = self.partition_for(transactional_id)
         log_ = self._log(partition)
-        log_.append(build_batch([(key, encoded, (), now_ms)], base_timestamp=now_ms), now_ms=now_ms)
-        # A single broker: what is appended is committed.
-        log_.high_watermark = log_.log_end_offset
-        with self._live_lock:
-            if encoded is None:
-                self._live.pop(transactional_id, None)
-            else:
-                self._live[transactional_id] = encoded
+        batch = build_batch([(key, encoded, (), now_ms)], base_timestamp=now_ms)
+        # Under the log's lock, so that a snapshot (which takes it too) sees every value
+        # appended before it and none appended after it.
+        with log_.lock:
+            log_.append(batch, now_ms=now_ms)
+            # A single broker: what is appended is committed.
+            log_.high_watermark = log_.log_end_offset
+            with self._live_lock:
+                if encoded is None:
+                    self._live.pop(transactional_id, None)
+                else:
+                    self._live[transactional_id] = encoded
         self._maybe_snapshot(partition, log_, now_ms=now_ms)
 
     def flush(self, transactional_id: str) -> None:
@@ -108,16 +112,16 @@ class TxnStateLog:
         span = log_.log_end_offset - log_.log_start_offset
         if span < self._snapshot_min_records:
             return
-        with self._live_lock:
-            live = [
-                (encode_txn_key(t), v)
-                for t, v in self._live.items()
-                if self.partition_for(t) == partition
-            ]
-        if 2 * len(live) > span:
-            return
         try:
             with log_.lock:
+                with self._live_lock:
+                    live = [
+                        (encode_txn_key(t), v)
+                        for t, v in self._live.items()
+                        if self.partition_for(t) == partition
+                    ]
+                if 2 * len(live) > span:
+                    return
                 log_.roll(now_ms=now_ms)
                 start = log_.log_end_offset
                 for i in range(0, len(live), _SNAPSHOT_BATCH_RECORDS):

@@ -65,8 +65,11 @@ class Markers:
 
 
 class Env:
-    def __init__(self, log_dir: Path, config: TxnConfig) -> None:
+    def __init__(
+        self, log_dir: Path, config: TxnConfig, snapshot_min_records: int = 10_000
+    ) -> None:
         self.log_dir = log_dir
+        self.snapshot_min_records = snapshot_min_records
         self.config = config
         self.now = T0
         self.ids = itertools.count(1000)
@@ -87,7 +90,12 @@ class Env:
         )
         self.groups.start()
         self.tc = TransactionCoordinator(
-            TxnStateLog(self.log_manager, num_partitions=1, segment_bytes=1 << 20),
+            TxnStateLog(
+                self.log_manager,
+                num_partitions=1,
+                segment_bytes=1 << 20,
+                snapshot_min_records=self.snapshot_min_records,
+            ),
             config=self.config,
             next_producer_id=lambda: next(self.ids),
             write_marker=self.markers,
@@ -371,3 +379,25 @@ def test_txn_offset_commit_checks_member_and_generation_when_given(env):
         offsets=[CommitRequest("in", 0, 7)],
     )
     assert errs == [ErrorCode.unknown_member_id]
+
+
+def test_state_log_is_compacted_by_snapshot_and_loads_the_same(tmp_path):
+    e = Env(tmp_path / "logs", TxnConfig(), snapshot_min_records=20)
+    try:
+        ids = {t: _init(e, t) for t in ("a", "b", "c")}
+        for _ in range(12):
+            for t, (pid, epoch) in ids.items():
+                assert e.tc.add_partitions(t, pid, epoch, [("t", 0)]) is ErrorCode.none
+                assert e.tc.end_txn(t, pid, epoch, commit=t != "b") is ErrorCode.none
+        e.now += 1
+        e.tc.init_producer_id("c", 10_000)  # c: Empty, epoch 1
+        before = {t: e.state(t) for t in ids}
+        lg = e.log_manager.get_log(TRANSACTION_STATE_TOPIC, 0)
+        assert lg.log_start_offset > 0  # older records were dropped
+        assert lg.log_end_offset - lg.log_start_offset < 20
+        e.restart()
+        assert {t: e.state(t) for t in ids} == before
+        assert before["b"].state is TxnState.COMPLETE_ABORT
+        assert before["c"].state is TxnState.EMPTY and before["c"].producer_epoch == 1
+    finally:
+        e.close()
