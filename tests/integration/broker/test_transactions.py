@@ -413,3 +413,119 @@ def test_consume_transform_produce_commits_offsets_with_the_transaction(broker):
     finally:
         consumer.close()
     assert ck_read(broker.bootstrap, dst, "read_committed") == [b"out-%d" % i for i in range(10)]
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
+def test_send_offsets_to_transaction_other_clients(broker, client):
+    """kafka-python's and aiokafka's AddOffsetsToTxn + TxnOffsetCommit: the offset of an
+    aborted transaction never shows, the committed one does, only after the commit."""
+    src = new_topic(broker.bootstrap, partitions=1, prefix=f"offs-{client}")
+    group = f"offs-{src}"
+    txn_id = f"offs-{client}-{src}"
+    seen: list[int] = []
+
+    def check() -> None:
+        seen.append(_committed_offset(broker.bootstrap, group, src))
+
+    if client == "kafka-python":
+        from kafka import KafkaProducer
+        from kafka.structs import OffsetAndMetadata
+        from kafka.structs import TopicPartition as KafkaTp
+
+        p = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=txn_id)
+        try:
+            p.init_transactions()
+            for offset, commit in ((3, False), (7, True)):
+                p.begin_transaction()
+                p.send_offsets_to_transaction(
+                    {KafkaTp(src, 0): OffsetAndMetadata(offset, "", -1)}, group
+                )
+                check()
+                p.commit_transaction() if commit else p.abort_transaction()
+                check()
+        finally:
+            p.close(timeout=10)
+    else:
+        from aiokafka import AIOKafkaProducer
+        from aiokafka.structs import TopicPartition as AioTp
+
+        async def run() -> None:
+            p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=txn_id)
+            await p.start()
+            loop = asyncio.get_running_loop()
+            try:
+                for offset, commit in ((3, False), (7, True)):
+                    await p.begin_transaction()
+                    await p.send_offsets_to_transaction({AioTp(src, 0): offset}, group)
+                    await loop.run_in_executor(None, check)
+                    if commit:
+                        await p.commit_transaction()
+                    else:
+                        await p.abort_transaction()
+                    await loop.run_in_executor(None, check)
+            finally:
+                await p.stop()
+
+        asyncio.run(run())
+    assert [o < 0 for o in seen[:3]] == [True] * 3 and seen[3] == 7, seen
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
+def test_timeout_abort_other_clients(broker_factory, client):
+    b = broker_factory(**{"transaction.abort.timed.out.transaction.cleanup.interval.ms": 200})
+    topic = new_topic(b.bootstrap, partitions=1, prefix=f"txn-timeout-{client}")
+    txn_id = f"slow-{client}-{topic}"
+    if client == "kafka-python":
+        from kafka import KafkaProducer
+
+        p = KafkaProducer(
+            bootstrap_servers=b.bootstrap, transactional_id=txn_id, transaction_timeout_ms=1500
+        )
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, value=b"too-slow", partition=0).get(timeout=30)
+        _wait_log(b, "timed out after 1500 ms: aborting")
+        with pytest.raises(Exception) as exc:
+            p.commit_transaction()
+        p.close(timeout=5)
+    else:
+        from aiokafka import AIOKafkaProducer
+
+        async def run() -> BaseException:
+            p = AIOKafkaProducer(
+                bootstrap_servers=b.bootstrap, transactional_id=txn_id, transaction_timeout_ms=1500
+            )
+            await p.start()
+            try:
+                await p.begin_transaction()
+                await (await p.send(topic, value=b"too-slow", partition=0))
+                await asyncio.get_running_loop().run_in_executor(
+                    None, _wait_log, b, "timed out after 1500 ms: aborting"
+                )
+                try:
+                    await p.commit_transaction()
+                except Exception as e:
+                    return e
+                raise AssertionError("commit of a timed-out transaction succeeded")
+            finally:
+                await p.stop()
+
+        with pytest.raises(Exception) as exc:
+            raise asyncio.run(run())
+    name = type(exc.value).__name__
+    assert "Fenced" in name or "Epoch" in name, exc.value
+    q = ck.Producer({"bootstrap.servers": b.bootstrap, "transactional.id": txn_id})
+    q.init_transactions(30)
+    q.begin_transaction()
+    q.produce(topic, value=END, partition=0)
+    q.commit_transaction(30)
+    assert ck_read(b.bootstrap, topic, "read_committed") == []
+    assert ck_read(b.bootstrap, topic, "read_uncommitted") == [b"too-slow"]
+
+
+def _wait_log(b: Any, text: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in b.log_text():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{text!r} not in the broker log:\n{b.log_tail()}")
+        time.sleep(0.1)
