@@ -97,6 +97,14 @@ from logstore.storage.files import (
     segment_path,
 )
 from logstore.storage.loader import LoadResult, load_segments
+from logstore.storage.producer_loader import ProducerStateLoad, load_producer_state
+from logstore.storage.producer_snapshot import (
+    delete_snapshot,
+    list_snapshots,
+    snapshot_path,
+    write_snapshot,
+)
+from logstore.storage.producer_state import ProducerStateManager
 from logstore.storage.retention import retention_plan
 from logstore.storage.scheduler import Scheduler
 from logstore.storage.segment import BatchInfo, LogSegment
@@ -116,6 +124,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _MAX_CODEC = 4  # zstd
+# producer snapshots kept per partition (the newest; Kafka keeps one per segment)
+MAX_SNAPSHOTS = 3
 _MIN_RECORD_SIZE = 7  # as protocol.batch: the smallest possible uncompressed record
 
 # Kafka's ListOffsets special timestamps.
@@ -256,6 +266,53 @@ class Log:
         self._txn_index_failed = False
         if loaded.offline_reason is not None:
             self._go_offline(loaded.offline_reason)
+        # Kafka's UnifiedLog owns the producer state too: roll and close snapshot it, and
+        # recovery rebuilds it together with the .txnindex of the recovered segments
+        self.producer_state = ProducerStateManager(self.topic, self.partition)
+        self.producer_load = self._load_producer_state(loaded.recovered_segments)
+
+    # -- producer state -------------------------------------------------------------------------
+
+    def _load_producer_state(self, recovered: Sequence[int] = ()) -> ProducerStateLoad:
+        """(Re)load :attr:`producer_state` from the latest snapshot and the batches after it;
+        rebuild the ``.txnindex`` of ``recovered`` segments (:mod:`producer_loader`)."""
+        result = load_producer_state(
+            self.producer_state,
+            self._dir,
+            self._segments,
+            self.iter_located_headers,
+            log_start_offset=self._log_start_offset,
+            log_end_offset=self._next_offset,
+            recovered_segments=recovered,
+        )
+        if result.txn_index_error is not None:
+            # no clean shutdown marker then: the next start rebuilds it again
+            self._txn_index_failed = True
+            self._go_offline(result.txn_index_error)
+        return result
+
+    def take_snapshot(self) -> bool:
+        """Write the producer state at the log end offset as ``<offset>.snapshot`` (roll,
+        clean shutdown) unless one is there already, keeping the newest
+        :data:`MAX_SNAPSHOTS`; False (logged) when the disk refused: snapshots only shorten
+        the next load, they are never needed for correctness."""
+        with self._lock:
+            offset = self._next_offset
+            if snapshot_path(self._dir, offset).exists():
+                return True
+            try:
+                write_snapshot(self._dir, offset, self.producer_state.snapshot_entries())
+            except StorageError as exc:
+                _log.warning("%s: producer snapshot not written: %s", self._dir.name, exc)
+                return False
+            for old in list_snapshots(self._dir)[:-MAX_SNAPSHOTS]:
+                delete_snapshot(self._dir, old)
+            return True
+
+    def _delete_snapshots_below(self, offset: int) -> None:
+        for old in list_snapshots(self._dir):
+            if old < offset:
+                delete_snapshot(self._dir, old)
 
     @classmethod
     def open(
@@ -559,6 +616,8 @@ class Log:
         )
         self._segments = [*self._segments, seg]
         self._bases = [*self._bases, new_base]
+        # the state after every batch of the rolled segment: the next load replays from here
+        self.take_snapshot()
         # Kafka flushes the rolled segment in the background right away, which moves the
         # recovery point to the new segment and keeps post-crash recovery short.
         if self._scheduler is not None and self._scheduler.running:
@@ -785,6 +844,11 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, offset)
             self._high_watermark = min(self._high_watermark, offset)
             self._after_truncation(offset, clear_epochs=False)
+            # Kafka's truncateAndReload: snapshots above the new end describe batches gone
+            for snap in list_snapshots(self._dir):
+                if snap > offset:
+                    delete_snapshot(self._dir, snap)
+            self._load_producer_state()
             return True
 
     def _after_truncation(self, offset: int, *, clear_epochs: bool) -> None:
@@ -815,6 +879,8 @@ class Log:
         self._recovery_point = offset
         self._high_watermark = offset
         self._after_truncation(offset, clear_epochs=True)
+        self._delete_snapshots_below(2**63 - 1)
+        self.producer_state.clear()
 
     def _remove_segments(
         self, doomed: list[LogSegment], *, immediately: bool = False, allow_all: bool = False
@@ -857,6 +923,7 @@ class Log:
                 self._log_start_offset = offset
                 self.leader_epoch_cache.truncate_from_start(offset)
                 self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= offset)
+                self._delete_snapshots_below(offset)
             return self._log_start_offset
 
     def _delete_segments(self, predicate: Callable[[LogSegment, int], bool]) -> int:
@@ -876,6 +943,7 @@ class Log:
             self._remove_segments(doomed)
             self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
             self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+            self._delete_snapshots_below(self._log_start_offset)
         return len(doomed)
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
@@ -922,6 +990,15 @@ class Log:
             start = next((i for i, s in enumerate(segs) if s is old[0]), None)
             if start is None or segs[start : start + len(old)] != old or segs[-1] in old:
                 raise ValueError("replace_segments: old segments are not consecutive live ones")
+            # the cleaner keeps markers and their transactions' records at their offsets, so
+            # the replaced segments' aborted transactions are the new segment's
+            carried = [e for seg in old for e in seg.txn_index.entries]
+            if carried and not len(new.txn_index):
+                try:
+                    new.txn_index.rewrite(carried)
+                except StorageError as exc:
+                    self._txn_index_failed = True  # the next start rebuilds it
+                    self._storage_failure(exc)
             kept = [*segs[:start], new, *segs[start + len(old) :]]
             # the new list first: a lockless reader never sees the range without a segment
             self._segments = kept
@@ -938,6 +1015,9 @@ class Log:
         with self._lock:
             if self._closed:
                 return
+            if not self.needs_recovery:
+                # clean shutdown: the next load replays nothing (a failure is only logged)
+                self.take_snapshot()
             failures: list[str] = []
             for seg in self._segments:
                 try:

@@ -45,8 +45,12 @@ Thread-safety: appends and DeleteRecords serialise on :attr:`Partition.lock` (pr
 check -> append -> update is atomic with respect to other producers). :meth:`read` and the
 offset properties take no lock (the log's reads are safe from any thread).
 
-Crash behaviour: nothing of its own is persisted; producer state is rebuilt from the log's
-batch headers when the partition is loaded (:meth:`Partition.load`).
+Crash behaviour: nothing of its own is persisted. The producer state is the log's
+(:attr:`Log.producer_state`, Kafka's ``UnifiedLog`` owns it too): loaded from the latest
+``.snapshot`` plus the batches after it when the log opens, with the ``.txnindex`` of every
+recovered segment rebuilt from its markers; a marker whose ``.txnindex`` entry a crash
+prevented is thus indexed again, and a torn marker batch is cut off by recovery like any
+torn batch (its transaction stays open, and the coordinator writes the marker again).
 """
 
 from __future__ import annotations
@@ -67,7 +71,6 @@ from logstore.protocol.batch import CONTROL_FLAG, TRANSACTIONAL_FLAG, BatchHeade
 from logstore.protocol.control import ControlType, build_control_batch
 from logstore.protocol.records import first_keyless_record
 from logstore.storage.log import FetchSlice, Log, analyze_batches
-from logstore.storage.producer_loader import replay_batches
 from logstore.storage.producer_state import ProducerStateManager
 from logstore.storage.txn_index import AbortedTxn
 
@@ -121,24 +124,14 @@ class Partition:
         self.topic = topic
         self.partition = partition
         self.log = log
-        self.producers = (
-            producers if producers is not None else ProducerStateManager(topic, partition)
-        )
+        self.producers = producers if producers is not None else log.producer_state
         self.lock = threading.Lock()
 
     @classmethod
     def load(cls, topic: str, partition: int, log: Log) -> Partition:
-        """The partition over an open log, its producer state rebuilt from the batch headers.
-
-        A header that cannot be read stops the rebuild where it is (logged): what was read
-        stays, as the log itself was recovered before it was opened.
-        """
-        producers = ProducerStateManager(topic, partition)
-        try:
-            replay_batches(producers, log.iter_located_headers())
-        except LoglakeError as exc:
-            _log.warning("%s-%d: producer state rebuild stopped: %s", topic, partition, exc)
-        return cls(topic, partition, log, producers)
+        """The partition over an open log and the producer state it loaded (from its latest
+        ``.snapshot`` plus the batches after it: :mod:`logstore.storage.producer_loader`)."""
+        return cls(topic, partition, log)
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, {self.log!r})"

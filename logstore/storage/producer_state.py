@@ -60,6 +60,7 @@ from logstore.errors import (
 )
 from logstore.protocol.batch import TRANSACTIONAL_FLAG, BatchHeader
 from logstore.protocol.control import ControlRecord, ControlType
+from logstore.storage.producer_snapshot import SnapshotEntry
 
 __all__ = [
     "BATCHES_RETAINED",
@@ -399,6 +400,54 @@ class ProducerStateManager:
     def clear(self) -> None:
         self.producers.clear()
         self.ongoing.clear()
+
+    def snapshot_entries(self) -> list[SnapshotEntry]:
+        """Every producer as a ``.snapshot`` entry (its last batch only, as Kafka keeps)."""
+        out = []
+        for pid, e in list(self.producers.items()):
+            last = e.batches[-1] if e.batches else None
+            out.append(
+                SnapshotEntry(
+                    pid,
+                    e.epoch,
+                    -1 if last is None else last.last_seq,
+                    -1 if last is None else last.last_offset,
+                    0 if last is None else last.last_offset - last.first_offset,
+                    e.last_timestamp,
+                    e.coordinator_epoch,
+                    e.current_txn_first_offset,
+                )
+            )
+        return out
+
+    def load_snapshot_entries(self, entries: Iterable[SnapshotEntry]) -> None:
+        """Replace the state with a snapshot's entries (open transactions in offset order)."""
+        self.clear()
+        for s in entries:
+            e = ProducerEntry(
+                s.producer_id,
+                s.epoch,
+                coordinator_epoch=s.coordinator_epoch,
+                current_txn_first_offset=s.current_txn_first_offset,
+                last_timestamp=s.timestamp,
+            )
+            if s.last_offset >= 0:
+                e.batches.append(
+                    BatchMetadata(
+                        (s.last_sequence - s.offset_delta) % (_INT32_MAX + 1),
+                        s.last_sequence,
+                        s.last_offset - s.offset_delta,
+                        s.last_offset,
+                        s.timestamp,
+                    )
+                )
+            self.producers[s.producer_id] = e
+        for pid, first in sorted(
+            ((p, e.current_txn_first_offset) for p, e in self.producers.items()),
+            key=lambda t: t[1],
+        ):
+            if first >= 0:
+                self.ongoing[pid] = first
 
     def truncate_below(self, log_start_offset: int) -> None:
         """Forget batches wholly below the log start offset (DeleteRecords, retention); a

@@ -5,9 +5,16 @@ then times ``Log.open(..., clean_shutdown=False, recovery_point=0)`` — every b
 CRC-checked and indexed, indexes rebuilt — against reading the same ``.log`` files
 sequentially with ``os.read`` in 1 MiB chunks. Both read from the page cache (the files were
 just written; caches are not dropped on a shared machine), so the ratio measures recovery's
-CPU cost over the cheapest possible pass. Best of ``--rounds``. Last line: one JSON object.
+CPU cost over the cheapest possible pass. Best of ``--rounds``.
 
-    .venv/bin/python tests/perf/bench_recovery.py [--mib 512] [--rounds 3]
+Producer-state loading (``--producer-mib``, 0 to skip): a log of 16 KiB idempotent and
+transactional batches from 8 producers (every 4th transaction aborted) in 8 MiB segments,
+written through the partition layer, is opened four ways: after a clean shutdown and after a
+crash with the recovery point at the active segment, each with the ``.snapshot`` files the
+log wrote (on roll and close) and with them deleted (a full replay of every batch header and
+marker). Last line: one JSON object.
+
+    .venv/bin/python tests/perf/bench_recovery.py [--mib 512] [--rounds 3] [--producer-mib 128]
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -24,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from logstore.protocol.records import build_batch
 from logstore.storage.log import Log, LogConfig
+from logstore.storage.partition import Partition
 
 CFG = LogConfig(segment_bytes=256 * 1024 * 1024, max_message_bytes=2**30)
 
@@ -73,10 +82,88 @@ def recover(d: Path) -> tuple[float, int]:
     return elapsed, end
 
 
+PS_CFG = LogConfig(segment_bytes=8 * 1024 * 1024, segment_ms=2**62)
+
+
+def write_producer_log(d: Path, total_bytes: int) -> int:
+    """Idempotent and transactional batches of 8 producers; returns the batches written
+    (markers included)."""
+    part = Partition.load("ps", 0, Log.open(d, PS_CFG))
+    value = os.urandom(1000)
+    seqs = [0] * 8
+    i = n = written = 0
+    while written < total_bytes:
+        pid = i % 8
+        transactional = pid % 2 == 1
+        batch = build_batch(
+            [(b"k%d" % k, value) for k in range(16)],
+            base_timestamp=1_700_000_000_000,
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=seqs[pid],
+            is_transactional=transactional,
+        )
+        seqs[pid] += 16
+        part.append_as_leader(batch)
+        n += 1
+        if transactional:  # one batch per transaction, every 4th aborted
+            commit = (i // 8) % 4 != 0
+            part.write_txn_marker(
+                pid, 0, commit=commit, coordinator_epoch=0, now_ms=1_700_000_000_000
+            )
+            n += 1
+        written += len(batch)
+        i += 1
+    part.log.close()
+    return n
+
+
+def open_timed(d: Path, *, clean: bool, recovery_point: int) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    log = Log.open(d, PS_CFG, clean_shutdown=clean, recovery_point=recovery_point)
+    elapsed = time.perf_counter() - t0
+    replayed = log.producer_load.batches_replayed
+    log.close()
+    return elapsed, replayed
+
+
+def bench_producer_state(tmp: Path, mib: int, rounds: int) -> dict[str, object]:
+    src = tmp / "ps-0"
+    batches = write_producer_log(src, mib * 1024 * 1024)
+    segments = sorted(src.glob("*.log"))
+    active_base = int(segments[-1].name.split(".")[0])
+    out: dict[str, object] = {"batches": batches, "segments": len(segments)}
+    for snapshots in (True, False):
+        for clean in (True, False):
+            best, replayed = float("inf"), 0
+            for _ in range(rounds):
+                d = tmp / "ps-copy" / "ps-0"
+                shutil.copytree(src, d)
+                if not snapshots:
+                    for f in d.glob("*.snapshot"):
+                        f.unlink()
+                elapsed, replayed = open_timed(d, clean=clean, recovery_point=active_base)
+                best = min(best, elapsed)
+                shutil.rmtree(d.parent)
+            key = f"{'clean' if clean else 'crash'}_{'with' if snapshots else 'without'}_snapshots"
+            out[key] = {"open_s": round(best, 4), "batches_replayed": replayed}
+            print(
+                f"producer state, {key}: open {best * 1000:.1f} ms, {replayed:,} of {batches:,} "
+                "batches replayed"
+            )
+    for kind in ("clean", "crash"):
+        with_s = out[f"{kind}_with_snapshots"]["open_s"]  # type: ignore[index]
+        without_s = out[f"{kind}_without_snapshots"]["open_s"]  # type: ignore[index]
+        out[f"{kind}_speedup"] = round(without_s / with_s, 1)
+    shutil.rmtree(src)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--producer-mib", type=int, default=128)
     args = parser.parse_args()
     results: dict[str, object] = {"benchmark": "recovery", "mib": args.mib}
     with tempfile.TemporaryDirectory(
@@ -111,6 +198,10 @@ def main() -> int:
             for p in d.iterdir():
                 p.unlink()
             d.rmdir()
+        if args.producer_mib > 0:
+            results["producer_state"] = bench_producer_state(
+                Path(tmp), args.producer_mib, args.rounds
+            )
     print(json.dumps(results))
     return 0
 
