@@ -160,7 +160,8 @@ class Partition:
         """The first offset a READ_COMMITTED consumer may not see yet.
 
         Kafka: the first offset of the oldest ongoing transaction (never below the log start
-        offset), else the high watermark (never above it). Lockless: a read of the producer state's first open transaction.
+        offset), else the high watermark (never above it). Lockless: one attribute read of
+        the producer state.
         """
         hw = self.log.high_watermark
         first = self.producers.first_unstable_offset
