@@ -136,7 +136,7 @@ def test_kafka_python_read_committed(served: Any) -> None:
             bootstrap_servers=b.bootstrap,
             isolation_level=isolation,
             enable_auto_commit=False,
-            consumer_timeout_ms=3000,
+            consumer_timeout_ms=6000,  # idle time that ends the iteration (a loaded machine)
         )
         try:
             tp = kafka.TopicPartition(TOPIC, 0)
