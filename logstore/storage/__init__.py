@@ -1,13 +1,16 @@
 """logstore.storage: Kafka-format log directories — segments, indexes, logs, recovery.
 
 One module per on-disk concept: ``files`` (names, topic validation), ``index`` (``.index`` /
-``.timeindex``), ``segment`` (one ``.log`` + indexes), ``loader`` (clean-up and recovery at
-open), ``log`` (a partition: append, read as file slices, truncation, retention), ``checkpoints``
-(Kafka's text checkpoints, leader epochs), ``topic_config`` (per-topic overrides in the log
-dir), ``properties`` (Java properties text: topic overrides and the broker config),
-``log_manager`` (all partitions, locks, checkpoints, clean shutdown), ``scheduler`` and
-``dirlock``. ``partition`` (the leader's rules: ``append_as_leader``, ``read`` by isolation
-level) and ``producer_state`` (idempotence) are what the broker serves requests through.
+``.timeindex``), ``txn_index`` (``.txnindex``: aborted transactions), ``segment`` (one ``.log``
++ indexes), ``loader`` (clean-up and recovery at open), ``producer_snapshot`` (``.snapshot``
+files), ``producer_loader`` (producer state and ``.txnindex`` rebuilt at open), ``log`` (a
+partition: append, read as file slices, truncation, retention), ``checkpoints`` (Kafka's text
+checkpoints, leader epochs), ``topic_config`` (per-topic overrides in the log dir),
+``properties`` (Java properties text: topic overrides and the broker config), ``log_manager``
+(all partitions, locks, checkpoints, clean shutdown), ``scheduler`` and ``dirlock``.
+``partition`` (the leader's rules: ``append_as_leader``, ``read`` by isolation level,
+``write_txn_marker``) and ``producer_state`` (idempotence, open transactions) are what the
+broker serves requests through.
 """
 
 from __future__ import annotations

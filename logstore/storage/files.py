@@ -12,6 +12,9 @@ Layout of one log directory (``log.dirs`` entry)::
         00000000000000000000.log                     record batches, base offset in the name
         00000000000000000000.index                   offset index (8-byte entries)
         00000000000000000000.timeindex               time index (12-byte entries)
+        00000000000000000000.txnindex                aborted transactions (34-byte entries),
+                                                     only once one aborted in the segment
+        00000000000000000042.snapshot                producer state at offset 42 (Kafka's v1)
         leader-epoch-checkpoint
 
 Segment files are named by their base offset zero-padded to 20 digits. The temporary suffixes

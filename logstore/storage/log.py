@@ -38,6 +38,17 @@ whose files may not match what it says (an fsync failed, or a failed write could
 back: :attr:`Log.needs_recovery`) does not count as cleanly shut down: the log manager then
 writes no clean-shutdown marker, so the next start recovers.
 
+Producer state and transactions (Kafka's ``UnifiedLog`` owns them too): :attr:`Log.producer_state`
+is loaded when the log opens, from the latest ``<offset>.snapshot`` plus the batches after it,
+and the ``.txnindex`` of every segment recovery touched is rebuilt from its markers
+(:mod:`logstore.storage.producer_loader`). A snapshot is written on each roll (at the new
+segment's base offset, the state of every batch before it) and at a clean :meth:`close` (at the
+log end offset); the newest :data:`MAX_SNAPSHOTS` are kept, snapshots below the log start go
+with their segments, those above a truncation point go with the truncation (which reloads the
+state). The state itself is changed by the partition (:mod:`logstore.storage.partition`) under
+its append lock; ABORT markers add their entry through :meth:`append_aborted_txn`, and
+:meth:`collect_aborted_txns` answers READ_COMMITTED fetches from the segments' indexes.
+
 Crash behaviour: nothing is fsynced except by :meth:`flush` (called by the flush policy:
 ``flush.messages``, ``flush.ms`` via the manager, and on roll for the rolled segment). On open
 after an unclean shutdown the log is recovered from the recovery point (see

@@ -159,12 +159,17 @@ class Partition:
     def last_stable_offset(self) -> int:
         """The first offset a READ_COMMITTED consumer may not see yet.
 
-        Kafka: the first offset of the oldest ongoing transaction, else the high watermark
-        (never above it). Lockless: a read of the producer state's first open transaction.
+        Kafka: the first offset of the oldest ongoing transaction (never below the log start
+        offset), else the high watermark (never above it). Lockless: one attribute read of
+        the producer state.
         """
         hw = self.log.high_watermark
         first = self.producers.first_unstable_offset
-        return hw if first is None else min(first, hw)
+        if first is None:
+            return hw
+        # an open transaction begun below the log start (DeleteRecords, retention) counts from
+        # the log start, as Kafka's maybeIncrementFirstUnstableOffset does
+        return min(max(first, self.log.log_start_offset), hw)
 
     def fetch_limit(self, isolation: IsolationLevel) -> int:
         """The offset a fetch of ``isolation`` stops before (also ListOffsets' "latest")."""

@@ -8,9 +8,9 @@ ABORT (:func:`read_marker`: one small uncompressed record per marker, read with 
 
 :func:`load_producer_state`, numbered as it runs:
 
-1. stray files: ``*.snapshot.tmp`` (a snapshot write cut short) and snapshots above the log
-   end offset (the log was truncated below them: they describe batches no longer there) are
-   deleted;
+1. stray files: ``*.snapshot.tmp`` (a snapshot write cut short), snapshots below the log
+   start offset (their segments are gone) and above the log end offset (the log was truncated
+   below them: they describe batches no longer there) are deleted;
 2. ``.txnindex`` files: the segments recovered by the loader (unclean shutdown, missing or
    corrupt indexes, swapped-in cleaner output) and those whose ``.txnindex`` fails its sanity
    check get theirs rebuilt;
@@ -124,7 +124,9 @@ def load_producer_state(
             (dir / name).unlink(missing_ok=True)
     snapshots = []
     for offset in list_snapshots(dir):
-        if offset > log_end_offset:
+        if offset < log_start_offset:  # its segments are gone (offline retention)
+            delete_snapshot(dir, offset)
+        elif offset > log_end_offset:
             _log.info("%s: deleting snapshot %d above the log end %d", dir.name, offset,
                       log_end_offset)  # fmt: skip
             delete_snapshot(dir, offset)
@@ -145,7 +147,7 @@ def load_producer_state(
     start = log_start_offset
     used: int | None = None
     for offset in reversed(snapshots):
-        if offset < log_start_offset or offset > bound:
+        if offset > bound:
             continue
         try:
             producers.load_snapshot_entries(read_snapshot(dir, offset))

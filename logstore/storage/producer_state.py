@@ -42,7 +42,9 @@ state cannot differ. Control batches need their record (ABORT or COMMIT), which 
 decodes (one small uncompressed record per marker).
 
 Thread-safety: none inside; the broker holds the partition's append lock around
-check -> append -> update so the three are atomic with respect to other producers.
+check -> append -> update so the three are atomic with respect to other producers. Readers
+without the lock use :attr:`ProducerStateManager.first_unstable_offset` only (one attribute,
+replaced whole).
 """
 
 from __future__ import annotations
@@ -135,13 +137,12 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerEntry] = {}
         # producer id -> first offset of its open transaction, oldest first
         self.ongoing: dict[int, int] = {}
+        # the first offset of the oldest open transaction (None: none is open); a plain
+        # attribute set by the writer, so that lockless readers (fetch) never iterate `ongoing`
+        self.first_unstable_offset: int | None = None
 
-    @property
-    def first_unstable_offset(self) -> int | None:
-        """The first offset of the oldest open transaction, None when none is open."""
-        for first in self.ongoing.values():
-            return first
-        return None
+    def _ongoing_changed(self) -> None:
+        self.first_unstable_offset = next(iter(self.ongoing.values()), None)
 
     def check(
         self,
@@ -275,6 +276,7 @@ class ProducerStateManager:
             if entry.current_txn_first_offset < 0:
                 entry.current_txn_first_offset = base_offset
                 self.ongoing[h.producer_id] = base_offset
+                self._ongoing_changed()
 
     def update(
         self,
@@ -361,6 +363,7 @@ class ProducerStateManager:
         first = entry.current_txn_first_offset
         entry.current_txn_first_offset = -1
         self.ongoing.pop(producer_id, None)
+        self._ongoing_changed()
         lso = self.first_unstable_offset
         return CompletedTxn(
             producer_id,
@@ -400,6 +403,7 @@ class ProducerStateManager:
     def clear(self) -> None:
         self.producers.clear()
         self.ongoing.clear()
+        self._ongoing_changed()
 
     def snapshot_entries(self) -> list[SnapshotEntry]:
         """Every producer as a ``.snapshot`` entry (its last batch only, as Kafka keeps)."""
@@ -448,6 +452,7 @@ class ProducerStateManager:
         ):
             if first >= 0:
                 self.ongoing[pid] = first
+        self._ongoing_changed()
 
     def truncate_below(self, log_start_offset: int) -> None:
         """Forget batches wholly below the log start offset (DeleteRecords, retention); a

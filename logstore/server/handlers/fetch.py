@@ -225,8 +225,8 @@ def runs_inline(broker: Any, request: Any) -> bool:
 
     Then :func:`handle` does index lookups, header ``pread`` s, an ``open`` and an ``fstat``
     per partition (page-cache work, no waiting: a long-poll returns a Deferred), whereas a
-    partition's first use may rebuild its producer state from the whole log, and unknown
-    topics look up the log manager: those go to the handler threads.
+    partition's first use takes the broker's partition lock, and unknown topics look up the
+    log manager: those go to the handler threads.
     """
     return all(
         broker.loaded_partition(t.topic, int(p.partition)) is not None

@@ -3,7 +3,7 @@
 The transactions are written straight through the partition layer (``Partition`` over a
 ``LogManager``, the broker's own storage), as the transaction coordinator would: transactional
 batches, then COMMIT/ABORT markers; one transaction is left open. The broker then serves the
-log to confluent-kafka (librdkafka) and kafka-python consumers with both isolation levels.
+log to confluent-kafka (librdkafka), kafka-python and aiokafka consumers with both isolation levels.
 Full client transactions (InitProducerId with a transactional id, EndTxn) belong to the
 coordinator's tests.
 """
@@ -136,7 +136,7 @@ def test_kafka_python_read_committed(served: Any) -> None:
             bootstrap_servers=b.bootstrap,
             isolation_level=isolation,
             enable_auto_commit=False,
-            consumer_timeout_ms=3000,
+            consumer_timeout_ms=6000,  # idle time that ends the iteration (a loaded machine)
         )
         try:
             tp = kafka.TopicPartition(TOPIC, 0)
@@ -147,3 +147,36 @@ def test_kafka_python_read_committed(served: Any) -> None:
             assert c.end_offsets([tp])[tp] == end
         finally:
             c.close()
+
+
+def test_aiokafka_read_committed(served: Any) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    b, committed, everything, lso, hw = served
+
+    async def consume(isolation: str, want: int) -> tuple[list[bytes], int]:
+        c = AIOKafkaConsumer(
+            bootstrap_servers=b.bootstrap, isolation_level=isolation, enable_auto_commit=False
+        )
+        await c.start()
+        try:
+            tp = TopicPartition(TOPIC, 0)
+            c.assign([tp])
+            c.seek(tp, 0)
+            got: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(got) < want and time.monotonic() < deadline:
+                batch = await c.getmany(tp, timeout_ms=500)
+                got += [m.value for m in batch.get(tp, [])]
+            # nothing more arrives past the isolation's limit
+            extra = await c.getmany(tp, timeout_ms=500)
+            got += [m.value for m in extra.get(tp, [])]
+            end = (await c.end_offsets([tp]))[tp]
+            return got, end
+        finally:
+            await c.stop()
+
+    assert asyncio.run(consume("read_committed", len(committed))) == (committed, lso)
+    assert asyncio.run(consume("read_uncommitted", len(everything))) == (everything, hw)

@@ -109,3 +109,31 @@ def test_truncate_below_forgets_old_batches():
     _append(m, 1, 0, 10, 10, offset=10)
     m.truncate_below(15)
     assert [b.first_offset for b in m.producers[1].batches] == [10]
+
+
+def test_snapshot_entries_round_trip_keeps_the_last_batch_and_open_transactions():
+    from logstore.storage.producer_snapshot import decode_snapshot, encode_snapshot
+
+    m = ProducerStateManager("t", 0)
+    _append(m, 1, 0, 0, 10, offset=0)
+    _append(m, 1, 0, 10, 5, offset=10)  # only this batch survives a snapshot, as in Kafka
+    _append(m, 2, 3, 2**31 - 3, 5, offset=20)  # sequence wraps inside the batch
+    m.producers[2].current_txn_first_offset = 20
+    m.ongoing[2] = 20
+    m.complete_txn(3, 1, commit=False, coordinator_epoch=4, offset=30, timestamp=9)
+    loaded = ProducerStateManager("t", 0)
+    loaded.load_snapshot_entries(decode_snapshot(encode_snapshot(m.snapshot_entries())))
+    assert loaded.ongoing == {2: 20} and loaded.first_unstable_offset == 20
+    dup = loaded.check(1, 0, 10, 4)
+    assert dup is not None and (dup.first_offset, dup.last_offset) == (10, 14)
+    with pytest.raises(OutOfOrderSequenceError):  # older batches are not retained
+        loaded.check(1, 0, 0, 9)
+    with pytest.raises(OutOfOrderSequenceError):
+        loaded.check(1, 0, 16, 0)
+    assert loaded.check(1, 0, 15, 0) is None
+    wrapped = loaded.check(2, 3, 2**31 - 3, 4, transactional=True)
+    assert wrapped is not None and wrapped.last_seq == 1
+    assert loaded.check(2, 3, 2, 0, transactional=True) is None
+    # a producer known only from a marker: its epoch and coordinator epoch
+    e3 = loaded.producers[3]
+    assert (e3.epoch, e3.coordinator_epoch, e3.last_timestamp, len(e3.batches)) == (1, 4, 9, 0)

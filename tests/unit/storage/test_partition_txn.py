@@ -273,3 +273,15 @@ def test_an_abort_whose_marker_is_in_a_later_segment(part: Partition) -> None:
     rd = part.read(0, 10**6, isolation=RC)
     assert rd.slice is not None and rd.slice.first_offset == 0
     assert [(a.producer_id, a.first_offset) for a in rd.aborted_transactions or []] == [(1, 0)]
+
+
+def test_the_lso_never_falls_below_the_log_start(part: Partition) -> None:
+    part.append_as_leader(txn(2, pid=1))  # 0..1, left open
+    part.append_as_leader(build_batch([(b"x", b"y")]))  # 2
+    part.log.roll()
+    part.append_as_leader(build_batch([(b"x", b"y")]))  # 3
+    assert part.last_stable_offset == 0
+    assert part.delete_records_before(3) == 3
+    assert part.last_stable_offset == 3
+    rd = part.read(3, 10**6, isolation=RC)
+    assert rd.slice is None and rd.last_stable_offset == 3

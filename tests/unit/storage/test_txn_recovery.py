@@ -24,6 +24,7 @@ from logstore.storage.producer_snapshot import (
     encode_snapshot,
     list_snapshots,
 )
+from logstore.storage.segment import LogSegment
 from logstore.storage.txn_index import ENTRY_SIZE, decode_entries
 
 CFG = LogConfig(segment_bytes=1 << 20, segment_ms=2**62)
@@ -269,5 +270,28 @@ def test_truncation_drops_later_snapshots_txnindex_entries_and_state(tmp_path: P
         assert p.producers.ongoing == {2: 2, 3: 4}
         p.log.high_watermark = p.log.log_end_offset
         assert p.last_stable_offset == 2
+    finally:
+        p.log.close()
+
+
+def test_a_compaction_swap_carries_the_aborted_transactions(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    p = _open(d)
+    p.append_as_leader(txn(2, pid=1))  # 0..1
+    p.write_txn_marker(1, 0, commit=False, coordinator_epoch=0)  # 2
+    p.log.roll()
+    p.append_as_leader(build_batch([(b"k", b"v")]))  # 3
+    expected = _txn_files(d)[f"{0:020d}.txnindex"]
+    # the cleaner's output for segment 0 (here: the same batches), swapped in as the broker does
+    old = p.log.segments[0]
+    (d / f"{0:020d}.log.swap").write_bytes(old.path.read_bytes())
+    new = LogSegment.open(d, 0, file_suffix=".swap", preallocate=False)
+    new.recover()
+    p.log.replace_segments(new, [old])
+    new.change_file_suffixes(".swap", "")
+    try:
+        assert _txn_files(d) == {f"{0:020d}.txnindex": expected}
+        rd = p.read(0, 10**6, isolation=IsolationLevel.READ_COMMITTED)
+        assert [(a.producer_id, a.first_offset) for a in rd.aborted_transactions or []] == [(1, 0)]
     finally:
         p.log.close()
