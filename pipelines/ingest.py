@@ -479,9 +479,9 @@ def _with_aborted(
             found = txns.get((r.topic, r.partition))
             aborted = None
             if found is not None and len(found.aborted):
+                high = r.until if r.next_base_offset is None else r.next_base_offset
                 aborted = found.aborted.overlapping(
-                    max(r.start_offset, r.segment_base_offset),
-                    min(r.until, r.next_base_offset or r.until),
+                    max(r.start_offset, r.segment_base_offset), min(r.until, high)
                 )
             items.append((r, aborted if aborted is not None and len(aborted) else None))
         out.append(items)
