@@ -254,6 +254,7 @@ class IngestSummary:
     aborted_transactions: int = 0
     open_transactions: int = 0
     held_at_lso: dict[str, int] = field(default_factory=dict)
+    txn_prepass_seconds: float = 0.0  # the read_committed pre-pass (a Spark job of its own)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -442,7 +443,9 @@ def _stable_ranges(
 ) -> tuple[list[SegmentRange], dict[TopicPartition, PartitionTxns]]:
     """``read_committed``: the pre-pass over ``tasks``, then ``ranges`` cut at each
     partition's LSO (ranges wholly at or above it dropped)."""
+    began = time.monotonic()
     txns = scan_transactions(spark, tasks)
+    summary.txn_prepass_seconds = time.monotonic() - began
     out = []
     for r in ranges:
         lso = txns[(r.topic, r.partition)].lso(r.until)
@@ -457,7 +460,8 @@ def _stable_ranges(
             summary.held_at_lso[f"{tp[0]}/{tp[1]}"] = found.open_from
     log(
         f"read_committed: {summary.aborted_transactions} aborted and {summary.open_transactions} "
-        f"open transactions below the high watermarks; "
+        f"open transactions below the high watermarks (pre-pass "
+        f"{summary.txn_prepass_seconds:.2f} s); "
         + (
             "held at their last stable offset: "
             + ", ".join(f"{k} at {v}" for k, v in summary.held_at_lso.items())

@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from logstore.protocol.batch import Codec
+from logstore.protocol.batch import Codec, iter_batches
 from logstore.protocol.control import ControlType, build_control_batch
 from logstore.protocol.records import build_batch
 from logstore.storage.checkpoints import write_offset_checkpoint
@@ -276,3 +276,42 @@ def test_read_uncommitted_takes_everything_below_the_high_watermark(
     assert lake_rows(lake) == want and stops == logs.hws
     assert read_progress(lake / "records") == logs.hws
     assert s.control_batches == 5 and s.held_at_lso == {} and s.aborted_transactions == 0
+
+
+def _damage(logs: TxnLogs, tp: TopicPartition, base_offset: int) -> None:
+    """Flip the last byte of the batch at ``base_offset``: its CRC no longer matches."""
+    for path in sorted((logs.root / f"{tp[0]}-{tp[1]}").glob("*.log")):
+        data = bytearray(path.read_bytes())
+        for position, header in iter_batches(data):
+            if header.base_offset == base_offset:
+                data[position + header.size - 1] ^= 0xFF
+                path.write_bytes(bytes(data))
+                return
+    raise AssertionError(f"no batch at offset {base_offset}")
+
+
+def test_damage_above_the_lso_waits_with_the_open_transaction(
+    spark: SparkSession, tmp_path: Path, logs: TxnLogs
+) -> None:
+    """Progress never passes the LSO, not even past an unreadable run behind it: the run
+    that reads past the transaction reports (and quarantines) the damage."""
+    lake = tmp_path / "lake"
+    logs.data(P0, -1, 2, txn=False)
+    logs.data(P0, 5, 3)
+    logs.data(P0, -1, 2, txn=False)
+    logs.data(P0, -1, 2, txn=False)
+    damaged = logs.entries[P0][-1]
+    logs.data(P0, -1, 2, txn=False)
+    logs.end(P0, 5, commit=True)
+    marker = logs.entries[P0][-1].first
+    logs.checkpoint({P0: marker})  # the commit is not below the watermark yet: 5 is open
+    _damage(logs, P0, damaged.first)
+    s1 = run_ingest(spark, _config(logs, lake), log=_quiet)
+    assert read_progress(lake / "records") == {P0: 2}
+    assert (s1.skipped_offsets, s1.quarantined, s1.held_at_lso) == (0, 0, {"pay/0": 2})
+    logs.checkpoint()
+    s2 = run_ingest(spark, _config(logs, lake), log=_quiet)
+    want, _ = consumer_view(logs)
+    assert lake_rows(lake) == [r for r in want if r not in damaged.rows]
+    assert (s2.skipped_offsets, s2.quarantined) == (2, 1)
+    assert read_progress(lake / "records") == logs.hws
