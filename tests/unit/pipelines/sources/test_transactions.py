@@ -19,7 +19,14 @@ from logstore.errors import LoglakeError
 from logstore.protocol.control import ControlType, build_control_batch
 from logstore.protocol.records import build_batch
 from pipelines.decode.batches import scan_batches
-from pipelines.decode.transactions import KIND_ABORT, KIND_COMMIT, KIND_DATA, txn_frames
+from pipelines.decode.transactions import (
+    KIND_ABORT,
+    KIND_COMMIT,
+    KIND_DATA,
+    KIND_OTHER,
+    marker_types,
+    txn_frames,
+)
 from pipelines.ingest import load_config
 from pipelines.sources.transactions import AbortedRanges, TxnEvents, resolve
 
@@ -134,6 +141,18 @@ def test_txn_frames_reads_markers_from_the_bytes() -> None:
     # the offset window: a marker at or above ``until`` is not stable yet
     pid, kind, *_ = txn_frames(buf, scan, np.ones(len(scan), np.bool_), min_offset=1, until=7)
     assert kind.tolist() == [KIND_DATA, KIND_ABORT, KIND_DATA]
+
+
+def test_a_kraft_control_batch_is_no_transaction_marker(kafka_real: Path) -> None:
+    """A real broker's __cluster_metadata log: one control batch (a KRaft type, not
+    transactional) among 5,743 batches; it neither commits nor aborts anything."""
+    path = kafka_real / "cdc-lakehouse-pipeline/kafka-data/__cluster_metadata-0"
+    buf = np.fromfile(path / "00000000000000000000.log", np.uint8)
+    scan = scan_batches(buf)
+    assert int(scan.is_control.sum()) == 1
+    assert marker_types(buf, scan, np.flatnonzero(scan.is_control)).tolist() == [KIND_OTHER]
+    frames = txn_frames(buf, scan, np.ones(len(scan), np.bool_), min_offset=0, until=2**62)
+    assert all(len(column) == 0 for column in frames)
 
 
 def test_isolation_key_is_read_and_checked(tmp_path: Path) -> None:
