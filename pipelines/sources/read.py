@@ -32,6 +32,10 @@ raises :class:`~logstore.errors.CorruptRecordError` (message starting with
 range: where its sound batches end, their bytes and control batches, a ``batches`` row for
 every damaged batch or unreadable range (undecodable ones included), and the damage as runs
 between sound batches with the offsets around them — the ingest job needs nothing else.
+With ``aborted`` (:class:`~pipelines.sources.transactions.AbortedRanges`), the batches of
+aborted transactions are left undecoded (a numpy mask over each chunk's headers), while the
+report still counts them as read; :func:`read_txn_frames` is the same walk for the
+read_committed pre-pass: only the transactional batches and markers, nothing decoded.
 
 ``kind="batches"`` yields one :data:`BATCHES_ARROW_SCHEMA` row per frame (and per unreadable
 stop), with the reason in ``error``; ``verify="full"`` decodes the records too so that
