@@ -64,12 +64,15 @@ reader lazily.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from logstore.errors import LoglakeError
+from pipelines.delta.errors import first_error_line
 from pipelines.sources.plan import SegmentRange
 
 __all__ = [
@@ -254,7 +257,7 @@ def resolve(events: TxnEvents) -> PartitionTxns:
 
 def _txn_task(items: Iterable[list[SegmentRange]]) -> Iterator[str]:
     """Executor side of the pre-pass: one JSON line of compacted events per range."""
-    # Imported here: the driver never loads the decoder (numba).
+    # Imported here: this module's driver side needs no reader (as pipelines.ingest does it).
     from pipelines.sources.read import read_txn_frames  # noqa: PLC0415
 
     for ranges in items:
@@ -263,19 +266,39 @@ def _txn_task(items: Iterable[list[SegmentRange]]) -> Iterator[str]:
             yield json.dumps({"topic": rng.topic, "partition": rng.partition, **events.to_json()})
 
 
+_PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
+
+
+def _task_error(exc: BaseException) -> str:
+    """The Python exception line of a failed task (``module.SomeError: message``) inside
+    Spark's wrapping, else the first line naming an error."""
+    for raw in str(exc).splitlines():
+        line = raw.strip()
+        if _PYTHON_ERROR.match(line) and not line.startswith(("org.", "java.", "py4j.")):
+            return line
+    return first_error_line(exc)
+
+
 def scan_transactions(
     spark: Any, tasks: Sequence[Sequence[SegmentRange]]
 ) -> dict[TopicPartition, PartitionTxns]:
     """The pre-pass (module docstring, steps 1 and 2) over ``tasks`` (lists of ranges, each
     with its offset window ``[start_offset, until)``): every partition with a range gets
-    its :class:`PartitionTxns`."""
+    its :class:`PartitionTxns`. A failed task raises :class:`LoglakeError` (its first
+    error line)."""
     parts: dict[TopicPartition, list[TxnEvents]] = {}
     for task in tasks:
         for rng in task:
             parts.setdefault((rng.topic, rng.partition), [])
     if tasks:
         rdd = spark.sparkContext.parallelize([list(t) for t in tasks], len(tasks))
-        for line in rdd.mapPartitions(_txn_task).collect():
+        try:
+            lines = rdd.mapPartitions(_txn_task).collect()
+        except Exception as exc:  # a task's error arrives wrapped by Spark (Py4J)
+            raise LoglakeError(
+                f"read_committed pre-pass failed, nothing ingested: {_task_error(exc)}"
+            ) from exc
+        for line in lines:
             item = json.loads(line)
             parts[(item["topic"], item["partition"])].append(TxnEvents.from_json(item))
     return {tp: resolve(TxnEvents.concat(evs)) for tp, evs in parts.items()}

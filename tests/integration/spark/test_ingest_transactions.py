@@ -19,6 +19,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from logstore.errors import LoglakeError
 from logstore.protocol.batch import Codec, iter_batches
 from logstore.protocol.control import ControlType, build_control_batch
 from logstore.protocol.records import build_batch
@@ -26,6 +27,8 @@ from logstore.storage.checkpoints import write_offset_checkpoint
 from logstore.storage.config import LogConfig
 from logstore.storage.log import Log
 from pipelines.ingest import IngestConfig, read_progress, run_ingest
+from pipelines.sources.plan import SegmentRange
+from pipelines.sources.transactions import scan_transactions
 
 pytestmark = pytest.mark.integration
 
@@ -205,7 +208,10 @@ def test_read_committed_is_the_consumer_view_exactly_once_across_runs(
     _interleaved(logs)
     assert len(list((logs.root / "pay-0").glob("*.log"))) > 3  # several segments
 
-    s1 = run_ingest(spark, _config(logs, lake), log=_quiet)
+    messages: list[str] = []
+    s1 = run_ingest(spark, _config(logs, lake), log=messages.append)
+    tasks = [m for m in messages if m.startswith("reading ")]
+    assert tasks and int(tasks[0].split(" in ")[-1].split()[0]) > 2, messages  # many tasks
     want, stops = consumer_view(logs)
     assert lake_rows(lake) == want
     assert stops[P0] < logs.hws[P0] and stops[P1] == logs.hws[P1]  # pay-0 held at its LSO
@@ -315,3 +321,14 @@ def test_damage_above_the_lso_waits_with_the_open_transaction(
     assert lake_rows(lake) == [r for r in want if r not in damaged.rows]
     assert (s2.skipped_offsets, s2.quarantined) == (2, 1)
     assert read_progress(lake / "records") == logs.hws
+
+
+def test_a_failed_pre_pass_is_a_clear_error(spark: SparkSession, tmp_path: Path) -> None:
+    gone = SegmentRange(
+        topic="t", partition=0, path=str(tmp_path / "00000000000000000000.log"),
+        segment_base_offset=0, start=0, end=100, start_offset=0, until=10,
+        next_base_offset=None, is_tail=True,
+    )  # fmt: skip
+    with pytest.raises(LoglakeError, match="read_committed pre-pass failed") as err:
+        scan_transactions(spark, [[gone]])
+    assert "vanished between planning and reading" in str(err.value)
