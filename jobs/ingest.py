@@ -10,6 +10,12 @@ such run is printed on stderr as "SKIPPED topic/partition: offsets [a, b) ... N 
 position P of FILE" and listed in the summary ("skipped", with the totals "skipped_offsets"
 and "skipped_bytes"); the run still exits 0.
 
+Transactions ([ingest] isolation): by default as a READ_COMMITTED consumer — records of
+aborted transactions are left out and each partition stops at its last stable offset (the
+first offset of a transaction still open); the summary counts "aborted_transactions" and
+"open_transactions" and lists the partitions "held_at_lso". "read_uncommitted" takes every
+record below the high watermark.
+
 Output: progress lines and a summary on stderr (spark-submit merges them into stdout), then
 the summary as one JSON line, last on stdout. Exit codes: 0 done (check skipped_offsets:
 damaged offsets were skipped and quarantined); 1 failed (nothing half-committed); 2 bad

@@ -47,6 +47,7 @@ SECTIONS: dict[str, frozenset[str] | None] = {
             "max_rows_per_file",
             "progress_interval_s",
             "on_divergence",
+            "isolation",
         }
     ),
     "compact": frozenset(

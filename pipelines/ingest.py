@@ -21,7 +21,15 @@ A run:
    check headers and CRCs, decode the records and write them as Parquet files in the same
    Python worker (``pipelines.delta.direct``: records never cross into the JVM), and report
    where their sound batches end, their bytes and control batches, and every damaged batch —
-   CRC failures, impossible headers, torn frames and batches whose records cannot be decoded;
+   CRC failures, impossible headers, torn frames and batches whose records cannot be decoded.
+   With ``isolation="read_committed"`` (the default) a pre-pass over the same ranges first
+   finds each partition's aborted transactions and its **last stable offset** (LSO, the
+   first offset of the earliest transaction still open at the high watermark) from the batch
+   headers and markers alone (:mod:`pipelines.sources.transactions`, which states its cost);
+   the pass then reads each partition only below its LSO and leaves out the batches of
+   aborted transactions, so ``records`` never holds an aborted record and an open
+   transaction waits for a later run. ``"read_uncommitted"`` reads everything below the
+   high watermark (control batches are never records);
 3. appends damaged batches not yet in ``quarantine`` to it (idempotent by file and position);
    damage never ends a read (the reader resynchronises on the next sound batch), and each run
    of unreadable bytes is reported as **skipped** offsets — from the end of the sound batch
@@ -31,7 +39,9 @@ A run:
    written files are removed, progress does not move;
 4. commits the files to ``records`` in **one commit carrying the new progress** ``N`` (per
    partition: the end of its last sound batch or of its last skipped run, capped at the
-   high watermark), with the versions read in step 1 as expected versions.
+   high watermark — at the LSO with ``read_committed``: the next run starts at the open
+   transaction and judges it again, so a transaction that straddles runs is written once,
+   when it committed, or never), with the versions read in step 1 as expected versions.
 
 Every batch that is ingested is decoded, so a batch whose CRC matches but whose records cannot
 be decoded is quarantined like any damaged one, never dropped silently.
@@ -88,9 +98,11 @@ from pipelines.divergence import (
 from pipelines.sources import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 from pipelines.sources.damage import Skipped, skipped_offsets
 from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
+from pipelines.sources.transactions import AbortedRanges, PartitionTxns, scan_transactions
 
 __all__ = [
     "APP_PREFIX",
+    "ISOLATION_LEVELS",
     "Gap",
     "IngestConfig",
     "IngestSummary",
@@ -111,6 +123,8 @@ TopicPartition = tuple[str, int]
 
 
 INTERNAL_TOPIC_PREFIX = "__"
+# [ingest] isolation: Kafka's consumer isolation levels (isolation.level), the first the default.
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 # Parquet codecs pyarrow writes and Spark, delta-rs and polars read ("lz4" is LZ4_RAW).
 
 
@@ -135,6 +149,7 @@ class IngestConfig:
     progress_interval_s: float = 10.0
     spark_conf: dict[str, str] = field(default_factory=dict)
     on_divergence: str = "fail"
+    isolation: str = "read_committed"
 
     @property
     def records_path(self) -> str:
@@ -178,6 +193,12 @@ def load_config(
             f"[ingest] on_divergence must be one of {', '.join(ON_DIVERGENCE)}, got {divergence!r}",
             path=str(p),
         )
+    isolation = ingest.get("isolation", ISOLATION_LEVELS[0])
+    if isolation not in ISOLATION_LEVELS:
+        raise LoglakeError(
+            f"[ingest] isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation!r}",
+            path=str(p),
+        )
     return IngestConfig(
         log_dirs=common.log_dirs,
         lake=common.lake,
@@ -193,6 +214,7 @@ def load_config(
         progress_interval_s=float(ingest.get("progress_interval_s", 10.0)),
         spark_conf=common.spark_conf,
         on_divergence=divergence,
+        isolation=isolation,
     )
 
 
@@ -227,6 +249,12 @@ class IngestSummary:
     skipped_bytes: int = 0
     rewinds: list[str] = field(default_factory=list)  # "topic/partition from offset D"
     diverged_rows: int = 0  # rows moved from records to diverged by those rewinds
+    # read_committed: transactions found in the window read ([progress, high watermark)),
+    # and the partitions held at their last stable offset ("topic/partition": LSO).
+    aborted_transactions: int = 0
+    open_transactions: int = 0
+    held_at_lso: dict[str, int] = field(default_factory=dict)
+    txn_prepass_seconds: float = 0.0  # the read_committed pre-pass (a Spark job of its own)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -244,7 +272,9 @@ class IngestSummary:
             f"corrupt_batches={self.corrupt_batches} control_batches={self.control_batches} "
             f"gaps={len(self.gaps)} ({gaps}) table_version={self.table_version} "
             f"seconds={self.seconds:.1f} skipped_offsets={self.skipped_offsets} "
-            f"skipped_bytes={self.skipped_bytes} ({len(self.skipped)} unreadable runs)"
+            f"skipped_bytes={self.skipped_bytes} ({len(self.skipped)} unreadable runs) "
+            f"aborted_transactions={self.aborted_transactions} "
+            f"open_transactions={self.open_transactions} held_at_lso={len(self.held_at_lso)}"
         )
 
 
@@ -384,20 +414,82 @@ def _quarantine(rows: list[dict[str, Any]], path: str, log: Log, *, compression:
     return int(new.num_rows)
 
 
-def _read_ranges(ranges: list[SegmentRange], *, options: SourceOptions) -> Iterator[Any]:
-    """Executor side of step 2: per range, its records then its :class:`RangeReport` (JSON)."""
+def _read_ranges(
+    ranges: list[tuple[SegmentRange, AbortedRanges | None]], *, options: SourceOptions
+) -> Iterator[Any]:
+    """Executor side of step 2: per range, its records (without those of the aborted
+    transactions given with it) then its :class:`RangeReport` (JSON)."""
     # Imported here: the driver plans without loading the decoder (numba) at all.
     from pipelines.sources.read import RangeReport, read_records  # noqa: PLC0415
 
-    for rng in ranges:
+    for rng, aborted in ranges:
         report = RangeReport(rng.topic, rng.partition)
         yield from read_records(
             rng,
             min_timestamp=options.min_timestamp,
             max_timestamp=options.max_timestamp,
             report=report,
+            aborted=aborted,
         )
         yield report.to_json()
+
+
+def _stable_ranges(
+    spark: SparkSession,
+    ranges: list[SegmentRange],
+    tasks: list[list[SegmentRange]],
+    summary: IngestSummary,
+    log: Log,
+) -> tuple[list[SegmentRange], dict[TopicPartition, PartitionTxns]]:
+    """``read_committed``: the pre-pass over ``tasks``, then ``ranges`` cut at each
+    partition's LSO (ranges wholly at or above it dropped)."""
+    began = time.monotonic()
+    txns = scan_transactions(spark, tasks)
+    summary.txn_prepass_seconds = time.monotonic() - began
+    out = []
+    for r in ranges:
+        lso = txns[(r.topic, r.partition)].lso(r.until)
+        if r.start_offset >= lso or r.segment_base_offset >= lso:
+            continue
+        out.append(dataclasses.replace(r, until=lso) if lso < r.until else r)
+    until = {(r.topic, r.partition): r.until for r in ranges}
+    for tp, found in sorted(txns.items()):
+        summary.aborted_transactions += len(found.aborted)
+        summary.open_transactions += found.open
+        if found.open_from is not None and found.open_from < until[tp]:
+            summary.held_at_lso[f"{tp[0]}/{tp[1]}"] = found.open_from
+    log(
+        f"read_committed: {summary.aborted_transactions} aborted and {summary.open_transactions} "
+        f"open transactions below the high watermarks (pre-pass "
+        f"{summary.txn_prepass_seconds:.2f} s); "
+        + (
+            "held at their last stable offset: "
+            + ", ".join(f"{k} at {v}" for k, v in summary.held_at_lso.items())
+            if summary.held_at_lso
+            else "no partition held below its high watermark"
+        )
+    )
+    return out, txns
+
+
+def _with_aborted(
+    tasks: list[list[SegmentRange]], txns: Mapping[TopicPartition, PartitionTxns]
+) -> list[list[tuple[SegmentRange, AbortedRanges | None]]]:
+    """Each range with the aborted transactions that can reach its segment's offsets."""
+    out = []
+    for task in tasks:
+        items: list[tuple[SegmentRange, AbortedRanges | None]] = []
+        for r in task:
+            found = txns.get((r.topic, r.partition))
+            aborted = None
+            if found is not None and len(found.aborted):
+                high = r.until if r.next_base_offset is None else r.next_base_offset
+                aborted = found.aborted.overlapping(
+                    max(r.start_offset, r.segment_base_offset), min(r.until, high)
+                )
+            items.append((r, aborted if aborted is not None and len(aborted) else None))
+        out.append(items)
+    return out
 
 
 # Segments are planned in pieces of max_partition_bytes / PIECES_PER_TASK, the smallest task
@@ -516,10 +608,19 @@ def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> Inges
     ]
     # Pieces of an eighth of max_partition_bytes, cut into tasks that run out small so the
     # cores finish together (equal tasks left a core idle for up to 15% of a run).
+    cores = spark.sparkContext.defaultParallelism
+    tasks = schedule_tasks(ranges, cores, config.max_partition_bytes, piece)
+    txns: dict[TopicPartition, PartitionTxns] = {}
+    if config.isolation == "read_committed" and ranges:
+        ranges, txns = _stable_ranges(spark, ranges, tasks, summary, log)
+        tasks = schedule_tasks(ranges, cores, config.max_partition_bytes, piece)
+    # the offsets this run may ingest end at the high watermark, or the LSO below it
+    limits = dict(high_watermarks) if high_watermarks is not None else None
+    for tp, found in txns.items():
+        if found.open_from is not None:
+            limits = limits if limits is not None else {}
+            limits[tp] = found.lso(limits.get(tp, found.open_from))
     total = sum(r.end - r.start for r in ranges)
-    tasks = schedule_tasks(
-        ranges, spark.sparkContext.defaultParallelism, config.max_partition_bytes, piece
-    )
     log(
         f"reading {len(ranges)} ranges ({total / 1e6:.1f} MB) of {len(starts)} partitions up to "
         f"their high watermarks in {len(tasks)} tasks"
@@ -528,7 +629,7 @@ def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> Inges
         staged = stage_files(
             spark,
             records_path,
-            tasks,
+            _with_aborted(tasks, txns),
             functools.partial(_read_ranges, options=source),
             schema=RECORDS_ARROW_SCHEMA,
             partition_by=["topic", "date"],
@@ -539,9 +640,7 @@ def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> Inges
     if staged.reaped:
         log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
     try:
-        return _finish(
-            spark, config, summary, staged, starts, progress, high_watermarks, log, divergence
-        )
+        return _finish(spark, config, summary, staged, starts, progress, limits, log, divergence)
     finally:
         summary.seconds = time.monotonic() - started
 
@@ -557,7 +656,10 @@ def _finish(  # noqa: PLR0917
     log: Log,
     divergence: _Divergences | None = None,
 ) -> IngestSummary:
-    """Steps 3 and 4: quarantine, then commit the staged files with the new progress."""
+    """Steps 3 and 4: quarantine, then commit the staged files with the new progress.
+
+    ``high_watermarks``: where each partition's offsets to ingest end (the high watermark,
+    or the last stable offset below it under ``read_committed``)."""
     divergence = divergence or _Divergences()
     ends: dict[TopicPartition, int] = {}
     sizes: dict[TopicPartition, tuple[int, int]] = {}

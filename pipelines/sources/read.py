@@ -32,6 +32,10 @@ raises :class:`~logstore.errors.CorruptRecordError` (message starting with
 range: where its sound batches end, their bytes and control batches, a ``batches`` row for
 every damaged batch or unreadable range (undecodable ones included), and the damage as runs
 between sound batches with the offsets around them — the ingest job needs nothing else.
+With ``aborted`` (:class:`~pipelines.sources.transactions.AbortedRanges`), the batches of
+aborted transactions are left undecoded (a numpy mask over each chunk's headers), while the
+report still counts them as read; :func:`read_txn_frames` is the same walk for the
+read_committed pre-pass: only the transactional batches and markers, nothing decoded.
 
 ``kind="batches"`` yields one :data:`BATCHES_ARROW_SCHEMA` row per frame (and per unreadable
 stop), with the reason in ``error``; ``verify="full"`` decodes the records too so that
@@ -59,8 +63,10 @@ from pipelines.decode.arrow import numpy_array, numpy_values, repeated_string, s
 from pipelines.decode.batches import ATTR_CODEC_MASK, BatchScan, scan_batches, verify_batches
 from pipelines.decode.codecs import CODEC_LABELS
 from pipelines.decode.records import BatchError, decode_records
+from pipelines.decode.transactions import txn_frames
 from pipelines.sources.plan import UNDECODABLE_BATCH, SegmentRange
 from pipelines.sources.schema import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
+from pipelines.sources.transactions import AbortedRanges
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -68,6 +74,7 @@ __all__ = [
     "read_batches",
     "read_range",
     "read_records",
+    "read_txn_frames",
 ]
 
 DEFAULT_CHUNK_BYTES = 16 << 20
@@ -652,15 +659,21 @@ def read_records(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     on_decode_error: str = "skip",
     report: RangeReport | None = None,
+    aborted: AbortedRanges | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``rng`` as :data:`RECORDS_ARROW_SCHEMA` batches (damage skipped).
 
     ``on_decode_error="fail"``: raise on the first sound-looking batch that cannot be decoded.
     ``report``: filled as the range is read (complete once the iterator is exhausted).
+    ``aborted``: the batches of these aborted transactions are not decoded (their offsets
+    still count as read in ``report``: :mod:`pipelines.sources.transactions`).
     """
     for chunk in _chunks(rng, chunk_bytes):
         buf, base_position, scan, errors = chunk.buf, chunk.base_position, chunk.scan, chunk.errors
         select = np.fromiter((e is None for e in errors), np.bool_, len(errors))
+        if aborted is not None and len(aborted):
+            txn = (scan.magic == 2) & scan.is_transactional & ~scan.is_control
+            select &= ~aborted.mask(scan.producer_id, scan.base_offset, txn)
         for decoded in decode_records(
             buf, scan, select=select, base_position=base_position,
             min_offset=rng.start_offset, until=rng.until,
@@ -704,6 +717,29 @@ def read_records(
             yield pa.RecordBatch.from_arrays(columns, schema=RECORDS_ARROW_SCHEMA)
         if report is not None:
             report.add(rng, chunk, errors, min_timestamp)
+
+
+def read_txn_frames(
+    rng: SegmentRange, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(producer_id, kind, first_offset, last_offset)`` of the sound transactional data
+    batches and ABORT/COMMIT markers of ``rng`` inside its offset window, in file order
+    (:func:`pipelines.decode.transactions.txn_frames`), walked exactly as
+    :func:`read_records` walks the range; records are not decoded."""
+    parts = []
+    for chunk in _chunks(rng, chunk_bytes):
+        if len(chunk.scan):
+            sound = ~_has_error(chunk.errors)
+            frames = txn_frames(
+                chunk.buf, chunk.scan, sound, base_position=chunk.base_position,
+                min_offset=rng.start_offset, until=rng.until,
+            )  # fmt: skip
+            parts.append(frames)
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return empty, np.zeros(0, np.int8), empty, empty
+    pid, kind, first, last = zip(*parts, strict=True)
+    return np.concatenate(pid), np.concatenate(kind), np.concatenate(first), np.concatenate(last)
 
 
 def read_batches(

@@ -1,0 +1,227 @@
+"""Benchmark: ingest of a partition written in transactions vs the same partition without.
+
+Two topics of ``--records`` records each (the data of ``bench_ingest.py``'s ``UniqueBatches``:
+``--value-bytes`` values, lz4, ``--batch-records`` records a batch), written through the
+storage engine:
+
+- ``plain``: non-transactional batches;
+- ``txn``: the same batches made transactional (attributes bit 4, one producer id per
+  transaction, CRC recomputed), in transactions of ``--txn-batches`` batches, each ended by a
+  COMMIT marker — every ``--abort-every``-th by an ABORT marker instead — and the last one
+  left open (its records above the last stable offset).
+
+Timed (best of ``--runs`` after one warm-up, each into a fresh lake): the real ingest job
+(``run_ingest``, shipped ``[ingest]`` settings) on ``plain`` with ``read_uncommitted`` (no
+pre-pass: the baseline) and ``read_committed`` (the pre-pass finds nothing), and on ``txn``
+with ``read_committed`` (pre-pass, LSO and aborted-batch mask); plus the pre-pass alone
+(:func:`pipelines.sources.transactions.scan_transactions` over the same tasks). Every run's
+row count is checked against the records a READ_COMMITTED (resp. READ_UNCOMMITTED) consumer
+would get. Figures on a shared machine drift: compare the ratios. Last line: one JSON object.
+
+    .venv/bin/python tests/perf/bench_ingest_txn.py [--records 2000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench_ingest import UniqueBatches  # type: ignore[import-not-found]
+
+from logstore.protocol.batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    PRODUCER_ID_OFFSET,
+    Codec,
+    compute_crc,
+)
+from logstore.protocol.control import ControlType, build_control_batch
+from pipelines.ingest import IngestConfig, load_config, run_ingest
+from pipelines.sources.synthetic import write_batches, write_high_watermarks
+
+ROOT = Path(__file__).resolve().parents[2]
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+def transactional(
+    batches: Iterator[bytearray], args: Any, stats: dict[str, int]
+) -> Iterator[bytes]:
+    """``batches`` made transactional, in transactions with their markers (module doc)."""
+    txn = 0
+    for i, batch in enumerate(batches):
+        pid = 1000 + txn
+        attrs = _I16.unpack_from(batch, ATTRIBUTES_OFFSET)[0] | 0x10
+        _I16.pack_into(batch, ATTRIBUTES_OFFSET, attrs)
+        _I64.pack_into(batch, PRODUCER_ID_OFFSET, pid)
+        _U32.pack_into(batch, CRC_OFFSET, compute_crc(batch, 0, len(batch)))
+        yield batch
+        if (i + 1) % args.txn_batches == 0 and (i + 1) < stats["batches"]:
+            aborted = (txn + 1) % args.abort_every == 0
+            kind = ControlType.ABORT if aborted else ControlType.COMMIT
+            stats["aborted_records" if aborted else "committed_records"] += (
+                args.txn_batches * args.batch_records
+            )
+            yield build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=0)
+            txn += 1
+    stats["open_records"] = stats["records"] - stats["aborted_records"] - stats["committed_records"]
+
+
+def timed(spark: Any, config: IngestConfig, expected: int) -> tuple[float, dict[str, Any]]:
+    from deltalake import DeltaTable
+
+    shutil.rmtree(config.lake, ignore_errors=True)
+    t = time.perf_counter()
+    summary = run_ingest(spark, config, log=lambda _msg: None)
+    seconds = time.perf_counter() - t
+    rows = DeltaTable(config.records_path).to_pyarrow_dataset().count_rows()
+    if rows != expected or summary.records != expected:
+        raise SystemExit(f"landed {rows} rows, expected {expected}: {summary.describe()}")
+    shutil.rmtree(config.lake, ignore_errors=True)
+    return seconds, summary.to_json()
+
+
+def _case(base: IngestConfig, topic: str, isolation: str) -> IngestConfig:
+    return dataclasses.replace(base, topics=(topic,), isolation=isolation)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--batch-records", type=int, default=200)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--txn-batches", type=int, default=5, help="batches per transaction")
+    parser.add_argument("--abort-every", type=int, default=10, help="every n-th txn aborts")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--config", default=str(ROOT / "conf" / "pipeline.toml"))
+    args = parser.parse_args()
+
+    from pipelines.ingest import schedule_tasks
+    from pipelines.session import get_spark
+    from pipelines.sources.plan import parse_options, plan_ranges
+    from pipelines.sources.transactions import scan_transactions
+
+    work = Path(tempfile.mkdtemp(prefix="bench-ingest-txn-"))
+    log_dir, lake = work / "logs", work / "lake"
+    count = args.records // args.batch_records
+    n = count * args.batch_records
+    stats = {"batches": count, "records": n, "aborted_records": 0, "committed_records": 0}
+    results: dict[str, Any] = {
+        "bench": "ingest_txn",
+        "records": n,
+        "load_avg_1m_start": os.getloadavg()[0],
+    }
+    try:
+        gen = UniqueBatches(args.batch_records, args.value_bytes, Codec.LZ4)
+        _, plain_end = write_batches(
+            log_dir, "plain", 0, gen.batches(0, count), segment_bytes=128 << 20
+        )
+        gen = UniqueBatches(args.batch_records, args.value_bytes, Codec.LZ4)
+        _, txn_end = write_batches(
+            log_dir,
+            "txn",
+            0,
+            transactional(gen.batches(0, count), args, stats),
+            segment_bytes=128 << 20,
+        )
+        write_high_watermarks(log_dir, {("plain", 0): plain_end, ("txn", 0): txn_end})
+        results.update(stats)
+        spark = get_spark(
+            "bench-ingest-txn",
+            master="local[2]",
+            conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        base = dataclasses.replace(
+            load_config(args.config, log_dirs=[str(log_dir)], lake=str(lake)),
+            progress_interval_s=0.0,
+        )
+        committed, uncommitted = "read_committed", "read_uncommitted"
+        cases = {
+            "plain_read_uncommitted": (_case(base, "plain", uncommitted), n),
+            "plain_read_committed": (_case(base, "plain", committed), n),
+            "txn_read_committed": (_case(base, "txn", committed), stats["committed_records"]),
+            "txn_read_uncommitted": (_case(base, "txn", uncommitted), n),
+        }
+        for name, (config, expected) in cases.items():
+            timed(spark, config, expected)  # warm-up
+            runs = [timed(spark, config, expected) for _ in range(args.runs)]
+            best = min(r[0] for r in runs)
+            results[name] = {
+                "seconds": best,
+                "records_per_s": n / best,
+                "runs": [r[0] for r in runs],
+                # inside each run: the pre-pass's share of that very run (paired, so less
+                # exposed to the machine's drift than a ratio of two cases)
+                "prepass_share_of_run": [r[1]["txn_prepass_seconds"] / r[0] for r in runs],
+            }
+            share = statistics.median(results[name]["prepass_share_of_run"])
+            print(
+                f"{name:24s} {best:6.2f} s  {n / best / 1e6:5.2f} M rec/s (of the log's records)"
+                f"  pre-pass {share:.0%} of the run (median)",
+                file=sys.stderr,
+            )
+        # the pre-pass alone, over the tasks a run makes
+        for topic in ("plain", "txn"):
+            source = parse_options(
+                {
+                    "path": str(log_dir),
+                    "kind": "records",
+                    "topics": topic,
+                    "maxPartitionBytes": str(base.max_partition_bytes // 8),
+                }
+            )
+            ranges = plan_ranges(source)
+            tasks = schedule_tasks(
+                ranges, 2, base.max_partition_bytes, base.max_partition_bytes // 8
+            )
+            scan_transactions(spark, tasks)
+            secs = []
+            for _ in range(args.runs):
+                t = time.perf_counter()
+                found = scan_transactions(spark, tasks)[(topic, 0)]
+                secs.append(time.perf_counter() - t)
+            results[f"prepass_{topic}"] = {
+                "seconds": min(secs),
+                "aborted": len(found.aborted),
+                "open": found.open,
+            }
+            print(
+                f"pre-pass {topic:15s} {min(secs):6.2f} s  "
+                f"aborted={len(found.aborted)} open={found.open}",
+                file=sys.stderr,
+            )
+        r = results
+        r["ratio_txn_committed_vs_plain_uncommitted"] = (
+            r["plain_read_uncommitted"]["seconds"] / r["txn_read_committed"]["seconds"]
+        )
+        r["ratio_plain_committed_vs_plain_uncommitted"] = (
+            r["plain_read_uncommitted"]["seconds"] / r["plain_read_committed"]["seconds"]
+        )
+        r["prepass_share_of_plain_uncommitted"] = (
+            r["prepass_txn"]["seconds"] / r["plain_read_uncommitted"]["seconds"]
+        )
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results["load_avg_1m_end"] = os.getloadavg()[0]
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
