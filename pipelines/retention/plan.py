@@ -155,14 +155,9 @@ def _plan_wire(
 def from_wire(wire: WirePlan) -> PartitionPlan:
     """The :class:`PartitionPlan` of what :func:`plan_task` yielded."""
     topic, partition, path, segments, unknown, new_start, decisions = wire
+    make, head = SegmentDecision._make, (topic, partition)
     return PartitionPlan(
-        topic,
-        partition,
-        path,
-        segments,
-        unknown,
-        new_start,
-        [SegmentDecision(topic, partition, *d) for d in decisions],
+        topic, partition, path, segments, unknown, new_start, [make(head + d) for d in decisions]
     )
 
 
