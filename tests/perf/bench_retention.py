@@ -17,10 +17,11 @@ own. Then, on the same task list:
 
 Both must give the same plans. Warm page cache: ``--runs`` rounds, single and Spark
 alternating (the machine's load drifts; alternating shares it out), medians and minima.
-``--cold``: before one more run of each at 10,000 partitions (else the largest), ``sync; echo 3 >
-/proc/sys/vm/drop_caches`` (root only: it empties the page, dentry and inode caches of the
-whole machine). The Spark session's start and its first planning job (fresh Python workers
-importing the planner: what one run of ``jobs/retention.py`` pays once) are reported apart:
+``--cold``: ``--runs`` more rounds at 10,000 partitions (else the largest), each run after
+``sync; echo 3 > /proc/sys/vm/drop_caches`` (root only: it empties the page, dentry and inode
+caches of the whole machine). The Spark session's start and its first planning job (fresh
+Python workers importing the planner: what one run of ``jobs/retention.py`` pays once) are
+reported apart:
 ``spark_first_noop_job_s`` (the Python daemon and workers start) and ``spark_first_plan_job_s``
 (the first planning job over the largest size).
 
@@ -29,7 +30,15 @@ that ships the tasks and returns nothing (Spark's fixed cost per job and task);
 ``worker_wall_s`` / ``worker_cpu_s``, the slowest slice's planning inside its Python worker
 and the CPU of all slices; ``plan_job_s``, the planning job with its results collected (plain
 tuples); ``driver_rebuild_s``, turning those into plans on the driver (``plan_local`` pays the
-same). Target (issue 13):
+same).
+
+Reading the figures: warm, planning is Python CPU (one listdir per partition, a few syscalls
+per segment examined), so ``local[2]`` can at best halve ``single_cpu_s`` and then pays its
+fixed cost per job (``noop_s``) and the move of the plans to the driver (``plan_job_s`` minus
+``worker_wall_s`` minus ``noop_s``): on 2 cores it overtakes the single process only where
+the halved scan outweighs those. Cold, planning waits on the disk for directory blocks and
+inodes, and two workers keep two reads in flight where the single process keeps one.
+Target (issue 13):
 planning < 30 s at 10,000 x 20 and Spark not slower than the single process there. Last
 line: one JSON object.
 
@@ -257,17 +266,24 @@ def main() -> None:
             if os.geteuid() != 0:
                 raise SystemExit("--cold needs root (drop_caches)")
             at = tasks_by_size.get(10_000, largest)
-            cold: dict[str, Any] = {"partitions": len(at)}
-            _drop_caches()
-            t, _ = _timed(lambda: plan_local(at, now_ms=NOW, force=False))
-            cold["single_s"] = round(t, 3)
-            _drop_caches()
-            t, _ = _timed(lambda: plan_spark(spark, at, now_ms=NOW, force=False))
-            cold["spark_s"] = round(t, 3)
-            cold["spark_speedup"] = round(cold["single_s"] / cold["spark_s"], 2)
+            singles: list[float] = []
+            sparks: list[float] = []
+            for _ in range(args.runs):
+                _drop_caches()
+                singles.append(_timed(lambda: plan_local(at, now_ms=NOW, force=False))[0])
+                _drop_caches()
+                sparks.append(_timed(lambda: plan_spark(spark, at, now_ms=NOW, force=False))[0])
+            cold: dict[str, Any] = {
+                "partitions": len(at),
+                "single_s": _med(singles),
+                "spark_s": _med(sparks),
+                "spark_speedup": round(statistics.median(singles) / statistics.median(sparks), 2),
+                "single_runs_s": [round(x, 2) for x in singles],
+                "spark_runs_s": [round(x, 2) for x in sparks],
+            }
             result["cold"] = cold
             print(json.dumps(cold), file=sys.stderr, flush=True)
-        # the smallest size from which Spark is at least as fast at every larger size
+        # warm: the smallest size from which Spark is at least as fast at every larger size
         result["crossover_partitions"] = None
         for c in reversed(curve):
             if c["spark_speedup"] < 1.0:
