@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import multiprocessing
 import os
@@ -133,9 +134,16 @@ def _key(plans: list[Any]) -> list[Any]:
 
 
 def _timed(fn: Any) -> tuple[float, Any]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
+    """Wall seconds of ``fn()`` with the cyclic GC off, as ``timeit`` does: a full collection
+    would otherwise walk this process's earlier results (hundreds of thousands of plans) in
+    the middle of whichever side happens to trigger it."""
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - t0, out
+    finally:
+        gc.enable()
 
 
 def _drop_caches() -> None:
@@ -158,6 +166,7 @@ def _noop(tasks: Iterable[PartitionTask]) -> Iterator[int]:
 def _spark_breakdown(spark: Any, tasks: list[PartitionTask]) -> dict[str, float]:
     sc = spark.sparkContext
     slices = max(1, min(len(tasks), sc.defaultParallelism * 2))
+    gc.collect()
     noop_s, _ = _timed(lambda: sc.parallelize(tasks, slices).mapPartitions(_noop).collect())
     stats = (
         sc.parallelize(tasks, slices)
@@ -187,10 +196,13 @@ def _measure(spark: Any, tasks: list[PartitionTask], runs: int) -> dict[str, Any
     single_cpu: list[float] = []
     spark_s: list[float] = []
     for _ in range(runs):
+        single = dist = None
+        gc.collect()
         c0 = time.process_time()
         t, single = _timed(lambda: plan_local(tasks, now_ms=NOW, force=False))
         single_cpu.append(time.process_time() - c0)
         single_s.append(t)
+        gc.collect()
         t, dist = _timed(lambda: plan_spark(spark, tasks, now_ms=NOW, force=False))
         spark_s.append(t)
         if _key(single) != _key(dist):
@@ -245,6 +257,8 @@ def main() -> None:
             )
             tasks_by_size[n], build_s[n] = tasks, round(t, 3)
         largest = tasks_by_size[sizes[-1]]
+        gc.collect()
+        gc.freeze()  # the task lists: never walked by a collection again
         t, spark = _timed(lambda: get_spark("bench-retention", master="local[2]"))
         result["spark_session_start_s"] = round(t, 2)
         # what one run of the job pays once: the Python daemon and workers start (a no-op
@@ -269,8 +283,10 @@ def main() -> None:
             singles: list[float] = []
             sparks: list[float] = []
             for _ in range(args.runs):
+                gc.collect()
                 _drop_caches()
                 singles.append(_timed(lambda: plan_local(at, now_ms=NOW, force=False))[0])
+                gc.collect()
                 _drop_caches()
                 sparks.append(_timed(lambda: plan_spark(spark, at, now_ms=NOW, force=False))[0])
             cold: dict[str, Any] = {
