@@ -61,7 +61,7 @@ from logstore.storage.topic_config import read_topic_configs
 from logstore.tools.topics import KafkaConnection
 from pipelines.config import job_settings, read_pipeline_toml
 from pipelines.ingest import INTERNAL_TOPIC_PREFIX, RECORDS_TABLE, read_progress
-from pipelines.retention.plan import PartitionPlan, PartitionTask, plan_task
+from pipelines.retention.plan import PartitionPlan, PartitionTask, from_wire, plan_task
 
 __all__ = [
     "RETENTION_LOG_SCHEMA",
@@ -241,22 +241,33 @@ def _checkpoint(path: Path) -> dict[tuple[str, int], int]:
 
 
 def plan_local(tasks: list[PartitionTask], *, now_ms: int, force: bool) -> list[PartitionPlan]:
-    """Step 2 in this process (the single-process scan the benchmark compares with)."""
-    return list(plan_task(tasks, now_ms=now_ms, force=force))
+    """Step 2 in this process (the single-process scan the benchmark compares with): the same
+    :func:`~pipelines.retention.plan.plan_task` as the executors run, over every task."""
+    return [from_wire(w) for w in plan_task(tasks, now_ms=now_ms, force=force)]
 
 
 def plan_spark(
-    spark: Any, tasks: list[PartitionTask], *, now_ms: int, force: bool
+    spark: Any,
+    tasks: list[PartitionTask],
+    *,
+    now_ms: int,
+    force: bool,
+    slices_per_core: int = 2,
 ) -> list[PartitionPlan]:
-    """Step 2 on the executors: the tasks cut into a few slices per core."""
+    """Step 2 on the executors: the tasks cut into ``slices_per_core`` slices per core.
+
+    One Spark job; each task plans a contiguous slice of partitions (a topic's partitions
+    stay together) and sends back plain tuples (:data:`~pipelines.retention.plan.WirePlan`).
+    Few slices: Spark's cost per task (scheduling, a Python worker round trip) is paid per
+    slice, and two per core still let a core that finishes early take over the rest."""
     if not tasks:
         return []
     sc = spark.sparkContext
-    slices = max(1, min(len(tasks), sc.defaultParallelism * 2))
+    slices = max(1, min(len(tasks), sc.defaultParallelism * slices_per_core))
     rdd = sc.parallelize(tasks, slices).mapPartitions(
         functools.partial(plan_task, now_ms=now_ms, force=force)
     )
-    return [PartitionPlan(*p) for p in rdd.collect()]
+    return [from_wire(w) for w in rdd.collect()]
 
 
 @dataclass
@@ -266,7 +277,6 @@ class RetentionSummary:
     mode: str = "dry-run"
     partitions: int = 0
     segments: int = 0
-    bytes: int = 0
     planned_segments: int = 0
     deleted_segments: int = 0
     deleted_bytes: int = 0
@@ -435,7 +445,6 @@ def run_retention(
     for p in plans:
         summary.partitions += 1
         summary.segments += p.segments
-        summary.bytes += p.size
         summary.unknown_timestamps += p.unknown_timestamps
         held = [d for d in p.decisions if d.action == "held"]
         summary.planned_segments += len(p.decisions) - len(held)

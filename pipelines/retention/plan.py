@@ -26,9 +26,17 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from logstore.storage.retention import retention_plan
-from pipelines.retention.scan import SegmentScan, scan_partition
+from pipelines.retention.scan import SegmentScan, SegmentVanishedError, list_segments
 
-__all__ = ["PartitionPlan", "PartitionTask", "SegmentDecision", "plan_partition", "plan_task"]
+__all__ = [
+    "PartitionPlan",
+    "PartitionTask",
+    "SegmentDecision",
+    "WirePlan",
+    "from_wire",
+    "plan_partition",
+    "plan_task",
+]
 
 
 class PartitionTask(NamedTuple):
@@ -66,22 +74,31 @@ class SegmentDecision(NamedTuple):
 
 
 class PartitionPlan(NamedTuple):
-    """One partition's plan. ``new_log_start`` is ``None`` when nothing is deleted."""
+    """One partition's plan. ``new_log_start`` is ``None`` when nothing is deleted.
+
+    ``segments``: how many segments the partition has; ``unknown_timestamps``: segments the
+    time rule looked at whose time index was left untrimmed (see
+    :mod:`pipelines.retention.scan`; such a segment stops the time rule)."""
 
     topic: str
     partition: int
     path: str
     segments: int
-    size: int
     unknown_timestamps: int
     new_log_start: int | None
     decisions: list[SegmentDecision]
 
 
-def plan_partition(
-    task: PartitionTask, segments: list[SegmentScan], *, now_ms: int, force: bool
-) -> PartitionPlan:
-    """Kafka's retention for ``segments`` (oldest first, last active), bounded by the lake."""
+# What a planning task sends back per partition: PartitionPlan's fields with the decisions as
+# plain tuples (SegmentDecision's fields after topic and partition). Plain tuples pickle in C
+# and need no class lookup on the way back to the driver, which rebuilds the named tuples
+# (:func:`from_wire`) once.
+WirePlan = tuple[str, int, str, int, int, int | None, tuple[tuple[Any, ...], ...]]
+
+
+def _plan_wire(
+    task: PartitionTask, segments: list[SegmentScan], now_ms: int, force: bool
+) -> WirePlan:
     hw = task.high_watermark
     rules = (
         retention_plan(
@@ -96,20 +113,24 @@ def plan_partition(
         if hw is not None and segments
         else []
     )
-    decisions: list[SegmentDecision] = []
+    decisions: list[tuple[Any, ...]] = []
     new_start: int | None = None
+    held = False
+    progress = task.progress
     for i, rule in enumerate(rules):
         seg, nxt = segments[i], segments[i + 1].base_offset
-        in_lake = task.progress is None or nxt <= task.progress
-        action = "delete" if in_lake else ("forced" if force else "held")
-        if decisions and decisions[-1].action == "held":
+        if held:
             action = "held"  # nothing after a held segment goes: the log start is contiguous
-        if action != "held":
+        elif progress is None or nxt <= progress:
+            action = "delete"
+        else:
+            action = "forced" if force else "held"
+        if action == "held":
+            held = True
+        else:
             new_start = nxt
         decisions.append(
-            SegmentDecision(
-                task.topic,
-                task.partition,
+            (
                 seg.base_offset,
                 nxt,
                 seg.size,
@@ -119,23 +140,53 @@ def plan_partition(
                 action,
             )
         )
-    return PartitionPlan(
+    unknown = sum(1 for s in segments if s.timestamp_read and s.timestamp_source == "unknown")
+    return (
         task.topic,
         task.partition,
         task.path,
         len(segments),
-        sum(s.size for s in segments),
-        sum(1 for s in segments if s.timestamp_source == "unknown"),
+        unknown,
         new_start,
-        decisions,
+        tuple(decisions),
     )
 
 
-def plan_task(tasks: Iterable[PartitionTask], *, now_ms: int, force: bool) -> Iterator[Any]:
-    """Executor side: scan and plan each partition; partitions gone meanwhile are skipped."""
+def from_wire(wire: WirePlan) -> PartitionPlan:
+    """The :class:`PartitionPlan` of what :func:`plan_task` yielded."""
+    topic, partition, path, segments, unknown, new_start, decisions = wire
+    make, head = SegmentDecision._make, (topic, partition)
+    return PartitionPlan(
+        topic, partition, path, segments, unknown, new_start, [make(head + d) for d in decisions]
+    )
+
+
+def plan_partition(
+    task: PartitionTask, segments: list[SegmentScan], *, now_ms: int, force: bool
+) -> PartitionPlan:
+    """Kafka's retention for ``segments`` (oldest first, last active), bounded by the lake."""
+    return from_wire(_plan_wire(task, segments, now_ms, force))
+
+
+_ATTEMPTS = 3  # listings of a partition whose segments the broker deletes while we read
+
+
+def plan_task(tasks: Iterable[PartitionTask], *, now_ms: int, force: bool) -> Iterator[WirePlan]:
+    """Executor side: list and plan each partition, reading only what the rules ask for.
+
+    Yields :data:`WirePlan` tuples (:func:`from_wire` turns them into plans). A partition
+    whose directory is gone is skipped; one whose segments vanish while it is read (the
+    broker's own retention or a compaction swap) is listed again, and skipped after
+    ``_ATTEMPTS`` tries (a later run plans it)."""
     for task in tasks:
-        try:
-            segments = scan_partition(task.path)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        yield plan_partition(task, segments, now_ms=now_ms, force=force)
+        plan: WirePlan | None = None
+        for _ in range(_ATTEMPTS):
+            try:
+                plan = _plan_wire(task, list_segments(task.path), now_ms, force)
+            except (FileNotFoundError, NotADirectoryError):
+                break
+            except SegmentVanishedError:
+                continue
+            break
+        if plan is not None:
+            yield plan
