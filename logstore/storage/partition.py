@@ -369,9 +369,16 @@ class Partition:
             return ReadResult(None, hw, lso, start, none)
         aborted = none
         if committed:
-            # Kafka's bound: the slice never leaves its segment, so nothing it holds is at or
-            # above the segment's end (nor the LSO)
-            upper = min(limit, self.log.segment_end_offset(sl.first_offset))
+            # Kafka's bound: the slice never leaves its segment, and its bytes end before the
+            # batch of the first offset-index entry at or after the slice's end (Kafka's
+            # fetchUpperBoundOffset), else the segment's end; never above the LSO. Without the
+            # index bound every fetch of a long segment would return (and search) all its
+            # aborted transactions after the fetch offset.
+            seg = self.log.segment_for(sl.first_offset)
+            bound = seg.offset_index.fetch_upper_bound_offset(sl.position + sl.length)
+            if bound is None:
+                bound = self.log.segment_end_offset(sl.first_offset)
+            upper = min(limit, bound)
             aborted = self.log.collect_aborted_txns(offset, upper)
         return ReadResult(sl, hw, lso, start, aborted)
 
