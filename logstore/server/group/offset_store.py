@@ -1,9 +1,10 @@
 """Committed offsets and group metadata, kept in the compacted ``__consumer_offsets`` topic.
 
 Each change is one record (formats in :mod:`logstore.server.group.schemas`) appended to
-partition ``partition_for(group, n)`` of ``__consumer_offsets`` through the ordinary
-:class:`logstore.storage.Log` — the same segment files, indexes, checkpoints and recovery as
-any topic. Later records win; a null value (tombstone) deletes the key. On start the store
+partition ``partition_for(group, n)`` of ``__consumer_offsets`` through the partition
+layer (:meth:`logstore.storage.partition.Partition.append_as_coordinator`, markers through
+``write_txn_marker``) over an ordinary :class:`logstore.storage.Log` — the same segment
+files, indexes, producer state, checkpoints and recovery as any topic. Later records win; a null value (tombstone) deletes the key. On start the store
 reads every partition back from its log start offset to its end and rebuilds the latest
 value per key, exactly as a compacted topic is meant to be read.
 
