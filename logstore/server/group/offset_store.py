@@ -4,9 +4,10 @@ Each change is one record (formats in :mod:`logstore.server.group.schemas`) appe
 partition ``partition_for(group, n)`` of ``__consumer_offsets`` through the partition
 layer (:meth:`logstore.storage.partition.Partition.append_as_coordinator`, markers through
 ``write_txn_marker``) over an ordinary :class:`logstore.storage.Log` — the same segment
-files, indexes, producer state, checkpoints and recovery as any topic. Later records win; a null value (tombstone) deletes the key. On start the store
-reads every partition back from its log start offset to its end and rebuilds the latest
-value per key, exactly as a compacted topic is meant to be read.
+files, indexes, producer state, checkpoints and recovery as any topic. Later records win;
+a null value (tombstone) deletes the key. On start the store reads every partition back
+from its log start offset to its end and rebuilds the latest value per key, exactly as a
+compacted topic is meant to be read.
 
 The topic is created lazily (a partition's log appears with its first record) with
 ``cleanup.policy=compact`` stored as its override (``LogManager.set_topic_config``, i.e.
@@ -345,15 +346,16 @@ class OffsetStore:
         live = self._live_records(partition)
         if 2 * len(live) > span:
             return
+        part = self._partition(partition)
         try:
             log_.roll(now_ms=now_ms)
             start = log_.log_end_offset
             for i in range(0, len(live), _SNAPSHOT_BATCH_RECORDS):
                 chunk = live[i : i + _SNAPSHOT_BATCH_RECORDS]
                 buf = build_batch([(k, v, (), now_ms) for k, v in chunk], base_timestamp=now_ms)
-                log_.append(buf, now_ms=now_ms)
-            log_.high_watermark = log_.log_end_offset
-            log_.delete_records(start)
+                part.append_as_coordinator(buf, now_ms=now_ms)
+            # the producer state below the new log start goes too
+            part.delete_records_before(start)
         except (LoglakeError, OSError) as e:
             log.error("%s-%d: snapshot compaction failed: %s", OFFSETS_TOPIC, partition, e)
             return
