@@ -37,7 +37,12 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from logstore.errors import CorruptRecordError, LoglakeError
+from logstore.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    LoglakeError,
+    TransactionCoordinatorFencedError,
+)
 from logstore.protocol.batch import iter_batches
 from logstore.protocol.control import ControlType, decode_control_record
 from logstore.protocol.records import build_batch, decode_batch
@@ -190,14 +195,31 @@ class OffsetStore:
         made while the transaction was open wins over the transaction's older one).
 
         Raises :class:`~logstore.errors.LoglakeError` / ``OSError`` when the marker cannot be
-        appended; the offsets stay pending then (the coordinator retries)."""
-        self._partition(partition).write_txn_marker(
-            producer_id,
-            producer_epoch,
-            commit=commit,
-            coordinator_epoch=coordinator_epoch,
-            now_ms=now_ms,
-        )
+        appended; the offsets stay pending then (the coordinator retries), except for an
+        obsolete marker (:class:`~logstore.errors.InvalidProducerEpochError`,
+        :class:`~logstore.errors.TransactionCoordinatorFencedError`: the partition has a newer
+        epoch of the producer), whose offsets are dropped."""
+        try:
+            self._partition(partition).write_txn_marker(
+                producer_id,
+                producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+                now_ms=now_ms,
+            )
+        except (InvalidProducerEpochError, TransactionCoordinatorFencedError):
+            # the partition has moved on to a newer epoch: this marker is obsolete (the
+            # broker drops it, as Kafka's marker channel does) and the producer's pending
+            # offsets here can never be committed; dropped, not left unstable forever
+            self._apply_marker(
+                self._pending,
+                self._offsets,
+                self._offset_at,
+                partition,
+                producer_id=producer_id,
+                commit=False,
+            )
+            raise
         self._apply_marker(
             self._pending,
             self._offsets,

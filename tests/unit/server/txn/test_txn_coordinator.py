@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from logstore.errors import StorageError
+from logstore.errors import InvalidProducerEpochError, StorageError
 from logstore.server.group.config import GroupConfig
 from logstore.server.group.coordinator import GroupCoordinator
 from logstore.server.group.messages import CommitRequest
@@ -474,3 +474,21 @@ def test_a_plain_commit_made_while_the_transaction_was_open_wins(env):
         _, res = env.groups.fetch_offsets("g", [("in", 0)], require_stable=True)
         assert (res[0].error, res[0].offset) == (ErrorCode.none, 70)
         env.restart()
+
+
+def test_an_obsolete_offsets_marker_is_refused_and_drops_the_pending_offsets(env):
+    _init(env)
+    pid, epoch = _init(env)  # epoch 1
+    assert epoch == 1
+    _txn_offsets(env, pid, epoch, 42)
+    _, p = env.groups.offsets_partition_for("g")
+    end = _offsets_partition(env).log_end_offset
+    # a marker of an older epoch than the partition's producer state has: refused, nothing
+    # appended, and the offsets it would have committed can never be: dropped
+    with pytest.raises(InvalidProducerEpochError):
+        env.groups.complete_txn(
+            p, producer_id=pid, producer_epoch=epoch - 1, commit=True, coordinator_epoch=0
+        )
+    assert _offsets_partition(env).log_end_offset == end
+    _, res = env.groups.fetch_offsets("g", [("in", 0)], require_stable=True)
+    assert (res[0].error, res[0].offset) == (ErrorCode.none, -1)
