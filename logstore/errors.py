@@ -22,7 +22,6 @@ __all__ = [
     "RecordTooLargeError",
     "StorageError",
     "TransactionCoordinatorFencedError",
-    "TransactionsNotSupportedError",
     "UnsupportedCodecError",
     "UnsupportedMagicError",
 ]
@@ -119,11 +118,6 @@ class OutOfOrderSequenceError(LoglakeError):
 
 class InvalidProducerEpochError(LoglakeError):
     """A batch from a producer epoch older than the producer's current one (fenced)."""
-
-
-class TransactionsNotSupportedError(LoglakeError):
-    """A transactional or control batch: this broker has no transaction coordinator yet
-    (answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, like InitProducerId with an id)."""
 
 
 class InvalidTxnStateError(LoglakeError):

@@ -182,22 +182,22 @@ class Broker:
     ) -> bool:
         """The transaction coordinator's marker writer (see ``MarkerWriter``)."""
         groups = self.group_coordinator
-        if groups is not None and topic == OFFSETS_TOPIC:
-            groups.complete_txn(
-                partition,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                commit=commit,
-                coordinator_epoch=coordinator_epoch,
-            )
-            return True
-        part = self.partition(topic, partition)
-        if part is None:
-            return False
         try:
-            part.write_txn_marker(
-                producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
-            )
+            if groups is not None and topic == OFFSETS_TOPIC:
+                groups.complete_txn(
+                    partition,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    commit=commit,
+                    coordinator_epoch=coordinator_epoch,
+                )
+            else:
+                part = self.partition(topic, partition)
+                if part is None:
+                    return False
+                part.write_txn_marker(
+                    producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
+                )
         except (InvalidProducerEpochError, TransactionCoordinatorFencedError) as exc:
             # The partition has moved on to a newer producer or coordinator epoch: this
             # marker is obsolete there and is dropped, as Kafka's marker channel does.

@@ -28,7 +28,6 @@ from logstore.errors import (
     RecordTooLargeError,
     StorageError,
     TransactionCoordinatorFencedError,
-    TransactionsNotSupportedError,
     UnsupportedMagicError,
 )
 from logstore.server.topics import TopicExistsError
@@ -45,7 +44,6 @@ ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = MappingProxyType(
         InvalidProducerEpochError: ErrorCode.invalid_producer_epoch,
         InvalidTxnStateError: ErrorCode.invalid_txn_state,
         TransactionCoordinatorFencedError: ErrorCode.transaction_coordinator_fenced,
-        TransactionsNotSupportedError: ErrorCode.transactional_id_authorization_failed,
         # LogOfflineError is a StorageError: clients retry it (the disk may get room again)
         StorageError: ErrorCode.kafka_storage_error,
         LogClosedError: ErrorCode.not_leader_or_follower,

@@ -451,6 +451,31 @@ class OffsetIndex(AbstractIndex):
             return OffsetPosition(self.base_offset, 0)
         return self.entry(slot)
 
+    def fetch_upper_bound_offset(self, position: int) -> int | None:
+        """The offset of the first entry at or after ``position`` in the ``.log``; None when
+        every entry lies before it (Kafka's ``fetchUpperBoundOffset``).
+
+        The entry's batch starts at or after ``position``, so every batch that ends at or
+        before ``position`` (a fetch slice's bytes) holds only offsets below the returned
+        one: a READ_COMMITTED fetch collects aborted transactions up to it, not to the
+        segment's end. A binary search over the entries' positions (they increase)."""
+        n = self._entries
+        if n == 0:
+            return None
+        mm = self._mm
+        assert mm is not None
+        unpack = _OFFSET_ENTRY.unpack_from
+        if unpack(mm, (n - 1) * 8)[1] < position:
+            return None
+        lo, hi = 0, n - 1
+        while lo < hi:  # smallest slot whose position is >= position
+            mid = (lo + hi) >> 1
+            if unpack(mm, mid * 8)[1] >= position:
+                hi = mid
+            else:
+                lo = mid + 1
+        return self.base_offset + int(unpack(mm, lo * 8)[0])
+
     def append(self, offset: int, position: int) -> None:
         """Add ``offset -> position``; offsets must strictly increase, the index not be full."""
         if self._entries > 0 and offset <= self._last_offset:

@@ -212,31 +212,67 @@ class Partition:
                 return AppendResult(
                     dup.first_offset, dup.last_offset, -1, lg.log_start_offset, True
                 )
-            # 4. the bytes
-            try:
-                info = lg.append(
-                    records, leader_epoch=leader_epoch, now_ms=now_ms, analyzed=batches
+            return self._append_locked(records, batches, now_ms=now_ms, leader_epoch=leader_epoch)
+
+    def append_as_coordinator(
+        self, records: bytearray, *, now_ms: int | None = None, leader_epoch: int = 0
+    ) -> AppendResult:
+        """Append a coordinator's own batches (Kafka's ``appendAsLeader`` with origin
+        COORDINATOR): the group coordinator's ``__consumer_offsets`` records, among them the
+        transactional batches of TxnOffsetCommit (a producer's id and epoch, no sequence).
+
+        As :meth:`append_as_leader`, but no sequence is checked (a coordinator's batches have
+        none, as in Kafka, where only client batches are) and control batches are refused
+        (markers go through :meth:`write_txn_marker`). The producer state is updated as for a
+        client's batch: a transactional batch opens its producer's transaction, so the last
+        stable offset of the partition stops at a pending transactional offset commit until
+        its marker. Raises the storage errors of :meth:`append_as_leader`.
+        """
+        lg = self.log
+        batches = analyze_batches(records, max_message_bytes=lg.config.max_message_bytes)
+        for _pos, h in batches:
+            if h.attributes & CONTROL_FLAG:
+                raise InvalidRecordError(
+                    f"{self.topic}-{self.partition}: control batch: markers are written by"
+                    " write_txn_marker"
                 )
-            except OSError as exc:  # the log converts its own; anything else is still storage
-                raise StorageError(
-                    f"{self.topic}-{self.partition}: append failed: {exc}", errno=exc.errno
-                ) from exc
-            # 5. producer state, from the headers of step 1 and the offsets just assigned
-            base = info.first_offset
-            append_time = info.log_append_time_ms
-            for _pos, h in batches:
-                if h.producer_id >= 0:
-                    producers.append_batch(
-                        h,
-                        base_offset=base,
-                        max_timestamp=append_time if append_time >= 0 else h.max_timestamp,
-                    )
-                base += h.last_offset_delta + 1
-            # 6. single replica: everything appended is committed
-            lg.high_watermark = lg.log_end_offset
-            return AppendResult(
-                info.first_offset, info.last_offset, append_time, lg.log_start_offset, False
-            )
+        with self.lock:
+            return self._append_locked(records, batches, now_ms=now_ms, leader_epoch=leader_epoch)
+
+    def _append_locked(
+        self,
+        records: bytearray,
+        batches: list[tuple[int, BatchHeader]],
+        *,
+        now_ms: int | None,
+        leader_epoch: int,
+    ) -> AppendResult:
+        """Steps 4-6 of :meth:`append_as_leader`, under :attr:`lock`."""
+        lg = self.log
+        producers = self.producers
+        # 4. the bytes
+        try:
+            info = lg.append(records, leader_epoch=leader_epoch, now_ms=now_ms, analyzed=batches)
+        except OSError as exc:  # the log converts its own; anything else is still storage
+            raise StorageError(
+                f"{self.topic}-{self.partition}: append failed: {exc}", errno=exc.errno
+            ) from exc
+        # 5. producer state, from the headers of step 1 and the offsets just assigned
+        base = info.first_offset
+        append_time = info.log_append_time_ms
+        for _pos, h in batches:
+            if h.producer_id >= 0:
+                producers.append_batch(
+                    h,
+                    base_offset=base,
+                    max_timestamp=append_time if append_time >= 0 else h.max_timestamp,
+                )
+            base += h.last_offset_delta + 1
+        # 6. single replica: everything appended is committed
+        lg.high_watermark = lg.log_end_offset
+        return AppendResult(
+            info.first_offset, info.last_offset, append_time, lg.log_start_offset, False
+        )
 
     def _refuse_keyless(self, records: bytearray, batches: list[tuple[int, BatchHeader]]) -> None:
         """Kafka refuses a keyless record in a compacted topic (its message, INVALID_RECORD)."""
@@ -369,9 +405,16 @@ class Partition:
             return ReadResult(None, hw, lso, start, none)
         aborted = none
         if committed:
-            # Kafka's bound: the slice never leaves its segment, so nothing it holds is at or
-            # above the segment's end (nor the LSO)
-            upper = min(limit, self.log.segment_end_offset(sl.first_offset))
+            # Kafka's bound: the slice never leaves its segment, and its bytes end before the
+            # batch of the first offset-index entry at or after the slice's end (Kafka's
+            # fetchUpperBoundOffset), else the segment's end; never above the LSO. Without the
+            # index bound every fetch of a long segment would return (and search) all its
+            # aborted transactions after the fetch offset.
+            seg = self.log.segment_for(sl.first_offset)
+            bound = seg.offset_index.fetch_upper_bound_offset(sl.position + sl.length)
+            if bound is None:
+                bound = self.log.segment_end_offset(sl.first_offset)
+            upper = min(limit, bound)
             aborted = self.log.collect_aborted_txns(offset, upper)
         return ReadResult(sl, hw, lso, start, aborted)
 

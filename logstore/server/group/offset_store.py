@@ -1,11 +1,13 @@
 """Committed offsets and group metadata, kept in the compacted ``__consumer_offsets`` topic.
 
 Each change is one record (formats in :mod:`logstore.server.group.schemas`) appended to
-partition ``partition_for(group, n)`` of ``__consumer_offsets`` through the ordinary
-:class:`logstore.storage.Log` — the same segment files, indexes, checkpoints and recovery as
-any topic. Later records win; a null value (tombstone) deletes the key. On start the store
-reads every partition back from its log start offset to its end and rebuilds the latest
-value per key, exactly as a compacted topic is meant to be read.
+partition ``partition_for(group, n)`` of ``__consumer_offsets`` through the partition
+layer (:meth:`logstore.storage.partition.Partition.append_as_coordinator`, markers through
+``write_txn_marker``) over an ordinary :class:`logstore.storage.Log` — the same segment
+files, indexes, producer state, checkpoints and recovery as any topic. Later records win;
+a null value (tombstone) deletes the key. On start the store reads every partition back
+from its log start offset to its end and rebuilds the latest value per key, exactly as a
+compacted topic is meant to be read.
 
 The topic is created lazily (a partition's log appears with its first record) with
 ``cleanup.policy=compact`` stored as its override (``LogManager.set_topic_config``, i.e.
@@ -35,9 +37,14 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from logstore.errors import CorruptRecordError, LoglakeError
+from logstore.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    LoglakeError,
+    TransactionCoordinatorFencedError,
+)
 from logstore.protocol.batch import iter_batches
-from logstore.protocol.control import ControlType, build_control_batch, decode_control_record
+from logstore.protocol.control import ControlType, decode_control_record
 from logstore.protocol.records import build_batch, decode_batch
 from logstore.server.group.schemas import (
     GroupKey,
@@ -55,6 +62,7 @@ from logstore.server.group.schemas import (
 )
 from logstore.storage.log import Log
 from logstore.storage.log_manager import LogManager
+from logstore.storage.partition import Partition
 from logstore.storage.topic_config import read_topic_config
 
 __all__ = ["OFFSETS_TOPIC", "LoadedState", "OffsetStore"]
@@ -70,14 +78,22 @@ _LOAD_READ_BYTES = 4 * 1024 * 1024
 _SNAPSHOT_BATCH_RECORDS = 2_000
 
 
+# a pending transactional offset and the log offset of its batch (Kafka's
+# CommitRecordMetadataAndOffset: the later one in the log wins when its marker commits it)
+_Pending = tuple[OffsetValue, int]
+
+
 @dataclass(slots=True)
 class LoadedState:
     """The latest value of every live key, after tombstones."""
 
     offsets: dict[str, dict[tuple[str, int], OffsetValue]] = field(default_factory=dict)
     groups: dict[str, GroupValue] = field(default_factory=dict)
-    # producer id -> group -> (topic, partition) -> offset, awaiting the producer's marker
-    pending: dict[int, dict[str, dict[tuple[str, int], OffsetValue]]] = field(default_factory=dict)
+    # producer id -> group -> (topic, partition) -> (offset, its batch's log offset),
+    # awaiting the producer's marker
+    pending: dict[int, dict[str, dict[tuple[str, int], _Pending]]] = field(default_factory=dict)
+    # (group, (topic, partition)) -> log offset of the batch of the committed value in offsets
+    offset_at: dict[tuple[str, tuple[str, int]], int] = field(default_factory=dict)
     records: int = 0
     corrupt_records: int = 0
 
@@ -98,13 +114,17 @@ class OffsetStore:
         self._segment_bytes = segment_bytes
         self._snapshot_min_records = snapshot_min_records
         self._logs: dict[int, Log] = {}
+        self._partitions: dict[int, Partition] = {}
         self._config_checked = False
         # The log's compacted view: group -> (topic, partition) -> latest committed value,
         # and group -> its latest group metadata value (encoded).
         self._offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
         self._group_values: dict[str, bytes] = {}
-        # Transactional commits awaiting their marker: producer id -> group -> tp -> value.
-        self._pending: dict[int, dict[str, dict[tuple[str, int], OffsetValue]]] = {}
+        # Where each committed value's batch is in the log: (group, tp) -> log offset.
+        self._offset_at: dict[tuple[str, tuple[str, int]], int] = {}
+        # Transactional commits awaiting their marker: producer id -> group -> tp -> (value,
+        # log offset of its batch).
+        self._pending: dict[int, dict[str, dict[tuple[str, int], _Pending]]] = {}
 
     # --- the committed offsets ----------------------------------------------------------
 
@@ -119,7 +139,7 @@ class OffsetStore:
         now_ms: int,
     ) -> None:
         """Append the offsets as one batch, then make them visible (nothing on failure)."""
-        self.append(
+        at = self.append(
             group_id,
             [(encode_offset_key(group_id, t, p), encode_offset_value(v)) for (t, p), v in values],
             now_ms=now_ms,
@@ -127,6 +147,7 @@ class OffsetStore:
         group_offsets = self._offsets.setdefault(group_id, {})
         for tp, v in values:
             group_offsets[tp] = v
+            self._offset_at[(group_id, tp)] = at
 
     def txn_commit(
         self,
@@ -138,8 +159,10 @@ class OffsetStore:
         now_ms: int,
     ) -> None:
         """Append the offsets as one transactional batch of the producer; they stay pending
-        until :meth:`complete_txn` (nothing on failure)."""
-        self.append(
+        until :meth:`complete_txn` (nothing on failure). The batch opens the producer's
+        transaction in the partition's producer state, so its last stable offset (a
+        READ_COMMITTED fetch of the topic) stops here until the marker."""
+        at = self.append(
             group_id,
             [(encode_offset_key(group_id, t, p), encode_offset_value(v)) for (t, p), v in values],
             now_ms=now_ms,
@@ -148,7 +171,7 @@ class OffsetStore:
         )
         pending = self._pending.setdefault(producer_id, {}).setdefault(group_id, {})
         for tp, v in values:
-            pending[tp] = v
+            pending[tp] = (v, at)
 
     def has_pending(self, group_id: str, tp: tuple[str, int]) -> bool:
         """Whether a transaction holds an uncommitted offset of ``tp`` for the group."""
@@ -164,29 +187,53 @@ class OffsetStore:
         coordinator_epoch: int,
         now_ms: int,
     ) -> None:
-        """Append the producer's COMMIT/ABORT marker to ``partition`` of the topic, then
-        materialise (commit) or drop (abort) its pending offsets of that partition's groups.
+        """Append the producer's COMMIT/ABORT marker to ``partition`` of the topic
+        (:meth:`Partition.write_txn_marker`: the producer's transaction there ends, an ABORT
+        joins the ``.txnindex``), then materialise (commit) or drop (abort) its pending
+        offsets of that partition's groups. A committed offset replaces the group's value
+        only if its batch is later in the log than the value's (Kafka: a plain OffsetCommit
+        made while the transaction was open wins over the transaction's older one).
 
         Raises :class:`~logstore.errors.LoglakeError` / ``OSError`` when the marker cannot be
-        appended; the offsets stay pending then (the coordinator retries)."""
-        buf = build_control_batch(
-            ControlType.COMMIT if commit else ControlType.ABORT,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            coordinator_epoch=coordinator_epoch,
-            timestamp=now_ms,
-        )
-        log_ = self._log(partition)
-        log_.append(buf, now_ms=now_ms)
-        log_.high_watermark = log_.log_end_offset
+        appended; the offsets stay pending then (the coordinator retries), except for an
+        obsolete marker (:class:`~logstore.errors.InvalidProducerEpochError`,
+        :class:`~logstore.errors.TransactionCoordinatorFencedError`: the partition has a newer
+        epoch of the producer), whose offsets are dropped."""
+        try:
+            self._partition(partition).write_txn_marker(
+                producer_id,
+                producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+                now_ms=now_ms,
+            )
+        except (InvalidProducerEpochError, TransactionCoordinatorFencedError):
+            # the partition has moved on to a newer epoch: this marker is obsolete (the
+            # broker drops it, as Kafka's marker channel does) and the producer's pending
+            # offsets here can never be committed; dropped, not left unstable forever
+            self._apply_marker(
+                self._pending,
+                self._offsets,
+                self._offset_at,
+                partition,
+                producer_id=producer_id,
+                commit=False,
+            )
+            raise
         self._apply_marker(
-            self._pending, self._offsets, partition, producer_id=producer_id, commit=commit
+            self._pending,
+            self._offsets,
+            self._offset_at,
+            partition,
+            producer_id=producer_id,
+            commit=commit,
         )
 
     def _apply_marker(
         self,
-        pending: dict[int, dict[str, dict[tuple[str, int], OffsetValue]]],
+        pending: dict[int, dict[str, dict[tuple[str, int], _Pending]]],
         offsets: dict[str, dict[tuple[str, int], OffsetValue]],
+        offset_at: dict[tuple[str, tuple[str, int]], int],
         partition: int,
         *,
         producer_id: int,
@@ -197,8 +244,17 @@ class OffsetStore:
             return
         for group_id in [g for g in groups if self.partition_for(g) == partition]:
             values = groups.pop(group_id)
-            if commit:
-                offsets.setdefault(group_id, {}).update(values)
+            if not commit:
+                continue
+            group_offsets = offsets.setdefault(group_id, {})
+            for tp, (v, at) in values.items():
+                # the later record in the log wins (Kafka's olderThan): a plain commit
+                # appended after the transactional one stays
+                if tp not in group_offsets or offset_at.get((group_id, tp), -1) < at:
+                    group_offsets[tp] = v
+                    offset_at[(group_id, tp)] = at
+            if not group_offsets:
+                del offsets[group_id]
         if not groups:
             del pending[producer_id]
 
@@ -240,6 +296,7 @@ class OffsetStore:
         offsets = self._offsets.get(group_id, {})
         for tp in partitions:
             offsets.pop(tp, None)
+            self._offset_at.pop((group_id, tp), None)
         if not offsets:
             self._offsets.pop(group_id, None)
         if delete_group:
@@ -263,16 +320,19 @@ class OffsetStore:
         now_ms: int,
         producer_id: int = -1,
         producer_epoch: int = -1,
-    ) -> None:
+    ) -> int:
         """Append ``(key, value)`` records of one group as one batch (value None: tombstone);
-        a transactional batch of ``producer_id`` when one is given.
+        a transactional batch of ``producer_id`` when one is given. Returns the batch's
+        offset (-1 when there was nothing to append).
 
+        Through :meth:`Partition.append_as_coordinator`, so the partition's producer state
+        (last stable offset, fencing) sees transactional batches as it sees a client's.
         Raises :class:`~logstore.errors.LoglakeError` (or ``OSError``) when the log refuses;
         nothing is appended then.
         """
         items = [(key, value, (), now_ms) for key, value in records]
         if not items:
-            return
+            return -1
         partition = self.partition_for(group_id)
         log_ = self._log(partition)
         buf = build_batch(
@@ -282,11 +342,12 @@ class OffsetStore:
             producer_epoch=producer_epoch,
             is_transactional=producer_id >= 0,
         )
-        log_.append(buf, now_ms=now_ms)
-        # A single broker: what is appended is committed, so consumers of the topic (the
-        # lakehouse ingest included) may read it at once.
-        log_.high_watermark = log_.log_end_offset
+        # A single broker: what is appended is committed (the partition moves the high
+        # watermark), so consumers of the topic (the lakehouse ingest included) may read it
+        # at once.
+        first = self._partition(partition).append_as_coordinator(buf, now_ms=now_ms).first_offset
         self._maybe_snapshot(partition, log_, now_ms=now_ms)
+        return first
 
     def _maybe_snapshot(self, partition: int, log_: Log, *, now_ms: int) -> None:
         """Compact one partition by snapshot once at least half of it is dead records.
@@ -307,15 +368,16 @@ class OffsetStore:
         live = self._live_records(partition)
         if 2 * len(live) > span:
             return
+        part = self._partition(partition)
         try:
             log_.roll(now_ms=now_ms)
             start = log_.log_end_offset
             for i in range(0, len(live), _SNAPSHOT_BATCH_RECORDS):
                 chunk = live[i : i + _SNAPSHOT_BATCH_RECORDS]
                 buf = build_batch([(k, v, (), now_ms) for k, v in chunk], base_timestamp=now_ms)
-                log_.append(buf, now_ms=now_ms)
-            log_.high_watermark = log_.log_end_offset
-            log_.delete_records(start)
+                part.append_as_coordinator(buf, now_ms=now_ms)
+            # the producer state below the new log start goes too
+            part.delete_records_before(start)
         except (LoglakeError, OSError) as e:
             log.error("%s-%d: snapshot compaction failed: %s", OFFSETS_TOPIC, partition, e)
             return
@@ -339,6 +401,16 @@ class OffsetStore:
                     for (t, p), v in offsets.items()
                 )
         return out
+
+    def _partition(self, partition: int) -> Partition:
+        """The partition over this store's log of ``partition`` (its producer state is the
+        log's, shared with the broker's Partition of the same log; only the coordinator
+        writes to the topic, clients' produce requests are refused)."""
+        log_ = self._log(partition)
+        part = self._partitions.get(partition)
+        if part is None or part.log is not log_:
+            part = self._partitions[partition] = Partition(OFFSETS_TOPIC, partition, log_)
+        return part
 
     def _log(self, partition: int) -> Log:
         log_ = self._logs.get(partition)
@@ -378,7 +450,7 @@ class OffsetStore:
             self._logs[int(log_.partition)] = log_
             bad = 0
             partition = int(log_.partition)
-            for producer_id, control, key, value in _iter_records(log_):
+            for producer_id, control, batch_offset, key, value in _iter_records(log_):
                 state.records += 1
                 try:
                     if control:
@@ -387,14 +459,15 @@ class OffsetStore:
                             self._apply_marker(
                                 state.pending,
                                 state.offsets,
+                                state.offset_at,
                                 partition,
                                 producer_id=producer_id,
                                 commit=marker.type == ControlType.COMMIT,
                             )
                     elif producer_id >= 0:
-                        self._apply_pending(state, producer_id, key, value)
+                        self._apply_pending(state, producer_id, batch_offset, key, value)
                     else:
-                        self._apply(state, key, value)
+                        self._apply(state, batch_offset, key, value)
                 except CorruptRecordError:
                     bad += 1
             if bad:
@@ -403,6 +476,7 @@ class OffsetStore:
                     "%s-%d: skipped %d undecodable records", OFFSETS_TOPIC, log_.partition, bad
                 )
         self._offsets = state.offsets
+        self._offset_at = state.offset_at
         self._pending = state.pending
         self._group_values = {g: encode_group_value(v) for g, v in state.groups.items()}
         return state
@@ -413,7 +487,7 @@ class OffsetStore:
 
     @staticmethod
     def _apply_pending(
-        state: LoadedState, producer_id: int, key: bytes | None, value: bytes | None
+        state: LoadedState, producer_id: int, at: int, key: bytes | None, value: bytes | None
     ) -> None:
         if key is None:
             raise CorruptRecordError("__consumer_offsets record without a key")
@@ -421,10 +495,10 @@ class OffsetStore:
         if isinstance(k, OffsetKey) and value is not None:
             state.pending.setdefault(producer_id, {}).setdefault(k.group, {})[
                 (k.topic, k.partition)
-            ] = decode_offset_value(value)
+            ] = (decode_offset_value(value), at)
 
     @staticmethod
-    def _apply(state: LoadedState, key: bytes | None, value: bytes | None) -> None:
+    def _apply(state: LoadedState, at: int, key: bytes | None, value: bytes | None) -> None:
         if key is None:
             raise CorruptRecordError("__consumer_offsets record without a key")
         k = decode_key(key)
@@ -433,12 +507,14 @@ class OffsetStore:
                 group_offsets = state.offsets.get(k.group)
                 if group_offsets is not None:
                     group_offsets.pop((k.topic, k.partition), None)
+                    state.offset_at.pop((k.group, (k.topic, k.partition)), None)
                     if not group_offsets:
                         del state.offsets[k.group]
             else:
                 state.offsets.setdefault(k.group, {})[(k.topic, k.partition)] = decode_offset_value(
                     value
                 )
+                state.offset_at[(k.group, (k.topic, k.partition))] = at
         elif isinstance(k, GroupKey):
             if value is None:
                 state.groups.pop(k.group, None)
@@ -446,9 +522,9 @@ class OffsetStore:
                 state.groups[k.group] = decode_group_value(value)
 
 
-def _iter_records(log_: Log) -> Iterator[tuple[int, bool, bytes | None, bytes | None]]:
-    """(producer id of a transactional batch else -1, is control, key, value) of every
-    record of ``log_``, from its log start offset to its end."""
+def _iter_records(log_: Log) -> Iterator[tuple[int, bool, int, bytes | None, bytes | None]]:
+    """(producer id of a transactional batch else -1, is control, the batch's base offset,
+    key, value) of every record of ``log_``, from its log start offset to its end."""
     offset = int(log_.log_start_offset)
     end = int(log_.log_end_offset)
     while offset < end:
@@ -465,7 +541,7 @@ def _iter_records(log_: Log) -> Iterator[tuple[int, bool, bytes | None, bytes | 
             _, records = decode_batch(data, pos)
             for rec in records:
                 if rec.offset >= offset:
-                    yield txn_pid, header.is_control, rec.key, rec.value
+                    yield txn_pid, header.is_control, header.base_offset, rec.key, rec.value
         if next_offset <= offset:
             raise CorruptRecordError(
                 f"{OFFSETS_TOPIC}-{log_.partition}: no progress reading at offset {offset}"

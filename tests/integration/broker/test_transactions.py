@@ -5,7 +5,9 @@ transactions; READ_COMMITTED consumers of all three clients see exactly the comm
 records, READ_UNCOMMITTED ones everything. A second producer with the same transactional id
 fences the first (its commit fails, its records are aborted); a transaction left open past
 ``transaction.timeout.ms`` is aborted by the broker; consume-transform-produce with
-``send_offsets_to_transaction`` makes the group's offset visible only with the commit.
+``send_offsets_to_transaction`` makes the group's offset visible only with the commit, holds
+``__consumer_offsets``' last stable offset meanwhile, and loses to a plain commit made while
+it was pending (the later record in the log wins, as in Kafka).
 
 Every consumer reads until an END record of a last committed transaction, so a test never
 waits on a guessed time for "nothing more arrives".
@@ -20,6 +22,8 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
+from logstore.server.group.offset_store import OFFSETS_TOPIC
+from logstore.server.group.schemas import partition_for
 from tests.integration.broker.clients import new_topic
 
 pytestmark = pytest.mark.integration
@@ -529,3 +533,57 @@ def _wait_log(b: Any, text: str, timeout: float = 30) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{text!r} not in the broker log:\n{b.log_tail()}")
         time.sleep(0.1)
+
+
+def _offsets_partition_watermarks(bootstrap: str, group: str, isolation: str) -> tuple[int, int]:
+    """(low, high) of the group's ``__consumer_offsets`` partition as a consumer of
+    ``isolation`` sees it (ListOffsets: the LSO for read_committed, the HW otherwise)."""
+    c = ck.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "wm", "isolation.level": isolation}
+    )
+    try:
+        n = len(c.list_topics(OFFSETS_TOPIC, timeout=30).topics[OFFSETS_TOPIC].partitions)
+        tp = ck.TopicPartition(OFFSETS_TOPIC, partition_for(group, n))
+        low, high = c.get_watermark_offsets(tp, timeout=30, cached=False)
+        return int(low), int(high)
+    finally:
+        c.close()
+
+
+def test_pending_offsets_hold_the_lso_and_a_plain_commit_made_meanwhile_wins(broker):
+    src = new_topic(broker.bootstrap, partitions=1, prefix="lso-in")
+    group = f"lso-{src}"
+    meta_consumer = ck.Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    producer = ck.Producer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": f"lso-{src}"}
+    )
+    try:
+        meta_consumer.commit(offsets=[ck.TopicPartition(src, 0, 3)], asynchronous=False)
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            [ck.TopicPartition(src, 0, 7)], meta_consumer.consumer_group_metadata(), 30
+        )
+        # the pending transactional offset holds __consumer_offsets' last stable offset
+        _, hw = _offsets_partition_watermarks(broker.bootstrap, group, "read_uncommitted")
+        _, lso = _offsets_partition_watermarks(broker.bootstrap, group, "read_committed")
+        assert lso == hw - 1, (lso, hw)
+        # a plain commit while the transaction is open: later in the log, so it stays
+        meta_consumer.commit(offsets=[ck.TopicPartition(src, 0, 5)], asynchronous=False)
+        producer.commit_transaction(30)
+        _, hw = _offsets_partition_watermarks(broker.bootstrap, group, "read_uncommitted")
+        _, lso = _offsets_partition_watermarks(broker.bootstrap, group, "read_committed")
+        assert lso == hw
+        assert _committed_offset(broker.bootstrap, group, src) == 5
+        assert _committed_offset(broker.bootstrap, group, src, isolation="read_committed") == 5
+        # a transaction's offset later than the plain one wins at its commit
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            [ck.TopicPartition(src, 0, 9)], meta_consumer.consumer_group_metadata(), 30
+        )
+        producer.commit_transaction(30)
+        assert _committed_offset(broker.bootstrap, group, src) == 9
+    finally:
+        meta_consumer.close()

@@ -215,3 +215,19 @@ def test_appends_must_increase(tmp_path: Path) -> None:
         tidx.maybe_append(20, 4)
     idx.close()
     tidx.close()
+
+
+def test_fetch_upper_bound_offset_is_the_first_entry_at_or_after_a_position(tmp_path: Path) -> None:
+    idx = OffsetIndex(tmp_path / "u.index", 100, max_index_size=8 * 100)
+    assert idx.fetch_upper_bound_offset(0) is None  # empty
+    for i in range(50):  # batch i: last offset 100 + 10i + 9, at position 1000 i
+        idx.append(100 + 10 * i + 9, 1000 * i)
+    assert idx.fetch_upper_bound_offset(0) == 109
+    assert idx.fetch_upper_bound_offset(1) == 119
+    assert idx.fetch_upper_bound_offset(25_000) == 359
+    assert idx.fetch_upper_bound_offset(25_001) == 369
+    assert idx.fetch_upper_bound_offset(49_000) == 599
+    assert idx.fetch_upper_bound_offset(49_001) is None  # after every entry
+    positions = [1000 * i for i in range(50)]
+    for p in range(0, 49_001, 337):  # against a plain search
+        assert idx.fetch_upper_bound_offset(p) == 100 + 10 * bisect.bisect_left(positions, p) + 9

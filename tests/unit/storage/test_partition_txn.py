@@ -285,3 +285,31 @@ def test_the_lso_never_falls_below_the_log_start(part: Partition) -> None:
     assert part.last_stable_offset == 3
     rd = part.read(3, 10**6, isolation=RC)
     assert rd.slice is None and rd.last_stable_offset == 3
+
+
+def test_read_committed_collects_aborts_only_up_to_the_slice_not_the_segment_end(
+    tmp_path: Path,
+) -> None:
+    # an index entry per batch: Kafka's fetchUpperBoundOffset bounds the lookup by the slice
+    lg = Log.open(tmp_path / "t-0", LogConfig(segment_ms=2**62, index_interval_bytes=1))
+    p = Partition.load("t", 0, lg)
+    try:
+        for i in range(40):  # 40 aborted transactions of 3 records + marker: offsets 4i..4i+3
+            pid = 100 + i
+            assert p.append_as_leader(txn(3, pid=pid)).first_offset == 4 * i
+            p.write_txn_marker(pid, 0, commit=False, coordinator_epoch=0)
+        size = len(txn(3, pid=100))
+        # a slice of about two transactions from offset 8: the third and fourth (and at most
+        # the one whose batch the bound falls on), not the 38 aborts after the fetch offset
+        rd = p.read(8, 2 * size + 2 * 100, isolation=RC, min_one_batch=True)
+        assert rd.slice is not None and rd.slice.first_offset == 8
+        got = [a.first_offset for a in rd.aborted_transactions or []]
+        assert got[:2] == [8, 12] and len(got) <= 4, got
+        # the whole segment: all of them from the fetch offset on
+        rd = p.read(8, 10**9, isolation=RC)
+        assert [a.first_offset for a in rd.aborted_transactions or []] == list(range(8, 160, 4))
+        # the bisection of the index: from a late offset only the later ones
+        rd = p.read(150, 10**9, isolation=RC)
+        assert [a.first_offset for a in rd.aborted_transactions or []] == [148, 152, 156]
+    finally:
+        lg.close()

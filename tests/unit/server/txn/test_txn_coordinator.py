@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from logstore.errors import StorageError
+from logstore.errors import InvalidProducerEpochError, StorageError
 from logstore.server.group.config import GroupConfig
 from logstore.server.group.coordinator import GroupCoordinator
 from logstore.server.group.messages import CommitRequest
@@ -25,6 +25,7 @@ from logstore.server.txn.schemas import TxnState
 from logstore.server.txn.state_log import TRANSACTION_STATE_TOPIC, TxnStateLog
 from logstore.storage.config import LogConfig
 from logstore.storage.log_manager import LogManager
+from logstore.storage.partition import IsolationLevel, Partition
 
 T0 = 1_700_000_000_000
 
@@ -401,3 +402,93 @@ def test_state_log_is_compacted_by_snapshot_and_loads_the_same(tmp_path):
         assert before["c"].state is TxnState.EMPTY and before["c"].producer_epoch == 1
     finally:
         e.close()
+
+
+def _txn_offsets(env: Env, pid: int, epoch: int, offset: int) -> None:
+    assert env.tc.add_offsets("tx", pid, epoch, "g") is ErrorCode.none
+    errs = env.groups.txn_commit_offsets(
+        "g",
+        producer_id=pid,
+        producer_epoch=epoch,
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        offsets=[CommitRequest("in", 0, offset)],
+    )
+    assert errs == [ErrorCode.none]
+
+
+def _plain_offset(env: Env, offset: int) -> None:
+    errs = env.groups.commit_offsets(
+        "g",
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        offsets=[CommitRequest("in", 0, offset)],
+    )
+    assert errs == [ErrorCode.none]
+
+
+def _offsets_partition(env: Env) -> Partition:
+    topic, p = env.groups.offsets_partition_for("g")
+    lg = env.log_manager.get_log(topic, p)
+    assert lg is not None
+    return Partition.load(topic, p, lg)  # the broker's view: the log's producer state
+
+
+def test_a_pending_txn_offset_commit_holds_the_offsets_partitions_lso(env):
+    _plain_offset(env, 5)  # offset 0 of the partition: stable
+    pid, epoch = _init(env)
+    _txn_offsets(env, pid, epoch, 42)  # offset 1: pending
+    part = _offsets_partition(env)
+    assert (part.last_stable_offset, part.high_watermark) == (1, 2)
+    rd = part.read(0, 10**6, isolation=IsolationLevel.READ_COMMITTED)
+    assert rd.slice is not None and rd.last_stable_offset == 1
+    assert part.read(1, 10**6, isolation=IsolationLevel.READ_COMMITTED).slice is None
+    env.restart()  # the same after a restart (producer state rebuilt from the log)
+    part = _offsets_partition(env)
+    assert (part.last_stable_offset, part.high_watermark) == (1, 2)
+    assert env.tc.end_txn("tx", pid, epoch, commit=False) is ErrorCode.none
+    part = _offsets_partition(env)
+    # the ABORT marker at 2 ends it: stable to the end, the aborted offsets listed
+    assert part.last_stable_offset == part.high_watermark == 3
+    rd = part.read(0, 10**6, isolation=IsolationLevel.READ_COMMITTED)
+    assert [(a.producer_id, a.first_offset) for a in rd.aborted_transactions or []] == [(pid, 1)]
+
+
+def test_a_plain_commit_made_while_the_transaction_was_open_wins(env):
+    pid, epoch = _init(env)
+    _txn_offsets(env, pid, epoch, 42)
+    _plain_offset(env, 50)  # later in the log than the transaction's offset
+    assert env.tc.end_txn("tx", pid, epoch, commit=True) is ErrorCode.none
+    for _ in range(2):
+        _, res = env.groups.fetch_offsets("g", [("in", 0)], require_stable=True)
+        assert (res[0].error, res[0].offset) == (ErrorCode.none, 50)
+        env.restart()
+    # the other order: the transaction's offset is the later one and wins at its commit
+    _, epoch = _init(env)
+    _plain_offset(env, 60)
+    _txn_offsets(env, pid, epoch, 70)
+    assert env.tc.end_txn("tx", pid, epoch, commit=True) is ErrorCode.none
+    for _ in range(2):
+        _, res = env.groups.fetch_offsets("g", [("in", 0)], require_stable=True)
+        assert (res[0].error, res[0].offset) == (ErrorCode.none, 70)
+        env.restart()
+
+
+def test_an_obsolete_offsets_marker_is_refused_and_drops_the_pending_offsets(env):
+    _init(env)
+    pid, epoch = _init(env)  # epoch 1
+    assert epoch == 1
+    _txn_offsets(env, pid, epoch, 42)
+    _, p = env.groups.offsets_partition_for("g")
+    end = _offsets_partition(env).log_end_offset
+    # a marker of an older epoch than the partition's producer state has: refused, nothing
+    # appended, and the offsets it would have committed can never be: dropped
+    with pytest.raises(InvalidProducerEpochError):
+        env.groups.complete_txn(
+            p, producer_id=pid, producer_epoch=epoch - 1, commit=True, coordinator_epoch=0
+        )
+    assert _offsets_partition(env).log_end_offset == end
+    _, res = env.groups.fetch_offsets("g", [("in", 0)], require_stable=True)
+    assert (res[0].error, res[0].offset) == (ErrorCode.none, -1)
