@@ -25,7 +25,9 @@ A run, per topic:
    the table's current files per bucket (same snapshot for the whole run);
 3. Spark, two stages of Python tasks (no row crosses the JVM; only file names and row counts
    go through the driver): stage 1 tasks read those ``records`` files with pyarrow (only the
-   table's columns, only offsets ``[S[p], E[p])`` with a key), compute each row's bucket
+   table's columns, only offsets ``[S[p], E[p])`` with a key), keep their own winners of
+   those records (one hash-table pass in numba, ``_hash.latest_indices``: the winner is a
+   maximum, so the maximum of the tasks' maxima is the same), compute each row's bucket
    (Spark's ``pmod(xxhash64(key), N)``, computed in numba: ``_hash``) and write one Arrow IPC
    file per bucket under ``<table>/_compact_staging/<write id>/`` (removed when the stage-2
    job ends, whatever its outcome); stage 2 tasks, per bucket they hold, read that bucket's
@@ -80,11 +82,11 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 from logstore.errors import LoglakeError
-from pipelines.compaction._hash import buckets_of
+from pipelines.compaction._hash import latest_indices, xxhash64
 from pipelines.compaction.config import CompactConfig, compacted_topics
 from pipelines.compaction.deltalog import CdcFile, FileRef, commit_actions
 from pipelines.compaction.model import Strategy
-from pipelines.compaction.plan import VERSION, versions, winner_indices
+from pipelines.compaction.plan import VERSION, versions
 from pipelines.delta import read_app_transactions
 from pipelines.delta.commit import load_table
 from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
@@ -231,6 +233,20 @@ def _as_state(rows: pa.Table, strategy: Strategy) -> pa.Table:
     return rows
 
 
+def _winners(rows: pa.Table) -> np.ndarray:
+    """Ascending indices of the winning rows (one per keyed ``(partition, key)``) of rows with
+    a ``version`` column: ``plan.winner_indices``'s rule in one hash-table pass (``_hash``)."""
+    version = rows.column(VERSION)
+    return latest_indices(
+        np.asarray(rows.column("partition").to_numpy(zero_copy_only=False)),
+        rows.column("key"),
+        xxhash64(rows.column("key")),
+        np.asarray(version.is_valid().to_numpy(zero_copy_only=False)),
+        np.asarray(pc.fill_null(version, 0).to_numpy(zero_copy_only=False)),
+        np.asarray(rows.column("offset").to_numpy(zero_copy_only=False)),
+    )
+
+
 def _diff(old: pa.Table, new: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(inserted rows of new, deleted rows of old, updated rows of old, of new): both tables
     hold one row per (partition, key); a row is unchanged when its offset is the same."""
@@ -298,7 +314,7 @@ def _merge_bucket(
         old_live = _read_bucket(plan.main_files.get(bucket, []), bucket)
         old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
         base = pa.concat_tables([old_live, old_tomb, new])
-    state = base.take(pa.array(winner_indices(base, base.column(VERSION)), type=pa.int64()))
+    state = base.take(pa.array(_winners(base), type=pa.int64()))
     is_live = state.column("value").is_valid()
     live = state.filter(is_live)
     ins, dels, upd_old, upd_new = _diff(old_live, live)
@@ -353,7 +369,7 @@ def _merge_incremental(
     or join over the whole bucket.
     """
     new = _as_state(rows, plan.strategy)
-    nw = new.take(pa.array(winner_indices(new, new.column(VERSION)), type=pa.int64()))
+    nw = new.take(pa.array(_winners(new), type=pa.int64()))
     old_live = _read_bucket(plan.main_files.get(bucket, []), bucket)
     old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
     n_live = old_live.num_rows
@@ -438,8 +454,33 @@ def _old_rows(rows: pa.Table) -> pa.Table:
     return rows.select(TABLE_SCHEMA.names).cast(TABLE_SCHEMA)
 
 
-def _merge_rows(rows: pa.Table, plan: _TaskPlan, task_id: int, attempt: int) -> str:
-    """Every bucket in ``rows`` merged and written; one JSON line with the files and reports."""
+# Parquet options of the table's files (as ingest's RECORDS_PARQUET_OPTIONS, measured there):
+# no dictionary and no statistics for the mostly distinct key, value and headers (a dictionary
+# is built and then abandoned; Delta's stats skip binaries anyway), statistics for the columns
+# readers filter on, delta encoding for the offsets and timestamps.
+TABLE_PARQUET_OPTIONS: Mapping[str, Any] = {
+    "use_dictionary": ("partition", "timestamp_type", "version", CHANGE_TYPE),
+    "write_statistics": ("partition", "offset", "timestamp"),
+    "column_encoding": {"offset": "DELTA_BINARY_PACKED", "timestamp": "DELTA_BINARY_PACKED"},
+    "parquet_writer": "loglake",
+}
+
+
+def _writer(root: str, schema: pa.Schema, common: Mapping[str, Any]) -> PartitionedFileWriter:
+    names = set(schema.names)
+    options = {
+        "use_dictionary": [c for c in TABLE_PARQUET_OPTIONS["use_dictionary"] if c in names],
+        "write_statistics": [c for c in TABLE_PARQUET_OPTIONS["write_statistics"] if c in names],
+        "column_encoding": TABLE_PARQUET_OPTIONS["column_encoding"],
+        "parquet_writer": TABLE_PARQUET_OPTIONS["parquet_writer"],
+    }
+    return PartitionedFileWriter(root, **common, **options)
+
+
+def _merge_rows(
+    buckets: Iterator[tuple[int, pa.Table]], plan: _TaskPlan, task_id: int, attempt: int
+) -> str:
+    """Every bucket merged and written; one JSON line with the files and reports."""
     common: dict[str, Any] = {
         "write_id": plan.write_id,
         "task_id": task_id,
@@ -449,21 +490,15 @@ def _merge_rows(rows: pa.Table, plan: _TaskPlan, task_id: int, attempt: int) -> 
         "max_rows_per_file": plan.max_rows_per_file,
     }
     writers = {
-        "main": PartitionedFileWriter(plan.root, **common),
-        "cdc": PartitionedFileWriter(os.path.join(plan.root, CHANGE_DATA), **common),
+        "main": _writer(plan.root, TABLE_SCHEMA, common),
+        "cdc": _writer(os.path.join(plan.root, CHANGE_DATA), CDC_SCHEMA, common),
     }
     if plan.tomb_root is not None:
-        writers["tomb"] = PartitionedFileWriter(plan.tomb_root, **common)
+        writers["tomb"] = _writer(plan.tomb_root, TABLE_SCHEMA, common)
     reports = []
     try:
-        buckets = np.asarray(rows.column(BUCKET).to_numpy(zero_copy_only=False))
-        order = np.argsort(buckets, kind="stable")
-        sorted_buckets = buckets[order]
-        present, starts = np.unique(sorted_buckets, return_index=True)
-        ends = [*starts[1:].tolist(), len(order)]
-        for bucket, lo, hi in zip(present.tolist(), starts.tolist(), ends, strict=True):
-            part = rows.take(pa.array(order[lo:hi], type=pa.int64()))
-            reports.append(_merge_bucket(int(bucket), part, plan, writers))
+        for bucket, rows in buckets:
+            reports.append(_merge_bucket(bucket, rows, plan, writers))
         files = {name: [asdict(f) for f in w.close()] for name, w in writers.items()}
     except BaseException:
         for w in writers.values():
@@ -481,11 +516,13 @@ def _task_ids() -> tuple[int, int]:
 
 # Direct path (the run's two stages, both in the Python workers, no rows through the JVM):
 # stage 1, one task per group of input files: read them with pyarrow (only the rows of the new
-# offsets, keyed), bucket every row (Spark's pmod(xxhash64(key), N), ``_hash``), and write one
-# Arrow IPC file per bucket under ``<table>/_compact_staging/<write_id>/``; stage 2, one task
-# per group of buckets: read those buckets' staged files and merge them (``_merge_rows``).
-# Only file names and row counts travel through the driver. The staging directory is removed
-# when the run ends, committed or not (a killed run leaves it: ``_clear_stale_staging``).
+# offsets, keyed), keep each task's own winners of those records (the winner is a maximum, so
+# the maximum of the tasks' maxima is the same; ``_hash.latest_indices``), bucket every row
+# (Spark's pmod(xxhash64(key), N), ``_hash``), and write one Arrow IPC file per bucket under
+# ``<table>/_compact_staging/<write_id>/``; stage 2, one task per group of buckets: each bucket
+# read from its staged files and merged (``_merge_rows``). Only file names and row counts travel
+# through the driver. The staging directory is removed when the run ends, committed or not (a
+# killed run leaves it: ``_clear_stale_staging``).
 
 STAGING = "_compact_staging"
 _RECORD_COLUMNS = ["partition", "key", "value", "headers", "offset", "timestamp", "timestamp_type"]
@@ -498,9 +535,9 @@ class _StageInput:
     src: int  # 0 records, 1 live rows, 2 tombstone rows (``--full``)
 
 
-def _read_input(item: _StageInput, ranges: Mapping[int, tuple[int, int]], buckets: int) -> pa.Table:
-    """One input file as staged rows (``_STAGED_SCHEMA``): records of ``ranges`` with a key,
-    or a table file's rows, each with its bucket and source."""
+def _read_input(item: _StageInput, ranges: Mapping[int, tuple[int, int]]) -> pa.Table:
+    """One input file's rows in the table's columns (``bucket`` not yet set): records of
+    ``ranges`` with a key, or a table file's rows."""
     if item.src == 0:
         data = pq.ParquetFile(item.path).read(columns=_RECORD_COLUMNS)
         part = np.asarray(data.column("partition").to_numpy(zero_copy_only=False))
@@ -515,9 +552,20 @@ def _read_input(item: _StageInput, ranges: Mapping[int, tuple[int, int]], bucket
     else:
         names = [f.name for f in TABLE_SCHEMA if f.name != BUCKET]
         data = pq.ParquetFile(item.path).read(columns=names)
-    data = data.append_column(BUCKET, pa.array(buckets_of(data.column("key"), buckets)))
-    data = data.append_column(SRC, pa.array(np.full(data.num_rows, item.src, np.int32)))
-    return data.select(_STAGED_SCHEMA.names).cast(_STAGED_SCHEMA)
+    data = data.select([f.name for f in TABLE_SCHEMA if f.name != BUCKET])
+    return data.cast(pa.schema([f for f in TABLE_SCHEMA if f.name != BUCKET]))
+
+
+def _take_ascending(tables: Sequence[pa.Table], rows: np.ndarray) -> pa.Table:
+    """``concat_tables(tables).take(rows)`` for ascending ``rows``, a take per table (a take
+    across the chunks of a concatenation costs several times more)."""
+    out = []
+    start = 0
+    for table in tables:
+        lo, hi = np.searchsorted(rows, [start, start + table.num_rows])
+        out.append(table.take(pa.array(rows[lo:hi] - start, type=pa.int64())))
+        start += table.num_rows
+    return pa.concat_tables(out)
 
 
 def _stage_task(
@@ -527,14 +575,48 @@ def _stage_task(
     staging: str,
     ranges: Mapping[int, tuple[int, int]],
     buckets: int,
+    strategy: Strategy,
 ) -> Iterator[str]:
-    """Stage 1: this task's input files, split by bucket into Arrow IPC files."""
+    """Stage 1: this task's input files, its records' winners and the table rows, split by
+    bucket into Arrow IPC files."""
     start_task()
     _task, attempt = _task_ids()
-    parts = [_read_input(i, ranges, buckets) for group in items for i in group]
+    inputs = [i for group in items for i in group]
+    parts: list[pa.Table] = []
+    for src in (0, 1, 2):
+        tables = [_read_input(i, ranges) for i in inputs if i.src == src]
+        if not tables:
+            continue
+        rows = pa.concat_tables(tables)
+        if src == 0 and rows.num_rows:
+            rows = rows.set_column(
+                rows.schema.get_field_index(VERSION), VERSION, versions(rows, strategy)
+            )
+            hashes = xxhash64(rows.column("key"))
+            version = rows.column(VERSION)
+            keep = latest_indices(
+                np.asarray(rows.column("partition").to_numpy(zero_copy_only=False)),
+                rows.column("key"),
+                hashes,
+                np.asarray(version.is_valid().to_numpy(zero_copy_only=False)),
+                np.asarray(pc.fill_null(version, 0).to_numpy(zero_copy_only=False)),
+                np.asarray(rows.column("offset").to_numpy(zero_copy_only=False)),
+            )
+            hashes = hashes[keep]
+            rows = _take_ascending(tables, keep)
+            # the version is computed again in stage 2 (``_as_state``); null it as records are
+            rows = rows.set_column(
+                rows.schema.get_field_index(VERSION), VERSION, pa.nulls(rows.num_rows, pa.int64())
+            )
+        else:
+            hashes = xxhash64(rows.column("key"))
+        bucket = np.mod(hashes, np.int64(buckets)).astype(np.int32)
+        rows = rows.append_column(BUCKET, pa.array(bucket))
+        rows = rows.append_column(SRC, pa.array(np.full(rows.num_rows, src, np.int32)))
+        parts.append(rows.cast(_STAGED_SCHEMA))
     if not parts:
         return
-    rows = pa.concat_tables(parts)
+    rows = pa.concat_tables(parts).combine_chunks()  # a take from one chunk is faster
     if rows.num_rows == 0:
         return
     bucket = np.asarray(rows.column(BUCKET).to_numpy(zero_copy_only=False))
@@ -551,21 +633,24 @@ def _stage_task(
         yield json.dumps({"bucket": b, "path": out, "rows": hi - lo})
 
 
+def _read_staged(paths: Sequence[str]) -> pa.Table:
+    tables = []
+    for path in paths:
+        with pa.memory_map(path) as source:
+            tables.append(pa.ipc.open_file(source).read_all())
+    return pa.concat_tables(tables) if tables else _STAGED_SCHEMA.empty_table()
+
+
 def _merge_staged(
     index: int, items: Iterator[dict[int, list[str]]], *, plan: _TaskPlan
 ) -> Iterator[str]:
-    """Stage 2: this task's buckets, read from their staged files and merged."""
+    """Stage 2: this task's buckets, each read from its staged files and merged."""
     start_task()
     _task, attempt = _task_ids()
-    tables = []
-    for group in items:
-        for paths in group.values():
-            for path in paths:
-                with pa.memory_map(path) as source:
-                    tables.append(pa.ipc.open_file(source).read_all())
-    if not tables:
+    groups = [(b, paths) for group in items for b, paths in sorted(group.items())]
+    if not groups:
         return
-    yield _merge_rows(pa.concat_tables(tables), plan, index, attempt)
+    yield _merge_rows(((b, _read_staged(paths)) for b, paths in groups), plan, index, attempt)
 
 
 def _clear_stale_staging(root: str, max_age_s: float = 24 * 3600) -> None:
@@ -916,7 +1001,11 @@ def _run_merge(  # noqa: PLR0917
         n1 = min(len(inputs), 2 * parallelism) if len(inputs) > parallelism else len(inputs)
         groups = [inputs[i::n1] for i in range(n1)]
         stage = functools.partial(
-            _stage_task, staging=staging, ranges=dict(ranges), buckets=buckets
+            _stage_task,
+            staging=staging,
+            ranges=dict(ranges),
+            buckets=buckets,
+            strategy=plan.strategy,
         )
         staged = run_in_job_group(
             spark,
