@@ -9,6 +9,19 @@ holds ``loglake.compaction.strategy`` and ``loglake.compaction.buckets`` as JSON
 refuses table properties it does not know); a run whose settings differ is refused unless it
 is a ``--full`` rebuild.
 
+Deletion vectors: the topic table is created with ``delta.enableDeletionVectors`` (protocol
+reader 3 / writer 7). An incremental run merges a bucket by marking the rows it replaces or
+deletes in a deletion vector of their file (``deltalog.write_deletion_vectors``: the Delta DV
+format, files under ``<table>/dv/``; the file is removed and added again with its new vector in
+the commit) and writing only the new rows, so its writes grow with the change, not with the
+table; a bucket is rewritten instead when its files would be more than half deleted rows or it
+has 16 files (``DV_MAX_DELETED_SHARE``, ``DV_MAX_FILES``). ``--full`` writes files without
+vectors. Readers that honour them: delta-rs's DataFusion (``deltalake.QueryBuilder``,
+``loglake sql``), polars, Spark through ``pipelines.delta`` (``read_delta``, ``format("delta")``);
+deltalake 1.6's ``to_pyarrow_table``/``to_pyarrow_dataset`` refuse such a table (they do not
+support the ``deletionVectors`` reader feature). A table created before has no such feature and
+keeps rewriting its buckets.
+
 Progress: app transactions ``loglake-compact/<topic>/<partition>`` in the table = the next
 offset of ``records`` the table reflects (ingest's progress at the ``records`` snapshot read).
 
@@ -35,9 +48,9 @@ A run, per topic:
    picks the winners among the new records; each is matched to the key's current row by a
    hash join built on the new keys and replaces it when it ranks higher, so the cost is the
    change plus one copy of the bucket's rows), and, only when the bucket's live rows change,
-   write the bucket's new file(s), a change-data file (``_change_data/bucket=B``,
-   ``_change_type`` insert / update_preimage / update_postimage / delete) and report which
-   bucket's files they replace;
+   write the bucket's new rows (and deletion vectors for the rows they replace) or its new
+   file(s), a change-data file (``_change_data/bucket=B``, ``_change_type`` insert /
+   update_preimage / update_postimage / delete) and report which bucket's files they replace;
 4. the driver commits the tombstone table (if any) and then the topic table, each in **one**
    Delta commit against the snapshot it read; the topic table's commit carries the new progress
    ``E`` (``pipelines.compaction.deltalog``: adds, removes, cdc and txn actions together).
@@ -69,7 +82,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -84,7 +97,14 @@ from pyspark.sql import SparkSession
 from logstore.errors import LoglakeError
 from pipelines.compaction._hash import latest_indices, xxhash64
 from pipelines.compaction.config import CompactConfig, compacted_topics
-from pipelines.compaction.deltalog import CdcFile, FileRef, commit_actions
+from pipelines.compaction.deltalog import (
+    DV_PREFIX,
+    CdcFile,
+    FileRef,
+    commit_actions,
+    live_adds,
+    write_deletion_vectors,
+)
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import VERSION, versions
 from pipelines.delta import read_app_transactions
@@ -158,6 +178,7 @@ class TopicResult:
     table_version: int | None = None
     records_read: int = 0
     buckets_rewritten: int = 0
+    buckets_with_deletion_vectors: int = 0
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
@@ -205,19 +226,55 @@ class _TaskPlan:
     max_rows_per_file: int
     main_files: dict[int, list[str]]  # bucket -> absolute paths of its current files
     tomb_files: dict[int, list[str]]
+    # absolute path -> the file's deleted row positions (its deletion vector), when it has one
+    deleted: dict[str, np.ndarray] = field(default_factory=dict)
+    # the table takes deletion vectors: an incremental bucket merge may mark its replaced rows
+    # deleted in their files and write only the new rows (see _merge_incremental)
+    deletion_vectors: bool = False
 
 
-def _read_bucket(paths: Sequence[str], bucket: int) -> pa.Table:
+# An incremental run rewrites a bucket instead of adding deletion vectors when the bucket's
+# files would then be more than this share deleted rows, or when it has this many files.
+DV_MAX_DELETED_SHARE = 0.5
+DV_MAX_FILES = 16
+
+
+def _read_file(path: str, deleted: np.ndarray | None) -> tuple[pa.Table, np.ndarray, int]:
+    """A table file's live rows (without ``bucket``), their row positions in the file, and
+    the file's row count."""
+    data = pq.ParquetFile(path).read(columns=[f.name for f in TABLE_SCHEMA if f.name != BUCKET])
+    n = data.num_rows
+    positions = np.arange(n, dtype=np.int64)
+    if deleted is not None and len(deleted):
+        keep = np.ones(n, dtype=bool)
+        keep[deleted[deleted < n]] = False
+        positions = positions[keep]
+        data = data.filter(pa.array(keep))
+    return data, positions, n
+
+
+def _read_bucket_rows(
+    paths: Sequence[str], bucket: int, deleted: Mapping[str, np.ndarray] | None = None
+) -> tuple[pa.Table, np.ndarray, np.ndarray, list[int]]:
+    """A bucket's live rows (deletion vectors applied) with, per row, the index of its file in
+    ``paths`` and its position there; and each file's row count."""
     if not paths:
-        return TABLE_SCHEMA.empty_table()
-    data = pa.concat_tables(
-        [
-            pq.ParquetFile(p).read(columns=[f.name for f in TABLE_SCHEMA if f.name != BUCKET])
-            for p in paths
-        ]
-    )
+        empty = np.zeros(0, dtype=np.int64)
+        return TABLE_SCHEMA.empty_table(), empty, empty, []
+    parts = [_read_file(p, (deleted or {}).get(p)) for p in paths]
+    data = pa.concat_tables([t for t, _, _ in parts])
     data = data.append_column(BUCKET, pa.array(np.full(data.num_rows, bucket, np.int32)))
-    return data.cast(TABLE_SCHEMA)
+    file_index = np.concatenate(
+        [np.full(len(pos), i, dtype=np.int64) for i, (_, pos, _) in enumerate(parts)]
+    )
+    positions = np.concatenate([pos for _, pos, _ in parts])
+    return data.cast(TABLE_SCHEMA), file_index, positions, [n for _, _, n in parts]
+
+
+def _read_bucket(
+    paths: Sequence[str], bucket: int, deleted: Mapping[str, np.ndarray] | None = None
+) -> pa.Table:
+    return _read_bucket_rows(paths, bucket, deleted)[0]
 
 
 def _as_state(rows: pa.Table, strategy: Strategy) -> pa.Table:
@@ -370,7 +427,8 @@ def _merge_incremental(
     """
     new = _as_state(rows, plan.strategy)
     nw = new.take(pa.array(_winners(new), type=pa.int64()))
-    old_live = _read_bucket(plan.main_files.get(bucket, []), bucket)
+    main_paths = plan.main_files.get(bucket, [])
+    old_live, file_index, positions, file_rows = _read_bucket_rows(main_paths, bucket, plan.deleted)
     old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
     n_live = old_live.num_rows
     old = pa.concat_tables([old_live, old_tomb])
@@ -435,10 +493,22 @@ def _merge_incremental(
         )
         writers["cdc"].write(changes.cast(CDC_SCHEMA))
         report.update(inserted=len(ins), updated=len(upd), deleted=len(dels))
-        live = pa.concat_tables(
-            [old_live.filter(pa.array(keep[:n_live])), nw.filter(pa.array(wins & is_live))]
-        )
-        writers["main"].write(live)
+        gone = np.nonzero(~keep[:n_live])[0]  # live rows replaced or deleted
+        physical = sum(file_rows)
+        dead = physical - n_live + len(gone)
+        if (
+            plan.deletion_vectors
+            and len(main_paths) < DV_MAX_FILES
+            and dead <= DV_MAX_DELETED_SHARE * physical
+        ):
+            # the rows stay in their files, marked deleted; only the new rows are written
+            report["dv"] = _deletion_vectors(plan, main_paths, file_index[gone], positions[gone])
+            writers["main"].write(nw.filter(pa.array(wins & is_live)))
+        else:
+            live = pa.concat_tables(
+                [old_live.filter(pa.array(keep[:n_live])), nw.filter(pa.array(wins & is_live))]
+            )
+            writers["main"].write(live)
     if plan.tomb_root is not None:
         new_tomb = wins & ~is_live
         report["tomb_changed"] = bool(new_tomb.any() or (has_t & (src != 1)).any())
@@ -448,6 +518,25 @@ def _merge_incremental(
             )
             writers["tomb"].write(tomb)
     return report
+
+
+def _deletion_vectors(
+    plan: _TaskPlan, paths: Sequence[str], file_index: np.ndarray, positions: np.ndarray
+) -> list[list[Any]]:
+    """New deletion vectors for the files of ``paths`` that lose rows (their old deleted rows
+    plus ``positions``), written into one DV file in the run's staging directory; returns
+    ``[path, descriptor, DV file]`` per file (the driver moves the DV file into the table)."""
+    touched = np.unique(file_index).tolist()
+    if not touched:
+        return []
+    vectors = []
+    for i in touched:
+        new = positions[file_index == i]
+        old = plan.deleted.get(paths[i])
+        vectors.append(new if old is None else np.concatenate([old, new]))
+    folder = os.path.join(plan.root, STAGING, plan.write_id, "dv")
+    dv_path, descriptors = write_deletion_vectors(folder, vectors)
+    return [[paths[i], d, dv_path] for i, d in zip(touched, descriptors, strict=True)]
 
 
 def _old_rows(rows: pa.Table) -> pa.Table:
@@ -533,6 +622,7 @@ _STAGED_SCHEMA = TABLE_SCHEMA.append(pa.field(SRC, pa.int32()))
 class _StageInput:
     path: str
     src: int  # 0 records, 1 live rows, 2 tombstone rows (``--full``)
+    deleted: np.ndarray | None = None  # a table file's deletion vector (deleted positions)
 
 
 def _read_input(item: _StageInput, ranges: Mapping[int, tuple[int, int]]) -> pa.Table:
@@ -550,8 +640,7 @@ def _read_input(item: _StageInput, ranges: Mapping[int, tuple[int, int]]) -> pa.
             data = data.filter(pa.array(keep))
         data = data.append_column(VERSION, pa.nulls(data.num_rows, pa.int64()))
     else:
-        names = [f.name for f in TABLE_SCHEMA if f.name != BUCKET]
-        data = pq.ParquetFile(item.path).read(columns=names)
+        data = _read_file(item.path, item.deleted)[0]
     data = data.select([f.name for f in TABLE_SCHEMA if f.name != BUCKET])
     return data.cast(pa.schema([f for f in TABLE_SCHEMA if f.name != BUCKET]))
 
@@ -687,17 +776,51 @@ def _ingest_progress(records_path: str, rec_dt: DeltaTable, topic: str) -> dict[
     return out
 
 
-def _files_by_bucket(dt: DeltaTable | None) -> dict[int, list[FileRef]]:
+def _files_by_bucket(root: str | None, dt: DeltaTable | None) -> dict[int, list[FileRef]]:
+    """The snapshot's files per bucket, with their stats and deletion vectors (from the log:
+    delta-rs's add actions lack the deletion vector, which a remove must name)."""
     out: dict[int, list[FileRef]] = {}
-    if dt is None:
+    if dt is None or root is None:
         return out
-    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-    for a in actions:
-        bucket = int(a[f"partition.{BUCKET}"])
+    for a in sorted(live_adds(root, dt.version()), key=lambda a: str(a["path"])):
+        bucket = int(a["partitionValues"][BUCKET])
         out.setdefault(bucket, []).append(
-            FileRef(a["path"], int(a["size_bytes"]), {BUCKET: str(bucket)})
+            FileRef(
+                a["path"],
+                int(a["size"]),
+                {BUCKET: str(bucket)},
+                stats=a.get("stats"),
+                modification_time=int(a.get("modificationTime") or 0),
+                deletion_vector=a.get("deletionVector"),
+            )
         )
     return out
+
+
+def _deleted_rows(dt: DeltaTable) -> dict[str, np.ndarray]:
+    """Absolute path -> deleted row positions, for the snapshot's files with a deletion
+    vector (read by delta-rs)."""
+    if "deletionVectors" not in (dt.protocol().reader_features or []):
+        return {}
+    out: dict[str, np.ndarray] = {}
+    vectors = pa.table(dt.deletion_vectors())
+    for uri, selection in zip(
+        vectors.column("filepath").to_pylist(), vectors.column("selection_vector"), strict=True
+    ):
+        keep = np.asarray(selection.values.to_numpy(zero_copy_only=False), dtype=bool)
+        path = unquote(urlparse(uri).path) if "://" in uri else uri
+        out[os.path.normpath(path)] = np.nonzero(~keep)[0].astype(np.int64)
+    return out
+
+
+def _with_dv(f: FileRef, descriptor: dict[str, Any]) -> FileRef:
+    """``f`` re-added with a new deletion vector (its stats no longer tight)."""
+    stats = f.stats
+    if stats:
+        parsed = json.loads(stats)
+        parsed["tightBounds"] = False
+        stats = json.dumps(parsed, separators=(",", ":"))
+    return dataclasses.replace(f, stats=stats, deletion_vector=descriptor, data_change=True)
 
 
 def _record_files(
@@ -724,6 +847,7 @@ def _settings(strategy: Strategy, buckets: int) -> str:
 
 def _create_table(path: str, strategy: Strategy, buckets: int, cdf: bool) -> None:
     # delta-rs refuses table properties it does not know: the settings go in the description.
+    # The topic table (cdf) takes deletion vectors too (incremental runs, _merge_incremental).
     create_table_with_add_actions(
         path,
         DeltaSchema.from_arrow(TABLE_SCHEMA),
@@ -731,7 +855,11 @@ def _create_table(path: str, strategy: Strategy, buckets: int, cdf: bool) -> Non
         mode="error",
         partition_by=[BUCKET],
         description=_settings(strategy, buckets),
-        configuration={"delta.enableChangeDataFeed": "true"} if cdf else None,
+        configuration=(
+            {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
+            if cdf
+            else None
+        ),
     )
 
 
@@ -819,13 +947,16 @@ def compact_topic(
         result.table_version = dt.version()
         return result
     # step 2: the files
-    main_files = _files_by_bucket(dt)
-    tomb_files = _files_by_bucket(tomb_dt)
+    main_files = _files_by_bucket(path, dt)
+    tomb_files = _files_by_bucket(tomb_root, tomb_dt)
+    deleted = _deleted_rows(dt)
     rec_files = _record_files(records_path, rec_dt, topic, ranges)
     write_id = uuid.uuid4().hex
     main_paths = {
-        b: [os.path.join(path, unquote(f.path)) for f in fs] for b, fs in main_files.items()
+        b: [os.path.normpath(os.path.join(path, unquote(f.path))) for f in fs]
+        for b, fs in main_files.items()
     }
+    by_path = {p: f for b, fs in main_files.items() for p, f in zip(main_paths[b], fs, strict=True)}
     tomb_paths = {
         b: [os.path.join(tomb_root or "", unquote(f.path)) for f in fs]
         for b, fs in tomb_files.items()
@@ -841,6 +972,8 @@ def compact_topic(
         # the tasks read a bucket's files themselves, except in a rebuild (see _merge_bucket)
         main_files={} if full else main_paths,
         tomb_files={} if full else tomb_paths,
+        deleted=deleted,
+        deletion_vectors="deletionVectors" in (dt.protocol().reader_features or []),
     )
     log(
         f"{topic}: strategy {strategy}, {buckets} buckets; reading {len(rec_files)} records "
@@ -871,17 +1004,23 @@ def compact_topic(
     try:
         result.records_read = sum(r["records"] for r in reports)
         main_buckets = {r["bucket"] for r in reports if r["changed"]}
+        dv_buckets = {r["bucket"] for r in reports if "dv" in r}
         tomb_buckets = {r["bucket"] for r in reports if r.get("tomb_changed")}
-        result.buckets_rewritten = len(main_buckets)
+        result.buckets_rewritten = len(main_buckets - dv_buckets)
+        result.buckets_with_deletion_vectors = len(dv_buckets)
         # A rebuild replaces every file; files whose rows did not change are no data change
         # (Delta's dataChange=false, as OPTIMIZE writes), so change-data readers skip them.
         changed_any = bool(main_buckets)
         main_removes = [
             dataclasses.replace(f, data_change=changed_any)
             for b, fs in sorted(main_files.items())
-            if full or b in main_buckets
+            if full or (b in main_buckets and b not in dv_buckets)
             for f in fs
         ]
+        # a bucket merged with deletion vectors: the files that lost rows are removed and
+        # added again with their new deletion vector (same data file)
+        dv_files = [(path, desc) for r in reports for path, desc, _f in r.get("dv", [])]
+        main_removes += [by_path[path] for path, _desc in dv_files]
         tomb_removes = [
             f for b, fs in sorted(tomb_files.items()) if full or b in tomb_buckets for f in fs
         ]
@@ -891,6 +1030,7 @@ def compact_topic(
             )
             for f in _refs(files["main"])
         ]
+        main_adds += [_with_dv(by_path[path], desc) for path, desc in dv_files]
         result.inserted = sum(r.get("inserted", 0) for r in reports)
         result.updated = sum(r.get("updated", 0) for r in reports)
         result.deleted = sum(r.get("deleted", 0) for r in reports)
@@ -931,15 +1071,19 @@ def compact_topic(
         )
     except BaseException:
         _cleanup(plan)
+        _remove_dv_files(plan, reports)
         raise
     result.committed = version is not None
     result.table_version = version if version is not None else dt.version()
     result.progress = dict(sorted(apps.items()))
     _cleanup(plan, keep=files, committed=version is not None)
+    if version is None:
+        _remove_dv_files(plan, reports)
     log(
         f"{topic}: version {result.table_version}: +{result.inserted} ~{result.updated} "
         f"-{result.deleted} from {result.records_read} records, "
-        f"{result.buckets_rewritten} buckets rewritten"
+        f"{result.buckets_rewritten} buckets rewritten, "
+        f"{result.buckets_with_deletion_vectors} with deletion vectors"
     )
     return result
 
@@ -948,6 +1092,13 @@ def _refs(files: Sequence[WrittenFile]) -> list[FileRef]:
     return [
         FileRef(f.path, f.size, f.partition_values, f.stats, f.modification_time) for f in files
     ]
+
+
+def _remove_dv_files(plan: _TaskPlan, reports: Sequence[Mapping[str, Any]]) -> None:
+    """Remove the deletion vector files this run moved into the table (nothing committed)."""
+    for r in reports:
+        for _path, _desc, dv_file in r.get("dv", []):
+            Path(plan.root, DV_PREFIX, os.path.basename(dv_file)).unlink(missing_ok=True)
 
 
 def _cleanup(
@@ -989,7 +1140,7 @@ def _run_merge(  # noqa: PLR0917
     inputs = [_StageInput(p, 0) for p in rec_files]
     if plan.full:
         # Every current row goes through the staging too, bucketed again (N may change).
-        inputs += [_StageInput(p, 1) for p in main_paths]
+        inputs += [_StageInput(p, 1, plan.deleted.get(p)) for p in main_paths]
         inputs += [_StageInput(p, 2) for p in tomb_paths]
     if not inputs:
         return [], {"main": [], "cdc": [], "tomb": []}
@@ -1034,6 +1185,17 @@ def _run_merge(  # noqa: PLR0917
             f"loglake-compact-merge-{plan.write_id}",
             sc.parallelize(assigned, n2).mapPartitionsWithIndex(merge).collect,
         )
+        # the deletion vector files the reports name, into the table (unreferenced until the
+        # commit, like the data files)
+        moved: set[str] = set()
+        for row in rows:
+            for report in json.loads(row)["reports"]:
+                for _path, _desc, dv_file in report.get("dv", []):
+                    if dv_file not in moved:
+                        target = os.path.join(plan.root, DV_PREFIX, os.path.basename(dv_file))
+                        os.makedirs(os.path.dirname(target), exist_ok=True)
+                        os.replace(dv_file, target)
+                        moved.add(dv_file)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     reports: list[dict[str, Any]] = []
