@@ -13,7 +13,9 @@ random), ``--partitions`` partitions, timestamps increasing. Figures:
   of the same widths, generated in the JVM): rows/s;
 - ``incremental``: ``--new-records`` new records (random keys of the table's key space) into a
   table of ``--keys`` keys, and into one of 10x ``--keys`` keys; the ratio of the two run times
-  (target <= 2: cost grows with the change, not the table).
+  (target <= 2: cost grows with the change, not the table). Each case says how many buckets
+  were rewritten and how many were merged with deletion vectors (the small table's buckets,
+  mostly replaced, are rewritten; the large table's get deletion vectors).
 
 Figures are wall-clock of one run each after a warm-up run that starts the Python workers.
 Last line: one JSON object.

@@ -137,7 +137,8 @@ def _read_dv(path: str, desc: dict) -> np.ndarray:
         fh.seek(desc["offset"])
         size = struct.unpack(">i", fh.read(4))[0]
         data = fh.read(size)
-    assert size == desc["sizeInBytes"] and zlib.crc32(data) == struct.unpack(">I", fh.read(4))[0]
+        crc = struct.unpack(">I", fh.read(4))[0]
+    assert size == desc["sizeInBytes"] and zlib.crc32(data) == crc
     magic, bitmaps, high, cookie, n = struct.unpack("<iqiII", data[:24])
     assert (magic, bitmaps, high, cookie) == (1681511377, 1, 0, 12346)
     keys = np.frombuffer(data, "<u2", 2 * n, 24).reshape(n, 2)
