@@ -245,3 +245,21 @@ def test_table_schema_unchanged() -> None:
         ["partition", "key", "value", "headers", "offset", "timestamp", "timestamp_type",
          "version", "bucket"],
     )  # fmt: skip
+
+
+def test_a_file_keeps_its_deleted_rows_across_deletion_vectors() -> None:
+    """Rows of one file replaced over several runs: each new vector holds the old ones too."""
+    strategy = Strategy()
+    with tempfile.TemporaryDirectory() as tmp:
+        bucket = _Bucket(tmp, strategy, dv=True)
+        recs = [Rec(0, o, 1, b"k%02d" % o, b"v") for o in range(40)]
+        bucket.merge(recs)
+        first = bucket.main[0]
+        for o, k in enumerate([0, 1, 2, 3], start=40):
+            rec = Rec(0, o, 1, b"k%02d" % k, b"w")
+            recs.append(rec)
+            report, _cdc = bucket.merge([rec])
+            assert [path for path, _d, _f in report["dv"]] == [first]
+            state = latest(recs, strategy)
+            assert bucket.rows("main") == {pk: r.offset for pk, r in state.items()}
+        assert sorted(bucket.deleted[first].tolist()) == [0, 1, 2, 3]
