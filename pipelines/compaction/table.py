@@ -184,6 +184,9 @@ class TopicResult:
     updated: int = 0
     deleted: int = 0
     progress: dict[str, int] = field(default_factory=dict)
+    # wall-clock seconds of the run's steps: plan (snapshots, file lists), stage1 (read, own
+    # winners, bucket, stage), stage2 (merge, write), commit
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -984,6 +987,7 @@ def compact_topic(
         result.table_version = dt.version()
         return result
     # step 2: the files
+    started = time.perf_counter()
     main_files = _files_by_bucket(path, dt)
     tomb_files = _files_by_bucket(tomb_root, tomb_dt)
     deleted = _deleted_rows(dt)
@@ -1018,6 +1022,7 @@ def compact_topic(
         "files for " + ", ".join(f"{p} [{s}, {e})" for p, (s, e) in sorted(ranges.items()))
     )
     # step 3: the merge
+    result.seconds["plan"] = time.perf_counter() - started
     try:
         reports, files = _run_merge(
             spark,
@@ -1029,6 +1034,7 @@ def compact_topic(
             topic,
             ranges,
             buckets,
+            result.seconds,
         )
     except BaseException as exc:
         _cleanup(plan)
@@ -1039,6 +1045,7 @@ def compact_topic(
             ) from exc
         raise
     # step 4: commit
+    started = time.perf_counter()
     try:
         result.records_read = sum(r["records"] for r in reports)
         main_buckets = {r["bucket"] for r in reports if r["changed"]}
@@ -1112,6 +1119,7 @@ def compact_topic(
         _remove_dv_files(plan, reports)
         raise
     result.committed = version is not None
+    result.seconds["commit"] = time.perf_counter() - started
     result.table_version = version if version is not None else dt.version()
     result.progress = dict(sorted(apps.items()))
     _cleanup(plan, keep=files, committed=version is not None)
@@ -1171,6 +1179,7 @@ def _run_merge(  # noqa: PLR0917
     topic: str,
     ranges: Mapping[int, tuple[int, int]],
     buckets: int,
+    seconds: dict[str, float] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, list[WrittenFile]]]:
     """Step 3 on Spark (the direct path above): returns the tasks' bucket reports and the
     files they wrote. ``records_path`` and ``topic`` are already resolved into ``rec_files``."""
@@ -1196,6 +1205,7 @@ def _run_merge(  # noqa: PLR0917
             buckets=buckets,
             strategy=plan.strategy,
         )
+        started = time.perf_counter()
         staged = run_in_job_group(
             spark,
             f"loglake-compact-stage-{plan.write_id}",
@@ -1218,11 +1228,15 @@ def _run_merge(  # noqa: PLR0917
             assigned[t][b] = by_bucket[b]
             loads[t] += rows_in[b]
         merge = functools.partial(_merge_staged, plan=plan)
+        stage1 = time.perf_counter()
         rows = run_in_job_group(
             spark,
             f"loglake-compact-merge-{plan.write_id}",
             sc.parallelize(assigned, n2).mapPartitionsWithIndex(merge).collect,
         )
+        if seconds is not None:
+            seconds["stage1"] = stage1 - started
+            seconds["stage2"] = time.perf_counter() - stage1
         # the deletion vector files the reports name, into the table (unreferenced until the
         # commit, like the data files)
         moved: set[str] = set()

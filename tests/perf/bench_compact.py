@@ -266,6 +266,7 @@ def main() -> None:
                 "records_per_s": args.records / seconds,
                 "live_keys": rows,
                 "inserted": res.inserted,
+                "steps_seconds": res.seconds,
             }
             results["python_dict"] = python_dict(lake, "t", args.baseline_records)
             results["spark_write_rows_per_s"] = spark_write(
@@ -307,6 +308,7 @@ def main() -> None:
                 "buckets_with_deletion_vectors": res.buckets_with_deletion_vectors,
                 "inserted": res.inserted,
                 "updated": res.updated,
+                "steps_seconds": res.seconds,
             }
         incremental["ratio_large_to_small"] = (
             incremental["large"]["seconds"] / incremental["small"]["seconds"]
