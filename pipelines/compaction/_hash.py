@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-__all__ = ["SPARK_SEED", "buckets_of", "xxhash64"]
+__all__ = ["SPARK_SEED", "buckets_of", "latest_indices", "xxhash64"]
 
 SPARK_SEED = 42
 _P1 = np.uint64(0x9E3779B185EBCA87)
@@ -112,3 +112,85 @@ def xxhash64(keys: pa.Array | pa.ChunkedArray, seed: int = SPARK_SEED) -> np.nda
 def buckets_of(keys: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
     """``pmod(xxhash64(key), buckets)`` as int32, Spark's bucket of every key."""
     return np.mod(xxhash64(keys), np.int64(buckets)).astype(np.int32)
+
+
+@njit(cache=True, nogil=True)
+def _latest(  # noqa: PLR0917
+    rows: np.ndarray,
+    part: np.ndarray,
+    hashes: np.ndarray,
+    offsets: np.ndarray,
+    data: np.ndarray,
+    has_v: np.ndarray,
+    ver: np.ndarray,
+    off: np.ndarray,
+    slots: np.ndarray,
+) -> None:
+    mask = np.int64(len(slots) - 1)
+    for i in rows:
+        h = np.int64(hashes[i] ^ (np.int64(part[i]) * np.int64(-7046029254386353131)))
+        s = h & mask
+        while True:
+            j = slots[s]
+            if j < 0:
+                slots[s] = i
+                break
+            same = part[j] == part[i] and hashes[j] == hashes[i]
+            if same:
+                a0, a1, b0, b1 = offsets[i], offsets[i + 1], offsets[j], offsets[j + 1]
+                same = a1 - a0 == b1 - b0
+                k = np.int64(0)
+                while same and k < a1 - a0:
+                    same = data[a0 + k] == data[b0 + k]
+                    k += 1
+            if same:
+                # the model's order: a version beats none, then the greater version, then
+                # the greater offset; a tie keeps the later row
+                if has_v[i] != has_v[j]:
+                    wins = has_v[i]
+                elif has_v[i] and ver[i] != ver[j]:
+                    wins = ver[i] > ver[j]
+                else:
+                    wins = off[i] >= off[j]
+                if wins:
+                    slots[s] = i
+                break
+            s = (s + 1) & mask
+
+
+def latest_indices(  # noqa: PLR0917
+    partition: np.ndarray,
+    keys: pa.Array | pa.ChunkedArray,
+    hashes: np.ndarray,
+    has_version: np.ndarray,
+    version: np.ndarray,
+    offset: np.ndarray,
+) -> np.ndarray:
+    """Ascending row indices of the winners, one per ``(partition, key)`` among the rows with
+    a key (``pipelines.compaction.plan.winner_indices``'s rule, in one pass: a hash table on
+    ``hashes`` = :func:`xxhash64` of ``keys``, whose bytes are compared on a hash match)."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    keys = keys.cast(pa.large_binary())
+    n = len(keys)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    rows = np.arange(n, dtype=np.int64)
+    if keys.null_count:
+        rows = rows[np.asarray(keys.is_valid().to_numpy(zero_copy_only=False))]
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64)[keys.offset : keys.offset + n + 1]
+    buf = keys.buffers()[2]
+    data = np.frombuffer(buf, dtype=np.uint8) if buf is not None else np.zeros(1, np.uint8)
+    slots = np.full(1 << max(4, int(2 * len(rows)).bit_length()), -1, dtype=np.int64)
+    _latest(
+        rows,
+        np.ascontiguousarray(partition, dtype=np.int32),
+        np.ascontiguousarray(hashes).view(np.uint64),
+        offsets,
+        data,
+        np.ascontiguousarray(has_version, dtype=np.bool_),
+        np.ascontiguousarray(version, dtype=np.int64),
+        np.ascontiguousarray(offset, dtype=np.int64),
+        slots,
+    )
+    return np.sort(slots[slots >= 0])

@@ -21,19 +21,32 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import time
 import uuid
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from pipelines.delta.commit import check_app_transactions, load_table
+from pipelines.delta.commit import _CHECKPOINT, _COMMIT, check_app_transactions, load_table
 from pipelines.delta.errors import ConcurrentWriteError, DeltaSinkError
 
-__all__ = ["CdcFile", "FileRef", "commit_actions"]
+__all__ = [
+    "DV_PREFIX",
+    "CdcFile",
+    "FileRef",
+    "commit_actions",
+    "dv_descriptor_id",
+    "live_adds",
+    "serialize_deletion_vector",
+    "write_deletion_vectors",
+]
 
 CHECKPOINT_INTERVAL = 100
 
@@ -48,6 +61,7 @@ class FileRef:
     stats: str | None = None
     modification_time: int = 0
     data_change: bool = True
+    deletion_vector: dict[str, Any] | None = None  # the file's DV descriptor (add and remove)
 
 
 @dataclass(frozen=True)
@@ -69,12 +83,14 @@ def commit_actions(
     app_transactions: Mapping[str, int] | None = None,
     expected_versions: Mapping[str, int | None] | None = None,
     metadata: dict[str, Any] | None = None,
+    protocol: dict[str, Any] | None = None,
     operation: str = "MERGE",
     operation_parameters: Mapping[str, Any] | None = None,
 ) -> int | None:
     """Commit the actions as version ``read_version + 1``; returns it, or None for a no-op.
 
-    ``metadata``: a replacement ``metaData`` action (e.g. new table configuration).
+    ``metadata``: a replacement ``metaData`` action (e.g. new table configuration);
+    ``protocol``: a replacement ``protocol`` action (e.g. to enable deletion vectors).
     """
     table = str(root)
     dt: DeltaTable | None = load_table(table)
@@ -103,6 +119,8 @@ def commit_actions(
             }
         }
     ]
+    if protocol is not None:
+        lines.append({"protocol": protocol})
     if metadata is not None:
         lines.append({"metaData": metadata})
     lines += [{"txn": {"appId": a, "version": v, "lastUpdated": now}} for a, v in apps.items()]
@@ -115,6 +133,7 @@ def commit_actions(
                 "extendedFileMetadata": True,
                 "partitionValues": r.partition_values,
                 "size": r.size,
+                **({"deletionVector": r.deletion_vector} if r.deletion_vector else {}),
             }
         }
         for r in removes
@@ -128,6 +147,7 @@ def commit_actions(
                 "modificationTime": a.modification_time or now,
                 "dataChange": a.data_change,
                 "stats": a.stats,
+                **({"deletionVector": a.deletion_vector} if a.deletion_vector else {}),
             }
         }
         for a in adds
@@ -171,3 +191,138 @@ def commit_actions(
     if version % CHECKPOINT_INTERVAL == 0:
         DeltaTable(table).create_checkpoint()
     return version
+
+
+# ---------------------------------------------------------------------------------------------
+# Deletion vectors (Delta protocol, "Deletion Vector Format"): a file's deleted row positions
+# as a 64-bit RoaringBitmapArray (magic 1681511377, the number of 32-bit bitmaps, then each as
+# key + portable 32-bit Roaring serialization), stored ``"u"`` (a file
+# ``<table>/<prefix>/deletion_vector_<uuid>.bin``: a version byte 1, then per vector its size
+# (int32 big-endian), its bytes, its CRC-32 (big-endian)). Written here, read by delta-rs
+# (``DeltaTable.deletion_vectors``), DataFusion and polars.
+
+DV_PREFIX = "dv"  # the directory of this job's deletion vector files, under the table root
+_DV_MAGIC = 1681511377
+_ROARING_NO_RUNS = 12346
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def _z85(data: bytes) -> str:
+    out = []
+    for i in range(0, len(data), 4):
+        value = int.from_bytes(data[i : i + 4], "big")
+        chunk = []
+        for _ in range(5):
+            value, digit = divmod(value, 85)
+            chunk.append(_Z85[digit])
+        out.append("".join(reversed(chunk)))
+    return "".join(out)
+
+
+def serialize_deletion_vector(positions: np.ndarray) -> bytes:
+    """The RoaringBitmapArray bytes of the deleted row ``positions`` (< 2**32, any order)."""
+    pos = np.unique(np.asarray(positions, dtype=np.uint32))
+    high = (pos >> 16).astype(np.uint16)
+    low = (pos & 0xFFFF).astype(np.uint16)
+    keys, starts, counts = np.unique(high, return_index=True, return_counts=True)
+    n = len(keys)
+    descriptive = np.empty((n, 2), dtype="<u2")
+    descriptive[:, 0] = keys
+    descriptive[:, 1] = counts - 1
+    bodies = []
+    for start, count in zip(starts.tolist(), counts.tolist(), strict=True):
+        values = low[start : start + count]
+        if count <= 4096:  # array container
+            bodies.append(values.astype("<u2").tobytes())
+        else:  # bitmap container: 65536 bits, little-endian 64-bit words
+            bits = np.zeros(65536, dtype=bool)
+            bits[values] = True
+            bodies.append(np.packbits(bits, bitorder="little").tobytes())
+    offsets: Any = np.cumsum([8 + 8 * n, *(len(b) for b in bodies[:-1])]) if n else []
+    bitmap = (
+        struct.pack("<II", _ROARING_NO_RUNS, n)
+        + descriptive.tobytes()
+        + np.asarray(offsets, dtype="<u4").tobytes()
+        + b"".join(bodies)
+    )
+    return struct.pack("<iqi", _DV_MAGIC, 1, 0) + bitmap
+
+
+def write_deletion_vectors(
+    directory: str | Path, vectors: Sequence[np.ndarray]
+) -> tuple[str, list[dict[str, Any]]]:
+    """Write ``vectors`` (deleted positions) into one new DV file in ``directory``; returns its
+    path and one descriptor per vector (storage ``"u"``, prefix :data:`DV_PREFIX`)."""
+    file_id = uuid.uuid4()
+    path = Path(directory) / f"deletion_vector_{file_id}.bin"
+    descriptors = []
+    chunks = [b"\x01"]
+    offset = 1
+    for positions in vectors:
+        data = serialize_deletion_vector(positions)
+        chunks += [struct.pack(">i", len(data)), data, struct.pack(">I", zlib.crc32(data))]
+        descriptors.append(
+            {
+                "storageType": "u",
+                "pathOrInlineDv": DV_PREFIX + _z85(file_id.bytes),
+                "offset": offset,
+                "sizeInBytes": len(data),
+                "cardinality": len(np.unique(positions)),
+            }
+        )
+        offset += 8 + len(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(chunks))
+    return str(path), descriptors
+
+
+def dv_descriptor_id(descriptor: Mapping[str, Any] | None) -> str | None:
+    """A DV's unique id (with the path, it names a file in the table's state)."""
+    if not descriptor or descriptor.get("storageType") is None:
+        return None
+    offset = descriptor.get("offset")
+    suffix = f"@{offset}" if offset is not None else ""
+    return f"{descriptor['storageType']}{descriptor['pathOrInlineDv']}{suffix}"
+
+
+def live_adds(root: str | Path, version: int) -> list[dict[str, Any]]:
+    """The ``add`` actions of the table's files at ``version``, as the log holds them (with
+    ``stats`` JSON and ``deletionVector``, which delta-rs's ``get_add_actions`` does not give):
+    the newest classic checkpoint at or below ``version``, then the JSON commits up to it."""
+    log = Path(root) / "_delta_log"
+    checkpoints: dict[int, list[Path]] = {}
+    commits: dict[int, Path] = {}
+    for p in log.iterdir():
+        if (m := _CHECKPOINT.match(p.name)) and int(m.group(1)) <= version:
+            checkpoints.setdefault(int(m.group(1)), []).append(p)
+        elif (m := _COMMIT.match(p.name)) and int(m.group(1)) <= version:
+            commits[int(m.group(1))] = p
+    files: dict[tuple[str, str | None], dict[str, Any]] = {}
+    start = -1
+    if checkpoints:
+        start = max(checkpoints)
+        for part in sorted(checkpoints[start]):
+            for add in pq.read_table(part, columns=["add"]).column("add").to_pylist():
+                if add is None or add.get("path") is None:
+                    continue
+                pv = add.get("partitionValues")
+                if isinstance(pv, list):  # a map column reads as (key, value) pairs
+                    add["partitionValues"] = dict(pv)
+                dv = add.get("deletionVector")
+                add["deletionVector"] = (
+                    {k: v for k, v in dv.items() if v is not None}
+                    if dv and dv.get("storageType") is not None
+                    else None
+                )
+                files[(add["path"], dv_descriptor_id(add.get("deletionVector")))] = add
+    for v in sorted(c for c in commits if c > start):
+        with commits[v].open(encoding="utf-8") as fh:
+            for line in fh:
+                action = json.loads(line)
+                if "add" in action:
+                    add = action["add"]
+                    files[(add["path"], dv_descriptor_id(add.get("deletionVector")))] = add
+                elif "remove" in action:
+                    rm = action["remove"]
+                    files.pop((rm["path"], dv_descriptor_id(rm.get("deletionVector"))), None)
+    return list(files.values())

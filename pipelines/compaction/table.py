@@ -9,6 +9,19 @@ holds ``loglake.compaction.strategy`` and ``loglake.compaction.buckets`` as JSON
 refuses table properties it does not know); a run whose settings differ is refused unless it
 is a ``--full`` rebuild.
 
+Deletion vectors: the topic table is created with ``delta.enableDeletionVectors`` (protocol
+reader 3 / writer 7). An incremental run merges a bucket by marking the rows it replaces or
+deletes in a deletion vector of their file (``deltalog.write_deletion_vectors``: the Delta DV
+format, files under ``<table>/dv/``; the file is removed and added again with its new vector in
+the commit) and writing only the new rows, so its writes grow with the change, not with the
+table; a bucket is rewritten instead when its files would be more than half deleted rows or it
+has 16 files (``DV_MAX_DELETED_SHARE``, ``DV_MAX_FILES``). ``--full`` writes files without
+vectors. Readers that honour them: delta-rs's DataFusion (``deltalake.QueryBuilder``,
+``loglake sql``), polars, Spark through ``pipelines.delta`` (``read_delta``, ``format("delta")``);
+deltalake 1.6's ``to_pyarrow_table``/``to_pyarrow_dataset`` refuse such a table (they do not
+support the ``deletionVectors`` reader feature). A table created before has no such feature and
+keeps rewriting its buckets.
+
 Progress: app transactions ``loglake-compact/<topic>/<partition>`` in the table = the next
 offset of ``records`` the table reflects (ingest's progress at the ``records`` snapshot read).
 
@@ -25,7 +38,9 @@ A run, per topic:
    the table's current files per bucket (same snapshot for the whole run);
 3. Spark, two stages of Python tasks (no row crosses the JVM; only file names and row counts
    go through the driver): stage 1 tasks read those ``records`` files with pyarrow (only the
-   table's columns, only offsets ``[S[p], E[p])`` with a key), compute each row's bucket
+   table's columns, only offsets ``[S[p], E[p])`` with a key), keep their own winners of
+   those records (one hash-table pass in numba, ``_hash.latest_indices``: the winner is a
+   maximum, so the maximum of the tasks' maxima is the same), compute each row's bucket
    (Spark's ``pmod(xxhash64(key), N)``, computed in numba: ``_hash``) and write one Arrow IPC
    file per bucket under ``<table>/_compact_staging/<write id>/`` (removed when the stage-2
    job ends, whatever its outcome); stage 2 tasks, per bucket they hold, read that bucket's
@@ -33,9 +48,9 @@ A run, per topic:
    picks the winners among the new records; each is matched to the key's current row by a
    hash join built on the new keys and replaces it when it ranks higher, so the cost is the
    change plus one copy of the bucket's rows), and, only when the bucket's live rows change,
-   write the bucket's new file(s), a change-data file (``_change_data/bucket=B``,
-   ``_change_type`` insert / update_preimage / update_postimage / delete) and report which
-   bucket's files they replace;
+   write the bucket's new rows (and deletion vectors for the rows they replace) or its new
+   file(s), a change-data file (``_change_data/bucket=B``, ``_change_type`` insert /
+   update_preimage / update_postimage / delete) and report which bucket's files they replace;
 4. the driver commits the tombstone table (if any) and then the topic table, each in **one**
    Delta commit against the snapshot it read; the topic table's commit carries the new progress
    ``E`` (``pipelines.compaction.deltalog``: adds, removes, cdc and txn actions together).
@@ -55,6 +70,7 @@ commit finds the table moved and fails cleanly (``ConcurrentWriteError``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -67,7 +83,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -80,11 +96,18 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 from logstore.errors import LoglakeError
-from pipelines.compaction._hash import buckets_of
+from pipelines.compaction._hash import latest_indices, xxhash64
 from pipelines.compaction.config import CompactConfig, compacted_topics
-from pipelines.compaction.deltalog import CdcFile, FileRef, commit_actions
+from pipelines.compaction.deltalog import (
+    DV_PREFIX,
+    CdcFile,
+    FileRef,
+    commit_actions,
+    live_adds,
+    write_deletion_vectors,
+)
 from pipelines.compaction.model import Strategy
-from pipelines.compaction.plan import VERSION, versions, winner_indices
+from pipelines.compaction.plan import VERSION, versions
 from pipelines.delta import read_app_transactions
 from pipelines.delta.commit import load_table
 from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
@@ -156,10 +179,14 @@ class TopicResult:
     table_version: int | None = None
     records_read: int = 0
     buckets_rewritten: int = 0
+    buckets_with_deletion_vectors: int = 0
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
     progress: dict[str, int] = field(default_factory=dict)
+    # wall-clock seconds of the run's steps: plan (snapshots, file lists), stage1 (read, own
+    # winners, bucket, stage), stage2 (merge, write), commit
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -203,19 +230,59 @@ class _TaskPlan:
     max_rows_per_file: int
     main_files: dict[int, list[str]]  # bucket -> absolute paths of its current files
     tomb_files: dict[int, list[str]]
+    # absolute path -> the file's deleted row positions (its deletion vector), when it has one
+    deleted: dict[str, np.ndarray] = field(default_factory=dict)
+    # the table takes deletion vectors: an incremental bucket merge may mark its replaced rows
+    # deleted in their files and write only the new rows (see _merge_incremental)
+    deletion_vectors: bool = False
+    # write change-data files; not when the table has no rows yet: then every change is an
+    # insert and the commit removes nothing, and a change-data reader takes a commit without
+    # cdc files as its added rows (the Delta protocol's rule)
+    change_data: bool = True
 
 
-def _read_bucket(paths: Sequence[str], bucket: int) -> pa.Table:
+# An incremental run rewrites a bucket instead of adding deletion vectors when the bucket's
+# files would then be more than this share deleted rows, or when it has this many files.
+DV_MAX_DELETED_SHARE = 0.5
+DV_MAX_FILES = 16
+
+
+def _read_file(path: str, deleted: np.ndarray | None) -> tuple[pa.Table, np.ndarray, int]:
+    """A table file's live rows (without ``bucket``), their row positions in the file, and
+    the file's row count."""
+    data = pq.ParquetFile(path).read(columns=[f.name for f in TABLE_SCHEMA if f.name != BUCKET])
+    n = data.num_rows
+    positions = np.arange(n, dtype=np.int64)
+    if deleted is not None and len(deleted):
+        keep = np.ones(n, dtype=bool)
+        keep[deleted[deleted < n]] = False
+        positions = positions[keep]
+        data = data.filter(pa.array(keep))
+    return data, positions, n
+
+
+def _read_bucket_rows(
+    paths: Sequence[str], bucket: int, deleted: Mapping[str, np.ndarray] | None = None
+) -> tuple[pa.Table, np.ndarray, np.ndarray, list[int]]:
+    """A bucket's live rows (deletion vectors applied) with, per row, the index of its file in
+    ``paths`` and its position there; and each file's row count."""
     if not paths:
-        return TABLE_SCHEMA.empty_table()
-    data = pa.concat_tables(
-        [
-            pq.ParquetFile(p).read(columns=[f.name for f in TABLE_SCHEMA if f.name != BUCKET])
-            for p in paths
-        ]
-    )
+        empty = np.zeros(0, dtype=np.int64)
+        return TABLE_SCHEMA.empty_table(), empty, empty, []
+    parts = [_read_file(p, (deleted or {}).get(p)) for p in paths]
+    data = pa.concat_tables([t for t, _, _ in parts])
     data = data.append_column(BUCKET, pa.array(np.full(data.num_rows, bucket, np.int32)))
-    return data.cast(TABLE_SCHEMA)
+    file_index = np.concatenate(
+        [np.full(len(pos), i, dtype=np.int64) for i, (_, pos, _) in enumerate(parts)]
+    )
+    positions = np.concatenate([pos for _, pos, _ in parts])
+    return data.cast(TABLE_SCHEMA), file_index, positions, [n for _, _, n in parts]
+
+
+def _read_bucket(
+    paths: Sequence[str], bucket: int, deleted: Mapping[str, np.ndarray] | None = None
+) -> pa.Table:
+    return _read_bucket_rows(paths, bucket, deleted)[0]
 
 
 def _as_state(rows: pa.Table, strategy: Strategy) -> pa.Table:
@@ -229,6 +296,20 @@ def _as_state(rows: pa.Table, strategy: Strategy) -> pa.Table:
     rows = rows.cast(pa.schema([TABLE_SCHEMA.field(n) for n in _INPUT_COLUMNS]))
     rows = rows.add_column(7, VERSION, versions(rows, strategy))
     return rows
+
+
+def _winners(rows: pa.Table) -> np.ndarray:
+    """Ascending indices of the winning rows (one per keyed ``(partition, key)``) of rows with
+    a ``version`` column: ``plan.winner_indices``'s rule in one hash-table pass (``_hash``)."""
+    version = rows.column(VERSION)
+    return latest_indices(
+        np.asarray(rows.column("partition").to_numpy(zero_copy_only=False)),
+        rows.column("key"),
+        xxhash64(rows.column("key")),
+        np.asarray(version.is_valid().to_numpy(zero_copy_only=False)),
+        np.asarray(pc.fill_null(version, 0).to_numpy(zero_copy_only=False)),
+        np.asarray(rows.column("offset").to_numpy(zero_copy_only=False)),
+    )
 
 
 def _diff(old: pa.Table, new: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -298,13 +379,13 @@ def _merge_bucket(
         old_live = _read_bucket(plan.main_files.get(bucket, []), bucket)
         old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
         base = pa.concat_tables([old_live, old_tomb, new])
-    state = base.take(pa.array(winner_indices(base, base.column(VERSION)), type=pa.int64()))
+    state = base.take(pa.array(_winners(base), type=pa.int64()))
     is_live = state.column("value").is_valid()
     live = state.filter(is_live)
     ins, dels, upd_old, upd_new = _diff(old_live, live)
     changed = bool(len(ins) or len(dels) or len(upd_old))
     report: dict[str, Any] = {"bucket": bucket, "records": new.num_rows, "changed": changed}
-    if changed:
+    if changed and plan.change_data:
         changes = pa.concat_tables(
             [
                 _tagged(live, ins, "insert"),
@@ -314,6 +395,7 @@ def _merge_bucket(
             ]
         )
         writers["cdc"].write(changes.cast(CDC_SCHEMA))
+    if changed:
         report.update(inserted=len(ins), updated=len(upd_old), deleted=len(dels))
     if changed or plan.full:
         writers["main"].write(live)
@@ -353,8 +435,9 @@ def _merge_incremental(
     or join over the whole bucket.
     """
     new = _as_state(rows, plan.strategy)
-    nw = new.take(pa.array(winner_indices(new, new.column(VERSION)), type=pa.int64()))
-    old_live = _read_bucket(plan.main_files.get(bucket, []), bucket)
+    nw = new.take(pa.array(_winners(new), type=pa.int64()))
+    main_paths = plan.main_files.get(bucket, [])
+    old_live, file_index, positions, file_rows = _read_bucket_rows(main_paths, bucket, plan.deleted)
     old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
     n_live = old_live.num_rows
     old = pa.concat_tables([old_live, old_tomb])
@@ -408,7 +491,7 @@ def _merge_incremental(
     match = match_l
     changed = bool(len(ins) or len(upd) or len(dels))
     report: dict[str, Any] = {"bucket": bucket, "records": new.num_rows, "changed": changed}
-    if changed:
+    if changed and plan.change_data:
         changes = pa.concat_tables(
             [
                 _tagged(nw, ins, "insert"),
@@ -418,11 +501,24 @@ def _merge_incremental(
             ]
         )
         writers["cdc"].write(changes.cast(CDC_SCHEMA))
+    if changed:
         report.update(inserted=len(ins), updated=len(upd), deleted=len(dels))
-        live = pa.concat_tables(
-            [old_live.filter(pa.array(keep[:n_live])), nw.filter(pa.array(wins & is_live))]
-        )
-        writers["main"].write(live)
+        gone = np.nonzero(~keep[:n_live])[0]  # live rows replaced or deleted
+        physical = sum(file_rows)
+        dead = physical - n_live + len(gone)
+        if (
+            plan.deletion_vectors
+            and len(main_paths) < DV_MAX_FILES
+            and dead <= DV_MAX_DELETED_SHARE * physical
+        ):
+            # the rows stay in their files, marked deleted; only the new rows are written
+            report["dv"] = _deletion_vectors(plan, main_paths, file_index[gone], positions[gone])
+            writers["main"].write(nw.filter(pa.array(wins & is_live)))
+        else:
+            live = pa.concat_tables(
+                [old_live.filter(pa.array(keep[:n_live])), nw.filter(pa.array(wins & is_live))]
+            )
+            writers["main"].write(live)
     if plan.tomb_root is not None:
         new_tomb = wins & ~is_live
         report["tomb_changed"] = bool(new_tomb.any() or (has_t & (src != 1)).any())
@@ -434,12 +530,56 @@ def _merge_incremental(
     return report
 
 
+def _deletion_vectors(
+    plan: _TaskPlan, paths: Sequence[str], file_index: np.ndarray, positions: np.ndarray
+) -> list[list[Any]]:
+    """New deletion vectors for the files of ``paths`` that lose rows (their old deleted rows
+    plus ``positions``), written into one DV file in the run's staging directory; returns
+    ``[path, descriptor, DV file]`` per file (the driver moves the DV file into the table)."""
+    touched = np.unique(file_index).tolist()
+    if not touched:
+        return []
+    vectors = []
+    for i in touched:
+        new = positions[file_index == i]
+        old = plan.deleted.get(paths[i])
+        vectors.append(new if old is None else np.concatenate([old, new]))
+    folder = os.path.join(plan.root, STAGING, plan.write_id, "dv")
+    dv_path, descriptors = write_deletion_vectors(folder, vectors)
+    return [[paths[i], d, dv_path] for i, d in zip(touched, descriptors, strict=True)]
+
+
 def _old_rows(rows: pa.Table) -> pa.Table:
     return rows.select(TABLE_SCHEMA.names).cast(TABLE_SCHEMA)
 
 
-def _merge_rows(rows: pa.Table, plan: _TaskPlan, task_id: int, attempt: int) -> str:
-    """Every bucket in ``rows`` merged and written; one JSON line with the files and reports."""
+# Parquet options of the table's files (as ingest's RECORDS_PARQUET_OPTIONS, measured there):
+# no dictionary and no statistics for the mostly distinct key, value and headers (a dictionary
+# is built and then abandoned; Delta's stats skip binaries anyway), statistics for the columns
+# readers filter on, delta encoding for the offsets and timestamps.
+TABLE_PARQUET_OPTIONS: Mapping[str, Any] = {
+    "use_dictionary": ("partition", "timestamp_type", "version", CHANGE_TYPE),
+    "write_statistics": ("partition", "offset", "timestamp"),
+    "column_encoding": {"offset": "DELTA_BINARY_PACKED", "timestamp": "DELTA_BINARY_PACKED"},
+    "parquet_writer": "loglake",
+}
+
+
+def _writer(root: str, schema: pa.Schema, common: Mapping[str, Any]) -> PartitionedFileWriter:
+    names = set(schema.names)
+    options = {
+        "use_dictionary": [c for c in TABLE_PARQUET_OPTIONS["use_dictionary"] if c in names],
+        "write_statistics": [c for c in TABLE_PARQUET_OPTIONS["write_statistics"] if c in names],
+        "column_encoding": TABLE_PARQUET_OPTIONS["column_encoding"],
+        "parquet_writer": TABLE_PARQUET_OPTIONS["parquet_writer"],
+    }
+    return PartitionedFileWriter(root, **common, **options)
+
+
+def _merge_rows(
+    buckets: Iterator[tuple[int, pa.Table]], plan: _TaskPlan, task_id: int, attempt: int
+) -> str:
+    """Every bucket merged and written; one JSON line with the files and reports."""
     common: dict[str, Any] = {
         "write_id": plan.write_id,
         "task_id": task_id,
@@ -449,21 +589,15 @@ def _merge_rows(rows: pa.Table, plan: _TaskPlan, task_id: int, attempt: int) -> 
         "max_rows_per_file": plan.max_rows_per_file,
     }
     writers = {
-        "main": PartitionedFileWriter(plan.root, **common),
-        "cdc": PartitionedFileWriter(os.path.join(plan.root, CHANGE_DATA), **common),
+        "main": _writer(plan.root, TABLE_SCHEMA, common),
+        "cdc": _writer(os.path.join(plan.root, CHANGE_DATA), CDC_SCHEMA, common),
     }
     if plan.tomb_root is not None:
-        writers["tomb"] = PartitionedFileWriter(plan.tomb_root, **common)
+        writers["tomb"] = _writer(plan.tomb_root, TABLE_SCHEMA, common)
     reports = []
     try:
-        buckets = np.asarray(rows.column(BUCKET).to_numpy(zero_copy_only=False))
-        order = np.argsort(buckets, kind="stable")
-        sorted_buckets = buckets[order]
-        present, starts = np.unique(sorted_buckets, return_index=True)
-        ends = [*starts[1:].tolist(), len(order)]
-        for bucket, lo, hi in zip(present.tolist(), starts.tolist(), ends, strict=True):
-            part = rows.take(pa.array(order[lo:hi], type=pa.int64()))
-            reports.append(_merge_bucket(int(bucket), part, plan, writers))
+        for bucket, rows in buckets:
+            reports.append(_merge_bucket(bucket, rows, plan, writers))
         files = {name: [asdict(f) for f in w.close()] for name, w in writers.items()}
     except BaseException:
         for w in writers.values():
@@ -481,11 +615,13 @@ def _task_ids() -> tuple[int, int]:
 
 # Direct path (the run's two stages, both in the Python workers, no rows through the JVM):
 # stage 1, one task per group of input files: read them with pyarrow (only the rows of the new
-# offsets, keyed), bucket every row (Spark's pmod(xxhash64(key), N), ``_hash``), and write one
-# Arrow IPC file per bucket under ``<table>/_compact_staging/<write_id>/``; stage 2, one task
-# per group of buckets: read those buckets' staged files and merge them (``_merge_rows``).
-# Only file names and row counts travel through the driver. The staging directory is removed
-# when the run ends, committed or not (a killed run leaves it: ``_clear_stale_staging``).
+# offsets, keyed), keep each task's own winners of those records (the winner is a maximum, so
+# the maximum of the tasks' maxima is the same; ``_hash.latest_indices``), bucket every row
+# (Spark's pmod(xxhash64(key), N), ``_hash``), and write one Arrow IPC file per bucket under
+# ``<table>/_compact_staging/<write_id>/``; stage 2, one task per group of buckets: each bucket
+# read from its staged files and merged (``_merge_rows``). Only file names and row counts travel
+# through the driver. The staging directory is removed when the run ends, committed or not (a
+# killed run leaves it: ``_clear_stale_staging``).
 
 STAGING = "_compact_staging"
 _RECORD_COLUMNS = ["partition", "key", "value", "headers", "offset", "timestamp", "timestamp_type"]
@@ -496,11 +632,12 @@ _STAGED_SCHEMA = TABLE_SCHEMA.append(pa.field(SRC, pa.int32()))
 class _StageInput:
     path: str
     src: int  # 0 records, 1 live rows, 2 tombstone rows (``--full``)
+    deleted: np.ndarray | None = None  # a table file's deletion vector (deleted positions)
 
 
-def _read_input(item: _StageInput, ranges: Mapping[int, tuple[int, int]], buckets: int) -> pa.Table:
-    """One input file as staged rows (``_STAGED_SCHEMA``): records of ``ranges`` with a key,
-    or a table file's rows, each with its bucket and source."""
+def _read_input(item: _StageInput, ranges: Mapping[int, tuple[int, int]]) -> pa.Table:
+    """One input file's rows in the table's columns (``bucket`` not yet set): records of
+    ``ranges`` with a key, or a table file's rows."""
     if item.src == 0:
         data = pq.ParquetFile(item.path).read(columns=_RECORD_COLUMNS)
         part = np.asarray(data.column("partition").to_numpy(zero_copy_only=False))
@@ -513,11 +650,34 @@ def _read_input(item: _StageInput, ranges: Mapping[int, tuple[int, int]], bucket
             data = data.filter(pa.array(keep))
         data = data.append_column(VERSION, pa.nulls(data.num_rows, pa.int64()))
     else:
-        names = [f.name for f in TABLE_SCHEMA if f.name != BUCKET]
-        data = pq.ParquetFile(item.path).read(columns=names)
-    data = data.append_column(BUCKET, pa.array(buckets_of(data.column("key"), buckets)))
-    data = data.append_column(SRC, pa.array(np.full(data.num_rows, item.src, np.int32)))
-    return data.select(_STAGED_SCHEMA.names).cast(_STAGED_SCHEMA)
+        data = _read_file(item.path, item.deleted)[0]
+    data = data.select([f.name for f in TABLE_SCHEMA if f.name != BUCKET])
+    return data.cast(pa.schema([f for f in TABLE_SCHEMA if f.name != BUCKET]))
+
+
+@contextlib.contextmanager
+def _arrow_single_threaded() -> Iterator[None]:
+    """Arrow's thread pool at one thread for the task: Spark already runs one task per core, and
+    Arrow's threads on top cost more CPU than they save (measured in-process, 2M records: stage
+    1 3.2 -> 1.9 CPU seconds). Restored afterwards (the worker process may run other tasks)."""
+    before = pa.cpu_count()
+    pa.set_cpu_count(1)
+    try:
+        yield
+    finally:
+        pa.set_cpu_count(before)
+
+
+def _take_ascending(tables: Sequence[pa.Table], rows: np.ndarray) -> pa.Table:
+    """``concat_tables(tables).take(rows)`` for ascending ``rows``, a take per table (a take
+    across the chunks of a concatenation costs several times more)."""
+    out = []
+    start = 0
+    for table in tables:
+        lo, hi = np.searchsorted(rows, [start, start + table.num_rows])
+        out.append(table.take(pa.array(rows[lo:hi] - start, type=pa.int64())))
+        start += table.num_rows
+    return pa.concat_tables(out)
 
 
 def _stage_task(
@@ -527,14 +687,61 @@ def _stage_task(
     staging: str,
     ranges: Mapping[int, tuple[int, int]],
     buckets: int,
+    strategy: Strategy,
 ) -> Iterator[str]:
-    """Stage 1: this task's input files, split by bucket into Arrow IPC files."""
+    """Stage 1: this task's input files, its records' winners and the table rows, split by
+    bucket into Arrow IPC files."""
     start_task()
     _task, attempt = _task_ids()
-    parts = [_read_input(i, ranges, buckets) for group in items for i in group]
+    inputs = [i for group in items for i in group]
+    with _arrow_single_threaded():
+        yield from _stage_inputs(inputs, index, attempt, staging, ranges, buckets, strategy)
+
+
+def _stage_inputs(  # noqa: PLR0917
+    inputs: Sequence[_StageInput],
+    index: int,
+    attempt: int,
+    staging: str,
+    ranges: Mapping[int, tuple[int, int]],
+    buckets: int,
+    strategy: Strategy,
+) -> Iterator[str]:
+    parts: list[pa.Table] = []
+    for src in (0, 1, 2):
+        tables = [_read_input(i, ranges) for i in inputs if i.src == src]
+        if not tables:
+            continue
+        rows = pa.concat_tables(tables)
+        if src == 0 and rows.num_rows:
+            rows = rows.set_column(
+                rows.schema.get_field_index(VERSION), VERSION, versions(rows, strategy)
+            )
+            hashes = xxhash64(rows.column("key"))
+            version = rows.column(VERSION)
+            keep = latest_indices(
+                np.asarray(rows.column("partition").to_numpy(zero_copy_only=False)),
+                rows.column("key"),
+                hashes,
+                np.asarray(version.is_valid().to_numpy(zero_copy_only=False)),
+                np.asarray(pc.fill_null(version, 0).to_numpy(zero_copy_only=False)),
+                np.asarray(rows.column("offset").to_numpy(zero_copy_only=False)),
+            )
+            hashes = hashes[keep]
+            rows = _take_ascending(tables, keep)
+            # the version is computed again in stage 2 (``_as_state``); null it as records are
+            rows = rows.set_column(
+                rows.schema.get_field_index(VERSION), VERSION, pa.nulls(rows.num_rows, pa.int64())
+            )
+        else:
+            hashes = xxhash64(rows.column("key"))
+        bucket = np.mod(hashes, np.int64(buckets)).astype(np.int32)
+        rows = rows.append_column(BUCKET, pa.array(bucket))
+        rows = rows.append_column(SRC, pa.array(np.full(rows.num_rows, src, np.int32)))
+        parts.append(rows.cast(_STAGED_SCHEMA))
     if not parts:
         return
-    rows = pa.concat_tables(parts)
+    rows = pa.concat_tables(parts).combine_chunks()  # a take from one chunk is faster
     if rows.num_rows == 0:
         return
     bucket = np.asarray(rows.column(BUCKET).to_numpy(zero_copy_only=False))
@@ -551,21 +758,28 @@ def _stage_task(
         yield json.dumps({"bucket": b, "path": out, "rows": hi - lo})
 
 
+def _read_staged(paths: Sequence[str]) -> pa.Table:
+    tables = []
+    for path in paths:
+        with pa.memory_map(path) as source:
+            tables.append(pa.ipc.open_file(source).read_all())
+    return pa.concat_tables(tables) if tables else _STAGED_SCHEMA.empty_table()
+
+
 def _merge_staged(
     index: int, items: Iterator[dict[int, list[str]]], *, plan: _TaskPlan
 ) -> Iterator[str]:
-    """Stage 2: this task's buckets, read from their staged files and merged."""
+    """Stage 2: this task's buckets, each read from its staged files and merged."""
     start_task()
     _task, attempt = _task_ids()
-    tables = []
-    for group in items:
-        for paths in group.values():
-            for path in paths:
-                with pa.memory_map(path) as source:
-                    tables.append(pa.ipc.open_file(source).read_all())
-    if not tables:
+    groups = [(b, paths) for group in items for b, paths in sorted(group.items())]
+    if not groups:
         return
-    yield _merge_rows(pa.concat_tables(tables), plan, index, attempt)
+    with _arrow_single_threaded():
+        merged = _merge_rows(
+            ((b, _read_staged(paths)) for b, paths in groups), plan, index, attempt
+        )
+    yield merged
 
 
 def _clear_stale_staging(root: str, max_age_s: float = 24 * 3600) -> None:
@@ -602,17 +816,51 @@ def _ingest_progress(records_path: str, rec_dt: DeltaTable, topic: str) -> dict[
     return out
 
 
-def _files_by_bucket(dt: DeltaTable | None) -> dict[int, list[FileRef]]:
+def _files_by_bucket(root: str | None, dt: DeltaTable | None) -> dict[int, list[FileRef]]:
+    """The snapshot's files per bucket, with their stats and deletion vectors (from the log:
+    delta-rs's add actions lack the deletion vector, which a remove must name)."""
     out: dict[int, list[FileRef]] = {}
-    if dt is None:
+    if dt is None or root is None:
         return out
-    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-    for a in actions:
-        bucket = int(a[f"partition.{BUCKET}"])
+    for a in sorted(live_adds(root, dt.version()), key=lambda a: str(a["path"])):
+        bucket = int(a["partitionValues"][BUCKET])
         out.setdefault(bucket, []).append(
-            FileRef(a["path"], int(a["size_bytes"]), {BUCKET: str(bucket)})
+            FileRef(
+                a["path"],
+                int(a["size"]),
+                {BUCKET: str(bucket)},
+                stats=a.get("stats"),
+                modification_time=int(a.get("modificationTime") or 0),
+                deletion_vector=a.get("deletionVector"),
+            )
         )
     return out
+
+
+def _deleted_rows(dt: DeltaTable) -> dict[str, np.ndarray]:
+    """Absolute path -> deleted row positions, for the snapshot's files with a deletion
+    vector (read by delta-rs)."""
+    if "deletionVectors" not in (dt.protocol().reader_features or []):
+        return {}
+    out: dict[str, np.ndarray] = {}
+    vectors = pa.table(dt.deletion_vectors())
+    for uri, selection in zip(
+        vectors.column("filepath").to_pylist(), vectors.column("selection_vector"), strict=True
+    ):
+        keep = np.asarray(selection.values.to_numpy(zero_copy_only=False), dtype=bool)
+        path = unquote(urlparse(uri).path) if "://" in uri else uri
+        out[os.path.normpath(path)] = np.nonzero(~keep)[0].astype(np.int64)
+    return out
+
+
+def _with_dv(f: FileRef, descriptor: dict[str, Any]) -> FileRef:
+    """``f`` re-added with a new deletion vector (its stats no longer tight)."""
+    stats = f.stats
+    if stats:
+        parsed = json.loads(stats)
+        parsed["tightBounds"] = False
+        stats = json.dumps(parsed, separators=(",", ":"))
+    return dataclasses.replace(f, stats=stats, deletion_vector=descriptor, data_change=True)
 
 
 def _record_files(
@@ -639,6 +887,7 @@ def _settings(strategy: Strategy, buckets: int) -> str:
 
 def _create_table(path: str, strategy: Strategy, buckets: int, cdf: bool) -> None:
     # delta-rs refuses table properties it does not know: the settings go in the description.
+    # The topic table (cdf) takes deletion vectors too (incremental runs, _merge_incremental).
     create_table_with_add_actions(
         path,
         DeltaSchema.from_arrow(TABLE_SCHEMA),
@@ -646,7 +895,11 @@ def _create_table(path: str, strategy: Strategy, buckets: int, cdf: bool) -> Non
         mode="error",
         partition_by=[BUCKET],
         description=_settings(strategy, buckets),
-        configuration={"delta.enableChangeDataFeed": "true"} if cdf else None,
+        configuration=(
+            {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
+            if cdf
+            else None
+        ),
     )
 
 
@@ -734,13 +987,17 @@ def compact_topic(
         result.table_version = dt.version()
         return result
     # step 2: the files
-    main_files = _files_by_bucket(dt)
-    tomb_files = _files_by_bucket(tomb_dt)
+    started = time.perf_counter()
+    main_files = _files_by_bucket(path, dt)
+    tomb_files = _files_by_bucket(tomb_root, tomb_dt)
+    deleted = _deleted_rows(dt)
     rec_files = _record_files(records_path, rec_dt, topic, ranges)
     write_id = uuid.uuid4().hex
     main_paths = {
-        b: [os.path.join(path, unquote(f.path)) for f in fs] for b, fs in main_files.items()
+        b: [os.path.normpath(os.path.join(path, unquote(f.path))) for f in fs]
+        for b, fs in main_files.items()
     }
+    by_path = {p: f for b, fs in main_files.items() for p, f in zip(main_paths[b], fs, strict=True)}
     tomb_paths = {
         b: [os.path.join(tomb_root or "", unquote(f.path)) for f in fs]
         for b, fs in tomb_files.items()
@@ -756,12 +1013,16 @@ def compact_topic(
         # the tasks read a bucket's files themselves, except in a rebuild (see _merge_bucket)
         main_files={} if full else main_paths,
         tomb_files={} if full else tomb_paths,
+        deleted=deleted,
+        change_data=bool(main_files),
+        deletion_vectors="deletionVectors" in (dt.protocol().reader_features or []),
     )
     log(
         f"{topic}: strategy {strategy}, {buckets} buckets; reading {len(rec_files)} records "
         "files for " + ", ".join(f"{p} [{s}, {e})" for p, (s, e) in sorted(ranges.items()))
     )
     # step 3: the merge
+    result.seconds["plan"] = time.perf_counter() - started
     try:
         reports, files = _run_merge(
             spark,
@@ -773,6 +1034,7 @@ def compact_topic(
             topic,
             ranges,
             buckets,
+            result.seconds,
         )
     except BaseException as exc:
         _cleanup(plan)
@@ -783,20 +1045,27 @@ def compact_topic(
             ) from exc
         raise
     # step 4: commit
+    started = time.perf_counter()
     try:
         result.records_read = sum(r["records"] for r in reports)
         main_buckets = {r["bucket"] for r in reports if r["changed"]}
+        dv_buckets = {r["bucket"] for r in reports if "dv" in r}
         tomb_buckets = {r["bucket"] for r in reports if r.get("tomb_changed")}
-        result.buckets_rewritten = len(main_buckets)
+        result.buckets_rewritten = len(main_buckets - dv_buckets)
+        result.buckets_with_deletion_vectors = len(dv_buckets)
         # A rebuild replaces every file; files whose rows did not change are no data change
         # (Delta's dataChange=false, as OPTIMIZE writes), so change-data readers skip them.
         changed_any = bool(main_buckets)
         main_removes = [
             dataclasses.replace(f, data_change=changed_any)
             for b, fs in sorted(main_files.items())
-            if full or b in main_buckets
+            if full or (b in main_buckets and b not in dv_buckets)
             for f in fs
         ]
+        # a bucket merged with deletion vectors: the files that lost rows are removed and
+        # added again with their new deletion vector (same data file)
+        dv_files = [(path, desc) for r in reports for path, desc, _f in r.get("dv", [])]
+        main_removes += [by_path[path] for path, _desc in dv_files]
         tomb_removes = [
             f for b, fs in sorted(tomb_files.items()) if full or b in tomb_buckets for f in fs
         ]
@@ -806,6 +1075,7 @@ def compact_topic(
             )
             for f in _refs(files["main"])
         ]
+        main_adds += [_with_dv(by_path[path], desc) for path, desc in dv_files]
         result.inserted = sum(r.get("inserted", 0) for r in reports)
         result.updated = sum(r.get("updated", 0) for r in reports)
         result.deleted = sum(r.get("deleted", 0) for r in reports)
@@ -846,15 +1116,20 @@ def compact_topic(
         )
     except BaseException:
         _cleanup(plan)
+        _remove_dv_files(plan, reports)
         raise
     result.committed = version is not None
+    result.seconds["commit"] = time.perf_counter() - started
     result.table_version = version if version is not None else dt.version()
     result.progress = dict(sorted(apps.items()))
     _cleanup(plan, keep=files, committed=version is not None)
+    if version is None:
+        _remove_dv_files(plan, reports)
     log(
         f"{topic}: version {result.table_version}: +{result.inserted} ~{result.updated} "
         f"-{result.deleted} from {result.records_read} records, "
-        f"{result.buckets_rewritten} buckets rewritten"
+        f"{result.buckets_rewritten} buckets rewritten, "
+        f"{result.buckets_with_deletion_vectors} with deletion vectors"
     )
     return result
 
@@ -863,6 +1138,13 @@ def _refs(files: Sequence[WrittenFile]) -> list[FileRef]:
     return [
         FileRef(f.path, f.size, f.partition_values, f.stats, f.modification_time) for f in files
     ]
+
+
+def _remove_dv_files(plan: _TaskPlan, reports: Sequence[Mapping[str, Any]]) -> None:
+    """Remove the deletion vector files this run moved into the table (nothing committed)."""
+    for r in reports:
+        for _path, _desc, dv_file in r.get("dv", []):
+            Path(plan.root, DV_PREFIX, os.path.basename(dv_file)).unlink(missing_ok=True)
 
 
 def _cleanup(
@@ -897,6 +1179,7 @@ def _run_merge(  # noqa: PLR0917
     topic: str,
     ranges: Mapping[int, tuple[int, int]],
     buckets: int,
+    seconds: dict[str, float] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, list[WrittenFile]]]:
     """Step 3 on Spark (the direct path above): returns the tasks' bucket reports and the
     files they wrote. ``records_path`` and ``topic`` are already resolved into ``rec_files``."""
@@ -904,7 +1187,7 @@ def _run_merge(  # noqa: PLR0917
     inputs = [_StageInput(p, 0) for p in rec_files]
     if plan.full:
         # Every current row goes through the staging too, bucketed again (N may change).
-        inputs += [_StageInput(p, 1) for p in main_paths]
+        inputs += [_StageInput(p, 1, plan.deleted.get(p)) for p in main_paths]
         inputs += [_StageInput(p, 2) for p in tomb_paths]
     if not inputs:
         return [], {"main": [], "cdc": [], "tomb": []}
@@ -916,8 +1199,13 @@ def _run_merge(  # noqa: PLR0917
         n1 = min(len(inputs), 2 * parallelism) if len(inputs) > parallelism else len(inputs)
         groups = [inputs[i::n1] for i in range(n1)]
         stage = functools.partial(
-            _stage_task, staging=staging, ranges=dict(ranges), buckets=buckets
+            _stage_task,
+            staging=staging,
+            ranges=dict(ranges),
+            buckets=buckets,
+            strategy=plan.strategy,
         )
+        started = time.perf_counter()
         staged = run_in_job_group(
             spark,
             f"loglake-compact-stage-{plan.write_id}",
@@ -940,11 +1228,26 @@ def _run_merge(  # noqa: PLR0917
             assigned[t][b] = by_bucket[b]
             loads[t] += rows_in[b]
         merge = functools.partial(_merge_staged, plan=plan)
+        stage1 = time.perf_counter()
         rows = run_in_job_group(
             spark,
             f"loglake-compact-merge-{plan.write_id}",
             sc.parallelize(assigned, n2).mapPartitionsWithIndex(merge).collect,
         )
+        if seconds is not None:
+            seconds["stage1"] = stage1 - started
+            seconds["stage2"] = time.perf_counter() - stage1
+        # the deletion vector files the reports name, into the table (unreferenced until the
+        # commit, like the data files)
+        moved: set[str] = set()
+        for row in rows:
+            for report in json.loads(row)["reports"]:
+                for _path, _desc, dv_file in report.get("dv", []):
+                    if dv_file not in moved:
+                        target = os.path.join(plan.root, DV_PREFIX, os.path.basename(dv_file))
+                        os.makedirs(os.path.dirname(target), exist_ok=True)
+                        os.replace(dv_file, target)
+                        moved.add(dv_file)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     reports: list[dict[str, Any]] = []

@@ -13,12 +13,20 @@ random), ``--partitions`` partitions, timestamps increasing. Figures:
   of the same widths, generated in the JVM): rows/s;
 - ``incremental``: ``--new-records`` new records (random keys of the table's key space) into a
   table of ``--keys`` keys, and into one of 10x ``--keys`` keys; the ratio of the two run times
-  (target <= 2: cost grows with the change, not the table).
+  (target <= 2: cost grows with the change, not the table). Each case says how many buckets
+  were rewritten and how many were merged with deletion vectors (the small table's buckets,
+  mostly replaced, are rewritten; the large table's get deletion vectors).
 
 Figures are wall-clock of one run each after a warm-up run that starts the Python workers.
 Last line: one JSON object.
 
+``--cache DIR`` keeps the generated inputs (the ``records`` tables, and the incremental cases'
+tables before their measured run) under ``DIR`` and reuses them on the next run with the same
+sizes: each run works on a hard-linked copy (data files are never modified; the Delta logs
+are copied), so the 10M-record input is generated once.
+
     .venv/bin/python tests/perf/bench_compact.py [--records 10000000 --keys 1000000]
+        [--cache /tmp/bench-compact-cache]
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
@@ -121,6 +131,26 @@ def append_records(
         done += m
 
 
+def _cached(cache: Path | None, name: str, work: Path, build: Any) -> Path:
+    """``work/name``: a copy of ``cache/name`` (built by ``build(path)`` if absent), or built
+    in place without a cache. The copy hard-links the data files and copies the logs."""
+    target = work / name
+    if cache is None:
+        build(target)
+        return target
+    source = cache / name
+    if not (source / "done").exists():
+        shutil.rmtree(source, ignore_errors=True)
+        build(source)
+        (source / "done").write_text("ok")
+    shutil.rmtree(target, ignore_errors=True)
+    subprocess.run(["cp", "-al", str(source), str(target)], check=True)
+    for log in target.rglob("_delta_log"):
+        shutil.rmtree(log)
+        shutil.copytree(source / log.relative_to(target), log)
+    return target
+
+
 def _config(lake: Path, topic: str, buckets: int) -> CompactConfig:
     logs = lake / "logs"
     logs.mkdir(exist_ok=True)
@@ -181,6 +211,8 @@ def main() -> None:
     parser.add_argument("--buckets", type=int, default=16)
     parser.add_argument("--baseline-records", type=int, default=2_000_000)
     parser.add_argument("--keep", help="work in this directory and keep it")
+    parser.add_argument("--cache", help="keep the generated inputs here and reuse them")
+    parser.add_argument("--skip-full", action="store_true", help="only the incremental figures")
     args = parser.parse_args()
     new_records = args.new_records or args.keys
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -200,6 +232,11 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-compact-"))
     work.mkdir(parents=True, exist_ok=True)
+    cache = None
+    if args.cache:
+        sizes = f"r{args.records}-k{args.keys}-v{args.value_bytes}-p{args.partitions}"
+        cache = Path(args.cache) / f"{sizes}-n{new_records}-b{args.buckets}"
+        cache.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(7)
     results: dict[str, Any] = {"args": vars(args)}
     try:
@@ -209,49 +246,69 @@ def main() -> None:
                        next_offsets=[0], rng=rng)  # fmt: skip
         _timed_compact(spark, warm, "w", args.buckets)
 
-        lake = work / "lake"
-        offs = [0] * args.partitions
+        def full_input(lake: Path) -> None:
+            append_records(lake, "t", args.records, key_space=args.keys,
+                           value_bytes=args.value_bytes, partitions=args.partitions,
+                           next_offsets=[0] * args.partitions,
+                           rng=np.random.default_rng(7))  # fmt: skip
+
         t0 = time.perf_counter()
-        append_records(lake, "t", args.records, key_space=args.keys, value_bytes=args.value_bytes,
-                       partitions=args.partitions, next_offsets=offs, rng=rng)  # fmt: skip
+        lake = _cached(cache, "full", work, full_input)
         results["setup_records_s"] = time.perf_counter() - t0
-        seconds, res = _timed_compact(spark, lake, "t", args.buckets)
-        rows = DeltaTable(table_path(lake, "t")).to_pyarrow_table(columns=["key"]).num_rows
-        results["full"] = {
-            "seconds": seconds,
-            "records_per_s": args.records / seconds,
-            "live_keys": rows,
-            "inserted": res.inserted,
-        }
-        results["python_dict"] = python_dict(lake, "t", args.baseline_records)
-        results["spark_write_rows_per_s"] = spark_write(
-            spark, args.records, args.value_bytes, work / "plain"
+        seconds, res = (
+            _timed_compact(spark, lake, "t", args.buckets) if not args.skip_full else (0.0, None)
         )
-        results["full_vs_python_dict_loop"] = (
-            results["full"]["records_per_s"] / results["python_dict"]["loop_records_per_s"]
-        )
-        results["full_vs_spark_write"] = (
-            results["full"]["records_per_s"] / results["spark_write_rows_per_s"]
-        )
+        if not args.skip_full:
+            # the topic table takes deletion vectors: read with a reader that honours them
+            rows = len(pl.scan_delta(table_path(lake, "t")).select("key").collect())
+            results["full"] = {
+                "seconds": seconds,
+                "records_per_s": args.records / seconds,
+                "live_keys": rows,
+                "inserted": res.inserted,
+                "steps_seconds": res.seconds,
+            }
+            results["python_dict"] = python_dict(lake, "t", args.baseline_records)
+            results["spark_write_rows_per_s"] = spark_write(
+                spark, args.records, args.value_bytes, work / "plain"
+            )
+            results["full_vs_python_dict_loop"] = (
+                results["full"]["records_per_s"] / results["python_dict"]["loop_records_per_s"]
+            )
+            results["full_vs_python_dict_with_conversion"] = (
+                results["full"]["records_per_s"]
+                / results["python_dict"]["with_conversion_records_per_s"]
+            )
+            results["full_vs_spark_write"] = (
+                results["full"]["records_per_s"] / results["spark_write_rows_per_s"]
+            )
 
         # incremental: new records into a table of --keys keys vs one of 10x --keys keys
         incremental: dict[str, Any] = {}
         for name, keys in (("small", args.keys), ("large", 10 * args.keys)):
-            lake_i = work / f"inc-{name}"
-            offs = [0] * args.partitions
-            common = {"value_bytes": args.value_bytes, "partitions": args.partitions, "rng": rng}
-            append_records(lake_i, "t", keys, key_space=keys, next_offsets=offs, unique=True,
-                           **common)  # fmt: skip
-            _timed_compact(spark, lake_i, "t", args.buckets)
-            append_records(lake_i, "t", new_records, key_space=keys, next_offsets=offs, **common)
+
+            def incremental_input(lake_i: Path, keys: int = keys) -> None:
+                # a table of ``keys`` keys, compacted, then the new records (not yet compacted)
+                offs = [0] * args.partitions
+                common = {"value_bytes": args.value_bytes, "partitions": args.partitions,
+                          "rng": np.random.default_rng(keys)}  # fmt: skip
+                append_records(lake_i, "t", keys, key_space=keys, next_offsets=offs, unique=True,
+                               **common)  # fmt: skip
+                _timed_compact(spark, lake_i, "t", args.buckets)
+                append_records(lake_i, "t", new_records, key_space=keys, next_offsets=offs,
+                               **common)  # fmt: skip
+
+            lake_i = _cached(cache, f"inc-{name}", work, incremental_input)
             seconds, res = _timed_compact(spark, lake_i, "t", args.buckets)
             incremental[name] = {
                 "table_keys": keys,
                 "new_records": new_records,
                 "seconds": seconds,
                 "buckets_rewritten": res.buckets_rewritten,
+                "buckets_with_deletion_vectors": res.buckets_with_deletion_vectors,
                 "inserted": res.inserted,
                 "updated": res.updated,
+                "steps_seconds": res.seconds,
             }
         incremental["ratio_large_to_small"] = (
             incremental["large"]["seconds"] / incremental["small"]["seconds"]

@@ -29,7 +29,7 @@ from pipelines.compaction.config import CompactConfig, compacted_topics, load_co
 from pipelines.compaction.model import Rec, Strategy, compact, parse_strategy
 from pipelines.compaction.table import run_compact, table_path, tombstones_path
 from tests.conftest import ROOT
-from tests.fixtures.compaction import append_records, read_topic_table
+from tests.fixtures.compaction import append_records, read_table_rows, read_topic_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -145,7 +145,7 @@ def test_change_data_feed_and_version_column(spark: SparkSession, tmp_path: Path
         ("update_postimage", 0, b"a", 3),
         ("update_preimage", 0, b"a", 0),
     ]
-    rows = pa.table(DeltaTable(path).to_pyarrow_table()).to_pylist()
+    rows = read_table_rows(path)
     assert sorted((r["key"], r["version"]) for r in rows) == [
         (b"a", 2),
         (b"c", 5),
@@ -267,6 +267,58 @@ def test_killed_job_leaves_the_table_and_rerun_is_exact(
         ("delete", 0, b"\x00", 4),
         ("insert", 0, b"\x07", 10),
     ]
+
+
+def test_incremental_runs_mark_replaced_rows_with_deletion_vectors(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A small change to a big bucket: the replaced rows get a deletion vector in their file
+    and only the new rows are written; every reader (delta-rs/DataFusion, polars, Spark's
+    format("delta")) sees one row per live key; the change feed is exact; a --full rebuild and
+    a re-run keep it so; a bucket whose rows are mostly replaced is rewritten instead."""
+    strategy = Strategy()
+    config = _config(tmp_path, strategy, buckets=2)
+    recs = [Rec(0, o, 1, b"k%03d" % o, b"v0-%d" % o) for o in range(200)]
+    append_records(tmp_path, "t", recs, {0: 200})
+    path = table_path(tmp_path, "t")
+    assert run_compact(spark, config, log=_quiet).topics[0].committed
+    data_files = {a["path"] for a in pa.table(DeltaTable(path).get_add_actions()).to_pylist()}
+    off = 200
+    for round_, keys in enumerate([range(0, 200, 10), range(5, 200, 10), [3, 4]], start=1):
+        more = [Rec(0, off + i, 1, b"k%03d" % k, b"v%d-%d" % (round_, k)) for i, k in
+                enumerate(keys)]  # fmt: skip
+        if round_ == 3:
+            more.append(Rec(0, off + len(more), 1, b"k007", None))  # a tombstone
+        off += len(more)
+        recs += more
+        append_records(tmp_path, "t", more, {0: off})
+        result = run_compact(spark, config, log=_quiet).topics[0]
+        assert result.committed
+        assert result.buckets_with_deletion_vectors == 2 and result.buckets_rewritten == 0
+        assert read_topic_table(path) == _expected(recs, strategy)
+        cdf = _cdf(path, result.table_version)
+        assert sum(1 for c in cdf if c[0] == "update_postimage") == len(keys)
+        assert [c[2] for c in cdf if c[0] == "delete"] == ([b"k007"] if round_ == 3 else [])
+    table = DeltaTable(path)
+    vectors = pa.table(table.deletion_vectors())
+    assert vectors.num_rows == len(data_files)  # the first run's files, with their vectors
+    # the data files of the first run are still there, now with deletion vectors
+    assert data_files <= {a["path"] for a in pa.table(table.get_add_actions()).to_pylist()}
+    spark_rows = spark.read.format("delta").load(path).select("partition", "key").collect()
+    assert sorted((r[0], bytes(r[1])) for r in spark_rows) == sorted(_expected(recs, strategy))
+    # a re-run is a no-op; --full rewrites the table without deletion vectors, same rows
+    assert not run_compact(spark, config, log=_quiet).topics[0].committed
+    run_compact(spark, config, full=True, log=_quiet)
+    assert read_topic_table(path) == _expected(recs, strategy)
+    assert pa.table(DeltaTable(path).deletion_vectors()).num_rows == 0
+    # most keys replaced at once: the buckets are rewritten, not marked
+    more = [Rec(0, off + k, 1, b"k%03d" % k, b"v9") for k in range(200)]
+    recs += more
+    append_records(tmp_path, "t", more, {0: off + 200})
+    result = run_compact(spark, config, log=_quiet).topics[0]
+    assert (result.buckets_rewritten, result.buckets_with_deletion_vectors) == (2, 0)
+    assert read_topic_table(path) == _expected(recs, strategy)
+    assert pa.table(DeltaTable(path).deletion_vectors()).num_rows == 0
 
 
 def test_an_incremental_run_reads_only_files_with_new_offsets(tmp_path: Path) -> None:

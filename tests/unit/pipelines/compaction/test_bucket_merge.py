@@ -11,8 +11,10 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import os
+import struct
 import tempfile
 import uuid
+import zlib
 from urllib.parse import unquote
 
 import numpy as np
@@ -61,12 +63,14 @@ def _rows(recs: list[Rec]) -> pa.Table:
 class _Bucket:
     """A bucket's files as the driver tracks them between runs."""
 
-    def __init__(self, root: str, strategy: Strategy) -> None:
+    def __init__(self, root: str, strategy: Strategy, dv: bool = False) -> None:
         self.root = root
         self.tomb_root = os.path.join(root, "tomb") if strategy.kind != "offset" else None
         self.strategy = strategy
+        self.dv = dv
         self.main: list[str] = []
         self.tomb: list[str] = []
+        self.deleted: dict[str, np.ndarray] = {}  # a main file's deletion vector
 
     def merge(self, recs: list[Rec]) -> tuple[dict, list[dict]]:
         plan = _TaskPlan(
@@ -79,6 +83,8 @@ class _Bucket:
             max_rows_per_file=7,
             main_files={0: self.main},
             tomb_files={0: self.tomb},
+            deleted=dict(self.deleted),
+            deletion_vectors=self.dv,
         )
         common = {
             "write_id": plan.write_id,
@@ -95,8 +101,13 @@ class _Bucket:
         report = _merge_bucket(0, _rows(recs), plan, writers)
         files = {k: [os.path.join(roots[k], unquote(f.path)) for f in w.close()]
                  for k, w in writers.items()}  # fmt: skip
-        if report["changed"]:
+        if "dv" in report:
+            self.main = self.main + files["main"]
+            for path, desc, dv_file in report["dv"]:
+                self.deleted[path] = _read_dv(dv_file, desc)
+        elif report["changed"]:
             self.main = files["main"]
+            self.deleted = {}
         else:
             assert not files["main"] and not files["cdc"]
         if self.tomb_root is not None and report["tomb_changed"]:
@@ -106,11 +117,44 @@ class _Bucket:
 
     def rows(self, which: str) -> dict[tuple[int, bytes], int]:
         out: dict[tuple[int, bytes], int] = {}
-        for r in _read(self.main if which == "main" else self.tomb):
+        paths = self.main if which == "main" else self.tomb
+        rows = [
+            r
+            for p in paths
+            for i, r in enumerate(pq.read_table(p).to_pylist())
+            if i not in set(self.deleted.get(p, np.zeros(0)).tolist())
+        ]
+        for r in rows:
             pk = (r["partition"], r["key"])
             assert pk not in out, f"two rows for {pk}"
             out[pk] = r["offset"]
         return out
+
+
+def _read_dv(path: str, desc: dict) -> np.ndarray:
+    """The deleted positions of a deletion vector (array and bitmap containers, as written)."""
+    with open(path, "rb") as fh:
+        fh.seek(desc["offset"])
+        size = struct.unpack(">i", fh.read(4))[0]
+        data = fh.read(size)
+        crc = struct.unpack(">I", fh.read(4))[0]
+    assert size == desc["sizeInBytes"] and zlib.crc32(data) == crc
+    magic, bitmaps, high, cookie, n = struct.unpack("<iqiII", data[:24])
+    assert (magic, bitmaps, high, cookie) == (1681511377, 1, 0, 12346)
+    keys = np.frombuffer(data, "<u2", 2 * n, 24).reshape(n, 2)
+    starts = np.frombuffer(data, "<u4", n, 24 + 4 * n)
+    out = []
+    for (key, card1), start in zip(keys.tolist(), starts.tolist(), strict=True):
+        body = data[16 + start :]  # offsets count from the 32-bit bitmap (byte 16)
+        if card1 < 4096:
+            low = np.frombuffer(body, "<u2", card1 + 1)
+        else:
+            bits = np.unpackbits(np.frombuffer(body, np.uint8, 8192), bitorder="little")
+            low = np.nonzero(bits)[0]
+        out.append((key << 16) + low.astype(np.int64))
+    positions = np.concatenate(out) if out else np.zeros(0, np.int64)
+    assert len(positions) == desc["cardinality"]
+    return positions
 
 
 def _read(paths: list[str]) -> list[dict]:
@@ -136,9 +180,10 @@ workload = st.lists(
     st.sampled_from(["offset", "timestamp", "header:v"]),
     st.lists(st.integers(0, 25), max_size=3),
     st.booleans(),
+    st.booleans(),
 )
 def test_incremental_bucket_merge_equals_the_model(
-    raw: list[tuple], strategy_text: str, cuts: list[int], replay: bool
+    raw: list[tuple], strategy_text: str, cuts: list[int], replay: bool, dv: bool
 ) -> None:
     strategy = parse_strategy(strategy_text)
     recs: list[Rec] = []
@@ -149,7 +194,7 @@ def test_incremental_bucket_merge_equals_the_model(
         offsets[p] += 1
     bounds = sorted({0, len(recs), *(c for c in cuts if c < len(recs))})
     with tempfile.TemporaryDirectory() as tmp:
-        bucket = _Bucket(tmp, strategy)
+        bucket = _Bucket(tmp, strategy, dv)
         before: dict = {}
         for lo, hi in itertools.pairwise(bounds):
             report, cdc = bucket.merge(recs[lo:hi])
@@ -200,3 +245,21 @@ def test_table_schema_unchanged() -> None:
         ["partition", "key", "value", "headers", "offset", "timestamp", "timestamp_type",
          "version", "bucket"],
     )  # fmt: skip
+
+
+def test_a_file_keeps_its_deleted_rows_across_deletion_vectors() -> None:
+    """Rows of one file replaced over several runs: each new vector holds the old ones too."""
+    strategy = Strategy()
+    with tempfile.TemporaryDirectory() as tmp:
+        bucket = _Bucket(tmp, strategy, dv=True)
+        recs = [Rec(0, o, 1, b"k%02d" % o, b"v") for o in range(40)]
+        bucket.merge(recs)
+        first = bucket.main[0]
+        for o, k in enumerate([0, 1, 2, 3], start=40):
+            rec = Rec(0, o, 1, b"k%02d" % k, b"w")
+            recs.append(rec)
+            report, _cdc = bucket.merge([rec])
+            assert [path for path, _d, _f in report["dv"]] == [first]
+            state = latest(recs, strategy)
+            assert bucket.rows("main") == {pk: r.offset for pk, r in state.items()}
+        assert sorted(bucket.deleted[first].tolist()) == [0, 1, 2, 3]

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
-from pipelines.compaction._hash import buckets_of, xxhash64
+from pipelines.compaction._hash import buckets_of, latest_indices, xxhash64
+from pipelines.compaction.plan import winner_indices
 
 
 def test_xxhash64_and_buckets_equal_spark(spark: SparkSession) -> None:
@@ -37,3 +40,42 @@ def test_xxhash64_and_buckets_equal_spark(spark: SparkSession) -> None:
         got = buckets_of(pa.chunked_array([arr.slice(0, 100), arr.slice(100)]), n)
         assert got.tolist() == [r[f"b{n}"] for r in want]
     assert len(xxhash64(pa.array([], pa.binary()))) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # partition
+            st.one_of(st.none(), st.binary(max_size=3)),  # key: few distinct, nulls
+            st.one_of(st.none(), st.integers(-3, 3)),  # version
+        ),
+        max_size=60,
+    ),
+    st.booleans(),
+)
+def test_latest_indices_equal_winner_indices(
+    rows: list[tuple[int, bytes | None, int | None]], colliding: bool
+) -> None:
+    """The hash-table winner pass picks plan.winner_indices's rows, also when every key has
+    the same hash (then only the key bytes tell keys apart)."""
+    n = len(rows)
+    offsets = np.random.default_rng(n).permutation(n).astype(np.int64)
+    table = pa.table(
+        {
+            "partition": pa.array([r[0] for r in rows], pa.int32()),
+            "key": pa.array([r[1] for r in rows], pa.binary()),
+            "offset": pa.array(offsets),
+        }
+    )
+    version = pa.array([r[2] for r in rows], pa.int64())
+    hashes = np.zeros(n, np.int64) if colliding else xxhash64(table.column("key"))
+    got = latest_indices(
+        np.array([r[0] for r in rows], np.int32),
+        table.column("key"),
+        hashes,
+        np.array([r[2] is not None for r in rows], bool),
+        np.array([r[2] or 0 for r in rows], np.int64),
+        offsets,
+    )
+    assert got.tolist() == sorted(winner_indices(table, version).tolist())
