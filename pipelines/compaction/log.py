@@ -11,7 +11,9 @@ Per compacted partition, one Spark task (on an executor that sees the log dirs):
    record);
 3. rewrites each segment group into ``.cleaned`` segments
    (:func:`logstore.storage.cleaner.rewrite_group`: whole batches, original offsets, producer
-   fields, codec, timestamps and headers, fresh CRC and indexes, KIP-534 tombstone horizon);
+   fields, codec, timestamps and headers, fresh CRC and indexes, KIP-534 tombstone horizon;
+   batches of aborted transactions and markers no longer needed removed, as Kafka's cleaner
+   does, :mod:`logstore.storage.cleaner_txn`; records of aborted transactions never win);
 4. writes the partition's ``cleaner-manifest.json`` (:mod:`logstore.storage.swap`).
 
 Then, on the driver, the hand-over (:func:`hand_over`): if the log dir's ``.lock`` is free (no
@@ -52,6 +54,7 @@ from logstore.storage.cleaner import (
     read_cleaner_checkpoint,
     rewrite_group,
 )
+from logstore.storage.cleaner_txn import TransactionFilter
 from logstore.storage.config import LogConfig
 from logstore.storage.dirlock import DirLock
 from logstore.storage.files import LOG_SUFFIX, parse_partition_dir, segment_path
@@ -92,13 +95,30 @@ def winners(records: Iterable[Rec], strategy: Strategy = DEFAULT_STRATEGY) -> se
     return {rec.offset for rec in latest(records, strategy).values()}
 
 
+def _outside(offsets: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Mask: True where an offset is in none of the sorted, disjoint ``[first, last]``."""
+    if not ranges:
+        return np.ones(len(offsets), bool)
+    firsts = np.fromiter((r[0] for r in ranges), np.int64, len(ranges))
+    lasts = np.fromiter((r[1] for r in ranges), np.int64, len(ranges))
+    i = np.searchsorted(firsts, offsets, side="right") - 1
+    inside = (i >= 0) & (offsets <= lasts[np.clip(i, 0, None)])
+    return ~inside
+
+
 def winning_offsets(
-    dir: str | os.PathLike[str], segments: Sequence[SegmentRef], strategy: Strategy
+    dir: str | os.PathLike[str],
+    segments: Sequence[SegmentRef],
+    strategy: Strategy,
+    *,
+    aborted_batches: Sequence[tuple[int, int]] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(keep, tombstones)``: sorted offsets of the records of ``segments`` that win their
     key (:func:`pipelines.compaction.plan.winner_indices`, the model's rule over Arrow), and
-    the subset of those that are tombstones. Batches are decoded by the vectorised decoder
-    (CRC checked; a damaged batch fails the pass), no Python object per record."""
+    the subset of those that are tombstones. Records of aborted transactions (in
+    ``aborted_batches``, the plan's sorted ``[first, last]`` offset ranges) take no part.
+    Batches are decoded by the vectorised decoder (CRC checked; a damaged batch fails the
+    pass), no Python object per record; control batches are left out by the decoder."""
     root = Path(dir)
     parts: list[pa.Table] = []
     for ref in segments:
@@ -136,6 +156,9 @@ def winning_offsets(
         empty = np.zeros(0, np.int64)
         return empty, empty
     table = pa.concat_tables(parts)
+    if aborted_batches:
+        committed = _outside(np.asarray(table.column("offset").to_numpy()), aborted_batches)
+        table = table.filter(pa.array(committed))
     picked = winner_indices(table, versions(table, strategy))
     offsets = np.asarray(table.column("offset").to_numpy())[picked]
     dead = np.asarray(table.column("tombstone").to_numpy(zero_copy_only=False))[picked]
@@ -201,10 +224,13 @@ def clean_partition(
     if (root / MANIFEST_FILE).exists():
         result.note = "a manifest is still pending: skipped"
         return result
-    keep_np, dead_np = winning_offsets(root, plan.segments, strategy)
+    keep_np, dead_np = winning_offsets(
+        root, plan.segments, strategy, aborted_batches=plan.aborted_batches
+    )
     # sorted int64 arrays the storage layer bisects (no numpy there)
     keep, tombstones = array("q", keep_np.tobytes()), array("q", dead_np.tobytes())
     groups = []
+    transactions = TransactionFilter(plan.aborted_transactions)  # one per pass, in order
     for group in plan.groups:
         cleaned = rewrite_group(
             root,
@@ -214,6 +240,7 @@ def clean_partition(
             settings=settings,
             producer_last_offsets=plan.producer_last_offsets,
             now_ms=now,
+            transactions=transactions,
         )
         groups.append(ManifestGroup(cleaned.base_offset, cleaned.size, cleaned.replaced))
         result.records_in += cleaned.records_in
