@@ -28,7 +28,9 @@ version) -> row indices`` over a table with ``partition``, ``key``, ``offset``,
 (partition, key), keyless rows excluded; ``model.latest`` for the same rule per record.
 
 Crash behaviour: see :mod:`logstore.storage.swap`; a job killed anywhere leaves the log as it
-was or swapped, never in between after the broker's next load, and a re-run redoes the pass.
+was or swapped, never in between after the broker's next load or, with no broker, the next
+job run (:func:`recover_pending`, the loader's rules under ``.lock``), and a re-run redoes the
+pass.
 Executors must see the broker's log dirs at the same paths (one host, or a shared mount).
 """
 
@@ -47,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstore.errors import LogDirLockedError, LoglakeError
+from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.cleaner import (
     CleanerSettings,
     SegmentRef,
@@ -57,7 +60,16 @@ from logstore.storage.cleaner import (
 from logstore.storage.cleaner_txn import TransactionFilter
 from logstore.storage.config import LogConfig
 from logstore.storage.dirlock import DirLock
-from logstore.storage.files import LOG_SUFFIX, parse_partition_dir, segment_path
+from logstore.storage.files import (
+    CLEANED_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    RECOVERY_POINT_CHECKPOINT,
+    SWAP_SUFFIX,
+    parse_partition_dir,
+    segment_path,
+)
+from logstore.storage.log import Log
 from logstore.storage.swap import (
     MANIFEST_FILE,
     CleanerManifest,
@@ -79,6 +91,7 @@ __all__ = [
     "clean_partition",
     "compacted_partitions",
     "hand_over",
+    "recover_pending",
     "run_log_compaction",
     "winners",
     "winning_offsets",
@@ -282,6 +295,55 @@ def hand_over(
     return bool(done), "swapped offline" if done else "rejected offline"
 
 
+def _pending(root: Path) -> bool:
+    return any(
+        name == MANIFEST_FILE or name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX))
+        for name in os.listdir(root)
+    )
+
+
+def recover_pending(dir: str | os.PathLike[str]) -> str | None:
+    """A pass that a killed job left behind (a manifest, ``.cleaned`` or ``.swap`` files),
+    with no broker running: finish or discard it as the broker's load would (the loader's
+    rules, :mod:`logstore.storage.swap`), under the log dir's ``.lock``. A running broker
+    holds the lock and does this itself (its load, then its ``cleaner-swaps`` task).
+    What was done, or None when nothing was pending or the broker owns the log dir."""
+    root = Path(dir)
+    parsed = parse_partition_dir(root.name)
+    if parsed is None:
+        raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
+    if not _pending(root):
+        return None
+    lock = DirLock(root.parent)
+    try:
+        lock.acquire()
+    except LogDirLockedError:
+        return None
+    try:
+        if not _pending(root):
+            return None
+        config, _ = _settings(root.parent, parsed[0])
+        log = Log.open(
+            root,
+            config,
+            recovery_point=read_offset_checkpoint(root.parent / RECOVERY_POINT_CHECKPOINT).get(
+                parsed, 0
+            ),
+            log_start_offset=read_offset_checkpoint(root.parent / LOG_START_OFFSET_CHECKPOINT).get(
+                parsed, 0
+            ),
+        )
+        swapped = log.load_result.swapped_segments
+        log.close()
+    finally:
+        lock.release()
+    return (
+        f"recovered a killed pass: {len(swapped)} swap(s) finished"
+        if swapped
+        else ("recovered a killed pass: discarded")
+    )
+
+
 def compacted_partitions(
     log_dirs: Iterable[str | os.PathLike[str]], topics: Iterable[str] = ()
 ) -> list[tuple[str, Strategy]]:
@@ -321,6 +383,8 @@ def run_log_compaction(
     """Clean every due compacted partition (one Spark task each), then hand the results over."""
     now = _now_ms() if now_ms is None else now_ms
     parts = compacted_partitions(log_dirs, topics)
+    for dir, _ in parts:
+        recover_pending(dir)  # a killed run's pass, finished or discarded (no broker only)
     items = []
     for dir, from_config in parts:
         topic = Path(dir).name.rsplit("-", 1)[0]
