@@ -72,7 +72,7 @@ import bisect
 import mmap
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,6 +122,7 @@ __all__ = [
     "CleanPlan",
     "CleanedGroup",
     "CleanerSettings",
+    "RecordSelect",
     "SegmentRef",
     "group_segments",
     "iter_segment_records",
@@ -133,6 +134,9 @@ __all__ = [
 ]
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+# (decompressed records section, base offset, record count) -> (the bytes of the records whose
+# offsets are kept, in order and unchanged; how many; the largest timestamp delta among them)
+RecordSelect = Callable[[bytes, int, int], tuple[bytes, int, int]]
 _MAX_RELATIVE = 2**31 - 1
 _WRITE_CHUNK = 4 * 1024 * 1024
 
@@ -513,6 +517,7 @@ def _clean_batch(
     delete_retention_ms: int,
     producer_last: Mapping[int, int],
     transactions: TransactionFilter,
+    select: RecordSelect | None = None,
 ) -> tuple[bytes | bytearray | memoryview | None, int, int]:
     """The batch to write for ``batch`` (None: drop it), records in, records out (data
     records only)."""
@@ -539,7 +544,7 @@ def _clean_batch(
     if horizon is None and dead_n > 0:
         horizon = now_ms + delete_retention_ms
     rebuilt, kept = _filter_batch(
-        batch, header, keep=keep, drop_tombstones=expired, horizon=horizon
+        batch, header, keep=keep, drop_tombstones=expired, horizon=horizon, select=select
     )
     return rebuilt, n, kept
 
@@ -583,6 +588,7 @@ def _filter_batch(
     keep: Sequence[int],
     drop_tombstones: bool,
     horizon: int | None,
+    select: RecordSelect | None = None,
 ) -> tuple[bytearray, int]:
     """The batch rebuilt with only the kept records, and how many (at least one).
 
@@ -592,18 +598,26 @@ def _filter_batch(
     the original's (producer fields, leader epoch, codec, flags, lastOffsetDelta: Kafka's
     ``buildRetainedRecordsInto`` + ``overrideLastOffset``). Kafka makes the first kept
     record's timestamp the base; consumers see the same timestamps either way.
+    ``select``: a compiled equivalent of the loop below for the common case (no timestamp to
+    re-encode, no tombstone to drop).
     """
     codec = header.attributes & CODEC_MASK
     section = batch[HEADER_SIZE : header.size]
     data = decompress(codec, section) if codec else bytes(section)
     base_ts = header.base_timestamp if horizon is None else horizon
     shift = header.base_timestamp - base_ts
-    out = bytearray()
+    out: bytes | bytearray = bytearray()
     kept = 0
     max_ts = NO_TIMESTAMP
     p = 0
     end = len(data)
-    for _ in range(header.records_count):
+    compiled = select is not None and shift == 0 and not drop_tombstones
+    if select is not None and compiled:
+        out, kept, max_delta = select(data, header.base_offset, header.records_count)
+        if kept:
+            max_ts = max(max_ts, header.base_timestamp + max_delta)
+        p = end
+    for _ in range(0 if compiled else header.records_count):
         length, q = decode_varint(data, p)
         record_end = q + length
         if length < 6 or record_end > end:
@@ -665,6 +679,7 @@ def rewrite_group(
     producer_last_offsets: Mapping[int, int],
     now_ms: int | None = None,
     transactions: TransactionFilter | None = None,
+    select: RecordSelect | None = None,
 ) -> CleanedGroup:
     """Write ``<group[0].base_offset>.log.cleaned`` (+ indexes) holding the kept records of
     ``group`` (see the module docstring); fsynced, mtime of the group's last segment.
@@ -675,7 +690,8 @@ def rewrite_group(
     both without decoding; only the others are decoded and rebuilt.
     ``transactions``: the pass's :class:`~logstore.storage.cleaner_txn.TransactionFilter`
     (built from the plan's aborted transactions, shared by the pass's groups in order); none:
-    a log without aborted transactions.
+    a log without aborted transactions. ``select``: a compiled record selection for partly
+    kept batches (:data:`RecordSelect`; the caller's, e.g. numba); none: the Python loop.
     A stale ``.cleaned`` segment of the same base offset (an earlier run killed) is replaced.
     """
     root = Path(dir)
@@ -708,6 +724,7 @@ def rewrite_group(
                     delete_retention_ms=settings.delete_retention_ms,
                     producer_last=producer_last_offsets,
                     transactions=transactions,
+                    select=select,
                 )
                 records_in += n_in
                 records_out += n_out

@@ -79,6 +79,7 @@ from logstore.storage.swap import (
     write_manifest,
 )
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
+from pipelines.compaction._select import make_selector
 from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, parse_strategy
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.decode import decode_records, scan_batches, verify_batches
@@ -244,6 +245,7 @@ def clean_partition(
     keep, tombstones = array("q", keep_np.tobytes()), array("q", dead_np.tobytes())
     groups = []
     transactions = TransactionFilter(plan.aborted_transactions)  # one per pass, in order
+    select = make_selector(keep_np)  # the compiled loop for partly kept batches
     for group in plan.groups:
         cleaned = rewrite_group(
             root,
@@ -254,6 +256,7 @@ def clean_partition(
             producer_last_offsets=plan.producer_last_offsets,
             now_ms=now,
             transactions=transactions,
+            select=select,
         )
         groups.append(ManifestGroup(cleaned.base_offset, cleaned.size, cleaned.replaced))
         result.records_in += cleaned.records_in
