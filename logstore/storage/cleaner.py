@@ -56,8 +56,9 @@ cleaned segments are then swapped into the log by :mod:`logstore.storage.swap`.
 
 Cost: batches whose records all win, or none, are copied or dropped from their header alone
 (the winners are counted in the batch's offset range); only partly kept batches are walked
-record by record (a few varints each, no object per record). Figures:
-``tests/perf/bench_log_clean.py``.
+record by record (a few varints each, no object per record), compiled when the caller hands in
+a :data:`RecordSelect` (the Spark job does: ``pipelines.compaction._select``). Figures:
+``tests/perf/bench_log_clean.py``, ``tests/perf/bench_compact.py --only log``.
 
 Crash behaviour: the plan writes nothing. The rewrite only creates ``.cleaned`` files, which
 any loader deletes (:mod:`logstore.storage.loader`, step 1) and the next rewrite replaces;
