@@ -120,6 +120,20 @@ def _outside(offsets: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarr
     return ~inside
 
 
+def _last_per_key(table: pa.Table) -> np.ndarray:
+    """The offset strategy's winners (model rule 3: the greatest offset of each key; keyless
+    rows excluded) for rows in increasing offset order, one partition: each key's last row.
+    A dictionary code per key and one integer sort, instead of the general rule's sort by
+    ``(key, version, offset)`` (:func:`pipelines.compaction.plan.winner_indices`)."""
+    keys = table.column("key")
+    rows = np.nonzero(np.asarray(keys.is_valid().to_numpy(zero_copy_only=False)))[0]
+    if len(rows) == 0:
+        return rows
+    codes = np.asarray(pc.dictionary_encode(keys.take(rows).combine_chunks()).indices.to_numpy())
+    _, first_from_end = np.unique(codes[::-1], return_index=True)
+    return rows[len(codes) - 1 - first_from_end]
+
+
 def winning_offsets(
     dir: str | os.PathLike[str],
     segments: Sequence[SegmentRef],
@@ -173,7 +187,10 @@ def winning_offsets(
     if aborted_batches:
         committed = _outside(np.asarray(table.column("offset").to_numpy()), aborted_batches)
         table = table.filter(pa.array(committed))
-    picked = winner_indices(table, versions(table, strategy))
+    if strategy.kind == "offset":
+        picked = _last_per_key(table)
+    else:
+        picked = winner_indices(table, versions(table, strategy))
     offsets = np.asarray(table.column("offset").to_numpy())[picked]
     dead = np.asarray(table.column("tombstone").to_numpy(zero_copy_only=False))[picked]
     order = np.argsort(offsets, kind="stable")

@@ -68,3 +68,31 @@ def test_damaged_sections_raise() -> None:
         select(section + b"\x00", 0, 5)
     with pytest.raises(CorruptRecordError, match="varint"):
         select(b"\xff" * 20, 0, 1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    keys=st.lists(st.one_of(st.none(), st.sampled_from([b"", b"a", b"b", b"c\x00"])), max_size=60)
+)
+def test_last_per_key_is_the_general_rule_for_offsets(keys) -> None:
+    """The offset strategy's shortcut picks what plan.winner_indices picks."""
+    import pyarrow as pa
+
+    from pipelines.compaction.log import _last_per_key
+    from pipelines.compaction.model import Strategy
+    from pipelines.compaction.plan import versions, winner_indices
+
+    n = len(keys)
+    table = pa.table(
+        {
+            "partition": pa.array(np.zeros(n, np.int32)),
+            "key": pa.array(keys, pa.binary()),
+            "offset": pa.array(np.arange(n, dtype=np.int64) * 3 + 5),
+            "timestamp": pa.array(np.zeros(n, np.int64)),
+            "headers": pa.array(
+                [[]] * n, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+            ),
+        }
+    )
+    general = winner_indices(table, versions(table, Strategy()))
+    assert sorted(_last_per_key(table).tolist()) == sorted(general.tolist())
