@@ -10,9 +10,10 @@ cleaned segments are then swapped into the log by :mod:`logstore.storage.swap`.
 
    - the **cleanable range** is ``[log start, first uncleanable offset)``; the first
      uncleanable offset is the smallest of the active segment's base offset, the high
-     watermark (the log dir's ``replication-offset-checkpoint``, which only lags the real one;
-     later the last stable offset), and the base offset of the first segment holding a record
-     newer than ``min.compaction.lag.ms``. Only whole segments below it are cleaned;
+     watermark (the log dir's ``replication-offset-checkpoint``, which only lags the real one),
+     the first offset of a transaction still open below the high watermark (the last stable
+     offset, read from the segments' markers) and the base offset of the first segment holding
+     a record newer than ``min.compaction.lag.ms``. Only whole segments below it are cleaned;
    - the **dirty section** starts at the ``cleaner-offset-checkpoint`` entry (Kafka's file and
      format, ``topic partition offset`` lines, in the log dir), reset to the log start when
      it is missing or outside the log;
@@ -47,13 +48,17 @@ cleaned segments are then swapped into the log by :mod:`logstore.storage.swap`.
    - a batch left empty goes, unless it is its producer's last batch in the log: then its
      header alone stays (no records, Kafka's ``writeEmptyHeader``), so an idempotent producer
      keeps its sequence state after a restart;
-   - control batches are copied as they are. When transactions exist, this is where the
-     records of aborted transactions (``.txnindex``) and markers past their horizon will go.
+   - **transactions** (:mod:`logstore.storage.cleaner_txn`, Kafka's
+     ``CleanedTransactionMetadata``): the batches of aborted transactions go whole (their
+     records win no key either: the plan lists them, ``aborted_batches``); a COMMIT/ABORT
+     marker stays while a batch of its transaction is left before it, then gets a delete
+     horizon, and a pass after the horizon drops it; other control batches stay.
 
 Cost: batches whose records all win, or none, are copied or dropped from their header alone
 (the winners are counted in the batch's offset range); only partly kept batches are walked
-record by record (a few varints each, no object per record). Figures:
-``tests/perf/bench_log_clean.py``.
+record by record (a few varints each, no object per record), compiled when the caller hands in
+a :data:`RecordSelect` (the Spark job does: ``pipelines.compaction._select``). Figures:
+``tests/perf/bench_log_clean.py``, ``tests/perf/bench_compact.py --only log``.
 
 Crash behaviour: the plan writes nothing. The rewrite only creates ``.cleaned`` files, which
 any loader deletes (:mod:`logstore.storage.loader`, step 1) and the next rewrite replaces;
@@ -68,7 +73,7 @@ import bisect
 import mmap
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +97,13 @@ from logstore.protocol.codecs import compress, decompress
 from logstore.protocol.records import Record, decode_batch
 from logstore.protocol.varint import decode_varint, decode_varlong, encode_varint, encode_varlong
 from logstore.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from logstore.storage.cleaner_txn import (
+    AbortedTxn,
+    TransactionFilter,
+    control_type,
+    control_types,
+    scan_transactions,
+)
 from logstore.storage.config import LONG_MAX, LogConfig
 from logstore.storage.files import (
     CLEANED_SUFFIX,
@@ -111,6 +123,7 @@ __all__ = [
     "CleanPlan",
     "CleanedGroup",
     "CleanerSettings",
+    "RecordSelect",
     "SegmentRef",
     "group_segments",
     "iter_segment_records",
@@ -122,6 +135,9 @@ __all__ = [
 ]
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+# (decompressed records section, base offset, record count) -> (the bytes of the records whose
+# offsets are kept, in order and unchanged; how many; the largest timestamp delta among them)
+RecordSelect = Callable[[bytes, int, int], tuple[bytes, int, int]]
 _MAX_RELATIVE = 2**31 - 1
 _WRITE_CHUNK = 4 * 1024 * 1024
 
@@ -206,8 +222,14 @@ class CleanPlan:
     dirty_ratio: float
     due: bool
     reason: str
-    # producer id -> last offset of its last batch anywhere in the log (empty-batch rule)
+    # producer id -> last offset of its last data batch anywhere in the log (empty-batch rule)
     producer_last_offsets: Mapping[int, int]
+    # aborted transactions completed below the high watermark (cleaner_txn)
+    aborted_transactions: tuple[AbortedTxn, ...] = ()
+    # (first, last offset) of the data batches of aborted transactions in the cleanable range
+    aborted_batches: tuple[tuple[int, int], ...] = ()
+    # the last stable offset when a transaction is open below the high watermark
+    first_unstable_offset: int | None = None
 
     @property
     def end_offset(self) -> int:
@@ -334,18 +356,27 @@ def plan_cleaning(
         checkpoint_offset = read_cleaner_checkpoint(root.parent).get((topic, partition))
     paths = _live_segment_paths(root)
     refs: list[SegmentRef] = []
+    all_headers: list[list[BatchHeader]] = []
+    types: dict[int, int | None] = {}
     producer_last: dict[int, int] = {}
     for p in paths:
         ref, headers = scan_segment(p)
         refs.append(ref)
+        all_headers.append(headers)
+        types.update(control_types(p, ref.size, headers))
         for h in headers:
-            if h.producer_id >= 0:
+            # Kafka's lastDataOffset: markers do not count as a producer's last batch
+            if h.producer_id >= 0 and not h.is_control:
                 producer_last[h.producer_id] = h.last_offset
     if not refs:
         return CleanPlan(topic, partition, root, 0, 0, 0, (), (), 0.0, False, "no segments", {})
     log_start = refs[0].base_offset
-    # 1. the first uncleanable offset: active segment, high watermark, min.compaction.lag.ms
+    txns = scan_transactions((h for headers in all_headers for h in headers), types, high_watermark)
+    # 1. the first uncleanable offset: active segment, high watermark (and the last stable
+    # offset: an open transaction is never cleaned), min.compaction.lag.ms
     uncleanable = min(refs[-1].base_offset, high_watermark)
+    if txns.first_unstable_offset is not None:
+        uncleanable = min(uncleanable, txns.first_unstable_offset)
     if settings.min_compaction_lag_ms > 0:
         for ref in refs[:-1]:
             if ref.largest_timestamp > now - settings.min_compaction_lag_ms:
@@ -377,6 +408,15 @@ def plan_cleaning(
     groups = group_segments(
         cleanable, max_size=settings.segment_bytes, max_index_size=settings.segment_index_bytes
     )
+    # the data batches of aborted transactions in the range: their records win no key
+    txn_filter = TransactionFilter(txns.aborted)
+    aborted_batches = []
+    for headers in all_headers[: len(cleanable)]:
+        for h in headers:
+            if h.is_control:
+                txn_filter.on_control(h, types.get(h.base_offset))
+            elif txn_filter.on_batch(h):
+                aborted_batches.append((h.base_offset, h.last_offset))
     return CleanPlan(
         topic=topic,
         partition=partition,
@@ -390,6 +430,9 @@ def plan_cleaning(
         due=due,
         reason=reason,
         producer_last_offsets=producer_last,
+        aborted_transactions=txns.aborted,
+        aborted_batches=tuple(aborted_batches),
+        first_unstable_offset=txns.first_unstable_offset,
     )
 
 
@@ -474,14 +517,19 @@ def _clean_batch(
     now_ms: int,
     delete_retention_ms: int,
     producer_last: Mapping[int, int],
+    transactions: TransactionFilter,
+    select: RecordSelect | None = None,
 ) -> tuple[bytes | bytearray | memoryview | None, int, int]:
-    """The batch to write for ``batch`` (None: drop it), records in, records out."""
+    """The batch to write for ``batch`` (None: drop it), records in, records out (data
+    records only)."""
     if header.is_control:
-        # Transactions do not exist yet: markers stay. With them, markers past their delete
-        # horizon and the records of aborted transactions go here.
-        return batch, 0, 0
+        return _clean_control(batch, header, now_ms, delete_retention_ms, transactions), 0, 0
     n = header.records_count
     first, last = header.base_offset, header.last_offset
+    if transactions.on_batch(header):  # an aborted transaction's batch goes whole
+        pid = header.producer_id
+        is_last = producer_last.get(pid) == header.last_offset
+        return (_empty_batch(header) if is_last else None), n, 0
     # The winners are offsets of this batch's records: counting them in [first, last]
     # decides most batches without decoding them.
     kept_n = bisect.bisect_right(keep, last) - bisect.bisect_left(keep, first)
@@ -497,9 +545,41 @@ def _clean_batch(
     if horizon is None and dead_n > 0:
         horizon = now_ms + delete_retention_ms
     rebuilt, kept = _filter_batch(
-        batch, header, keep=keep, drop_tombstones=expired, horizon=horizon
+        batch, header, keep=keep, drop_tombstones=expired, horizon=horizon, select=select
     )
     return rebuilt, n, kept
+
+
+def _clean_control(
+    batch: memoryview,
+    header: BatchHeader,
+    now_ms: int,
+    delete_retention_ms: int,
+    transactions: TransactionFilter,
+) -> bytes | bytearray | memoryview | None:
+    """A control batch: kept as it is while a batch of its transaction is left before it;
+    then given a delete horizon (KIP-534), and dropped by a pass after the horizon
+    (:mod:`logstore.storage.cleaner_txn`). Never kept as an empty header: a marker is not a
+    producer's last data batch."""
+    discardable = transactions.on_control(
+        header, control_type(batch) if header.records_count else None
+    )
+    if not discardable:
+        return batch
+    horizon = header.delete_horizon_ms
+    if horizon is not None:
+        return None if horizon <= now_ms else batch
+    if header.records_count == 0:
+        return None
+    everything = range(header.base_offset, header.last_offset + 1)
+    rebuilt, _ = _filter_batch(
+        batch,
+        header,
+        keep=everything,
+        drop_tombstones=False,
+        horizon=now_ms + delete_retention_ms,
+    )
+    return rebuilt
 
 
 def _filter_batch(
@@ -509,6 +589,7 @@ def _filter_batch(
     keep: Sequence[int],
     drop_tombstones: bool,
     horizon: int | None,
+    select: RecordSelect | None = None,
 ) -> tuple[bytearray, int]:
     """The batch rebuilt with only the kept records, and how many (at least one).
 
@@ -518,18 +599,26 @@ def _filter_batch(
     the original's (producer fields, leader epoch, codec, flags, lastOffsetDelta: Kafka's
     ``buildRetainedRecordsInto`` + ``overrideLastOffset``). Kafka makes the first kept
     record's timestamp the base; consumers see the same timestamps either way.
+    ``select``: a compiled equivalent of the loop below for the common case (no timestamp to
+    re-encode, no tombstone to drop).
     """
     codec = header.attributes & CODEC_MASK
     section = batch[HEADER_SIZE : header.size]
     data = decompress(codec, section) if codec else bytes(section)
     base_ts = header.base_timestamp if horizon is None else horizon
     shift = header.base_timestamp - base_ts
-    out = bytearray()
+    out: bytes | bytearray = bytearray()
     kept = 0
     max_ts = NO_TIMESTAMP
     p = 0
     end = len(data)
-    for _ in range(header.records_count):
+    compiled = select is not None and shift == 0 and not drop_tombstones
+    if select is not None and compiled:
+        out, kept, max_delta = select(data, header.base_offset, header.records_count)
+        if kept:
+            max_ts = max(max_ts, header.base_timestamp + max_delta)
+        p = end
+    for _ in range(0 if compiled else header.records_count):
         length, q = decode_varint(data, p)
         record_end = q + length
         if length < 6 or record_end > end:
@@ -590,6 +679,8 @@ def rewrite_group(
     settings: CleanerSettings,
     producer_last_offsets: Mapping[int, int],
     now_ms: int | None = None,
+    transactions: TransactionFilter | None = None,
+    select: RecordSelect | None = None,
 ) -> CleanedGroup:
     """Write ``<group[0].base_offset>.log.cleaned`` (+ indexes) holding the kept records of
     ``group`` (see the module docstring); fsynced, mtime of the group's last segment.
@@ -598,10 +689,16 @@ def rewrite_group(
     range; ``tombstones``: the sorted subset of those whose value is null. Batches all of
     whose records are kept (and need no horizon) are copied, batches with none are dropped,
     both without decoding; only the others are decoded and rebuilt.
+    ``transactions``: the pass's :class:`~logstore.storage.cleaner_txn.TransactionFilter`
+    (built from the plan's aborted transactions, shared by the pass's groups in order); none:
+    a log without aborted transactions. ``select``: a compiled record selection for partly
+    kept batches (:data:`RecordSelect`; the caller's, e.g. numba); none: the Python loop.
     A stale ``.cleaned`` segment of the same base offset (an earlier run killed) is replaced.
     """
     root = Path(dir)
     now = _now_ms() if now_ms is None else now_ms
+    if transactions is None:
+        transactions = TransactionFilter(())
     base = group[0].base_offset
     for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
         segment_path(root, base, suffix + CLEANED_SUFFIX).unlink(missing_ok=True)
@@ -627,6 +724,8 @@ def rewrite_group(
                     now_ms=now,
                     delete_retention_ms=settings.delete_retention_ms,
                     producer_last=producer_last_offsets,
+                    transactions=transactions,
+                    select=select,
                 )
                 records_in += n_in
                 records_out += n_out

@@ -38,19 +38,22 @@ b. rename the replaced segments to ``.deleted`` and, in memory, put the new segm
    the first rename (offline path), ``retired``]. Open
    descriptors of the old files stay valid, so fetches in flight finish; the files go after
    ``file.delete.delay.ms``;
-c. rename ``.swap`` to the live names, fsync the directory [``live``].
+c. rename ``.swap`` to the live names, fsync the directory [``live-partial`` after the
+   ``.log``'s rename, ``live``].
 
 After every group: ``cleaner-offset-checkpoint`` updated, then the manifest deleted.
 
-Crash at any step, recovery on load (:mod:`logstore.storage.loader`, Kafka's rules): ``.cleaned``
-files are deleted and so is every ``.swap`` at or above the smallest ``.cleaned`` base offset
-(a swap not yet committed); ``.deleted`` files are deleted; a committed ``.swap`` replaces every
-segment overlapping ``[its base, end)``, where ``end`` is the replaced range's end from the
-manifest (a cleaned segment may end before its group did: without the manifest a replaced
-segment whose records all went would survive next to it) or else the swap's own next offset;
-then the manifest is deleted. A job killed before its manifest leaves only ``.cleaned`` files,
-removed by the next run of the job or the next load. Kafka's failure modes, none losing data:
-a rejected or discarded pass is simply redone.
+Crash at any step, recovery on load (:mod:`logstore.storage.loader`, Kafka's rules; by the
+broker's next start, or with no broker by the next job run,
+:func:`pipelines.compaction.log.recover_pending`): ``.cleaned`` files are deleted and so is
+every ``.swap`` at or above the smallest ``.cleaned`` base offset (a swap not yet committed);
+``.deleted`` files are deleted; a committed ``.swap`` replaces every segment overlapping
+``[its base, end)``, where ``end`` is the replaced range's end from the manifest (a cleaned segment
+may end before its group did: without the manifest a replaced segment whose records all went
+would survive next to it) or else the swap's own next offset; then the manifest is deleted. A
+job killed before its manifest leaves only ``.cleaned`` files, removed by the next run of the
+job or the next load. Kafka's failure modes, none losing data: a rejected or discarded pass is
+simply redone.
 
 Thread-safety: :func:`apply_manifest` holds the log's lock; checkpoint updates in one process
 are serialised by a module lock.
@@ -377,6 +380,13 @@ def swap_group(
         failpoint("swapped")
         retire(new)
         failpoint("retired")
+        if os.environ.get(_FAILPOINT_ENV) == "live-partial":
+            # tests: die after the first of step c's three renames (the .log's, which
+            # change_file_suffixes does first), the indexes still .swap
+            live = segment_path(root, group.base_offset, LOG_SUFFIX)
+            os.replace(segment_path(root, group.base_offset, LOG_SUFFIX + SWAP_SUFFIX), live)
+            fsync_dir(root)
+            failpoint("live-partial")
         new.change_file_suffixes(SWAP_SUFFIX, "")
         fsync_dir(root)
         failpoint("live")

@@ -11,7 +11,9 @@ Per compacted partition, one Spark task (on an executor that sees the log dirs):
    record);
 3. rewrites each segment group into ``.cleaned`` segments
    (:func:`logstore.storage.cleaner.rewrite_group`: whole batches, original offsets, producer
-   fields, codec, timestamps and headers, fresh CRC and indexes, KIP-534 tombstone horizon);
+   fields, codec, timestamps and headers, fresh CRC and indexes, KIP-534 tombstone horizon;
+   batches of aborted transactions and markers no longer needed removed, as Kafka's cleaner
+   does, :mod:`logstore.storage.cleaner_txn`; records of aborted transactions never win);
 4. writes the partition's ``cleaner-manifest.json`` (:mod:`logstore.storage.swap`).
 
 Then, on the driver, the hand-over (:func:`hand_over`): if the log dir's ``.lock`` is free (no
@@ -26,7 +28,9 @@ version) -> row indices`` over a table with ``partition``, ``key``, ``offset``,
 (partition, key), keyless rows excluded; ``model.latest`` for the same rule per record.
 
 Crash behaviour: see :mod:`logstore.storage.swap`; a job killed anywhere leaves the log as it
-was or swapped, never in between after the broker's next load, and a re-run redoes the pass.
+was or swapped, never in between after the broker's next load or, with no broker, the next
+job run (:func:`recover_pending`, the loader's rules under ``.lock``), and a re-run redoes the
+pass.
 Executors must see the broker's log dirs at the same paths (one host, or a shared mount).
 """
 
@@ -45,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstore.errors import LogDirLockedError, LoglakeError
+from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.cleaner import (
     CleanerSettings,
     SegmentRef,
@@ -52,9 +57,19 @@ from logstore.storage.cleaner import (
     read_cleaner_checkpoint,
     rewrite_group,
 )
+from logstore.storage.cleaner_txn import TransactionFilter
 from logstore.storage.config import LogConfig
 from logstore.storage.dirlock import DirLock
-from logstore.storage.files import LOG_SUFFIX, parse_partition_dir, segment_path
+from logstore.storage.files import (
+    CLEANED_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    RECOVERY_POINT_CHECKPOINT,
+    SWAP_SUFFIX,
+    parse_partition_dir,
+    segment_path,
+)
+from logstore.storage.log import Log
 from logstore.storage.swap import (
     MANIFEST_FILE,
     CleanerManifest,
@@ -64,6 +79,7 @@ from logstore.storage.swap import (
     write_manifest,
 )
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
+from pipelines.compaction._select import make_selector
 from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, parse_strategy
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.decode import decode_records, scan_batches, verify_batches
@@ -76,6 +92,7 @@ __all__ = [
     "clean_partition",
     "compacted_partitions",
     "hand_over",
+    "recover_pending",
     "run_log_compaction",
     "winners",
     "winning_offsets",
@@ -92,13 +109,44 @@ def winners(records: Iterable[Rec], strategy: Strategy = DEFAULT_STRATEGY) -> se
     return {rec.offset for rec in latest(records, strategy).values()}
 
 
+def _outside(offsets: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Mask: True where an offset is in none of the sorted, disjoint ``[first, last]``."""
+    if not ranges:
+        return np.ones(len(offsets), bool)
+    firsts = np.fromiter((r[0] for r in ranges), np.int64, len(ranges))
+    lasts = np.fromiter((r[1] for r in ranges), np.int64, len(ranges))
+    i = np.searchsorted(firsts, offsets, side="right") - 1
+    inside = (i >= 0) & (offsets <= lasts[np.clip(i, 0, None)])
+    return ~inside
+
+
+def _last_per_key(table: pa.Table) -> np.ndarray:
+    """The offset strategy's winners (model rule 3: the greatest offset of each key; keyless
+    rows excluded) for rows in increasing offset order, one partition: each key's last row.
+    A dictionary code per key and one integer sort, instead of the general rule's sort by
+    ``(key, version, offset)`` (:func:`pipelines.compaction.plan.winner_indices`)."""
+    keys = table.column("key")
+    rows = np.nonzero(np.asarray(keys.is_valid().to_numpy(zero_copy_only=False)))[0]
+    if len(rows) == 0:
+        return rows
+    codes = np.asarray(pc.dictionary_encode(keys.take(rows).combine_chunks()).indices.to_numpy())
+    _, first_from_end = np.unique(codes[::-1], return_index=True)
+    return rows[len(codes) - 1 - first_from_end]
+
+
 def winning_offsets(
-    dir: str | os.PathLike[str], segments: Sequence[SegmentRef], strategy: Strategy
+    dir: str | os.PathLike[str],
+    segments: Sequence[SegmentRef],
+    strategy: Strategy,
+    *,
+    aborted_batches: Sequence[tuple[int, int]] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(keep, tombstones)``: sorted offsets of the records of ``segments`` that win their
     key (:func:`pipelines.compaction.plan.winner_indices`, the model's rule over Arrow), and
-    the subset of those that are tombstones. Batches are decoded by the vectorised decoder
-    (CRC checked; a damaged batch fails the pass), no Python object per record."""
+    the subset of those that are tombstones. Records of aborted transactions (in
+    ``aborted_batches``, the plan's sorted ``[first, last]`` offset ranges) take no part.
+    Batches are decoded by the vectorised decoder (CRC checked; a damaged batch fails the
+    pass), no Python object per record; control batches are left out by the decoder."""
     root = Path(dir)
     parts: list[pa.Table] = []
     for ref in segments:
@@ -136,7 +184,13 @@ def winning_offsets(
         empty = np.zeros(0, np.int64)
         return empty, empty
     table = pa.concat_tables(parts)
-    picked = winner_indices(table, versions(table, strategy))
+    if aborted_batches:
+        committed = _outside(np.asarray(table.column("offset").to_numpy()), aborted_batches)
+        table = table.filter(pa.array(committed))
+    if strategy.kind == "offset":
+        picked = _last_per_key(table)
+    else:
+        picked = winner_indices(table, versions(table, strategy))
     offsets = np.asarray(table.column("offset").to_numpy())[picked]
     dead = np.asarray(table.column("tombstone").to_numpy(zero_copy_only=False))[picked]
     order = np.argsort(offsets, kind="stable")
@@ -201,10 +255,14 @@ def clean_partition(
     if (root / MANIFEST_FILE).exists():
         result.note = "a manifest is still pending: skipped"
         return result
-    keep_np, dead_np = winning_offsets(root, plan.segments, strategy)
+    keep_np, dead_np = winning_offsets(
+        root, plan.segments, strategy, aborted_batches=plan.aborted_batches
+    )
     # sorted int64 arrays the storage layer bisects (no numpy there)
     keep, tombstones = array("q", keep_np.tobytes()), array("q", dead_np.tobytes())
     groups = []
+    transactions = TransactionFilter(plan.aborted_transactions)  # one per pass, in order
+    select = make_selector(keep_np)  # the compiled loop for partly kept batches
     for group in plan.groups:
         cleaned = rewrite_group(
             root,
@@ -214,6 +272,8 @@ def clean_partition(
             settings=settings,
             producer_last_offsets=plan.producer_last_offsets,
             now_ms=now,
+            transactions=transactions,
+            select=select,
         )
         groups.append(ManifestGroup(cleaned.base_offset, cleaned.size, cleaned.replaced))
         result.records_in += cleaned.records_in
@@ -255,6 +315,55 @@ def hand_over(
     return bool(done), "swapped offline" if done else "rejected offline"
 
 
+def _pending(root: Path) -> bool:
+    return any(
+        name == MANIFEST_FILE or name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX))
+        for name in os.listdir(root)
+    )
+
+
+def recover_pending(dir: str | os.PathLike[str]) -> str | None:
+    """A pass that a killed job left behind (a manifest, ``.cleaned`` or ``.swap`` files),
+    with no broker running: finish or discard it as the broker's load would (the loader's
+    rules, :mod:`logstore.storage.swap`), under the log dir's ``.lock``. A running broker
+    holds the lock and does this itself (its load, then its ``cleaner-swaps`` task).
+    What was done, or None when nothing was pending or the broker owns the log dir."""
+    root = Path(dir)
+    parsed = parse_partition_dir(root.name)
+    if parsed is None:
+        raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
+    if not _pending(root):
+        return None
+    lock = DirLock(root.parent)
+    try:
+        lock.acquire()
+    except LogDirLockedError:
+        return None
+    try:
+        if not _pending(root):
+            return None
+        config, _ = _settings(root.parent, parsed[0])
+        log = Log.open(
+            root,
+            config,
+            recovery_point=read_offset_checkpoint(root.parent / RECOVERY_POINT_CHECKPOINT).get(
+                parsed, 0
+            ),
+            log_start_offset=read_offset_checkpoint(root.parent / LOG_START_OFFSET_CHECKPOINT).get(
+                parsed, 0
+            ),
+        )
+        swapped = log.load_result.swapped_segments
+        log.close()
+    finally:
+        lock.release()
+    return (
+        f"recovered a killed pass: {len(swapped)} swap(s) finished"
+        if swapped
+        else ("recovered a killed pass: discarded")
+    )
+
+
 def compacted_partitions(
     log_dirs: Iterable[str | os.PathLike[str]], topics: Iterable[str] = ()
 ) -> list[tuple[str, Strategy]]:
@@ -294,6 +403,8 @@ def run_log_compaction(
     """Clean every due compacted partition (one Spark task each), then hand the results over."""
     now = _now_ms() if now_ms is None else now_ms
     parts = compacted_partitions(log_dirs, topics)
+    for dir, _ in parts:
+        recover_pending(dir)  # a killed run's pass, finished or discarded (no broker only)
     items = []
     for dir, from_config in parts:
         topic = Path(dir).name.rsplit("-", 1)[0]

@@ -10,8 +10,9 @@ Rules (Kafka's LogCleaner, DESIGN.md "Compaction", extended by KIP-280's strateg
    compacted topic refuses keyless records at produce time (``INVALID_RECORD``), and Kafka's
    cleaner drops any that got in before the topic was compacted.
 2. Control records never reach the model (the decoder leaves control batches out of
-   ``records``). Records of aborted transactions are dropped (``is_aborted``, the hook for
-   when the broker supports transactions; today nothing is aborted).
+   ``records``). Records of aborted transactions are dropped (``is_aborted``;
+   :func:`aborted_offsets` says which they are: a producer's transactional records up to its
+   next ABORT marker).
 3. Per group, the record with the greatest **order key** wins (:func:`order_key`):
    - ``offset`` (default): the offset;
    - ``timestamp``: ``(timestamp, offset)``, the record's timestamp in ms (CreateTime or
@@ -45,8 +46,10 @@ from logstore.errors import LoglakeError
 
 __all__ = [
     "DEFAULT_STRATEGY",
+    "LogBatch",
     "Rec",
     "Strategy",
+    "aborted_offsets",
     "compact",
     "header_version",
     "latest",
@@ -144,6 +147,33 @@ def latest(
             ranks[pk] = rank
             out[pk] = rec
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class LogBatch:
+    """A batch of the log as the transaction rule sees it."""
+
+    producer_id: int
+    transactional: bool
+    control: int | None  # control batch: its type (0 ABORT, 1 COMMIT, ...); data: None
+    offsets: tuple[int, ...]
+
+
+def aborted_offsets(batches: Iterable[LogBatch]) -> set[int]:
+    """The offsets of the records of aborted transactions, ``batches`` in log order: a
+    producer's transactional records since its last marker belong to the transaction that its
+    next COMMIT (1) or ABORT (0) marker ends; with no marker yet, they are neither."""
+    pending: dict[int, list[int]] = {}
+    aborted: set[int] = set()
+    for batch in batches:
+        if batch.control is None:
+            if batch.transactional and batch.producer_id >= 0:
+                pending.setdefault(batch.producer_id, []).extend(batch.offsets)
+        elif batch.control in (0, 1):
+            ended = pending.pop(batch.producer_id, [])
+            if batch.control == 0:
+                aborted.update(ended)
+    return aborted
 
 
 def live(state: Mapping[PartitionKey, Rec]) -> dict[PartitionKey, Rec]:

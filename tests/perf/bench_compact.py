@@ -17,6 +17,17 @@ random), ``--partitions`` partitions, timestamps increasing. Figures:
   were rewritten and how many were merged with deletion vectors (the small table's buckets,
   mostly replaced, are rewritten; the large table's get deletion vectors).
 
+Log section (``--only log`` runs it alone): the same record count, size and key space written
+as segments of a compacted topic (``--partitions`` partitions, 8 MiB segments, uncompressed
+batches of ``--log-batch`` records, keys uniform random; built with numpy from one batch
+template, CRCs recomputed), then:
+
+- ``log.full``: :func:`pipelines.compaction.log.run_log_compaction` (one Spark task per
+  partition: plan, key map over the vectorised decoder, rewrite; then the offline swap under
+  the log dir's ``.lock``), records/s end to end;
+- (a) ``log.python_dict``: the same records' keys as Python bytes deduped with a dict
+  (``--baseline-records`` prefix), the loop alone and with the conversion from numpy.
+
 Figures are wall-clock of one run each after a warm-up run that starts the Python workers.
 Last line: one JSON object.
 
@@ -27,6 +38,7 @@ are copied), so the 10M-record input is generated once.
 
     .venv/bin/python tests/perf/bench_compact.py [--records 10000000 --keys 1000000]
         [--cache /tmp/bench-compact-cache]
+    .venv/bin/python tests/perf/bench_compact.py --only log
 """
 
 from __future__ import annotations
@@ -201,6 +213,141 @@ def spark_write(spark: Any, n: int, value_bytes: int, out: Path) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def write_log_topic(
+    log_dir: Path,
+    topic: str,
+    n: int,
+    *,
+    key_space: int,
+    value_bytes: int,
+    partitions: int,
+    batch: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Segments of a compacted topic holding ``n`` records (keys uniform over ``key_space``,
+    12 bytes; random values); every record's key id, partition by partition, in offset
+    order. One batch is built by ``build_batch`` as a template; the others are that template
+    with their keys and values written in place (numpy) and a fresh CRC."""
+    from logstore.protocol.batch import CRC_OFFSET, HEADER_SIZE, compute_crc
+    from logstore.protocol.records import build_batch
+    from logstore.protocol.varint import decode_varint
+    from logstore.storage.checkpoints import write_offset_checkpoint
+    from logstore.storage.config import LogConfig
+    from logstore.storage.log import Log
+    from logstore.storage.topic_config import write_topic_config
+
+    props = {"cleanup.policy": "compact", "segment.bytes": str(8 << 20)}
+    write_topic_config(log_dir, topic, props)
+    template = build_batch(
+        [(b"k" * 12, b"v" * value_bytes, [], 1_700_000_000_000)] * batch, codec=0
+    )
+    size = len(template)
+    key_pos = np.empty(batch, np.int64)
+    value_pos = np.empty(batch, np.int64)
+    p = HEADER_SIZE
+    for i in range(batch):  # record: length, attributes, ts delta, offset delta, key, value
+        length, q = decode_varint(template, p)
+        r = q + 1
+        _, r = decode_varint(template, r)  # timestamp delta (0)
+        _, r = decode_varint(template, r)  # offset delta
+        _, r = decode_varint(template, r)  # key length
+        key_pos[i] = r
+        _, r = decode_varint(template, r + 12)  # value length
+        value_pos[i] = r
+        p = q + length
+    key_idx = (key_pos[:, None] + np.arange(12)).reshape(-1)
+    value_idx = (value_pos[:, None] + np.arange(value_bytes)).reshape(-1)
+    config = LogConfig.from_properties(props)
+    ids = rng.integers(0, key_space, n)
+    per_part = n // partitions
+    ends = {}
+    group = 64  # batches per append
+    for part in range(partitions):
+        mine = ids[part * per_part : (part + 1) * per_part]
+        log = Log.open(log_dir / f"{topic}-{part}", config)
+        for start in range(0, len(mine) - len(mine) % batch, batch * group):
+            chunk = mine[start : start + batch * group]
+            k = len(chunk) // batch
+            keys = np.char.zfill(chunk[: k * batch].astype("U12"), 12).astype("S12")
+            buf = np.tile(np.frombuffer(template, np.uint8), (k, 1))
+            buf[:, key_idx] = keys.view(np.uint8).reshape(k, batch * 12)
+            buf[:, value_idx] = rng.integers(0, 256, (k, batch * value_bytes), dtype=np.uint8)
+            out = bytearray(buf.tobytes())
+            for b in range(k):
+                crc = compute_crc(out, b * size, size)
+                out[b * size + CRC_OFFSET : b * size + CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+            log.append(out)
+        ends[(topic, part)] = log.log_end_offset
+        log.roll()
+        log.close()
+    write_offset_checkpoint(log_dir / "replication-offset-checkpoint", ends)
+    kept = per_part - per_part % batch
+    return np.concatenate([ids[q * per_part : q * per_part + kept] for q in range(partitions)])
+
+
+def log_section(
+    spark: Any, args: argparse.Namespace, work: Path, rng: np.random.Generator
+) -> dict[str, Any]:
+    from pipelines.compaction.log import run_log_compaction
+
+    warm = work / "log-warm"
+    warm.mkdir()
+    write_log_topic(warm, "w", 4000, key_space=100, value_bytes=10, partitions=2, batch=100,
+                    rng=rng)  # fmt: skip
+    run_log_compaction(spark, [warm], force=True)
+
+    log_dir = work / "log"
+    log_dir.mkdir()
+    t0 = time.perf_counter()
+    ids = write_log_topic(log_dir, "t", args.records, key_space=args.keys,
+                          value_bytes=args.value_bytes, partitions=args.partitions,
+                          batch=args.log_batch, rng=rng)  # fmt: skip
+    setup = time.perf_counter() - t0
+    n = len(ids)
+    size = sum(f.stat().st_size for f in log_dir.glob("t-*/*.log"))
+    t0 = time.perf_counter()
+    results = run_log_compaction(spark, [log_dir], force=True)
+    seconds = time.perf_counter() - t0
+    assert all(r.swapped for r in results), results
+    records_out = sum(r.records_out for r in results)
+    assert sum(r.records_in for r in results) == n
+    # every key id's last occurrence per partition survives, nothing else
+    per_part = n // args.partitions
+    live = sum(len(np.unique(ids[q * per_part : (q + 1) * per_part])) for q in
+               range(args.partitions))  # fmt: skip
+    assert records_out == live, (records_out, live)
+
+    # (a) one process, a dict over the same keys as Python bytes (a cleaner thread's key map)
+    t1 = time.perf_counter()
+    prefix = ids[: args.baseline_records]
+    keys = np.char.zfill(prefix.astype("U12"), 12).astype("S12").tolist()
+    t2 = time.perf_counter()
+    latest: dict[bytes, int] = {}
+    for offset, key in enumerate(keys):
+        latest[key] = offset
+    t3 = time.perf_counter()
+    out = {
+        "records": n,
+        "log_mib": round(size / 2**20),
+        "setup_s": setup,
+        "full": {
+            "seconds": seconds,
+            "records_per_s": n / seconds,
+            "records_out": records_out,
+            "bytes_out": sum(r.bytes_out for r in results),
+        },
+        "python_dict": {
+            "records": len(keys),
+            "loop_records_per_s": len(keys) / (t3 - t2),
+            "with_conversion_records_per_s": len(keys) / (t3 - t1),
+        },
+    }
+    out["full_vs_python_dict_loop"] = (
+        out["full"]["records_per_s"] / (out["python_dict"]["loop_records_per_s"])
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=10_000_000)
@@ -210,6 +357,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--buckets", type=int, default=16)
     parser.add_argument("--baseline-records", type=int, default=2_000_000)
+    parser.add_argument("--log-batch", type=int, default=500, help="records per log batch")
+    parser.add_argument("--only", choices=["all", "table", "log"], default="all")
     parser.add_argument("--keep", help="work in this directory and keep it")
     parser.add_argument("--cache", help="keep the generated inputs here and reuse them")
     parser.add_argument("--skip-full", action="store_true", help="only the incremental figures")
@@ -240,6 +389,10 @@ def main() -> None:
     rng = np.random.default_rng(7)
     results: dict[str, Any] = {"args": vars(args)}
     try:
+        if args.only in ("all", "log"):
+            results["log"] = log_section(spark, args, work, rng)
+        if args.only == "log":
+            return
         # warm-up: starts the Python workers
         warm = work / "warm"
         append_records(warm, "w", 1000, key_space=100, value_bytes=10, partitions=1,
@@ -317,7 +470,7 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(results))
+        print(json.dumps(results))
 
 
 if __name__ == "__main__":

@@ -97,8 +97,17 @@ def _assert_consistent(now: list, before: list, want: list) -> None:
     assert latest_now == latest_before
 
 
-JOB_STEPS = ["rewritten", "before-swap", "swapped", "retiring", "retired", "live", "checkpointed"]
-BROKER_STEPS = ["before-swap", "swapped", "retired", "live", "checkpointed"]
+JOB_STEPS = [
+    "rewritten",
+    "before-swap",
+    "swapped",
+    "retiring",
+    "retired",
+    "live-partial",
+    "live",
+    "checkpointed",
+]
+BROKER_STEPS = ["before-swap", "swapped", "retired", "live-partial", "live", "checkpointed"]
 
 
 @pytest.mark.parametrize(
