@@ -12,8 +12,9 @@ Output: progress lines and a summary on stderr, then the summary as one JSON lin
 stdout (with --log: one line per cleaned partition, then a JSON list of results). Exit codes:
 0 done (with --log, a partition whose swap the broker rejected is reported, not an error: the
 next run redoes it); 1 failed (the tables are as they were); 2 bad arguments, or a topic of
-[compact] topics, [compact.strategy] or --topic in none of the log dirs (checked when log dirs
-are configured; nothing done; --allow-missing-topics: a warning on stderr instead).
+[compact] topics, [compact.strategy] or --topic in none of the log dirs nor in records
+(checked when log dirs are configured; nothing done; --allow-missing-topics: a warning on
+stderr instead).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from logstore.errors import LoglakeError
@@ -29,6 +31,7 @@ from pipelines.compaction.config import CompactConfig, compacted_topics, load_co
 from pipelines.compaction.log import run_log_compaction
 from pipelines.compaction.table import run_compact
 from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
+from pipelines.ingest import read_progress
 from pipelines.session import get_spark, spark_conf
 
 
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                  "--topic": args.topic or ()},
                 config.log_dirs,
                 allow_missing=args.allow_missing_topics,
+                also_present=ingested_topics(config.records_path),
             )  # fmt: skip
         spark = get_spark(
             config.app_name,
@@ -80,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     print(summary.describe(), file=sys.stderr)
     print(json.dumps(summary.to_json()))
     return 0
+
+
+def ingested_topics(records_path: str) -> set[str]:
+    """The topics with ingest progress in ``records`` (the tables are built from it)."""
+    if not Path(records_path).is_dir():
+        return set()
+    return {topic for topic, _ in read_progress(records_path)}
 
 
 def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) -> int:

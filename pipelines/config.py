@@ -197,6 +197,7 @@ def check_topics(
     log_dirs: Iterable[str],
     *,
     allow_missing: bool = False,
+    also_present: Iterable[str] = (),
     warn: Callable[[str], None] = _stderr_warning,
 ) -> list[str]:
     """Report the topics of ``named`` (``{where they were named: topics}``, e.g.
@@ -204,13 +205,15 @@ def check_topics(
 
     Raises :class:`MissingTopicsError` listing them (the jobs exit
     :data:`EXIT_MISSING_TOPICS`), or with ``allow_missing`` passes each to ``warn`` (stderr by
-    default). Returns the missing topics, sorted. Nothing named: nothing to check, no error.
+    default). Topics of ``also_present`` count as present too (the compaction job: topics
+    already in the lake's ``records``). Returns the missing topics, sorted. Nothing named:
+    nothing to check, no error.
     """
     wanted = {source: sorted(set(topics)) for source, topics in named.items()}
     if not any(wanted.values()):
         return []
     dirs = list(log_dirs)
-    present = log_dir_topics(dirs)
+    present = log_dir_topics(dirs) | set(also_present)
     missing: dict[str, list[str]] = {}
     for source, topics in wanted.items():
         for topic in topics:

@@ -178,3 +178,20 @@ def test_bad_arguments_exit_2_and_a_missing_config_exits_1(
     assert info.value.code == 2
     assert module.main(["--config", str(tmp_path / "none.toml")]) == 1
     assert "config file not found" in capsys.readouterr().err
+
+
+def test_compact_counts_topics_already_in_records_as_present(tmp_path: Path) -> None:
+    from tests.fixtures.compaction import Rec, append_records
+
+    log_dir = log_dir_with(tmp_path, "orders-0")
+    append_records(tmp_path / "lake", "users", [Rec(0, 0, 1, b"k", b"v", ())], {0: 1})
+    compact = load_job("compact")
+    ingested = compact.ingested_topics(str(tmp_path / "lake" / "records"))
+    assert ingested == {"users"}
+    assert compact.ingested_topics(str(tmp_path / "none" / "records")) == set()
+    named = {"[compact] topics": ["users", "orders", "gone"]}
+    warnings: list[str] = []
+    assert check_topics(
+        named, [str(log_dir)], allow_missing=True, also_present=ingested, warn=warnings.append
+    ) == ["gone"]
+    assert len(warnings) == 1
