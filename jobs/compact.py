@@ -11,7 +11,10 @@ in, by the running broker or, with none running, by this job under the log dir's
 Output: progress lines and a summary on stderr, then the summary as one JSON line, last on
 stdout (with --log: one line per cleaned partition, then a JSON list of results). Exit codes:
 0 done (with --log, a partition whose swap the broker rejected is reported, not an error: the
-next run redoes it); 1 failed (the tables are as they were); 2 bad arguments.
+next run redoes it); 1 failed (the tables are as they were); 2 bad arguments, or a topic of
+[compact] topics, [compact.strategy] or --topic in none of the log dirs nor in records
+(checked when log dirs are configured; nothing done; --allow-missing-topics: a warning on
+stderr instead).
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from logstore.errors import LoglakeError
 from pipelines.compaction.config import CompactConfig, compacted_topics, load_compact_config
 from pipelines.compaction.log import run_log_compaction
 from pipelines.compaction.table import run_compact
-from pipelines.config import job_parser
+from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
+from pipelines.ingest import read_progress
 from pipelines.session import get_spark, spark_conf
 
 
@@ -35,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         "spark-submit jobs/compact.py",
         __doc__ or "",
         log_dirs_help="broker log dir (repeatable; read for topic configs only); overrides [paths]",
+        topics=True,
     )
     parser.add_argument(
         "--full", action="store_true", help="rebuild the tables from all of records"
@@ -52,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_compact_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
+        if config.log_dirs:
+            check_topics(
+                {"[compact] topics": config.topics, "[compact.strategy]": config.strategies,
+                 "--topic": args.topic or ()},
+                config.log_dirs,
+                allow_missing=args.allow_missing_topics,
+                also_present=ingested_topics(config.records_path),
+            )  # fmt: skip
         spark = get_spark(
             config.app_name,
             master=config.master,
@@ -61,12 +75,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.log:
             return _compact_log(spark, config, args)
         summary = run_compact(spark, config, full=args.full, topics=args.topic)
+    except MissingTopicsError as exc:
+        print(f"compact failed: {exc}", file=sys.stderr)
+        return EXIT_MISSING_TOPICS
     except LoglakeError as exc:
         print(f"compact failed: {exc}", file=sys.stderr)
         return 1
     print(summary.describe(), file=sys.stderr)
     print(json.dumps(summary.to_json()))
     return 0
+
+
+def ingested_topics(records_path: str) -> set[str]:
+    """The topics with ingest progress in ``records`` (the tables are built from it)."""
+    if not Path(records_path).is_dir():
+        return set()
+    return {topic for topic, _ in read_progress(records_path)}
 
 
 def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) -> int:

@@ -19,10 +19,13 @@ record below the high watermark.
 Output: progress lines and a summary on stderr (spark-submit merges them into stdout), then
 the summary as one JSON line, last on stdout. Exit codes: 0 done (check skipped_offsets:
 damaged offsets were skipped and quarantined); 1 failed (nothing half-committed); 2 bad
-arguments; 3 damaged batches found with --fail-on-corrupt (they are in <lake>/quarantine,
-nothing is committed, progress is not moved); 4 the log went backwards under the lake (a
-partition's log was truncated below, or rewritten under, offsets already ingested; nothing
-is ingested: restore the log or re-run with --on-divergence=rewind).
+arguments, or missing topics (below); 3 damaged batches found with --fail-on-corrupt (they
+are in <lake>/quarantine, nothing is committed, progress is not moved); 4 the log went
+backwards under the lake (a partition's log was truncated below, or rewritten under, offsets
+already ingested; nothing is ingested: restore the log or re-run with --on-divergence=rewind).
+
+Missing topics: a topic of [ingest] topics that is in none of the log dirs exits 2, nothing
+ingested; with --allow-missing-topics it is a warning on stderr and the others are ingested.
 """
 
 from __future__ import annotations
@@ -31,14 +34,14 @@ import json
 import sys
 
 from logstore.errors import CorruptRecordError, LoglakeError
-from pipelines.config import job_parser
+from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
 from pipelines.divergence import ON_DIVERGENCE, DivergenceError
 from pipelines.ingest import load_config, run_ingest
 from pipelines.session import get_spark, spark_conf
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = job_parser("spark-submit jobs/ingest.py", __doc__ or "")
+    parser = job_parser("spark-submit jobs/ingest.py", __doc__ or "", topics=True)
     parser.add_argument(
         "--fail-on-corrupt",
         action="store_true",
@@ -62,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
             fail_on_corrupt=args.fail_on_corrupt,
             on_divergence=args.on_divergence,
         )
+        check_topics(
+            {"[ingest] topics": config.topics or ()},
+            config.log_dirs,
+            allow_missing=args.allow_missing_topics,
+        )
         spark = get_spark(
             config.app_name,
             master=config.master,
@@ -69,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             delta_reader=False,
         )
         summary = run_ingest(spark, config)
+    except MissingTopicsError as exc:
+        print(f"ingest failed: {exc}", file=sys.stderr)
+        return EXIT_MISSING_TOPICS
     except CorruptRecordError as exc:
         print(f"ingest failed: {exc}", file=sys.stderr)
         return 3

@@ -6,8 +6,10 @@ and appends one row per expectation to <lake>/quality_results. Thresholds: [qual
 config file.
 
 Output: one line per suite on stderr, then a JSON summary as the last line on stdout.
-Exit codes: 0 every expectation held; 1 failed (could not run); 2 bad arguments; 5 at least
-one expectation failed (listed on stderr and in the summary's "failed").
+Exit codes: 0 every expectation held; 1 failed (could not run); 2 bad arguments, or a topic of
+[ingest] topics in none of the log dirs (nothing checked; --allow-missing-topics: a warning on
+stderr instead); 5 at least one expectation failed (listed on stderr and in the summary's
+"failed").
 """
 
 from __future__ import annotations
@@ -16,19 +18,24 @@ import json
 import sys
 
 from logstore.errors import LoglakeError
-from pipelines.config import job_parser
+from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
 from pipelines.ingest import load_config
 from pipelines.quality import load_quality_config, run_quality
 from pipelines.session import get_spark, spark_conf
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = job_parser("spark-submit jobs/quality.py", __doc__ or "")
+    parser = job_parser("spark-submit jobs/quality.py", __doc__ or "", topics=True)
     parser.add_argument("--run-id", help="id of this run in quality_results (default: generated)")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
         quality = load_quality_config(args.config)
+        check_topics(
+            {"[ingest] topics": config.topics or ()},
+            config.log_dirs,
+            allow_missing=args.allow_missing_topics,
+        )
         spark = get_spark(
             "loglake-quality",
             master=config.master,
@@ -36,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
             delta_reader=False,
         )
         report = run_quality(spark, config, quality, run_id=args.run_id)
+    except MissingTopicsError as exc:
+        print(f"quality failed: {exc}", file=sys.stderr)
+        return EXIT_MISSING_TOPICS
     except LoglakeError as exc:
         print(f"quality failed: {exc}", file=sys.stderr)
         return 1

@@ -19,7 +19,8 @@ prints the plan as a table and deletes nothing. What went is appended to <lake>/
 
 Output: the plan as a table on stdout (dry run), a summary on stderr, then the summary as one
 JSON line, last on stdout. Exit codes: 0 done; 1 failed, or some partitions could not be
-trimmed (listed in "errors"); 2 bad arguments.
+trimmed (listed in "errors"); 2 bad arguments, or a topic of [ingest] topics in none of the
+log dirs (nothing deleted; --allow-missing-topics: a warning on stderr instead).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import sys
 import time
 
 from logstore.errors import LoglakeError
-from pipelines.config import job_parser
+from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
 from pipelines.retention.job import format_plan, load_retention_config, run_retention
 from pipelines.retention.plan import PartitionPlan
 from pipelines.session import get_spark, spark_conf
@@ -40,7 +41,7 @@ def _stderr(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = job_parser("spark-submit jobs/retention.py", __doc__ or "")
+    parser = job_parser("spark-submit jobs/retention.py", __doc__ or "", topics=True)
     parser.add_argument(
         "--broker-config",
         help="broker.properties giving the default retention (log.retention.*); overrides "
@@ -60,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         config = load_retention_config(
             args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config
         )
+        check_topics(
+            {"[ingest] topics": config.ingest_topics or ()},
+            config.log_dirs,
+            allow_missing=args.allow_missing_topics,
+        )
         spark = get_spark(
             config.app_name,
             master=config.master,
@@ -76,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             log=_stderr,
             plan_out=plans,
         )
+    except MissingTopicsError as exc:
+        print(f"retention failed: {exc}", file=sys.stderr)
+        return EXIT_MISSING_TOPICS
     except LoglakeError as exc:
         print(f"retention failed: {exc}", file=sys.stderr)
         return 1

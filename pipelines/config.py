@@ -14,23 +14,35 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
+import sys
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from logstore.errors import LoglakeError
+from logstore.storage.files import parse_partition_dir
 
 __all__ = [
+    "EXIT_MISSING_TOPICS",
     "PARQUET_CODECS",
     "SECTIONS",
     "JobSettings",
+    "MissingTopicsError",
     "check_keys",
+    "check_topics",
     "job_parser",
     "job_settings",
+    "log_dir_topics",
     "read_pipeline_toml",
 ]
+
+# Exit code of every job that takes topic names when one of them is in none of the log dirs
+# (argparse's own code for bad arguments: the names are arguments, from the file or the
+# command line). --allow-missing-topics makes it a warning.
+EXIT_MISSING_TOPICS = 2
 
 # section -> its keys (None: free-form keys). Sub-tables are sections of their own, by
 # dotted name ("spark.conf").
@@ -156,16 +168,87 @@ def job_settings(
     )
 
 
+class MissingTopicsError(LoglakeError):
+    """Topics named in the configuration or on the command line are in none of the log dirs."""
+
+
+def log_dir_topics(log_dirs: Iterable[str]) -> set[str]:
+    """The topics with at least one partition directory (``<topic>-<n>``) in ``log_dirs``.
+
+    Kafka's ``-delete``/``-future``/``-stray`` directories do not count. A log dir that does
+    not exist is an error (:class:`LoglakeError`, "log dir does not exist").
+    """
+    found: set[str] = set()
+    for d in log_dirs:
+        if not os.path.isdir(d):
+            raise LoglakeError("log dir does not exist", path=str(d))
+        for entry in os.scandir(d):
+            parsed = parse_partition_dir(entry.name)
+            if parsed is not None and entry.is_dir():
+                found.add(parsed[0])
+    return found
+
+
+def _stderr_warning(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def check_topics(
+    named: Mapping[str, Iterable[str]],
+    log_dirs: Iterable[str],
+    *,
+    allow_missing: bool = False,
+    also_present: Iterable[str] = (),
+    warn: Callable[[str], None] = _stderr_warning,
+) -> list[str]:
+    """Report the topics of ``named`` (``{where they were named: topics}``, e.g.
+    ``{"[ingest] topics": [...], "--topic": [...]}``) that are in none of ``log_dirs``.
+
+    Raises :class:`MissingTopicsError` listing them (the jobs exit
+    :data:`EXIT_MISSING_TOPICS`), or with ``allow_missing`` passes each to ``warn`` (stderr by
+    default). Topics of ``also_present`` count as present too (the compaction job: topics
+    already in the lake's ``records``). Returns the missing topics, sorted. Nothing named:
+    nothing to check, no error.
+    """
+    wanted = {source: sorted(set(topics)) for source, topics in named.items()}
+    if not any(wanted.values()):
+        return []
+    dirs = list(log_dirs)
+    present = log_dir_topics(dirs) | set(also_present)
+    missing: dict[str, list[str]] = {}
+    for source, topics in wanted.items():
+        for topic in topics:
+            if topic not in present:
+                missing.setdefault(topic, []).append(source)
+    if not missing:
+        return []
+    where = ", ".join(dirs)
+    lines = [
+        f"topic {topic!r} ({' and '.join(sources)}) is in none of the log dirs ({where})"
+        for topic, sources in sorted(missing.items())
+    ]
+    if not allow_missing:
+        raise MissingTopicsError(
+            "; ".join(lines) + " (--allow-missing-topics: a warning instead of an error)"
+        )
+    for line in lines:
+        warn(line)
+    return sorted(missing)
+
+
 def job_parser(
     prog: str,
     doc: str,
     *,
     log_dirs_help: str = "broker log dir (repeatable); overrides [paths]",
     spark: bool = True,
+    topics: bool = False,
 ) -> argparse.ArgumentParser:
     """A job's argument parser with what every job takes: ``--config``, ``--log-dirs``,
-    ``--lake``, and ``--verbose`` for the jobs that run Spark. The description is the second
-    paragraph of the job's docstring, the epilog the rest (exit codes and output)."""
+    ``--lake``, ``--verbose`` for the jobs that run Spark, and ``--allow-missing-topics`` for
+    the jobs that take topic names (``topics``: see :func:`check_topics`). The description is
+    the second paragraph of the job's docstring, the epilog the rest (exit codes and
+    output)."""
     parts = doc.split("\n\n")
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -179,5 +262,12 @@ def job_parser(
     if spark:
         parser.add_argument(
             "--verbose", action="store_true", help="Spark's own INFO log lines on stderr too"
+        )
+    if topics:
+        parser.add_argument(
+            "--allow-missing-topics",
+            action="store_true",
+            help="a topic named in the config or on the command line that is in none of the "
+            f"log dirs: a warning on stderr instead of an error (exit {EXIT_MISSING_TOPICS})",
         )
     return parser

@@ -1,39 +1,417 @@
-"""``make demo``: the main job on the embedded default, end to end, on this machine.
+"""``make demo``: the whole lakehouse in one command, on the embedded default, on this machine.
 
-1. Start the included broker (``loglake broker``) on a free port of 127.0.0.1 with its log
-   directory under ``var/demo/kafka-logs``.
-2. Produce sample records with a real Kafka client (confluent-kafka / librdkafka): two topics,
-   lz4 and zstd, keys, headers and a tombstone.
-3. Stop the broker with SIGTERM (clean shutdown: checkpoints, high watermarks).
-4. Run the ingest job exactly as a data engineer would: ``spark-submit jobs/ingest.py`` on
-   ``local[2]``, into the Delta tables under ``var/demo/lake``.
-5. Query the ``records`` table with SQL through delta-rs (no Spark), then run the ingest job
-   again to show that a re-run adds nothing.
+Stages (each timed in the output; each stage's log under ``var/demo/``):
 
-Each run starts from an empty ``var/demo`` so the demo is repeatable.
+1. ``broker``: the included broker (``loglake broker``) on a free port of 127.0.0.1, log dir
+   ``var/demo/kafka-logs``; high watermarks and log start offsets checkpointed every second.
+2. ``produce``: real producers (confluent-kafka / librdkafka), topics created through the
+   Admin API: ``orders`` (lz4) and ``customers`` (zstd) with keys and headers; ``profiles``,
+   compacted (``cleanup.policy=compact``), with several updates of the same keys and
+   tombstones; ``clicks`` (gzip) with 16 KiB segments, so that a partition has several.
+3. ``airflow db migrate``: of ``var/demo/airflow`` (the Airflow environment,
+   ``airflow/.venv``), started in the background before stage 1; this stage waits for it.
+   The DAG runs get Variables pointing at the demo's pipeline TOML, log dir, lake and broker.
+4. ``ingest DAG``: ``airflow dags test loglake_ingest``: ingest -> lookups -> compact ->
+   quality, one ``spark-submit`` each on ``local[2]``.
+5. ``maintenance DAG``: ``airflow dags test loglake_maintenance``: retention (online: it
+   would delete through DeleteRecords on the running broker; nothing is old enough yet) ->
+   maintain (delta-rs) -> quality.
+6. ``sql``: a few answers with ``loglake sql`` (records per topic, the compacted table, a
+   time_lookup question with real timestamps, the quality results) and the Data Docs path.
+7. ``re-run``: ``loglake_ingest`` once more (ingest, lookups, compact; its quality task marked
+   successful without running, ``--mark-success-pattern``): every table's version and row
+   count is compared before and after, and must not change.
+8. ``stop``: SIGTERM to the broker; it must exit 0.
+
+The broker keeps running through the DAGs, as in production: the jobs read its log dirs
+while it serves (ingest stops at the checkpointed high watermark), and retention must delete
+through it (Kafka's DeleteRecords, Variable ``loglake_bootstrap_servers``) because a running
+broker holds the log dirs' ``.lock``, which offline retention would need.
+
+Each run starts from an empty ``var/demo``. Exit codes: 0 done; 1 a stage failed (the stage
+and the paths of its logs are printed); 2 bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["main"]
+__all__ = ["Demo", "DemoError", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
+AIRFLOW_BIN = ROOT / "airflow" / ".venv" / "bin" / "airflow"
+
+# topic -> (partitions, producer codec, topic configs)
+TOPICS: dict[str, tuple[int, str, dict[str, str]]] = {
+    "orders": (3, "lz4", {}),
+    "customers": (2, "zstd", {}),
+    "profiles": (2, "lz4", {"cleanup.policy": "compact"}),
+    "clicks": (1, "gzip", {"segment.bytes": "16384"}),
+}
+PROFILE_KEYS = 200  # keys of the compacted topic, each updated UPDATES times
+UPDATES = 5
+TOMBSTONES = 20  # profile-0 .. profile-19 are deleted at the end
+
+
+class DemoError(Exception):
+    """A stage failed; the message says why and which logs to read."""
 
 
 def _say(message: str) -> None:
     print(f"[demo] {message}", flush=True)
+
+
+@dataclass
+class Demo:
+    """One demo run's places and what it measured."""
+
+    work: Path
+    records: int = 20_000
+    port: int = 0
+    broker: subprocess.Popen[bytes] | None = None
+    timings: list[tuple[str, float]] = field(default_factory=list)
+    sent: dict[str, int] = field(default_factory=dict)
+    midpoint_ms: int = 0  # a timestamp between the two halves of the orders topic
+
+    @property
+    def log_dir(self) -> Path:
+        return self.work / "kafka-logs"
+
+    @property
+    def lake(self) -> Path:
+        return self.work / "lake"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.work / "airflow"
+
+    @property
+    def config(self) -> Path:
+        return self.work / "pipeline.toml"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    # ------------------------------------------------------------------ stages
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time a stage; an unexpected exception becomes a :class:`DemoError` naming it."""
+        _say(f"== {name}")
+        started = time.monotonic()
+        try:
+            yield
+        except DemoError:
+            raise
+        except Exception as exc:
+            raise DemoError(f"{name}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            seconds = time.monotonic() - started
+            self.timings.append((name, seconds))
+        _say(f"   {name}: {seconds:.1f} s")
+
+    def start_broker(self) -> None:
+        self.log_dir.mkdir(parents=True)
+        self.port = _free_port()
+        log_file = self.work / "broker.log"
+        overrides = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": str(self.log_dir),
+            # Checkpoints every second, so the jobs see what was produced without waiting 5 s
+            # (high watermarks) or 60 s (log start offsets, after retention).
+            "replica.high.watermark.checkpoint.interval.ms": "1000",
+            "log.flush.start.offset.checkpoint.interval.ms": "1000",
+        }
+        cmd = [
+            str(VENV_BIN / "loglake"),
+            "broker",
+            "--config",
+            str(ROOT / "conf" / "broker.properties"),
+        ]
+        for key, value in overrides.items():
+            cmd += ["--override", f"{key}={value}"]
+        with log_file.open("wb") as out:
+            self.broker = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.broker.poll() is not None:
+                raise DemoError(f"the broker exited with {self.broker.returncode}; see {log_file}")
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
+            ):
+                _say(f"   broker on {self.bootstrap}, log.dirs={self.log_dir}, log: {log_file}")
+                return
+            time.sleep(0.2)
+        raise DemoError(f"the broker did not listen on {self.port} within 60 s; see {log_file}")
+
+    def stop_broker(self) -> None:
+        if self.broker is None or self.broker.poll() is not None:
+            return
+        self.broker.send_signal(signal.SIGTERM)
+        try:
+            code = self.broker.wait(60)
+        except subprocess.TimeoutExpired:
+            self.broker.kill()
+            self.broker.wait()
+            raise DemoError(
+                f"the broker did not stop within 60 s; see {self.work / 'broker.log'}"
+            ) from None
+        if code != 0:
+            raise DemoError(f"the broker exited with {code}; see {self.work / 'broker.log'}")
+
+    def produce(self) -> None:
+        from confluent_kafka import Producer  # noqa: PLC0415
+        from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=parts, replication_factor=1, config=conf)
+             for name, (parts, _, conf) in TOPICS.items()]
+        )  # fmt: skip
+        for future in futures.values():
+            future.result(timeout=30)
+        for topic, (_, codec, _) in TOPICS.items():
+            producer = Producer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "compression.type": codec,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 20,
+                }
+            )
+            sent = getattr(self, f"_produce_{topic}")(producer, topic)
+            if remaining := producer.flush(60):
+                raise DemoError(f"{remaining} records to {topic} were not acknowledged")
+            self.sent[topic] = sent
+            kind = ", compacted" if topic == "profiles" else ""
+            _say(f"   {topic}: {sent} records ({codec}{kind})")
+
+    def _produce_orders(self, producer: Any, topic: str) -> int:
+        half = self.records // 2
+        for i in range(self.records):
+            if i == half:
+                # Two halves a second apart: the time_lookup question asks for the first offset
+                # of each partition at or after this moment.
+                producer.flush(60)
+                time.sleep(1.0)
+                self.midpoint_ms = int(time.time() * 1000)
+            value = json.dumps({"order": i, "amount": i * 7 % 1000}).encode()
+            producer.produce(topic, key=f"customer-{i % 500}".encode(), value=value,
+                             headers=[("source", b"demo"), ("seq", str(i).encode())])  # fmt: skip
+            if i % 5_000 == 0:
+                producer.poll(0)
+        return self.records
+
+    def _produce_customers(self, producer: Any, topic: str) -> int:
+        n = self.records // 2
+        for i in range(n):
+            value = json.dumps({"customer": i % 500, "visit": i}).encode()
+            producer.produce(topic, key=f"customer-{i % 500}".encode(), value=value,
+                             headers=[("source", b"demo")])  # fmt: skip
+        return n
+
+    def _produce_profiles(self, producer: Any, topic: str) -> int:
+        n = 0
+        for version in range(UPDATES):
+            for k in range(PROFILE_KEYS):
+                value = json.dumps({"profile": k, "version": version}).encode()
+                producer.produce(topic, key=f"profile-{k}".encode(), value=value,
+                                 headers=[("version", version.to_bytes(4, "big"))])  # fmt: skip
+                n += 1
+            producer.flush(60)  # one batch per round: updates land in later batches
+        for k in range(TOMBSTONES):
+            producer.produce(topic, key=f"profile-{k}".encode(), value=None)
+            n += 1
+        return n
+
+    def _produce_clicks(self, producer: Any, topic: str) -> int:
+        # About 160 KiB that gzip cannot shrink: ten segments of 16 KiB. (No retention.bytes:
+        # records below the log start fail quality's offset_at_or_after_log_start; see the
+        # README's demo paragraph.)
+        n = 1600
+        for i in range(n):
+            value = f"click {i} ".encode() + os.urandom(48).hex().encode()
+            producer.produce(topic, key=f"session-{i % 97}".encode(), value=value)
+            if i % 100 == 99:
+                producer.flush(60)  # small batches, so that segments roll at 16 KiB
+        return n
+
+    def wait_for_checkpoints(self) -> None:
+        """Until the broker's high-watermark checkpoint covers every record produced."""
+        from logstore.storage.checkpoints import read_offset_checkpoint  # noqa: PLC0415
+
+        path = self.log_dir / "replication-offset-checkpoint"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if path.is_file():
+                hws = read_offset_checkpoint(path)
+                per_topic: dict[str, int] = {}
+                for (topic, _), hw in hws.items():
+                    per_topic[topic] = per_topic.get(topic, 0) + hw
+                if all(per_topic.get(t, 0) >= n for t, n in self.sent.items()):
+                    return
+            time.sleep(0.2)
+        raise DemoError(f"the broker did not checkpoint its high watermarks; see {path}")
+
+    def write_config(self) -> None:
+        self.config.write_text(
+            "# Written by `make demo`: the demo's pipeline configuration.\n"
+            f"[paths]\nlog_dirs = [{json.dumps(str(self.log_dir))}]\n"
+            f"lake = {json.dumps(str(self.lake))}\n"
+            '[spark]\napp_name = "loglake"\nmaster = "local[2]"\n'
+            '[spark.conf]\n"spark.sql.shuffle.partitions" = "4"\n'
+            '"spark.ui.enabled" = "false"\n'
+            f"[retention]\nbroker_config = {json.dumps(str(ROOT / 'conf' / 'broker.properties'))}\n"
+            "[quality]\nmax_quarantined_batches = 0\n",
+            encoding="utf-8",
+        )
+
+    def airflow_env(self) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW", "PYSPARK", "VIRTUAL_ENV", "PYTHONPATH"))
+        }
+        variables = {
+            "loglake_root": str(ROOT),
+            "loglake_config": str(self.config),
+            "loglake_bootstrap_servers": self.bootstrap,
+            "loglake_python": sys.executable,
+            "loglake_retries": "0",
+        }
+        env.update(
+            AIRFLOW_HOME=str(self.airflow_home),
+            AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "airflow" / "dags"),
+            AIRFLOW__CORE__LOAD_EXAMPLES="False",
+            AIRFLOW__CORE__UNIT_TEST_MODE="False",
+            AIRFLOW_CONN_LOGLAKE_SPARK=json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        )
+        env.update({f"AIRFLOW_VAR_{k.upper()}": v for k, v in variables.items()})
+        return env
+
+    def start_migrate(self) -> subprocess.Popen[bytes]:
+        """``airflow db migrate`` of the demo's AIRFLOW_HOME, started in the background."""
+        if not AIRFLOW_BIN.is_file():
+            raise DemoError(
+                f"the Airflow environment is missing ({AIRFLOW_BIN}): run tools/bootstrap.sh"
+            )
+        self.airflow_home.mkdir(parents=True, exist_ok=True)
+        with (self.work / "airflow-db.log").open("wb") as out:
+            return subprocess.Popen(
+                [str(AIRFLOW_BIN), "db", "migrate"],
+                env=self.airflow_env(),
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_migrate(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            code = proc.wait(600)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = -9
+        if code != 0:
+            log = self.work / "airflow-db.log"
+            raise DemoError(f"airflow db migrate failed with exit code {code}; see {log}")
+
+    def dags_test(
+        self, dag_id: str, date: str, log_name: str, *, skip: str | None = None
+    ) -> dict[str, tuple[str, float]]:
+        """``airflow dags test``; ``{task: (state, seconds)}`` from Airflow's database.
+        ``skip``: a regex of task ids marked successful without running."""
+        log = self.work / log_name
+        cmd = [str(AIRFLOW_BIN), "dags", "test", dag_id, date]
+        if skip:
+            cmd += ["--mark-success-pattern", skip]
+        code = _run(cmd, self.airflow_env(), log, f"airflow dags test {dag_id}", check=False)
+        tasks = self.task_states(dag_id, date)
+        for task, (state, seconds) in tasks.items():
+            _say(f"   {dag_id}.{task}: {state} in {seconds:.1f} s")
+        if code != 0 or {s for s, _ in tasks.values()} != {"success"}:
+            raise DemoError(
+                f"airflow dags test {dag_id} failed (exit {code}); see {log} and the task logs "
+                f"under {self.airflow_home / 'logs'}"
+            )
+        return tasks
+
+    def task_states(self, dag_id: str, date: str) -> dict[str, tuple[str, float]]:
+        with contextlib.closing(sqlite3.connect(self.airflow_home / "airflow.db")) as db:
+            rows = db.execute(
+                "SELECT ti.task_id, ti.state, ti.start_date, ti.end_date FROM task_instance ti "
+                "JOIN dag_run r ON ti.dag_id = r.dag_id AND ti.run_id = r.run_id "
+                "WHERE ti.dag_id = ? AND date(r.logical_date) = ? ORDER BY ti.start_date",
+                (dag_id, date),
+            ).fetchall()
+        return {task: (state or "none", _seconds(start, end)) for task, state, start, end in rows}
+
+    def sql(self, query: str, *, fmt: str = "table") -> None:
+        """Print a query and its answer, exactly as ``loglake sql`` prints them."""
+        from logstore.cli import main as loglake  # noqa: PLC0415
+
+        shown = " ".join(query.split())
+        _say(f'$ loglake sql --lake {_rel(self.lake)} "{shown}"')
+        argv = ["sql", "--lake", str(self.lake), "--format", fmt, query]
+        sys.stdout.flush()
+        if loglake(argv) != 0:
+            raise DemoError(f"loglake sql failed: {shown}")
+        sys.stdout.flush()
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        """``{table: (version, rows)}`` of every table under the lake (delta-rs)."""
+        from deltalake import DeltaTable  # noqa: PLC0415
+
+        from pipelines.catalog import find_tables  # noqa: PLC0415
+
+        out: dict[str, tuple[int, int]] = {}
+        for table in find_tables(self.lake):
+            dt = DeltaTable(str(table.path))
+            rows = sum(a.get("num_records") or 0 for a in _adds(dt))
+            out[table.name] = (dt.version(), rows)
+        return out
+
+
+def _adds(dt: Any) -> list[dict[str, Any]]:
+    """The add actions' record counts (from the log's file statistics, no data read)."""
+    actions = dt.get_add_actions(flatten=True)
+    import pyarrow as pa  # noqa: PLC0415
+
+    table = pa.table(actions)
+    return [{"num_records": n} for n in table.column("num_records").to_pylist()]
+
+
+def _seconds(start: str | None, end: str | None) -> float:
+    from datetime import datetime  # noqa: PLC0415
+
+    if not start or not end:
+        return 0.0
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def _rel(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)
 
 
 def _free_port() -> int:
@@ -43,158 +421,163 @@ def _free_port() -> int:
         return port
 
 
-def _start_broker(log_dir: Path, port: int, log_file: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        str(VENV_BIN / "loglake"),
-        "broker",
-        "--config",
-        str(ROOT / "conf" / "broker.properties"),
-        "--override",
-        f"listeners=PLAINTEXT://127.0.0.1:{port}",
-        "--override",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
-        "--override",
-        f"log.dirs={log_dir}",
-    ]
-    out = log_file.open("wb")
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the broker exited with {proc.returncode}; see {log_file}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"the broker did not listen on {port} within 60 s; see {log_file}")
+def _run(cmd: list[str], env: dict[str, str], log: Path, what: str, *, check: bool = True) -> int:
+    with log.open("ab") as out:
+        code = subprocess.run(
+            cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False
+        ).returncode
+    if check and code != 0:
+        raise DemoError(f"{what} failed with exit code {code}; see {log}")
+    return code
 
 
-def _produce(bootstrap: str, records_per_topic: int) -> dict[str, int]:
-    from confluent_kafka import Producer  # noqa: PLC0415
-    from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
+def _orders_midpoint_sql(midpoint_ms: int) -> tuple[str, str]:
+    from datetime import UTC, datetime  # noqa: PLC0415
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics = {"orders": "lz4", "customers": "zstd"}
-    futures = admin.create_topics(
-        [NewTopic(name, num_partitions=2, replication_factor=1) for name in topics]
+    iso = datetime.fromtimestamp(midpoint_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lookup = (
+        "SELECT partition, min(first_offset) AS first_offset FROM time_lookup "
+        f"WHERE topic = 'orders' AND max_timestamp >= TIMESTAMP '{iso}' "
+        "GROUP BY partition ORDER BY partition"
     )
-    for future in futures.values():
-        future.result(timeout=30)
-    sent: dict[str, int] = {}
-    for topic, codec in topics.items():
-        producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "compression.type": codec,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 20,
-            }
-        )
-        for i in range(records_per_topic):
-            key = f"{topic[:-1]}-{i % 1000}".encode()
-            value = json.dumps({"id": i, "topic": topic, "amount": i * 7 % 1000}).encode()
-            producer.produce(topic, key=key, value=value, headers=[("source", b"demo")])
-            if i % 10_000 == 0:
-                producer.poll(0)
-        # A tombstone: compacted readers see the key deleted.
-        producer.produce(topic, key=f"{topic[:-1]}-0".encode(), value=None)
-        remaining = producer.flush(60)
-        if remaining:
-            raise SystemExit(f"{remaining} records to {topic} were not acknowledged")
-        sent[topic] = records_per_topic + 1
-    return sent
+    check = (
+        'SELECT partition, min("offset") AS first_offset FROM records '
+        f"WHERE topic = 'orders' AND timestamp >= TIMESTAMP '{iso}' "
+        "GROUP BY partition ORDER BY partition"
+    )
+    return lookup, check
 
 
-def _spark_submit(args: list[str], env: dict[str, str], log_file: Path) -> dict[str, object]:
-    import pyspark  # noqa: PLC0415
+def run_demo(demo: Demo) -> None:
+    """The stages of the module docstring; raises :class:`DemoError` naming the failed one."""
+    # Airflow's database is set up while the broker starts and the producers run.
+    migrate = demo.start_migrate()
+    try:
+        with demo.stage("broker"):
+            demo.start_broker()
+        with demo.stage("produce"):
+            demo.produce()
+            demo.wait_for_checkpoints()
+        with demo.stage("airflow db migrate"):
+            demo.write_config()
+            demo.wait_migrate(migrate)
+            _say(f"   AIRFLOW_HOME={demo.airflow_home}, pipeline config {demo.config}")
+        with demo.stage("ingest DAG"):
+            demo.dags_test("loglake_ingest", "2024-01-01", "dag-ingest.log")
+        with demo.stage("maintenance DAG"):
+            demo.dags_test("loglake_maintenance", "2024-01-01", "dag-maintenance.log")
+        with demo.stage("sql"):
+            show_answers(demo)
+        with demo.stage("re-run ingest DAG"):
+            before = demo.snapshot()
+            demo.dags_test("loglake_ingest", "2024-01-02", "dag-ingest-rerun.log", skip="quality")
+            after = demo.snapshot()
+            compare_snapshots(before, after)
+        with demo.stage("stop broker"):
+            demo.stop_broker()
+    finally:
+        if migrate.poll() is None:  # a stage before it failed
+            migrate.kill()
+            migrate.wait()
+        with contextlib.suppress(DemoError):
+            demo.stop_broker()
 
-    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    cmd = [
-        str(spark_submit),
-        *("--properties-file", str(ROOT / "conf" / "spark-defaults.conf")),
-        *("--master", "local[2]"),
-        str(ROOT / "jobs" / "ingest.py"),
-        *args,
-    ]
-    with log_file.open("ab") as err:
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=err, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(
-            f"spark-submit jobs/ingest.py failed with exit code {proc.returncode}; see {log_file}"
-        )
-    lines = proc.stdout.decode().strip().splitlines()
-    summary: dict[str, object] = json.loads(lines[-1])
-    return summary
+
+def show_answers(demo: Demo) -> None:
+    demo.sql(
+        "SELECT topic, count(*) AS records, count(DISTINCT partition) AS partitions, "
+        "sum(CASE WHEN value IS NULL THEN 1 ELSE 0 END) AS tombstones, min(codec) AS codec "
+        "FROM records GROUP BY topic ORDER BY topic"
+    )
+    demo.sql(
+        "SELECT (SELECT count(DISTINCT key) FROM records WHERE topic = 'profiles') "
+        "AS keys_produced, (SELECT count(DISTINCT key) FROM records "
+        "WHERE topic = 'profiles' AND value IS NULL) AS keys_tombstoned, "
+        "(SELECT count(*) FROM topics_profiles) AS live_rows, "
+        "(SELECT count(*) FROM topics_profiles t JOIN (SELECT DISTINCT key FROM records "
+        "WHERE topic = 'profiles' AND value IS NULL) d ON t.key = d.key) AS tombstoned_but_live"
+    )
+    demo.sql('SELECT partition, key, value, "offset" FROM topics_profiles ORDER BY key LIMIT 3')
+    lookup, check = _orders_midpoint_sql(demo.midpoint_ms)
+    _say("   the first offset per orders partition after the midpoint, from the time index:")
+    demo.sql(lookup)
+    _say("   ... and the same from records:")
+    demo.sql(check)
+    demo.sql(
+        "SELECT source, topic, count(*) AS segments, sum(bytes) AS bytes, "
+        "max(end_offset) AS new_log_start FROM retention_log GROUP BY source, topic"
+    )
+    demo.sql(
+        "SELECT run_id, count(*) AS expectations, sum(CASE WHEN success THEN 1 ELSE 0 END) "
+        "AS held FROM quality_results GROUP BY run_id ORDER BY run_id"
+    )
+    _say(f"   Data Docs: {demo.lake / '_quality' / 'data_docs' / 'index.html'}")
+    verify(demo)
+
+
+def verify(demo: Demo) -> None:
+    """What the demo claims, read back with delta-rs: every record of every topic is in
+    ``records``, the compacted table holds one row per live key, the quality runs held."""
+    import pyarrow as pa  # noqa: PLC0415
+    from deltalake import DeltaTable  # noqa: PLC0415
+
+    records = pa.table(DeltaTable(str(demo.lake / "records")).to_pyarrow_table(columns=["topic"]))
+    counts: dict[str, int] = {}
+    for topic in records.column("topic").to_pylist():
+        counts[topic] = counts.get(topic, 0) + 1
+    if counts != demo.sent:
+        raise DemoError(f"records holds {counts}, the producers sent {demo.sent}")
+    profiles = DeltaTable(str(demo.lake / "topics" / "profiles")).to_pyarrow_table()
+    keys = sorted(k.decode() for k in profiles.column("key").to_pylist())
+    expected = sorted(f"profile-{k}" for k in range(TOMBSTONES, PROFILE_KEYS))
+    if keys != expected:
+        raise DemoError(f"topics/profiles holds {len(keys)} keys, expected {len(expected)}")
+    results = DeltaTable(str(demo.lake / "quality_results")).to_pyarrow_table()
+    if not all(results.column("success").to_pylist()):
+        raise DemoError("a quality expectation failed; see quality_results")
+
+
+def compare_snapshots(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> None:
+    width = max(len(name) for name in after)
+    _say(f"   {'table':<{width}}  version  rows  (before -> after the re-run)")
+    changed = []
+    for name in sorted(after):
+        b, a = before.get(name), after[name]
+        mark = "" if b == a else "  <- changed"
+        _say(f"   {name:<{width}}  {b} -> {a}{mark}")
+        if b != a:
+            changed.append(name)
+    if changed:
+        raise DemoError(f"the re-run changed {', '.join(changed)}")
+    _say("   the re-run changed no table")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="make demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=50_000, help="records per topic")
+    parser = argparse.ArgumentParser(
+        prog="make demo",
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog="exit codes: 0 done; 1 a stage failed (its logs are named); 2 bad arguments",
+    )
+    parser.add_argument("--records", type=int, default=20_000, help="records of the orders topic")
     parser.add_argument("--dir", type=Path, default=ROOT / "var" / "demo", help="work directory")
     args = parser.parse_args(argv)
-
-    work: Path = args.dir.resolve()
-    shutil.rmtree(work, ignore_errors=True)
-    log_dir, lake = work / "kafka-logs", work / "lake"
-    log_dir.mkdir(parents=True)
-    port = _free_port()
-    bootstrap = f"127.0.0.1:{port}"
-
-    _say(f"starting the broker on {bootstrap}, log.dirs={log_dir}")
-    broker = _start_broker(log_dir, port, work / "broker.log")
+    if args.records < 4:
+        parser.error("--records must be at least 4")
+    demo = Demo(work=args.dir.resolve(), records=args.records)
+    shutil.rmtree(demo.work, ignore_errors=True)
+    demo.work.mkdir(parents=True)
+    started = time.monotonic()
     try:
-        started = time.monotonic()
-        sent = _produce(bootstrap, args.records)
-        _say(f"produced {sent} in {time.monotonic() - started:.1f} s with confluent-kafka")
-    finally:
-        broker.send_signal(signal.SIGTERM)
-        code = broker.wait(60)
-    if code != 0:
-        raise SystemExit(f"the broker exited with {code} on SIGTERM; see {work / 'broker.log'}")
-    _say("broker stopped cleanly (checkpoints and high watermarks written)")
-
-    env = dict(os.environ)
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    job_args = ["--config", str(ROOT / "conf" / "pipeline.toml")]
-    job_args += ["--log-dirs", str(log_dir), "--lake", str(lake)]
-    _say(f"spark-submit jobs/ingest.py (local[2]); its log: {work / 'ingest.log'}")
-    first = _spark_submit(job_args, env, work / "ingest.log")
-    _say(f"ingest summary: {json.dumps(first)}")
-
-    from deltalake import DeltaTable, QueryBuilder  # noqa: PLC0415
-
-    records = DeltaTable(str(lake / "records"))
-    sql = (
-        "SELECT topic, partition, count(*) AS records, min(offset) AS first_offset, "
-        "max(offset) AS last_offset, sum(CASE WHEN value IS NULL THEN 1 ELSE 0 END) "
-        "AS tombstones FROM records GROUP BY topic, partition ORDER BY topic, partition"
-    )
-    _say(f"SQL over the Delta table (delta-rs, version {records.version()}):\n  {sql}")
-    import pyarrow as pa  # noqa: PLC0415
-
-    # QueryBuilder answers in arro3; pyarrow takes it over the Arrow C stream interface.
-    table = pa.table(QueryBuilder().register("records", records).execute(sql).read_all())
-    print(table.to_pandas().to_string(index=False), flush=True)
-    total = sum(table.column("records").to_pylist())
-    if total != sum(sent.values()):
-        raise SystemExit(f"the records table holds {total} rows, {sum(sent.values())} were sent")
-
-    _say("running the ingest job again: exactly once, so nothing new is appended")
-    second = _spark_submit(job_args, env, work / "ingest.log")
-    _say(f"re-run summary: {json.dumps(second)}")
-    after = DeltaTable(str(lake / "records"))
-    rows = pa.table(
-        QueryBuilder().register("records", after).execute("SELECT count(*) AS n FROM records")
-    )
-    n = rows.column("n")[0].as_py()
-    if n != total:
-        raise SystemExit(f"the re-run changed the row count from {total} to {n}")
-    _say(f"done: {total} records in {lake / 'records'}, unchanged by the re-run")
+        run_demo(demo)
+    except DemoError as exc:
+        _say(f"FAILED: {exc}")
+        _say("logs: " + ", ".join(str(p) for p in sorted(demo.work.glob("*.log"))))
+        return 1
+    total = time.monotonic() - started
+    _say("timings: " + ", ".join(f"{name} {s:.1f} s" for name, s in demo.timings))
+    _say(f"done in {total:.1f} s; logs: {demo.work}/*.log")
     return 0
 
 

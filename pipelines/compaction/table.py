@@ -968,7 +968,10 @@ def compact_topic(
     path = table_path(config.lake, topic)
     existing = load_table(path)
     if existing is None and not ends:
-        log(f"{topic}: nothing ingested yet")
+        # Every loglake table exists after its job's first run, empty if nothing went there.
+        dt, _, _ = _ensure_table(path, strategy, config.buckets, full=False, cdf=True)
+        log(f"{topic}: nothing ingested yet (empty table created)")
+        result.table_version = dt.version()
         return result
     # step 1: progress
     dt, buckets, metadata = _ensure_table(path, strategy, config.buckets, full=full, cdf=True)

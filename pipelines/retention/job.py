@@ -60,6 +60,7 @@ from logstore.storage.retention import RULES
 from logstore.storage.topic_config import read_topic_configs
 from logstore.tools.topics import KafkaConnection
 from pipelines.config import job_settings, read_pipeline_toml
+from pipelines.delta.commit import ensure_table
 from pipelines.ingest import INTERNAL_TOPIC_PREFIX, RECORDS_TABLE, read_progress
 from pipelines.retention.plan import PartitionPlan, PartitionTask, from_wire, plan_task
 
@@ -401,10 +402,13 @@ def delete_records_offline(
 
 
 def append_retention_log(path: str, rows: list[dict[str, Any]]) -> None:
-    """Append rows to the ``retention_log`` Delta table (created on first use)."""
+    """Append rows to the ``retention_log`` Delta table, created (empty) by the first run even
+    when it removed nothing, so that queries of it never fail on a missing table."""
+    from deltalake import write_deltalake  # noqa: PLC0415
+
+    ensure_table(path, RETENTION_LOG_SCHEMA, [])
     if not rows:
         return
-    from deltalake import write_deltalake  # noqa: PLC0415
 
     table = pa.Table.from_pylist(rows, schema=RETENTION_LOG_SCHEMA)
     write_deltalake(path, table, mode="append")
@@ -454,6 +458,8 @@ def run_retention(
         if p.new_log_start is not None:
             starts[(p.topic, p.partition)] = p.new_log_start
     if dry_run or not starts:
+        if not dry_run:
+            append_retention_log(config.retention_log_path, [])  # the table exists from now on
         for p in plans:
             for d in p.decisions:
                 if d.action != "held":
