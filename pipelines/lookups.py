@@ -4,7 +4,13 @@ Both tables hold the ``kind=batches`` rows of the segments (headers + CRC only; 
 batches, which carry an ``error``, are left out):
 
 - ``offset_lookup``: one row per batch — topic, partition, segment (base offset), file,
-  first_offset, last_offset, position, size, record_count, max_timestamp, is_control;
+  first_offset, last_offset, position, size, record_count, max_timestamp, is_control,
+  is_transactional, producer_id, marker (a control batch's type: ``commit``, ``abort`` or
+  ``other``; null for data batches). The last three let the quality suites tie an aborted
+  transaction's batches to their ABORT marker without the segment files (which retention
+  may have deleted); a table of an earlier release gets them on the next run (schema
+  evolution: null in the rows written before; to fill those, delete the table and run again:
+  it is rebuilt from the segments still in the log dirs);
 - ``time_lookup``: one row per batch — topic, partition, max_timestamp, first_offset,
   last_offset, segment, file, position, size.
 
@@ -94,6 +100,8 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("record_count", "record_count"),
         ("max_timestamp", "max_timestamp"),
         ("is_control", "is_control"),
+        ("is_transactional", "is_transactional"),
+        ("producer_id", "producer_id"),
     ),
     TIME_LOOKUP: (
         ("topic", "topic"),
@@ -107,11 +115,20 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("size", "size"),
     ),
 }
+# Columns of a table that are not ``kind=batches`` columns (computed by :func:`lookup_rows`).
+_MARKER = pa.field("marker", pa.string())
+_EXTRA: dict[str, tuple[pa.Field, ...]] = {OFFSET_LOOKUP: (_MARKER,), TIME_LOOKUP: ()}
 LOOKUP_SCHEMAS: dict[str, pa.Schema] = {
-    table: pa.schema([BATCHES_ARROW_SCHEMA.field(src).with_name(dst) for src, dst in columns])
+    table: pa.schema(
+        [BATCHES_ARROW_SCHEMA.field(src).with_name(dst) for src, dst in columns]
+        + list(_EXTRA[table])
+    )
     for table, columns in _COLUMNS.items()
 }
 """The Arrow schema of each lookup table (partitioned by ``topic``)."""
+# Columns added to offset_lookup after its first release, at the end of the schema: an older
+# table gets them by schema evolution (:func:`_evolve`), null in the rows written before.
+_ADDED = {OFFSET_LOOKUP: ("is_transactional", "producer_id", "marker"), TIME_LOOKUP: ()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +158,13 @@ class IndexProblem:
 
 
 def _select(batches: DataFrame, table: str) -> DataFrame:
-    return batches.where("error IS NULL").selectExpr(
-        *(src if src == dst else f"{src} AS {dst}" for src, dst in _COLUMNS[table])
-    )
+    from pyspark.sql.pandas.types import from_arrow_schema  # noqa: PLC0415
+
+    def rows(parts: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for part in parts:
+            yield lookup_rows(table, part.select(BATCHES_ARROW_SCHEMA.names))
+
+    return batches.mapInArrow(rows, from_arrow_schema(LOOKUP_SCHEMAS[table]))
 
 
 def build_offset_lookup(batches: DataFrame) -> DataFrame:
@@ -160,9 +181,56 @@ def lookup_rows(table: str, batches: pa.RecordBatch) -> pa.RecordBatch:
     """``table``'s rows (:data:`LOOKUP_SCHEMAS`) from a record batch of ``kind=batches`` rows
     (:data:`~pipelines.sources.BATCHES_ARROW_SCHEMA`; sound batches only)."""
     sound = batches.filter(pc.is_null(batches.column("error")))
+    extra = [marker_column(sound)] if table == OFFSET_LOOKUP else []
     return pa.RecordBatch.from_arrays(
-        [sound.column(src) for src, _ in _COLUMNS[table]], schema=LOOKUP_SCHEMAS[table]
+        [sound.column(src) for src, _ in _COLUMNS[table]] + extra, schema=LOOKUP_SCHEMAS[table]
     )
+
+
+# The bytes of a control batch that hold its record's key: the 61-byte header, then the
+# record's length, attributes, timestamp and offset deltas and key length (varints), the key.
+_MARKER_PREFIX = 128
+
+
+def marker_column(batches: pa.RecordBatch) -> pa.Array:
+    """``offset_lookup.marker`` of each row of ``kind=batches`` rows: for a control batch, the
+    type its record's key names — ``commit``, ``abort``, else ``other`` (another control type,
+    an unreadable key, a compressed control batch) — judged as the ingest pre-pass judges it
+    (:func:`pipelines.decode.transactions.marker_types`); null for data batches. One ``pread``
+    of at most 128 bytes per control batch (one per transaction and partition), nothing per
+    data batch."""
+    n = batches.num_rows
+    control = pc.fill_null(batches.column("is_control"), False)
+    if n == 0 or not pc.any(control).as_py():
+        return pa.nulls(n, pa.string())
+    from pipelines.decode.transactions import (  # noqa: PLC0415 (numba on executors only)
+        KIND_ABORT,
+        KIND_COMMIT,
+        _marker_kind,
+    )
+
+    names = {KIND_COMMIT: "commit", KIND_ABORT: "abort"}
+    rows = batches.filter(control)
+    values: list[str] = []
+    fds: dict[str, int] = {}
+    try:
+        for path, position, size, codec, count in zip(
+            *(rows.column(c).to_pylist() for c in ("file", "position", "size", "codec",
+                                                    "record_count")),
+            strict=True,
+        ):  # fmt: skip
+            kind = None
+            if codec == "none" and count and count >= 1:
+                fd = fds.get(path)
+                if fd is None:
+                    fd = fds[path] = os.open(path, os.O_RDONLY)
+                data = os.pread(fd, min(size, _MARKER_PREFIX), position)
+                kind = _marker_kind(np.frombuffer(data, np.uint8), 0, len(data))
+            values.append(names.get(kind, "other") if kind is not None else "other")
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return pc.replace_with_mask(pa.nulls(n, pa.string()), control, pa.array(values, pa.string()))
 
 
 def locate(offset_lookup: DataFrame, topic: str, partition: int, offset: int) -> Location | None:
@@ -455,6 +523,27 @@ def _lookup_task(ranges: list[SegmentRange], *, table: str, min_timestamp: int) 
         yield {"topic": topic, "partition": partition, "next_offset": end + 1, "rows": n}
 
 
+def _evolve(path: str, table: str) -> None:
+    """Give a table of an earlier release the columns added since (:data:`_ADDED`), nullable,
+    at the end of its schema, in one Delta commit (metadata only: no file is rewritten; the
+    rows written before read as null there). A table with any other schema is left as it is
+    (the write refuses it by name)."""
+    from deltalake.schema import Schema as DeltaSchema  # noqa: PLC0415
+
+    from pipelines.delta.commit import load_table  # noqa: PLC0415
+
+    dt = load_table(path)
+    if dt is None:
+        return
+    have = dt.schema().to_arrow().names
+    want = LOOKUP_SCHEMAS[table].names
+    missing = want[len(have) :]
+    if have != want[: len(have)] or not missing or not set(missing) <= set(_ADDED[table]):
+        return
+    fields = pa.schema([LOOKUP_SCHEMAS[table].field(n).with_nullable(True) for n in missing])
+    dt.alter.add_columns(list(DeltaSchema.from_arrow(fields).fields))
+
+
 def build_lookups(
     spark: SparkSession,
     *,
@@ -487,6 +576,7 @@ def build_lookups(
     progress: dict[str, dict[str, int]] = {}
     for table in (OFFSET_LOOKUP, TIME_LOOKUP):
         path = str(Path(lake) / table)
+        _evolve(path, table)
         done = read_app_transactions(path)
         starting: dict[str, dict[str, int]] = {}
         for app, version in done.items():

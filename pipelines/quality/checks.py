@@ -14,13 +14,32 @@ cut into pieces, one row per piece and explanation:
 
 1. below the log start offset: ``retention`` (the broker deleted those segments);
 2. inside a control batch (``offset_lookup.is_control``): ``transaction_marker``;
-3. inside a quarantined batch (``quarantine`` rows with offsets): ``quarantine``;
-4. inside a sound data batch that holds fewer records than its offset range: ``compaction``
+3. inside a transactional data batch of an aborted transaction: ``aborted_transaction``
+   (a ``read_committed`` ingest leaves those records out). The rule is the ingest pre-pass's
+   (:mod:`pipelines.sources.transactions`): a transactional data batch of producer ``P``
+   belongs to the transaction ended by ``P``'s next COMMIT or ABORT marker after it
+   (``offset_lookup.producer_id`` and ``marker``); aborted when that marker is an ABORT;
+4. inside a quarantined batch (``quarantine`` rows with offsets): ``quarantine``;
+5. inside a sound data batch that holds fewer records than its offset range: ``compaction``
    (the cleaner removed records but kept the batch's offsets);
-5. inside a sound data batch that holds every offset of its range: ``unexplained`` — the log
-   has those records, the table does not;
-6. in no batch of ``offset_lookup`` below its progress: ``compaction`` (the cleaner removed
+6. inside a sound data batch that holds every offset of its range: ``unexplained`` — the log
+   has those records, the table does not (a committed, open or non-transactional batch, or
+   one of a transaction whose marker the lookups have not reached);
+7. in no batch of ``offset_lookup`` below its progress: ``compaction`` (the cleaner removed
    whole batches); at or past the lookups' progress: ``unexplained`` (nothing to tell).
+
+Open transactions are never in a gap: a ``read_committed`` ingest stops a partition at its
+last stable offset (the first offset of its earliest open transaction), so its progress,
+the end of the expected range, is at or below it. Aborted transactions are judged from
+``offset_lookup`` alone, not from the segment files: the lookups job reads every batch once,
+as it is written, with the reader ingest uses (so both agree on which batches are sound),
+and its rows outlive the segments retention deletes — a quality run needs neither a second
+pass over the log (the pre-pass reads every byte) nor segments still being there, and a gap
+is tied to its marker exactly (per producer, by offset) with a window over the transactional
+batches inside gaps plus the markers (O(transactions), not O(batches)). A lookups table of an
+earlier release has no ``marker`` until the lookups job next runs (it adds the column); its
+rows from before stay null there, so gaps of aborted transactions in them stay unexplained
+until the table is rebuilt (see :mod:`pipelines.lookups`).
 
 Cost: a gap is joined with the batches of its partition that overlap it (an equi-join on the
 partition plus a range condition): gaps are few (one per transaction, compaction hole or
@@ -47,7 +66,7 @@ __all__ = [
     "records_checked",
 ]
 
-EXPLAINED = ("retention", "transaction_marker", "quarantine", "compaction")
+EXPLAINED = ("retention", "transaction_marker", "aborted_transaction", "quarantine", "compaction")
 
 _BOUNDS_SCHEMA = "topic string, partition int, log_start long, high_watermark long, progress long"
 
@@ -129,6 +148,40 @@ def _overlap(lo: Column, hi: Column) -> Column:
     )
 
 
+def _aborted_batches(offset_lookup: DataFrame, gaps: DataFrame) -> DataFrame | None:
+    """(topic, partition, first_offset, ``aborted`` True) of the transactional data batches
+    of ``offset_lookup`` that overlap a gap and whose producer's next COMMIT/ABORT marker is
+    an ABORT; None when the table has no ``marker`` column (an earlier release's)."""
+    if not {"marker", "producer_id", "is_transactional"} <= set(offset_lookup.columns):
+        return None
+    in_gaps = (
+        offset_lookup.where(sf.col("is_transactional") & ~sf.col("is_control"))
+        .select("topic", "partition", "producer_id", "first_offset", "last_offset")
+        .join(gaps.select("topic", "partition", "piece_start", "gap_end"),
+              ["topic", "partition"])
+        .where((sf.col("first_offset") < sf.col("gap_end"))
+               & (sf.col("last_offset") >= sf.col("piece_start")))
+        .select("topic", "partition", "producer_id", "first_offset",
+                sf.lit(None).cast("string").alias("marker"))
+        .distinct()
+    )  # fmt: skip
+    markers = offset_lookup.where(
+        sf.col("is_control") & sf.col("marker").isin("commit", "abort")
+    ).select("topic", "partition", "producer_id", "first_offset", "marker")
+    after = (
+        Window.partitionBy("topic", "partition", "producer_id")
+        .orderBy("first_offset")
+        .rowsBetween(1, Window.unboundedFollowing)
+    )
+    return (
+        in_gaps.unionByName(markers)
+        .withColumn("next_marker", sf.first("marker", ignorenulls=True).over(after))
+        .where(sf.col("marker").isNull() & (sf.col("next_marker") == "abort"))
+        .select("topic", "partition", "first_offset", sf.lit(True).alias("aborted"))
+        .distinct()
+    )
+
+
 def offset_gaps(
     records: DataFrame,
     bounds: DataFrame,
@@ -161,8 +214,16 @@ def offset_gaps(
     intervals: list[DataFrame] = []
     if offset_lookup is not None:
         size = sf.col("last_offset") - sf.col("first_offset") + 1
+        aborted = _aborted_batches(offset_lookup, gaps)
+        if aborted is None:
+            offset_lookup = offset_lookup.withColumn("aborted", sf.lit(False))
+        else:
+            offset_lookup = offset_lookup.join(
+                sf.broadcast(aborted), ["topic", "partition", "first_offset"], "left"
+            )
         kind = (
             sf.when(sf.col("is_control"), "transaction_marker")
+            .when(sf.coalesce("aborted", sf.lit(False)), "aborted_transaction")
             .when(sf.col("record_count") < size, "compaction")
             .otherwise("unexplained")
         )
