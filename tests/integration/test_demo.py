@@ -19,6 +19,8 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
+from pipelines.demo import read_table
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ["broker", "produce", "airflow db migrate", "ingest DAG", "maintenance DAG", "sql",
@@ -56,7 +58,7 @@ def test_make_demo_shows_the_whole_lakehouse(tmp_path: Path) -> None:
     counts = dict(zip(*pc.value_counts(records["topic"]).flatten(), strict=True))
     counts = {k.as_py(): v.as_py() for k, v in counts.items()}
     assert counts == {"orders": 400, "customers": 200, "profiles": 1020, "clicks": 1600}
-    profiles = DeltaTable(str(lake / "topics" / "profiles")).to_pyarrow_table()
+    profiles = read_table(lake / "topics" / "profiles")
     keys = {k.decode(): v for k, v in zip(profiles["key"].to_pylist(),
                                          profiles["value"].to_pylist(), strict=True)}  # fmt: skip
     assert sorted(keys) == sorted(f"profile-{k}" for k in range(20, 200))

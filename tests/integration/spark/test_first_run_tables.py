@@ -17,10 +17,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 
 from logstore.protocol.records import build_batch
 from logstore.storage.topic_config import write_topic_config
+from pipelines.demo import read_table
 from pipelines.sources.synthetic import write_batches, write_high_watermarks
 
 pytestmark = pytest.mark.integration
@@ -57,7 +57,7 @@ def test_every_table_exists_after_the_first_run(
         json.loads(out.out.strip().splitlines()[-1])  # the summary line
 
     rows = {
-        name: DeltaTable(str(lake / name)).to_pyarrow_table().num_rows
+        name: read_table(lake / name).num_rows
         for name in [
             "records", "quarantine", "diverged", "offset_lookup", "time_lookup",
             "topics/profiles", "retention_log", "quality_results",
