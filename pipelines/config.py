@@ -66,7 +66,9 @@ SECTIONS: dict[str, frozenset[str] | None] = {
         {"topics", "default_strategy", "buckets", "compression", "max_rows_per_file"}
     ),
     "compact.strategy": None,  # topic = strategy
-    "retention": frozenset({"broker_config", "records", "vacuum_hours", "zorder"}),
+    "retention": frozenset(
+        {"broker_config", "records", "vacuum_hours", "zorder", "delete_records_chunk"}
+    ),
     "quality": frozenset(
         {"max_future_skew_s", "max_past_skew_s", "max_quarantined_batches", "docs"}
     ),

@@ -21,7 +21,13 @@ Crash behaviour: nothing is deleted before step 3; each DeleteRecords is atomic 
 (log start offset first, then the segment renames), and the offline path goes through the
 broker's own code, whose next start recovers from any interruption (``.deleted`` leftovers are
 removed, the log start offset is at least the first segment's base). A run killed between
-steps 3 and 4 leaves deletions without their ``retention_log`` rows.
+the chunks of step 3, or between steps 3 and 4, has left its intended ``retention_log`` rows in
+a journal before deleting anything; the next run settles it before it plans, so every removed
+segment gets exactly one row (:mod:`pipelines.retention.journal`).
+
+Crash tests: ``LOGLAKE_FAILPOINT=retention.after_delete_chunk`` kills the job (every process of
+its session) once the broker answered the first DeleteRecords request; ``[retention]
+delete_records_chunk`` sets how many partitions one request carries.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import datetime
 import functools
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,8 +68,16 @@ from logstore.storage.topic_config import read_topic_configs
 from logstore.tools.topics import KafkaConnection
 from pipelines.config import job_settings, read_pipeline_toml
 from pipelines.delta.commit import ensure_table
+from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
 from pipelines.ingest import INTERNAL_TOPIC_PREFIX, RECORDS_TABLE, read_progress
-from pipelines.retention.plan import PartitionPlan, PartitionTask, from_wire, plan_task
+from pipelines.retention.journal import clear_pending, settle_pending, write_pending
+from pipelines.retention.plan import (
+    PartitionPlan,
+    PartitionTask,
+    SegmentDecision,
+    from_wire,
+    plan_task,
+)
 
 __all__ = [
     "RETENTION_LOG_SCHEMA",
@@ -79,8 +94,8 @@ __all__ = [
 RETENTION_LOG_TABLE = "retention_log"
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BROKER_CONFIG = ROOT / "conf" / "broker.properties"
-# [retention] keys this job and jobs/maintain.py read; any other key is refused.
-_DELETE_RECORDS_CHUNK = 1000  # partitions per DeleteRecords request
+_DELETE_RECORDS_CHUNK = 1000  # partitions per DeleteRecords request ([retention] default)
+FAILPOINT_AFTER_CHUNK = "retention.after_delete_chunk"
 _TIMEOUT: Any = datetime.timedelta(seconds=30)
 Log = Callable[[str], None]
 
@@ -116,6 +131,7 @@ class RetentionConfig:
     records_retention: str = "forever"
     vacuum_hours: float = 168.0
     zorder: bool = False
+    delete_records_chunk: int = _DELETE_RECORDS_CHUNK
 
     @property
     def records_path(self) -> str:
@@ -150,6 +166,9 @@ def load_retention_config(
         raise LoglakeError("[retention] vacuum_hours must be a number", path=str(p)) from None
     if vacuum_hours < 0:
         raise LoglakeError("[retention] vacuum_hours must be >= 0", path=str(p))
+    chunk = retention.get("delete_records_chunk", _DELETE_RECORDS_CHUNK)
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+        raise LoglakeError("[retention] delete_records_chunk must be an integer >= 1", path=str(p))
     return RetentionConfig(
         log_dirs=common.log_dirs,
         lake=common.lake,
@@ -163,6 +182,7 @@ def load_retention_config(
         records_retention=records,
         vacuum_hours=vacuum_hours,
         zorder=bool(retention.get("zorder", False)),
+        delete_records_chunk=chunk,
     )
 
 
@@ -284,6 +304,7 @@ class RetentionSummary:
     held_segments: int = 0  # wanted by retention, not yet in the lake
     held_bytes: int = 0
     held_partitions: int = 0
+    settled_segments: int = 0  # removed by an interrupted run, logged by this one
     unknown_timestamps: int = 0
     by_rule: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -330,13 +351,19 @@ def format_plan(plans: Iterable[PartitionPlan]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
-def delete_records_online(bootstrap: str, starts: Mapping[tuple[str, int], int]) -> dict[Any, Any]:
-    """DeleteRecords on the broker: ``{(topic, partition): low watermark or error name}``."""
+def delete_records_online(
+    bootstrap: str,
+    starts: Mapping[tuple[str, int], int],
+    *,
+    chunk_size: int = _DELETE_RECORDS_CHUNK,
+) -> dict[Any, Any]:
+    """DeleteRecords on the broker, ``chunk_size`` partitions per request (in topic, partition
+    order): ``{(topic, partition): low watermark or error name}``."""
     out: dict[tuple[str, int], int | str] = {}
     items = sorted(starts.items())
     with KafkaConnection(bootstrap, client_id="loglake-retention") as conn:
-        for i in range(0, len(items), _DELETE_RECORDS_CHUNK):
-            chunk = items[i : i + _DELETE_RECORDS_CHUNK]
+        for i in range(0, len(items), chunk_size):
+            chunk = items[i : i + chunk_size]
             by_topic: dict[str, list[DeleteRecordsPartition]] = {}
             for (topic, partition), offset in chunk:
                 by_topic.setdefault(topic, []).append(
@@ -358,6 +385,8 @@ def delete_records_online(bootstrap: str, starts: Mapping[tuple[str, int], int])
                         out[key] = int(p.low_watermark)
                     else:
                         out[key] = p.error_code.name.upper()
+            if i == 0 and os.environ.get(FAILPOINT_ENV) == FAILPOINT_AFTER_CHUNK:
+                kill_session()
     return out
 
 
@@ -401,6 +430,34 @@ def delete_records_offline(
     return out
 
 
+def logged_run_ids(path: str, run_ids: Iterable[str]) -> set[str]:
+    """Which of ``run_ids`` have rows in the ``retention_log`` table at ``path``."""
+    ids = list(run_ids)
+    if not ids or not (Path(path) / "_delta_log").is_dir():
+        return set()
+    from deltalake import DeltaTable  # noqa: PLC0415
+
+    found = DeltaTable(path).to_pyarrow_table(columns=["run_id"], filters=[("run_id", "in", ids)])
+    return {str(v) for v in found.column("run_id").to_pylist()}
+
+
+def _log_row(d: SegmentDecision, removed_at: Any, run_id: str) -> dict[str, Any]:
+    return {
+        "source": "log",
+        "topic": d.topic,
+        "partition": d.partition,
+        "segment_base_offset": d.base_offset,
+        "end_offset": d.next_offset,
+        "bytes": d.size,
+        "rows": None,
+        "largest_timestamp": d.largest_timestamp,
+        "rule": d.rule,
+        "forced": d.action == "forced",
+        "removed_at": removed_at,
+        "run_id": run_id,
+    }
+
+
 def append_retention_log(path: str, rows: list[dict[str, Any]]) -> None:
     """Append rows to the ``retention_log`` Delta table, created (empty) by the first run even
     when it removed nothing, so that queries of it never fail on a missing table."""
@@ -435,6 +492,16 @@ def run_retention(
         _check_unlocked(config.log_dirs)  # fail before planning, not after
     progress = read_progress(config.records_path) if Path(config.records_path).is_dir() else {}
     tasks = build_tasks(config.log_dirs, defaults, progress, config.ingest_topics)
+    if not dry_run:
+        settled = settle_pending(
+            config.lake,
+            {(t.topic, t.partition): t.path for t in tasks},
+            functools.partial(logged_run_ids, config.retention_log_path),
+            functools.partial(append_retention_log, config.retention_log_path),
+        )
+        summary.settled_segments = len(settled)
+        if settled:
+            log(f"logged {len(settled)} segments an interrupted run removed")
     log(f"{len(tasks)} partitions in {', '.join(config.log_dirs)}; progress for {len(progress)}")
     plans = (
         plan_local(tasks, now_ms=now, force=force)
@@ -466,13 +533,24 @@ def run_retention(
                     summary.by_rule[d.rule] += 1
         summary.seconds = time.monotonic() - started
         return summary
+    run_id = f"retention-{now}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    journal = write_pending(
+        config.lake,
+        run_id,
+        [
+            _log_row(d, None, run_id)
+            for p in plans
+            if (p.topic, p.partition) in starts
+            for d in p.decisions
+            if d.action != "held"
+        ],
+    )
     log(f"deleting below new log starts in {len(starts)} partitions ({summary.mode})")
     if bootstrap:
-        results = delete_records_online(bootstrap, starts)
+        results = delete_records_online(bootstrap, starts, chunk_size=config.delete_records_chunk)
     else:
         results = delete_records_offline(config.log_dirs, defaults, starts)
     removed_at = datetime.datetime.now(datetime.UTC)
-    run_id = f"retention-{now}-{os.getpid()}"
     rows: list[dict[str, Any]] = []
     for p in plans:
         key = (p.topic, p.partition)
@@ -489,22 +567,8 @@ def run_retention(
             summary.deleted_segments += 1
             summary.deleted_bytes += d.size
             summary.by_rule[d.rule] += 1
-            rows.append(
-                {
-                    "source": "log",
-                    "topic": d.topic,
-                    "partition": d.partition,
-                    "segment_base_offset": d.base_offset,
-                    "end_offset": d.next_offset,
-                    "bytes": d.size,
-                    "rows": None,
-                    "largest_timestamp": d.largest_timestamp,
-                    "rule": d.rule,
-                    "forced": d.action == "forced",
-                    "removed_at": removed_at,
-                    "run_id": run_id,
-                }
-            )
+            rows.append(_log_row(d, removed_at, run_id))
     append_retention_log(config.retention_log_path, rows)
+    clear_pending(journal)
     summary.seconds = time.monotonic() - started
     return summary
