@@ -13,8 +13,10 @@ and last offset) is returned for ``retention_log``.
 **Maintenance** of one table (:func:`maintain_table`), each step one commit (vacuum: delta-rs
 records a start and an end commit), in order: ``optimize`` (compaction of small files, or
 z-order by ``offset`` when asked and the table has that column; data files are rewritten,
-rows unchanged, ``dataChange=false``), ``vacuum`` of files unreferenced for longer than the
-horizon, a checkpoint, and clean-up of log entries older than the table's
+rows unchanged, ``dataChange=false``; rows a deletion vector deletes stay deleted), ``vacuum``
+of files unreferenced for longer than the horizon (delta-rs's, then the deletion vector and
+change-data files it does not know, :mod:`pipelines.maintenance.orphans`), a checkpoint (it
+keeps the deletion vector descriptors), and clean-up of log entries older than the table's
 ``delta.logRetentionDuration`` (30 days by default: the version history stays readable that
 long).
 
@@ -41,6 +43,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 
 from logstore.errors import LoglakeError
 from logstore.storage.files import validate_topic
+from pipelines.maintenance.orphans import vacuum_orphans
 
 __all__ = ["TableReport", "find_tables", "maintain_table", "records_retention"]
 
@@ -59,6 +62,7 @@ class TableReport:
     files_after: int = 0
     optimize: dict[str, Any] = field(default_factory=dict)
     vacuumed_files: int = 0
+    vacuumed_orphans: int = 0  # deletion vector and change-data files
     checkpoint: bool = False
     log_cleaned: bool = False
     errors: list[str] = field(default_factory=list)
@@ -132,6 +136,7 @@ def maintain_table(
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("optimize", optimize),
         ("vacuum", vacuum),
+        ("vacuum_orphans", lambda: vacuum_orphans(p, vacuum_hours=vacuum_hours)),
         ("checkpoint", lambda: DeltaTable(str(p)).create_checkpoint()),
         ("cleanup_metadata", lambda: DeltaTable(str(p)).cleanup_metadata()),
     ]
@@ -145,6 +150,8 @@ def maintain_table(
             report.optimize = {k: v for k, v in out.items() if isinstance(v, (int, float, str))}
         elif name == "vacuum":
             report.vacuumed_files = len(out)
+        elif name == "vacuum_orphans":
+            report.vacuumed_orphans = len(out)
         elif name == "checkpoint":
             report.checkpoint = True
         else:
