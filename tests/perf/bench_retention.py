@@ -38,7 +38,13 @@ fixed cost per job (``noop_s``) and the move of the plans to the driver (``plan_
 ``worker_wall_s`` minus ``noop_s``): on 2 cores it overtakes the single process only where
 the halved scan outweighs those. Cold, planning waits on the disk for directory blocks and
 inodes, and two workers keep two reads in flight where the single process keeps one.
-Measured 2026-11-24 on the shared 2-core machine under load 8-12 (other jobs running),
+
+Measured 2026-11-24 21:55 UTC on the 2-core machine while quiet (load 0.5-1.3), ``--sizes
+1000,10000 --runs 5``, warm: 10,000 x 20: single 1.23 s median, Spark local[2] 1.02 s median
+(min 0.81 s): 1.21x, the target holds; 1,000 x 20: single 0.137 s, Spark 0.211 s (0.65x), so
+the crossover lies between 1,000 and 10,000 partitions. Spark session start 6.8 s and its first
+job 1.3-1.4 s, reported apart (paid once per run of ``jobs/retention.py``).
+Measured earlier the same day on the shared machine under load 8-12 (other jobs running),
 medians of 3, warm: 10,000 x 20: single 2.5 s, Spark 3.2 s (0.79x); 40,000 x 20: 9.6 s vs
 10.7 s (0.91x; an earlier run 1.04x); cold (drop_caches), 10,000 x 20: single 17.1 s, Spark
 8.8 s (1.93x). Warm, each of the two Spark workers got about half the CPU share the single
