@@ -7,8 +7,10 @@ First records retention ([retention] records: "forever" keeps everything; "topic
 each topic's retention.ms; an age such as "30d"): whole date partitions of <lake>/records
 past it are deleted in one commit, logged in <lake>/retention_log. Then, for every Delta table
 under the lake (or each --table): optimize (compaction; z-order by offset with --zorder or
-[retention] zorder), vacuum of files unreferenced for longer than --vacuum-hours ([retention]
-vacuum_hours, default 168), a checkpoint and clean-up of expired log entries. Safe while an
+[retention] zorder; rows deleted by deletion vectors stay deleted), vacuum of files
+unreferenced for longer than --vacuum-hours ([retention] vacuum_hours, default 168; deletion
+vector files under dv/ and change-data files included, live ones never), a checkpoint and
+clean-up of expired log entries. Safe while an
 ingest runs: conflicting commits are retried, then reported.
 
 Output: a summary on stderr, then the summary as one JSON line, last on stdout. Exit codes: 0

@@ -16,6 +16,10 @@ Topics that are not ingested get Kafka's retention alone.
 Deletion: with --bootstrap-server through Kafka's DeleteRecords on the running broker; without
 it directly on the log dirs under their .lock (refused while a broker holds it). --dry-run
 prints the plan as a table and deletes nothing. What went is appended to <lake>/retention_log.
+Online, [retention] delete_records_chunk partitions go per DeleteRecords request (default
+1000). Before deleting, the run journals its intended rows in <lake>/_retention_pending/; a run
+killed midway leaves it there and the next run logs what the dead one removed (counted in
+"settled_segments") before planning, so each removed segment has exactly one row.
 
 Output: the plan as a table on stdout (dry run), a summary on stderr, then the summary as one
 JSON line, last on stdout. Exit codes: 0 done; 1 failed, or some partitions could not be

@@ -265,9 +265,7 @@ def test_online_job_killed_between_delete_records_chunks(
     removed: dict[int, list[int]] = {}
     for p in range(PARTITIONS):
         live = _bases(parts[p])
-        planned = (
-            killed_marks[p][0] if p in first_chunk else summary["log_starts"][f"{topic}/{p}"]
-        )
+        planned = killed_marks[p][0] if p in first_chunk else summary["log_starts"][f"{topic}/{p}"]
         assert marks[p][0] == live[0] == planned, (p, marks[p], live[0], planned)
         assert marks[p][0] >= original[p][-1]  # every old segment went (forced)
         removed[p] = [b for b in original[p] if b < live[0]]

@@ -19,6 +19,7 @@ def test_shipped_config_loads() -> None:
     assert cfg.records_retention == "forever"
     assert cfg.vacuum_hours == 168
     assert cfg.zorder is False
+    assert cfg.delete_records_chunk == 1000
     assert Path(cfg.broker_config) == Path("conf/broker.properties")
     # conf/broker.properties sets no retention: Kafka's 168 hours, no size limit
     defaults = broker_defaults(str(ROOT / cfg.broker_config))
@@ -38,6 +39,8 @@ def _toml(tmp_path: Path, retention: str) -> Path:
         ('records = "30 days"', "records"),
         ('records = "0d"', "records"),
         ("vacuum_hours = -1", "vacuum_hours must be >= 0"),
+        ("delete_records_chunk = 0", "delete_records_chunk must be an integer >= 1"),
+        ('delete_records_chunk = "5"', "delete_records_chunk must be an integer >= 1"),
         ('vacuum_hours = "x"', "vacuum_hours must be a number"),
     ],
 )
@@ -64,3 +67,9 @@ def test_broker_defaults_units(tmp_path: Path) -> None:
     p.write_text("log.retention.hours=5\nlog.retention.minutes=7\nlog.retention.bytes=1000\n")
     d = broker_defaults(str(p))
     assert (d.retention_ms, d.retention_bytes) == (7 * 60_000, 1000)  # the finer unit wins
+
+
+def test_delete_records_chunk(tmp_path: Path) -> None:
+    assert (
+        load_retention_config(_toml(tmp_path, "delete_records_chunk = 2")).delete_records_chunk == 2
+    )
