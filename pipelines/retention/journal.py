@@ -25,6 +25,7 @@ settle the other's journal).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -70,6 +71,8 @@ def write_pending(lake: str, run_id: str, rows: list[dict[str, Any]]) -> Path:
 
 def clear_pending(path: Path) -> None:
     path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()  # only when empty: no journal left
 
 
 def _first_live_base(part_dir: str) -> int | None:
