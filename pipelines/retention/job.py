@@ -68,7 +68,6 @@ from logstore.storage.topic_config import read_topic_configs
 from logstore.tools.topics import KafkaConnection
 from pipelines.config import job_settings, read_pipeline_toml
 from pipelines.delta.commit import ensure_table
-from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
 from pipelines.ingest import INTERNAL_TOPIC_PREFIX, RECORDS_TABLE, read_progress
 from pipelines.retention.journal import clear_pending, settle_pending, write_pending
 from pipelines.retention.plan import (
@@ -95,6 +94,7 @@ RETENTION_LOG_TABLE = "retention_log"
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BROKER_CONFIG = ROOT / "conf" / "broker.properties"
 _DELETE_RECORDS_CHUNK = 1000  # partitions per DeleteRecords request ([retention] default)
+FAILPOINT_ENV = "LOGLAKE_FAILPOINT"  # pipelines.delta.datasource's, read here without PySpark
 FAILPOINT_AFTER_CHUNK = "retention.after_delete_chunk"
 _TIMEOUT: Any = datetime.timedelta(seconds=30)
 Log = Callable[[str], None]
@@ -386,6 +386,8 @@ def delete_records_online(
                     else:
                         out[key] = p.error_code.name.upper()
             if i == 0 and os.environ.get(FAILPOINT_ENV) == FAILPOINT_AFTER_CHUNK:
+                from pipelines.delta.datasource import kill_session  # noqa: PLC0415 (PySpark)
+
                 kill_session()
     return out
 
