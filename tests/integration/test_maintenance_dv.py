@@ -51,7 +51,7 @@ def _expected(recs: list[Rec]) -> dict:
 def _rows_at(path: str, version: int) -> set[tuple[int, bytes, int]]:
     table = DeltaTable(path, version=version)
     got = QueryBuilder().register("t", table).execute('SELECT "partition", key, "offset" FROM t')
-    return {tuple(r.values()) for r in pa.table(got.read_all()).to_pylist()}  # type: ignore[misc]
+    return {tuple(r.values()) for r in pa.table(got.read_all()).to_pylist()}
 
 
 def _dv_files(path: str) -> set[str]:
