@@ -30,7 +30,6 @@ and an older one used. Pure functions plus small file helpers; thread-safe.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
 from collections.abc import Iterable
@@ -40,7 +39,12 @@ from typing import Final, NamedTuple
 from crc32c import crc32c
 
 from logstore.errors import LoglakeError, StorageError
-from logstore.storage.files import SNAPSHOT_SUFFIX, fsync_dir, offset_from_file_name, segment_path
+from logstore.storage.files import (
+    SNAPSHOT_SUFFIX,
+    offset_from_file_name,
+    segment_path,
+    write_atomically,
+)
 
 __all__ = [
     "SNAPSHOT_VERSION",
@@ -157,20 +161,9 @@ def write_snapshot(dir: Path, offset: int, entries: Iterable[SnapshotEntry]) -> 
     """Write ``<offset>.snapshot`` whole or not at all (tmp, fsync, rename, fsync dir);
     :class:`StorageError` when the disk refuses (no file is left behind then)."""
     path = snapshot_path(dir, offset)
-    tmp = path.with_name(path.name + ".tmp")
-    data = encode_snapshot(entries)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fsync_dir(dir)
+        write_atomically(path, encode_snapshot(entries))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise StorageError(
             f"cannot write snapshot: {exc.strerror}", path=str(path), errno=exc.errno
         ) from exc

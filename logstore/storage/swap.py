@@ -85,6 +85,7 @@ from logstore.storage.files import (
     offset_from_file_name,
     parse_partition_dir,
     segment_path,
+    write_atomically,
 )
 from logstore.storage.segment import LogSegment
 
@@ -183,18 +184,8 @@ class CleanerManifest:
 
 def write_manifest(dir: str | os.PathLike[str], manifest: CleanerManifest) -> Path:
     """Write ``<dir>/cleaner-manifest.json`` atomically and durably."""
-    root = Path(dir)
-    path = root / MANIFEST_FILE
-    tmp = root / (MANIFEST_FILE + ".tmp")
-    data = json.dumps(manifest.to_json(), indent=1).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(root)
+    path = Path(dir) / MANIFEST_FILE
+    write_atomically(path, json.dumps(manifest.to_json(), indent=1).encode())
     return path
 
 
