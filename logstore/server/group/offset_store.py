@@ -205,15 +205,12 @@ class OffsetStore:
             # the partition has moved on to a newer epoch: this marker is obsolete (the
             # broker drops it, as Kafka's marker channel does) and the producer's pending
             # offsets here can never be committed; dropped, not left unstable forever
-            self._apply_marker(
-                self._pending,
-                self._offsets,
-                self._offset_at,
-                partition,
-                producer_id=producer_id,
-                commit=False,
-            )
+            self._settle(partition, producer_id=producer_id, commit=False)
             raise
+        self._settle(partition, producer_id=producer_id, commit=commit)
+
+    def _settle(self, partition: int, *, producer_id: int, commit: bool) -> None:
+        """:meth:`_apply_marker` on this store's own view."""
         self._apply_marker(
             self._pending,
             self._offsets,
