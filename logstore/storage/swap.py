@@ -414,17 +414,24 @@ def _reject(root: Path, exc: Exception) -> bool:
     return False
 
 
+def _pending_manifest(root: Path) -> CleanerManifest | bool | None:
+    """The manifest waiting in ``root``, else what applying it returns: None when there is
+    none, False when it cannot be read (rejected: :func:`_reject`)."""
+    try:
+        manifest = read_manifest(root)
+    except LoglakeError as exc:
+        return _reject(root, exc)
+    return manifest
+
+
 def apply_manifest(log: Log) -> bool | None:
     """Apply the log's pending manifest (the broker's path): True swapped, False rejected,
     None when there is none. The ``.cleaned`` files are checked first without the log's
     lock; the replaced segments' identity and the swap itself happen under it."""
     root = log.dir
-    try:
-        manifest = read_manifest(root)
-    except LoglakeError as exc:
-        return _reject(root, exc)
-    if manifest is None:
-        return None
+    manifest = _pending_manifest(root)
+    if not isinstance(manifest, CleanerManifest):
+        return manifest
     try:
         # the costly checks before taking the lock: appends are not held up by them
         _check_target(root, manifest)
@@ -467,12 +474,9 @@ def apply_offline(dir: str | os.PathLike[str], config: LogConfig) -> bool | None
     dir's ``.lock`` (:class:`~logstore.storage.dirlock.DirLock`). Same result as
     :func:`apply_manifest`; replaced segments are deleted at once."""
     root = Path(dir)
-    try:
-        manifest = read_manifest(root)
-    except LoglakeError as exc:
-        return _reject(root, exc)
-    if manifest is None:
-        return None
+    manifest = _pending_manifest(root)
+    if not isinstance(manifest, CleanerManifest):
+        return manifest
     try:
         _check_target(root, manifest)
         for group in manifest.groups:
