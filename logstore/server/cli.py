@@ -29,7 +29,20 @@ __all__ = ["add_arguments", "run"]
 log = logging.getLogger("logstore.server")
 
 
+EPILOG = (
+    "Exit codes: 0 stopped cleanly by SIGTERM or SIGINT (logs flushed, checkpoints and the"
+    " clean-shutdown marker written); 1 error: a log directory locked by another process, logs"
+    " that cannot be opened, the listener cannot bind, or a broker module fails to import;"
+    " 2 bad arguments or a configuration error (one line naming the key); 3 stopped, but the"
+    " log state could not be fully persisted (a full disk, an I/O error: logged; no"
+    " clean-shutdown marker, the next start recovers; nothing acknowledged is lost);"
+    " 130 interrupted (Ctrl-C) while it loads its configuration and modules, before its signal"
+    " handlers are set."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
     parser.add_argument("--config", metavar="PATH", help="broker properties file (Kafka key names)")
     parser.add_argument(
         "--override",

@@ -22,13 +22,12 @@ empty. Functions are thread-safe as long as two threads do not write the same pa
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from logstore.errors import LoglakeError, StorageError
-from logstore.storage.files import fsync_dir
+from logstore.storage.files import fsync_dir, write_atomically
 
 __all__ = [
     "CorruptCheckpointError",
@@ -55,22 +54,9 @@ def write_checkpoint_lines(path: str | os.PathLike[str], lines: Iterable[str]) -
     target = Path(path)
     body = list(lines)
     text = f"{_VERSION}\n{len(body)}\n" + "".join(line + "\n" for line in body)
-    tmp = target.with_name(target.name + ".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            data = text.encode("utf-8")
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
+        write_atomically(target, text.encode("utf-8"), sync_dir=False)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise StorageError(
             f"cannot write checkpoint: {exc.strerror or exc}", path=str(target), errno=exc.errno
         ) from exc

@@ -27,11 +27,13 @@ lies inside the log directory. :func:`validate_topic` applies Kafka's rules, whi
 exclude ``/``, ``\\``, NUL, ``.`` and ``..``; :func:`partition_dir` still resolves the result and
 checks containment, so a symlinked or otherwise surprising name cannot escape either.
 
-All functions are pure apart from :func:`partition_dir`'s ``resolve`` and are thread-safe.
+All functions are pure apart from :func:`partition_dir`'s ``resolve`` and the two that write
+(:func:`fsync_dir`, :func:`write_atomically`), and are thread-safe.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -62,6 +64,7 @@ __all__ = [
     "segment_file_name",
     "segment_path",
     "validate_topic",
+    "write_atomically",
 ]
 
 LOG_SUFFIX = ".log"
@@ -192,3 +195,30 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
+    """Replace ``path`` with ``data`` whole or not at all: write ``<name>.tmp`` beside it,
+    fsync it, rename it over ``path``, then (``sync_dir``) fsync the directory so the rename
+    is durable. After a crash either the old or the new file is there, never a mix.
+
+    ``OSError`` when the disk refuses; the old file stays and the ``.tmp`` is removed then
+    (a failure of the final directory fsync leaves the new file in place).
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+    if sync_dir:
+        fsync_dir(path.parent)

@@ -43,11 +43,12 @@ is loaded when the log opens, from the latest ``<offset>.snapshot`` plus the bat
 and the ``.txnindex`` of every segment recovery touched is rebuilt from its markers
 (:mod:`logstore.storage.producer_loader`). A snapshot is written on each roll (at the new
 segment's base offset, the state of every batch before it) and at a clean :meth:`close` (at the
-log end offset); the newest :data:`MAX_SNAPSHOTS` are kept, snapshots below the log start go
-with their segments, those above a truncation point go with the truncation (which reloads the
-state). The state itself is changed by the partition (:mod:`logstore.storage.partition`) under
-its append lock; ABORT markers add their entry through :meth:`append_aborted_txn`, and
-:meth:`collect_aborted_txns` answers READ_COMMITTED fetches from the segments' indexes.
+log end offset); which snapshots are kept is :mod:`logstore.storage.producer_snapshot`'s rule
+(the newest few; those below the log start go with their segments, those above a truncation
+point with the truncation, which reloads the state). The state itself is changed by the
+partition (:mod:`logstore.storage.partition`) under its append lock; ABORT markers add their
+entry through :meth:`append_aborted_txn`, and :meth:`collect_aborted_txns` answers
+READ_COMMITTED fetches from the segments' indexes.
 
 Crash behaviour: nothing is fsynced except by :meth:`flush` (called by the flush policy:
 ``flush.messages``, ``flush.ms`` via the manager, and on roll for the rolled segment). On open
@@ -109,12 +110,7 @@ from logstore.storage.files import (
 )
 from logstore.storage.loader import LoadResult, load_segments
 from logstore.storage.producer_loader import ProducerStateLoad, load_producer_state
-from logstore.storage.producer_snapshot import (
-    delete_snapshot,
-    list_snapshots,
-    snapshot_path,
-    write_snapshot,
-)
+from logstore.storage.producer_snapshot import MAX_SNAPSHOTS, delete_snapshots, take_snapshot
 from logstore.storage.producer_state import ProducerStateManager
 from logstore.storage.retention import retention_plan
 from logstore.storage.scheduler import Scheduler
@@ -135,8 +131,6 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _MAX_CODEC = 4  # zstd
-# producer snapshots kept per partition (the newest; Kafka keeps one per segment)
-MAX_SNAPSHOTS = 3
 _MIN_RECORD_SIZE = 7  # as protocol.batch: the smallest possible uncompressed record
 
 # Kafka's ListOffsets special timestamps.
@@ -308,22 +302,12 @@ class Log:
         :data:`MAX_SNAPSHOTS`; False (logged) when the disk refused: snapshots only shorten
         the next load, they are never needed for correctness."""
         with self._lock:
-            offset = self._next_offset
-            if snapshot_path(self._dir, offset).exists():
-                return True
-            try:
-                write_snapshot(self._dir, offset, self.producer_state.snapshot_entries())
-            except StorageError as exc:
-                _log.warning("%s: producer snapshot not written: %s", self._dir.name, exc)
-                return False
-            for old in list_snapshots(self._dir)[:-MAX_SNAPSHOTS]:
-                delete_snapshot(self._dir, old)
-            return True
-
-    def _delete_snapshots_below(self, offset: int) -> None:
-        for old in list_snapshots(self._dir):
-            if old < offset:
-                delete_snapshot(self._dir, old)
+            return take_snapshot(
+                self._dir,
+                self._next_offset,
+                self.producer_state.snapshot_entries,
+                keep=MAX_SNAPSHOTS,
+            )
 
     @classmethod
     def open(
@@ -856,9 +840,7 @@ class Log:
             self._high_watermark = min(self._high_watermark, offset)
             self._after_truncation(offset, clear_epochs=False)
             # Kafka's truncateAndReload: snapshots above the new end describe batches gone
-            for snap in list_snapshots(self._dir):
-                if snap > offset:
-                    delete_snapshot(self._dir, snap)
+            delete_snapshots(self._dir, above=offset)
             self._load_producer_state()
             return True
 
@@ -890,7 +872,7 @@ class Log:
         self._recovery_point = offset
         self._high_watermark = offset
         self._after_truncation(offset, clear_epochs=True)
-        self._delete_snapshots_below(2**63 - 1)
+        delete_snapshots(self._dir, below=2**63 - 1)
         self.producer_state.clear()
 
     def _remove_segments(
@@ -934,7 +916,7 @@ class Log:
                 self._log_start_offset = offset
                 self.leader_epoch_cache.truncate_from_start(offset)
                 self._delete_segments(lambda seg, nxt: nxt is not None and nxt <= offset)
-                self._delete_snapshots_below(offset)
+                delete_snapshots(self._dir, below=offset)
             return self._log_start_offset
 
     def _delete_segments(self, predicate: Callable[[LogSegment, int], bool]) -> int:
@@ -954,7 +936,7 @@ class Log:
             self._remove_segments(doomed)
             self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
             self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
-            self._delete_snapshots_below(self._log_start_offset)
+            delete_snapshots(self._dir, below=self._log_start_offset)
         return len(doomed)
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:

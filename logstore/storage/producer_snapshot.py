@@ -25,35 +25,51 @@ longer recognised after a restart from a snapshot).
 Written on roll (at the new segment's base offset) and at clean shutdown (at the log end
 offset): to a ``.tmp`` file, fsynced, renamed, directory fsynced, so a snapshot is whole or
 absent. A torn or corrupt file (:class:`CorruptSnapshotError`: size, version, CRC) is deleted
-and an older one used. Pure functions plus small file helpers; thread-safe.
+and an older one used. Which snapshots a log keeps is decided here too (:func:`take_snapshot`
+keeps the newest :data:`MAX_SNAPSHOTS`, :func:`delete_snapshots` drops those below the log
+start or above a truncation point); the log calls them under its lock. Pure functions plus
+small file helpers; thread-safe.
 """
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final, NamedTuple
 
 from crc32c import crc32c
 
 from logstore.errors import LoglakeError, StorageError
-from logstore.storage.files import SNAPSHOT_SUFFIX, fsync_dir, offset_from_file_name, segment_path
+from logstore.storage.files import (
+    SNAPSHOT_SUFFIX,
+    offset_from_file_name,
+    segment_path,
+    write_atomically,
+)
 
 __all__ = [
+    "MAX_SNAPSHOTS",
     "SNAPSHOT_VERSION",
     "CorruptSnapshotError",
     "SnapshotEntry",
     "decode_snapshot",
     "delete_snapshot",
+    "delete_snapshots",
     "encode_snapshot",
     "list_snapshots",
     "read_snapshot",
     "snapshot_path",
+    "take_snapshot",
     "write_snapshot",
 ]
+
+_log = logging.getLogger(__name__)
+
+# producer snapshots kept per partition (the newest; Kafka keeps one per segment)
+MAX_SNAPSHOTS: Final = 3
 
 SNAPSHOT_VERSION: Final = 1
 _HEAD = struct.Struct(">hIi")  # version, crc, entry count
@@ -157,20 +173,9 @@ def write_snapshot(dir: Path, offset: int, entries: Iterable[SnapshotEntry]) -> 
     """Write ``<offset>.snapshot`` whole or not at all (tmp, fsync, rename, fsync dir);
     :class:`StorageError` when the disk refuses (no file is left behind then)."""
     path = snapshot_path(dir, offset)
-    tmp = path.with_name(path.name + ".tmp")
-    data = encode_snapshot(entries)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fsync_dir(dir)
+        write_atomically(path, encode_snapshot(entries))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise StorageError(
             f"cannot write snapshot: {exc.strerror}", path=str(path), errno=exc.errno
         ) from exc
@@ -179,3 +184,29 @@ def write_snapshot(dir: Path, offset: int, entries: Iterable[SnapshotEntry]) -> 
 
 def delete_snapshot(dir: Path, offset: int) -> None:
     snapshot_path(dir, offset).unlink(missing_ok=True)
+
+
+def delete_snapshots(dir: Path, *, below: int | None = None, above: int | None = None) -> None:
+    """Delete the snapshots at offsets ``< below`` (their segments are gone) and ``> above``
+    (Kafka's truncateAndReload: they describe batches that were truncated away)."""
+    for offset in list_snapshots(dir):
+        if (below is not None and offset < below) or (above is not None and offset > above):
+            delete_snapshot(dir, offset)
+
+
+def take_snapshot(
+    dir: Path, offset: int, entries: Callable[[], Iterable[SnapshotEntry]], *, keep: int
+) -> bool:
+    """Write ``entries()`` as ``<offset>.snapshot`` unless one is there already, then keep
+    only the newest ``keep``. False (logged) when the disk refused: snapshots only shorten the
+    next load, they are never needed for correctness."""
+    if snapshot_path(dir, offset).exists():
+        return True
+    try:
+        write_snapshot(dir, offset, entries())
+    except StorageError as exc:
+        _log.warning("%s: producer snapshot not written: %s", dir.name, exc)
+        return False
+    for old in list_snapshots(dir)[:-keep]:
+        delete_snapshot(dir, old)
+    return True

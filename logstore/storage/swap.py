@@ -85,6 +85,7 @@ from logstore.storage.files import (
     offset_from_file_name,
     parse_partition_dir,
     segment_path,
+    write_atomically,
 )
 from logstore.storage.segment import LogSegment
 
@@ -183,18 +184,8 @@ class CleanerManifest:
 
 def write_manifest(dir: str | os.PathLike[str], manifest: CleanerManifest) -> Path:
     """Write ``<dir>/cleaner-manifest.json`` atomically and durably."""
-    root = Path(dir)
-    path = root / MANIFEST_FILE
-    tmp = root / (MANIFEST_FILE + ".tmp")
-    data = json.dumps(manifest.to_json(), indent=1).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(root)
+    path = Path(dir) / MANIFEST_FILE
+    write_atomically(path, json.dumps(manifest.to_json(), indent=1).encode())
     return path
 
 
@@ -423,17 +414,24 @@ def _reject(root: Path, exc: Exception) -> bool:
     return False
 
 
+def _pending_manifest(root: Path) -> CleanerManifest | bool | None:
+    """The manifest waiting in ``root``, else what applying it returns: None when there is
+    none, False when it cannot be read (rejected: :func:`_reject`)."""
+    try:
+        manifest = read_manifest(root)
+    except LoglakeError as exc:
+        return _reject(root, exc)
+    return manifest
+
+
 def apply_manifest(log: Log) -> bool | None:
     """Apply the log's pending manifest (the broker's path): True swapped, False rejected,
     None when there is none. The ``.cleaned`` files are checked first without the log's
     lock; the replaced segments' identity and the swap itself happen under it."""
     root = log.dir
-    try:
-        manifest = read_manifest(root)
-    except LoglakeError as exc:
-        return _reject(root, exc)
-    if manifest is None:
-        return None
+    manifest = _pending_manifest(root)
+    if not isinstance(manifest, CleanerManifest):
+        return manifest
     try:
         # the costly checks before taking the lock: appends are not held up by them
         _check_target(root, manifest)
@@ -476,12 +474,9 @@ def apply_offline(dir: str | os.PathLike[str], config: LogConfig) -> bool | None
     dir's ``.lock`` (:class:`~logstore.storage.dirlock.DirLock`). Same result as
     :func:`apply_manifest`; replaced segments are deleted at once."""
     root = Path(dir)
-    try:
-        manifest = read_manifest(root)
-    except LoglakeError as exc:
-        return _reject(root, exc)
-    if manifest is None:
-        return None
+    manifest = _pending_manifest(root)
+    if not isinstance(manifest, CleanerManifest):
+        return manifest
     try:
         _check_target(root, manifest)
         for group in manifest.groups:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from logstore.errors import LoglakeError
-from logstore.storage.files import fsync_dir, validate_topic
+from logstore.storage.files import fsync_dir, validate_topic, write_atomically
 from logstore.storage.properties import format_properties, parse_properties
 
 __all__ = [
@@ -47,18 +47,7 @@ def write_topic_config(
     """Replace ``topic``'s overrides with ``props`` atomically."""
     path = topic_config_path(log_dir, topic)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    data = format_properties(props).encode("ascii")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    write_atomically(path, format_properties(props).encode("ascii"))
 
 
 def read_topic_config(log_dir: str | os.PathLike[str], topic: str) -> dict[str, str]:

@@ -82,7 +82,15 @@ _TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
 _NAME = re.compile(r"^(\d{20})$")
 
 
+EPILOG = (
+    "Exit codes: 0 every file dumped (or checked) without an error (WARNING lines and files of"
+    " an unknown kind do not count); 1 at least one ERROR: a file corrupt, torn, unreadable or"
+    " failing --index-sanity-check; 2 bad arguments; 130 interrupted."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
     parser.add_argument(
         "--files",
         nargs="+",

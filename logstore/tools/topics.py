@@ -110,7 +110,16 @@ class KafkaConnection:
         return bytes(out)
 
 
+EPILOG = (
+    "Exit codes: 0 success; 1 a broker-side error (its Kafka error name is printed, e.g."
+    " TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION); 2 bad arguments (a --config item"
+    " without '=', a --bootstrap-server that is not host:port) or the broker cannot be reached"
+    " or broke the connection; 130 interrupted."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
     parser.add_argument(
         "--bootstrap-server", default="127.0.0.1:9092", metavar="HOST:PORT", help="a broker"
     )

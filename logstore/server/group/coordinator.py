@@ -334,61 +334,31 @@ class GroupCoordinator(Rebalancer):
         offsets: Sequence[CommitRequest],
         retention_ms: int,
     ) -> list[ErrorCode]:
-        def all_(error: ErrorCode) -> list[ErrorCode]:
-            return [error] * len(offsets)
-
-        err = self._inactive_error()
-        if err is not None:
-            return all_(err)
-        if not group_id:
-            return all_(ErrorCode.invalid_group_id)
-        now = self._clock()
-        group = self._groups.get(group_id)
-        if group is None:
-            if generation_id >= 0:
-                return all_(ErrorCode.illegal_generation)
-            group = Group(group_id, current_state_timestamp_ms=now)
-            self._groups[group_id] = group
-        if group.state is GroupState.DEAD:
-            return all_(ErrorCode.coordinator_not_available)
+        checked = self._commit_group(group_id, create=generation_id < 0)
+        if isinstance(checked, ErrorCode):
+            return [checked] * len(offsets)
+        group, now = checked
         if generation_id < 0 and group.state is GroupState.EMPTY:
             pass  # a "simple" consumer group: Kafka only stores its offsets
         elif generation_id >= 0 or member_id or instance_id is not None:
             err = self._validate_member(group, member_id, instance_id)
+            if err is None and generation_id != group.generation_id:
+                err = ErrorCode.illegal_generation
+            if err is None and group.state is GroupState.COMPLETING_REBALANCE:
+                err = ErrorCode.rebalance_in_progress
             if err is not None:
-                return all_(err)
-            if generation_id != group.generation_id:
-                return all_(ErrorCode.illegal_generation)
-            if group.state is GroupState.COMPLETING_REBALANCE:
-                return all_(ErrorCode.rebalance_in_progress)
+                return [err] * len(offsets)
             self._heartbeat(group.members[member_id], now)
         else:
-            return all_(ErrorCode.unknown_member_id)
-        errors: list[ErrorCode] = []
-        values: list[tuple[tuple[str, int], OffsetValue]] = []
-        for c in offsets:
-            metadata = c.metadata or ""
-            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
-                errors.append(ErrorCode.offset_metadata_too_large)
-                continue
-            expire = now + retention_ms if retention_ms > 0 else -1
-            values.append(
-                (
-                    (c.topic, c.partition),
-                    OffsetValue(c.offset, metadata, now, c.leader_epoch, expire),
-                )
-            )
-            errors.append(ErrorCode.none)
-        if values:
-            try:
-                self._store.commit(group_id, values, now_ms=now)
-            except (LoglakeError, OSError) as e:
-                log.error("group %s: cannot store offsets: %s", group_id, e)
-                return [
-                    ErrorCode.coordinator_not_available if e_ is ErrorCode.none else e_
-                    for e_ in errors
-                ]
-        return errors
+            return [ErrorCode.unknown_member_id] * len(offsets)
+        expire = now + retention_ms if retention_ms > 0 else -1
+        return self._store_offsets(
+            group_id,
+            offsets,
+            now,
+            expire,
+            lambda values: self._store.commit(group_id, values, now_ms=now),
+        )
 
     def txn_commit_offsets(
         self,
@@ -425,31 +395,69 @@ class GroupCoordinator(Rebalancer):
         instance_id: str | None,
         offsets: Sequence[CommitRequest],
     ) -> list[ErrorCode]:
-        def all_(error: ErrorCode) -> list[ErrorCode]:
-            return [error] * len(offsets)
-
-        err = self._inactive_error()
-        if err is not None:
-            return all_(err)
-        if not group_id:
-            return all_(ErrorCode.invalid_group_id)
-        now = self._clock()
-        group = self._groups.get(group_id)
-        if group is None:
-            # Kafka creates the group: a producer need not be a member of it.
-            group = Group(group_id, current_state_timestamp_ms=now)
-            self._groups[group_id] = group
-        if group.state is GroupState.DEAD:
-            return all_(ErrorCode.coordinator_not_available)
+        # Kafka creates the group: a producer need not be a member of it.
+        checked = self._commit_group(group_id, create=True)
+        if isinstance(checked, ErrorCode):
+            return [checked] * len(offsets)
+        group, now = checked
         # KIP-447: member and generation are checked when the producer sends them.
+        err: ErrorCode | None = None
         if instance_id is not None:
             known = group.static_members.get(instance_id)
             if known is not None and member_id and known != member_id:
-                return all_(ErrorCode.fenced_instance_id)
-        if member_id and member_id not in group.members:
-            return all_(ErrorCode.unknown_member_id)
-        if generation_id >= 0 and generation_id != group.generation_id:
-            return all_(ErrorCode.illegal_generation)
+                err = ErrorCode.fenced_instance_id
+        if err is None and member_id and member_id not in group.members:
+            err = ErrorCode.unknown_member_id
+        if err is None and generation_id >= 0 and generation_id != group.generation_id:
+            err = ErrorCode.illegal_generation
+        if err is not None:
+            return [err] * len(offsets)
+        return self._store_offsets(
+            group_id,
+            offsets,
+            now,
+            -1,
+            lambda values: self._store.txn_commit(
+                group_id,
+                values,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                now_ms=now,
+            ),
+        )
+
+    def _commit_group(self, group_id: str, *, create: bool) -> tuple[Group, int] | ErrorCode:
+        """The checks OffsetCommit and TxnOffsetCommit share before their member checks: the
+        coordinator is active, the group id is valid, the group exists (created when
+        ``create``, else ``illegal_generation``) and is not dead. Returns the group and the
+        time of the commit, or the error for every partition of the request."""
+        err = self._inactive_error()
+        if err is not None:
+            return err
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        now = self._clock()
+        group = self._groups.get(group_id)
+        if group is None:
+            if not create:
+                return ErrorCode.illegal_generation
+            group = Group(group_id, current_state_timestamp_ms=now)
+            self._groups[group_id] = group
+        if group.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        return group, now
+
+    def _store_offsets(
+        self,
+        group_id: str,
+        offsets: Sequence[CommitRequest],
+        now: int,
+        expire: int,
+        store: Callable[[list[tuple[tuple[str, int], OffsetValue]]], None],
+    ) -> list[ErrorCode]:
+        """Refuse each offset whose metadata is too large, ``store`` the others as one batch;
+        one error code per request, in order (``coordinator_not_available`` for the stored
+        ones when the store refuses: nothing was stored then)."""
         errors: list[ErrorCode] = []
         values: list[tuple[tuple[str, int], OffsetValue]] = []
         for c in offsets:
@@ -457,21 +465,14 @@ class GroupCoordinator(Rebalancer):
             if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
                 errors.append(ErrorCode.offset_metadata_too_large)
                 continue
-            values.append(
-                ((c.topic, c.partition), OffsetValue(c.offset, metadata, now, c.leader_epoch))
-            )
+            value = OffsetValue(c.offset, metadata, now, c.leader_epoch, expire)
+            values.append(((c.topic, c.partition), value))
             errors.append(ErrorCode.none)
         if values:
             try:
-                self._store.txn_commit(
-                    group_id,
-                    values,
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                    now_ms=now,
-                )
+                store(values)
             except (LoglakeError, OSError) as e:
-                log.error("group %s: cannot store transactional offsets: %s", group_id, e)
+                log.error("group %s: cannot store offsets: %s", group_id, e)
                 return [
                     ErrorCode.coordinator_not_available if e_ is ErrorCode.none else e_
                     for e_ in errors

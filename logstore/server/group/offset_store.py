@@ -12,6 +12,8 @@ compacted topic is meant to be read.
 The topic is created lazily (a partition's log appears with its first record) with
 ``cleanup.policy=compact`` stored as its override (``LogManager.set_topic_config``, i.e.
 ``<log_dir>/topic-configs/__consumer_offsets.properties``) so the directory describes itself.
+That, snapshot compaction and reading back are shared with ``__transaction_state``
+(:mod:`logstore.server.internal_log`).
 
 Transactional offset commits (TxnOffsetCommit, KIP-98) are appended as a *transactional*
 batch carrying the producer's id and epoch and stay pending (not visible to OffsetFetch)
@@ -33,19 +35,16 @@ updated only after the append returned.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from logstore.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
-    LoglakeError,
     TransactionCoordinatorFencedError,
 )
-from logstore.protocol.batch import iter_batches
 from logstore.protocol.control import ControlType, decode_control_record
-from logstore.protocol.records import build_batch, decode_batch
+from logstore.protocol.records import build_batch
 from logstore.server.group.schemas import (
     GroupKey,
     GroupValue,
@@ -60,22 +59,16 @@ from logstore.server.group.schemas import (
     encode_offset_value,
     partition_for,
 )
+from logstore.server.internal_log import CompactedInternalLog, iter_records
 from logstore.storage.log import Log
 from logstore.storage.log_manager import LogManager
 from logstore.storage.partition import Partition
-from logstore.storage.topic_config import read_topic_config
 
 __all__ = ["OFFSETS_TOPIC", "LoadedState", "OffsetStore"]
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-
-# Bytes read from a log per step while loading; a batch larger than this is still read whole
-# (min_one_batch), so this only bounds memory for ordinary batches.
-_LOAD_READ_BYTES = 4 * 1024 * 1024
-# Records per batch of a snapshot: ~100 B each, well under max.message.bytes (1 MiB).
-_SNAPSHOT_BATCH_RECORDS = 2_000
 
 
 # a pending transactional offset and the log offset of its batch (Kafka's
@@ -109,13 +102,14 @@ class OffsetStore:
         segment_bytes: int,
         snapshot_min_records: int = 10_000,
     ) -> None:
-        self._log_manager = log_manager
         self.num_partitions = num_partitions
-        self._segment_bytes = segment_bytes
-        self._snapshot_min_records = snapshot_min_records
-        self._logs: dict[int, Log] = {}
+        self._topic = CompactedInternalLog(
+            log_manager,
+            OFFSETS_TOPIC,
+            segment_bytes=segment_bytes,
+            snapshot_min_records=snapshot_min_records,
+        )
         self._partitions: dict[int, Partition] = {}
-        self._config_checked = False
         # The log's compacted view: group -> (topic, partition) -> latest committed value,
         # and group -> its latest group metadata value (encoded).
         self._offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
@@ -211,15 +205,12 @@ class OffsetStore:
             # the partition has moved on to a newer epoch: this marker is obsolete (the
             # broker drops it, as Kafka's marker channel does) and the producer's pending
             # offsets here can never be committed; dropped, not left unstable forever
-            self._apply_marker(
-                self._pending,
-                self._offsets,
-                self._offset_at,
-                partition,
-                producer_id=producer_id,
-                commit=False,
-            )
+            self._settle(partition, producer_id=producer_id, commit=False)
             raise
+        self._settle(partition, producer_id=producer_id, commit=commit)
+
+    def _settle(self, partition: int, *, producer_id: int, commit: bool) -> None:
+        """:meth:`_apply_marker` on this store's own view."""
         self._apply_marker(
             self._pending,
             self._offsets,
@@ -334,7 +325,7 @@ class OffsetStore:
         if not items:
             return -1
         partition = self.partition_for(group_id)
-        log_ = self._log(partition)
+        log_ = self._topic.log(partition)
         buf = build_batch(
             items,
             base_timestamp=now_ms,
@@ -350,43 +341,20 @@ class OffsetStore:
         return first
 
     def _maybe_snapshot(self, partition: int, log_: Log, *, now_ms: int) -> None:
-        """Compact one partition by snapshot once at least half of it is dead records.
-
-        Nothing else cleans this topic, and every start reads it whole, so the store does
-        what Kafka's cleaner would: (1) roll, so every older record is in a closed
-        segment; (2) append the live value of every key of the partition; (3) advance the
-        log start offset to the snapshot (DeleteRecords), which deletes the older segments.
-        Later records win when reading back, so a crash between any two steps leaves a log
-        that still loads to the same state. A failure is logged, never raised: the change
-        that triggered it is already durable.
-        """
-        span = log_.log_end_offset - log_.log_start_offset
-        if span < self._snapshot_min_records:
+        """Compact one partition by snapshot once at least half of it is dead records
+        (:meth:`CompactedInternalLog.snapshot`), through the partition so that its producer
+        state below the new log start goes too."""
+        if not self._topic.snapshot_due(log_):
             return
         if any(self.partition_for(g) == partition for gs in self._pending.values() for g in gs):
             return  # pending transactional offsets: their records must stay (never past LSO)
-        live = self._live_records(partition)
-        if 2 * len(live) > span:
-            return
         part = self._partition(partition)
-        try:
-            log_.roll(now_ms=now_ms)
-            start = log_.log_end_offset
-            for i in range(0, len(live), _SNAPSHOT_BATCH_RECORDS):
-                chunk = live[i : i + _SNAPSHOT_BATCH_RECORDS]
-                buf = build_batch([(k, v, (), now_ms) for k, v in chunk], base_timestamp=now_ms)
-                part.append_as_coordinator(buf, now_ms=now_ms)
-            # the producer state below the new log start goes too
-            part.delete_records_before(start)
-        except (LoglakeError, OSError) as e:
-            log.error("%s-%d: snapshot compaction failed: %s", OFFSETS_TOPIC, partition, e)
-            return
-        log.info(
-            "%s-%d: compacted %d records to %d live ones",
-            OFFSETS_TOPIC,
+        self._topic.snapshot(
             partition,
-            span,
-            len(live),
+            self._live_records(partition),
+            now_ms=now_ms,
+            append=lambda buf: part.append_as_coordinator(buf, now_ms=now_ms),
+            delete_before=part.delete_records_before,
         )
 
     def _live_records(self, partition: int) -> list[tuple[bytes, bytes]]:
@@ -406,35 +374,11 @@ class OffsetStore:
         """The partition over this store's log of ``partition`` (its producer state is the
         log's, shared with the broker's Partition of the same log; only the coordinator
         writes to the topic, clients' produce requests are refused)."""
-        log_ = self._log(partition)
+        log_ = self._topic.log(partition)
         part = self._partitions.get(partition)
         if part is None or part.log is not log_:
             part = self._partitions[partition] = Partition(OFFSETS_TOPIC, partition, log_)
         return part
-
-    def _log(self, partition: int) -> Log:
-        log_ = self._logs.get(partition)
-        if log_ is None:
-            self._ensure_topic_config()
-            log_ = self._log_manager.get_or_create_log(OFFSETS_TOPIC, partition)
-            self._logs[partition] = log_
-        return log_
-
-    def _ensure_topic_config(self) -> None:
-        """Record ``cleanup.policy=compact`` (and the segment size) as the topic's stored
-        overrides, keeping any other override an operator set."""
-        if self._config_checked:
-            return
-        wanted = {"cleanup.policy": "compact", "segment.bytes": str(self._segment_bytes)}
-        current: dict[str, str] = {}
-        for d in self._log_manager.log_dirs:
-            try:
-                current.update(read_topic_config(d, OFFSETS_TOPIC))
-            except (LoglakeError, OSError):
-                continue
-        if any(current.get(k) != v for k, v in wanted.items()):
-            self._log_manager.set_topic_config(OFFSETS_TOPIC, {**current, **wanted})
-        self._config_checked = True
 
     # --- loading ------------------------------------------------------------------------
 
@@ -446,14 +390,16 @@ class OffsetStore:
         per partition): a foreign record must not stop the broker from starting.
         """
         state = LoadedState()
-        for log_ in self._existing_logs():
-            self._logs[int(log_.partition)] = log_
+        for log_ in self._topic.existing_logs():
             bad = 0
             partition = int(log_.partition)
-            for producer_id, control, batch_offset, key, value in _iter_records(log_):
+            for header, rec in iter_records(log_):
                 state.records += 1
+                key, value, batch_offset = rec.key, rec.value, header.base_offset
+                # producer id of a transactional batch, else -1
+                producer_id = header.producer_id if header.is_transactional else -1
                 try:
-                    if control:
+                    if header.is_control:
                         marker = decode_control_record(key, value)
                         if marker.is_transaction_marker:
                             self._apply_marker(
@@ -480,10 +426,6 @@ class OffsetStore:
         self._pending = state.pending
         self._group_values = {g: encode_group_value(v) for g, v in state.groups.items()}
         return state
-
-    def _existing_logs(self) -> list[Log]:
-        found = [lg for lg in self._log_manager.all_logs() if lg.topic == OFFSETS_TOPIC]
-        return sorted(found, key=lambda lg: int(lg.partition))
 
     @staticmethod
     def _apply_pending(
@@ -520,30 +462,3 @@ class OffsetStore:
                 state.groups.pop(k.group, None)
             else:
                 state.groups[k.group] = decode_group_value(value)
-
-
-def _iter_records(log_: Log) -> Iterator[tuple[int, bool, int, bytes | None, bytes | None]]:
-    """(producer id of a transactional batch else -1, is control, the batch's base offset,
-    key, value) of every record of ``log_``, from its log start offset to its end."""
-    offset = int(log_.log_start_offset)
-    end = int(log_.log_end_offset)
-    while offset < end:
-        fetched = log_.read(offset, _LOAD_READ_BYTES)
-        if fetched.length == 0:
-            return
-        data = os.pread(fetched.fileno, fetched.length, fetched.position)
-        next_offset = offset
-        for pos, header in iter_batches(data, allow_torn_tail=True):
-            next_offset = header.next_offset
-            if header.next_offset <= offset:
-                continue
-            txn_pid = header.producer_id if header.is_transactional else -1
-            _, records = decode_batch(data, pos)
-            for rec in records:
-                if rec.offset >= offset:
-                    yield txn_pid, header.is_control, header.base_offset, rec.key, rec.value
-        if next_offset <= offset:
-            raise CorruptRecordError(
-                f"{OFFSETS_TOPIC}-{log_.partition}: no progress reading at offset {offset}"
-            )
-        offset = next_offset

@@ -155,17 +155,78 @@ def test_help_documents_the_exit_codes_the_job_returns(
     source = (ROOT / "jobs" / f"{job}.py").read_text()
     returned = {2}  # argparse on bad arguments
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Return) and node.value is not None:
-            for const in ast.walk(node.value):
-                if isinstance(const, ast.Constant) and isinstance(const.value, int):
-                    returned.add(const.value)
+        returned |= returned_ints(node)
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Name):
             assert node.value.id in {"EXIT_MISSING_TOPICS", "code"}, node.value.id
-    for code in sorted(returned):
-        assert re.search(rf"\b{code} [a-z]", documented), f"exit {code} of {job} not in --help"
+    assert_documented(returned, documented, job)
     if job in TOPIC_JOBS:
         assert "--allow-missing-topics" in help_text
         assert re.search(r"2 bad arguments, or (a topic|missing topics)", documented)
+
+
+def returned_ints(node: ast.AST) -> set[int]:
+    """The integer constants in ``node`` when it is a ``return`` statement."""
+    if not isinstance(node, ast.Return) or node.value is None:
+        return set()
+    return {
+        c.value
+        for c in ast.walk(node.value)
+        if isinstance(c, ast.Constant) and isinstance(c.value, int)
+    }
+
+
+def assert_documented(codes: set[int], documented: str, what: str) -> None:
+    for code in sorted(codes):
+        assert re.search(rf"\b{code} [a-z]", documented), f"exit {code} of {what} not in --help"
+
+
+# The loglake subcommands (logstore/cli.py): each module's --help epilog against the exit
+# codes its `-> int` functions return (run and the helpers whose result it returns).
+LOGLAKE_COMMANDS = {
+    "broker": "logstore/server/cli.py",
+    "topics": "logstore/tools/topics.py",
+    "dump-log": "logstore/tools/dump_log.py",
+}
+
+
+def loglake_exit_codes(module_path: str) -> set[int]:
+    """Argparse's 2, what ``logstore.cli.main`` itself returns (130 on Ctrl-C), and every
+    integer a ``-> int`` function of the subcommand's module returns or assigns to the
+    ``code`` it returns."""
+    codes = {2}
+    for source in ((ROOT / "logstore" / "cli.py").read_text(), (ROOT / module_path).read_text()):
+        for fn in ast.walk(ast.parse(source)):
+            is_main = isinstance(fn, ast.FunctionDef) and fn.name == "main"
+            if not isinstance(fn, ast.FunctionDef) or not (
+                is_main or (isinstance(fn.returns, ast.Name) and fn.returns.id == "int")
+            ):
+                continue
+            for node in ast.walk(fn):
+                codes |= returned_ints(node)
+                if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(
+                    node.value, ast.Constant
+                ):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if any(isinstance(t, ast.Name) and t.id == "code" for t in targets):
+                        assert isinstance(node.value.value, int)
+                        codes.add(node.value.value)
+    return codes
+
+
+@pytest.mark.parametrize("command", sorted(LOGLAKE_COMMANDS))
+def test_loglake_help_documents_the_exit_codes_the_command_returns(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from logstore.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    documented = help_text[help_text.index("Exit codes:") :]
+    codes = loglake_exit_codes(LOGLAKE_COMMANDS[command])
+    assert {0, 1, 2, 130} <= codes  # the scan found the returns
+    assert_documented(codes, documented, f"loglake {command}")
 
 
 @pytest.mark.parametrize("job", JOBS)

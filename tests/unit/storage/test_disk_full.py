@@ -24,7 +24,7 @@ import pytest
 from logstore.errors import LogOfflineError, StorageError
 from logstore.protocol.batch import iter_batches
 from logstore.protocol.records import build_batch, decode_batch
-from logstore.storage.files import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
+from logstore.storage.files import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT, write_atomically
 from logstore.storage.index import OffsetIndex, TimeIndex
 from logstore.storage.log import Log, LogConfig
 from logstore.storage.log_manager import LogManager
@@ -304,3 +304,23 @@ def test_start_on_a_full_disk_opens_offline_and_recovers_later(tmpfs) -> None:
     lg.append(_batch(30))
     assert _keys(lg) == _expected(0, 31)
     assert ok.shutdown() is True
+
+
+def test_write_atomically_on_a_full_disk_keeps_the_old_file_and_leaves_no_tmp(tmpfs) -> None:
+    """The one writer of checkpoints, topic configs, producer snapshots and cleaner manifests:
+    a write the disk refuses leaves the previous contents whole and no ``.tmp`` behind; with
+    room again the new contents replace them whole."""
+    d = tmpfs(2)
+    path = d / "recovery-point-offset-checkpoint"
+    write_atomically(path, b"old\n")
+    filler = fill(d)
+    big = bytes(range(256)) * 4096  # 1 MiB: more than is left
+    with pytest.raises(OSError) as info:
+        write_atomically(path, big)
+    assert info.value.errno == errno.ENOSPC
+    assert path.read_bytes() == b"old\n"
+    assert sorted(p.name for p in d.iterdir()) == sorted([path.name, filler.name])
+    filler.unlink()
+    write_atomically(path, big)
+    assert path.read_bytes() == big
+    assert not path.with_name(path.name + ".tmp").exists()
