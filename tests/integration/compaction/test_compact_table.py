@@ -353,7 +353,7 @@ def test_staging_is_removed_after_a_run_and_after_a_failed_run(
     assert run_compact(spark, config, log=_quiet).topics[0].committed
     path = table_path(tmp_path, "t")
     staging = Path(path) / "_compact_staging"
-    assert not any(staging.iterdir())
+    assert not staging.exists()  # the run's staging and owner marker are gone
     assert read_topic_table(path) == _expected(recs, strategy)
     before = (DeltaTable(path).version(), read_topic_table(path))
     more = [Rec(0, o, 1, bytes([o % 7]), bytes([o]), ()) for o in range(20, 30)]
@@ -367,7 +367,8 @@ def test_staging_is_removed_after_a_run_and_after_a_failed_run(
             run_compact(spark, config, log=_quiet)
     finally:
         victim.write_bytes(data)
-    assert not any(staging.iterdir())
+    assert not staging.exists()
+    assert unreferenced_files(path) == []  # nor any file the failed run wrote
     assert (DeltaTable(path).version(), read_topic_table(path)) == before
     assert run_compact(spark, config, log=_quiet).topics[0].committed
     assert read_topic_table(path) == _expected(recs + more, strategy)
