@@ -86,7 +86,8 @@ under their own write id; the later commit finds the table moved and fails clean
 (``ConcurrentWriteError``), removing its own files. Failpoints for the crash tests
 (``LOGLAKE_FAILPOINT``, SIGKILL of the whole session): ``compact.after_stage1``,
 ``compact.mid_stage2`` (in the first stage-2 task, its files written),
-``compact.before_commit``, ``compact.between_commits``.
+``compact.before_commit``, ``compact.between_commits``, ``compact.after_commit`` (before the
+run's own clean-up: the re-run keeps what it committed).
 """
 
 from __future__ import annotations
@@ -645,7 +646,7 @@ def _task_ids() -> tuple[int, int]:
 # ``<table>/_compact_staging/<write_id>/``; stage 2, one task per group of buckets: each bucket
 # read from its staged files and merged (``_merge_rows``). Only file names and row counts travel
 # through the driver. The staging directory is removed when the run ends, committed or not (a
-# killed run leaves it: ``_clear_stale_staging``).
+# killed run leaves it: the next run removes it, ``_reap_dead_runs``).
 
 STAGING = "_compact_staging"
 _RECORD_COLUMNS = ["partition", "key", "value", "headers", "offset", "timestamp", "timestamp_type"]
@@ -838,6 +839,7 @@ OWNER_SUFFIX = ".owner"
 OWNER_STALE_AFTER_S = 24 * 3600.0
 # A marker without its first line (its run died between creating and filling it).
 _EMPTY_OWNER_GRACE_S = 60.0
+_EXIT_WAIT_S = 10.0  # how long a dead driver's lock may outlive its pid (see _owner_dead)
 _OWNED: dict[str, int] = {}  # write id -> the locked marker's descriptor (this process's runs)
 
 
@@ -923,27 +925,43 @@ def _release_ownership(root: str, write_id: str) -> None:
 def _owner_dead(fd: int, marker: str, now: float) -> bool:
     """Whether the run of ``marker`` (opened as ``fd``) is provably dead; on True the caller
     holds its lock."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False  # its run holds it (or another reaper does)
-    except OSError:
-        pass  # no flock here: the pid or the age decides
     with open(marker, encoding="utf-8") as fh:
         first = fh.readline()
     try:
         owner = json.loads(first)
     except ValueError:
-        # not yet filled: its run died between creating and filling it, or is about to fill
-        # it (it checks the marker is still there after locking it, and starts again if not)
+        owner = None  # not yet filled
+    here = owner is not None and owner.get("host") == socket.gethostname()
+    gone = here and _pid_gone(owner)
+    # A killed process is gone (or a zombie) a moment before its files, and so its lock, are
+    # released (its other threads are still exiting): wait for that, not for a live run.
+    deadline = time.monotonic() + (_EXIT_WAIT_S if gone else 0.0)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False  # its run holds it (or another reaper does)
+            time.sleep(0.05)
+        except OSError:
+            break  # no flock here: the pid or the age decides
+    if owner is None:
+        # its run died between creating and filling it, or is about to fill it (it checks
+        # the marker is still there after locking it, and starts again if not)
         return now - os.fstat(fd).st_mtime > _EMPTY_OWNER_GRACE_S
-    if owner.get("host") == socket.gethostname():
-        pid = int(owner.get("pid", -1))
-        start = _pid_start(pid) if pid > 0 else None
-        if pid == os.getpid() and owner.get("write_id") in _OWNED:
-            return False  # a run of this very process (another thread)
-        return start is None or start != owner.get("pid_start")
+    if here:
+        return gone
     return now - float(owner.get("started_at", now)) > OWNER_STALE_AFTER_S
+
+
+def _pid_gone(owner: Mapping[str, Any]) -> bool:
+    """The marker's driver (on this host) has exited: its pid is gone, a zombie, or reused."""
+    pid = int(owner.get("pid", -1))
+    if pid == os.getpid() and owner.get("write_id") in _OWNED:
+        return False  # a run of this very process (another thread)
+    start = _pid_start(pid) if pid > 0 else None
+    return start is None or start != owner.get("pid_start")
 
 
 _Z85_DIGITS = (  # deltalog's alphabet
@@ -1383,6 +1401,7 @@ def compact_topic(
     except BaseException:
         _cleanup(plan)
         raise
+    _failpoint("compact.after_commit")
     result.committed = version is not None
     result.seconds["commit"] = time.perf_counter() - started
     result.table_version = version if version is not None else dt.version()

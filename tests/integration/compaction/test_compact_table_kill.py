@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 
 from pipelines.compaction.config import CompactConfig
 from pipelines.compaction.model import Rec, Strategy, latest
@@ -88,7 +88,14 @@ def _run_files(root: str) -> list[str]:
 
 
 STEPS = ["compact.after_stage1", "compact.mid_stage2", "compact.before_commit",
-         "compact.between_commits"]  # fmt: skip
+         "compact.between_commits", "compact.after_commit"]  # fmt: skip
+
+
+def _every_version_reads(root: str) -> None:
+    """Time travel still works: every version of the table reads (all its files are there)."""
+    for version in range(DeltaTable(root).version() + 1):
+        table = DeltaTable(root, version=version)
+        QueryBuilder().register("t", table).execute("SELECT count(*) FROM t").read_all()
 
 
 @pytest.mark.parametrize("failpoint", STEPS)
@@ -99,13 +106,18 @@ def test_killed_table_job_rerun_is_exact_with_no_leftover_files(
     path, tombs = table_path(tmp_path, "t"), tombstones_path(tmp_path, "t")
     before = (DeltaTable(path).version(), read_topic_table(path))
     tomb_version = DeltaTable(tombs).version()
+    committed = failpoint == "compact.after_commit"
 
     killed = spark_submit("compact.py", ["--config", str(conf)], failpoint=failpoint)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    # the topic table is as it was; the tombstone table moved only if killed after its commit
-    assert (DeltaTable(path).version(), read_topic_table(path)) == before
+    # the topic table is as it was (or, killed after its commit, the model); the tombstone
+    # table moved only if killed after its commit
+    if committed:
+        assert read_topic_table(path) == _expected(recs, STRATEGY)
+    else:
+        assert (DeltaTable(path).version(), read_topic_table(path)) == before
     moved = DeltaTable(tombs).version() != tomb_version
-    assert moved == (failpoint == "compact.between_commits")
+    assert moved == (failpoint in ("compact.between_commits", "compact.after_commit"))
     # evidence of where it died: the run's owner marker, and what it had written
     (marker,) = (Path(path) / STAGING).glob("*.owner")
     write_id = marker.name.removesuffix(".owner")
@@ -116,6 +128,8 @@ def test_killed_table_job_rerun_is_exact_with_no_leftover_files(
     outside = [f for f in left if not f.startswith(f"{STAGING}/")]
     if failpoint == "compact.after_stage1":
         assert any(f.endswith(".arrow") for f in staged) and not outside, left
+    elif committed:
+        assert left == [f"{STAGING}/{marker.name}"]  # all it wrote is committed
     else:
         assert any(write_id in f for f in outside), left  # data / change-data files
     if failpoint in ("compact.before_commit", "compact.between_commits"):
@@ -125,13 +139,17 @@ def test_killed_table_job_rerun_is_exact_with_no_leftover_files(
         assert not any(f.startswith("tomb:") for f in left)  # its files are committed
 
     result = run_compact(spark, config_of(tmp_path), log=_quiet).topics[0]
-    assert result.committed and result.buckets_with_deletion_vectors >= 1
+    assert result.committed != committed
+    if not committed:
+        assert result.buckets_with_deletion_vectors >= 1
     assert read_topic_table(path) == _expected(recs, STRATEGY)
     assert _read_tombstones(tombs) == _tombstones(recs)
     for root in (path, tombs):
         assert not (Path(root) / STAGING).exists()
-        assert table_files(root) <= referenced_files(root)
+        # exactly the files some version names: nothing left over, nothing referenced lost
+        assert table_files(root) == referenced_files(root)
         assert unreferenced_files(root) == []
+        _every_version_reads(root)
     assert not run_compact(spark, config_of(tmp_path), log=_quiet).topics[0].committed
 
 
