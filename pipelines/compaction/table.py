@@ -860,7 +860,9 @@ def _take_ownership(root: str) -> str:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # a reaper took the unfilled marker for a dead one's
+        except BlockingIOError:  # a reaper is looking at it (unfilled: it leaves it alone)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
             os.close(fd)
             continue
         except OSError:

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -234,3 +235,49 @@ def test_a_live_runs_files_are_never_reaped_a_dead_ones_are(
     assert sorted(unreferenced_files(path)) == sorted(
         str(p.relative_to(path)) for p in (away_data, away)
     )
+
+
+def test_two_runs_at_once_the_later_commit_fails_cleanly(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of the same topic at once (threads of one driver, real Spark jobs): both
+    reach their commit having read the same snapshot (a barrier at the before_commit
+    failpoint); one commits, the other fails with ConcurrentWriteError, removing its own
+    files, not the winner's; the table equals the model and holds no leftover."""
+    from pipelines.compaction import table as table_mod
+    from pipelines.delta.errors import ConcurrentWriteError
+
+    recs, _conf = _workload(tmp_path, spark)
+    path, tombs = table_path(tmp_path, "t"), tombstones_path(tmp_path, "t")
+    barrier = threading.Barrier(2, timeout=120)
+    failpoint = table_mod._failpoint
+
+    def meet(name: str) -> None:
+        if name == "compact.before_commit":
+            barrier.wait()  # both runs hold their marker and their files now
+            assert len(list((Path(path) / STAGING).glob("*.owner"))) == 2
+        failpoint(name)
+
+    monkeypatch.setattr(table_mod, "_failpoint", meet)
+    outcomes: list[object] = []
+
+    def run() -> None:
+        try:
+            outcomes.append(run_compact(spark, config_of(tmp_path), log=_quiet).topics[0])
+        except Exception as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    errors = [o for o in outcomes if isinstance(o, Exception)]
+    done = [o for o in outcomes if not isinstance(o, Exception)]
+    assert len(errors) == 1 and len(done) == 1, outcomes
+    assert isinstance(errors[0], ConcurrentWriteError), errors[0]
+    assert read_topic_table(path) == _expected(recs, STRATEGY)
+    assert _read_tombstones(tombs) == _tombstones(recs)
+    for root in (path, tombs):
+        assert not (Path(root) / STAGING).exists()
+        assert table_files(root) == referenced_files(root)
