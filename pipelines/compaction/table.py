@@ -59,23 +59,47 @@ A run, per topic:
 alone and diffed against the old rows (so the change feed stays exact); it may change buckets
 and strategy.
 
-Crash behaviour: a run killed before step 4 leaves only unreferenced files (removed by the
-next run's failure path or by VACUUM; a killed run's staging directory by the first run a day
-later); the topic table is as it was. Killed between the two
-commits of step 4: the tombstone table is ahead; the re-run reads records again from ``S``
-and merges them into a state that already holds their tombstones — the winner is a maximum,
-so re-applying records changes nothing — and the result is exact. Two runs at once: the later
-commit finds the table moved and fails cleanly (``ConcurrentWriteError``).
+Crash behaviour: every file a run writes carries its write id — data and change-data files by
+name (``part-<task>-<write id>-...``, ``pipelines.delta.files``), its staging under
+``_compact_staging/<write id>/``, and its deletion vector files (named by a uuid, as the Delta
+protocol wants) by a journal line in its owner marker written before the driver moves them
+into ``dv/``. The marker, ``<table>/_compact_staging/<write id>.owner``, is created before the
+run writes anything and holds the driver's host, pid, the pid's start time and the start
+time; the driver keeps an ``flock`` on it for the run's life and removes it last, once the
+run's leftovers are gone (committed or not). Every run starts by reaping the runs that died:
+a marker whose lock is free and whose owner is provably dead (this host: the pid is gone or
+reused; another host, where the pid cannot be seen: started more than a day ago) has its
+write id's files removed from the topic table and its tombstone table, except every file
+that any version still in the Delta log references (adds, removes, change-data and deletion
+vector files: time travel may read them, and a run killed after a commit keeps what it
+committed), then its staging and the marker. A live run's files are never touched: its lock
+is held (the reaper holds the lock while it works, and a new marker is checked to still be
+there after it is locked). Writes of a task still running on an executor after its driver
+died are not covered (a cluster kills them with the driver; VACUUM removes any such file).
+
+So a run killed at any point before step 4's first commit leaves the tables as they were and
+files the next run removes. Killed between the two commits of step 4: the tombstone table is
+ahead (its files are referenced, so kept); the re-run reads records again from ``S`` and
+merges them into a state that already holds their tombstones — the winner is a maximum, so
+re-applying records changes nothing — and the result is exact. Two runs at once: both write
+under their own write id; the later commit finds the table moved and fails cleanly
+(``ConcurrentWriteError``), removing its own files. Failpoints for the crash tests
+(``LOGLAKE_FAILPOINT``, SIGKILL of the whole session): ``compact.after_stage1``,
+``compact.mid_stage2`` (in the first stage-2 task, its files written),
+``compact.before_commit``, ``compact.between_commits``, ``compact.after_commit`` (before the
+run's own clean-up: the re-run keeps what it committed).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import functools
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 import uuid
@@ -114,6 +138,7 @@ from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
 from pipelines.delta.direct import run_in_job_group
 from pipelines.delta.errors import DeltaSinkError, first_error_line
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
+from pipelines.delta.staging import _pid_start
 from pipelines.ingest import APP_PREFIX as INGEST_PREFIX
 from pipelines.sources import RECORDS_ARROW_SCHEMA
 from pipelines.worker import start_task
@@ -621,7 +646,7 @@ def _task_ids() -> tuple[int, int]:
 # ``<table>/_compact_staging/<write_id>/``; stage 2, one task per group of buckets: each bucket
 # read from its staged files and merged (``_merge_rows``). Only file names and row counts travel
 # through the driver. The staging directory is removed when the run ends, committed or not (a
-# killed run leaves it: ``_clear_stale_staging``).
+# killed run leaves it: the next run removes it, ``_reap_dead_runs``).
 
 STAGING = "_compact_staging"
 _RECORD_COLUMNS = ["partition", "key", "value", "headers", "offset", "timestamp", "timestamp_type"]
@@ -779,11 +804,15 @@ def _merge_staged(
         merged = _merge_rows(
             ((b, _read_staged(paths)) for b, paths in groups), plan, index, attempt
         )
+    if index == 0:
+        _failpoint("compact.mid_stage2")  # this task's files written, others' maybe not
     yield merged
 
 
 def _clear_stale_staging(root: str, max_age_s: float = 24 * 3600) -> None:
-    """Remove staging directories of runs killed long ago (a live run's is recent)."""
+    """Remove staging directories without an owner marker (runs from before the markers)
+    that are older than ``max_age_s``; a marked run's directory goes with its marker
+    (``_reap_dead_runs``)."""
     base = os.path.join(root, STAGING)
     try:
         names = os.listdir(base)
@@ -792,11 +821,264 @@ def _clear_stale_staging(root: str, max_age_s: float = 24 * 3600) -> None:
     now = time.time()
     for name in names:
         path = os.path.join(base, name)
+        if name.endswith(OWNER_SUFFIX) or os.path.exists(path + OWNER_SUFFIX):
+            continue
         try:
             if now - os.stat(path).st_mtime > max_age_s:
                 shutil.rmtree(path, ignore_errors=True)
         except FileNotFoundError:
             continue
+
+
+# Owner markers (module docstring, "Crash behaviour"): ``<table>/_compact_staging/<write
+# id>.owner``, created before the run writes anything, flock()ed by the driver for the run's
+# life; JSON of the owner (host, pid, pid start time, start time) on its first line, then one
+# line ``dv <file name>`` per deletion vector file the driver is about to move into ``dv/``.
+OWNER_SUFFIX = ".owner"
+# A marker of another host (whose pid cannot be checked) counts as dead after this long.
+OWNER_STALE_AFTER_S = 24 * 3600.0
+# A marker without its first line (its run died between creating and filling it).
+_EMPTY_OWNER_GRACE_S = 60.0
+_EXIT_WAIT_S = 10.0  # how long a dead driver's lock may outlive its pid (see _owner_dead)
+_OWNED: dict[str, int] = {}  # write id -> the locked marker's descriptor (this process's runs)
+
+
+def _owner_path(root: str, write_id: str) -> str:
+    return os.path.join(root, STAGING, write_id + OWNER_SUFFIX)
+
+
+def _take_ownership(root: str) -> str:
+    """A new write id for a run on table ``root``, its marker created and locked."""
+    base = os.path.join(root, STAGING)
+    while True:
+        write_id = uuid.uuid4().hex
+        path = _owner_path(root, write_id)
+        os.makedirs(base, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:  # a reaper removed the empty staging dir meanwhile
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a reaper is looking at it (unfilled: it leaves it alone)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            os.close(fd)
+            continue
+        except OSError:
+            pass  # no flock on this file system: the pid (this host) or the age decides
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # reaped before we locked it: start again
+            os.close(fd)
+            continue
+        pid = os.getpid()
+        owner = {
+            "write_id": write_id,
+            "host": socket.gethostname(),
+            "pid": pid,
+            "pid_start": _pid_start(pid),
+            "started_at": time.time(),
+        }
+        os.write(fd, (json.dumps(owner) + "\n").encode())
+        _OWNED[write_id] = fd
+        return write_id
+
+
+def _journal_dv_files(plan: _TaskPlan, merged: Sequence[str]) -> None:
+    """Record in the run's marker the deletion vector files that the stage-2 results
+    ``merged`` name, before the driver moves them into ``dv/`` (their names carry no write id:
+    ``deletion_vector_<uuid>.bin``)."""
+    names = [
+        d for row in merged for r in json.loads(row)["reports"] for _p, _d, d in r.get("dv", [])
+    ]
+    if not names:
+        return
+    with open(_owner_path(plan.root, plan.write_id), "a", encoding="utf-8") as fh:
+        fh.write("".join(f"dv {os.path.basename(n)}\n" for n in names))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _journaled_dv_files(marker: str) -> list[str]:
+    try:
+        with open(marker, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except FileNotFoundError:
+        return []
+    names = [line[3:] for line in lines[1:] if line.startswith("dv ")]
+    return [n for n in names if n.startswith("deletion_vector_") and "/" not in n]
+
+
+def _release_ownership(root: str, write_id: str) -> None:
+    """The run is over and its leftovers removed: drop its staging dir and its marker."""
+    shutil.rmtree(os.path.join(root, STAGING, write_id), ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_owner_path(root, write_id))
+    fd = _OWNED.pop(write_id, None)
+    if fd is not None:
+        os.close(fd)
+    with contextlib.suppress(OSError):  # other runs' markers still there
+        os.rmdir(os.path.join(root, STAGING))
+
+
+def _owner_dead(fd: int, marker: str, now: float) -> bool:
+    """Whether the run of ``marker`` (opened as ``fd``) is provably dead; on True the caller
+    holds its lock."""
+    with open(marker, encoding="utf-8") as fh:
+        first = fh.readline()
+    try:
+        owner = json.loads(first)
+    except ValueError:
+        owner = None  # not yet filled
+    here = owner is not None and owner.get("host") == socket.gethostname()
+    gone = here and _pid_gone(owner)
+    # A killed process is gone (or a zombie) a moment before its files, and so its lock, are
+    # released (its other threads are still exiting): wait for that, not for a live run.
+    deadline = time.monotonic() + (_EXIT_WAIT_S if gone else 0.0)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False  # its run holds it (or another reaper does)
+            time.sleep(0.05)
+        except OSError:
+            break  # no flock here: the pid or the age decides
+    if owner is None:
+        # its run died between creating and filling it, or is about to fill it (it checks
+        # the marker is still there after locking it, and starts again if not)
+        return now - os.fstat(fd).st_mtime > _EMPTY_OWNER_GRACE_S
+    if here:
+        return gone
+    return now - float(owner.get("started_at", now)) > OWNER_STALE_AFTER_S
+
+
+def _pid_gone(owner: Mapping[str, Any]) -> bool:
+    """The marker's driver (on this host) has exited: its pid is gone, a zombie, or reused."""
+    pid = int(owner.get("pid", -1))
+    if pid == os.getpid() and owner.get("write_id") in _OWNED:
+        return False  # a run of this very process (another thread)
+    start = _pid_start(pid) if pid > 0 else None
+    return start is None or start != owner.get("pid_start")
+
+
+_Z85_DIGITS = (  # deltalog's alphabet
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+)
+
+
+def _z85_decode(text: str) -> bytes:
+    value_of = {c: i for i, c in enumerate(_Z85_DIGITS)}
+    out = bytearray()
+    for i in range(0, len(text), 5):
+        value = 0
+        for c in text[i : i + 5]:
+            value = value * 85 + value_of[c]
+        out += value.to_bytes(4, "big")
+    return bytes(out)
+
+
+def _dv_file_name(descriptor: Mapping[str, Any] | None) -> str | None:
+    """The file name (under the table root) of a deletion vector stored as a file (``u``:
+    a random prefix and the z85 of the file's uuid, the Delta protocol's rule)."""
+    if not descriptor or descriptor.get("storageType") != "u":
+        return None
+    text = str(descriptor.get("pathOrInlineDv", ""))
+    prefix, encoded = text[:-20], text[-20:]
+    try:
+        file_id = uuid.UUID(bytes=_z85_decode(encoded))
+    except (KeyError, ValueError):
+        return None
+    return os.path.join(prefix, f"deletion_vector_{file_id}.bin")
+
+
+def _referenced_files(root: str) -> set[str]:
+    """Every file (relative, as on disk) that any version of the Delta table at ``root`` still
+    in its log names: adds, removes, change-data files and deletion vector files (time travel
+    may read any of them)."""
+    out: set[str] = set()
+    log_dir = Path(root, "_delta_log")
+    if not log_dir.is_dir():
+        return out
+
+    def note(action: Mapping[str, Any] | None) -> None:
+        if not action or not action.get("path"):
+            return
+        out.add(unquote(str(action["path"])))
+        dv = _dv_file_name(action.get("deletionVector"))
+        if dv is not None:
+            out.add(dv)
+
+    for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
+        if entry.name.endswith(".json") and not entry.name.startswith("."):
+            with open(entry.path, encoding="utf-8") as fh:
+                for line in fh:
+                    if line.strip():
+                        action = json.loads(line)
+                        for kind in ("add", "remove", "cdc"):
+                            note(action.get(kind))
+        elif ".checkpoint" in entry.name and entry.name.endswith(".parquet"):
+            data = pq.read_table(entry.path)
+            for kind in ("add", "remove"):
+                if kind in data.column_names:
+                    for action in data.column(kind).to_pylist():
+                        note(action)
+    return out
+
+
+def _reap_dead_runs(root: str, tomb_root: str, log: Log) -> None:
+    """Remove what runs on table ``root`` whose driver died wrote (data, change-data and
+    deletion vector files no version references, in the table and its tombstone table, and
+    their staging), then their markers. A live run's files are never touched."""
+    base = os.path.join(root, STAGING)
+    try:
+        names = sorted(os.listdir(base))
+    except FileNotFoundError:
+        return
+    now = time.time()
+    referenced: dict[str, set[str]] | None = None
+    for name in names:
+        write_id = name.removesuffix(OWNER_SUFFIX)
+        if (
+            name == write_id
+            or len(write_id) != 32
+            or not all(c in "0123456789abcdef" for c in write_id)
+        ):
+            continue
+        marker = os.path.join(base, name)
+        try:
+            fd = os.open(marker, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # released meanwhile
+        try:
+            try:
+                if not os.path.samestat(os.fstat(fd), os.stat(marker)):
+                    continue  # reaped meanwhile
+                if not _owner_dead(fd, marker, now):
+                    continue
+            except FileNotFoundError:
+                continue
+            if referenced is None:
+                referenced = {r: _referenced_files(r) for r in (root, tomb_root)}
+            removed = cleanup_write_files(root, write_id, keep=referenced[root])
+            removed += cleanup_write_files(tomb_root, write_id, keep=referenced[tomb_root])
+            for dv in _journaled_dv_files(marker):
+                if os.path.join(DV_PREFIX, dv) not in referenced[root]:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(root, DV_PREFIX, dv))
+                        removed += 1
+            shutil.rmtree(os.path.join(base, write_id), ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(marker)
+            log(f"removed {removed} files of run {write_id}, whose driver died before its end")
+        finally:
+            os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(base)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -966,6 +1248,7 @@ def compact_topic(
         return result
     ends = _ingest_progress(records_path, rec_dt, topic)
     path = table_path(config.lake, topic)
+    _reap_dead_runs(path, tombstones_path(config.lake, topic), log)
     existing = load_table(path)
     if existing is None and not ends:
         # Every loglake table exists after its job's first run, empty if nothing went there.
@@ -995,7 +1278,7 @@ def compact_topic(
     tomb_files = _files_by_bucket(tomb_root, tomb_dt)
     deleted = _deleted_rows(dt)
     rec_files = _record_files(records_path, rec_dt, topic, ranges)
-    write_id = uuid.uuid4().hex
+    write_id = _take_ownership(path)  # before anything is written (see _reap_dead_runs)
     main_paths = {
         b: [os.path.normpath(os.path.join(path, unquote(f.path))) for f in fs]
         for b, fs in main_files.items()
@@ -1119,15 +1402,13 @@ def compact_topic(
         )
     except BaseException:
         _cleanup(plan)
-        _remove_dv_files(plan, reports)
         raise
+    _failpoint("compact.after_commit")
     result.committed = version is not None
     result.seconds["commit"] = time.perf_counter() - started
     result.table_version = version if version is not None else dt.version()
     result.progress = dict(sorted(apps.items()))
     _cleanup(plan, keep=files, committed=version is not None)
-    if version is None:
-        _remove_dv_files(plan, reports)
     log(
         f"{topic}: version {result.table_version}: +{result.inserted} ~{result.updated} "
         f"-{result.deleted} from {result.records_read} records, "
@@ -1143,25 +1424,32 @@ def _refs(files: Sequence[WrittenFile]) -> list[FileRef]:
     ]
 
 
-def _remove_dv_files(plan: _TaskPlan, reports: Sequence[Mapping[str, Any]]) -> None:
-    """Remove the deletion vector files this run moved into the table (nothing committed)."""
-    for r in reports:
-        for _path, _desc, dv_file in r.get("dv", []):
-            Path(plan.root, DV_PREFIX, os.path.basename(dv_file)).unlink(missing_ok=True)
-
-
 def _cleanup(
     plan: _TaskPlan,
     *,
     keep: Mapping[str, Sequence[WrittenFile]] | None = None,
     committed: bool = False,
 ) -> None:
-    """Remove this run's files: all of them, or (after a commit) the attempts' leftovers."""
+    """Remove this run's files: after a failure, all of them that no version references (the
+    tombstone table may have committed before the topic table's commit failed); after the
+    run, the attempts' leftovers (all of them if it committed nothing). Then its staging and
+    its owner marker: the run is over."""
+    dvs = _journaled_dv_files(_owner_path(plan.root, plan.write_id))
     if keep is None:
-        cleanup_write_files(plan.root, plan.write_id, prune_dirs=False)
+        referenced = _referenced_files(plan.root)
+        cleanup_write_files(plan.root, plan.write_id, keep=referenced)
         if plan.tomb_root is not None:
-            cleanup_write_files(plan.tomb_root, plan.write_id)
+            cleanup_write_files(
+                plan.tomb_root, plan.write_id, keep=_referenced_files(plan.tomb_root)
+            )
+        for name in dvs:
+            if os.path.join(DV_PREFIX, name) not in referenced:
+                Path(plan.root, DV_PREFIX, name).unlink(missing_ok=True)
+        _release_ownership(plan.root, plan.write_id)
         return
+    if not committed:
+        for name in dvs:
+            Path(plan.root, DV_PREFIX, name).unlink(missing_ok=True)
     main = {unquote(f.path) for f in keep.get("main", [])} if committed else set()
     main |= (
         {f"{CHANGE_DATA}/{unquote(f.path)}" for f in keep.get("cdc", [])} if committed else set()
@@ -1170,6 +1458,7 @@ def _cleanup(
     if plan.tomb_root is not None:
         tomb = {unquote(f.path) for f in keep.get("tomb", [])} if committed else set()
         cleanup_write_files(plan.tomb_root, plan.write_id, keep=tomb)
+    _release_ownership(plan.root, plan.write_id)
 
 
 def _run_merge(  # noqa: PLR0917
@@ -1214,6 +1503,7 @@ def _run_merge(  # noqa: PLR0917
             f"loglake-compact-stage-{plan.write_id}",
             sc.parallelize(groups, len(groups)).mapPartitionsWithIndex(stage).collect,
         )
+        _failpoint("compact.after_stage1")
         by_bucket: dict[int, list[str]] = {}
         rows_in: dict[int, int] = {}
         for line in staged:
@@ -1242,6 +1532,7 @@ def _run_merge(  # noqa: PLR0917
             seconds["stage2"] = time.perf_counter() - stage1
         # the deletion vector files the reports name, into the table (unreferenced until the
         # commit, like the data files)
+        _journal_dv_files(plan, rows)
         moved: set[str] = set()
         for row in rows:
             for report in json.loads(row)["reports"]:

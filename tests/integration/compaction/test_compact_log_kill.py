@@ -17,11 +17,9 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import confluent_kafka as ck
 import pytest
@@ -34,6 +32,7 @@ from logstore.storage.swap import MANIFEST_FILE, read_manifest
 from pipelines.compaction.log import clean_partition, hand_over, winners
 from pipelines.compaction.model import Rec, Strategy
 from tests.conftest import ROOT
+from tests.fixtures.jobs import spark_submit, unreferenced_files
 from tests.integration.broker.clients import ck_consume, new_topic
 from tests.unit.storage.test_cleaner import expected_after, read_log, write_log
 
@@ -183,27 +182,9 @@ def test_broker_killed_mid_swap(
 # -- the job, killed under spark-submit ------------------------------------------------------
 
 
-def _spark_submit(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    site = Path(sys.executable).parent.parent / "lib" / "python3.11" / "site-packages"
-    cmd = [
-        str(site / "pyspark" / "bin" / "spark-submit"),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.task.maxFailures=1",
-        str(ROOT / "jobs" / "compact.py"),
-        *args,
-    ]
-    return subprocess.run(
-        cmd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-        check=False,
+def _spark_submit(args: list[str], step: str) -> subprocess.CompletedProcess[str]:
+    return spark_submit(
+        "compact.py", args, failpoint=step, failpoint_env=ENV, conf={"spark.task.maxFailures": "1"}
     )
 
 
@@ -232,8 +213,7 @@ def test_job_killed_then_rerun_is_exact(tmp_path: Path, spark: Any, capsys: Any,
     before, headers = read_log(d)
     leo = headers[-1].next_offset
     write_offset_checkpoint(tmp_path / "replication-offset-checkpoint", {("t", 0): leo})
-    env = {**os.environ, ENV: step}
-    killed = _spark_submit(_job_args(tmp_path), env)
+    killed = _spark_submit(_job_args(tmp_path), step)
     assert killed.returncode != 0, killed.stderr[-2000:]
     names = os.listdir(d)
     # it died mid-pass: something of the pass is on disk
@@ -249,27 +229,19 @@ def test_job_killed_then_rerun_is_exact(tmp_path: Path, spark: Any, capsys: Any,
     assert _fields(after) == expected_after(before, leo, Strategy(), expired=set())
     assert read_cleaner_checkpoint(tmp_path) == {("t", 0): leo}
     assert _leftovers(d) == []
+    # nor anywhere else under the log dir (every partition, the lake the job was given)
+    left = [
+        str(p.relative_to(tmp_path))
+        for p in tmp_path.rglob("*")
+        if p.name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX, ".tmp"))
+        or p.name.startswith(MANIFEST_FILE)
+        or "staging" in p.name
+    ]
+    assert left == []
     assert res["end_offset"] in (0, leo)  # 0: the killed pass was finished and nothing is due
 
 
 # -- the table job, killed under spark-submit just before its commit ---------------------------
-
-
-def _unreferenced(table: str) -> list[str]:
-    """Data files under ``table`` that no commit of its Delta log ever added."""
-    root = Path(table)
-    added: set[str] = set()
-    for commit in sorted((root / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            for kind in ("add", "cdc"):
-                if kind in action:
-                    added.add(unquote(action[kind]["path"]))
-    return sorted(
-        str(p.relative_to(root))
-        for p in root.rglob("*.parquet")
-        if "_delta_log" not in p.parts and str(p.relative_to(root)) not in added
-    )
 
 
 def test_table_job_killed_before_commit_then_rerun_is_exact(spark: Any, tmp_path: Path) -> None:
@@ -277,14 +249,7 @@ def test_table_job_killed_before_commit_then_rerun_is_exact(spark: Any, tmp_path
 
     from pipelines.compaction.table import run_compact, table_path, tombstones_path
     from tests.fixtures.compaction import append_records, read_topic_table
-    from tests.integration.compaction.test_compact_table import (
-        _config,
-        _expected,
-        _quiet,
-    )
-    from tests.integration.compaction.test_compact_table import (
-        _spark_submit as submit_table_job,
-    )
+    from tests.integration.compaction.test_compact_table import CONF, _config, _expected, _quiet
 
     strategy = Strategy("timestamp")  # keeps a tombstone table too: two tables to commit
     config = _config(tmp_path, strategy, buckets=2)
@@ -306,8 +271,9 @@ def test_table_job_killed_before_commit_then_rerun_is_exact(spark: Any, tmp_path
         '[compact]\ntopics = ["t"]\nbuckets = 2\n[compact.strategy]\nt = "timestamp"\n',
         encoding="utf-8",
     )
-    env = {**os.environ, "LOGLAKE_FAILPOINT": "compact.before_commit"}
-    killed = submit_table_job(["--config", str(conf)], env)
+    killed = spark_submit(
+        "compact.py", ["--config", str(conf)], failpoint="compact.before_commit", conf=CONF
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     # nothing committed, in either table
     assert (DeltaTable(path).version(), read_topic_table(path), DeltaTable(tombs).version()) == (
@@ -317,14 +283,8 @@ def test_table_job_killed_before_commit_then_rerun_is_exact(spark: Any, tmp_path
     assert result.committed
     assert read_topic_table(path) == _expected(first + second, strategy)
     assert not run_compact(spark, config, log=_quiet).topics[0].committed  # a no-op re-run
-    # the killed run's staging is gone; its data files, written before the commit, are in no
-    # commit (no reader sees them) and stay until VACUUM, as pipelines.compaction.table says
-    # (not yet "no leftover files": the table job does not remove a killed run's files)
-    staging = Path(path) / "_compact_staging"
-    assert not staging.exists() or not any(staging.iterdir())
+    # the killed run's files (staging, data, change data, deletion vectors) are gone: each
+    # table directory holds exactly what some version of its log names
     for table in (path, tombs):
-        orphans = _unreferenced(table)
-        vacuum = DeltaTable(table).vacuum(
-            retention_hours=0, dry_run=True, enforce_retention_duration=False, full=True
-        )
-        assert set(orphans) <= set(vacuum), (orphans, vacuum)
+        assert not (Path(table) / "_compact_staging").exists()
+        assert unreferenced_files(table) == []

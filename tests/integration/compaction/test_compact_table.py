@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -30,11 +29,15 @@ from pipelines.compaction.model import Rec, Strategy, compact, parse_strategy
 from pipelines.compaction.table import run_compact, table_path, tombstones_path
 from tests.conftest import ROOT
 from tests.fixtures.compaction import append_records, read_table_rows, read_topic_table
+from tests.fixtures.jobs import spark_submit, unreferenced_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.integration
+
+
+CONF = {"spark.sql.shuffle.partitions": "2"}  # spark-submit's settings in the kill tests
 
 
 def _quiet(_: str) -> None:
@@ -206,30 +209,6 @@ def test_topic_selection_from_topic_configs_and_pipeline_toml(tmp_path: Path) ->
         load_compact_config(conf)
 
 
-def _spark_submit(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    site = Path(sys.executable).parent.parent / "lib" / "python3.11" / "site-packages"
-    cmd = [
-        str(site / "pyspark" / "bin" / "spark-submit"),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-        str(ROOT / "jobs" / "compact.py"),
-        *args,
-    ]
-    return subprocess.run(
-        cmd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-        check=False,
-    )
-
-
 @pytest.mark.parametrize("failpoint", ["compact.between_commits"])
 def test_killed_job_leaves_the_table_and_rerun_is_exact(
     spark: SparkSession, tmp_path: Path, failpoint: str
@@ -253,8 +232,7 @@ def test_killed_job_leaves_the_table_and_rerun_is_exact(
         '[compact]\ntopics = ["t"]\nbuckets = 2\n[compact.strategy]\nt = "timestamp"\n',
         encoding="utf-8",
     )
-    env = {**os.environ, "LOGLAKE_FAILPOINT": failpoint}
-    killed = _spark_submit(["--config", str(conf)], env)
+    killed = spark_submit("compact.py", ["--config", str(conf)], failpoint=failpoint, conf=CONF)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert (DeltaTable(path).version(), read_topic_table(path)) == before
     # the tombstone table did commit (the kill came between the two commits)
@@ -267,6 +245,8 @@ def test_killed_job_leaves_the_table_and_rerun_is_exact(
         ("delete", 0, b"\x00", 4),
         ("insert", 0, b"\x07", 10),
     ]
+    for table in (path, tombstones_path(tmp_path, "t")):  # the killed run's files are gone
+        assert unreferenced_files(table) == []
 
 
 def test_incremental_runs_mark_replaced_rows_with_deletion_vectors(
@@ -373,7 +353,7 @@ def test_staging_is_removed_after_a_run_and_after_a_failed_run(
     assert run_compact(spark, config, log=_quiet).topics[0].committed
     path = table_path(tmp_path, "t")
     staging = Path(path) / "_compact_staging"
-    assert not any(staging.iterdir())
+    assert not staging.exists()  # the run's staging and owner marker are gone
     assert read_topic_table(path) == _expected(recs, strategy)
     before = (DeltaTable(path).version(), read_topic_table(path))
     more = [Rec(0, o, 1, bytes([o % 7]), bytes([o]), ()) for o in range(20, 30)]
@@ -387,7 +367,8 @@ def test_staging_is_removed_after_a_run_and_after_a_failed_run(
             run_compact(spark, config, log=_quiet)
     finally:
         victim.write_bytes(data)
-    assert not any(staging.iterdir())
+    assert not staging.exists()
+    assert unreferenced_files(path) == []  # nor any file the failed run wrote
     assert (DeltaTable(path).version(), read_topic_table(path)) == before
     assert run_compact(spark, config, log=_quiet).topics[0].committed
     assert read_topic_table(path) == _expected(recs + more, strategy)

@@ -1,0 +1,283 @@
+"""kill -9 of the table job (``spark-submit jobs/compact.py``) at every step, then a re-run:
+the topic table and its tombstone table equal the reference model, and each table directory
+holds exactly the files some version of its Delta log names plus ``_delta_log`` — no staging,
+no orphan data, change-data or deletion vector file (pipelines.compaction.table, "Crash
+behaviour"). And the reaper never touches a live run's files.
+
+The kills are the job's failpoints (``LOGLAKE_FAILPOINT``: SIGKILL of the whole spark-submit
+session): after stage 1 (staging written), in stage 2 (the first task's files written),
+before the commit (deletion vector files already moved into the table), and between the
+tombstone table's commit and the topic table's. The tables are read back with delta-rs and
+polars (``tests.fixtures.compaction``), the leftovers from the Delta log by
+``tests.fixtures.jobs``, not by the job's code.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from deltalake import DeltaTable, QueryBuilder
+
+from pipelines.compaction.config import CompactConfig
+from pipelines.compaction.model import Rec, Strategy, latest
+from pipelines.compaction.table import STAGING, run_compact, table_path, tombstones_path
+from tests.conftest import ROOT
+from tests.fixtures.compaction import append_records, read_table_rows, read_topic_table
+from tests.fixtures.jobs import referenced_files, spark_submit, table_files, unreferenced_files
+from tests.integration.compaction.test_compact_table import _config, _expected, _quiet
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.integration
+
+STRATEGY = Strategy("timestamp")  # keeps a tombstone table too: two tables to commit
+
+
+def _tombstones(recs: list[Rec]) -> dict[tuple[int, bytes], int]:
+    return {pk: r.offset for pk, r in latest(recs, STRATEGY).items() if r.value is None}
+
+
+def _read_tombstones(path: str) -> dict[tuple[int, bytes], int]:
+    return {(r["partition"], r["key"]): r["offset"] for r in read_table_rows(path)}
+
+
+def _workload(lake: Path, spark: SparkSession) -> tuple[list[Rec], Path]:
+    """A first run (in-process) over 2 partitions x 40 keys, then a small change ingested:
+    a few updates (deletion vectors: less than half of a bucket changes), an update that
+    loses (older timestamp), tombstones and new keys. Returns all records and the job's
+    config file."""
+    config = _config(lake, STRATEGY, buckets=2)
+    first = [
+        Rec(p, o, 1_000 + o, b"k%02d" % (o % 40), b"v%d-%d" % (p, o), ())
+        for p in (0, 1)
+        for o in range(60)
+    ]
+    append_records(lake, "t", first, {0: 60, 1: 60})
+    assert run_compact(spark, config, log=_quiet).topics[0].committed
+    second = [
+        Rec(0, 60, 5_000, b"k01", b"new", ()),
+        Rec(0, 61, 5_000, b"k02", None, ()),  # tombstone
+        Rec(0, 62, 10, b"k03", b"old", ()),  # older timestamp: loses
+        Rec(0, 63, 5_000, b"k77", b"fresh", ()),
+        Rec(1, 60, 5_000, b"k05", None, ()),  # tombstone
+        Rec(1, 61, 5_000, b"k06", b"new", ()),
+        Rec(1, 62, 5_000, b"k88", None, ()),  # tombstone of a key never seen
+    ]
+    append_records(lake, "t", second, {0: 64, 1: 63})
+    conf = lake / "pipeline.toml"
+    conf.write_text(
+        f'[paths]\nlog_dirs = ["{lake / "logs"}"]\nlake = "{lake}"\n'
+        '[compact]\ntopics = ["t"]\nbuckets = 2\n[compact.strategy]\nt = "timestamp"\n',
+        encoding="utf-8",
+    )
+    return first + second, conf
+
+
+def _run_files(root: str) -> list[str]:
+    """Files in ``root`` that are the killed run's (in no version, or its staging)."""
+    return unreferenced_files(root) if Path(root).is_dir() else []
+
+
+STEPS = ["compact.after_stage1", "compact.mid_stage2", "compact.before_commit",
+         "compact.between_commits", "compact.after_commit"]  # fmt: skip
+
+
+def _every_version_reads(root: str) -> None:
+    """Time travel still works: every version of the table reads (all its files are there)."""
+    for version in range(DeltaTable(root).version() + 1):
+        table = DeltaTable(root, version=version)
+        QueryBuilder().register("t", table).execute("SELECT count(*) FROM t").read_all()
+
+
+@pytest.mark.parametrize("failpoint", STEPS)
+def test_killed_table_job_rerun_is_exact_with_no_leftover_files(
+    spark: SparkSession, tmp_path: Path, failpoint: str
+) -> None:
+    recs, conf = _workload(tmp_path, spark)
+    path, tombs = table_path(tmp_path, "t"), tombstones_path(tmp_path, "t")
+    before = (DeltaTable(path).version(), read_topic_table(path))
+    tomb_version = DeltaTable(tombs).version()
+    committed = failpoint == "compact.after_commit"
+
+    killed = spark_submit("compact.py", ["--config", str(conf)], failpoint=failpoint)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    # the topic table is as it was (or, killed after its commit, the model); the tombstone
+    # table moved only if killed after its commit
+    if committed:
+        assert read_topic_table(path) == _expected(recs, STRATEGY)
+    else:
+        assert (DeltaTable(path).version(), read_topic_table(path)) == before
+    moved = DeltaTable(tombs).version() != tomb_version
+    assert moved == (failpoint in ("compact.between_commits", "compact.after_commit"))
+    # evidence of where it died: the run's owner marker, and what it had written
+    (marker,) = (Path(path) / STAGING).glob("*.owner")
+    write_id = marker.name.removesuffix(".owner")
+    owner = json.loads(marker.read_text().splitlines()[0])
+    assert owner["host"] == socket.gethostname() and owner["write_id"] == write_id
+    left = _run_files(path) + [f"tomb:{f}" for f in _run_files(tombs)]
+    staged = [f for f in left if f.startswith(f"{STAGING}/{write_id}/")]
+    outside = [f for f in left if not f.startswith(f"{STAGING}/")]
+    if failpoint == "compact.after_stage1":
+        assert any(f.endswith(".arrow") for f in staged) and not outside, left
+    elif committed:
+        assert left == [f"{STAGING}/{marker.name}"]  # all it wrote is committed
+    else:
+        assert any(write_id in f for f in outside), left  # data / change-data files
+    if failpoint in ("compact.before_commit", "compact.between_commits"):
+        assert any(f.startswith("dv/deletion_vector_") for f in outside), left  # moved in
+        assert len(marker.read_text().splitlines()) > 1  # ... and journaled first
+    if failpoint == "compact.between_commits":
+        assert not any(f.startswith("tomb:") for f in left)  # its files are committed
+
+    result = run_compact(spark, config_of(tmp_path), log=_quiet).topics[0]
+    assert result.committed != committed
+    if not committed:
+        assert result.buckets_with_deletion_vectors >= 1
+    assert read_topic_table(path) == _expected(recs, STRATEGY)
+    assert _read_tombstones(tombs) == _tombstones(recs)
+    for root in (path, tombs):
+        assert not (Path(root) / STAGING).exists()
+        # exactly the files some version names: nothing left over, nothing referenced lost
+        assert table_files(root) == referenced_files(root)
+        assert unreferenced_files(root) == []
+        _every_version_reads(root)
+    assert not run_compact(spark, config_of(tmp_path), log=_quiet).topics[0].committed
+
+
+def config_of(lake: Path) -> CompactConfig:  # the settings of _workload's pipeline.toml
+    return _config(lake, STRATEGY, buckets=2)
+
+
+_HOLDER = """
+import json, sys, time
+from pathlib import Path
+from pipelines.compaction import table
+path = sys.argv[1]
+write_id = table._take_ownership(path)
+data = Path(path, "bucket=0", f"part-00000-{write_id}-0-c000.snappy.parquet")
+data.parent.mkdir(parents=True, exist_ok=True)
+data.write_bytes(b"in flight")
+dv = Path(path, "dv", "deletion_vector_00000000-0000-0000-0000-%012d.bin" % int(sys.argv[2]))
+dv.parent.mkdir(parents=True, exist_ok=True)
+dv.write_bytes(b"in flight")
+with open(table._owner_path(path, write_id), "a") as fh:
+    fh.write(f"dv {dv.name}\\n")
+print(json.dumps([write_id, str(data), str(dv)]), flush=True)
+time.sleep(600)
+"""
+
+
+def _hold(path: str, n: int) -> tuple[subprocess.Popen[str], str, Path, Path]:
+    """Another run's driver, alive: its marker locked, a data file and a journaled deletion
+    vector file written, no commit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, path, str(n)], cwd=ROOT, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    write_id, data, dv = json.loads(proc.stdout.readline())
+    return proc, write_id, Path(data), Path(dv)
+
+
+def test_a_live_runs_files_are_never_reaped_a_dead_ones_are(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    recs, _conf = _workload(tmp_path, spark)
+    path = table_path(tmp_path, "t")
+    live, live_id, live_data, live_dv = _hold(path, 1)
+    dead, dead_id, dead_data, dead_dv = _hold(path, 2)
+    away = Path(path, STAGING, "c" * 32 + ".owner")  # another host's run, started just now
+    away.write_text(json.dumps({"write_id": "c" * 32, "host": "elsewhere.invalid", "pid": 1,
+                                "pid_start": 1, "started_at": time.time()}) + "\n")  # fmt: skip
+    away_data = Path(path, "bucket=1", f"part-00000-{'c' * 32}-0-c000.snappy.parquet")
+    away_data.write_bytes(b"in flight")
+    try:
+        dead.kill()
+        dead.wait()
+        result = run_compact(spark, config_of(tmp_path), log=_quiet).topics[0]
+        assert result.committed
+        assert read_topic_table(path) == _expected(recs, STRATEGY)
+        # the dead run's files and marker are gone; the live one's and the other host's stay
+        assert not dead_data.exists() and not dead_dv.exists()
+        assert not Path(path, STAGING, dead_id + ".owner").exists()
+        assert live_data.exists() and live_dv.exists() and away_data.exists()
+        markers = sorted(p.name for p in Path(path, STAGING).iterdir())
+        assert markers == sorted([live_id + ".owner", away.name])
+        assert set(unreferenced_files(path)) == {
+            str(p.relative_to(path))
+            for p in (
+                live_data,
+                live_dv,
+                away_data,
+                away,
+                *(Path(path, STAGING, live_id + ".owner"),),
+            )
+        }
+    finally:
+        live.kill()
+        live.wait()
+        dead.kill()
+        dead.wait()
+    # the live run died without ending: the next run removes its files (not the other host's)
+    append_records(tmp_path, "t", [Rec(0, 64, 9_000, b"k09", b"later", ())], {0: 65, 1: 63})
+    assert run_compact(spark, config_of(tmp_path), log=_quiet).topics[0].committed
+    assert not live_data.exists() and not live_dv.exists() and away_data.exists()
+    assert sorted(unreferenced_files(path)) == sorted(
+        str(p.relative_to(path)) for p in (away_data, away)
+    )
+
+
+def test_two_runs_at_once_the_later_commit_fails_cleanly(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of the same topic at once (threads of one driver, real Spark jobs): both
+    reach their commit having read the same snapshot (a barrier at the before_commit
+    failpoint); one commits, the other fails with ConcurrentWriteError, removing its own
+    files, not the winner's; the table equals the model and holds no leftover."""
+    from pipelines.compaction import table as table_mod
+    from pipelines.delta.errors import ConcurrentWriteError
+
+    recs, _conf = _workload(tmp_path, spark)
+    path, tombs = table_path(tmp_path, "t"), tombstones_path(tmp_path, "t")
+    barrier = threading.Barrier(2, timeout=120)
+    failpoint = table_mod._failpoint
+
+    def meet(name: str) -> None:
+        if name == "compact.before_commit":
+            barrier.wait()  # both runs hold their marker and their files now
+            assert len(list((Path(path) / STAGING).glob("*.owner"))) == 2
+        failpoint(name)
+
+    monkeypatch.setattr(table_mod, "_failpoint", meet)
+    outcomes: list[object] = []
+
+    def run() -> None:
+        try:
+            outcomes.append(run_compact(spark, config_of(tmp_path), log=_quiet).topics[0])
+        except Exception as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    errors = [o for o in outcomes if isinstance(o, Exception)]
+    done = [o for o in outcomes if not isinstance(o, Exception)]
+    assert len(errors) == 1 and len(done) == 1, outcomes
+    assert isinstance(errors[0], ConcurrentWriteError), errors[0]
+    assert read_topic_table(path) == _expected(recs, STRATEGY)
+    assert _read_tombstones(tombs) == _tombstones(recs)
+    for root in (path, tombs):
+        assert not (Path(root) / STAGING).exists()
+        assert table_files(root) == referenced_files(root)
