@@ -25,7 +25,7 @@ from numba import njit
 
 from logstore.errors import CorruptRecordError
 
-__all__ = ["make_selector", "select_records"]
+__all__ = ["last_per_key", "make_selector", "select_records"]
 
 _OK = 0
 _BAD_VARINT = -1
@@ -91,6 +91,129 @@ def select_records(
     if p != end:
         return _TRAILING, w, kept, max_delta
     return _OK, w, kept, max_delta
+
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_MIX1 = np.uint64(0xFF51AFD7ED558CCD)
+_MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+
+
+@njit(cache=True, nogil=True)
+def _key_hash(data: np.ndarray, start: int, end: int) -> np.int64:
+    """FNV-1a over ``data[start:end]``, then murmur3's finaliser (spreads the low bits that
+    pick the slot); as int64."""
+    h = _FNV_OFFSET
+    for i in range(start, end):
+        h = (h ^ np.uint64(data[i])) * _FNV_PRIME
+    h = (h ^ (h >> _S33)) * _MIX1
+    h = (h ^ (h >> _S33)) * _MIX2
+    return np.int64(h ^ (h >> _S33))
+
+
+_ROW_BITS = 40
+_ROW_MASK = (1 << _ROW_BITS) - 1
+_INLINE = 16  # keys up to this many bytes live in the table itself
+_SLOT = 4  # int64 per slot: row | length << 40, hash, key bytes 0-7, key bytes 8-15
+
+
+@njit(cache=True, nogil=True)
+def _words(data: np.ndarray, start: int, end: int) -> tuple:  # type: ignore[type-arg]
+    """The first 16 bytes of ``data[start:end]`` as two little-endian int64 (zero padded)."""
+    w0 = np.uint64(0)
+    w1 = np.uint64(0)
+    n = min(end - start, _INLINE)
+    for i in range(min(n, 8)):
+        w0 |= np.uint64(data[start + i]) << np.uint64(8 * i)
+    for i in range(8, n):
+        w1 |= np.uint64(data[start + i]) << np.uint64(8 * (i - 8))
+    return np.int64(w0), np.int64(w1)
+
+
+@njit(cache=True, nogil=True)
+def _same_key(data: np.ndarray, offsets: np.ndarray, a: int, b: int) -> bool:
+    sa = offsets[a]
+    sb = offsets[b]
+    n = offsets[a + 1] - sa
+    if offsets[b + 1] - sb != n:
+        return False
+    for i in range(n):  # noqa: SIM110 (numba: no generator in all())
+        if data[sa + i] != data[sb + i]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _place(table: np.ndarray, mask: int, slot: np.ndarray) -> None:
+    """Copy ``slot`` (a key known to be new) into the first free slot of ``table``."""
+    j = slot[1] & mask
+    while table[_SLOT * j] >= 0:
+        j = (j + 1) & mask
+    for f in range(_SLOT):
+        table[_SLOT * j + f] = slot[f]
+
+
+@njit(cache=True, nogil=True)
+def last_per_key(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per row, True when it is the last row of its key: rows ``i`` with ``valid[i]``, key
+    ``data[offsets[i]:offsets[i + 1]]`` (an Arrow binary column's int64 offsets and data).
+
+    One pass over the rows with an open-addressing hash table (linear probing, doubled at half
+    full). A slot holds the key's last row so far, its length, its 64-bit hash and, for keys
+    of up to 16 bytes, the key bytes themselves, so that a hit on a short key is decided by
+    the slot alone (one cache line); longer keys are compared byte for byte in ``data``.
+    Exact whatever the hash does."""
+    n = valid.shape[0]
+    cap = 1024
+    while cap < 2 * min(n, 1 << 16):
+        cap *= 2
+    table = np.full(_SLOT * cap, -1, np.int64)
+    mask = cap - 1
+    used = 0
+    for i in range(n):
+        if not valid[i]:
+            continue
+        start = offsets[i]
+        end = offsets[i + 1]
+        length = end - start
+        h = _key_hash(data, start, end)
+        w0, w1 = _words(data, start, end)
+        tag = np.int64(min(length, _INLINE + 1)) << _ROW_BITS
+        j = h & mask
+        while True:
+            at = _SLOT * j
+            head = table[at]
+            if head < 0:
+                table[at] = i | tag
+                table[at + 1] = h
+                table[at + 2] = w0
+                table[at + 3] = w1
+                used += 1
+                break
+            if (
+                table[at + 1] == h
+                and (head & ~_ROW_MASK) == tag
+                and table[at + 2] == w0
+                and table[at + 3] == w1
+                and (length <= _INLINE or _same_key(data, offsets, head & _ROW_MASK, i))
+            ):
+                table[at] = i | tag
+                break
+            j = (j + 1) & mask
+        if 2 * used > cap:
+            cap *= 2
+            mask = cap - 1
+            bigger = np.full(_SLOT * cap, -1, np.int64)
+            for s in range(0, table.shape[0], _SLOT):
+                if table[s] >= 0:
+                    _place(bigger, mask, table[s : s + _SLOT])
+            table = bigger
+    last = np.zeros(n, np.bool_)
+    for s in range(0, table.shape[0], _SLOT):
+        if table[s] >= 0:
+            last[table[s] & _ROW_MASK] = True
+    return last
 
 
 _REASONS = {

@@ -79,7 +79,7 @@ from logstore.storage.swap import (
     write_manifest,
 )
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
-from pipelines.compaction._select import make_selector
+from pipelines.compaction._select import last_per_key, make_selector
 from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, parse_strategy
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.decode import decode_records, scan_batches, verify_batches
@@ -120,18 +120,35 @@ def _outside(offsets: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarr
     return ~inside
 
 
-def _last_per_key(table: pa.Table) -> np.ndarray:
+def _key_buffers(keys: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A binary column as ``(int64 offsets, data, validity)`` numpy arrays (one copy of the
+    offsets and the key bytes; no Python object per row)."""
+    if isinstance(keys, pa.ChunkedArray):
+        chunks = [c.cast(pa.large_binary()) for c in keys.chunks]
+        arr = pa.concat_arrays(chunks) if chunks else pa.array([], pa.large_binary())
+    else:
+        arr = keys.cast(pa.large_binary())
+    n = len(arr)
+    _, off_buf, data_buf = arr.buffers()
+    offsets = (
+        np.frombuffer(off_buf, np.int64, n + 1, arr.offset * 8) if n else np.zeros(1, np.int64)
+    )
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))
+    return offsets, data, valid
+
+
+def _last_per_key(table: pa.Table, eligible: np.ndarray | None = None) -> np.ndarray:
     """The offset strategy's winners (model rule 3: the greatest offset of each key; keyless
-    rows excluded) for rows in increasing offset order, one partition: each key's last row.
-    A dictionary code per key and one integer sort, instead of the general rule's sort by
-    ``(key, version, offset)`` (:func:`pipelines.compaction.plan.winner_indices`)."""
-    keys = table.column("key")
-    rows = np.nonzero(np.asarray(keys.is_valid().to_numpy(zero_copy_only=False)))[0]
-    if len(rows) == 0:
-        return rows
-    codes = np.asarray(pc.dictionary_encode(keys.take(rows).combine_chunks()).indices.to_numpy())
-    _, first_from_end = np.unique(codes[::-1], return_index=True)
-    return rows[len(codes) - 1 - first_from_end]
+    rows excluded) for rows in increasing offset order, one partition: each key's last row,
+    as sorted row indices. One compiled pass with a hash map
+    (:func:`pipelines.compaction._select.last_per_key`), instead of the general rule's sort by
+    ``(key, version, offset)`` (:func:`pipelines.compaction.plan.winner_indices`).
+    ``eligible``: rows that may win at all (default: every row)."""
+    offsets, data, valid = _key_buffers(table.column("key"))
+    if eligible is not None:
+        valid = valid & eligible
+    return np.flatnonzero(last_per_key(offsets, data, valid))
 
 
 def winning_offsets(
@@ -148,6 +165,7 @@ def winning_offsets(
     Batches are decoded by the vectorised decoder (CRC checked; a damaged batch fails the
     pass), no Python object per record; control batches are left out by the decoder."""
     root = Path(dir)
+    by_offset = strategy.kind == "offset"
     parts: list[pa.Table] = []
     for ref in segments:
         if ref.size == 0:
@@ -168,29 +186,33 @@ def winning_offsets(
             if chunk.errors:
                 raise LoglakeError(f"damaged batch: {chunk.errors[0].reason}", path=str(path))
             rb = chunk.records
-            parts.append(
-                pa.table(
-                    {
-                        "partition": pa.array(np.zeros(rb.num_rows, np.int32)),
-                        "key": rb.column("key"),
-                        "offset": rb.column("offset"),
-                        "timestamp": rb.column("timestamp"),
-                        "headers": rb.column("headers"),
-                        "tombstone": pc.is_null(rb.column("value")),
-                    }
-                )
-            )
+            columns = {
+                "key": rb.column("key"),
+                "offset": rb.column("offset"),
+                "tombstone": pc.is_null(rb.column("value")),
+            }
+            if not by_offset:  # the general rule needs the version columns too
+                columns["partition"] = pa.array(np.zeros(rb.num_rows, np.int32))
+                columns["timestamp"] = rb.column("timestamp")
+                columns["headers"] = rb.column("headers")
+            parts.append(pa.table(columns))
     if not parts:
         empty = np.zeros(0, np.int64)
         return empty, empty
     table = pa.concat_tables(parts)
+    all_offsets = np.asarray(table.column("offset").to_numpy())
+    if by_offset:
+        # rows are in offset order (segments in order, batches in order): no sort needed
+        if len(all_offsets) > 1 and not bool((all_offsets[1:] > all_offsets[:-1]).all()):
+            raise LoglakeError("offsets not increasing in the cleanable range", path=str(root))
+        committed = _outside(all_offsets, aborted_batches) if aborted_batches else None
+        picked = _last_per_key(table, committed)
+        offsets = all_offsets[picked]
+        dead = np.asarray(table.column("tombstone").to_numpy(zero_copy_only=False))[picked]
+        return offsets, offsets[dead]
     if aborted_batches:
-        committed = _outside(np.asarray(table.column("offset").to_numpy()), aborted_batches)
-        table = table.filter(pa.array(committed))
-    if strategy.kind == "offset":
-        picked = _last_per_key(table)
-    else:
-        picked = winner_indices(table, versions(table, strategy))
+        table = table.filter(pa.array(_outside(all_offsets, aborted_batches)))
+    picked = winner_indices(table, versions(table, strategy))
     offsets = np.asarray(table.column("offset").to_numpy())[picked]
     dead = np.asarray(table.column("tombstone").to_numpy(zero_copy_only=False))[picked]
     order = np.argsort(offsets, kind="stable")

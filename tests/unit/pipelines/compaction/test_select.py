@@ -96,3 +96,33 @@ def test_last_per_key_is_the_general_rule_for_offsets(keys) -> None:
     )
     general = winner_indices(table, versions(table, Strategy()))
     assert sorted(_last_per_key(table).tolist()) == sorted(general.tolist())
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.integers(0, 6000),
+    distinct=st.integers(1, 5000),
+)
+def test_compiled_key_map_is_a_dict(seed, rows, distinct) -> None:
+    """The compiled key map (hash table grown past its first size, keys compared byte for
+    byte) against a Python dict of each key's last row."""
+    import pyarrow as pa
+
+    from pipelines.compaction._select import last_per_key
+    from pipelines.compaction.log import _key_buffers
+
+    rng = np.random.default_rng(seed)
+    space = [rng.bytes(int(rng.integers(0, 20))) for _ in range(distinct)]
+    keys = [
+        None if rng.random() < 0.05 else space[int(rng.integers(distinct))] for _ in range(rows)
+    ]
+    arr = pa.chunked_array(
+        [pa.array(keys[: rows // 2], pa.binary()), pa.array(keys[rows // 2 :], pa.binary())]
+    )
+    offsets, data, valid = _key_buffers(arr)
+    last: dict[bytes, int] = {}
+    for i, k in enumerate(keys):
+        if k is not None:
+            last[k] = i
+    assert np.flatnonzero(last_per_key(offsets, data, valid)).tolist() == sorted(last.values())
