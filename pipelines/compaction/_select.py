@@ -132,11 +132,11 @@ def _words(data: np.ndarray, start: int, end: int) -> tuple:  # type: ignore[typ
 
 
 @njit(cache=True, nogil=True)
-def _same_key(data: np.ndarray, offsets: np.ndarray, a: int, b: int) -> bool:
-    sa = offsets[a]
-    sb = offsets[b]
-    n = offsets[a + 1] - sa
-    if offsets[b + 1] - sb != n:
+def _same_key(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, a: int, b: int) -> bool:
+    sa = starts[a]
+    sb = starts[b]
+    n = ends[a] - sa
+    if ends[b] - sb != n:
         return False
     for i in range(n):  # noqa: SIM110 (numba: no generator in all())
         if data[sa + i] != data[sb + i]:
@@ -144,75 +144,107 @@ def _same_key(data: np.ndarray, offsets: np.ndarray, a: int, b: int) -> bool:
     return True
 
 
-@njit(cache=True, nogil=True)
-def _place(table: np.ndarray, mask: int, slot: np.ndarray) -> None:
-    """Copy ``slot`` (a key known to be new) into the first free slot of ``table``."""
-    j = slot[1] & mask
-    while table[_SLOT * j] >= 0:
-        j = (j + 1) & mask
-    for f in range(_SLOT):
-        table[_SLOT * j + f] = slot[f]
+_PART_ROWS = 8192  # rows per radix part: its table (16K slots of 32 B) stays in L2
 
 
 @njit(cache=True, nogil=True)
-def last_per_key(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> np.ndarray:
+def last_per_key(
+    starts: np.ndarray, ends: np.ndarray, data: np.ndarray, valid: np.ndarray
+) -> np.ndarray:
     """Per row, True when it is the last row of its key: rows ``i`` with ``valid[i]``, key
-    ``data[offsets[i]:offsets[i + 1]]`` (an Arrow binary column's int64 offsets and data).
+    ``data[starts[i]:ends[i]]`` (an Arrow binary column: its offsets without the last and
+    without the first).
 
-    One pass over the rows with an open-addressing hash table (linear probing, doubled at half
-    full). A slot holds the key's last row so far, its length, its 64-bit hash and, for keys
-    of up to 16 bytes, the key bytes themselves, so that a hit on a short key is decided by
-    the slot alone (one cache line); longer keys are compared byte for byte in ``data``.
+    A 64-bit hash per key, then the rows are split by the hash's top bits into parts of
+    about 8K rows (a stable counting sort: rows stay in order within a part), and each part
+    gets its own open-addressing table (linear probing, at most half full) small enough to
+    stay in cache: a random access per row into a table of the whole key space costs more
+    than the rest of the pass. A slot holds the key's last row so far, its length, its hash
+    and, for keys of up to 16 bytes, the key bytes themselves, so that a hit on a short key
+    is decided by the slot alone; longer keys are compared byte for byte in ``data``.
     Exact whatever the hash does."""
     n = valid.shape[0]
-    cap = 1024
-    while cap < 2 * min(n, 1 << 16):
-        cap *= 2
-    table = np.full(_SLOT * cap, -1, np.int64)
-    mask = cap - 1
-    used = 0
+    bits = 0
+    while (n >> bits) > _PART_ROWS:
+        bits += 1
+    shift = np.uint64(64 - bits) if bits else np.uint64(0)
+    parts = 1 << bits
+    hashes = np.empty(n, np.int64)
+    counts = np.zeros(parts + 1, np.int64)
     for i in range(n):
-        if not valid[i]:
-            continue
-        start = offsets[i]
-        end = offsets[i + 1]
-        length = end - start
-        h = _key_hash(data, start, end)
-        w0, w1 = _words(data, start, end)
-        tag = np.int64(min(length, _INLINE + 1)) << _ROW_BITS
-        j = h & mask
-        while True:
-            at = _SLOT * j
-            head = table[at]
-            if head < 0:
-                table[at] = i | tag
-                table[at + 1] = h
-                table[at + 2] = w0
-                table[at + 3] = w1
-                used += 1
-                break
-            if (
-                table[at + 1] == h
-                and (head & ~_ROW_MASK) == tag
-                and table[at + 2] == w0
-                and table[at + 3] == w1
-                and (length <= _INLINE or _same_key(data, offsets, head & _ROW_MASK, i))
-            ):
-                table[at] = i | tag
-                break
-            j = (j + 1) & mask
-        if 2 * used > cap:
-            cap *= 2
-            mask = cap - 1
-            bigger = np.full(_SLOT * cap, -1, np.int64)
-            for s in range(0, table.shape[0], _SLOT):
-                if table[s] >= 0:
-                    _place(bigger, mask, table[s : s + _SLOT])
-            table = bigger
+        if valid[i]:
+            h = _key_hash(data, starts[i], ends[i])
+            hashes[i] = h
+            part = np.int64(np.uint64(h) >> shift) if bits else 0
+            counts[part + 1] += 1
+    for p in range(parts):
+        counts[p + 1] += counts[p]
+    m = counts[parts]
+    rows = np.empty(m, np.int64)
+    keyed = np.empty((m, _SLOT), np.int64)  # per row: length tag, hash, key bytes 0-15
+    fill = counts[:parts].copy()
+    for i in range(n):
+        if valid[i]:
+            h = hashes[i]
+            part = np.int64(np.uint64(h) >> shift) if bits else 0
+            at = fill[part]
+            fill[part] += 1
+            rows[at] = i
+            w0, w1 = _words(data, starts[i], ends[i])
+            keyed[at, 0] = np.int64(min(ends[i] - starts[i], _INLINE + 1)) << _ROW_BITS
+            keyed[at, 1] = h
+            keyed[at, 2] = w0
+            keyed[at, 3] = w1
     last = np.zeros(n, np.bool_)
-    for s in range(0, table.shape[0], _SLOT):
-        if table[s] >= 0:
-            last[table[s] & _ROW_MASK] = True
+    biggest = 0
+    for p in range(parts):
+        biggest = max(biggest, counts[p + 1] - counts[p])
+    cap = 16
+    while cap < 2 * biggest:
+        cap *= 2
+    table = np.empty(_SLOT * cap, np.int64)
+    for p in range(parts):
+        lo = counts[p]
+        hi = counts[p + 1]
+        if hi == lo:
+            continue
+        size = 16
+        while size < 2 * (hi - lo):
+            size *= 2
+        mask = size - 1
+        table[: _SLOT * size] = -1
+        for at in range(lo, hi):
+            tag = keyed[at, 0]
+            h = keyed[at, 1]
+            w0 = keyed[at, 2]
+            w1 = keyed[at, 3]
+            j = h & mask
+            while True:
+                slot = _SLOT * j
+                head = table[slot]
+                if head < 0:
+                    table[slot] = at | tag
+                    table[slot + 1] = h
+                    table[slot + 2] = w0
+                    table[slot + 3] = w1
+                    break
+                if (
+                    table[slot + 1] == h
+                    and (head & ~_ROW_MASK) == tag
+                    and table[slot + 2] == w0
+                    and table[slot + 3] == w1
+                    and (
+                        (tag >> _ROW_BITS) <= _INLINE
+                        or _same_key(data, starts, ends, rows[head & _ROW_MASK], rows[at])
+                    )
+                ):
+                    table[slot] = at | tag
+                    break
+                j = (j + 1) & mask
+        for j in range(size):
+            head = table[_SLOT * j]
+            if head >= 0:
+                last[rows[head & _ROW_MASK]] = True
     return last
 
 

@@ -40,6 +40,7 @@ import os
 import time
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -99,6 +100,9 @@ __all__ = [
 ]
 
 
+_SWAP_THREADS = 4  # partitions swapped at once when the job swaps under the .lock
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -148,7 +152,7 @@ def _last_per_key(table: pa.Table, eligible: np.ndarray | None = None) -> np.nda
     offsets, data, valid = _key_buffers(table.column("key"))
     if eligible is not None:
         valid = valid & eligible
-    return np.flatnonzero(last_per_key(offsets, data, valid))
+    return np.flatnonzero(last_per_key(offsets[:-1], offsets[1:], data, valid))
 
 
 def winning_offsets(
@@ -251,6 +255,21 @@ def strategy_of(log_dir: Path, topic: str) -> Strategy:
     return DEFAULT_STRATEGY if text is None else parse_strategy(text.strip())
 
 
+class _Steps:
+    """Wall and thread-CPU microseconds of consecutive steps, into a result's ``extra``
+    (``<step>_us``, ``<step>_cpu_us``): the per-step profile the benchmark prints."""
+
+    def __init__(self) -> None:
+        self._wall = time.perf_counter_ns()
+        self._cpu = time.thread_time_ns()
+
+    def lap(self, step: str, into: dict[str, int]) -> None:
+        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+        into[f"{step}_us"] = (wall - self._wall) // 1000
+        into[f"{step}_cpu_us"] = (cpu - self._cpu) // 1000
+        self._wall, self._cpu = wall, cpu
+
+
 def clean_partition(
     dir: str | os.PathLike[str],
     *,
@@ -270,8 +289,10 @@ def clean_partition(
     if strategy is None:
         strategy = strategy_of(root.parent, topic)
     now = _now_ms() if now_ms is None else now_ms
+    clock = _Steps()
     plan = plan_cleaning(root, settings, now_ms=now, high_watermark=high_watermark)
     result = LogCleanResult(str(root), plan.due, plan.reason, plan.first_dirty_offset)
+    clock.lap("plan", result.extra)
     if not plan.segments or not (plan.due or force):
         return result
     if (root / MANIFEST_FILE).exists():
@@ -280,6 +301,7 @@ def clean_partition(
     keep_np, dead_np = winning_offsets(
         root, plan.segments, strategy, aborted_batches=plan.aborted_batches
     )
+    clock.lap("keymap", result.extra)
     # sorted int64 arrays the storage layer bisects (no numpy there)
     keep, tombstones = array("q", keep_np.tobytes()), array("q", dead_np.tobytes())
     groups = []
@@ -302,8 +324,10 @@ def clean_partition(
         result.records_out += cleaned.records_out
         result.bytes_in += sum(r.size for r in cleaned.replaced)
         result.bytes_out += cleaned.size
+    clock.lap("rewrite", result.extra)
     failpoint("rewritten")
     write_manifest(root, CleanerManifest(topic, partition, tuple(groups), plan.end_offset))
+    clock.lap("manifest", result.extra)
     result.end_offset = plan.end_offset
     result.groups = len(groups)
     result.seconds = time.perf_counter() - started
@@ -330,11 +354,9 @@ def hand_over(
             time.sleep(poll_s)
         return True, "applied or rejected by the broker (see the checkpoint)"
     try:
-        config, _ = _settings(root.parent, parsed[0])
-        done = apply_offline(root, config)
+        return _apply_locked(str(root))
     finally:
         lock.release()
-    return bool(done), "swapped offline" if done else "rejected offline"
 
 
 def _pending(root: Path) -> bool:
@@ -437,13 +459,49 @@ def run_log_compaction(
     results: list[LogCleanResult] = (
         spark.sparkContext.parallelize(items, len(items)).map(_task).collect()
     )
+    _hand_over_all(results, hand_over_timeout_s)
+    return results
+
+
+def _apply_locked(dir: str) -> tuple[bool, str]:
+    """:func:`hand_over`'s offline branch, the caller holding the log dir's ``.lock``."""
+    root = Path(dir)
+    parsed = parse_partition_dir(root.name)
+    if parsed is None:
+        raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
+    config, _ = _settings(root.parent, parsed[0])
+    done = apply_offline(root, config)
+    return bool(done), "swapped offline" if done else "rejected offline"
+
+
+def _hand_over_all(results: Sequence[LogCleanResult], timeout_s: float) -> None:
+    """:func:`hand_over` for every result with groups. With no broker, the log dir's
+    ``.lock`` is taken once and its partitions are swapped by a few threads at once (each
+    swap is mostly fsyncs of its own directory, which release the GIL; the shared
+    ``cleaner-offset-checkpoint`` is updated under the swap module's lock); with a broker
+    (the lock is held), one :func:`hand_over` each, waiting for the broker."""
+    by_log_dir: dict[Path, list[LogCleanResult]] = {}
     for res in results:
         if res.groups:
-            res.swapped, res.note = hand_over(res.dir, timeout_s=hand_over_timeout_s)
-            if res.swapped and res.note.startswith("applied or rejected"):
-                res.swapped = _checkpoint(res.dir) == res.end_offset
-                res.note = "swapped by the broker" if res.swapped else "rejected by the broker"
-    return results
+            by_log_dir.setdefault(Path(res.dir).parent, []).append(res)
+    for log_dir, items in by_log_dir.items():
+        lock = DirLock(log_dir)
+        try:
+            lock.acquire()
+        except LogDirLockedError:
+            for res in items:
+                res.swapped, res.note = hand_over(res.dir, timeout_s=timeout_s)
+                if res.swapped and res.note.startswith("applied or rejected"):
+                    res.swapped = _checkpoint(res.dir) == res.end_offset
+                    res.note = "swapped by the broker" if res.swapped else "rejected by the broker"
+            continue
+        try:
+            with ThreadPoolExecutor(min(len(items), _SWAP_THREADS)) as pool:
+                outcomes = list(pool.map(_apply_locked, [res.dir for res in items]))
+        finally:
+            lock.release()
+        for res, (swapped, note) in zip(items, outcomes, strict=True):
+            res.swapped, res.note = swapped, note
 
 
 def _checkpoint(dir: str) -> int | None:
