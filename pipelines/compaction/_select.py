@@ -260,10 +260,13 @@ def make_selector(keep: np.ndarray) -> Callable[[bytes, int, int], tuple[bytes, 
     base offset, record count) -> (kept records' bytes, how many, largest timestamp delta)``,
     for the sorted winning offsets ``keep``."""
     winners = np.ascontiguousarray(keep, dtype=np.int64)
+    scratch = [np.empty(1 << 16, np.uint8)]  # reused: no allocation per batch
 
     def select(data: bytes, base_offset: int, count: int) -> tuple[bytes, int, int]:
         src = np.frombuffer(data, np.uint8)
-        out = np.empty(len(src), np.uint8)
+        if len(scratch[0]) < len(src):
+            scratch[0] = np.empty(2 * len(src), np.uint8)
+        out = scratch[0]
         status, written, kept, max_delta = select_records(src, count, base_offset, winners, out)
         if status != _OK:
             raise CorruptRecordError(

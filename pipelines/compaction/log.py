@@ -6,9 +6,11 @@ Per compacted partition, one Spark task (on an executor that sees the log dirs):
    cleanable range, dirty ratio, ``max.compaction.lag.ms``, segment groups); a partition that
    is not due is left alone unless ``force``;
 2. decides the winners over the whole cleanable range (:func:`winning_offsets`: the
-   vectorised decoder, then :func:`pipelines.compaction.plan.winner_indices`, the reference
-   model's rule over Arrow that the Delta table output uses too; no Python object per
-   record);
+   vectorised decoder, then, for the offset strategy, a compiled key map of each key's last
+   record (:func:`pipelines.compaction._select.last_per_key`: hash, radix split, small
+   in-cache tables, keys compared exactly), else
+   :func:`pipelines.compaction.plan.winner_indices`, the reference model's rule over Arrow
+   that the Delta table output uses too; no Python object per record);
 3. rewrites each segment group into ``.cleaned`` segments
    (:func:`logstore.storage.cleaner.rewrite_group`: whole batches, original offsets, producer
    fields, codec, timestamps and headers, fresh CRC and indexes, KIP-534 tombstone horizon;
@@ -17,7 +19,8 @@ Per compacted partition, one Spark task (on an executor that sees the log dirs):
 4. writes the partition's ``cleaner-manifest.json`` (:mod:`logstore.storage.swap`).
 
 Then, on the driver, the hand-over (:func:`hand_over`): if the log dir's ``.lock`` is free (no
-broker), the job swaps the segments in itself under that lock; otherwise the running broker
+broker), the job swaps the segments in itself under that lock (taken once per log dir, a few
+partitions at a time: the swaps are mostly fsyncs); otherwise the running broker
 does it within about a second (its ``cleaner-swaps`` task) and the job waits for the manifest
 to go and reads the ``cleaner-offset-checkpoint`` to learn whether it was accepted.
 

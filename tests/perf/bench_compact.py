@@ -24,9 +24,22 @@ template, CRCs recomputed), then:
 
 - ``log.full``: :func:`pipelines.compaction.log.run_log_compaction` (one Spark task per
   partition: plan, key map over the vectorised decoder, rewrite; then the offline swap under
-  the log dir's ``.lock``), records/s end to end;
-- (a) ``log.python_dict``: the same records' keys as Python bytes deduped with a dict
-  (``--baseline-records`` prefix), the loop alone and with the conversion from numpy.
+  the log dir's ``.lock``), records/s end to end; ``task_steps_s``: the tasks' per-step wall
+  and thread-CPU seconds summed over the partitions; ``why_records_out``: what stays and why
+  (the whole log is cleanable here; with ``--log-partitioner random``, the default, every
+  partition holds most keys, so ~3.67M of 10M records stay with 1M keys; ``key`` partitions
+  by key as a keyed producer does: ~1M stay);
+- (a) what one cleaner thread does, one process, on a ``--baseline-records`` prefix of
+  partition 0 (rates are records/s of that prefix; a thread would take ``records / rate``
+  for the whole log): ``log.python_dict``, the keys already in memory as Python bytes
+  deduped with a dict (the loop alone, and with the conversion from numpy: no I/O, no
+  decoding); ``log.python_decode_dict``, the segment files read and decoded by the
+  project's pure-Python reference decoder (``validate_batch`` + kafka-python's
+  ``DefaultRecordBatch``, the decoder benchmark's baseline) into a dict of key -> last
+  offset; ``log.python_cleaner``, the storage layer's cleaner (``logstore.storage.cleaner``:
+  plan, key map over its reference record decoder, ``rewrite_group``'s Python record loop,
+  no swap) in one thread. ``log.ratios`` labels each ratio to ``full``. The broker has no
+  cleaner thread of its own: compaction is this job.
 
 Figures are wall-clock of one run each after a warm-up run that starts the Python workers.
 Last line: one JSON object.
