@@ -255,14 +255,16 @@ _REASONS = {
 }
 
 
-def make_selector(keep: np.ndarray) -> Callable[[bytes, int, int], tuple[bytes, int, int]]:
+def make_selector(
+    keep: np.ndarray,
+) -> Callable[[bytes | memoryview, int, int], tuple[bytes, int, int]]:
     """The selector :func:`~logstore.storage.cleaner.rewrite_group` takes: ``(records section,
     base offset, record count) -> (kept records' bytes, how many, largest timestamp delta)``,
     for the sorted winning offsets ``keep``."""
     winners = np.ascontiguousarray(keep, dtype=np.int64)
     scratch = [np.empty(1 << 16, np.uint8)]  # reused: no allocation per batch
 
-    def select(data: bytes, base_offset: int, count: int) -> tuple[bytes, int, int]:
+    def select(data: bytes | memoryview, base_offset: int, count: int) -> tuple[bytes, int, int]:
         src = np.frombuffer(data, np.uint8)
         if len(scratch[0]) < len(src):
             scratch[0] = np.empty(2 * len(src), np.uint8)
