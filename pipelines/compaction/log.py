@@ -466,6 +466,14 @@ def run_log_compaction(
     return results
 
 
+def _apply_timed(res: LogCleanResult) -> tuple[bool, str]:
+    started = time.perf_counter_ns()
+    try:
+        return _apply_locked(res.dir)
+    finally:
+        res.extra["swap_us"] = (time.perf_counter_ns() - started) // 1000
+
+
 def _apply_locked(dir: str) -> tuple[bool, str]:
     """:func:`hand_over`'s offline branch, the caller holding the log dir's ``.lock``."""
     root = Path(dir)
@@ -500,7 +508,7 @@ def _hand_over_all(results: Sequence[LogCleanResult], timeout_s: float) -> None:
             continue
         try:
             with ThreadPoolExecutor(min(len(items), _SWAP_THREADS)) as pool:
-                outcomes = list(pool.map(_apply_locked, [res.dir for res in items]))
+                outcomes = list(pool.map(_apply_timed, items))
         finally:
             lock.release()
         for res, (swapped, note) in zip(items, outcomes, strict=True):

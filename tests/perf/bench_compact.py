@@ -409,7 +409,8 @@ def log_section(
 
 def _steps(results: list[Any]) -> dict[str, float]:
     """Per-step seconds of the Spark tasks (clean_partition's ``extra``), summed over the
-    partitions: ``*_cpu`` thread CPU, else wall."""
+    partitions: ``*_cpu`` thread CPU, else wall; ``swap``: the driver's offline swap of each
+    partition (wall; a few run at once)."""
     total: dict[str, float] = {}
     for r in results:
         for k, v in r.extra.items():
