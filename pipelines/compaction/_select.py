@@ -24,6 +24,7 @@ import numpy as np
 from numba import njit
 
 from logstore.errors import CorruptRecordError
+from pipelines.decode._kernels import _copy
 
 __all__ = ["last_per_key", "make_selector", "select_records"]
 
@@ -67,6 +68,8 @@ def select_records(
     p = 0
     w = 0
     kept = 0
+    run_start = 0
+    run_end = 0
     max_delta = np.int64(-(2**63))
     for _ in range(count):
         length, q, ok = _zigzag(data, p, end)
@@ -83,11 +86,16 @@ def select_records(
         while k < n_keep and keep[k] < offset:
             k += 1
         if k < n_keep and keep[k] == offset:
-            out[w : w + (record_end - p)] = data[p:record_end]
-            w += record_end - p
+            if p != run_end:  # not right after the last kept record: a new run
+                _copy(out, w, data, run_start, run_end - run_start)
+                w += run_end - run_start
+                run_start = p
+            run_end = record_end
             kept += 1
             max_delta = max(max_delta, ts_delta)
         p = record_end
+    _copy(out, w, data, run_start, run_end - run_start)  # kept records end to end: one copy
+    w += run_end - run_start
     if p != end:
         return _TRAILING, w, kept, max_delta
     return _OK, w, kept, max_delta
