@@ -24,8 +24,9 @@ import numpy as np
 from numba import njit
 
 from logstore.errors import CorruptRecordError
+from pipelines.decode._kernels import _copy
 
-__all__ = ["make_selector", "select_records"]
+__all__ = ["last_per_key", "make_selector", "select_records"]
 
 _OK = 0
 _BAD_VARINT = -1
@@ -67,6 +68,8 @@ def select_records(
     p = 0
     w = 0
     kept = 0
+    run_start = 0
+    run_end = 0
     max_delta = np.int64(-(2**63))
     for _ in range(count):
         length, q, ok = _zigzag(data, p, end)
@@ -83,14 +86,174 @@ def select_records(
         while k < n_keep and keep[k] < offset:
             k += 1
         if k < n_keep and keep[k] == offset:
-            out[w : w + (record_end - p)] = data[p:record_end]
-            w += record_end - p
+            if p != run_end:  # not right after the last kept record: a new run
+                _copy(out, w, data, run_start, run_end - run_start)
+                w += run_end - run_start
+                run_start = p
+            run_end = record_end
             kept += 1
             max_delta = max(max_delta, ts_delta)
         p = record_end
+    _copy(out, w, data, run_start, run_end - run_start)  # kept records end to end: one copy
+    w += run_end - run_start
     if p != end:
         return _TRAILING, w, kept, max_delta
     return _OK, w, kept, max_delta
+
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_MIX1 = np.uint64(0xFF51AFD7ED558CCD)
+_MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+
+
+@njit(cache=True, nogil=True)
+def _key_hash(data: np.ndarray, start: int, end: int) -> np.int64:
+    """FNV-1a over ``data[start:end]``, then murmur3's finaliser (spreads the low bits that
+    pick the slot); as int64."""
+    h = _FNV_OFFSET
+    for i in range(start, end):
+        h = (h ^ np.uint64(data[i])) * _FNV_PRIME
+    h = (h ^ (h >> _S33)) * _MIX1
+    h = (h ^ (h >> _S33)) * _MIX2
+    return np.int64(h ^ (h >> _S33))
+
+
+_ROW_BITS = 40
+_ROW_MASK = (1 << _ROW_BITS) - 1
+_INLINE = 16  # keys up to this many bytes live in the table itself
+_SLOT = 4  # int64 per slot: row | length << 40, hash, key bytes 0-7, key bytes 8-15
+
+
+@njit(cache=True, nogil=True)
+def _words(data: np.ndarray, start: int, end: int) -> tuple:  # type: ignore[type-arg]
+    """The first 16 bytes of ``data[start:end]`` as two little-endian int64 (zero padded)."""
+    w0 = np.uint64(0)
+    w1 = np.uint64(0)
+    n = min(end - start, _INLINE)
+    for i in range(min(n, 8)):
+        w0 |= np.uint64(data[start + i]) << np.uint64(8 * i)
+    for i in range(8, n):
+        w1 |= np.uint64(data[start + i]) << np.uint64(8 * (i - 8))
+    return np.int64(w0), np.int64(w1)
+
+
+@njit(cache=True, nogil=True)
+def _same_key(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, a: int, b: int) -> bool:
+    sa = starts[a]
+    sb = starts[b]
+    n = ends[a] - sa
+    if ends[b] - sb != n:
+        return False
+    for i in range(n):  # noqa: SIM110 (numba: no generator in all())
+        if data[sa + i] != data[sb + i]:
+            return False
+    return True
+
+
+_PART_ROWS = 8192  # rows per radix part: its table (16K slots of 32 B) stays in L2
+
+
+@njit(cache=True, nogil=True)
+def last_per_key(
+    starts: np.ndarray, ends: np.ndarray, data: np.ndarray, valid: np.ndarray
+) -> np.ndarray:
+    """Per row, True when it is the last row of its key: rows ``i`` with ``valid[i]``, key
+    ``data[starts[i]:ends[i]]`` (an Arrow binary column: its offsets without the last and
+    without the first).
+
+    A 64-bit hash per key, then the rows are split by the hash's top bits into parts of
+    about 8K rows (a stable counting sort: rows stay in order within a part), and each part
+    gets its own open-addressing table (linear probing, at most half full) small enough to
+    stay in cache: a random access per row into a table of the whole key space costs more
+    than the rest of the pass. A slot holds the key's last row so far, its length, its hash
+    and, for keys of up to 16 bytes, the key bytes themselves, so that a hit on a short key
+    is decided by the slot alone; longer keys are compared byte for byte in ``data``.
+    Exact whatever the hash does."""
+    n = valid.shape[0]
+    bits = 0
+    while (n >> bits) > _PART_ROWS:
+        bits += 1
+    shift = np.uint64(64 - bits) if bits else np.uint64(0)
+    parts = 1 << bits
+    hashes = np.empty(n, np.int64)
+    counts = np.zeros(parts + 1, np.int64)
+    for i in range(n):
+        if valid[i]:
+            h = _key_hash(data, starts[i], ends[i])
+            hashes[i] = h
+            part = np.int64(np.uint64(h) >> shift) if bits else 0
+            counts[part + 1] += 1
+    for p in range(parts):
+        counts[p + 1] += counts[p]
+    m = counts[parts]
+    rows = np.empty(m, np.int64)
+    keyed = np.empty((m, _SLOT), np.int64)  # per row: length tag, hash, key bytes 0-15
+    fill = counts[:parts].copy()
+    for i in range(n):
+        if valid[i]:
+            h = hashes[i]
+            part = np.int64(np.uint64(h) >> shift) if bits else 0
+            at = fill[part]
+            fill[part] += 1
+            rows[at] = i
+            w0, w1 = _words(data, starts[i], ends[i])
+            keyed[at, 0] = np.int64(min(ends[i] - starts[i], _INLINE + 1)) << _ROW_BITS
+            keyed[at, 1] = h
+            keyed[at, 2] = w0
+            keyed[at, 3] = w1
+    last = np.zeros(n, np.bool_)
+    biggest = 0
+    for p in range(parts):
+        biggest = max(biggest, counts[p + 1] - counts[p])
+    cap = 16
+    while cap < 2 * biggest:
+        cap *= 2
+    table = np.empty(_SLOT * cap, np.int64)
+    for p in range(parts):
+        lo = counts[p]
+        hi = counts[p + 1]
+        if hi == lo:
+            continue
+        size = 16
+        while size < 2 * (hi - lo):
+            size *= 2
+        mask = size - 1
+        table[: _SLOT * size] = -1
+        for at in range(lo, hi):
+            tag = keyed[at, 0]
+            h = keyed[at, 1]
+            w0 = keyed[at, 2]
+            w1 = keyed[at, 3]
+            j = h & mask
+            while True:
+                slot = _SLOT * j
+                head = table[slot]
+                if head < 0:
+                    table[slot] = at | tag
+                    table[slot + 1] = h
+                    table[slot + 2] = w0
+                    table[slot + 3] = w1
+                    break
+                if (
+                    table[slot + 1] == h
+                    and (head & ~_ROW_MASK) == tag
+                    and table[slot + 2] == w0
+                    and table[slot + 3] == w1
+                    and (
+                        (tag >> _ROW_BITS) <= _INLINE
+                        or _same_key(data, starts, ends, rows[head & _ROW_MASK], rows[at])
+                    )
+                ):
+                    table[slot] = at | tag
+                    break
+                j = (j + 1) & mask
+        for j in range(size):
+            head = table[_SLOT * j]
+            if head >= 0:
+                last[rows[head & _ROW_MASK]] = True
+    return last
 
 
 _REASONS = {
@@ -100,15 +263,20 @@ _REASONS = {
 }
 
 
-def make_selector(keep: np.ndarray) -> Callable[[bytes, int, int], tuple[bytes, int, int]]:
+def make_selector(
+    keep: np.ndarray,
+) -> Callable[[bytes | memoryview, int, int], tuple[bytes, int, int]]:
     """The selector :func:`~logstore.storage.cleaner.rewrite_group` takes: ``(records section,
     base offset, record count) -> (kept records' bytes, how many, largest timestamp delta)``,
     for the sorted winning offsets ``keep``."""
     winners = np.ascontiguousarray(keep, dtype=np.int64)
+    scratch = [np.empty(1 << 16, np.uint8)]  # reused: no allocation per batch
 
-    def select(data: bytes, base_offset: int, count: int) -> tuple[bytes, int, int]:
+    def select(data: bytes | memoryview, base_offset: int, count: int) -> tuple[bytes, int, int]:
         src = np.frombuffer(data, np.uint8)
-        out = np.empty(len(src), np.uint8)
+        if len(scratch[0]) < len(src):
+            scratch[0] = np.empty(2 * len(src), np.uint8)
+        out = scratch[0]
         status, written, kept, max_delta = select_records(src, count, base_offset, winners, out)
         if status != _OK:
             raise CorruptRecordError(

@@ -6,9 +6,11 @@ Per compacted partition, one Spark task (on an executor that sees the log dirs):
    cleanable range, dirty ratio, ``max.compaction.lag.ms``, segment groups); a partition that
    is not due is left alone unless ``force``;
 2. decides the winners over the whole cleanable range (:func:`winning_offsets`: the
-   vectorised decoder, then :func:`pipelines.compaction.plan.winner_indices`, the reference
-   model's rule over Arrow that the Delta table output uses too; no Python object per
-   record);
+   vectorised decoder, then, for the offset strategy, a compiled key map of each key's last
+   record (:func:`pipelines.compaction._select.last_per_key`: hash, radix split, small
+   in-cache tables, keys compared exactly), else
+   :func:`pipelines.compaction.plan.winner_indices`, the reference model's rule over Arrow
+   that the Delta table output uses too; no Python object per record);
 3. rewrites each segment group into ``.cleaned`` segments
    (:func:`logstore.storage.cleaner.rewrite_group`: whole batches, original offsets, producer
    fields, codec, timestamps and headers, fresh CRC and indexes, KIP-534 tombstone horizon;
@@ -17,7 +19,8 @@ Per compacted partition, one Spark task (on an executor that sees the log dirs):
 4. writes the partition's ``cleaner-manifest.json`` (:mod:`logstore.storage.swap`).
 
 Then, on the driver, the hand-over (:func:`hand_over`): if the log dir's ``.lock`` is free (no
-broker), the job swaps the segments in itself under that lock; otherwise the running broker
+broker), the job swaps the segments in itself under that lock (taken once per log dir, a few
+partitions at a time: the swaps are mostly fsyncs); otherwise the running broker
 does it within about a second (its ``cleaner-swaps`` task) and the job waits for the manifest
 to go and reads the ``cleaner-offset-checkpoint`` to learn whether it was accepted.
 
@@ -40,6 +43,7 @@ import os
 import time
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,7 +83,7 @@ from logstore.storage.swap import (
     write_manifest,
 )
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
-from pipelines.compaction._select import make_selector
+from pipelines.compaction._select import last_per_key, make_selector
 from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, parse_strategy
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.decode import decode_records, scan_batches, verify_batches
@@ -97,6 +101,9 @@ __all__ = [
     "winners",
     "winning_offsets",
 ]
+
+
+_SWAP_THREADS = 4  # partitions swapped at once when the job swaps under the .lock
 
 
 def _now_ms() -> int:
@@ -120,18 +127,35 @@ def _outside(offsets: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndarr
     return ~inside
 
 
-def _last_per_key(table: pa.Table) -> np.ndarray:
+def _key_buffers(keys: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A binary column as ``(int64 offsets, data, validity)`` numpy arrays (one copy of the
+    offsets and the key bytes; no Python object per row)."""
+    if isinstance(keys, pa.ChunkedArray):
+        chunks = [c.cast(pa.large_binary()) for c in keys.chunks]
+        arr = pa.concat_arrays(chunks) if chunks else pa.array([], pa.large_binary())
+    else:
+        arr = keys.cast(pa.large_binary())
+    n = len(arr)
+    _, off_buf, data_buf = arr.buffers()
+    offsets = (
+        np.frombuffer(off_buf, np.int64, n + 1, arr.offset * 8) if n else np.zeros(1, np.int64)
+    )
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))
+    return offsets, data, valid
+
+
+def _last_per_key(table: pa.Table, eligible: np.ndarray | None = None) -> np.ndarray:
     """The offset strategy's winners (model rule 3: the greatest offset of each key; keyless
-    rows excluded) for rows in increasing offset order, one partition: each key's last row.
-    A dictionary code per key and one integer sort, instead of the general rule's sort by
-    ``(key, version, offset)`` (:func:`pipelines.compaction.plan.winner_indices`)."""
-    keys = table.column("key")
-    rows = np.nonzero(np.asarray(keys.is_valid().to_numpy(zero_copy_only=False)))[0]
-    if len(rows) == 0:
-        return rows
-    codes = np.asarray(pc.dictionary_encode(keys.take(rows).combine_chunks()).indices.to_numpy())
-    _, first_from_end = np.unique(codes[::-1], return_index=True)
-    return rows[len(codes) - 1 - first_from_end]
+    rows excluded) for rows in increasing offset order, one partition: each key's last row,
+    as sorted row indices. One compiled pass with a hash map
+    (:func:`pipelines.compaction._select.last_per_key`), instead of the general rule's sort by
+    ``(key, version, offset)`` (:func:`pipelines.compaction.plan.winner_indices`).
+    ``eligible``: rows that may win at all (default: every row)."""
+    offsets, data, valid = _key_buffers(table.column("key"))
+    if eligible is not None:
+        valid = valid & eligible
+    return np.flatnonzero(last_per_key(offsets[:-1], offsets[1:], data, valid))
 
 
 def winning_offsets(
@@ -148,6 +172,7 @@ def winning_offsets(
     Batches are decoded by the vectorised decoder (CRC checked; a damaged batch fails the
     pass), no Python object per record; control batches are left out by the decoder."""
     root = Path(dir)
+    by_offset = strategy.kind == "offset"
     parts: list[pa.Table] = []
     for ref in segments:
         if ref.size == 0:
@@ -168,29 +193,33 @@ def winning_offsets(
             if chunk.errors:
                 raise LoglakeError(f"damaged batch: {chunk.errors[0].reason}", path=str(path))
             rb = chunk.records
-            parts.append(
-                pa.table(
-                    {
-                        "partition": pa.array(np.zeros(rb.num_rows, np.int32)),
-                        "key": rb.column("key"),
-                        "offset": rb.column("offset"),
-                        "timestamp": rb.column("timestamp"),
-                        "headers": rb.column("headers"),
-                        "tombstone": pc.is_null(rb.column("value")),
-                    }
-                )
-            )
+            columns = {
+                "key": rb.column("key"),
+                "offset": rb.column("offset"),
+                "tombstone": pc.is_null(rb.column("value")),
+            }
+            if not by_offset:  # the general rule needs the version columns too
+                columns["partition"] = pa.array(np.zeros(rb.num_rows, np.int32))
+                columns["timestamp"] = rb.column("timestamp")
+                columns["headers"] = rb.column("headers")
+            parts.append(pa.table(columns))
     if not parts:
         empty = np.zeros(0, np.int64)
         return empty, empty
     table = pa.concat_tables(parts)
+    all_offsets = np.asarray(table.column("offset").to_numpy())
+    if by_offset:
+        # rows are in offset order (segments in order, batches in order): no sort needed
+        if len(all_offsets) > 1 and not bool((all_offsets[1:] > all_offsets[:-1]).all()):
+            raise LoglakeError("offsets not increasing in the cleanable range", path=str(root))
+        committed = _outside(all_offsets, aborted_batches) if aborted_batches else None
+        picked = _last_per_key(table, committed)
+        offsets = all_offsets[picked]
+        dead = np.asarray(table.column("tombstone").to_numpy(zero_copy_only=False))[picked]
+        return offsets, offsets[dead]
     if aborted_batches:
-        committed = _outside(np.asarray(table.column("offset").to_numpy()), aborted_batches)
-        table = table.filter(pa.array(committed))
-    if strategy.kind == "offset":
-        picked = _last_per_key(table)
-    else:
-        picked = winner_indices(table, versions(table, strategy))
+        table = table.filter(pa.array(_outside(all_offsets, aborted_batches)))
+    picked = winner_indices(table, versions(table, strategy))
     offsets = np.asarray(table.column("offset").to_numpy())[picked]
     dead = np.asarray(table.column("tombstone").to_numpy(zero_copy_only=False))[picked]
     order = np.argsort(offsets, kind="stable")
@@ -229,6 +258,21 @@ def strategy_of(log_dir: Path, topic: str) -> Strategy:
     return DEFAULT_STRATEGY if text is None else parse_strategy(text.strip())
 
 
+class _Steps:
+    """Wall and thread-CPU microseconds of consecutive steps, into a result's ``extra``
+    (``<step>_us``, ``<step>_cpu_us``): the per-step profile the benchmark prints."""
+
+    def __init__(self) -> None:
+        self._wall = time.perf_counter_ns()
+        self._cpu = time.thread_time_ns()
+
+    def lap(self, step: str, into: dict[str, int]) -> None:
+        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+        into[f"{step}_us"] = (wall - self._wall) // 1000
+        into[f"{step}_cpu_us"] = (cpu - self._cpu) // 1000
+        self._wall, self._cpu = wall, cpu
+
+
 def clean_partition(
     dir: str | os.PathLike[str],
     *,
@@ -248,8 +292,10 @@ def clean_partition(
     if strategy is None:
         strategy = strategy_of(root.parent, topic)
     now = _now_ms() if now_ms is None else now_ms
+    clock = _Steps()
     plan = plan_cleaning(root, settings, now_ms=now, high_watermark=high_watermark)
     result = LogCleanResult(str(root), plan.due, plan.reason, plan.first_dirty_offset)
+    clock.lap("plan", result.extra)
     if not plan.segments or not (plan.due or force):
         return result
     if (root / MANIFEST_FILE).exists():
@@ -258,6 +304,7 @@ def clean_partition(
     keep_np, dead_np = winning_offsets(
         root, plan.segments, strategy, aborted_batches=plan.aborted_batches
     )
+    clock.lap("keymap", result.extra)
     # sorted int64 arrays the storage layer bisects (no numpy there)
     keep, tombstones = array("q", keep_np.tobytes()), array("q", dead_np.tobytes())
     groups = []
@@ -280,8 +327,10 @@ def clean_partition(
         result.records_out += cleaned.records_out
         result.bytes_in += sum(r.size for r in cleaned.replaced)
         result.bytes_out += cleaned.size
+    clock.lap("rewrite", result.extra)
     failpoint("rewritten")
     write_manifest(root, CleanerManifest(topic, partition, tuple(groups), plan.end_offset))
+    clock.lap("manifest", result.extra)
     result.end_offset = plan.end_offset
     result.groups = len(groups)
     result.seconds = time.perf_counter() - started
@@ -308,11 +357,9 @@ def hand_over(
             time.sleep(poll_s)
         return True, "applied or rejected by the broker (see the checkpoint)"
     try:
-        config, _ = _settings(root.parent, parsed[0])
-        done = apply_offline(root, config)
+        return _apply_locked(str(root))
     finally:
         lock.release()
-    return bool(done), "swapped offline" if done else "rejected offline"
 
 
 def _pending(root: Path) -> bool:
@@ -415,13 +462,57 @@ def run_log_compaction(
     results: list[LogCleanResult] = (
         spark.sparkContext.parallelize(items, len(items)).map(_task).collect()
     )
+    _hand_over_all(results, hand_over_timeout_s)
+    return results
+
+
+def _apply_timed(res: LogCleanResult) -> tuple[bool, str]:
+    started = time.perf_counter_ns()
+    try:
+        return _apply_locked(res.dir)
+    finally:
+        res.extra["swap_us"] = (time.perf_counter_ns() - started) // 1000
+
+
+def _apply_locked(dir: str) -> tuple[bool, str]:
+    """:func:`hand_over`'s offline branch, the caller holding the log dir's ``.lock``."""
+    root = Path(dir)
+    parsed = parse_partition_dir(root.name)
+    if parsed is None:
+        raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
+    config, _ = _settings(root.parent, parsed[0])
+    done = apply_offline(root, config)
+    return bool(done), "swapped offline" if done else "rejected offline"
+
+
+def _hand_over_all(results: Sequence[LogCleanResult], timeout_s: float) -> None:
+    """:func:`hand_over` for every result with groups. With no broker, the log dir's
+    ``.lock`` is taken once and its partitions are swapped by a few threads at once (each
+    swap is mostly fsyncs of its own directory, which release the GIL; the shared
+    ``cleaner-offset-checkpoint`` is updated under the swap module's lock); with a broker
+    (the lock is held), one :func:`hand_over` each, waiting for the broker."""
+    by_log_dir: dict[Path, list[LogCleanResult]] = {}
     for res in results:
         if res.groups:
-            res.swapped, res.note = hand_over(res.dir, timeout_s=hand_over_timeout_s)
-            if res.swapped and res.note.startswith("applied or rejected"):
-                res.swapped = _checkpoint(res.dir) == res.end_offset
-                res.note = "swapped by the broker" if res.swapped else "rejected by the broker"
-    return results
+            by_log_dir.setdefault(Path(res.dir).parent, []).append(res)
+    for log_dir, items in by_log_dir.items():
+        lock = DirLock(log_dir)
+        try:
+            lock.acquire()
+        except LogDirLockedError:
+            for res in items:
+                res.swapped, res.note = hand_over(res.dir, timeout_s=timeout_s)
+                if res.swapped and res.note.startswith("applied or rejected"):
+                    res.swapped = _checkpoint(res.dir) == res.end_offset
+                    res.note = "swapped by the broker" if res.swapped else "rejected by the broker"
+            continue
+        try:
+            with ThreadPoolExecutor(min(len(items), _SWAP_THREADS)) as pool:
+                outcomes = list(pool.map(_apply_timed, items))
+        finally:
+            lock.release()
+        for res, (swapped, note) in zip(items, outcomes, strict=True):
+            res.swapped, res.note = swapped, note
 
 
 def _checkpoint(dir: str) -> int | None:

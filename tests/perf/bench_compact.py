@@ -24,9 +24,22 @@ template, CRCs recomputed), then:
 
 - ``log.full``: :func:`pipelines.compaction.log.run_log_compaction` (one Spark task per
   partition: plan, key map over the vectorised decoder, rewrite; then the offline swap under
-  the log dir's ``.lock``), records/s end to end;
-- (a) ``log.python_dict``: the same records' keys as Python bytes deduped with a dict
-  (``--baseline-records`` prefix), the loop alone and with the conversion from numpy.
+  the log dir's ``.lock``), records/s end to end; ``task_steps_s``: the tasks' per-step wall
+  and thread-CPU seconds summed over the partitions; ``why_records_out``: what stays and why
+  (the whole log is cleanable here; with ``--log-partitioner random``, the default, every
+  partition holds most keys, so ~3.67M of 10M records stay with 1M keys; ``key`` partitions
+  by key as a keyed producer does: ~1M stay);
+- (a) what one cleaner thread does, one process, on a ``--baseline-records`` prefix of
+  partition 0 (rates are records/s of that prefix; a thread would take ``records / rate``
+  for the whole log): ``log.python_dict``, the keys already in memory as Python bytes
+  deduped with a dict (the loop alone, and with the conversion from numpy: no I/O, no
+  decoding); ``log.python_decode_dict``, the segment files read and decoded by the
+  project's pure-Python reference decoder (``validate_batch`` + kafka-python's
+  ``DefaultRecordBatch``, the decoder benchmark's baseline) into a dict of key -> last
+  offset; ``log.python_cleaner``, the storage layer's cleaner (``logstore.storage.cleaner``:
+  plan, key map over its reference record decoder, ``rewrite_group``'s Python record loop,
+  no swap) in one thread. ``log.ratios`` labels each ratio to ``full``. The broker has no
+  cleaner thread of its own: compaction is this job.
 
 Figures are wall-clock of one run each after a warm-up run that starts the Python workers.
 Last line: one JSON object.
@@ -223,11 +236,15 @@ def write_log_topic(
     partitions: int,
     batch: int,
     rng: np.random.Generator,
-) -> np.ndarray:
+    by_key: bool = False,
+) -> list[np.ndarray]:
     """Segments of a compacted topic holding ``n`` records (keys uniform over ``key_space``,
-    12 bytes; random values); every record's key id, partition by partition, in offset
-    order. One batch is built by ``build_batch`` as a template; the others are that template
-    with their keys and values written in place (numpy) and a fresh CRC."""
+    12 bytes; random values); per partition, every record's key id in offset order (whole
+    batches: a partition's last partial batch is left out). Records go to the partitions in
+    turn (``n / partitions`` each, every partition drawing from all keys), or, ``by_key``,
+    to partition ``key id % partitions`` as a keyed producer's partitioner does. One batch
+    is built by ``build_batch`` as a template; the others are that template with their
+    keys and values written in place (numpy) and a fresh CRC."""
     from logstore.protocol.batch import CRC_OFFSET, HEADER_SIZE, compute_crc
     from logstore.protocol.records import build_batch
     from logstore.protocol.varint import decode_varint
@@ -262,10 +279,17 @@ def write_log_topic(
     per_part = n // partitions
     ends = {}
     group = 64  # batches per append
+    written = []
     for part in range(partitions):
-        mine = ids[part * per_part : (part + 1) * per_part]
+        mine = (
+            ids[ids % partitions == part]
+            if by_key
+            else ids[part * per_part : (part + 1) * per_part]
+        )
+        mine = mine[: len(mine) - len(mine) % batch]
+        written.append(mine)
         log = Log.open(log_dir / f"{topic}-{part}", config)
-        for start in range(0, len(mine) - len(mine) % batch, batch * group):
+        for start in range(0, len(mine), batch * group):
             chunk = mine[start : start + batch * group]
             k = len(chunk) // batch
             keys = np.char.zfill(chunk[: k * batch].astype("U12"), 12).astype("S12")
@@ -281,8 +305,7 @@ def write_log_topic(
         log.roll()
         log.close()
     write_offset_checkpoint(log_dir / "replication-offset-checkpoint", ends)
-    kept = per_part - per_part % batch
-    return np.concatenate([ids[q * per_part : q * per_part + kept] for q in range(partitions)])
+    return written
 
 
 def log_section(
@@ -298,13 +321,19 @@ def log_section(
 
     log_dir = work / "log"
     log_dir.mkdir()
+    load_before = os.getloadavg()
     t0 = time.perf_counter()
-    ids = write_log_topic(log_dir, "t", args.records, key_space=args.keys,
-                          value_bytes=args.value_bytes, partitions=args.partitions,
-                          batch=args.log_batch, rng=rng)  # fmt: skip
+    per_partition = write_log_topic(log_dir, "t", args.records, key_space=args.keys,
+                                    value_bytes=args.value_bytes, partitions=args.partitions,
+                                    batch=args.log_batch, rng=rng,
+                                    by_key=args.log_partitioner == "key")  # fmt: skip
     setup = time.perf_counter() - t0
-    n = len(ids)
+    n = sum(len(ids) for ids in per_partition)
     size = sum(f.stat().st_size for f in log_dir.glob("t-*/*.log"))
+    # the baselines read the same segments before the pass replaces them
+    limit = min(args.baseline_records, n)
+    decoded = python_decode_dict(log_dir / "t-0", limit)
+    cleaner = python_cleaner(log_dir / "t-0", work / "log-cleaner", limit)
     t0 = time.perf_counter()
     results = run_log_compaction(spark, [log_dir], force=True)
     seconds = time.perf_counter() - t0
@@ -312,40 +341,200 @@ def log_section(
     records_out = sum(r.records_out for r in results)
     assert sum(r.records_in for r in results) == n
     # every key id's last occurrence per partition survives, nothing else
-    per_part = n // args.partitions
-    live = sum(len(np.unique(ids[q * per_part : (q + 1) * per_part])) for q in
-               range(args.partitions))  # fmt: skip
+    live = sum(len(np.unique(ids)) for ids in per_partition)
     assert records_out == live, (records_out, live)
+    per_part = n // args.partitions
 
-    # (a) one process, a dict over the same keys as Python bytes (a cleaner thread's key map)
+    # why records_out is what it is: the whole log is cleanable (force=True; the active
+    # segment is empty after the roll; min.compaction.lag.ms 0; no checkpoint yet, so every
+    # segment is dirty), so what stays is one record per distinct (partition, key)
+    expected = args.partitions * args.keys * (1 - np.exp(-per_part / args.keys))
+    cleanable = sum(r.records_in for r in results)
+    why = (
+        f"{cleanable} of {n} records were cleanable (force=True, active segment empty after "
+        f"the roll, min.compaction.lag.ms 0); {records_out} remain = the distinct (partition, "
+        f"key) pairs: {args.log_partitioner!r} partitioner, "
+        + (
+            f"every partition draws its {per_part} records from all {args.keys} keys, so each "
+            f"holds ~keys*(1-exp(-{per_part}/keys)) distinct keys (expected {expected:.0f} in "
+            "all); Kafka keeps one record per key per partition"
+            if args.log_partitioner == "random"
+            else "a key lives in one partition (key id % partitions, as a keyed producer), so "
+            "about one record per key remains"
+        )
+    )
+
+    # (a) one process, a dict over the same keys as Python bytes (the loop alone)
+    prefix = per_partition[0][:limit]
     t1 = time.perf_counter()
-    prefix = ids[: args.baseline_records]
     keys = np.char.zfill(prefix.astype("U12"), 12).astype("S12").tolist()
     t2 = time.perf_counter()
     latest: dict[bytes, int] = {}
     for offset, key in enumerate(keys):
         latest[key] = offset
     t3 = time.perf_counter()
+    full_rate = n / seconds
     out = {
         "records": n,
         "log_mib": round(size / 2**20),
         "setup_s": setup,
+        "load_avg_before": load_before,
+        "load_avg_after": os.getloadavg(),
         "full": {
             "seconds": seconds,
-            "records_per_s": n / seconds,
+            "records_per_s": full_rate,
             "records_out": records_out,
             "bytes_out": sum(r.bytes_out for r in results),
+            "why_records_out": why,
+            "task_steps_s": _steps(results),
         },
         "python_dict": {
+            "what": "keys already in memory (numpy -> Python bytes), dict dedupe; no I/O, "
+            "no decoding",
             "records": len(keys),
             "loop_records_per_s": len(keys) / (t3 - t2),
             "with_conversion_records_per_s": len(keys) / (t3 - t1),
         },
+        "python_decode_dict": decoded,
+        "python_cleaner": cleaner,
     }
-    out["full_vs_python_dict_loop"] = (
-        out["full"]["records_per_s"] / (out["python_dict"]["loop_records_per_s"])
-    )
+    out["ratios"] = {
+        "full_vs_python_dict_loop": full_rate / out["python_dict"]["loop_records_per_s"],
+        "full_vs_python_decode_dict": full_rate / decoded["records_per_s"],
+        "full_vs_python_cleaner": full_rate / cleaner["records_per_s"],
+    }
+    out["full_vs_python_dict_loop"] = out["ratios"]["full_vs_python_dict_loop"]
     return out
+
+
+def _steps(results: list[Any]) -> dict[str, float]:
+    """Per-step seconds of the Spark tasks (clean_partition's ``extra``), summed over the
+    partitions: ``*_cpu`` thread CPU, else wall; ``swap``: the driver's offline swap of each
+    partition (wall; a few run at once)."""
+    total: dict[str, float] = {}
+    for r in results:
+        for k, v in r.extra.items():
+            if k.endswith("_us"):
+                total[k[:-3]] = total.get(k[:-3], 0.0) + v / 1e6
+    return {k: round(v, 3) for k, v in sorted(total.items())}
+
+
+def _prefix_segments(part_dir: Path, limit: int) -> list[Path]:
+    """The first segments of ``part_dir`` holding at least ``limit`` records (whole ones)."""
+    from logstore.storage.cleaner import scan_segment
+
+    out = []
+    count = 0
+    for path in sorted(part_dir.glob("*.log")):
+        ref, _ = scan_segment(path)
+        if ref.size == 0:
+            continue
+        out.append(path)
+        count += ref.next_offset - ref.base_offset
+        if count >= limit:
+            break
+    return out
+
+
+def python_decode_dict(part_dir: Path, limit: int) -> dict[str, Any]:
+    """Baseline (a), faithful: one process reads segment files of one partition and decodes
+    every record with the project's pure-Python reference decoder
+    (:mod:`pipelines.decode.reference`: ``validate_batch`` for the CRC, kafka-python's
+    ``DefaultRecordBatch`` for the records: the decoder benchmark's pure-Python baseline),
+    keeping each key's last offset in a dict (a cleaner thread's key map). Whole segments
+    until ``limit`` records; the rate is records/s of that prefix."""
+    import struct
+
+    from kafka.record.default_records import DefaultRecordBatch
+
+    from logstore.protocol.batch import validate_batch
+
+    frame = struct.Struct(">qi")
+    paths = _prefix_segments(part_dir, limit)
+    t0 = time.perf_counter()
+    latest: dict[bytes | None, int] = {}
+    n = 0
+    for path in paths:
+        data = path.read_bytes()
+        pos = 0
+        while pos + 12 <= len(data):
+            _, length = frame.unpack_from(data, pos)
+            chunk = data[pos : pos + length + 12]
+            pos += length + 12
+            if validate_batch(chunk, 0).is_control:
+                continue
+            for r in DefaultRecordBatch(bytearray(chunk)):
+                if r.key is not None:
+                    latest[r.key] = r.offset
+                n += 1
+    seconds = time.perf_counter() - t0
+    return {
+        "what": "read the segment files + pure-Python reference decode (CRC, kafka-python "
+        "DefaultRecordBatch) + dict of key -> last offset, one process, partition 0 prefix",
+        "records": n,
+        "seconds": seconds,
+        "records_per_s": n / seconds,
+        "live_keys": len(latest),
+    }
+
+
+def python_cleaner(part_dir: Path, scratch: Path, limit: int) -> dict[str, Any]:
+    """Baseline (a) as a whole cleaner thread: the storage layer's cleaner
+    (:mod:`logstore.storage.cleaner`, what the Spark task runs, there with compiled parts) in
+    one process with its pure-Python parts only: plan, key map from
+    ``iter_segment_records`` (the reference record decoder) into a dict, ``rewrite_group``
+    with its Python record loop (no compiled selector), into ``.cleaned`` segments. No swap.
+    On hard links of partition 0's first segments (whole ones, >= ``limit`` records) plus an
+    empty active segment so that all of them are cleanable."""
+    from array import array
+
+    from logstore.storage.cleaner import CleanerSettings, iter_segment_records, plan_cleaning
+    from logstore.storage.cleaner import rewrite_group as rewrite
+    from logstore.storage.config import LogConfig
+    from logstore.storage.topic_config import write_topic_config
+
+    paths = _prefix_segments(part_dir, limit)
+    props = {"cleanup.policy": "compact", "segment.bytes": str(8 << 20)}
+    scratch.mkdir(parents=True, exist_ok=True)
+    write_topic_config(scratch, "t", props)
+    d = scratch / "t-0"
+    d.mkdir()
+    for path in paths:
+        os.link(path, d / path.name)
+    from logstore.storage.cleaner import scan_segment
+
+    end = scan_segment(paths[-1])[0].next_offset
+    (d / f"{end:020d}.log").touch()
+    settings = CleanerSettings.from_topic(LogConfig.from_properties(props), props)
+    t0 = time.perf_counter()
+    plan = plan_cleaning(d, settings, high_watermark=end)
+    latest: dict[bytes, tuple[int, bool]] = {}
+    n = 0
+    for rec in iter_segment_records(d, plan.segments):
+        n += 1
+        if rec.key is not None:
+            latest[rec.key] = (rec.offset, rec.value is None)
+    keep = array("q", sorted(o for o, _ in latest.values()))
+    dead = array("q", sorted(o for o, t in latest.values() if t))
+    t1 = time.perf_counter()
+    out_records = 0
+    for group in plan.groups:
+        cleaned = rewrite(d, group, keep=keep, tombstones=dead, settings=settings,
+                          producer_last_offsets=plan.producer_last_offsets)  # fmt: skip
+        out_records += cleaned.records_out
+    t2 = time.perf_counter()
+    shutil.rmtree(scratch, ignore_errors=True)
+    return {
+        "what": "the storage layer's cleaner in one thread, pure-Python parts only: plan + "
+        "key map over the reference record decoder (dict) + rewrite_group's Python loop "
+        "(no swap), partition 0 prefix",
+        "records": n,
+        "records_out": out_records,
+        "seconds": t2 - t0,
+        "key_map_s": t1 - t0,
+        "rewrite_s": t2 - t1,
+        "records_per_s": n / (t2 - t0),
+    }
 
 
 def main() -> None:
@@ -358,6 +547,14 @@ def main() -> None:
     parser.add_argument("--buckets", type=int, default=16)
     parser.add_argument("--baseline-records", type=int, default=2_000_000)
     parser.add_argument("--log-batch", type=int, default=500, help="records per log batch")
+    parser.add_argument(
+        "--log-partitioner",
+        choices=["random", "key"],
+        default="random",
+        help="log section: records go to partitions in turn, every partition drawing from all "
+        "keys (random; ~3.67M of 10M records stay with 1M keys and 4 partitions) or by key "
+        "id %% partitions, as a keyed producer does (key; ~1M stay)",
+    )
     parser.add_argument("--only", choices=["all", "table", "log"], default="all")
     parser.add_argument("--keep", help="work in this directory and keep it")
     parser.add_argument("--cache", help="keep the generated inputs here and reuse them")
