@@ -14,7 +14,8 @@ reader 3 / writer 7). An incremental run merges a bucket by marking the rows it 
 deletes in a deletion vector of their file (``deltalog.write_deletion_vectors``: the Delta DV
 format, files under ``<table>/dv/``; the file is removed and added again with its new vector in
 the commit) and writing only the new rows, so its writes grow with the change, not with the
-table; a bucket is rewritten instead when its files would be more than half deleted rows or it
+table; a bucket is rewritten instead when its files would be more than half deleted rows
+(counting every row a new record matches as replaced: decided before any value is read) or it
 has 16 files (``DV_MAX_DELETED_SHARE``, ``DV_MAX_FILES``). ``--full`` writes files without
 vectors. Readers that honour them: delta-rs's DataFusion (``deltalake.QueryBuilder``,
 ``loglake sql``), polars, Spark through ``pipelines.delta`` (``read_delta``, ``format("delta")``);
@@ -46,10 +47,12 @@ A run, per topic:
    job ends, whatever its outcome); stage 2 tasks, per bucket they hold, read that bucket's
    staged rows, its current files (and tombstones), merge them (``pipelines.compaction.plan``
    picks the winners among the new records; each is matched to the key's current row by a
-   hash join built on the new keys and replaces it when it ranks higher, so the cost is the
-   change plus one copy of the bucket's rows), and, only when the bucket's live rows change,
-   write the bucket's new rows (and deletion vectors for the rows they replace) or its new
-   file(s), a change-data file (``_change_data/bucket=B``, ``_change_type`` insert /
+   hash table on the new keys probed by the ``partition`` and ``key`` columns of the bucket's
+   files, ``_match.KeyIndex``, and replaces it when it ranks higher; the other columns are
+   read only for the matched rows, or for all rows when the bucket is rewritten, so the cost
+   is the change plus one pass over the bucket's keys), and, only when the bucket's live rows
+   change, write the bucket's new rows (and deletion vectors for the rows they replace) or its
+   new file(s), a change-data file (``_change_data/bucket=B``, ``_change_type`` insert /
    update_preimage / update_postimage / delete) and report which bucket's files they replace;
 4. the driver commits the tombstone table (if any) and then the topic table, each in **one**
    Delta commit against the snapshot it read; the topic table's commit carries the new progress
@@ -657,7 +660,7 @@ def _deletion_vectors(
     """New deletion vectors for the files of ``paths`` that lose rows (their old deleted rows
     plus ``positions``), written into one DV file in the run's staging directory; returns
     ``[path, descriptor, DV file]`` per file (the driver moves the DV file into the table)."""
-    touched = np.unique(file_index).tolist()
+    touched = np.flatnonzero(np.bincount(file_index, minlength=len(paths))).tolist()
     if not touched:
         return []
     vectors = []
