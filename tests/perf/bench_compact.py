@@ -15,7 +15,9 @@ random), ``--partitions`` partitions, timestamps increasing. Figures:
   table of ``--keys`` keys, and into one of 10x ``--keys`` keys; the ratio of the two run times
   (target <= 2: cost grows with the change, not the table). Each case says how many buckets
   were rewritten and how many were merged with deletion vectors (the small table's buckets,
-  mostly replaced, are rewritten; the large table's get deletion vectors).
+  mostly replaced, are rewritten; the large table's get deletion vectors). ``steps_seconds``
+  gives each run's wall-clock steps and its stage-2 CPU seconds per phase (``stage2_cpu_*``,
+  summed over the tasks): on a loaded machine compare those, not the wall-clock.
 
 Log section (``--only log`` runs it alone): the same record count, size and key space written
 as segments of a compacted topic (``--partitions`` partitions, 8 MiB segments, uncompressed
