@@ -219,12 +219,24 @@ def _z85(data: bytes) -> str:
     return "".join(out)
 
 
+def _distinct_sorted(positions: np.ndarray) -> np.ndarray:
+    """``np.unique`` of row positions as uint32, by a sort (numpy's unique hashes them)."""
+    pos = np.sort(np.asarray(positions, dtype=np.uint32))
+    if len(pos) > 1:
+        pos = pos[np.concatenate([[True], pos[1:] != pos[:-1]])]
+    return pos
+
+
 def serialize_deletion_vector(positions: np.ndarray) -> bytes:
     """The RoaringBitmapArray bytes of the deleted row ``positions`` (< 2**32, any order)."""
-    pos = np.unique(np.asarray(positions, dtype=np.uint32))
+    pos = _distinct_sorted(positions)
     high = (pos >> 16).astype(np.uint16)
     low = (pos & 0xFFFF).astype(np.uint16)
-    keys, starts, counts = np.unique(high, return_index=True, return_counts=True)
+    # high is sorted: its runs are the containers (np.unique would hash it all again)
+    starts = np.flatnonzero(np.concatenate([[True], high[1:] != high[:-1]])) if len(high) else []
+    starts = np.asarray(starts, dtype=np.int64)
+    keys = high[starts]
+    counts = np.diff(np.append(starts, len(high)))
     n = len(keys)
     descriptive = np.empty((n, 2), dtype="<u2")
     descriptive[:, 0] = keys
@@ -267,7 +279,7 @@ def write_deletion_vectors(
                 "pathOrInlineDv": DV_PREFIX + _z85(file_id.bytes),
                 "offset": offset,
                 "sizeInBytes": len(data),
-                "cardinality": len(np.unique(positions)),
+                "cardinality": len(_distinct_sorted(positions)),
             }
         )
         offset += 8 + len(data)

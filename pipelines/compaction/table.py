@@ -14,7 +14,8 @@ reader 3 / writer 7). An incremental run merges a bucket by marking the rows it 
 deletes in a deletion vector of their file (``deltalog.write_deletion_vectors``: the Delta DV
 format, files under ``<table>/dv/``; the file is removed and added again with its new vector in
 the commit) and writing only the new rows, so its writes grow with the change, not with the
-table; a bucket is rewritten instead when its files would be more than half deleted rows or it
+table; a bucket is rewritten instead when its files would be more than half deleted rows
+(counting every row a new record matches as replaced: decided before any value is read) or it
 has 16 files (``DV_MAX_DELETED_SHARE``, ``DV_MAX_FILES``). ``--full`` writes files without
 vectors. Readers that honour them: delta-rs's DataFusion (``deltalake.QueryBuilder``,
 ``loglake sql``), polars, Spark through ``pipelines.delta`` (``read_delta``, ``format("delta")``);
@@ -46,10 +47,12 @@ A run, per topic:
    job ends, whatever its outcome); stage 2 tasks, per bucket they hold, read that bucket's
    staged rows, its current files (and tombstones), merge them (``pipelines.compaction.plan``
    picks the winners among the new records; each is matched to the key's current row by a
-   hash join built on the new keys and replaces it when it ranks higher, so the cost is the
-   change plus one copy of the bucket's rows), and, only when the bucket's live rows change,
-   write the bucket's new rows (and deletion vectors for the rows they replace) or its new
-   file(s), a change-data file (``_change_data/bucket=B``, ``_change_type`` insert /
+   hash table on the new keys probed by the ``partition`` and ``key`` columns of the bucket's
+   files, ``_match.KeyIndex``, and replaces it when it ranks higher; the other columns are
+   read only for the matched rows, or for all rows when the bucket is rewritten, so the cost
+   is the change plus one pass over the bucket's keys), and, only when the bucket's live rows
+   change, write the bucket's new rows (and deletion vectors for the rows they replace) or its
+   new file(s), a change-data file (``_change_data/bucket=B``, ``_change_type`` insert /
    update_preimage / update_postimage / delete) and report which bucket's files they replace;
 4. the driver commits the tombstone table (if any) and then the topic table, each in **one**
    Delta commit against the snapshot it read; the topic table's commit carries the new progress
@@ -121,6 +124,7 @@ from pyspark.sql import SparkSession
 
 from logstore.errors import LoglakeError
 from pipelines.compaction._hash import latest_indices, xxhash64
+from pipelines.compaction._match import KeyIndex
 from pipelines.compaction.config import CompactConfig, compacted_topics
 from pipelines.compaction.deltalog import (
     DV_PREFIX,
@@ -210,7 +214,8 @@ class TopicResult:
     deleted: int = 0
     progress: dict[str, int] = field(default_factory=dict)
     # wall-clock seconds of the run's steps: plan (snapshots, file lists), stage1 (read, own
-    # winners, bucket, stage), stage2 (merge, write), commit
+    # winners, bucket, stage), stage2 (merge, write), commit; and stage2_cpu_<phase>: CPU
+    # seconds of an incremental run's stage-2 phases, summed over its tasks (_merge_rows)
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -272,10 +277,23 @@ DV_MAX_DELETED_SHARE = 0.5
 DV_MAX_FILES = 16
 
 
+_FILE_SCHEMA = pa.schema([f for f in TABLE_SCHEMA if f.name != BUCKET])  # bucket: a directory
+_KEY_COLUMNS = ["partition", "key"]
+_VALUE_COLUMNS = [n for n in _FILE_SCHEMA.names if n not in _KEY_COLUMNS]
+_TAKE_BATCH_ROWS = 65536
+
+
+def _open_table_file(path: str) -> pq.ParquetFile:
+    # memory-mapped: the reader decodes the pages straight from the page cache instead of
+    # copying every column chunk into fresh memory first (measured on a 625k-row file of
+    # 100-byte values: about half the CPU of a buffered read)
+    return pq.ParquetFile(path, memory_map=True, pre_buffer=False)
+
+
 def _read_file(path: str, deleted: np.ndarray | None) -> tuple[pa.Table, np.ndarray, int]:
     """A table file's live rows (without ``bucket``), their row positions in the file, and
     the file's row count."""
-    data = pq.ParquetFile(path).read(columns=[f.name for f in TABLE_SCHEMA if f.name != BUCKET])
+    data = _open_table_file(path).read(columns=_FILE_SCHEMA.names)
     n = data.num_rows
     positions = np.arange(n, dtype=np.int64)
     if deleted is not None and len(deleted):
@@ -286,28 +304,115 @@ def _read_file(path: str, deleted: np.ndarray | None) -> tuple[pa.Table, np.ndar
     return data, positions, n
 
 
-def _read_bucket_rows(
-    paths: Sequence[str], bucket: int, deleted: Mapping[str, np.ndarray] | None = None
-) -> tuple[pa.Table, np.ndarray, np.ndarray, list[int]]:
-    """A bucket's live rows (deletion vectors applied) with, per row, the index of its file in
-    ``paths`` and its position there; and each file's row count."""
-    if not paths:
-        empty = np.zeros(0, dtype=np.int64)
-        return TABLE_SCHEMA.empty_table(), empty, empty, []
-    parts = [_read_file(p, (deleted or {}).get(p)) for p in paths]
-    data = pa.concat_tables([t for t, _, _ in parts])
-    data = data.append_column(BUCKET, pa.array(np.full(data.num_rows, bucket, np.int32)))
-    file_index = np.concatenate(
-        [np.full(len(pos), i, dtype=np.int64) for i, (_, pos, _) in enumerate(parts)]
+def _file_rows(keys: pa.Table, values: pa.Table) -> pa.Table:
+    """A file's rows from its key columns and its other columns (same rows, same order)."""
+    columns = {**dict(zip(keys.column_names, keys.columns, strict=True)),
+               **dict(zip(values.column_names, values.columns, strict=True))}  # fmt: skip
+    return pa.table([columns[n] for n in _FILE_SCHEMA.names], names=_FILE_SCHEMA.names).cast(
+        _FILE_SCHEMA
     )
-    positions = np.concatenate([pos for _, pos, _ in parts])
-    return data.cast(TABLE_SCHEMA), file_index, positions, [n for _, _, n in parts]
+
+
+def _take_from_file(path: str, positions: np.ndarray) -> pa.Table:
+    """The ``_VALUE_COLUMNS`` of a file's rows at ascending ``positions``: the file read a
+    batch at a time and each batch's rows taken (the file's columns never all in memory)."""
+    reader = _open_table_file(path)
+    parts = []
+    start = 0
+    for batch in reader.iter_batches(
+        batch_size=_TAKE_BATCH_ROWS, columns=_VALUE_COLUMNS, use_threads=False
+    ):
+        lo, hi = np.searchsorted(positions, [start, start + batch.num_rows])
+        if hi > lo:
+            parts.append(batch.take(pa.array(positions[lo:hi] - start, type=pa.int64())))
+        start += batch.num_rows
+    if not parts:
+        return _FILE_SCHEMA.empty_table().select(_VALUE_COLUMNS)
+    return pa.Table.from_batches(parts)
+
+
+@dataclass(frozen=True)
+class _CurrentRows:
+    """A bucket's current table files, read in two steps so that an incremental merge costs
+    the change plus one pass over the bucket's keys: first only the ``partition`` and ``key``
+    columns of every file (:meth:`read_keys`), to find the rows the new records replace
+    (:meth:`match`); then the other columns of only those rows (:meth:`take`, the deletion
+    vector path) or of every row (:meth:`read_all`, a rewrite).
+
+    Rows are numbered physically across ``paths`` in order, the rows a deletion vector removes
+    included (``live`` is False for them): file ``i`` holds rows ``starts[i]`` to
+    ``starts[i + 1] - 1``.
+    """
+
+    paths: Sequence[str]
+    keys: list[pa.Table]  # per file: its partition and key columns
+    starts: np.ndarray
+    live: np.ndarray
+
+    @classmethod
+    def read_keys(cls, paths: Sequence[str], deleted: Mapping[str, np.ndarray]) -> _CurrentRows:
+        keys = [_open_table_file(p).read(columns=_KEY_COLUMNS) for p in paths]
+        counts = [t.num_rows for t in keys]
+        starts = np.zeros(len(keys) + 1, dtype=np.int64)
+        starts[1:] = np.cumsum(counts, dtype=np.int64)
+        live = np.ones(int(starts[-1]), dtype=bool)
+        for path, start, n in zip(paths, starts.tolist(), counts, strict=False):
+            gone = deleted.get(path)
+            if gone is not None and len(gone):
+                live[start + gone[gone < n]] = False
+        return cls(paths, keys, starts, live)
+
+    @property
+    def physical_rows(self) -> int:
+        return int(self.starts[-1])
+
+    def match(self, index: KeyIndex) -> np.ndarray:
+        """Per row of ``index``: the (physical) row of the live row with its partition and
+        key, or -1."""
+        out = np.full(len(index), -1, dtype=np.int64)
+        for start, keys in zip(self.starts.tolist(), self.keys, strict=False):
+            live = self.live[start : start + keys.num_rows]
+            partition = _int32s(keys.column("partition"))
+            index.locate(partition, keys.column("key"), out, base=start, rows=live)
+        return out
+
+    def take(self, rows: np.ndarray) -> pa.Table:
+        """The rows (without ``bucket``) at ascending physical ``rows``."""
+        parts = []
+        for i, path in enumerate(self.paths):
+            lo, hi = np.searchsorted(rows, self.starts[i : i + 2])
+            if hi > lo:
+                positions = rows[lo:hi] - self.starts[i]
+                keys = self.keys[i].take(pa.array(positions, type=pa.int64()))
+                parts.append(_file_rows(keys, _take_from_file(path, positions)))
+        return pa.concat_tables(parts) if parts else _FILE_SCHEMA.empty_table()
+
+    def read_all(self) -> pa.Table:
+        """Every physical row (without ``bucket``), deleted ones too (see ``live``)."""
+        parts = [
+            _file_rows(keys, _open_table_file(path).read(columns=_VALUE_COLUMNS))
+            for path, keys in zip(self.paths, self.keys, strict=True)
+        ]
+        return pa.concat_tables(parts) if parts else _FILE_SCHEMA.empty_table()
+
+
+def _int32s(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int32)
+
+
+def _with_bucket(rows: pa.Table, bucket: int) -> pa.Table:
+    rows = rows.append_column(BUCKET, pa.array(np.full(rows.num_rows, bucket, np.int32)))
+    return rows.cast(TABLE_SCHEMA)
 
 
 def _read_bucket(
     paths: Sequence[str], bucket: int, deleted: Mapping[str, np.ndarray] | None = None
 ) -> pa.Table:
-    return _read_bucket_rows(paths, bucket, deleted)[0]
+    """A bucket's live rows (deletion vectors applied)."""
+    if not paths:
+        return TABLE_SCHEMA.empty_table()
+    parts = [_read_file(p, (deleted or {}).get(p))[0] for p in paths]
+    return _with_bucket(pa.concat_tables(parts), bucket)
 
 
 def _as_state(rows: pa.Table, strategy: Strategy) -> pa.Table:
@@ -376,7 +481,22 @@ def _diff(old: pa.Table, new: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 def _tagged(table: pa.Table, rows: np.ndarray, change: str) -> pa.Table:
     part = table.take(pa.array(rows, type=pa.int64()))
-    return part.append_column(CHANGE_TYPE, pa.array([change] * part.num_rows, pa.string()))
+    return part.append_column(CHANGE_TYPE, pa.repeat(pa.scalar(change, pa.string()), part.num_rows))
+
+
+class _Clock:
+    """CPU seconds of a stage-2 task's phases (``time.process_time``: unlike wall-clock, still
+    telling on a loaded machine); reported to the driver (``TopicResult.seconds``)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.process_time()
+
+    def lap(self, phase: str) -> None:
+        """The CPU time since the previous lap goes to ``phase``."""
+        now = time.process_time()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last
+        self._last = now
 
 
 def _merge_bucket(
@@ -384,6 +504,7 @@ def _merge_bucket(
     rows: pa.Table,
     plan: _TaskPlan,
     writers: dict[str, PartitionedFileWriter],
+    clock: _Clock | None = None,
 ) -> dict[str, Any]:
     """Merge one bucket's new records into its rows; write what changed (module step 3).
 
@@ -391,20 +512,13 @@ def _merge_bucket(
     the shuffle (``_src`` 1 live, 2 tombstone; bucketed again, so N may change) and only the
     records decide the winners; every bucket is written, changed or not.
     """
-    src = rows.column(SRC)
     if not plan.full:
-        return _merge_incremental(bucket, rows, plan, writers)
-    if plan.full:
-        old_live = _old_rows(rows.filter(pc.equal(src, 1)))
-        old_tomb = _old_rows(rows.filter(pc.equal(src, 2)))
-        new = _as_state(rows.filter(pc.equal(src, 0)), plan.strategy)
-        base = new
-    else:
-        new = _as_state(rows, plan.strategy)
-        old_live = _read_bucket(plan.main_files.get(bucket, []), bucket)
-        old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
-        base = pa.concat_tables([old_live, old_tomb, new])
-    state = base.take(pa.array(_winners(base), type=pa.int64()))
+        return _merge_incremental(bucket, rows, plan, writers, clock or _Clock())
+    src = rows.column(SRC)
+    old_live = _old_rows(rows.filter(pc.equal(src, 1)))
+    old_tomb = _old_rows(rows.filter(pc.equal(src, 2)))
+    new = _as_state(rows.filter(pc.equal(src, 0)), plan.strategy)
+    state = new.take(pa.array(_winners(new), type=pa.int64()))
     is_live = state.column("value").is_valid()
     live = state.filter(is_live)
     ins, dels, upd_old, upd_new = _diff(old_live, live)
@@ -449,109 +563,119 @@ def _merge_incremental(
     rows: pa.Table,
     plan: _TaskPlan,
     writers: dict[str, PartitionedFileWriter],
+    clock: _Clock,
 ) -> dict[str, Any]:
-    """``_merge_bucket`` of an incremental run, at the cost of the change plus one copy.
+    """``_merge_bucket`` of an incremental run, at the cost of the change plus one pass over
+    the bucket's keys.
 
     The winners among the new records (one per key) are matched with the bucket's current
-    row of the same key (live or tombstone; a hash join built on the new keys); a new winner
-    replaces that row when it beats it by the model's order (version present, version,
-    offset). The bucket's new rows are its current rows minus the replaced ones plus the
-    winning new rows; the changes (and the change feed) come from the match directly, no sort
-    or join over the whole bucket.
+    row of the same key (live or tombstone): a hash table on the winners' keys
+    (``_match.KeyIndex``), probed by the ``partition`` and ``key`` columns of the bucket's
+    files, the only columns read from every row (``_CurrentRows``). A new winner replaces the
+    row it matches when it beats it by the model's order (version present, version, offset).
+    Then the bucket is merged with deletion vectors when, even if every matched row were
+    replaced, its files would be at most ``DV_MAX_DELETED_SHARE`` deleted rows (and it has
+    fewer than ``DV_MAX_FILES`` files): only the matched rows are read in full (the change
+    feed's preimages and deletes), the replaced ones marked deleted, and only the winning new
+    rows written. Otherwise the bucket is rewritten: every row read, the replaced ones left
+    out. The changes (and the change feed) come from the match directly, no sort or join over
+    the whole bucket.
     """
+    clock.lap("stage2_cpu_read_staged")
     new = _as_state(rows, plan.strategy)
     nw = new.take(pa.array(_winners(new), type=pa.int64()))
+    clock.lap("stage2_cpu_winners")
     main_paths = plan.main_files.get(bucket, [])
-    old_live, file_index, positions, file_rows = _read_bucket_rows(main_paths, bucket, plan.deleted)
+    current = _CurrentRows.read_keys(main_paths, plan.deleted)
     old_tomb = _read_bucket(plan.tomb_files.get(bucket, []), bucket)
-    n_live = old_live.num_rows
-    old = pa.concat_tables([old_live, old_tomb])
-    # new winner -> its current live row / tombstone row (index in ``old``), or -1. A key has
-    # both only after a run killed between its two commits (the tombstone table is ahead).
-    match_l = np.full(nw.num_rows, -1, dtype=np.int64)
+    clock.lap("stage2_cpu_read_keys")
+    index = KeyIndex(_int32s(nw.column("partition")), nw.column("key"))
+    # new winner -> the physical row of its key's live row (``current``) / its tombstone row
+    # (``old_tomb``), or -1. A key has both only after a run killed between its two commits
+    # (the tombstone table is ahead).
+    match_l = current.match(index)
     match_t = np.full(nw.num_rows, -1, dtype=np.int64)
-    if old.num_rows and nw.num_rows:
-        o = pa.table(
-            {
-                "partition": old.column("partition"),
-                "key": old.column("key"),
-                "o_i": pa.array(np.arange(old.num_rows, dtype=np.int64)),
-            }
-        )
-        n = pa.table(
-            {
-                "partition": nw.column("partition"),
-                "key": nw.column("key"),
-                "n_i": pa.array(np.arange(nw.num_rows, dtype=np.int64)),
-            }
-        )
-        j = o.join(n, keys=["partition", "key"], join_type="inner")
-        n_i = np.asarray(j.column("n_i").to_numpy())
-        o_i = np.asarray(j.column("o_i").to_numpy())
-        in_live = o_i < n_live
-        match_l[n_i[in_live]] = o_i[in_live]
-        match_t[n_i[~in_live]] = o_i[~in_live]
+    index.locate(_int32s(old_tomb.column("partition")), old_tomb.column("key"), match_t)
+    has_l = match_l >= 0
+    has_t = match_t >= 0
+    physical = current.physical_rows
+    deleted_before = physical - int(np.count_nonzero(current.live))
+    use_dv = (
+        plan.deletion_vectors
+        and len(main_paths) < DV_MAX_FILES
+        and deleted_before + int(np.count_nonzero(has_l)) <= DV_MAX_DELETED_SHARE * physical
+    )
+    # the matched live rows in full, in the order of their physical rows; ``cur``: new winner
+    # -> its live row there, or -1
+    at = np.nonzero(has_l)[0]
+    at = at[np.argsort(match_l[at], kind="stable")]
+    clock.lap("stage2_cpu_match")
+    everything = None
+    if use_dv:
+        matched = _with_bucket(current.take(match_l[at]), bucket)
+    else:
+        everything = _with_bucket(current.read_all(), bucket)
+        matched = everything.take(pa.array(match_l[at], type=pa.int64()))
+    cur = np.full(nw.num_rows, -1, dtype=np.int64)
+    cur[at] = np.arange(len(at), dtype=np.int64)
+    clock.lap("stage2_cpu_read_rows")
     # the winner of each key among (new winner, tombstone row, live row); a tie (the same
     # record applied again: a re-run after a kill) keeps the current row, so nothing changes
     src = np.zeros(nw.num_rows, dtype=np.int8)  # 0 new, 1 tombstone row, 2 live row
     bh, bv, bo = _sort_key(nw, np.arange(nw.num_rows, dtype=np.int64))
-    for code, match in ((1, match_t), (2, match_l)):
+    for code, table, match in ((1, old_tomb, match_t), (2, matched, cur)):
         at = np.nonzero(match >= 0)[0]
         if not len(at):
             continue
-        h, v, o_ = _sort_key(old, match[at])
+        h, v, o_ = _sort_key(table, match[at])
         beats = (h > bh[at]) | ((h == bh[at]) & ((v > bv[at]) | ((v == bv[at]) & (o_ >= bo[at]))))
         won = at[beats]
         src[won], bh[won], bv[won], bo[won] = code, h[beats], v[beats], o_[beats]
     wins = src == 0
     is_live = np.asarray(nw.column("value").is_valid().to_numpy(zero_copy_only=False))
-    has_l = match_l >= 0
-    has_t = match_t >= 0
     ins = np.nonzero(wins & is_live & ~has_l)[0]
     upd = np.nonzero(wins & is_live & has_l)[0]
     dels = np.nonzero(has_l & (src != 2) & ~(wins & is_live))[0]  # beaten by a tombstone
-    keep = np.ones(old.num_rows, dtype=bool)
-    keep[match_l[has_l & (src != 2)]] = False
-    keep[match_t[has_t & (src != 1)]] = False
-    match = match_l
+    gone = match_l[has_l & (src != 2)]  # live rows replaced or deleted (physical rows)
+    keep_tomb = np.ones(old_tomb.num_rows, dtype=bool)
+    keep_tomb[match_t[has_t & (src != 1)]] = False
     changed = bool(len(ins) or len(upd) or len(dels))
     report: dict[str, Any] = {"bucket": bucket, "records": new.num_rows, "changed": changed}
     if changed and plan.change_data:
         changes = pa.concat_tables(
             [
                 _tagged(nw, ins, "insert"),
-                _tagged(old_live, match[upd], "update_preimage"),
+                _tagged(matched, cur[upd], "update_preimage"),
                 _tagged(nw, upd, "update_postimage"),
-                _tagged(old_live, match[dels], "delete"),
+                _tagged(matched, cur[dels], "delete"),
             ]
         )
         writers["cdc"].write(changes.cast(CDC_SCHEMA))
+    clock.lap("stage2_cpu_change_feed")
     if changed:
         report.update(inserted=len(ins), updated=len(upd), deleted=len(dels))
-        gone = np.nonzero(~keep[:n_live])[0]  # live rows replaced or deleted
-        physical = sum(file_rows)
-        dead = physical - n_live + len(gone)
-        if (
-            plan.deletion_vectors
-            and len(main_paths) < DV_MAX_FILES
-            and dead <= DV_MAX_DELETED_SHARE * physical
-        ):
+        if everything is None:
             # the rows stay in their files, marked deleted; only the new rows are written
-            report["dv"] = _deletion_vectors(plan, main_paths, file_index[gone], positions[gone])
+            file_index = np.searchsorted(current.starts, gone, side="right") - 1
+            positions = gone - current.starts[file_index]
+            report["dv"] = _deletion_vectors(plan, main_paths, file_index, positions)
             writers["main"].write(nw.filter(pa.array(wins & is_live)))
         else:
+            keep = current.live.copy()
+            keep[gone] = False
             live = pa.concat_tables(
-                [old_live.filter(pa.array(keep[:n_live])), nw.filter(pa.array(wins & is_live))]
+                [everything.filter(pa.array(keep)), nw.filter(pa.array(wins & is_live))]
             )
             writers["main"].write(live)
     if plan.tomb_root is not None:
         new_tomb = wins & ~is_live
-        report["tomb_changed"] = bool(new_tomb.any() or (has_t & (src != 1)).any())
+        report["tomb_changed"] = bool(new_tomb.any() or not keep_tomb.all())
         if report["tomb_changed"]:
             tomb = pa.concat_tables(
-                [old_tomb.filter(pa.array(keep[n_live:])), nw.filter(pa.array(new_tomb))]
+                [old_tomb.filter(pa.array(keep_tomb)), nw.filter(pa.array(new_tomb))]
             )
             writers["tomb"].write(tomb)
+    clock.lap("stage2_cpu_rows_and_vectors")
     return report
 
 
@@ -561,7 +685,7 @@ def _deletion_vectors(
     """New deletion vectors for the files of ``paths`` that lose rows (their old deleted rows
     plus ``positions``), written into one DV file in the run's staging directory; returns
     ``[path, descriptor, DV file]`` per file (the driver moves the DV file into the table)."""
-    touched = np.unique(file_index).tolist()
+    touched = np.flatnonzero(np.bincount(file_index, minlength=len(paths))).tolist()
     if not touched:
         return []
     vectors = []
@@ -620,15 +744,18 @@ def _merge_rows(
     if plan.tomb_root is not None:
         writers["tomb"] = _writer(plan.tomb_root, TABLE_SCHEMA, common)
     reports = []
+    clock = _Clock()
     try:
         for bucket, rows in buckets:
-            reports.append(_merge_bucket(bucket, rows, plan, writers))
+            reports.append(_merge_bucket(bucket, rows, plan, writers, clock))
+            clock.lap("stage2_cpu_other")
         files = {name: [asdict(f) for f in w.close()] for name, w in writers.items()}
+        clock.lap("stage2_cpu_write_files")
     except BaseException:
         for w in writers.values():
             w.abort()
         raise
-    return json.dumps({"files": files, "reports": reports})
+    return json.dumps({"files": files, "reports": reports, "cpu": clock.seconds})
 
 
 def _task_ids() -> tuple[int, int]:
@@ -1549,6 +1676,9 @@ def _run_merge(  # noqa: PLR0917
     for row in rows:
         item = json.loads(row)
         reports += item["reports"]
+        for phase, cpu in item.get("cpu", {}).items():
+            if seconds is not None:
+                seconds[phase] = seconds.get(phase, 0.0) + cpu
         for name, written in item["files"].items():
             files[name] += [WrittenFile(**w) for w in written]
     return reports, files
