@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from logstore.errors import LoglakeError
 from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
 from pipelines.ingest import load_config
 from pipelines.quality import load_quality_config, run_quality
+from pipelines.quality.run import _stderr
 from pipelines.session import get_spark, spark_conf
 
 
@@ -36,12 +38,14 @@ def main(argv: list[str] | None = None) -> int:
             config.log_dirs,
             allow_missing=args.allow_missing_topics,
         )
+        started = time.monotonic()
         spark = get_spark(
             "loglake-quality",
             master=config.master,
             conf=spark_conf(config.spark_conf, verbose=args.verbose),
             delta_reader=False,
         )
+        _stderr(f"Spark session in {time.monotonic() - started:.1f} s")
         report = run_quality(spark, config, quality, run_id=args.run_id)
     except MissingTopicsError as exc:
         print(f"quality failed: {exc}", file=sys.stderr)

@@ -205,11 +205,12 @@ def run_quality(
 ) -> QualityReport:
     """One run (see the module docstring). Raises ``LoglakeError`` when it cannot run at all;
     failed expectations are in the report (``success`` False), not raised."""
+    started = time.monotonic()
     from great_expectations.core.run_identifier import RunIdentifier  # noqa: PLC0415
 
     from pipelines.quality import suites  # noqa: PLC0415
 
-    started = time.monotonic()
+    log(f"Great Expectations imported in {time.monotonic() - started:.1f} s")
     now = dt.datetime.now(dt.UTC)
     run_id = run_id or f"quality-{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
     report = QualityReport(run_id=run_id)
@@ -219,7 +220,10 @@ def run_quality(
         raise LoglakeError("no records table: run the ingest job first", path=str(lake))
 
     # 1. the checked DataFrames (suites need the context to exist first)
+    t0 = time.monotonic()
     context = _context(lake / QUALITY_DIR, quality.docs)
+    log(f"context at {lake / QUALITY_DIR / 'gx'} in {time.monotonic() - t0:.1f} s")
+    t0 = time.monotonic()
     bounds = bounds_frame(
         spark,
         partition_bounds(config.log_dirs, read_progress(lake / "records"), topics=config.topics),
@@ -231,7 +235,8 @@ def run_quality(
         if offset_lookup is not None
         else None
     )
-    checked = records_checked(records, bounds)
+    retention_log = _table(spark, lake, "retention_log")
+    checked = records_checked(records, bounds, retention_log, offset_lookup)
     jobs: list[tuple[Any, DataFrame]] = [
         (suites.records_suite(quality), checked),
         (suites.gaps_suite(), offset_gaps(records, bounds, offset_lookup, quarantine, built)),
@@ -252,6 +257,8 @@ def run_quality(
                 (suites.compacted_suite(table_dir.name),
                  compacted_check(table, records, table_dir.name))
             )  # fmt: skip
+
+    log(f"tables read, checks planned in {time.monotonic() - t0:.1f} s")
 
     # 2. validate. Every metric of an expectation is a Spark job over its DataFrame: cache
     # each (the records suite's is one row per record but narrow; the others are small).
@@ -279,9 +286,11 @@ def run_quality(
 
     # 3. Data Docs
     if quality.docs:
+        t0 = time.monotonic()
         context.build_data_docs(site_names=[DOCS_SITE])
         report.docs = str(lake / QUALITY_DIR / "data_docs" / "index.html")
-        log(f"Data Docs: {report.docs}")
+        log(f"Data Docs: {report.docs} ({time.monotonic() - t0:.1f} s)")
+    t0 = time.monotonic()
 
     # 4. quality_results
     # (from the driver: a Python data source sink would start a planner worker of pyspark's own
@@ -295,5 +304,6 @@ def run_quality(
     append_table(
         lake / RESULTS_TABLE, pa.Table.from_pylist(rows, RESULTS_SCHEMA), schema=RESULTS_SCHEMA
     )
+    log(f"{len(rows)} rows appended to {RESULTS_TABLE} in {time.monotonic() - t0:.1f} s")
     report.seconds = time.monotonic() - started
     return report
