@@ -132,18 +132,22 @@ def _context(root: Path, docs: bool) -> Any:
     ):
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
         context.variables.save()
-    if docs and DOCS_SITE not in (context.get_config().data_docs_sites or {}):
-        context.add_data_docs_site(
-            site_name=DOCS_SITE,
-            site_config={
-                "class_name": "SiteBuilder",
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-                "store_backend": {
-                    "class_name": "TupleFilesystemStoreBackend",
-                    "base_directory": str(root / "data_docs"),
-                },
+    if docs:
+        # The site's directory is an absolute path: a lake that was moved or copied gets its
+        # own again (else its Data Docs would be written under the lake it came from).
+        site = {
+            "class_name": "SiteBuilder",
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            "store_backend": {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": str(root / "data_docs"),
             },
-        )
+        }
+        current = (context.get_config().data_docs_sites or {}).get(DOCS_SITE)
+        if current is None:
+            context.add_data_docs_site(site_name=DOCS_SITE, site_config=site)
+        elif (current.get("store_backend") or {}).get("base_directory") != str(root / "data_docs"):
+            context.update_data_docs_site(site_name=DOCS_SITE, site_config=site)
     return context
 
 

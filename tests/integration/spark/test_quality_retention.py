@@ -156,6 +156,9 @@ def test_rows_that_retention_removed_from_the_log_pass(
     shutil.rmtree(only_log / "offset_lookup")
     code, results = _run(only_log, log_dir, tmp_path, "retention-log-only")
     assert code == 0 and results[RULE]["success"]
+    # (a copied lake writes its Data Docs in its own directory, not the original's)
+    assert "retention-log-only" in (only_log / "_quality/data_docs/index.html").read_text()
+    assert "retention-log-only" not in (lake / "_quality/data_docs/index.html").read_text()
 
     # ... and offset_lookup alone too (the log's own retention, an operator's DeleteRecords)
     only_lookup = tmp_path / "only-offset-lookup"
