@@ -15,13 +15,24 @@ stderr instead); 5 at least one expectation failed (listed on stderr and in the 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
+import time
 
 from logstore.errors import LoglakeError
 from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
 from pipelines.ingest import load_config
 from pipelines.quality import load_quality_config, run_quality
+from pipelines.quality.run import log_progress
 from pipelines.session import get_spark, spark_conf
+
+
+def _import_great_expectations() -> None:
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations  # noqa: F401, PLC0415
+
+    import pipelines.quality.suites  # noqa: F401, PLC0415
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,12 +47,19 @@ def main(argv: list[str] | None = None) -> int:
             config.log_dirs,
             allow_missing=args.allow_missing_topics,
         )
+        # Great Expectations takes seconds to import: meanwhile Spark starts its session
+        # (waiting on the JVM, GIL released); the import is done before the run needs it.
+        preload = threading.Thread(target=_import_great_expectations, daemon=True)
+        preload.start()
+        started = time.monotonic()
         spark = get_spark(
             "loglake-quality",
             master=config.master,
             conf=spark_conf(config.spark_conf, verbose=args.verbose),
             delta_reader=False,
         )
+        log_progress(f"Spark session in {time.monotonic() - started:.1f} s")
+        preload.join()
         report = run_quality(spark, config, quality, run_id=args.run_id)
     except MissingTopicsError as exc:
         print(f"quality failed: {exc}", file=sys.stderr)

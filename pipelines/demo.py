@@ -13,11 +13,13 @@ Stages (each timed in the output; each stage's log under ``var/demo/``):
    The DAG runs get Variables pointing at the demo's pipeline TOML, log dir, lake and broker.
 4. ``ingest DAG``: ``airflow dags test loglake_ingest``: ingest -> lookups -> compact ->
    quality, one ``spark-submit`` each on ``local[2]``.
-5. ``maintenance DAG``: ``airflow dags test loglake_maintenance``: retention (online: it
-   would delete through DeleteRecords on the running broker; nothing is old enough yet) ->
-   maintain (delta-rs) -> quality.
+5. ``maintenance DAG``: ``airflow dags test loglake_maintenance``: retention (online, through
+   DeleteRecords on the running broker: ``clicks`` holds more than its ``retention.bytes``, so
+   its oldest segments go, all of them already in the lake) -> maintain (delta-rs) -> quality
+   (which accepts the lake's rows below the new log start: retention removed them after ingest).
 6. ``sql``: a few answers with ``loglake sql`` (records per topic, the compacted table, a
-   time_lookup question with real timestamps, the quality results) and the Data Docs path.
+   time_lookup question with real timestamps, what retention removed and the new log start the
+   broker reports, the quality results) and the Data Docs path.
 7. ``re-run``: ``loglake_ingest`` once more (ingest, lookups, compact; its quality task marked
    successful without running, ``--mark-success-pattern``): every table's version and row
    count is compared before and after, and must not change.
@@ -61,7 +63,8 @@ TOPICS: dict[str, tuple[int, str, dict[str, str]]] = {
     "orders": (3, "lz4", {}),
     "customers": (2, "zstd", {}),
     "profiles": (2, "lz4", {"cleanup.policy": "compact"}),
-    "clicks": (1, "gzip", {"segment.bytes": "16384"}),
+    # retention.bytes: the maintenance DAG's retention deletes the oldest (ingested) segments
+    "clicks": (1, "gzip", {"segment.bytes": "16384", "retention.bytes": "65536"}),
 }
 PROFILE_KEYS = 200  # keys of the compacted topic, each updated UPDATES times
 UPDATES = 5
@@ -138,6 +141,10 @@ class Demo:
             # (high watermarks) or 60 s (log start offsets, after retention).
             "replica.high.watermark.checkpoint.interval.ms": "1000",
             "log.flush.start.offset.checkpoint.interval.ms": "1000",
+            # The retention job deletes (lake-aware, through DeleteRecords), not the broker's own
+            # periodic retention (Kafka's rules alone: it would delete clicks' segments whether
+            # or not the lake holds them, 5 minutes after the start).
+            "log.retention.check.interval.ms": "86400000",
         }
         cmd = [
             str(VENV_BIN / "loglake"),
@@ -244,9 +251,8 @@ class Demo:
         return n
 
     def _produce_clicks(self, producer: Any, topic: str) -> int:
-        # About 160 KiB that gzip cannot shrink: ten segments of 16 KiB. (No retention.bytes:
-        # records below the log start fail quality's offset_at_or_after_log_start; see the
-        # README's demo paragraph.)
+        # Random hex that gzip shrinks to about half: several segments of 16 KiB, more than
+        # the topic's retention.bytes keeps.
         n = 1600
         for i in range(n):
             value = f"click {i} ".encode() + os.urandom(48).hex().encode()
@@ -376,6 +382,17 @@ class Demo:
         if loglake(argv) != 0:
             raise DemoError(f"loglake sql failed: {shown}")
         sys.stdout.flush()
+
+    def watermarks(self, topic: str) -> tuple[int, int]:
+        """(log start, high watermark) of ``topic`` partition 0, from the broker."""
+        from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "loglake-demo"})
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        finally:
+            consumer.close()
+        return int(low), int(high)
 
     def snapshot(self) -> dict[str, tuple[int, int]]:
         """``{table: (version, rows)}`` of every table under the lake (delta-rs)."""
@@ -514,10 +531,14 @@ def show_answers(demo: Demo) -> None:
     demo.sql(lookup)
     _say("   ... and the same from records:")
     demo.sql(check)
+    _say("   what retention removed (the lake keeps those records: see records above):")
     demo.sql(
-        "SELECT source, topic, count(*) AS segments, sum(bytes) AS bytes, "
-        "max(end_offset) AS new_log_start FROM retention_log GROUP BY source, topic"
+        'SELECT source, topic, "partition", count(*) AS segments, sum(bytes) AS bytes, '
+        "min(segment_base_offset) AS from_offset, max(end_offset) AS new_log_start "
+        'FROM retention_log GROUP BY source, topic, "partition" ORDER BY topic'
     )
+    low, high = demo.watermarks("clicks")
+    _say(f"   the broker (ListOffsets): clicks/0 log start {low}, high watermark {high}")
     demo.sql(
         "SELECT run_id, count(*) AS expectations, sum(CASE WHEN success THEN 1 ELSE 0 END) "
         "AS held FROM quality_results GROUP BY run_id ORDER BY run_id"
@@ -528,7 +549,8 @@ def show_answers(demo: Demo) -> None:
 
 def verify(demo: Demo) -> None:
     """What the demo claims, read back with delta-rs: every record of every topic is in
-    ``records``, the compacted table holds one row per live key, the quality runs held."""
+    ``records``, the compacted table holds one row per live key, the quality runs held,
+    retention removed ``clicks``' segments up to the log start the broker reports."""
 
     records = read_table(demo.lake / "records", ["topic"])
     counts: dict[str, int] = {}
@@ -544,6 +566,11 @@ def verify(demo: Demo) -> None:
     results = read_table(demo.lake / "quality_results")
     if not all(results.column("success").to_pylist()):
         raise DemoError("a quality expectation failed; see quality_results")
+    removed = read_table(demo.lake / "retention_log", ["topic", "end_offset"]).to_pylist()
+    ends = [r["end_offset"] for r in removed if r["topic"] == "clicks"]
+    low, _ = demo.watermarks("clicks")
+    if not ends or max(ends) != low:
+        raise DemoError(f"retention removed {ends} of clicks, the broker's log start is {low}")
 
 
 def compare_snapshots(

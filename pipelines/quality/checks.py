@@ -7,6 +7,27 @@ that a built-in expectation can state the rule on that column (decision: derived
 built-in expectations, not custom expectations: Data Docs render them, and the logic stays
 plain Spark that is tested on its own).
 
+Offsets below the log start (:func:`records_checked`, rule ``offset_at_or_after_log_start``).
+The lake keeps rows the log has since deleted (``[retention] records = "forever"``, the
+default: the broker's retention deletes only what the lake holds), so a row below the
+partition's current log start is not wrong in itself. The rule: a row's offset must be at or
+after its partition's ``lower_bound``, which is
+
+1. the log start offset, when the offset is at or after it;
+2. else the first offset of the ``retention_log`` rows of the log (``source = "log"``) of the
+   partition, when the offset is in ``[min(segment_base_offset), max(end_offset))`` of those
+   rows: the retention job removed those segments, after ingest (it deletes nothing the lake
+   does not hold, unless ``--force``d, and then the lake has no rows there);
+3. else the lake's own lower bound of the partition, when the offset is at or after it: the
+   first offset of the partition's first batch in ``offset_lookup`` (the lookups job reads
+   every batch as it is written, so the log held every offset from there up; this explains
+   what the broker's own periodic retention or an operator's DeleteRecords removed);
+4. else the log start offset: the row is below everything the log is known to have held (a
+   log whose start had moved before the lake first read it, or a row the log never had), and
+   the rule fails.
+
+Without ``retention_log`` or ``offset_lookup`` the corresponding explanation is absent.
+
 Gap classification (:func:`offset_gaps`). A partition's expected offsets are
 ``[log_start, progress)`` (progress: the next offset ingest reads). Offsets missing from
 ``records`` in that range, and between records below the log start, form gaps. Each gap is
@@ -62,6 +83,7 @@ __all__ = [
     "compacted_check",
     "lookup_agreement",
     "lookup_progress_frame",
+    "lower_bounds",
     "offset_gaps",
     "records_checked",
 ]
@@ -88,11 +110,56 @@ def _ingest_time(records: DataFrame) -> Column:
     return sf.col("_metadata.file_modification_time")
 
 
-def records_checked(records: DataFrame, bounds: DataFrame) -> DataFrame:
+def lower_bounds(
+    bounds: DataFrame, retention_log: DataFrame | None, offset_lookup: DataFrame | None
+) -> DataFrame:
+    """Per partition of ``bounds``: topic, partition, ``log_start``, ``upper`` (the high
+    watermark, or the ingest progress where the broker wrote none: ingest never reads past the
+    watermark), ``retained_from``/``retained_to`` (the offsets the log's retention removed,
+    from ``retention_log``) and ``seen_from`` (the lake's lower bound: the first offset in
+    ``offset_lookup``); null where there is nothing to tell. Small: one row per partition."""
+    limits = bounds.select(
+        "topic",
+        "partition",
+        "log_start",
+        sf.coalesce("high_watermark", "progress").alias("upper"),
+    )
+    if retention_log is not None:
+        retained = (
+            retention_log.where(sf.col("source") == "log")
+            .groupBy("topic", "partition")
+            .agg(
+                sf.min("segment_base_offset").alias("retained_from"),
+                sf.max("end_offset").alias("retained_to"),
+            )
+        )
+        limits = limits.join(retained, ["topic", "partition"], "left")
+    else:
+        limits = limits.withColumns(
+            {"retained_from": sf.lit(None).cast("long"), "retained_to": sf.lit(None).cast("long")}
+        )
+    if offset_lookup is not None:
+        seen = offset_lookup.groupBy("topic", "partition").agg(
+            sf.min("first_offset").alias("seen_from")
+        )
+        limits = limits.join(seen, ["topic", "partition"], "left")
+    else:
+        limits = limits.withColumn("seen_from", sf.lit(None).cast("long"))
+    return limits
+
+
+def records_checked(
+    records: DataFrame,
+    bounds: DataFrame,
+    retention_log: DataFrame | None = None,
+    offset_lookup: DataFrame | None = None,
+) -> DataFrame:
     """``records`` narrowed to what the ``records`` suite checks, one row per record:
     topic, partition, offset, timestamp_type, codec, ``skew_s`` (timestamp minus ingest time,
-    seconds), and the partition's ``log_start`` and ``upper`` (the high watermark, or the
-    ingest progress where the broker wrote none: ingest never reads past the watermark)."""
+    seconds), the partition's ``log_start`` and ``upper`` (see :func:`lower_bounds`), and
+    ``lower_bound``: the offset the row must be at or after (see the module doc) with
+    ``lower_bound_from`` saying which bound that is (``log_start``, ``retention_log``,
+    ``offset_lookup``)."""
     skew = (
         sf.unix_micros(sf.col("timestamp").cast("timestamp"))
         - sf.unix_micros(_ingest_time(records))
@@ -100,13 +167,27 @@ def records_checked(records: DataFrame, bounds: DataFrame) -> DataFrame:
     narrow = records.select(
         "topic", "partition", "offset", "timestamp_type", "codec", skew.alias("skew_s")
     )
-    limits = bounds.select(
-        "topic",
-        "partition",
-        "log_start",
-        sf.coalesce("high_watermark", "progress").alias("upper"),
+    limits = lower_bounds(bounds, retention_log, offset_lookup)
+    offset = sf.col("offset")
+    retained = (offset >= sf.col("retained_from")) & (offset < sf.col("retained_to"))
+    source = (
+        sf.when(sf.col("log_start").isNull(), sf.lit(None))
+        .when(offset >= sf.col("log_start"), "log_start")
+        .when(retained, "retention_log")
+        .when(offset >= sf.col("seen_from"), "offset_lookup")
+        .otherwise("log_start")
     )
-    return narrow.join(sf.broadcast(limits), ["topic", "partition"], "left")
+    bound = (
+        sf.when(sf.col("lower_bound_from") == "retention_log", sf.col("retained_from"))
+        .when(sf.col("lower_bound_from") == "offset_lookup", sf.col("seen_from"))
+        .otherwise(sf.col("log_start"))
+    )
+    return (
+        narrow.join(sf.broadcast(limits), ["topic", "partition"], "left")
+        .withColumn("lower_bound_from", source)
+        .withColumn("lower_bound", bound)
+        .drop("retained_from", "retained_to", "seen_from")
+    )
 
 
 def _gaps(records: DataFrame, bounds: DataFrame) -> DataFrame:

@@ -2,11 +2,13 @@
 
 1. read the tables (``pipelines.delta.read_delta``) and the partitions' bounds from the log
    dirs (:mod:`pipelines.quality.bounds`); build the checked DataFrames
-   (:mod:`pipelines.quality.checks`);
+   (:mod:`pipelines.quality.checks`), each computed once and kept in memory (records' columns
+   are read once: the gaps are computed from the records suite's rows);
 2. validate each with its suite (:mod:`pipelines.quality.suites`) in a Great Expectations
    file context under ``<lake>/_quality/gx`` (suites, validation definitions and results are
    kept there, so Data Docs show every run);
-3. build the Data Docs site at ``<lake>/_quality/data_docs/index.html``;
+3. build the Data Docs site at ``<lake>/_quality/data_docs/index.html``: this run's pages and
+   the index (earlier runs' pages are already there);
 4. append one row per expectation to ``<lake>/quality_results`` (run id, run time, suite,
    rule, expectation type, success, observed value, unexpected count, details), one commit.
 
@@ -50,7 +52,14 @@ from pipelines.quality.checks import (
 )
 from pipelines.quality.config import QualityConfig
 
-__all__ = ["QUALITY_DIR", "RESULTS_TABLE", "QualityReport", "RuleResult", "run_quality"]
+__all__ = [
+    "QUALITY_DIR",
+    "RESULTS_TABLE",
+    "QualityReport",
+    "RuleResult",
+    "log_progress",
+    "run_quality",
+]
 
 QUALITY_DIR = "_quality"
 RESULTS_TABLE = "quality_results"
@@ -103,7 +112,7 @@ class QualityReport:
         return out
 
 
-def _stderr(message: str) -> None:
+def log_progress(message: str) -> None:
     print(f"[quality {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
@@ -123,18 +132,22 @@ def _context(root: Path, docs: bool) -> Any:
     ):
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
         context.variables.save()
-    if docs and DOCS_SITE not in (context.get_config().data_docs_sites or {}):
-        context.add_data_docs_site(
-            site_name=DOCS_SITE,
-            site_config={
-                "class_name": "SiteBuilder",
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-                "store_backend": {
-                    "class_name": "TupleFilesystemStoreBackend",
-                    "base_directory": str(root / "data_docs"),
-                },
+    if docs:
+        # The site's directory is an absolute path: a lake that was moved or copied gets its
+        # own again (else its Data Docs would be written under the lake it came from).
+        site = {
+            "class_name": "SiteBuilder",
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            "store_backend": {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": str(root / "data_docs"),
             },
-        )
+        }
+        current = (context.get_config().data_docs_sites or {}).get(DOCS_SITE)
+        if current is None:
+            context.add_data_docs_site(site_name=DOCS_SITE, site_config=site)
+        elif (current.get("store_backend") or {}).get("base_directory") != str(root / "data_docs"):
+            context.update_data_docs_site(site_name=DOCS_SITE, site_config=site)
     return context
 
 
@@ -160,7 +173,9 @@ def _validate(context: Any, suite: Any, df: DataFrame, run_id: Any) -> Any:
     )
     return definition.run(
         batch_parameters={"dataframe": df},
-        result_format={"result_format": "SUMMARY", "partial_unexpected_count": 10},
+        # BASIC: counts, percentages and up to 10 unexpected values, all that quality_results
+        # and Data Docs show (SUMMARY adds value counts: one more Spark job per expectation)
+        result_format={"result_format": "BASIC", "partial_unexpected_count": 10},
         run_id=run_id,
     )
 
@@ -191,6 +206,14 @@ def _rows(suite: str, result: Any) -> list[RuleResult]:
     return out
 
 
+def _materialize(df: DataFrame) -> DataFrame:
+    """``df`` computed now and kept in the executors' storage, its plan cut there
+    (``localCheckpoint``): every later action scans those rows instead of running the joins
+    and windows behind them again, and Spark plans each of those actions in no time. (A local
+    checkpoint lives as long as its executors: fine for one short run, as here.)"""
+    return df.localCheckpoint(eager=True)
+
+
 def _table(spark: SparkSession, lake: Path, name: str) -> DataFrame | None:
     return read_delta(spark, lake / name) if load_table(lake / name) is not None else None
 
@@ -201,15 +224,16 @@ def run_quality(
     quality: QualityConfig,
     *,
     run_id: str | None = None,
-    log: Log = _stderr,
+    log: Log = log_progress,
 ) -> QualityReport:
     """One run (see the module docstring). Raises ``LoglakeError`` when it cannot run at all;
     failed expectations are in the report (``success`` False), not raised."""
+    started = time.monotonic()
     from great_expectations.core.run_identifier import RunIdentifier  # noqa: PLC0415
 
     from pipelines.quality import suites  # noqa: PLC0415
 
-    started = time.monotonic()
+    log(f"Great Expectations imported in {time.monotonic() - started:.1f} s")
     now = dt.datetime.now(dt.UTC)
     run_id = run_id or f"quality-{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
     report = QualityReport(run_id=run_id)
@@ -219,7 +243,10 @@ def run_quality(
         raise LoglakeError("no records table: run the ingest job first", path=str(lake))
 
     # 1. the checked DataFrames (suites need the context to exist first)
+    t0 = time.monotonic()
     context = _context(lake / QUALITY_DIR, quality.docs)
+    log(f"context at {lake / QUALITY_DIR / 'gx'} in {time.monotonic() - t0:.1f} s")
+    t0 = time.monotonic()
     bounds = bounds_frame(
         spark,
         partition_bounds(config.log_dirs, read_progress(lake / "records"), topics=config.topics),
@@ -231,10 +258,12 @@ def run_quality(
         if offset_lookup is not None
         else None
     )
-    checked = records_checked(records, bounds)
+    retention_log = _table(spark, lake, "retention_log")
+    # the one pass over records' topic/partition/offset; the gaps are computed from it
+    checked = _materialize(records_checked(records, bounds, retention_log, offset_lookup))
     jobs: list[tuple[Any, DataFrame]] = [
         (suites.records_suite(quality), checked),
-        (suites.gaps_suite(), offset_gaps(records, bounds, offset_lookup, quarantine, built)),
+        (suites.gaps_suite(), offset_gaps(checked, bounds, offset_lookup, quarantine, built)),
     ]
     if offset_lookup is not None:
         jobs.append((suites.lookups_suite(), lookup_agreement(records, offset_lookup)))
@@ -253,9 +282,12 @@ def run_quality(
                  compacted_check(table, records, table_dir.name))
             )  # fmt: skip
 
-    # 2. validate. Every metric of an expectation is a Spark job over its DataFrame: cache
-    # each (the records suite's is one row per record but narrow; the others are small).
-    jobs = [(suite, df.cache()) for suite, df in jobs]
+    # 2. validate. Great Expectations runs several Spark jobs per expectation (its metrics,
+    # the unexpected values) over each DataFrame: each is computed once first, and its plan
+    # cut there (see _materialize), so that those jobs scan a few in-memory rows, not the
+    # plan of joins and windows behind them.
+    jobs = [(suite, df if df is checked else _materialize(df)) for suite, df in jobs]
+    log(f"tables read, checked rows computed in {time.monotonic() - t0:.1f} s")
     gx_run = RunIdentifier(run_name=run_id, run_time=now)
     try:
         for suite, df in jobs:
@@ -279,9 +311,23 @@ def run_quality(
 
     # 3. Data Docs
     if quality.docs:
-        context.build_data_docs(site_names=[DOCS_SITE])
+        t0 = time.monotonic()
+        # this run's pages only (and the index): rendering every stored result would make
+        # each run slower than the one before
+        from great_expectations.data_context.types.resource_identifiers import (  # noqa: PLC0415
+            ExpectationSuiteIdentifier,
+        )
+
+        pages: list[Any] = [
+            key
+            for key in context.validation_results_store.list_keys()
+            if key.run_id.run_name == run_id
+        ]
+        pages += [ExpectationSuiteIdentifier(name=suite.name) for suite, _ in jobs]
+        context.build_data_docs(site_names=[DOCS_SITE], resource_identifiers=pages)
         report.docs = str(lake / QUALITY_DIR / "data_docs" / "index.html")
-        log(f"Data Docs: {report.docs}")
+        log(f"Data Docs: {report.docs} ({time.monotonic() - t0:.1f} s)")
+    t0 = time.monotonic()
 
     # 4. quality_results
     # (from the driver: a Python data source sink would start a planner worker of pyspark's own
@@ -295,5 +341,6 @@ def run_quality(
     append_table(
         lake / RESULTS_TABLE, pa.Table.from_pylist(rows, RESULTS_SCHEMA), schema=RESULTS_SCHEMA
     )
+    log(f"{len(rows)} rows appended to {RESULTS_TABLE} in {time.monotonic() - t0:.1f} s")
     report.seconds = time.monotonic() - started
     return report

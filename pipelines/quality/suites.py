@@ -49,9 +49,12 @@ def records_suite(config: QualityConfig) -> gx.ExpectationSuite:
          gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition", "offset"])),
         ("partition_in_log_dirs", "every partition is in the broker's log dirs",
          gxe.ExpectColumnValuesToNotBeNull(column="log_start")),
-        ("offset_at_or_after_log_start", "offset >= the partition's log start offset",
+        ("offset_at_or_after_log_start",
+         "offset >= the partition's log start offset, or below it where the log held it: in "
+         "segments its retention removed (retention_log) or at/after the lake's first offset "
+         "of the partition (offset_lookup)",
          gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-             column_A="offset", column_B="log_start", or_equal=True)),
+             column_A="offset", column_B="lower_bound", or_equal=True)),
         ("offset_below_high_watermark", "offset < the partition's high watermark",
          gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="upper", column_B="offset")),
         ("codec_in_domain", f"codec is one of {', '.join(CODECS)}",

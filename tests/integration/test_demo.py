@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
+from logstore.storage.checkpoints import read_offset_checkpoint
 from pipelines.demo import read_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
@@ -80,6 +81,24 @@ def test_make_demo_shows_the_whole_lakehouse(tmp_path: Path) -> None:
             p = row["partition"]
             from_records[p] = min(from_records.get(p, row["offset"]), row["offset"])
     assert from_lookup == from_records and len(from_lookup) == 3
+
+    # The maintenance DAG's retention deleted clicks' oldest segments (retention.bytes) through
+    # the broker, each already in the lake: the broker's log start is where retention_log says
+    # it went, the lake still holds every click (below the log start too), quality held.
+    removed = read_table(lake / "retention_log").to_pylist()
+    assert removed and {(r["source"], r["topic"], r["rule"]) for r in removed} == {
+        ("log", "clicks", "retention.bytes")
+    }
+    log_start = max(r["end_offset"] for r in removed)
+    assert min(r["segment_base_offset"] for r in removed) == 0 and 0 < log_start < 1600
+    starts = read_offset_checkpoint(work / "kafka-logs" / "log-start-offset-checkpoint")
+    assert starts[("clicks", 0)] == log_start
+    bases = [int(f.name.split(".")[0]) for f in (work / "kafka-logs" / "clicks-0").glob("*.log")]
+    assert min(bases) == log_start
+    assert f"clicks/0 log start {log_start}, high watermark 1600" in out
+    clicks = sorted(o for t, o in zip(records["topic"].to_pylist(), records["offset"].to_pylist(),
+                                      strict=True) if t == "clicks")  # fmt: skip
+    assert clicks == list(range(1600))
 
     # Both quality runs held; the Data Docs are where the demo says; every table exists.
     results = DeltaTable(str(lake / "quality_results")).to_pyarrow_table()
