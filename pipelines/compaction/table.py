@@ -635,24 +635,160 @@ class _StageInput:
     deleted: np.ndarray | None = None  # a table file's deletion vector (deleted positions)
 
 
-def _read_input(item: _StageInput, ranges: Mapping[int, tuple[int, int]]) -> pa.Table:
-    """One input file's rows in the table's columns (``bucket`` not yet set): records of
-    ``ranges`` with a key, or a table file's rows."""
-    if item.src == 0:
-        data = pq.ParquetFile(item.path).read(columns=_RECORD_COLUMNS)
-        part = np.asarray(data.column("partition").to_numpy(zero_copy_only=False))
-        off = np.asarray(data.column("offset").to_numpy(zero_copy_only=False))
-        keep = np.zeros(data.num_rows, dtype=bool)
-        for p, (lo, hi) in ranges.items():
-            keep |= (part == p) & (off >= lo) & (off < hi)
-        keep &= np.asarray(data.column("key").is_valid().to_numpy(zero_copy_only=False))
-        if not keep.all():
-            data = data.filter(pa.array(keep))
-        data = data.append_column(VERSION, pa.nulls(data.num_rows, pa.int64()))
-    else:
-        data = _read_file(item.path, item.deleted)[0]
+# Stage 1 reads a records file twice: first the columns that pick the winners (``partition``,
+# ``offset``, ``key`` and what the strategy's version needs: a few bytes a row), then, once the
+# task's winners are known, the other columns, of which only the winners' rows are kept (a
+# file at a time, so a task holds its winners and one file's values, not all its files' rows).
+_SELECT_COLUMNS = ["partition", "offset", "key"]
+
+
+def _strategy_columns(strategy: Strategy) -> list[str]:
+    """The records columns ``plan.versions`` reads under ``strategy``."""
+    return {"offset": [], "timestamp": ["timestamp"]}.get(strategy.kind, ["headers"])
+
+
+def _read_input(item: _StageInput) -> pa.Table:
+    """A table file's rows (``--full``: ``_src`` 1 or 2) in the table's columns, ``bucket`` not
+    yet set."""
+    data = _read_file(item.path, item.deleted)[0]
     data = data.select([f.name for f in TABLE_SCHEMA if f.name != BUCKET])
     return data.cast(pa.schema([f for f in TABLE_SCHEMA if f.name != BUCKET]))
+
+
+def _records_file(path: str) -> pq.ParquetFile:
+    """A records file for reading a few columns: memory-mapped and without pre-buffering. The
+    default reads each column chunk into a fresh buffer first, which a worker process faults
+    in page by page every time (measured: 5 files of 0.9M records, 0.6-1.0 s of system time
+    for their non-key columns; memory-mapped 0.05 s); the decoded pages are what the columns
+    keep anyway."""
+    return pq.ParquetFile(path, memory_map=True, pre_buffer=False)
+
+
+def _read_selection(
+    item: _StageInput, ranges: Mapping[int, tuple[int, int]], columns: Sequence[str]
+) -> tuple[pa.Table, np.ndarray | None]:
+    """``columns`` of a records file's rows of ``ranges`` with a key, and those rows' positions
+    in the file (None: every row)."""
+    data = _records_file(item.path).read(columns=list(columns), use_threads=False)
+    part = np.asarray(data.column("partition").to_numpy(zero_copy_only=False))
+    off = np.asarray(data.column("offset").to_numpy(zero_copy_only=False))
+    keep = np.zeros(data.num_rows, dtype=bool)
+    for p, (lo, hi) in ranges.items():
+        keep |= (part == p) & (off >= lo) & (off < hi)
+    keep &= np.asarray(data.column("key").is_valid().to_numpy(zero_copy_only=False))
+    if keep.all():
+        return data, None
+    positions = np.nonzero(keep)[0]
+    return data.take(pa.array(positions, type=pa.int64())), positions
+
+
+def _bucket_order(bucket: np.ndarray) -> np.ndarray:
+    """A stable order of rows by ``bucket`` (numpy's radix sort for 16-bit values)."""
+    if len(bucket) and int(bucket.max()) < 1 << 16:
+        return np.argsort(bucket.astype(np.uint16), kind="stable")
+    return np.argsort(bucket, kind="stable")
+
+
+class _StagedFiles:
+    """A stage-1 task's output: one Arrow IPC file per bucket, opened at its first rows."""
+
+    def __init__(self, staging: str, index: int, attempt: int) -> None:
+        self.staging = staging
+        self.name = f"{index}-{attempt}.arrow"
+        self.writers: dict[int, tuple[pa.NativeFile, pa.ipc.RecordBatchWriter]] = {}
+        self.rows: dict[int, int] = {}
+
+    def write(self, rows: pa.Table, bucket: np.ndarray, src: int) -> None:
+        """``rows`` (the staged columns but ``version``, ``bucket`` and ``_src``) sorted by
+        their ``bucket``."""
+        n = rows.num_rows
+        if n == 0:
+            return
+        rows = rows.append_column(VERSION, pa.nulls(n, pa.int64())) if src == 0 else rows
+        rows = rows.append_column(BUCKET, pa.array(bucket))
+        rows = rows.append_column(SRC, pa.array(np.full(n, src, np.int32)))
+        rows = rows.select(_STAGED_SCHEMA.names).cast(_STAGED_SCHEMA)
+        present, starts = np.unique(bucket, return_index=True)
+        ends = [*starts[1:].tolist(), n]
+        for b, lo, hi in zip(present.tolist(), starts.tolist(), ends, strict=True):
+            if b not in self.writers:
+                folder = os.path.join(self.staging, str(b))
+                os.makedirs(folder, exist_ok=True)
+                sink = pa.OSFile(os.path.join(folder, self.name), "wb")
+                self.writers[b] = (sink, pa.ipc.new_file(sink, _STAGED_SCHEMA))
+                self.rows[b] = 0
+            self.writers[b][1].write_table(rows.slice(lo, hi - lo), max_chunksize=1 << 20)
+            self.rows[b] += hi - lo
+
+    def close(self) -> list[str]:
+        """Close every file; one JSON line per file (bucket, path, rows) for the driver."""
+        lines = []
+        for b, (sink, writer) in sorted(self.writers.items()):
+            writer.close()
+            sink.close()
+            path = os.path.join(self.staging, str(b), self.name)
+            lines.append(json.dumps({"bucket": b, "path": path, "rows": self.rows[b]}))
+        self.writers.clear()
+        return lines
+
+    def abort(self) -> None:
+        for sink, _writer in self.writers.values():
+            sink.close()
+        self.writers.clear()
+
+
+def _stage_records(
+    inputs: Sequence[_StageInput],
+    ranges: Mapping[int, tuple[int, int]],
+    buckets: int,
+    strategy: Strategy,
+    out: _StagedFiles,
+) -> None:
+    """The task's winners among the records of ``inputs``, staged by bucket."""
+    select = _SELECT_COLUMNS + [c for c in _strategy_columns(strategy) if c not in _SELECT_COLUMNS]
+    chosen = [_read_selection(i, ranges, select) for i in inputs]
+    rows = pa.concat_tables([t for t, _ in chosen])
+    if rows.num_rows == 0:
+        return
+    keys = rows.column("key")
+    keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    keys = keys.cast(pa.large_binary())
+    hashes = xxhash64(keys)
+    version = versions(rows, strategy)
+    keep = latest_indices(
+        np.asarray(rows.column("partition").to_numpy(zero_copy_only=False)),
+        keys,
+        hashes,
+        np.asarray(version.is_valid().to_numpy(zero_copy_only=False)),
+        np.asarray(pc.fill_null(version, 0).to_numpy(zero_copy_only=False)),
+        np.asarray(rows.column("offset").to_numpy(zero_copy_only=False)),
+    )
+    del rows, keys, version
+    rest = [c for c in _RECORD_COLUMNS if c not in select]
+    start = 0
+    for item, (table, positions) in zip(inputs, chosen, strict=True):
+        lo, hi = np.searchsorted(keep, [start, start + table.num_rows])
+        local = keep[lo:hi] - start
+        bucket = np.mod(hashes[keep[lo:hi]], np.int64(buckets)).astype(np.int32)
+        start += table.num_rows
+        if not len(local):
+            continue
+        order = _bucket_order(bucket)
+        local, bucket = local[order], bucket[order]
+        at = pa.array(local if positions is None else positions[local], type=pa.int64())
+        payload = _records_file(item.path).read(columns=rest, use_threads=False).take(at)
+        winners = table.take(pa.array(local, type=pa.int64()))
+        for name in rest:
+            winners = winners.append_column(name, payload.column(name))
+        out.write(winners, bucket, 0)
+
+
+def _stage_table_file(item: _StageInput, buckets: int, out: _StagedFiles) -> None:
+    """A table file's rows (``--full``), staged by bucket."""
+    rows = _read_input(item)
+    bucket = np.mod(xxhash64(rows.column("key")), np.int64(buckets)).astype(np.int32)
+    order = _bucket_order(bucket)
+    out.write(rows.take(pa.array(order, type=pa.int64())), bucket[order], item.src)
 
 
 @contextlib.contextmanager
@@ -666,18 +802,6 @@ def _arrow_single_threaded() -> Iterator[None]:
         yield
     finally:
         pa.set_cpu_count(before)
-
-
-def _take_ascending(tables: Sequence[pa.Table], rows: np.ndarray) -> pa.Table:
-    """``concat_tables(tables).take(rows)`` for ascending ``rows``, a take per table (a take
-    across the chunks of a concatenation costs several times more)."""
-    out = []
-    start = 0
-    for table in tables:
-        lo, hi = np.searchsorted(rows, [start, start + table.num_rows])
-        out.append(table.take(pa.array(rows[lo:hi] - start, type=pa.int64())))
-        start += table.num_rows
-    return pa.concat_tables(out)
 
 
 def _stage_task(
@@ -707,55 +831,19 @@ def _stage_inputs(  # noqa: PLR0917
     buckets: int,
     strategy: Strategy,
 ) -> Iterator[str]:
-    parts: list[pa.Table] = []
-    for src in (0, 1, 2):
-        tables = [_read_input(i, ranges) for i in inputs if i.src == src]
-        if not tables:
-            continue
-        rows = pa.concat_tables(tables)
-        if src == 0 and rows.num_rows:
-            rows = rows.set_column(
-                rows.schema.get_field_index(VERSION), VERSION, versions(rows, strategy)
-            )
-            hashes = xxhash64(rows.column("key"))
-            version = rows.column(VERSION)
-            keep = latest_indices(
-                np.asarray(rows.column("partition").to_numpy(zero_copy_only=False)),
-                rows.column("key"),
-                hashes,
-                np.asarray(version.is_valid().to_numpy(zero_copy_only=False)),
-                np.asarray(pc.fill_null(version, 0).to_numpy(zero_copy_only=False)),
-                np.asarray(rows.column("offset").to_numpy(zero_copy_only=False)),
-            )
-            hashes = hashes[keep]
-            rows = _take_ascending(tables, keep)
-            # the version is computed again in stage 2 (``_as_state``); null it as records are
-            rows = rows.set_column(
-                rows.schema.get_field_index(VERSION), VERSION, pa.nulls(rows.num_rows, pa.int64())
-            )
-        else:
-            hashes = xxhash64(rows.column("key"))
-        bucket = np.mod(hashes, np.int64(buckets)).astype(np.int32)
-        rows = rows.append_column(BUCKET, pa.array(bucket))
-        rows = rows.append_column(SRC, pa.array(np.full(rows.num_rows, src, np.int32)))
-        parts.append(rows.cast(_STAGED_SCHEMA))
-    if not parts:
-        return
-    rows = pa.concat_tables(parts).combine_chunks()  # a take from one chunk is faster
-    if rows.num_rows == 0:
-        return
-    bucket = np.asarray(rows.column(BUCKET).to_numpy(zero_copy_only=False))
-    order = np.argsort(bucket, kind="stable")
-    present, starts = np.unique(bucket[order], return_index=True)
-    ends = [*starts[1:].tolist(), len(order)]
-    rows = rows.take(pa.array(order, type=pa.int64()))
-    for b, lo, hi in zip(present.tolist(), starts.tolist(), ends, strict=True):
-        folder = os.path.join(staging, str(b))
-        os.makedirs(folder, exist_ok=True)
-        out = os.path.join(folder, f"{index}-{attempt}.arrow")
-        with pa.OSFile(out, "wb") as sink, pa.ipc.new_file(sink, _STAGED_SCHEMA) as writer:
-            writer.write_table(rows.slice(lo, hi - lo), max_chunksize=1 << 20)
-        yield json.dumps({"bucket": b, "path": out, "rows": hi - lo})
+    out = _StagedFiles(staging, index, attempt)
+    try:
+        records = [i for i in inputs if i.src == 0]
+        if records:
+            _stage_records(records, ranges, buckets, strategy, out)
+        for item in inputs:
+            if item.src != 0:
+                _stage_table_file(item, buckets, out)
+        lines = out.close()
+    except BaseException:
+        out.abort()
+        raise
+    yield from lines
 
 
 def _read_staged(paths: Sequence[str]) -> pa.Table:
