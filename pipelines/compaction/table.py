@@ -71,6 +71,7 @@ commit finds the table moved and fails cleanly (``ConcurrentWriteError``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import functools
 import json
@@ -751,19 +752,25 @@ def _stage_records(
     if rows.num_rows == 0:
         return
     keys = rows.column("key")
+    if sum(c.nbytes for c in keys.chunks) >= 1 << 31:  # past binary's 32-bit offsets
+        keys = keys.cast(pa.large_binary())
     keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
-    keys = keys.cast(pa.large_binary())
     hashes = xxhash64(keys)
-    version = versions(rows, strategy)
+    if strategy.kind == "offset":  # no versions: the kernel compares offsets only
+        has_version, version = np.zeros(0, np.bool_), np.zeros(0, np.int64)
+    else:
+        v = versions(rows, strategy)
+        has_version = np.asarray(v.is_valid().to_numpy(zero_copy_only=False))
+        version = np.asarray(pc.fill_null(v, 0).to_numpy(zero_copy_only=False))
     keep = latest_indices(
         np.asarray(rows.column("partition").to_numpy(zero_copy_only=False)),
         keys,
         hashes,
-        np.asarray(version.is_valid().to_numpy(zero_copy_only=False)),
-        np.asarray(pc.fill_null(version, 0).to_numpy(zero_copy_only=False)),
+        has_version,
+        version,
         np.asarray(rows.column("offset").to_numpy(zero_copy_only=False)),
     )
-    del rows, keys, version
+    del rows, keys, has_version, version
     rest = [c for c in _RECORD_COLUMNS if c not in select]
     start = 0
     for item, (table, positions) in zip(inputs, chosen, strict=True):
@@ -804,6 +811,32 @@ def _arrow_single_threaded() -> Iterator[None]:
         pa.set_cpu_count(before)
 
 
+_PR_SET_THP_DISABLE = 41  # prctl(2)
+_PR_GET_THP_DISABLE = 42
+
+
+@contextlib.contextmanager
+def _without_huge_pages() -> Iterator[None]:
+    """Transparent huge pages off for the task's process (Linux ``prctl``), restored afterwards.
+    A stage-1 task allocates and frees a few hundred MB of short-lived buffers; with huge pages
+    (Arrow's allocator gets them where the kernel offers them on ``madvise``) each first touch
+    of 2 MB zeroes it and may compact memory first (measured in-process, 5M records on the
+    2-core test machine: 1.8 s of system time with, 0.7 s without; user time the same)."""
+    libc: Any = None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        changed = libc.prctl(_PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0 and (
+            libc.prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
+        )
+    except (OSError, AttributeError):  # not Linux
+        changed = False
+    try:
+        yield
+    finally:
+        if changed:
+            libc.prctl(_PR_SET_THP_DISABLE, 0, 0, 0, 0)
+
+
 def _stage_task(
     index: int,
     items: Iterator[list[_StageInput]],
@@ -818,8 +851,24 @@ def _stage_task(
     start_task()
     _task, attempt = _task_ids()
     inputs = [i for group in items for i in group]
-    with _arrow_single_threaded():
+    with _arrow_single_threaded(), _without_huge_pages():
         yield from _stage_inputs(inputs, index, attempt, staging, ranges, buckets, strategy)
+
+
+def _stage_groups(inputs: Sequence[_StageInput], parallelism: int) -> list[list[_StageInput]]:
+    """Stage 1's tasks: one per core (at most one per file), files spread by size (the largest
+    next onto the lightest task). One task per core, not more: a key's records split over
+    more tasks are staged once per task (each keeps its own winner), so more tasks stage more
+    rows for stage 2 (10M records over 1M keys: 2.0M rows in 2 tasks, 3.7M in 4)."""
+    n = max(1, min(len(inputs), parallelism))
+    sizes = {i.path: os.path.getsize(i.path) for i in inputs}
+    groups: list[list[_StageInput]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for item in sorted(inputs, key=lambda i: -sizes[i.path]):
+        t = loads.index(min(loads))
+        groups[t].append(item)
+        loads[t] += sizes[item.path]
+    return [g for g in groups if g]
 
 
 def _stage_inputs(  # noqa: PLR0917
@@ -1287,8 +1336,7 @@ def _run_merge(  # noqa: PLR0917
     staging = os.path.join(plan.root, STAGING, plan.write_id)
     _clear_stale_staging(plan.root)
     try:
-        n1 = min(len(inputs), 2 * parallelism) if len(inputs) > parallelism else len(inputs)
-        groups = [inputs[i::n1] for i in range(n1)]
+        groups = _stage_groups(inputs, parallelism)
         stage = functools.partial(
             _stage_task,
             staging=staging,
