@@ -4,6 +4,11 @@ The topic table's bucket is ``pmod(xxhash64(key), N)`` as Spark computes it (XXH
 little-endian words: the standard algorithm). The direct merge path buckets records without
 the JVM, so it must compute the same value; ``tests/unit/pipelines/compaction`` checks this
 against Spark's own function on random keys of every length class (0-70 bytes).
+
+:func:`latest_indices` picks the winner of every ``(partition, key)`` in one pass over a hash
+table on these hashes (stage 1 of the table merge runs it over millions of records a task; its
+layout and measured costs are in ``_latest``'s docstring); the tests check it against
+``plan.winner_indices``.
 """
 
 from __future__ import annotations
@@ -198,7 +203,10 @@ def _latest(  # noqa: PLR0917
     32 | row + 1`` (0: empty), the key's two words (``_key_words``) and the offset; so a row
     meets the current winner of its key without reading that winner's row (one cache line),
     except for keys longer than 15 bytes (their bytes) and under a version (its version).
-    The slot of row ``i + _PREFETCH`` is prefetched; the table doubles at half full."""
+    The slot of row ``i + _PREFETCH`` is prefetched; the table doubles at half full.
+    Measured in-process (4.4M records over 1M keys of 12 bytes, loaded 2-core machine): 0.95 s
+    with a table of row numbers only (a hit read the winner's partition, hash, key bytes and
+    offset: four more cache misses), 0.69 s with the key in the slot, 0.37 s with prefetch."""
     n = len(part)
     cap = np.int64(1) << bits
     mask = cap - 1

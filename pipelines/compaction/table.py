@@ -37,12 +37,14 @@ A run, per topic:
 2. picks the ``records`` files whose stats may hold offsets ``[S[p], E[p])`` of the topic, and
    the table's current files per bucket (same snapshot for the whole run);
 3. Spark, two stages of Python tasks (no row crosses the JVM; only file names and row counts
-   go through the driver): stage 1 tasks read those ``records`` files with pyarrow (only the
-   table's columns, only offsets ``[S[p], E[p])`` with a key), keep their own winners of
-   those records (one hash-table pass in numba, ``_hash.latest_indices``: the winner is a
-   maximum, so the maximum of the tasks' maxima is the same), compute each row's bucket
-   (Spark's ``pmod(xxhash64(key), N)``, computed in numba: ``_hash``) and write one Arrow IPC
-   file per bucket under ``<table>/_compact_staging/<write id>/`` (removed when the stage-2
+   go through the driver): stage 1 tasks (one per core, the files spread by size) read those
+   ``records`` files with pyarrow (only the table's columns, only offsets ``[S[p], E[p])``
+   with a key; first the columns that pick the winners, the others then for the winners
+   only), keep their own winners of those records (one hash-table pass in numba,
+   ``_hash.latest_indices``: the winner is a maximum, so the maximum of the tasks' maxima is
+   the same), compute each row's bucket (Spark's ``pmod(xxhash64(key), N)``, computed in
+   numba: ``_hash``) and write one Arrow IPC file per bucket under
+   ``<table>/_compact_staging/<write id>/`` (removed when the stage-2
    job ends, whatever its outcome); stage 2 tasks, per bucket they hold, read that bucket's
    staged rows, its current files (and tombstones), merge them (``pipelines.compaction.plan``
    picks the winners among the new records; each is matched to the key's current row by a
@@ -615,8 +617,9 @@ def _task_ids() -> tuple[int, int]:
 
 
 # Direct path (the run's two stages, both in the Python workers, no rows through the JVM):
-# stage 1, one task per group of input files: read them with pyarrow (only the rows of the new
-# offsets, keyed), keep each task's own winners of those records (the winner is a maximum, so
+# stage 1, one task per core and group of input files: read them with pyarrow (only the rows of
+# the new offsets, keyed; the winners' columns but partition, offset and key only once the
+# winners are known), keep each task's own winners of those records (the winner is a maximum, so
 # the maximum of the tasks' maxima is the same; ``_hash.latest_indices``), bucket every row
 # (Spark's pmod(xxhash64(key), N), ``_hash``), and write one Arrow IPC file per bucket under
 # ``<table>/_compact_staging/<write_id>/``; stage 2, one task per group of buckets: each bucket
