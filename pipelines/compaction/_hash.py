@@ -4,13 +4,23 @@ The topic table's bucket is ``pmod(xxhash64(key), N)`` as Spark computes it (XXH
 little-endian words: the standard algorithm). The direct merge path buckets records without
 the JVM, so it must compute the same value; ``tests/unit/pipelines/compaction`` checks this
 against Spark's own function on random keys of every length class (0-70 bytes).
+
+:func:`latest_indices` picks the winner of every ``(partition, key)`` in one pass over a hash
+table on these hashes (stage 1 of the table merge runs it over millions of records a task; its
+layout and measured costs are in ``_latest``'s docstring); the tests check it against
+``plan.winner_indices``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 __all__ = ["SPARK_SEED", "buckets_of", "latest_indices", "xxhash64"]
 
@@ -89,19 +99,30 @@ def _xxh64(data: np.ndarray, offsets: np.ndarray, seed: np.uint64, out: np.ndarr
         out[r] = h
 
 
+def _key_buffers(keys: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """One array of ``keys``, its offsets (int32 or int64 as the array has them: a binary
+    array is not cast, which would copy its offsets) and its data bytes (never empty)."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    if not (pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type)):
+        keys = keys.cast(pa.large_binary())
+    n = len(keys)
+    width = np.int64 if pa.types.is_large_binary(keys.type) else np.int32
+    if n == 0 or keys.buffers()[1] is None:
+        return keys, np.zeros(n + 1, width), np.zeros(1, np.uint8)
+    offsets = np.frombuffer(keys.buffers()[1], dtype=width)[keys.offset : keys.offset + n + 1]
+    buf = keys.buffers()[2]
+    data = np.frombuffer(buf, dtype=np.uint8) if buf is not None and buf.size else None
+    return keys, offsets, np.zeros(1, np.uint8) if data is None else data
+
+
 def xxhash64(keys: pa.Array | pa.ChunkedArray, seed: int = SPARK_SEED) -> np.ndarray:
     """Spark's ``xxhash64(key)`` (int64) of every binary ``key``; nulls hash as ``seed``
     (Spark's rule: a null input leaves the seed unchanged)."""
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
-    keys = keys.cast(pa.large_binary())
+    keys, offsets, data = _key_buffers(keys)
     n = len(keys)
     out = np.empty(n, dtype=np.uint64)
     if n:
-        all_offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64)
-        offsets = all_offsets[keys.offset : keys.offset + n + 1]
-        buf = keys.buffers()[2]
-        data = np.frombuffer(buf, dtype=np.uint8) if buf is not None else np.zeros(0, np.uint8)
         _xxh64(data, offsets, np.uint64(seed), out)
         if keys.null_count:
             valid = np.asarray(keys.is_valid().to_numpy(zero_copy_only=False))
@@ -114,48 +135,145 @@ def buckets_of(keys: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
     return np.mod(xxhash64(keys), np.int64(buckets)).astype(np.int32)
 
 
+@intrinsic
+def _prefetch(typingctx: Any, array: Any, index: Any) -> Any:
+    """A hint to load ``array[index]`` into the cache (LLVM's ``llvm.prefetch``; no effect on
+    the result, no fault on any address)."""
+    sig = types.void(array, index)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # read, high locality, data cache
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_LONG_KEY = np.uint64(0xFF) << np.uint64(56)
+_ROW_MASK = np.uint64(0xFFFFFFFF)
+_PREFETCH = 16  # rows ahead
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _key_words(offsets: np.ndarray, data: np.ndarray, hashes: np.ndarray, i: int) -> Any:
+    """Row ``i``'s key in two words: up to 15 bytes, the bytes (little-endian) and the length
+    in the top byte; longer, its hash and ``_LONG_KEY`` | the length (bytes compared apart)."""
+    a0 = np.int64(offsets[i])
+    n = np.int64(offsets[i + 1]) - a0
+    if n > 15:
+        return np.uint64(hashes[i]), _LONG_KEY | np.uint64(n)
+    w0 = np.uint64(0)
+    w1 = np.uint64(n) << np.uint64(56)
+    for k in range(min(n, 8)):
+        w0 |= np.uint64(data[a0 + k]) << np.uint64(8 * k)
+    for k in range(8, n):
+        w1 |= np.uint64(data[a0 + k]) << np.uint64(8 * (k - 8))
+    return w0, w1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _home(h: np.uint64, part: int, mask: np.int64) -> np.int64:
+    x = h ^ (np.uint64(np.uint32(part)) * np.uint64(0x9E3779B97F4A7C15))
+    x ^= x >> np.uint64(29)
+    return np.int64(x & np.uint64(mask))
+
+
 @njit(cache=True, nogil=True)
 def _latest(  # noqa: PLR0917
-    rows: np.ndarray,
     part: np.ndarray,
     hashes: np.ndarray,
     offsets: np.ndarray,
     data: np.ndarray,
+    valid: np.ndarray,
+    versioned: bool,
     has_v: np.ndarray,
     ver: np.ndarray,
     off: np.ndarray,
-    slots: np.ndarray,
+    bits: int,
+    out: np.ndarray,
 ) -> None:
-    mask = np.int64(len(slots) - 1)
-    for i in rows:
-        h = np.int64(hashes[i] ^ (np.int64(part[i]) * np.int64(-7046029254386353131)))
-        s = h & mask
+    """``out[i] = True`` for the winning rows. Open addressing, 4 words a slot: ``partition <<
+    32 | row + 1`` (0: empty), the key's two words (``_key_words``) and the offset; so a row
+    meets the current winner of its key without reading that winner's row (one cache line),
+    except for keys longer than 15 bytes (their bytes) and under a version (its version).
+    The slot of row ``i + _PREFETCH`` is prefetched; the table doubles at half full.
+    Measured in-process (4.4M records over 1M keys of 12 bytes, loaded 2-core machine): 0.95 s
+    with a table of row numbers only (a hit read the winner's partition, hash, key bytes and
+    offset: four more cache misses), 0.69 s with the key in the slot, 0.37 s with prefetch."""
+    n = len(part)
+    cap = np.int64(1) << bits
+    mask = cap - 1
+    table = np.zeros(4 * cap, np.uint64)
+    count = 0
+    check_valid = len(valid) == n
+    for i in range(n):
+        ahead = i + _PREFETCH
+        if ahead < n:
+            _prefetch(table, 4 * _home(np.uint64(hashes[ahead]), part[ahead], mask))
+        if check_valid and not valid[i]:
+            continue
+        w0, w1 = _key_words(offsets, data, hashes, i)
+        p = np.uint64(np.uint32(part[i])) << np.uint64(32)
+        row = p | np.uint64(i + 1)
+        s = _home(np.uint64(hashes[i]), part[i], mask)
         while True:
-            j = slots[s]
-            if j < 0:
-                slots[s] = i
+            t = 4 * s
+            e = table[t]
+            if e == 0:
+                table[t] = row
+                table[t + 1] = w0
+                table[t + 2] = w1
+                table[t + 3] = np.uint64(off[i])
+                count += 1
+                if 2 * count > cap:
+                    bits += 1
+                    cap = np.int64(1) << bits
+                    mask = cap - 1
+                    grown = np.zeros(4 * cap, np.uint64)
+                    for u in range(0, len(table), 4):
+                        if table[u] != 0:
+                            j = np.int64(table[u] & _ROW_MASK) - 1
+                            v = _home(np.uint64(hashes[j]), part[j], mask)
+                            while grown[4 * v] != 0:
+                                v = (v + 1) & mask
+                            for w in range(4):
+                                grown[4 * v + w] = table[u + w]
+                    table = grown
                 break
-            same = part[j] == part[i] and hashes[j] == hashes[i]
-            if same:
-                a0, a1, b0, b1 = offsets[i], offsets[i + 1], offsets[j], offsets[j + 1]
-                same = a1 - a0 == b1 - b0
-                k = np.int64(0)
-                while same and k < a1 - a0:
-                    same = data[a0 + k] == data[b0 + k]
-                    k += 1
-            if same:
-                # the model's order: a version beats none, then the greater version, then
-                # the greater offset; a tie keeps the later row
-                if has_v[i] != has_v[j]:
-                    wins = has_v[i]
-                elif has_v[i] and ver[i] != ver[j]:
-                    wins = ver[i] > ver[j]
-                else:
-                    wins = off[i] >= off[j]
-                if wins:
-                    slots[s] = i
-                break
+            if (e & ~_ROW_MASK) == p and table[t + 1] == w0 and table[t + 2] == w1:
+                j = np.int64(e & _ROW_MASK) - 1
+                same = True
+                if w1 >= _LONG_KEY:
+                    a0, b0 = np.int64(offsets[i]), np.int64(offsets[j])
+                    length = np.int64(offsets[i + 1]) - a0
+                    k = np.int64(0)
+                    while same and k < length:
+                        same = data[a0 + k] == data[b0 + k]
+                        k += 1
+                if same:
+                    # the model's order: a version beats none, then the greater version, then
+                    # the greater offset; a tie keeps the later row
+                    if versioned and has_v[i] != has_v[j]:
+                        wins = has_v[i]
+                    elif versioned and has_v[i] and ver[i] != ver[j]:
+                        wins = ver[i] > ver[j]
+                    else:
+                        wins = off[i] >= np.int64(table[t + 3])
+                    if wins:
+                        table[t] = row
+                        table[t + 3] = np.uint64(off[i])
+                    break
             s = (s + 1) & mask
+    for u in range(0, len(table), 4):
+        if table[u] != 0:
+            out[np.int64(table[u] & _ROW_MASK) - 1] = True
 
 
 def latest_indices(  # noqa: PLR0917
@@ -165,32 +283,42 @@ def latest_indices(  # noqa: PLR0917
     has_version: np.ndarray,
     version: np.ndarray,
     offset: np.ndarray,
+    *,
+    table_bits: int | None = None,
 ) -> np.ndarray:
     """Ascending row indices of the winners, one per ``(partition, key)`` among the rows with
     a key (``pipelines.compaction.plan.winner_indices``'s rule, in one pass: a hash table on
-    ``hashes`` = :func:`xxhash64` of ``keys``, whose bytes are compared on a hash match)."""
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
-    keys = keys.cast(pa.large_binary())
+    ``hashes`` = :func:`xxhash64` of ``keys``, whose bytes decide equality). ``table_bits``:
+    the table's first size (2**bits slots; the tests start it small to make it grow). Empty
+    ``has_version`` and ``version``: no row has a version (the ``offset`` strategy)."""
+    keys, offsets, data = _key_buffers(keys)
     n = len(keys)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    rows = np.arange(n, dtype=np.int64)
-    if keys.null_count:
-        rows = rows[np.asarray(keys.is_valid().to_numpy(zero_copy_only=False))]
-    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64)[keys.offset : keys.offset + n + 1]
-    buf = keys.buffers()[2]
-    data = np.frombuffer(buf, dtype=np.uint8) if buf is not None else np.zeros(1, np.uint8)
-    slots = np.full(1 << max(4, int(2 * len(rows)).bit_length()), -1, dtype=np.int64)
+    if n >= 1 << 32:
+        raise ValueError(f"latest_indices: {n} rows, at most 2**32 - 1 at once")
+    valid = (
+        np.asarray(keys.is_valid().to_numpy(zero_copy_only=False))
+        if keys.null_count
+        else np.zeros(0, dtype=np.bool_)
+    )
+    has_version = np.ascontiguousarray(has_version, dtype=np.bool_)
+    versioned = bool(has_version.any())
+    if versioned and not len(has_version) == len(version) == n:
+        raise ValueError("latest_indices: has_version and version must have a row per key")
+    out = np.zeros(n, dtype=np.bool_)
     _latest(
-        rows,
         np.ascontiguousarray(partition, dtype=np.int32),
         np.ascontiguousarray(hashes).view(np.uint64),
         offsets,
         data,
-        np.ascontiguousarray(has_version, dtype=np.bool_),
+        valid,
+        versioned,
+        has_version,
         np.ascontiguousarray(version, dtype=np.int64),
         np.ascontiguousarray(offset, dtype=np.int64),
-        slots,
+        # room for every row up to 1M rows (then doubling as needed: 32 bytes a slot)
+        table_bits or max(4, min(int(2 * n - 1).bit_length(), 21)),
+        out,
     )
-    return np.sort(slots[slots >= 0])
+    return np.flatnonzero(out)

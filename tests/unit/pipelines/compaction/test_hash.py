@@ -42,29 +42,44 @@ def test_xxhash64_and_buckets_equal_spark(spark: SparkSession) -> None:
     assert len(xxhash64(pa.array([], pa.binary()))) == 0
 
 
-@settings(max_examples=200, deadline=None)
+# keys up to 15 bytes are compared inside the hash table, longer ones by their bytes: a few
+# keys on both sides of that line, equal but for their last byte or their length
+_KEYS = st.one_of(
+    st.none(),
+    st.binary(max_size=3),
+    st.sampled_from([b"k" * 15, b"k" * 14 + b"j", b"k" * 16, b"k" * 15 + b"j", b"x" * 40]),
+)
+
+
+@settings(max_examples=300, deadline=None)
 @given(
     st.lists(
         st.tuples(
             st.integers(0, 2),  # partition
-            st.one_of(st.none(), st.binary(max_size=3)),  # key: few distinct, nulls
+            _KEYS,  # few distinct keys, nulls
             st.one_of(st.none(), st.integers(-3, 3)),  # version
         ),
         max_size=60,
     ),
     st.booleans(),
+    st.booleans(),
+    st.sampled_from([None, 1, 4]),
 )
 def test_latest_indices_equal_winner_indices(
-    rows: list[tuple[int, bytes | None, int | None]], colliding: bool
+    rows: list[tuple[int, bytes | None, int | None]],
+    colliding: bool,
+    large: bool,
+    table_bits: int | None,
 ) -> None:
     """The hash-table winner pass picks plan.winner_indices's rows, also when every key has
-    the same hash (then only the key bytes tell keys apart)."""
+    the same hash (then only the key bytes tell keys apart), for binary and large_binary keys,
+    and when its table starts small and must grow."""
     n = len(rows)
     offsets = np.random.default_rng(n).permutation(n).astype(np.int64)
     table = pa.table(
         {
             "partition": pa.array([r[0] for r in rows], pa.int32()),
-            "key": pa.array([r[1] for r in rows], pa.binary()),
+            "key": pa.array([r[1] for r in rows], pa.large_binary() if large else pa.binary()),
             "offset": pa.array(offsets),
         }
     )
@@ -77,5 +92,6 @@ def test_latest_indices_equal_winner_indices(
         np.array([r[2] is not None for r in rows], bool),
         np.array([r[2] or 0 for r in rows], np.int64),
         offsets,
+        table_bits=table_bits,
     )
     assert got.tolist() == sorted(winner_indices(table, version).tolist())
