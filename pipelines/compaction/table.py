@@ -421,8 +421,9 @@ def _read_bucket(
 def _as_state(rows: pa.Table, strategy: Strategy) -> pa.Table:
     """New records (keyed) in the table's schema, with their versions.
 
-    Hook (model rule 2): records of aborted transactions are to be dropped here once the
-    broker accepts transactions (it refuses them today, so ``records`` holds none).
+    Records of aborted transactions (model rule 2) never reach ``records`` when ingest reads
+    ``read_committed`` (its default); under ``read_uncommitted`` they are there and nothing
+    here tells them apart (``records`` has no transaction column): a known gap (README).
     """
     rows = rows.filter(rows.column("key").is_valid())
     rows = rows.select(_INPUT_COLUMNS)
