@@ -219,6 +219,36 @@ def _z85(data: bytes) -> str:
     return "".join(out)
 
 
+def z85_decode(text: str) -> bytes:
+    """The bytes of Z85 ``text`` (the inverse of ``_z85``); ``ValueError`` on a character
+    outside the alphabet or a length that is not a multiple of 5."""
+    if len(text) % 5:
+        raise ValueError(f"z85: length {len(text)} is not a multiple of 5")
+    out = bytearray()
+    for i in range(0, len(text), 5):
+        value = 0
+        for c in text[i : i + 5]:
+            digit = _Z85.find(c)
+            if digit < 0:
+                raise ValueError(f"z85: {c!r} is not a Z85 digit")
+            value = value * 85 + digit
+        out += value.to_bytes(4, "big")
+    return bytes(out)
+
+
+def dv_relative_path(descriptor: Mapping[str, Any] | None) -> str | None:
+    """Where a deletion vector stored as a file relative to its table lives (storage type
+    ``u``: a prefix and the Z85 of the file's uuid, 20 characters, the Delta protocol's
+    rule): ``<prefix>/deletion_vector_<uuid>.bin``; ``None`` for other storage types or no
+    vector. ``ValueError`` when the descriptor's path is not valid."""
+    if not descriptor or descriptor.get("storageType") != "u":
+        return None
+    text = str(descriptor.get("pathOrInlineDv") or "")
+    prefix, encoded = text[:-20], text[-20:]
+    file_id = uuid.UUID(bytes=z85_decode(encoded))
+    return os.path.join(prefix, f"deletion_vector_{file_id}.bin")
+
+
 def _distinct_sorted(positions: np.ndarray) -> np.ndarray:
     """``np.unique`` of row positions as uint32, by a sort (numpy's unique hashes them)."""
     pos = np.sort(np.asarray(positions, dtype=np.uint32))

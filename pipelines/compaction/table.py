@@ -134,6 +134,7 @@ from pipelines.compaction.deltalog import (
     CdcFile,
     FileRef,
     commit_actions,
+    dv_relative_path,
     live_adds,
     write_deletion_vectors,
 )
@@ -1276,34 +1277,13 @@ def _pid_gone(owner: Mapping[str, Any]) -> bool:
     return start is None or start != owner.get("pid_start")
 
 
-_Z85_DIGITS = (  # deltalog's alphabet
-    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-)
-
-
-def _z85_decode(text: str) -> bytes:
-    value_of = {c: i for i, c in enumerate(_Z85_DIGITS)}
-    out = bytearray()
-    for i in range(0, len(text), 5):
-        value = 0
-        for c in text[i : i + 5]:
-            value = value * 85 + value_of[c]
-        out += value.to_bytes(4, "big")
-    return bytes(out)
-
-
 def _dv_file_name(descriptor: Mapping[str, Any] | None) -> str | None:
-    """The file name (under the table root) of a deletion vector stored as a file (``u``:
-    a random prefix and the z85 of the file's uuid, the Delta protocol's rule)."""
-    if not descriptor or descriptor.get("storageType") != "u":
-        return None
-    text = str(descriptor.get("pathOrInlineDv", ""))
-    prefix, encoded = text[:-20], text[-20:]
+    """The file name (under the table root) of a deletion vector stored as a file; ``None``
+    for an inline vector, none, or a descriptor whose path is not valid."""
     try:
-        file_id = uuid.UUID(bytes=_z85_decode(encoded))
-    except (KeyError, ValueError):
+        return dv_relative_path(descriptor)
+    except ValueError:
         return None
-    return os.path.join(prefix, f"deletion_vector_{file_id}.bin")
 
 
 def _referenced_files(root: str) -> set[str]:

@@ -30,29 +30,16 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-from pipelines.compaction.deltalog import live_adds
+from pipelines.compaction.deltalog import dv_relative_path, live_adds
 from pipelines.delta.commit import _CHECKPOINT, _COMMIT
 
 __all__ = ["dv_file_name", "vacuum_orphans"]
 
-_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-_Z85_INDEX = {c: i for i, c in enumerate(_Z85)}
 _DV_GLOB = "deletion_vector_*.bin"
 _CDC_DIR = "_change_data"
-
-
-def _z85_decode(text: str) -> bytes:
-    out = bytearray()
-    for i in range(0, len(text), 5):
-        value = 0
-        for c in text[i : i + 5]:
-            value = value * 85 + _Z85_INDEX[c]
-        out += value.to_bytes(4, "big")
-    return bytes(out)
 
 
 def dv_file_name(root: Path, descriptor: dict[str, Any] | None) -> Path | None:
@@ -62,10 +49,8 @@ def dv_file_name(root: Path, descriptor: dict[str, Any] | None) -> Path | None:
     kind, where = descriptor.get("storageType"), descriptor.get("pathOrInlineDv")
     if not where:
         return None
-    if kind == "u":  # <prefix><z85 of the uuid: 20 chars>
-        prefix, encoded = where[:-20], where[-20:]
-        file_id = uuid.UUID(bytes=_z85_decode(encoded))
-        return (root / prefix / f"deletion_vector_{file_id}.bin").resolve()
+    if kind == "u":  # <prefix><z85 of the uuid>; a bad one raises (never taken as unused)
+        return (root / str(dv_relative_path(descriptor))).resolve()
     if kind == "p":
         return Path(where.removeprefix("file://")).resolve()
     return None
