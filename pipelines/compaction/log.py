@@ -87,6 +87,7 @@ from pipelines.compaction._select import last_per_key, make_selector
 from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, parse_strategy
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.decode import decode_records, scan_batches, verify_batches
+from pipelines.worker import start_task, without_huge_pages
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -433,8 +434,10 @@ def compacted_partitions(
 
 
 def _task(item: tuple[str, Strategy, int, bool]) -> LogCleanResult:
+    start_task()
     dir, strategy, now_ms, force = item
-    return clean_partition(dir, strategy=strategy, now_ms=now_ms, force=force)
+    with without_huge_pages():  # key map 1.0 -> 0.6 s per partition (pipelines.worker)
+        return clean_partition(dir, strategy=strategy, now_ms=now_ms, force=force)
 
 
 def run_log_compaction(

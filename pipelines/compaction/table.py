@@ -98,7 +98,6 @@ run's own clean-up: the re-run keeps what it committed).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import fcntl
 import functools
@@ -149,7 +148,7 @@ from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_wr
 from pipelines.delta.staging import _pid_start
 from pipelines.ingest import APP_PREFIX as INGEST_PREFIX
 from pipelines.sources import RECORDS_ARROW_SCHEMA
-from pipelines.worker import start_task
+from pipelines.worker import arrow_single_threaded, start_task, without_huge_pages
 
 __all__ = [
     "APP_PREFIX",
@@ -995,47 +994,6 @@ def _stage_table_file(item: _StageInput, buckets: int, out: _StagedFiles) -> Non
     out.write(rows.take(pa.array(order, type=pa.int64())), bucket[order], item.src)
 
 
-@contextlib.contextmanager
-def _arrow_single_threaded() -> Iterator[None]:
-    """Arrow's thread pool at one thread for the task: Spark already runs one task per core, and
-    Arrow's threads on top cost more CPU than they save (measured in-process, 2M records: stage
-    1 3.2 -> 1.9 CPU seconds). Restored afterwards (the worker process may run other tasks)."""
-    before = pa.cpu_count()
-    pa.set_cpu_count(1)
-    try:
-        yield
-    finally:
-        pa.set_cpu_count(before)
-
-
-_PR_SET_THP_DISABLE = 41  # prctl(2)
-_PR_GET_THP_DISABLE = 42
-
-
-@contextlib.contextmanager
-def _without_huge_pages() -> Iterator[None]:
-    """Transparent huge pages off for the task's process (Linux ``prctl``), restored afterwards.
-    Stage-1 and stage-2 tasks allocate and free a few hundred MB of short-lived buffers; with
-    huge pages (Arrow's allocator gets them where the kernel offers them on ``madvise``) each
-    first touch of 2 MB zeroes it and may compact memory first (measured in-process, 5M
-    records on the 2-core test machine: 1.8 s of system time with, 0.7 s without; user time
-    the same. Stage 2, bench_compact's incremental run into the 10M-key table, CPU of the
-    stage-2 tasks: reading the matched rows 3.8 s with, 1.1 s without; writing 1.9 s, 1.0 s)."""
-    libc: Any = None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        changed = libc.prctl(_PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0 and (
-            libc.prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
-        )
-    except (OSError, AttributeError):  # not Linux
-        changed = False
-    try:
-        yield
-    finally:
-        if changed:
-            libc.prctl(_PR_SET_THP_DISABLE, 0, 0, 0, 0)
-
-
 def _stage_task(
     index: int,
     items: Iterator[list[_StageInput]],
@@ -1050,7 +1008,7 @@ def _stage_task(
     start_task()
     _task, attempt = _task_ids()
     inputs = [i for group in items for i in group]
-    with _arrow_single_threaded(), _without_huge_pages():
+    with arrow_single_threaded(), without_huge_pages():
         yield from _stage_inputs(inputs, index, attempt, staging, ranges, buckets, strategy)
 
 
@@ -1111,7 +1069,7 @@ def _merge_staged(
     groups = [(b, paths) for group in items for b, paths in sorted(group.items())]
     if not groups:
         return
-    with _arrow_single_threaded(), _without_huge_pages():
+    with arrow_single_threaded(), without_huge_pages():
         merged = _merge_rows(
             ((b, _read_staged(paths)) for b, paths in groups), plan, index, attempt
         )

@@ -44,7 +44,10 @@ template, CRCs recomputed), then:
   cleaner thread of its own: compaction is this job.
 
 Figures are wall-clock of one run each after a warm-up run that starts the Python workers.
-Last line: one JSON object.
+Each measured step, the job's and the baselines' alike, starts with its input files in the
+page cache (``--page-cache warm``, the default: read once right before; ``cold`` drops the
+page cache instead, root only); ``page_cache`` in the output lists what was done before each
+step and how long the warming read took. Last line: one JSON object.
 
 ``--cache DIR`` keeps the generated inputs (the ``records`` tables, and the incremental cases'
 tables before their measured run) under ``DIR`` and reuses them on the next run with the same
@@ -176,6 +179,43 @@ def _cached(cache: Path | None, name: str, work: Path, build: Any) -> Path:
         shutil.rmtree(log)
         shutil.copytree(source / log.relative_to(target), log)
     return target
+
+
+_PAGE_CACHE_MODES = ("warm", "cold", "as-is")
+_page_cache_log: list[dict[str, Any]] = []
+
+
+def page_cache(what: str, paths: list[Path], mode: str) -> None:
+    """Set the page-cache state of a measured step's input files right before the step, the
+    same for the job and its baselines (``--page-cache``; recorded in the output's
+    ``page_cache``). This machine drops clean cached pages of files written tens of seconds
+    earlier even with most memory free (1000 MB written, 815 MB still cached 45 s later), so
+    without this a step's input is partly on disk by chance: a log written right before its
+    baselines then read by the job 40 s later made the job 0.5-0.9 s slower than with the same
+    files cached. ``warm``: every file read once (the seconds it took say how much was
+    cached); ``cold``: ``sync`` + drop the whole page cache (root only); ``as-is``: nothing."""
+    if mode == "as-is":
+        return
+    if mode == "cold":
+        os.sync()
+        try:
+            Path("/proc/sys/vm/drop_caches").write_text("1\n")
+        except OSError as exc:
+            raise SystemExit(f"--page-cache cold needs root (drop_caches): {exc}") from None
+        _page_cache_log.append({"before": what, "mode": mode})
+        return
+    files = [f for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*")))]
+    buf = bytearray(8 << 20)
+    n = 0
+    t0 = time.perf_counter()
+    for f in files:
+        if f.is_file():
+            with f.open("rb", buffering=0) as fh:
+                while got := fh.readinto(buf):
+                    n += got
+    _page_cache_log.append(
+        {"before": what, "mode": mode, "mib": n >> 20, "read_s": time.perf_counter() - t0}
+    )
 
 
 def _config(lake: Path, topic: str, buckets: int) -> CompactConfig:
@@ -334,8 +374,11 @@ def log_section(
     size = sum(f.stat().st_size for f in log_dir.glob("t-*/*.log"))
     # the baselines read the same segments before the pass replaces them
     limit = min(args.baseline_records, n)
+    page_cache("log.python_decode_dict", [log_dir / "t-0"], args.page_cache)
     decoded = python_decode_dict(log_dir / "t-0", limit)
+    page_cache("log.python_cleaner", [log_dir / "t-0"], args.page_cache)
     cleaner = python_cleaner(log_dir / "t-0", work / "log-cleaner", limit)
+    page_cache("log.full", [log_dir], args.page_cache)
     t0 = time.perf_counter()
     results = run_log_compaction(spark, [log_dir], force=True)
     seconds = time.perf_counter() - t0
@@ -561,6 +604,14 @@ def main() -> None:
     parser.add_argument("--keep", help="work in this directory and keep it")
     parser.add_argument("--cache", help="keep the generated inputs here and reuse them")
     parser.add_argument("--skip-full", action="store_true", help="only the incremental figures")
+    parser.add_argument(
+        "--page-cache",
+        choices=_PAGE_CACHE_MODES,
+        default="warm",
+        help="input files' page-cache state before each measured step, the job's and the "
+        "baselines' alike: warm (read once first), cold (drop the page cache; root only), "
+        "as-is",
+    )
     args = parser.parse_args()
     new_records = args.new_records or args.keys
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -610,6 +661,8 @@ def main() -> None:
         t0 = time.perf_counter()
         lake = _cached(cache, "full", work, full_input)
         results["setup_records_s"] = time.perf_counter() - t0
+        if not args.skip_full:
+            page_cache("full", [lake], args.page_cache)
         seconds, res = (
             _timed_compact(spark, lake, "t", args.buckets) if not args.skip_full else (0.0, None)
         )
@@ -623,6 +676,7 @@ def main() -> None:
                 "inserted": res.inserted,
                 "steps_seconds": res.seconds,
             }
+            page_cache("python_dict", [lake / "records"], args.page_cache)
             results["python_dict"] = python_dict(lake, "t", args.baseline_records)
             results["spark_write_rows_per_s"] = spark_write(
                 spark, args.records, args.value_bytes, work / "plain"
@@ -654,6 +708,7 @@ def main() -> None:
                                **common)  # fmt: skip
 
             lake_i = _cached(cache, f"inc-{name}", work, incremental_input)
+            page_cache(f"incremental.{name}", [lake_i], args.page_cache)
             seconds, res = _timed_compact(spark, lake_i, "t", args.buckets)
             incremental[name] = {
                 "table_keys": keys,
@@ -672,6 +727,7 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+        results["page_cache"] = _page_cache_log
         print(json.dumps(results))
 
 
