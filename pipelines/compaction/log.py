@@ -18,11 +18,12 @@ Per compacted partition, one Spark task (on an executor that sees the log dirs):
    does, :mod:`logstore.storage.cleaner_txn`; records of aborted transactions never win);
 4. writes the partition's ``cleaner-manifest.json`` (:mod:`logstore.storage.swap`).
 
-Then, on the driver, the hand-over (:func:`hand_over`): if the log dir's ``.lock`` is free (no
-broker), the job swaps the segments in itself under that lock (taken once per log dir, a few
-partitions at a time: the swaps are mostly fsyncs); otherwise the running broker
-does it within about a second (its ``cleaner-swaps`` task) and the job waits for the manifest
-to go and reads the ``cleaner-offset-checkpoint`` to learn whether it was accepted.
+Then, on the driver, the hand-over: if the log dir's ``.lock`` is free (no broker), the job
+takes it before the tasks start, holds it for the run and swaps each partition's segments in
+itself as soon as that partition's manifest is written, while other tasks still run
+(:class:`_OfflineSwapper`); otherwise the running broker does it within about a second (its
+``cleaner-swaps`` task) and the job waits for each manifest to go and reads the
+``cleaner-offset-checkpoint`` to learn whether it was accepted (:func:`hand_over`).
 
 What this relies on from the compaction helper's modules (``model.py`` and ``plan.py`` are
 their files, verbatim): ``plan.versions(table, strategy)`` and ``plan.winner_indices(table,
@@ -40,10 +41,11 @@ Executors must see the broker's log dirs at the same paths (one host, or a share
 from __future__ import annotations
 
 import os
+import threading
 import time
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -462,19 +464,21 @@ def run_log_compaction(
         items.append((dir, chosen, now, force))
     if not items:
         return []
-    results: list[LogCleanResult] = (
-        spark.sparkContext.parallelize(items, len(items)).map(_task).collect()
-    )
-    _hand_over_all(results, hand_over_timeout_s)
-    return results
-
-
-def _apply_timed(res: LogCleanResult) -> tuple[bool, str]:
-    started = time.perf_counter_ns()
+    swapper = _OfflineSwapper([dir for dir, *_ in items])
     try:
-        return _apply_locked(res.dir)
+        results: list[LogCleanResult] = (
+            spark.sparkContext.parallelize(items, len(items)).map(_task).collect()
+        )
+        swapper.finish(results)
     finally:
-        res.extra["swap_us"] = (time.perf_counter_ns() - started) // 1000
+        swapper.close()
+    for res in results:
+        if res.groups and res.swapped is None:  # the broker holds the log dir
+            res.swapped, res.note = hand_over(res.dir, timeout_s=hand_over_timeout_s)
+            if res.swapped and res.note.startswith("applied or rejected"):
+                res.swapped = _checkpoint(res.dir) == res.end_offset
+                res.note = "swapped by the broker" if res.swapped else "rejected by the broker"
+    return results
 
 
 def _apply_locked(dir: str) -> tuple[bool, str]:
@@ -488,34 +492,88 @@ def _apply_locked(dir: str) -> tuple[bool, str]:
     return bool(done), "swapped offline" if done else "rejected offline"
 
 
-def _hand_over_all(results: Sequence[LogCleanResult], timeout_s: float) -> None:
-    """:func:`hand_over` for every result with groups. With no broker, the log dir's
-    ``.lock`` is taken once and its partitions are swapped by a few threads at once (each
-    swap is mostly fsyncs of its own directory, which release the GIL; the shared
-    ``cleaner-offset-checkpoint`` is updated under the swap module's lock); with a broker
-    (the lock is held), one :func:`hand_over` each, waiting for the broker."""
-    by_log_dir: dict[Path, list[LogCleanResult]] = {}
-    for res in results:
-        if res.groups:
-            by_log_dir.setdefault(Path(res.dir).parent, []).append(res)
-    for log_dir, items in by_log_dir.items():
-        lock = DirLock(log_dir)
-        try:
-            lock.acquire()
-        except LogDirLockedError:
-            for res in items:
-                res.swapped, res.note = hand_over(res.dir, timeout_s=timeout_s)
-                if res.swapped and res.note.startswith("applied or rejected"):
-                    res.swapped = _checkpoint(res.dir) == res.end_offset
-                    res.note = "swapped by the broker" if res.swapped else "rejected by the broker"
-            continue
-        try:
-            with ThreadPoolExecutor(min(len(items), _SWAP_THREADS)) as pool:
-                outcomes = list(pool.map(_apply_timed, items))
-        finally:
+class _OfflineSwapper:
+    """The hand-over for log dirs no broker holds, overlapped with the Spark job: the ``.lock``
+    of each such log dir is taken before the tasks start and held until every swap is done,
+    and a driver thread applies each partition's manifest as soon as its task has written it
+    (what the broker's ``cleaner-swaps`` task does when a broker runs), a few at once (each
+    swap is mostly checks of its own files, unlinks and fsyncs; the shared
+    ``cleaner-offset-checkpoint`` is updated under the swap module's lock). So the swaps of
+    the first tasks run while the last ones still compute (10M records in 4 partitions on 2
+    cores: 0.7 s of swaps after the job before). Log dirs whose lock is held (a running
+    broker) are left to :func:`hand_over`."""
+
+    def __init__(self, dirs: Sequence[str], poll_s: float = 0.05) -> None:
+        self._locks: list[DirLock] = []
+        self._watched: list[str] = []
+        locked: dict[Path, bool] = {}
+        for dir in dirs:
+            log_dir = Path(dir).parent
+            if log_dir not in locked:
+                lock = DirLock(log_dir)
+                try:
+                    lock.acquire()
+                except LogDirLockedError:
+                    locked[log_dir] = False
+                else:
+                    locked[log_dir] = True
+                    self._locks.append(lock)
+            if locked[log_dir]:
+                self._watched.append(dir)
+        self._pool = ThreadPoolExecutor(_SWAP_THREADS) if self._watched else None
+        self._started: dict[str, Future[tuple[bool, str, int]]] = {}
+        self._stop = threading.Event()
+        self._poll_s = poll_s
+        self._thread: threading.Thread | None = None
+        if self._watched:
+            self._thread = threading.Thread(target=self._poll, name="log-swaps", daemon=True)
+            self._thread.start()
+
+    def _start(self, dir: str) -> None:
+        assert self._pool is not None
+        if dir not in self._started:
+            self._started[dir] = self._pool.submit(_apply_timed, dir)
+
+    def _poll(self) -> None:
+        waiting = list(self._watched)
+        while waiting and not self._stop.wait(self._poll_s):
+            for dir in [d for d in waiting if os.path.exists(os.path.join(d, MANIFEST_FILE))]:
+                waiting.remove(dir)
+                self._start(dir)
+
+    def finish(self, results: Sequence[LogCleanResult]) -> None:
+        """Every result with groups in a watched log dir swapped (or rejected); outcomes into
+        the results (``swapped``, ``note``, ``extra["swap_us"]``)."""
+        self._halt()
+        watched = set(self._watched)
+        mine = [res for res in results if res.groups and res.dir in watched]
+        for res in mine:
+            self._start(res.dir)  # the manifests the thread had not seen yet
+        for res in mine:
+            res.swapped, res.note, res.extra["swap_us"] = self._started[res.dir].result()
+            if os.path.exists(os.path.join(res.dir, MANIFEST_FILE)):
+                # a retried task's second manifest, written after the first was applied
+                res.swapped, res.note, res.extra["swap_us"] = _apply_timed(res.dir)
+
+    def _halt(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def close(self) -> None:
+        """Wait for the swaps under way, then release the locks (also after a failed job)."""
+        self._halt()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        for lock in self._locks:
             lock.release()
-        for res, (swapped, note) in zip(items, outcomes, strict=True):
-            res.swapped, res.note = swapped, note
+
+
+def _apply_timed(dir: str) -> tuple[bool, str, int]:
+    started = time.perf_counter_ns()
+    swapped, note = _apply_locked(dir)
+    return swapped, note, (time.perf_counter_ns() - started) // 1000
 
 
 def _checkpoint(dir: str) -> int | None:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,58 @@ def test_swap_completed_on_load_covers_the_whole_replaced_range(tmp_path: Path) 
     _reload(d)
     assert _leftovers(d) == []
     assert [(r.offset, r.value) for r in read_log(d)[0]] == [(0, b"a"), (1, b"b"), (3, b"new")]
+
+
+def test_offline_swapper_swaps_each_partition_as_its_manifest_appears(tmp_path: Path) -> None:
+    """The job's offline hand-over (no broker): the log dir's ``.lock`` is held from before the
+    tasks until every swap is done, and a partition is swapped as soon as its manifest exists,
+    before the job's results are in; a second manifest (a retried task's) is applied too."""
+    from logstore.errors import LogDirLockedError
+    from logstore.storage.dirlock import DirLock
+    from pipelines.compaction.log import _OfflineSwapper
+
+    d = write_log(tmp_path, _WORKLOAD, segment_bytes=500)
+    before, headers = read_log(d)
+    hw = headers[-1].next_offset
+    want = expected_after(before, hw, Strategy(), expired=set())
+    swapper = _OfflineSwapper([str(d)], poll_s=0.01)
+    try:
+        with pytest.raises(LogDirLockedError):
+            DirLock(tmp_path).acquire()  # held for the whole run, not only for the swaps
+        res = clean_partition(d, now_ms=NOW, force=True, high_watermark=hw)
+        assert res.groups and (d / MANIFEST_FILE).exists()
+        for _ in range(1000):  # swapped by the swapper's thread, finish() not called yet
+            if not (d / MANIFEST_FILE).exists():
+                break
+            time.sleep(0.01)
+        assert not (d / MANIFEST_FILE).exists()
+        assert _triples(read_log(d)[0]) == want
+        again = clean_partition(d, now_ms=NOW, force=True, high_watermark=hw)
+        assert again.groups and (d / MANIFEST_FILE).exists()  # the thread saw this dir already
+        swapper.finish([res])
+        assert res.swapped and res.note == "swapped offline" and res.extra["swap_us"] > 0
+        assert not (d / MANIFEST_FILE).exists()
+    finally:
+        swapper.close()
+    DirLock(tmp_path).acquire()  # released
+    assert _triples(read_log(d)[0]) == want
+    assert _leftovers(d) == []
+
+
+def test_offline_swapper_leaves_a_broker_held_log_dir_alone(tmp_path: Path) -> None:
+    from pipelines.compaction.log import _OfflineSwapper
+
+    d = write_log(tmp_path, _WORKLOAD, segment_bytes=500)
+    _, headers = read_log(d)
+    mgr = LogManager([tmp_path], default_config=LogConfig(), background=False)
+    try:
+        swapper = _OfflineSwapper([str(d)], poll_s=0.01)
+        res = clean_partition(d, now_ms=NOW, force=True, high_watermark=headers[-1].next_offset)
+        time.sleep(0.1)
+        swapper.finish([res])
+        swapper.close()
+        assert res.swapped is None  # left to the broker (hand_over)
+        assert (d / MANIFEST_FILE).exists()
+        assert mgr.apply_cleaner_swaps() == 1
+    finally:
+        mgr.shutdown()
