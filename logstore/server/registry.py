@@ -29,10 +29,12 @@ from logstore.server.handlers import (
     delete_records,
     delete_topics,
     describe_configs,
+    describe_transactions,
     fetch,
     incremental_alter_configs,
     init_producer_id,
     list_offsets,
+    list_transactions,
     metadata,
     produce,
     transactions,
@@ -65,6 +67,8 @@ def _build() -> dict[int, tuple[int, int, Handler]]:
         delete_records,
         alter_configs,
         create_partitions,
+        describe_transactions,
+        list_transactions,
     ):
         add(int(mod.API_KEY), int(mod.MIN_VERSION), int(mod.MAX_VERSION), mod.handle, mod.__name__)
     for family in (transactions, group_handlers):

@@ -267,11 +267,46 @@ class TransactionCoordinator:
     # --- introspection (tests, tools) ------------------------------------------------------
 
     def describe(self, transactional_id: str) -> TxnLogValue | None:
+        """The id's state (DescribeTransactions, KIP-664), read under its lock; None for an
+        unknown id or one being expired (Dead), which Kafka answers as not found. While
+        Prepare*, ``partitions`` are those still without their marker, as in Kafka."""
         md = self._txns.get(transactional_id)
         if md is None:
             return None
         with md.lock:
-            return md.to_value()
+            return None if md.state is TxnState.DEAD else md.to_value()
+
+    def list_transactions(
+        self,
+        *,
+        states: frozenset[TxnState] = frozenset(),
+        producer_ids: frozenset[int] = frozenset(),
+        min_duration_ms: int = -1,
+        now_ms: int | None = None,
+    ) -> list[tuple[str, int, TxnState]]:
+        """``(transactional id, producer id, state)`` of every id that passes the filters
+        (ListTransactions, KIP-664; Kafka's ``TransactionStateManager.listTransactionStates``):
+        an empty ``states`` / ``producer_ids`` filter lets every id through; a
+        ``min_duration_ms`` >= 0 keeps the ids whose transaction started more than that many
+        ms before now (KIP-994; compared with the start timestamp alone, as Kafka does, so an
+        id that never started one, start -1, passes). Dead ids (being expired) never appear.
+        Sorted by id. Each id is read under its own lock, not all at once: a snapshot per id."""
+        now = self._clock() if now_ms is None else now_ms
+        out: list[tuple[str, int, TxnState]] = []
+        for md in self._snapshot():
+            with md.lock:
+                state, pid, start = md.state, md.producer_id, md.start_ms
+            if state is TxnState.DEAD:
+                continue
+            if producer_ids and pid not in producer_ids:
+                continue
+            if states and state not in states:
+                continue
+            if min_duration_ms >= 0 and now - start <= min_duration_ms:
+                continue
+            out.append((md.transactional_id, pid, state))
+        out.sort()
+        return out
 
     def _snapshot(self) -> list[TxnMetadata]:
         with self._lock:

@@ -58,6 +58,30 @@ class TxnState(IntEnum):
     DEAD = 6
     PREPARE_EPOCH_FENCE = 7
 
+    @property
+    def kafka_name(self) -> str:
+        """Kafka's name of the state (``TransactionState.name``): what DescribeTransactions
+        and ListTransactions (KIP-664) answer and ListTransactions' state filters name."""
+        return _KAFKA_NAMES[self]
+
+    @classmethod
+    def from_kafka_name(cls, name: str) -> TxnState | None:
+        """The state Kafka calls ``name`` (case-sensitive, as Kafka's ``fromName``), or None."""
+        return _BY_KAFKA_NAME.get(name)
+
+
+_KAFKA_NAMES: dict[TxnState, str] = {
+    TxnState.EMPTY: "Empty",
+    TxnState.ONGOING: "Ongoing",
+    TxnState.PREPARE_COMMIT: "PrepareCommit",
+    TxnState.PREPARE_ABORT: "PrepareAbort",
+    TxnState.COMPLETE_COMMIT: "CompleteCommit",
+    TxnState.COMPLETE_ABORT: "CompleteAbort",
+    TxnState.DEAD: "Dead",
+    TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
+}
+_BY_KAFKA_NAME: dict[str, TxnState] = {name: state for state, name in _KAFKA_NAMES.items()}
+
 
 @dataclass(frozen=True, slots=True)
 class TxnLogValue:
