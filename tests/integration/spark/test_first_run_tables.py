@@ -9,11 +9,9 @@ Each table is then read back with delta-rs.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -22,17 +20,10 @@ from logstore.protocol.records import build_batch
 from logstore.storage.topic_config import write_topic_config
 from pipelines.demo import read_table
 from pipelines.sources.synthetic import write_batches, write_high_watermarks
+from tests.fixtures.jobs import load_job
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def load_job(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"job_{name}", ROOT / "jobs" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_table_exists_after_the_first_run(

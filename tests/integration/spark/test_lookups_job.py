@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,19 +18,10 @@ from pipelines.delta import write_delta
 from pipelines.lookups import LOOKUP_SCHEMAS, build_lookups, build_offset_lookup, build_time_lookup
 from pipelines.sources import read_segments
 from pipelines.sources.synthetic import write_batches, write_high_watermarks
+from tests.fixtures.jobs import load_job
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def load_job() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "build_lookups_job", ROOT / "jobs" / "build_lookups.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def batches(start: int, n: int) -> list[bytearray]:
@@ -63,7 +53,7 @@ def test_build_lookups_job_is_incremental(
     write_batches(log_dir, "b", 3, batches(0, 5))
     config = tmp_path / "pipeline.toml"
     config.write_text(f'[paths]\nlog_dirs = ["{log_dir}"]\nlake = "{lake}"\n')
-    job = load_job()
+    job = load_job("build_lookups")
 
     assert job.main(["--config", str(config)]) == 0
     first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

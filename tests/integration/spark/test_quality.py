@@ -9,7 +9,6 @@ Ingest and lookups run for real; the results are read back with deltalake.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import time
@@ -29,18 +28,11 @@ from pipelines.ingest import IngestConfig, read_progress, run_ingest
 from pipelines.lookups import build_lookups
 from pipelines.sources.synthetic import write_batches
 from tests.fixtures.broker import BrokerProcess
+from tests.fixtures.jobs import load_job
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
 NOW_MS = int(time.time() * 1000)
-
-
-def _job() -> Any:
-    spec = importlib.util.spec_from_file_location("quality_job", ROOT / "jobs" / "quality.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _produce(bootstrap: str) -> None:
@@ -114,7 +106,7 @@ def test_suites_pass_on_the_ingested_tables(
 ) -> None:
     log_dir, root = lake
     config = _config(tmp_path / "p.toml", log_dir, root)
-    assert _job().main(["--config", str(config), "--run-id", "good"]) == 0
+    assert load_job("quality").main(["--config", str(config), "--run-id", "good"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["success"] is True and summary["failed"] == []
     assert summary["suites"] == {
@@ -168,7 +160,7 @@ def test_a_broken_table_fails_the_right_expectations(
     records.delete('topic = \'orders\' AND "partition" = 0 AND "offset" = 10')
     config = _config(tmp_path / "p.toml", log_dir, root, "max_past_skew_s = 86400\n")
 
-    assert _job().main(["--config", str(config), "--run-id", "broken"]) == 5
+    assert load_job("quality").main(["--config", str(config), "--run-id", "broken"]) == 5
     out = capsys.readouterr()
     summary = json.loads(out.out.strip().splitlines()[-1])
     assert sorted(summary["failed"]) == [
@@ -217,14 +209,14 @@ def test_a_compacted_topic_table_is_checked(
 
     write_deltalake(str(root / "topics" / "orders"), table(live))
     config = _config(tmp_path / "p.toml", log_dir, root)
-    assert _job().main(["--config", str(config), "--run-id", "compacted"]) == 0
+    assert load_job("quality").main(["--config", str(config), "--run-id", "compacted"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["suites"]["topic_orders"] is True
 
     stale = (live[0][0], live[0][1], live[0][2] - 1)  # an older offset of a live key
     broken = [*live[1:], stale, live[1], dead[0]]  # ... a key twice, a tombstoned key
     write_deltalake(str(root / "topics" / "orders"), table(broken), mode="overwrite")
-    assert _job().main(["--config", str(config), "--run-id", "compacted-broken"]) == 5
+    assert load_job("quality").main(["--config", str(config), "--run-id", "compacted-broken"]) == 5
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert sorted(summary["failed"]) == [
         "topic_orders.key_unique_per_partition", "topic_orders.no_tombstoned_key",

@@ -13,7 +13,6 @@ ingest, lookups and quality run for real; results read back with deltalake.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import time
 from pathlib import Path
@@ -30,20 +29,13 @@ from logstore.storage.checkpoints import read_offset_checkpoint
 from pipelines.ingest import IngestConfig, run_ingest
 from pipelines.lookups import build_lookups
 from pipelines.retention.job import RetentionConfig, run_retention
+from tests.fixtures.jobs import load_job
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
 OLD = int(time.time() * 1000) - 86_400_000  # a day ago: past the topics' retention.ms
 TOPIC_CONFIG = {"segment.bytes": "4096", "retention.ms": "3600000"}
 RULE = ("records", "offset_at_or_after_log_start")
-
-
-def _job() -> Any:
-    spec = importlib.util.spec_from_file_location("quality_job", ROOT / "jobs" / "quality.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _produce(bootstrap: str, topic: str, n: int) -> None:
@@ -72,8 +64,8 @@ def _config(path: Path, log_dir: Path, lake: Path) -> Path:
 
 
 def _run(lake: Path, log_dir: Path, work: Path, run_id: str) -> tuple[int, dict[Any, Any]]:
-    code = _job().main(["--config", str(_config(work / f"{run_id}.toml", log_dir, lake)),
-                        "--run-id", run_id])  # fmt: skip
+    config = _config(work / f"{run_id}.toml", log_dir, lake)
+    code = load_job("quality").main(["--config", str(config), "--run-id", run_id])
     t = DeltaTable(str(lake / "quality_results")).to_pyarrow_table()
     rows = t.filter(pc.equal(t["run_id"], run_id)).to_pylist()
     return code, {(r["suite"], r["rule"]): r for r in rows}

@@ -4,10 +4,8 @@ match each job's --help. No Spark here: every case below ends before a job start
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -19,19 +17,12 @@ from pipelines.config import (
     job_parser,
     log_dir_topics,
 )
+from tests.fixtures.jobs import load_job
 
 ROOT = Path(__file__).resolve().parents[3]
 JOBS = ["ingest", "build_lookups", "compact", "quality", "retention", "maintain"]
 # The jobs that take topic names ([ingest] topics, [compact] topics, --topic).
 TOPIC_JOBS = ["ingest", "build_lookups", "compact", "quality", "retention"]
-
-
-def load_job(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"job_{name}", ROOT / "jobs" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def log_dir_with(tmp_path: Path, *partition_dirs: str) -> Path:
