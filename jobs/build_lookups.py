@@ -16,15 +16,18 @@ import sys
 
 from logstore.errors import LoglakeError
 from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
-from pipelines.ingest import load_config
-from pipelines.lookups import build_lookups
-from pipelines.session import get_spark, spark_conf
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = job_parser("spark-submit jobs/build_lookups.py", __doc__ or "", topics=True)
     parser.add_argument("--no-check", action="store_true", help="skip the index consistency check")
     args = parser.parse_args(argv)
+    # Imported once the arguments are parsed: --help and argument errors load no pyspark,
+    # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
+    from pipelines.ingest import load_config  # noqa: PLC0415
+    from pipelines.lookups import build_lookups  # noqa: PLC0415
+    from pipelines.session import get_spark, spark_conf  # noqa: PLC0415
+
     try:
         config = load_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
         check_topics(

@@ -24,15 +24,13 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from logstore.errors import LoglakeError
-from pipelines.compaction.config import CompactConfig, compacted_topics, load_compact_config
-from pipelines.compaction.log import run_log_compaction
-from pipelines.compaction.table import run_compact
 from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
-from pipelines.ingest import read_progress
-from pipelines.session import get_spark, spark_conf
+
+if TYPE_CHECKING:
+    from pipelines.compaction.config import CompactConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout", type=float, default=30.0, help="with --log: seconds to wait for the broker"
     )
     args = parser.parse_args(argv)
+    # Imported once the arguments are parsed: --help and argument errors load no pyspark,
+    # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
+    from pipelines.compaction.config import load_compact_config  # noqa: PLC0415
+    from pipelines.compaction.table import run_compact  # noqa: PLC0415
+    from pipelines.session import get_spark, spark_conf  # noqa: PLC0415
+
     try:
         config = load_compact_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
         if config.log_dirs:
@@ -88,12 +92,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def ingested_topics(records_path: str) -> set[str]:
     """The topics with ingest progress in ``records`` (the tables are built from it)."""
+    from pipelines.ingest import read_progress  # noqa: PLC0415
+
     if not Path(records_path).is_dir():
         return set()
     return {topic for topic, _ in read_progress(records_path)}
 
 
 def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) -> int:
+    from pipelines.compaction.config import compacted_topics  # noqa: PLC0415
+    from pipelines.compaction.log import run_log_compaction  # noqa: PLC0415
+
     results = run_log_compaction(
         spark,
         list(config.log_dirs),

@@ -34,10 +34,13 @@ import json
 import sys
 
 from logstore.errors import CorruptRecordError, LoglakeError
-from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
-from pipelines.divergence import ON_DIVERGENCE, DivergenceError
-from pipelines.ingest import load_config, run_ingest
-from pipelines.session import get_spark, spark_conf
+from pipelines.config import (
+    EXIT_MISSING_TOPICS,
+    ON_DIVERGENCE,
+    MissingTopicsError,
+    check_topics,
+    job_parser,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         "what the log holds now, in one commit); overrides [ingest] on_divergence",
     )
     args = parser.parse_args(argv)
+    # Imported once the arguments are parsed: --help and argument errors load no pyspark,
+    # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
+    from pipelines.divergence import DivergenceError  # noqa: PLC0415
+    from pipelines.ingest import load_config, run_ingest  # noqa: PLC0415
+    from pipelines.session import get_spark, spark_conf  # noqa: PLC0415
+
     try:
         config = load_config(
             args.config,

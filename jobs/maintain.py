@@ -26,8 +26,6 @@ import time
 
 from logstore.errors import LoglakeError
 from pipelines.config import job_parser
-from pipelines.maintenance.job import run_maintenance
-from pipelines.retention.job import load_retention_config
 
 
 def _stderr(message: str) -> None:
@@ -46,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.vacuum_hours is not None and args.vacuum_hours < 0:
         parser.error("--vacuum-hours must be >= 0")
+    # Imported once the arguments are parsed: --help and argument errors load no pyspark,
+    # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
+    from pipelines.maintenance.job import run_maintenance  # noqa: PLC0415
+    from pipelines.retention.job import load_retention_config  # noqa: PLC0415
+
     try:
         config = load_retention_config(
             args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config

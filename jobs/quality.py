@@ -22,10 +22,6 @@ import time
 
 from logstore.errors import LoglakeError
 from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
-from pipelines.ingest import load_config
-from pipelines.quality import load_quality_config, run_quality
-from pipelines.quality.run import log_progress
-from pipelines.session import get_spark, spark_conf
 
 
 def _import_great_expectations() -> None:
@@ -39,6 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = job_parser("spark-submit jobs/quality.py", __doc__ or "", topics=True)
     parser.add_argument("--run-id", help="id of this run in quality_results (default: generated)")
     args = parser.parse_args(argv)
+    # Imported once the arguments are parsed: --help and argument errors load no pyspark,
+    # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
+    from pipelines.ingest import load_config  # noqa: PLC0415
+    from pipelines.quality import load_quality_config, run_quality  # noqa: PLC0415
+    from pipelines.quality.run import log_progress  # noqa: PLC0415
+    from pipelines.session import get_spark, spark_conf  # noqa: PLC0415
+
     try:
         config = load_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
         quality = load_quality_config(args.config)

@@ -32,12 +32,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from logstore.errors import LoglakeError
 from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
-from pipelines.retention.job import format_plan, load_retention_config, run_retention
-from pipelines.retention.plan import PartitionPlan
-from pipelines.session import get_spark, spark_conf
+
+if TYPE_CHECKING:
+    from pipelines.retention.plan import PartitionPlan
 
 
 def _stderr(message: str) -> None:
@@ -61,6 +62,15 @@ def main(argv: list[str] | None = None) -> int:
         "--force", action="store_true", help="also delete segments not yet in the lake"
     )
     args = parser.parse_args(argv)
+    # Imported once the arguments are parsed: --help and argument errors load no pyspark,
+    # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
+    from pipelines.retention.job import (  # noqa: PLC0415
+        format_plan,
+        load_retention_config,
+        run_retention,
+    )
+    from pipelines.session import get_spark, spark_conf  # noqa: PLC0415
+
     try:
         config = load_retention_config(
             args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config

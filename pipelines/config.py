@@ -27,6 +27,7 @@ from logstore.storage.files import parse_partition_dir
 
 __all__ = [
     "EXIT_MISSING_TOPICS",
+    "ON_DIVERGENCE",
     "PARQUET_CODECS",
     "SECTIONS",
     "JobSettings",
@@ -43,6 +44,9 @@ __all__ = [
 # (argparse's own code for bad arguments: the names are arguments, from the file or the
 # command line). --allow-missing-topics makes it a warning.
 EXIT_MISSING_TOPICS = 2
+# [ingest] on_divergence / --on-divergence (pipelines.divergence); here so that the job's
+# argument parser needs no Delta or Arrow import.
+ON_DIVERGENCE = ("fail", "rewind")
 
 # section -> its keys (None: free-form keys). Sub-tables are sections of their own, by
 # dotted name ("spark.conf").

@@ -78,6 +78,7 @@ import pyarrow.parquet as pq
 
 from logstore.errors import LoglakeError
 from logstore.storage.files import offset_from_file_name
+from pipelines.config import ON_DIVERGENCE
 from pipelines.delta.commit import RemovedFile, commit_files, load_table
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, partition_value_string
 from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
@@ -102,7 +103,6 @@ __all__ = [
 ]
 
 COMMIT_INFO_KEY = "loglakeIngest"
-ON_DIVERGENCE = ("fail", "rewind")
 TopicPartition = tuple[str, int]
 
 DIVERGED_ARROW_SCHEMA: pa.Schema = (

@@ -56,7 +56,17 @@ def without_huge_pages() -> Iterator[None]:
     the same. Stage 2, bench_compact's incremental run into the 10M-key table, CPU of the
     stage-2 tasks: reading the matched rows 3.8 s with, 1.1 s without; writing 1.9 s, 1.0 s.
     The log's pass, 10M records in 4 partitions: a partition's key map 1.0 s with, 0.6 s
-    without; the whole pass 4.3 s, 3.5 s)."""
+    without; the whole pass 4.3 s, 3.5 s).
+
+    Not used by ingest's or the lookups job's tasks: they read 16 MB chunks through buffers
+    the allocators reuse (a steady task of 134 MB faults in ~25 MB of new pages) and gain
+    nothing (``tests/perf/bench_task_cpu.py``, the first task of 3M records, user+sys CPU,
+    medians with / without huge pages, uncompressed then lz4: decode and write 0.50 / 0.49 s
+    and 0.59 / 0.60 s; read_committed pre-pass 0.06 / 0.06 s and 0.04 / 0.04 s; offset lookup
+    0.08 / 0.07 s and 0.06 / 0.06 s; index check 0.22 / 0.23 s and 0.16 / 0.17 s. The first
+    task of a fresh worker process, 8 runs each: 0.83 / 0.85 s and 1.12 / 1.06 s, its system
+    time above 0.3 s in 3 of 16 runs with huge pages, never without. Arrow single-threaded
+    changes nothing there either: those tasks run no Arrow threads)."""
     libc: Any = None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
