@@ -6,10 +6,13 @@ this pid with another start time, as after pid reuse).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from pipelines.delta.staging import (
     release_run_marker,
     write_run_marker,
 )
+from tests.conftest import ROOT
 
 
 def _files(root: Path, write_id: str, n: int) -> list[Path]:
@@ -98,3 +102,142 @@ def test_a_killed_owner_not_yet_reaped_by_its_parent_is_dead(tmp_path: Path) -> 
     finally:
         child.kill()
         child.wait()
+
+
+# --- locked markers: a real writer in another process (tests/fixtures/staging_writer.py) ---
+
+
+def _start_writer(root: Path, write_id: str, *flags: str) -> tuple[subprocess.Popen[str], int]:
+    """A write's driver in its own process; returns it and the pid its ``ready`` names."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fixtures.staging_writer", str(root), write_id, *flags],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("ready "), f"writer did not start (exit {proc.poll()})"
+    return proc, int(line.split()[1])
+
+
+def _write_files(root: Path, write_id: str) -> set[Path]:
+    return set(root.rglob(f"part-*-{write_id}-*"))
+
+
+def _rewrite_in_place(path: Path, **fields: object) -> None:
+    """Change a marker's fields without replacing its file (its lock stays with it)."""
+    body = {**json.loads(path.read_text()), **fields}
+    with open(path, "r+", encoding="utf-8") as fh:
+        fh.write(json.dumps(body))
+        fh.truncate()
+
+
+def _gone(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists():
+        assert time.monotonic() < deadline, f"process {pid} still there"
+        time.sleep(0.01)
+
+
+def test_a_live_writer_holding_its_lock_is_never_reaped_whatever_its_marker_says(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.Popen(["true"])
+    done.wait()
+    write_id = "6" * 32
+    writer, _ = _start_writer(tmp_path, write_id)
+    try:
+        marker = tmp_path / STAGING_DIR / f"{write_id}.json"
+        assert json.loads(marker.read_text())["lock"] == "flock"
+        files = _write_files(tmp_path, write_id)
+        assert files
+        # its pid looks dead (an exited process) ...
+        _rewrite_in_place(marker, pid=done.pid, pid_start=1)
+        assert reap_crashed_writes(tmp_path) == 0
+        # ... or it looks like another host's, long stale
+        _rewrite_in_place(marker, host="elsewhere.invalid", started_at=0.0)
+        assert reap_crashed_writes(tmp_path, stale_after_s=0.0) == 0
+        assert _write_files(tmp_path, write_id) == files and marker.exists()
+        _rewrite_in_place(marker, host=socket.gethostname())
+    finally:
+        writer.kill()
+        writer.wait()
+    # killed: its lock is free and its (recorded) pid dead, so the next reaper removes it all
+    assert reap_crashed_writes(tmp_path) == len(files)
+    assert not _write_files(tmp_path, write_id) and not marker.exists()
+    assert not list((tmp_path / STAGING_DIR).iterdir())
+
+
+def test_a_killed_driver_whose_files_are_still_written_is_not_reaped_until_they_stop(
+    tmp_path: Path,
+) -> None:
+    """The driver killed, not yet reaped by its parent (a zombie: dead by its pid), while a
+    process it started, holding its lock, still writes files of the write."""
+    write_id = "7" * 32
+    writer, lingering = _start_writer(tmp_path, write_id, "--linger")
+    try:
+        marker = tmp_path / STAGING_DIR / f"{write_id}.json"
+        writer.kill()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{writer.pid}/stat").read_text().split(") ")[1][0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        before = len(_write_files(tmp_path, write_id))
+        assert reap_crashed_writes(tmp_path) == 0 and marker.exists()
+        time.sleep(0.2)
+        assert len(_write_files(tmp_path, write_id)) > before  # still being written
+        os.kill(lingering, signal.SIGKILL)
+        _gone(lingering)
+        files = _write_files(tmp_path, write_id)
+        assert reap_crashed_writes(tmp_path) == len(files)
+        assert not _write_files(tmp_path, write_id) and not marker.exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(lingering, signal.SIGKILL)
+        writer.kill()
+        writer.wait()
+
+
+_REAPER = """
+import sys, time
+from pathlib import Path
+from pipelines.delta.staging import reap_crashed_writes
+root, go = sys.argv[1:3]
+print("waiting", flush=True)
+while not Path(go).exists():
+    time.sleep(0.0005)
+print(reap_crashed_writes(root), flush=True)
+"""
+
+
+def test_two_reapers_at_once_one_removes_the_dead_write_the_other_nothing(
+    tmp_path: Path,
+) -> None:
+    write_id = "8" * 32
+    writer, _ = _start_writer(tmp_path, write_id)
+    writer.kill()
+    writer.wait()
+    for i in range(3000):  # enough that the two reapers' work overlaps
+        extra = tmp_path / f"part={i % 30}" / f"part-{i:05d}-{write_id}-0-c000.parquet"
+        extra.parent.mkdir(exist_ok=True)
+        extra.write_bytes(b"x")
+    files = _write_files(tmp_path, write_id)
+    go = tmp_path / "go"
+    reapers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _REAPER, str(tmp_path), str(go)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for r in reapers:
+        assert r.stdout is not None and r.stdout.readline() == "waiting\n"
+    go.touch()  # both are polling for it
+    counts = sorted(int(r.communicate(timeout=120)[0]) for r in reapers)
+    assert [r.returncode for r in reapers] == [0, 0]
+    assert counts == [0, len(files)]  # one took the marker's lock, the other skipped it
+    assert not _write_files(tmp_path, write_id)
+    assert not (tmp_path / STAGING_DIR / f"{write_id}.json").exists()
