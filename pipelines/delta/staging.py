@@ -30,9 +30,15 @@ The reaper then removes, still holding the lock, the files of that write id that
 added (a run killed after its commit keeps its committed files; Delta's ``_delta_log`` is
 read for adds carrying the write id, only commits written since the marker), then the
 marker. Files of writes without a marker (other writers, writes older than this mechanism)
-are never touched. Writes of a task that still runs on an executor after its driver died are
-not covered by the driver's lock (a cluster kills them with the driver; VACUUM removes any
-such file).
+are never touched.
+
+The write's tasks (``stage_files``' task writer, the ``loglake_delta`` sink's when
+``write_delta`` chose the write id) share the marker's lock while they write
+(:func:`hold_run_marker`, a shared ``flock``): a task that still runs after its driver died
+keeps the write's files from any reaper on its host until it stops. A task that finds the
+marker gone (the write is over, or was reaped; it waits while a reaper holds the lock) writes
+nothing and fails. Tasks on other hosts are covered only as far as ``flock`` works there (a
+cluster kills them with the driver; VACUUM removes any file left).
 
 Crash behaviour: the marker is in place (locked) before any data file and removed last, so no
 file of a write exists without its marker. A driver killed while creating its marker leaves
@@ -50,13 +56,16 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipelines.delta.errors import DeltaSinkError
 from pipelines.delta.files import cleanup_write_files
 
 __all__ = [
     "STAGING_DIR",
+    "hold_run_marker",
     "reap_crashed_writes",
     "release_run_marker",
     "write_run_marker",
@@ -67,6 +76,8 @@ STAGING_DIR = "_loglake_staging"
 STALE_AFTER_S = 24 * 3600.0
 # A temporary marker (its driver killed between creating and renaming it) goes after this long.
 _TMP_GRACE_S = 60.0
+# How long a task waits for a reaper that holds its write's marker (checking it, or reaping it).
+_TASK_LOCK_WAIT_S = 300.0
 # Markers of this process's writes, by path: the descriptor holding the marker's lock.
 _HELD: dict[str, int] = {}
 
@@ -132,6 +143,49 @@ def release_run_marker(root: str | Path, write_id: str) -> None:
     path.unlink(missing_ok=True)
     fd = _HELD.pop(str(path), None)
     if fd is not None:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def hold_run_marker(root: str | Path, write_id: str) -> Iterator[None]:
+    """In a task writing files of ``write_id`` under ``root``: share its driver's lock on the
+    write's marker while the files are written, so that no reaper deems the write dead while
+    this task still writes (even if its driver died). Raises ``DeltaSinkError`` (and the task
+    writes nothing) when the marker is gone — the write is over, or its driver died and a
+    reaper removed its files."""
+    path = _marker_path(root, write_id)
+    gone = DeltaSinkError(
+        f"run marker {path} is gone: write {write_id} is over or its driver died;"
+        " this task writes none of its files",
+        path=str(root),
+    )
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise gone from None
+    try:
+        deadline = time.monotonic() + _TASK_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # a reaper checks it (and lets go) or reaps it (unlinks it)
+                if time.monotonic() >= deadline:
+                    raise DeltaSinkError(
+                        f"run marker {path} stayed locked by a reaper for"
+                        f" {_TASK_LOCK_WAIT_S:.0f} s",
+                        path=str(root),
+                    ) from None
+                time.sleep(0.05)
+            except OSError:
+                break  # no flock on this file system
+        try:
+            if not os.path.samestat(os.fstat(fd), os.stat(path)):
+                raise gone
+        except FileNotFoundError:
+            raise gone from None
+        yield
+    finally:
         os.close(fd)
 
 

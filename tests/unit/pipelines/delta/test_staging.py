@@ -7,6 +7,7 @@ this pid with another start time, as after pid reuse).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -241,3 +242,81 @@ def test_two_reapers_at_once_one_removes_the_dead_write_the_other_nothing(
     assert counts == [0, len(files)]  # one took the marker's lock, the other skipped it
     assert not _write_files(tmp_path, write_id)
     assert not (tmp_path / STAGING_DIR / f"{write_id}.json").exists()
+
+
+def test_a_task_still_writing_keeps_its_dead_drivers_files_until_it_stops(
+    tmp_path: Path,
+) -> None:
+    write_id = "a" * 32
+    driver, _ = _start_writer(tmp_path, write_id)
+    task, _ = _start_writer(tmp_path, write_id, "--task")  # its files are written
+    try:
+        driver.kill()
+        driver.wait()
+        files = _write_files(tmp_path, write_id)
+        assert reap_crashed_writes(tmp_path) == 0  # the driver is dead, its task is not
+        assert _write_files(tmp_path, write_id) == files
+    finally:
+        task.kill()
+        task.wait()
+    assert reap_crashed_writes(tmp_path) == len(files)
+    assert not _write_files(tmp_path, write_id)
+
+
+def _has_open(pid: int, path: Path) -> bool:
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            if os.readlink(fd) == str(path):
+                return True
+    return False
+
+
+def test_a_task_writes_nothing_once_its_write_is_reaped_or_over(tmp_path: Path) -> None:
+    def task(write_id: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.fixtures.staging_writer", str(tmp_path), write_id,
+             "--task"],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    over = "b" * 32
+    write_run_marker(tmp_path, over)
+    release_run_marker(tmp_path, over)
+    late = task(over)
+    out, _ = late.communicate(timeout=60)
+    assert late.returncode == 3 and "is gone" in out
+    assert not _write_files(tmp_path, over)
+
+    # a reaper holds the marker (reaping it) when the task starts: the task waits, then finds
+    # the marker gone and writes nothing
+    reaped = "c" * 32
+    driver, _ = _start_writer(tmp_path, reaped)
+    driver.kill()
+    driver.wait()
+    marker = tmp_path / STAGING_DIR / f"{reaped}.json"
+    fd = os.open(marker, os.O_RDONLY)
+    waiting: subprocess.Popen[str] | None = None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as reap_crashed_writes does
+        written = _write_files(tmp_path, reaped)
+        waiting = task(reaped)
+        deadline = time.monotonic() + 60
+        while not _has_open(waiting.pid, marker):  # it opened the marker: now it waits
+            assert waiting.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.3)
+        assert waiting.poll() is None  # waits for the reaper
+        for path in written:
+            path.unlink()
+        marker.unlink()
+        os.close(fd)  # the reaper is done
+        fd = -1
+        out, _ = waiting.communicate(timeout=60)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if waiting is not None and waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    assert waiting.returncode == 3 and "is gone" in out
+    assert not _write_files(tmp_path, reaped)
