@@ -320,3 +320,24 @@ def test_a_task_writes_nothing_once_its_write_is_reaped_or_over(tmp_path: Path) 
             waiting.wait()
     assert waiting.returncode == 3 and "is gone" in out
     assert not _write_files(tmp_path, reaped)
+
+
+def test_a_temporary_marker_left_by_a_killed_driver_goes_once_unlocked_and_old(
+    tmp_path: Path,
+) -> None:
+    staging = tmp_path / STAGING_DIR
+    staging.mkdir()
+    old, fresh, held = (staging / f".{c * 32}.json.tmp" for c in "def")
+    for path in (old, fresh, held):
+        path.write_text("{")
+    for path in (old, held):
+        os.utime(path, (time.time() - 120, time.time() - 120))
+    fd = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # a driver still creating its marker
+        assert reap_crashed_writes(tmp_path) == 0
+        assert not old.exists() and fresh.exists() and held.exists()
+    finally:
+        os.close(fd)
+    assert reap_crashed_writes(tmp_path) == 0
+    assert not held.exists() and fresh.exists()
