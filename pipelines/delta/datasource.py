@@ -31,6 +31,7 @@ import posixpath
 import signal
 import uuid
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from pyspark.sql.types import StructType
 from pipelines.delta.commit import CommitResult, RemovedFile, commit_files
 from pipelines.delta.errors import DeltaSinkError
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
+from pipelines.delta.staging import hold_run_marker
 from pipelines.worker import start_task
 
 __all__ = [
@@ -140,6 +142,8 @@ class DeltaRsWriter(DataSourceArrowWriter):
         # The driver may choose the write id (so it can remove the files itself after a failed
         # job, once every task has stopped); file names carry it, so it must be plain hex.
         self.write_id = options.get("writeid") or uuid.uuid4().hex
+        # a write id chosen by the driver (write_delta) comes with its run marker
+        self.marked = bool(options.get("writeid"))
         if not all(c in "0123456789abcdef" for c in self.write_id):
             raise DeltaSinkError(f"writeId must be lower-case hex, got {self.write_id!r}")
         fields = [f for f in schema.fields if f.name != self.check_column]
@@ -163,24 +167,31 @@ class DeltaRsWriter(DataSourceArrowWriter):
             compression=self.compression,
             max_rows_per_file=self.max_rows_per_file,
         )
-        try:
-            for batch in iterator:
-                table = pa.Table.from_batches([batch])
-                if self.check_column is not None:
-                    ok = table.column(self.check_column)
-                    if not pc.all(pc.fill_null(ok, False)).as_py():
-                        raise DeltaSinkError(
-                            f"data does not match the replace-where predicate {self.predicate!r}",
-                            path=self.root,
-                        )
-                    table = table.drop_columns([self.check_column])
-                if table.schema.types != self.schema.types:
-                    table = table.cast(self.schema)
-                out.write(table)
-            files = out.close()
-        except BaseException:
-            out.abort()
-            raise
+        # sharing the driver's lock on its run marker (pipelines.delta.staging): no reaper
+        # takes these files for a dead write's while they are written
+        held: AbstractContextManager[None] = (
+            hold_run_marker(self.root, self.write_id) if self.marked else nullcontext()
+        )
+        with held:
+            try:
+                for batch in iterator:
+                    table = pa.Table.from_batches([batch])
+                    if self.check_column is not None:
+                        ok = table.column(self.check_column)
+                        if not pc.all(pc.fill_null(ok, False)).as_py():
+                            raise DeltaSinkError(
+                                "data does not match the replace-where predicate"
+                                f" {self.predicate!r}",
+                                path=self.root,
+                            )
+                        table = table.drop_columns([self.check_column])
+                    if table.schema.types != self.schema.types:
+                        table = table.cast(self.schema)
+                    out.write(table)
+                files = out.close()
+            except BaseException:
+                out.abort()
+                raise
         return TaskFiles(task_id, attempt, files)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

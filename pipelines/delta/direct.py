@@ -54,7 +54,12 @@ from pipelines.delta.commit import (
 from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
 from pipelines.delta.errors import DeltaSinkError, first_error_line
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
-from pipelines.delta.staging import reap_crashed_writes, release_run_marker, write_run_marker
+from pipelines.delta.staging import (
+    hold_run_marker,
+    reap_crashed_writes,
+    release_run_marker,
+    write_run_marker,
+)
 from pipelines.worker import start_task
 
 __all__ = ["StagedWrite", "append_table", "run_in_job_group", "stage_files", "write_direct"]
@@ -123,20 +128,23 @@ def _task_writer(
             **writer_options,
         )
         reports: list[Any] = []
-        try:
-            for item in items:
-                for batch in produce(item):
-                    if not isinstance(batch, pa.RecordBatch):
-                        reports.append(batch)
-                        continue
-                    table = pa.Table.from_batches([batch])
-                    if table.schema.types != schema.types:
-                        table = table.cast(schema)
-                    out.write(table)
-            files = out.close()
-        except BaseException:
-            out.abort()
-            raise
+        # sharing the driver's lock on the run marker: no reaper takes these files for a
+        # dead write's while they are written, even if the driver died meanwhile
+        with hold_run_marker(root, write_id):
+            try:
+                for item in items:
+                    for batch in produce(item):
+                        if not isinstance(batch, pa.RecordBatch):
+                            reports.append(batch)
+                            continue
+                        table = pa.Table.from_batches([batch])
+                        if table.schema.types != schema.types:
+                            table = table.cast(schema)
+                        out.write(table)
+                files = out.close()
+            except BaseException:
+                out.abort()
+                raise
         for f in files:
             yield json.dumps({"file": asdict(f)})
         for r in reports:
