@@ -31,6 +31,7 @@ the fetch size used and the load average at the end (the machine may be shared).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -268,6 +270,24 @@ def raw_request_response(files: list[Path], part_max: int = PART_MAX) -> tuple[f
     return elapsed, got
 
 
+@contextlib.contextmanager
+def bench_broker(topic: str) -> Iterator[BrokerProcess]:
+    """A broker (2 I/O threads, 1 network thread) over a temporary log dir, with ``topic`` of
+    one partition created; stopped on exit, and an unclean exit raised with the tail of its log
+    (unless the body raised first)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        b = BrokerProcess(Path(tmp), **{"num.io.threads": "2", "num.network.threads": "1"})
+        b.start()
+        try:
+            admin = AdminClient({"bootstrap.servers": b.bootstrap})
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+            yield b
+        finally:
+            code = b.stop()
+        if code != 0:
+            raise RuntimeError(f"broker exited with {code}:\n{b.log_tail()}")
+
+
 def confluent_read(bootstrap: str, n: int) -> float:
     c = ck.Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "bench", "fetch.max.bytes": 64 * 1024 * 1024}
@@ -289,53 +309,46 @@ def main() -> int:
     args = ap.parse_args()
     n = args.mb * 1024
     part_max = args.partition_max_mb << 20
-    with tempfile.TemporaryDirectory() as tmp:
-        b = BrokerProcess(Path(tmp), **{"num.io.threads": "2", "num.network.threads": "1"})
-        b.start()
-        try:
-            admin = AdminClient({"bootstrap.servers": b.bootstrap})
-            admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
-            p = ck.Producer(
-                {
-                    "bootstrap.servers": b.bootstrap,
-                    "compression.type": "lz4",
-                    "linger.ms": 20,
-                    "batch.size": 1_000_000,
-                    "queue.buffering.max.kbytes": 1_000_000,
-                }
-            )
-            values = [os.urandom(512) + b"v" * 512 for _ in range(256)]
-            for i in range(n):
-                while True:
-                    try:
-                        p.produce(TOPIC, value=values[i % 256], partition=0)
-                        break
-                    except BufferError:
-                        p.poll(0.05)
-            assert p.flush(300) == 0
-            files = sorted((b.log_dir / f"{TOPIC}-0").glob("*.log"))
-            on_disk = sum(f.stat().st_size for f in files)
-            # interleaved, best of PASSES each: the machine is shared, noise hits both sides
-            broker_runs, raw_runs, rr_runs = [], [], []
-            for _ in range(PASSES):
-                secs, got, _ = fetch_pass(b.port, TOPIC, n, part_max)
-                if got != on_disk:
-                    raise RuntimeError(f"fetched {got} record bytes, the log holds {on_disk}")
-                broker_runs.append(secs)
-                secs, got = raw_sendfile(files, part_max)
-                if got != on_disk:
-                    raise RuntimeError(f"raw reader got {got} bytes of {on_disk}")
-                raw_runs.append(secs)
-                secs, got = raw_request_response(files, part_max)
-                if got != on_disk:
-                    raise RuntimeError(f"request/response reader got {got} bytes of {on_disk}")
-                rr_runs.append(secs)
-            best_broker = min(broker_runs)
-            raw_s = min(raw_runs)
-            rr_s = min(rr_runs)
-            ck_s = confluent_read(b.bootstrap, n)
-        finally:
-            b.stop()
+    with bench_broker(TOPIC) as b:
+        p = ck.Producer(
+            {
+                "bootstrap.servers": b.bootstrap,
+                "compression.type": "lz4",
+                "linger.ms": 20,
+                "batch.size": 1_000_000,
+                "queue.buffering.max.kbytes": 1_000_000,
+            }
+        )
+        values = [os.urandom(512) + b"v" * 512 for _ in range(256)]
+        for i in range(n):
+            while True:
+                try:
+                    p.produce(TOPIC, value=values[i % 256], partition=0)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        assert p.flush(300) == 0
+        files = sorted((b.log_dir / f"{TOPIC}-0").glob("*.log"))
+        on_disk = sum(f.stat().st_size for f in files)
+        # interleaved, best of PASSES each: the machine is shared, noise hits both sides
+        broker_runs, raw_runs, rr_runs = [], [], []
+        for _ in range(PASSES):
+            secs, got, _ = fetch_pass(b.port, TOPIC, n, part_max)
+            if got != on_disk:
+                raise RuntimeError(f"fetched {got} record bytes, the log holds {on_disk}")
+            broker_runs.append(secs)
+            secs, got = raw_sendfile(files, part_max)
+            if got != on_disk:
+                raise RuntimeError(f"raw reader got {got} bytes of {on_disk}")
+            raw_runs.append(secs)
+            secs, got = raw_request_response(files, part_max)
+            if got != on_disk:
+                raise RuntimeError(f"request/response reader got {got} bytes of {on_disk}")
+            rr_runs.append(secs)
+        best_broker = min(broker_runs)
+        raw_s = min(raw_runs)
+        rr_s = min(rr_runs)
+        ck_s = confluent_read(b.bootstrap, n)
     broker_mb = on_disk / best_broker / 1e6
     raw_mb = on_disk / raw_s / 1e6
     rr_mb = on_disk / rr_s / 1e6

@@ -33,7 +33,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,10 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import confluent_kafka as ck  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from tests.fixtures.broker import BrokerProcess  # noqa: E402
-from tests.perf.bench_consume import fetch_pass  # noqa: E402
+from tests.perf.bench_consume import bench_broker, fetch_pass  # noqa: E402
 
 TOPIC = "bench-read-committed"
 
@@ -144,53 +141,44 @@ def main() -> int:
     best: dict[str, float] = {}
     paired: list[float] = []
     raw_paired: list[float] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        b = BrokerProcess(Path(tmp), **{"num.io.threads": "2", "num.network.threads": "1"})
-        b.start()
-        try:
-            admin = AdminClient({"bootstrap.servers": b.bootstrap})
-            admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
-            committed = write_log(b.bootstrap, n, args.txn_size, args.abort_every)
-            c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "bench-wm"})
-            low, end = c.get_watermark_offsets(ck.TopicPartition(TOPIC, 0), timeout=10)
-            c.close()
-            expected = {"read_uncommitted": n, "read_committed": committed}
-            print(f"log: {n:,} records, {committed:,} committed, offsets {low}-{end}", flush=True)
-            for r in range(args.rounds):
-                this: dict[str, float] = {}
-                for case in cases if r % 2 == 0 else cases[::-1]:
-                    elapsed = read(b.bootstrap, case, expected[case])
-                    rate = n / elapsed  # offsets of data traversed per second
-                    this[case] = rate
-                    best[case] = max(best.get(case, 0.0), rate)
-                    print(
-                        f"round {r} confluent {case}: {rate:,.0f} log records/s,"
-                        f" {expected[case] / elapsed:,.0f} delivered/s ({elapsed:.3f} s)",
-                        flush=True,
+    with bench_broker(TOPIC) as b:
+        committed = write_log(b.bootstrap, n, args.txn_size, args.abort_every)
+        c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "bench-wm"})
+        low, end = c.get_watermark_offsets(ck.TopicPartition(TOPIC, 0), timeout=10)
+        c.close()
+        expected = {"read_uncommitted": n, "read_committed": committed}
+        print(f"log: {n:,} records, {committed:,} committed, offsets {low}-{end}", flush=True)
+        for r in range(args.rounds):
+            this: dict[str, float] = {}
+            for case in cases if r % 2 == 0 else cases[::-1]:
+                elapsed = read(b.bootstrap, case, expected[case])
+                rate = n / elapsed  # offsets of data traversed per second
+                this[case] = rate
+                best[case] = max(best.get(case, 0.0), rate)
+                print(
+                    f"round {r} confluent {case}: {rate:,.0f} log records/s,"
+                    f" {expected[case] / elapsed:,.0f} delivered/s ({elapsed:.3f} s)",
+                    flush=True,
+                )
+            for case in cases if r % 2 == 1 else cases[::-1]:
+                iso = 1 if case == "read_committed" else 0
+                elapsed = 0.0
+                for _ in range(args.fetch_passes):
+                    secs, _, aborted = fetch_pass(
+                        b.port, TOPIC, end, args.fetch_kb * 1024, isolation=iso, rcvbuf=None
                     )
-                for case in cases if r % 2 == 1 else cases[::-1]:
-                    iso = 1 if case == "read_committed" else 0
-                    elapsed = 0.0
-                    for _ in range(args.fetch_passes):
-                        secs, _, aborted = fetch_pass(
-                            b.port, TOPIC, end, args.fetch_kb * 1024, isolation=iso, rcvbuf=None
-                        )
-                        elapsed += secs
-                    rate = n * args.fetch_passes / elapsed
-                    this[f"fetch_{case}"] = rate
-                    best[f"fetch_{case}"] = max(best.get(f"fetch_{case}", 0.0), rate)
-                    print(
-                        f"round {r} raw Fetch {case}: {rate:,.0f} log records/s"
-                        f" ({elapsed / args.fetch_passes * 1000:.1f} ms a pass,"
-                        f" {aborted} aborted entries in the last)",
-                        flush=True,
-                    )
-                paired.append(this["read_committed"] / this["read_uncommitted"])
-                raw_paired.append(this["fetch_read_committed"] / this["fetch_read_uncommitted"])
-        finally:
-            code = b.stop()
-        if code != 0:
-            raise RuntimeError(f"broker exited with {code}:\n{b.log_tail()}")
+                    elapsed += secs
+                rate = n * args.fetch_passes / elapsed
+                this[f"fetch_{case}"] = rate
+                best[f"fetch_{case}"] = max(best.get(f"fetch_{case}", 0.0), rate)
+                print(
+                    f"round {r} raw Fetch {case}: {rate:,.0f} log records/s"
+                    f" ({elapsed / args.fetch_passes * 1000:.1f} ms a pass,"
+                    f" {aborted} aborted entries in the last)",
+                    flush=True,
+                )
+            paired.append(this["read_committed"] / this["read_uncommitted"])
+            raw_paired.append(this["fetch_read_committed"] / this["fetch_read_uncommitted"])
     print(
         json.dumps(
             {
