@@ -31,6 +31,7 @@ the fetch size used and the load average at the end (the machine may be shared).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +59,9 @@ _BATCH_START = struct.Struct(">qi")  # baseOffset, batchLength
 _I32 = struct.Struct(">i")
 _MAGIC_AT = 16
 _LAST_OFFSET_DELTA_AT = 23
+_PART_HEAD = struct.Struct(">ihqqi")  # index, error, high watermark, LSO, aborted count
+_ABORTED_ENTRY = 16  # producer_id i64, first_offset i64
+RCVBUF = 4 * 1024 * 1024
 
 
 def _recv_into(sock: socket.socket, view: memoryview) -> None:
@@ -89,12 +94,17 @@ def next_offset(buf: bytearray, pos: int, end: int) -> tuple[int, int]:
     return nxt, pos - start
 
 
-def _fetch_v4(offset: int, correlation_id: int, part_max: int = PART_MAX) -> bytes:
-    name = TOPIC.encode()
+def fetch_v4(
+    topic: str, offset: int, correlation_id: int, part_max: int, isolation: int = 0
+) -> bytes:
+    """A Fetch v4 request for partition 0 of ``topic`` from ``offset``: max wait 500 ms, min 1
+    byte, max 64 MiB, ``part_max`` for the partition, ``isolation`` 0 (read_uncommitted) or 1
+    (read_committed)."""
+    name = topic.encode()
     body = (
         struct.pack(">hhih", 1, 4, correlation_id, 5)
         + b"bench"
-        + struct.pack(">iiiib", -1, 500, 1, 64 * 1024 * 1024, 0)  # replica, wait, min, max, iso
+        + struct.pack(">iiiib", -1, 500, 1, 64 * 1024 * 1024, isolation)  # replica .. isolation
         + struct.pack(">ih", 1, len(name))
         + name
         + struct.pack(">iiqi", 1, 0, offset, part_max)
@@ -102,43 +112,65 @@ def _fetch_v4(offset: int, correlation_id: int, part_max: int = PART_MAX) -> byt
     return struct.pack(">i", len(body)) + body
 
 
-def broker_read(port: int, end_offset: int, part_max: int = PART_MAX) -> tuple[float, int]:
-    """Fetch from 0 to ``end_offset``: (seconds, bytes of whole batches received).
+def connect(port: int, rcvbuf: int | None = RCVBUF) -> socket.socket:
+    """A loopback connection to ``port``, with ``rcvbuf`` as SO_RCVBUF (None: the default)."""
+    s = socket.create_connection(("127.0.0.1", port))
+    if rcvbuf is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    return s
 
-    A batch cut at the end of a response is counted once, when it arrives whole, so the
-    count equals the size of the log's segments when every batch was received.
+
+def fetch_pass(
+    port: int,
+    topic: str,
+    end_offset: int,
+    part_max: int = PART_MAX,
+    *,
+    isolation: int = 0,
+    rcvbuf: int | None = RCVBUF,
+) -> tuple[float, int, int]:
+    """Fetch partition 0 of ``topic`` from 0 to ``end_offset``, one request in flight:
+    (seconds, bytes of whole batches received, aborted-transaction entries received).
+
+    Each response's records field must end exactly at the end of the frame. A batch cut at
+    the end of a response is counted once, when it arrives whole, so the byte count equals the
+    size of the log's segments when every batch was received.
     """
     buf = bytearray(part_max + 64 * 1024)
     head = bytearray(4)
     total = 0
+    aborted = 0
     offset = 0
     cid = 0
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+    with connect(port, rcvbuf) as s:
         t0 = time.perf_counter()
         while offset < end_offset:
             cid += 1
-            s.sendall(_fetch_v4(offset, cid, part_max))
+            s.sendall(fetch_v4(topic, offset, cid, part_max, isolation))
             _recv_into(s, memoryview(head))
             (size,) = struct.unpack(">i", head)
             if size > len(buf):
                 buf = bytearray(size)
             view = memoryview(buf)[:size]
             _recv_into(s, view)
-            # corr, throttle, ntopics, name, nparts, idx, err, hw, lso, aborted, records len
-            pos = 4 + 4 + 4
+            pos = 4 + 4 + 4  # correlation id, throttle, topic count
             (nlen,) = struct.unpack_from(">h", buf, pos)
-            pos += 2 + nlen + 4
-            _idx, err, _hw, _lso, _ab, rlen = struct.unpack_from(">ihqqii", buf, pos)
-            pos += 4 + 2 + 8 + 8 + 4 + 4
+            pos += 2 + nlen + 4  # topic name, partition count
+            _idx, err, _hw, _lso, n_aborted = _PART_HEAD.unpack_from(buf, pos)
+            pos += _PART_HEAD.size
             if err:
                 raise RuntimeError(f"fetch error {err}")
+            if n_aborted > 0:  # -1: a null array
+                aborted += n_aborted
+                pos += n_aborted * _ABORTED_ENTRY
+            (rlen,) = _I32.unpack_from(buf, pos)
+            pos += 4
             if pos + rlen != size:
                 raise RuntimeError(f"records field ends at {pos + rlen}, frame at {size}")
             offset, whole = next_offset(buf, pos, pos + rlen)
             total += whole
             view.release()
-        return time.perf_counter() - t0, total
+        return time.perf_counter() - t0, total, aborted
 
 
 _SERVER = """
@@ -161,20 +193,25 @@ conn.close()
 """
 
 
-def raw_sendfile(files: list[Path], part_max: int = PART_MAX) -> tuple[float, int]:
-    """A separate process (like the broker) serving ``files`` with os.sendfile over loopback,
-    in ``part_max`` chunks; read like the fetch reader reads."""
+def _serve(script: str, files: list[Path], part_max: int) -> tuple[subprocess.Popen[str], int]:
+    """``script`` (one of the servers above) over ``files`` in a separate process, like the
+    broker; the process and the port it listens on."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SERVER, str(part_max), *map(str, files)],
+        [sys.executable, "-c", script, str(part_max), *map(str, files)],
         stdout=subprocess.PIPE,
         text=True,
     )
     assert proc.stdout is not None
-    port = int(proc.stdout.readline())
+    return proc, int(proc.stdout.readline())
+
+
+def raw_sendfile(files: list[Path], part_max: int = PART_MAX) -> tuple[float, int]:
+    """A separate process (like the broker) serving ``files`` with os.sendfile over loopback,
+    in ``part_max`` chunks; read like the fetch reader reads."""
+    proc, port = _serve(_SERVER, files, part_max)
     buf = bytearray(part_max)
     total = sum(f.stat().st_size for f in files)
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+    with connect(port) as s:
         t0 = time.perf_counter()
         got = 0
         while got < total:
@@ -214,17 +251,10 @@ conn.close()
 def raw_request_response(files: list[Path], part_max: int = PART_MAX) -> tuple[float, int]:
     """A separate process answering each request (file index, position) with one sendfile of
     up to ``part_max`` bytes; one request in flight, like the fetch reader."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _RR_SERVER, str(part_max), *map(str, files)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    port = int(proc.stdout.readline())
+    proc, port = _serve(_RR_SERVER, files, part_max)
     buf = bytearray(part_max)
     got = 0
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+    with connect(port) as s:
         t0 = time.perf_counter()
         for i, f in enumerate(files):
             size = f.stat().st_size
@@ -238,6 +268,24 @@ def raw_request_response(files: list[Path], part_max: int = PART_MAX) -> tuple[f
         elapsed = time.perf_counter() - t0
     proc.wait(timeout=60)
     return elapsed, got
+
+
+@contextlib.contextmanager
+def bench_broker(topic: str) -> Iterator[BrokerProcess]:
+    """A broker (2 I/O threads, 1 network thread) over a temporary log dir, with ``topic`` of
+    one partition created; stopped on exit, and an unclean exit raised with the tail of its log
+    (unless the body raised first)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        b = BrokerProcess(Path(tmp), **{"num.io.threads": "2", "num.network.threads": "1"})
+        b.start()
+        try:
+            admin = AdminClient({"bootstrap.servers": b.bootstrap})
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+            yield b
+        finally:
+            code = b.stop()
+        if code != 0:
+            raise RuntimeError(f"broker exited with {code}:\n{b.log_tail()}")
 
 
 def confluent_read(bootstrap: str, n: int) -> float:
@@ -261,53 +309,46 @@ def main() -> int:
     args = ap.parse_args()
     n = args.mb * 1024
     part_max = args.partition_max_mb << 20
-    with tempfile.TemporaryDirectory() as tmp:
-        b = BrokerProcess(Path(tmp), **{"num.io.threads": "2", "num.network.threads": "1"})
-        b.start()
-        try:
-            admin = AdminClient({"bootstrap.servers": b.bootstrap})
-            admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
-            p = ck.Producer(
-                {
-                    "bootstrap.servers": b.bootstrap,
-                    "compression.type": "lz4",
-                    "linger.ms": 20,
-                    "batch.size": 1_000_000,
-                    "queue.buffering.max.kbytes": 1_000_000,
-                }
-            )
-            values = [os.urandom(512) + b"v" * 512 for _ in range(256)]
-            for i in range(n):
-                while True:
-                    try:
-                        p.produce(TOPIC, value=values[i % 256], partition=0)
-                        break
-                    except BufferError:
-                        p.poll(0.05)
-            assert p.flush(300) == 0
-            files = sorted((b.log_dir / f"{TOPIC}-0").glob("*.log"))
-            on_disk = sum(f.stat().st_size for f in files)
-            # interleaved, best of PASSES each: the machine is shared, noise hits both sides
-            broker_runs, raw_runs, rr_runs = [], [], []
-            for _ in range(PASSES):
-                secs, got = broker_read(b.port, n, part_max)
-                if got != on_disk:
-                    raise RuntimeError(f"fetched {got} record bytes, the log holds {on_disk}")
-                broker_runs.append(secs)
-                secs, got = raw_sendfile(files, part_max)
-                if got != on_disk:
-                    raise RuntimeError(f"raw reader got {got} bytes of {on_disk}")
-                raw_runs.append(secs)
-                secs, got = raw_request_response(files, part_max)
-                if got != on_disk:
-                    raise RuntimeError(f"request/response reader got {got} bytes of {on_disk}")
-                rr_runs.append(secs)
-            best_broker = min(broker_runs)
-            raw_s = min(raw_runs)
-            rr_s = min(rr_runs)
-            ck_s = confluent_read(b.bootstrap, n)
-        finally:
-            b.stop()
+    with bench_broker(TOPIC) as b:
+        p = ck.Producer(
+            {
+                "bootstrap.servers": b.bootstrap,
+                "compression.type": "lz4",
+                "linger.ms": 20,
+                "batch.size": 1_000_000,
+                "queue.buffering.max.kbytes": 1_000_000,
+            }
+        )
+        values = [os.urandom(512) + b"v" * 512 for _ in range(256)]
+        for i in range(n):
+            while True:
+                try:
+                    p.produce(TOPIC, value=values[i % 256], partition=0)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        assert p.flush(300) == 0
+        files = sorted((b.log_dir / f"{TOPIC}-0").glob("*.log"))
+        on_disk = sum(f.stat().st_size for f in files)
+        # interleaved, best of PASSES each: the machine is shared, noise hits both sides
+        broker_runs, raw_runs, rr_runs = [], [], []
+        for _ in range(PASSES):
+            secs, got, _ = fetch_pass(b.port, TOPIC, n, part_max)
+            if got != on_disk:
+                raise RuntimeError(f"fetched {got} record bytes, the log holds {on_disk}")
+            broker_runs.append(secs)
+            secs, got = raw_sendfile(files, part_max)
+            if got != on_disk:
+                raise RuntimeError(f"raw reader got {got} bytes of {on_disk}")
+            raw_runs.append(secs)
+            secs, got = raw_request_response(files, part_max)
+            if got != on_disk:
+                raise RuntimeError(f"request/response reader got {got} bytes of {on_disk}")
+            rr_runs.append(secs)
+        best_broker = min(broker_runs)
+        raw_s = min(raw_runs)
+        rr_s = min(rr_runs)
+        ck_s = confluent_read(b.bootstrap, n)
     broker_mb = on_disk / best_broker / 1e6
     raw_mb = on_disk / raw_s / 1e6
     rr_mb = on_disk / rr_s / 1e6

@@ -31,11 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import struct
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,64 +40,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import confluent_kafka as ck  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from tests.fixtures.broker import BrokerProcess  # noqa: E402
-from tests.perf.bench_consume import _recv_into, next_offset  # noqa: E402
+from tests.perf.bench_consume import bench_broker, fetch_pass  # noqa: E402
 
 TOPIC = "bench-read-committed"
-_PART_HEAD = struct.Struct(">ihqqi")  # index, error, high watermark, LSO, aborted count
-_ABORTED_ENTRY = 16  # producer_id i64, first_offset i64
-
-
-def _fetch_v4(offset: int, correlation_id: int, isolation: int, part_max: int) -> bytes:
-    name = TOPIC.encode()
-    body = (
-        struct.pack(">hhih", 1, 4, correlation_id, 5)
-        + b"bench"
-        + struct.pack(">iiiib", -1, 500, 1, 64 * 1024 * 1024, isolation)
-        + struct.pack(">ih", 1, len(name))
-        + name
-        + struct.pack(">iiqi", 1, 0, offset, part_max)
-    )
-    return struct.pack(">i", len(body)) + body
-
-
-def fetch_read(port: int, end_offset: int, isolation: int, part_max: int) -> tuple[float, int]:
-    """Protocol-level Fetch v4 from 0 to ``end_offset`` with ``isolation`` (0 read_uncommitted,
-    1 read_committed): (seconds, aborted-transaction entries received). The broker alone:
-    the reader walks batch headers only, nothing is decoded."""
-    buf = bytearray(part_max + 64 * 1024)
-    head = bytearray(4)
-    offset = 0
-    cid = 0
-    aborted = 0
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        t0 = time.perf_counter()
-        while offset < end_offset:
-            cid += 1
-            s.sendall(_fetch_v4(offset, cid, isolation, part_max))
-            _recv_into(s, memoryview(head))
-            (size,) = struct.unpack(">i", head)
-            if size > len(buf):
-                buf = bytearray(size)
-            view = memoryview(buf)[:size]
-            _recv_into(s, view)
-            pos = 4 + 4 + 4  # correlation id, throttle, topic count
-            (nlen,) = struct.unpack_from(">h", buf, pos)
-            pos += 2 + nlen + 4
-            _idx, err, _hw, _lso, n_aborted = _PART_HEAD.unpack_from(buf, pos)
-            pos += _PART_HEAD.size
-            if err:
-                raise RuntimeError(f"fetch error {err}")
-            if n_aborted > 0:
-                aborted += n_aborted
-                pos += n_aborted * _ABORTED_ENTRY
-            (rlen,) = struct.unpack_from(">i", buf, pos)
-            pos += 4
-            offset, _whole = next_offset(buf, pos, pos + rlen)
-            view.release()
-        return time.perf_counter() - t0, aborted
 
 
 def _values(size: int = 100, n: int = 1024) -> list[bytes]:
@@ -198,51 +141,44 @@ def main() -> int:
     best: dict[str, float] = {}
     paired: list[float] = []
     raw_paired: list[float] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        b = BrokerProcess(Path(tmp), **{"num.io.threads": "2", "num.network.threads": "1"})
-        b.start()
-        try:
-            admin = AdminClient({"bootstrap.servers": b.bootstrap})
-            admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
-            committed = write_log(b.bootstrap, n, args.txn_size, args.abort_every)
-            c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "bench-wm"})
-            low, end = c.get_watermark_offsets(ck.TopicPartition(TOPIC, 0), timeout=10)
-            c.close()
-            expected = {"read_uncommitted": n, "read_committed": committed}
-            print(f"log: {n:,} records, {committed:,} committed, offsets {low}-{end}", flush=True)
-            for r in range(args.rounds):
-                this: dict[str, float] = {}
-                for case in cases if r % 2 == 0 else cases[::-1]:
-                    elapsed = read(b.bootstrap, case, expected[case])
-                    rate = n / elapsed  # offsets of data traversed per second
-                    this[case] = rate
-                    best[case] = max(best.get(case, 0.0), rate)
-                    print(
-                        f"round {r} confluent {case}: {rate:,.0f} log records/s,"
-                        f" {expected[case] / elapsed:,.0f} delivered/s ({elapsed:.3f} s)",
-                        flush=True,
+    with bench_broker(TOPIC) as b:
+        committed = write_log(b.bootstrap, n, args.txn_size, args.abort_every)
+        c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "bench-wm"})
+        low, end = c.get_watermark_offsets(ck.TopicPartition(TOPIC, 0), timeout=10)
+        c.close()
+        expected = {"read_uncommitted": n, "read_committed": committed}
+        print(f"log: {n:,} records, {committed:,} committed, offsets {low}-{end}", flush=True)
+        for r in range(args.rounds):
+            this: dict[str, float] = {}
+            for case in cases if r % 2 == 0 else cases[::-1]:
+                elapsed = read(b.bootstrap, case, expected[case])
+                rate = n / elapsed  # offsets of data traversed per second
+                this[case] = rate
+                best[case] = max(best.get(case, 0.0), rate)
+                print(
+                    f"round {r} confluent {case}: {rate:,.0f} log records/s,"
+                    f" {expected[case] / elapsed:,.0f} delivered/s ({elapsed:.3f} s)",
+                    flush=True,
+                )
+            for case in cases if r % 2 == 1 else cases[::-1]:
+                iso = 1 if case == "read_committed" else 0
+                elapsed = 0.0
+                for _ in range(args.fetch_passes):
+                    secs, _, aborted = fetch_pass(
+                        b.port, TOPIC, end, args.fetch_kb * 1024, isolation=iso, rcvbuf=None
                     )
-                for case in cases if r % 2 == 1 else cases[::-1]:
-                    iso = 1 if case == "read_committed" else 0
-                    elapsed = 0.0
-                    for _ in range(args.fetch_passes):
-                        secs, aborted = fetch_read(b.port, end, iso, args.fetch_kb * 1024)
-                        elapsed += secs
-                    rate = n * args.fetch_passes / elapsed
-                    this[f"fetch_{case}"] = rate
-                    best[f"fetch_{case}"] = max(best.get(f"fetch_{case}", 0.0), rate)
-                    print(
-                        f"round {r} raw Fetch {case}: {rate:,.0f} log records/s"
-                        f" ({elapsed / args.fetch_passes * 1000:.1f} ms a pass,"
-                        f" {aborted} aborted entries in the last)",
-                        flush=True,
-                    )
-                paired.append(this["read_committed"] / this["read_uncommitted"])
-                raw_paired.append(this["fetch_read_committed"] / this["fetch_read_uncommitted"])
-        finally:
-            code = b.stop()
-        if code != 0:
-            raise RuntimeError(f"broker exited with {code}:\n{b.log_tail()}")
+                    elapsed += secs
+                rate = n * args.fetch_passes / elapsed
+                this[f"fetch_{case}"] = rate
+                best[f"fetch_{case}"] = max(best.get(f"fetch_{case}", 0.0), rate)
+                print(
+                    f"round {r} raw Fetch {case}: {rate:,.0f} log records/s"
+                    f" ({elapsed / args.fetch_passes * 1000:.1f} ms a pass,"
+                    f" {aborted} aborted entries in the last)",
+                    flush=True,
+                )
+            paired.append(this["read_committed"] / this["read_uncommitted"])
+            raw_paired.append(this["fetch_read_committed"] / this["fetch_read_uncommitted"])
     print(
         json.dumps(
             {

@@ -248,31 +248,19 @@ def test_table_job_killed_before_commit_then_rerun_is_exact(spark: Any, tmp_path
     from deltalake import DeltaTable
 
     from pipelines.compaction.table import run_compact, table_path, tombstones_path
-    from tests.fixtures.compaction import append_records, read_topic_table
+    from tests.fixtures.compaction import append_records, read_topic_table, timestamp_rounds
     from tests.integration.compaction.test_compact_table import CONF, _config, _expected, _quiet
 
-    strategy = Strategy("timestamp")  # keeps a tombstone table too: two tables to commit
-    config = _config(tmp_path, strategy, buckets=2)
-    first = [Rec(0, o, 100 + o, bytes([o % 4]), bytes([o]), ()) for o in range(8)]
-    append_records(tmp_path, "t", first, {0: 8})
+    rounds = timestamp_rounds(tmp_path)  # timestamp keeps a tombstone table: two to commit
+    config = _config(tmp_path, rounds.strategy, buckets=rounds.buckets)
+    append_records(tmp_path, "t", rounds.first, {0: 8})
     assert run_compact(spark, config, log=_quiet).topics[0].committed
     path = table_path(tmp_path, "t")
     tombs = tombstones_path(tmp_path, "t")
     before = (DeltaTable(path).version(), read_topic_table(path), DeltaTable(tombs).version())
-    second = [
-        Rec(0, 8, 200, b"\x00", None, ()),  # tombstone
-        Rec(0, 9, 50, b"\x01", b"old", ()),  # older timestamp: loses
-        Rec(0, 10, 300, b"\x07", b"new", ()),
-    ]
-    append_records(tmp_path, "t", second, {0: 11})
-    conf = tmp_path / "pipeline.toml"
-    conf.write_text(
-        f'[paths]\nlog_dirs = ["{tmp_path / "logs"}"]\nlake = "{tmp_path}"\n'
-        '[compact]\ntopics = ["t"]\nbuckets = 2\n[compact.strategy]\nt = "timestamp"\n',
-        encoding="utf-8",
-    )
+    append_records(tmp_path, "t", rounds.second, {0: 11})
     killed = spark_submit(
-        "compact.py", ["--config", str(conf)], failpoint="compact.before_commit", conf=CONF
+        "compact.py", ["--config", str(rounds.conf)], failpoint="compact.before_commit", conf=CONF
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     # nothing committed, in either table
@@ -281,7 +269,7 @@ def test_table_job_killed_before_commit_then_rerun_is_exact(spark: Any, tmp_path
     )
     result = run_compact(spark, config, log=_quiet).topics[0]
     assert result.committed
-    assert read_topic_table(path) == _expected(first + second, strategy)
+    assert read_topic_table(path) == _expected(rounds.first + rounds.second, rounds.strategy)
     assert not run_compact(spark, config, log=_quiet).topics[0].committed  # a no-op re-run
     # the killed run's files (staging, data, change data, deletion vectors) are gone: each
     # table directory holds exactly what some version of its log names

@@ -28,7 +28,12 @@ from pipelines.compaction.config import CompactConfig, compacted_topics, load_co
 from pipelines.compaction.model import Rec, Strategy, compact, parse_strategy
 from pipelines.compaction.table import run_compact, table_path, tombstones_path
 from tests.conftest import ROOT
-from tests.fixtures.compaction import append_records, read_table_rows, read_topic_table
+from tests.fixtures.compaction import (
+    append_records,
+    read_table_rows,
+    read_topic_table,
+    timestamp_rounds,
+)
 from tests.fixtures.jobs import spark_submit, unreferenced_files
 
 if TYPE_CHECKING:
@@ -213,26 +218,15 @@ def test_topic_selection_from_topic_configs_and_pipeline_toml(tmp_path: Path) ->
 def test_killed_job_leaves_the_table_and_rerun_is_exact(
     spark: SparkSession, tmp_path: Path, failpoint: str
 ) -> None:
-    strategy = Strategy("timestamp")
-    config = _config(tmp_path, strategy, buckets=2)
-    first = [Rec(0, o, 100 + o, bytes([o % 4]), bytes([o]), ()) for o in range(8)]
-    append_records(tmp_path, "t", first, {0: 8})
+    rounds = timestamp_rounds(tmp_path)
+    config = _config(tmp_path, rounds.strategy, buckets=rounds.buckets)
+    append_records(tmp_path, "t", rounds.first, {0: 8})
     run_compact(spark, config, log=_quiet)
     path = table_path(tmp_path, "t")
     before = (DeltaTable(path).version(), read_topic_table(path))
-    second = [
-        Rec(0, 8, 200, b"\x00", None, ()),  # tombstone
-        Rec(0, 9, 50, b"\x01", b"old", ()),  # older timestamp: loses
-        Rec(0, 10, 300, b"\x07", b"new", ()),
-    ]
-    append_records(tmp_path, "t", second, {0: 11})
-    conf = tmp_path / "pipeline.toml"
-    conf.write_text(
-        f'[paths]\nlog_dirs = ["{tmp_path / "logs"}"]\nlake = "{tmp_path}"\n'
-        '[compact]\ntopics = ["t"]\nbuckets = 2\n[compact.strategy]\nt = "timestamp"\n',
-        encoding="utf-8",
-    )
-    killed = spark_submit("compact.py", ["--config", str(conf)], failpoint=failpoint, conf=CONF)
+    append_records(tmp_path, "t", rounds.second, {0: 11})
+    args = ["--config", str(rounds.conf)]
+    killed = spark_submit("compact.py", args, failpoint=failpoint, conf=CONF)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert (DeltaTable(path).version(), read_topic_table(path)) == before
     # the tombstone table did commit (the kill came between the two commits)
@@ -240,7 +234,7 @@ def test_killed_job_leaves_the_table_and_rerun_is_exact(
     assert [(r["key"], r["offset"]) for r in tombs] == [(b"\x00", 8)]
     result = run_compact(spark, config, log=_quiet).topics[0]
     assert result.committed
-    assert read_topic_table(path) == _expected(first + second, strategy)
+    assert read_topic_table(path) == _expected(rounds.first + rounds.second, rounds.strategy)
     assert _cdf(path, result.table_version) == [
         ("delete", 0, b"\x00", 4),
         ("insert", 0, b"\x07", 10),

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from pyspark.sql import SparkSession
 from logstore.errors import LoglakeError
 from pipelines.ingest import IngestConfig, run_ingest
 from pipelines.retention.job import RETENTION_LOG_TABLE, RetentionConfig, run_retention
+from tests.fixtures.traffic import Traffic
 
 pytestmark = pytest.mark.integration
 
@@ -84,73 +84,6 @@ def _read_all(bootstrap: str, topic: str, start: int, end: int) -> dict[int, byt
     return got
 
 
-class _Background:
-    """A producer (new records, current timestamps) and a consumer from the beginning with
-    ``auto.offset.reset=earliest``, both running until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
-        self.acked: dict[int, bytes] = {}
-        self.consumed: list[int] = []
-        self.errors: list[str] = []
-        self.stop = threading.Event()
-        self.threads = [
-            threading.Thread(target=self._produce, daemon=True),
-            threading.Thread(target=self._consume, daemon=True),
-        ]
-
-    def __enter__(self) -> _Background:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-
-    def _produce(self) -> None:
-        p = ck.Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "acks": "all"})
-
-        def on_delivery(err: Any, msg: Any) -> None:
-            if err is not None:
-                self.errors.append(f"produce: {err}")
-            else:
-                self.acked[msg.offset()] = msg.value()
-
-        i = 0
-        while not self.stop.is_set():
-            p.produce(self.topic, value=f"bg{i}:".encode() * 20, on_delivery=on_delivery)
-            p.poll(0)
-            i += 1
-            time.sleep(0.005)
-        if p.flush(30) != 0:
-            self.errors.append("producer did not flush")
-
-    def _consume(self) -> None:
-        c = ck.Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": "bg-consumer",
-                "auto.offset.reset": "earliest",
-                # small fetches, slow polls: it stays behind the job's deletions
-                "max.partition.fetch.bytes": 1024,
-                "queued.max.messages.kbytes": 1,
-            }
-        )
-        try:
-            c.assign([ck.TopicPartition(self.topic, 0, 0)])
-            while not self.stop.is_set():
-                for m in c.consume(1, timeout=0.2):
-                    if m.error():
-                        self.errors.append(f"consume: {m.error()}")
-                    else:
-                        self.consumed.append(m.offset())
-                time.sleep(0.05)
-        finally:
-            c.close()
-
-
 def _configs(tmp_path: Path, log_dir: Path) -> tuple[IngestConfig, RetentionConfig]:
     lake = tmp_path / "lake"
     props = tmp_path / "broker.properties"
@@ -192,12 +125,12 @@ def test_online_retention_lake_aware_then_forced(
     segments_before = sorted(part.glob("*.log"))
     assert len(segments_before) > 10
 
-    with _Background(broker.bootstrap, topic) as bg:
+    with Traffic(broker.bootstrap, topic) as bg:
         time.sleep(1.0)
         first = run_retention(spark, cfg, bootstrap=broker.bootstrap)
         low, _ = _watermarks(broker.bootstrap, topic)
         deadline = time.monotonic() + 30  # until the consumer got past the new log start
-        while time.monotonic() < deadline and not any(o >= low for o in bg.consumed):
+        while time.monotonic() < deadline and not any(o >= low for o in bg.consumed[0]):
             time.sleep(0.1)
     assert not bg.errors, bg.errors[:5]
     assert first.mode == "online" and not first.errors
@@ -208,7 +141,7 @@ def test_online_retention_lake_aware_then_forced(
     bases = [int(p.name.split(".")[0]) for p in segments_before]
     assert new_start in bases
     # the consumer was reset to the new log start and kept consuming, past it
-    seen = bg.consumed
+    seen = bg.consumed[0]
     assert seen[0] == 0
     jumps = [(a, b) for a, b in itertools.pairwise(seen) if b != a + 1]
     assert len(jumps) == 1 and jumps[0][0] < new_start - 1 and jumps[0][1] == new_start, jumps
@@ -222,7 +155,7 @@ def test_online_retention_lake_aware_then_forced(
     assert forced_start > progress
     assert _watermarks(broker.bootstrap, topic)[0] == forced_start
 
-    acked |= bg.acked
+    acked |= {o: v for (_, o), v in bg.acked.items()}  # the one partition
     _, high = _watermarks(broker.bootstrap, topic)
     kept = _read_all(broker.bootstrap, topic, forced_start, high)
     assert kept == {o: v for o, v in acked.items() if o >= forced_start}

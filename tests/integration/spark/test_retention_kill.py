@@ -17,13 +17,11 @@ first request, while a producer and a consumer keep running on every partition. 
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipelines.retention.job import FAILPOINT_AFTER_CHUNK, RETENTION_LOG_TABLE
 from pipelines.retention.journal import PENDING_DIR
+from tests.fixtures.traffic import Traffic
 
 pytestmark = pytest.mark.integration
 
@@ -70,73 +69,6 @@ def _spark_submit(
 
 def _tail(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if " INFO " not in line)[-3000:]
-
-
-class _Traffic:
-    """A producer over every partition (current timestamps) and a slow consumer of every
-    partition from offset 0 (``auto.offset.reset=earliest``), until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
-        self.acked: dict[tuple[int, int], bytes] = {}
-        self.consumed: dict[int, list[int]] = collections.defaultdict(list)
-        self.errors: list[str] = []
-        self.stop = threading.Event()
-        self.threads = [
-            threading.Thread(target=self._produce, daemon=True),
-            threading.Thread(target=self._consume, daemon=True),
-        ]
-
-    def __enter__(self) -> _Traffic:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-
-    def _produce(self) -> None:
-        p = ck.Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "acks": "all"})
-
-        def on_delivery(err: Any, msg: Any) -> None:
-            if err is not None:
-                self.errors.append(f"produce: {err}")
-            else:
-                self.acked[(msg.partition(), msg.offset())] = msg.value()
-
-        i = 0
-        while not self.stop.is_set():
-            value = f"bg{i}:".encode() * 20
-            p.produce(self.topic, value=value, partition=i % PARTITIONS, on_delivery=on_delivery)
-            p.poll(0)
-            i += 1
-            time.sleep(0.01)
-        if p.flush(30) != 0:
-            self.errors.append("producer did not flush")
-
-    def _consume(self) -> None:
-        c = ck.Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": "kill-consumer",
-                "auto.offset.reset": "earliest",
-                "max.partition.fetch.bytes": 1024,
-                "queued.max.messages.kbytes": 1,
-            }
-        )
-        try:
-            c.assign([ck.TopicPartition(self.topic, p, 0) for p in range(PARTITIONS)])
-            while not self.stop.is_set():
-                for m in c.consume(5, timeout=0.2):
-                    if m.error():
-                        self.errors.append(f"consume: {m.error()}")
-                    else:
-                        self.consumed[m.partition()].append(m.offset())
-                time.sleep(0.05)
-        finally:
-            c.close()
 
 
 def _produce_old(bootstrap: str, topic: str) -> dict[tuple[int, int], bytes]:
@@ -227,7 +159,10 @@ def test_online_job_killed_between_delete_records_chunks(
         f'[retention]\nbroker_config = "{props}"\ndelete_records_chunk = {CHUNK}\n',
         encoding="utf-8",
     )
-    with _Traffic(broker.bootstrap, topic) as traffic:
+    with Traffic(
+        broker.bootstrap, topic, partitions=PARTITIONS, group_id="kill-consumer",
+        produce_interval_s=0.01, consume_batch=5,
+    ) as traffic:  # fmt: skip
         time.sleep(1.0)
         killed = _spark_submit(
             toml, broker.bootstrap, {**os.environ, "LOGLAKE_FAILPOINT": FAILPOINT_AFTER_CHUNK}

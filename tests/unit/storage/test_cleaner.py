@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from logstore.protocol.batch import Codec, iter_batches
+from logstore.protocol.batch import BatchHeader, Codec, iter_batches
 from logstore.protocol.records import Record, build_batch, decode_batch
 from logstore.storage.cleaner import (
     CleanerSettings,
@@ -61,12 +61,43 @@ def _props(segment_bytes: int = 400) -> dict[str, str]:
     }
 
 
-def write_log(log_dir: Path, batches: list, *, segment_bytes: int = 400) -> Path:
-    """Append the batches to a fresh log with small segments; the partition directory."""
+def open_fresh_log(log_dir: Path, segment_bytes: int) -> tuple[Path, Log]:
+    """Topic ``t``'s compacted config (small segments) in ``log_dir``; partition 0's
+    directory and its log, opened empty."""
     props = _props(segment_bytes)
     write_topic_config(log_dir, TOPIC, props)
     d = log_dir / f"{TOPIC}-0"
-    log = Log.open(d, LogConfig.from_properties(props))
+    return d, Log.open(d, LogConfig.from_properties(props))
+
+
+def append_producer_batch(
+    log: Log,
+    seqs: dict[int, int],
+    pid: int,
+    items: list,
+    codec: Codec,
+    *,
+    transactional: bool = False,
+) -> None:
+    """Append ``items`` as one batch of producer ``pid`` (-1: not idempotent), its next
+    sequence numbers taken from and counted on in ``seqs``."""
+    seq = seqs.get(pid, 0)
+    seqs[pid] = seq + len(items)
+    log.append(
+        build_batch(
+            items,
+            codec=codec,
+            producer_id=pid,
+            producer_epoch=0 if pid >= 0 else -1,
+            base_sequence=seq if pid >= 0 else -1,
+            is_transactional=transactional,
+        )
+    )
+
+
+def write_log(log_dir: Path, batches: list, *, segment_bytes: int = 400) -> Path:
+    """Append the batches to a fresh log with small segments; the partition directory."""
+    d, log = open_fresh_log(log_dir, segment_bytes)
     seqs: dict[int, int] = {}
     ts = NOW - 10_000
     for records, codec, pid in batches:
@@ -75,25 +106,16 @@ def write_log(log_dir: Path, batches: list, *, segment_bytes: int = 400) -> Path
             ts += 1
             headers = [] if version is None else [("v", version.to_bytes(1, "big", signed=True))]
             items.append((None if key is None else b"k%d" % key, value, headers, ts))
-        seq = seqs.get(pid, 0)
-        buf = build_batch(
-            items,
-            codec=codec,
-            producer_id=pid,
-            producer_epoch=0 if pid >= 0 else -1,
-            base_sequence=seq if pid >= 0 else -1,
-        )
-        seqs[pid] = seq + len(items)
-        log.append(buf)
+        append_producer_batch(log, seqs, pid, items, codec)
     log.roll()  # the last batches' segment becomes cleanable; the new active one is empty
     log.close()
     return d
 
 
-def read_log(d: Path) -> tuple[list[Record], list]:
-    """Every record and batch header of the live segments, checked by kafka-python too."""
-    records: list[Record] = []
-    headers = []
+def read_batches(d: Path) -> list[tuple[BatchHeader, list[Record]]]:
+    """Every batch of the live segments with its records, in offset order; kafka-python
+    agrees on each (CRC, control flag, every record's offset, key, value and timestamp)."""
+    out = []
     bases = sorted(
         p[0] for p in map(offset_from_file_name, os.listdir(d)) if p and p[1] == LOG_SUFFIX
     )
@@ -102,13 +124,29 @@ def read_log(d: Path) -> tuple[list[Record], list]:
         for pos, header in iter_batches(data):
             raw = data[pos : pos + header.size]
             h, recs = decode_batch(raw)
-            headers.append(h)
-            records.extend(recs)
             kb = DefaultRecordBatch(raw)
             assert kb.validate_crc()
+            assert kb.is_control_batch == h.is_control
             theirs = [(r.offset, r.key, r.value, r.timestamp) for r in kb]
             assert theirs == [(r.offset, r.key, r.value, r.timestamp) for r in recs]
-    return records, headers
+            out.append((h, recs))
+    return out
+
+
+def read_log(d: Path) -> tuple[list[Record], list[BatchHeader]]:
+    """Every record and batch header of the live segments (``read_batches``)."""
+    batches = read_batches(d)
+    return [r for _, recs in batches for r in recs], [h for h, _ in batches]
+
+
+def assert_opens_without_recovery(d: Path, log_end_offset: int) -> None:
+    """The broker's loader opens the (cleaned) log as it is: nothing truncated, same end."""
+    log = Log.open(d, LogConfig.from_properties(_props()), clean_shutdown=False)
+    try:
+        assert log.log_end_offset == log_end_offset
+        assert log.load_result.truncated_bytes == 0
+    finally:
+        log.close()
 
 
 def _recs(records: list[Record]) -> list[Rec]:
@@ -195,13 +233,7 @@ def test_clean_equals_model_then_tombstones_expire(tmp_path_factory, batches, st
     assert [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in final] == [
         t for t in expected_after(after, end, strategy, expired=set()) if t[0] not in expired
     ]
-    # the broker's loader opens the cleaned log without recovering anything
-    log = Log.open(d, LogConfig.from_properties(_props()), clean_shutdown=False)
-    try:
-        assert log.log_end_offset == leo
-        assert log.load_result.truncated_bytes == 0
-    finally:
-        log.close()
+    assert_opens_without_recovery(d, leo)
 
 
 def test_plan_respects_high_watermark_lag_and_ratio(tmp_path):

@@ -9,24 +9,28 @@ too and opened by the broker's loader without recovery."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka.record.default_records import DefaultRecordBatch
 
-from logstore.protocol.batch import BatchHeader, Codec, iter_batches
+from logstore.protocol.batch import BatchHeader, Codec
 from logstore.protocol.control import ControlType, build_control_batch
-from logstore.protocol.records import Record, build_batch, decode_batch
+from logstore.protocol.records import Record
 from logstore.storage.cleaner import CleanerSettings, plan_cleaning
 from logstore.storage.config import LogConfig
-from logstore.storage.files import LOG_SUFFIX, offset_from_file_name
 from logstore.storage.log import Log
-from logstore.storage.topic_config import write_topic_config
 from pipelines.compaction.log import clean_partition, hand_over
 from pipelines.compaction.model import LogBatch, Rec, aborted_offsets, latest
-from tests.unit.storage.test_cleaner import NOW, RETENTION, TOPIC, _props
+from tests.unit.storage.test_cleaner import (
+    NOW,
+    RETENTION,
+    _props,
+    append_producer_batch,
+    assert_opens_without_recovery,
+    open_fresh_log,
+    read_batches,
+)
 
 TXN_PIDS = (7, 8)  # transactional producers; 9 is idempotent, -1 plain
 
@@ -45,10 +49,7 @@ end_st = st.tuples(st.just("end"), st.sampled_from(TXN_PIDS), st.booleans())
 
 
 def write_txn_log(log_dir: Path, events: list, *, segment_bytes: int = 400) -> Path:
-    props = _props(segment_bytes)
-    write_topic_config(log_dir, TOPIC, props)
-    d = log_dir / f"{TOPIC}-0"
-    log = Log.open(d, LogConfig.from_properties(props))
+    d, log = open_fresh_log(log_dir, segment_bytes)
     seqs: dict[int, int] = {}
     ts = NOW - 10_000
     for event in events:
@@ -60,42 +61,10 @@ def write_txn_log(log_dir: Path, events: list, *, segment_bytes: int = 400) -> P
             continue
         _, pid, records, codec = event
         items = [(b"k%d" % k, v, [], ts) for k, v in records]
-        seq = seqs.get(pid, 0)
-        seqs[pid] = seq + len(items)
-        log.append(
-            build_batch(
-                items,
-                codec=codec,
-                producer_id=pid,
-                producer_epoch=0 if pid >= 0 else -1,
-                base_sequence=seq if pid >= 0 else -1,
-                is_transactional=pid in TXN_PIDS,
-            )
-        )
+        append_producer_batch(log, seqs, pid, items, codec, transactional=pid in TXN_PIDS)
     log.roll()
     log.close()
     return d
-
-
-def read_batches(d: Path) -> list[tuple[BatchHeader, list[Record]]]:
-    """Every batch of the live segments with its records; kafka-python agrees on each."""
-    out = []
-    bases = sorted(
-        p[0] for p in map(offset_from_file_name, os.listdir(d)) if p and p[1] == LOG_SUFFIX
-    )
-    for base in bases:
-        data = (d / f"{base:020d}.log").read_bytes()
-        for pos, _ in iter_batches(data):
-            raw = data[pos : pos + _.size]
-            header, records = decode_batch(raw)
-            kb = DefaultRecordBatch(raw)
-            assert kb.validate_crc()
-            assert kb.is_control_batch == header.is_control
-            assert [(r.offset, r.key, r.value) for r in kb] == [
-                (r.offset, r.key, r.value) for r in records
-            ]
-            out.append((header, records))
-    return out
 
 
 def _type(records: list[Record]) -> int | None:
@@ -212,13 +181,7 @@ def test_transactions_cleaned_as_kafka(tmp_path_factory, events):
                 assert not {r.offset for r in recs} & aborted
         batches = after
 
-    # the broker's loader opens the cleaned log as it is
-    log = Log.open(d, LogConfig.from_properties(_props()), clean_shutdown=False)
-    try:
-        assert log.log_end_offset == hw
-        assert log.load_result.truncated_bytes == 0
-    finally:
-        log.close()
+    assert_opens_without_recovery(d, hw)
 
 
 def test_aborted_records_never_win_and_markers_go_after_the_horizon(tmp_path: Path) -> None:

@@ -106,8 +106,7 @@ class Env:
         self.tc.load()
 
     def restart(self) -> None:
-        self.groups.shutdown()
-        self.log_manager.shutdown()
+        self.close()
         self._open()
 
     def close(self) -> None:
@@ -131,6 +130,36 @@ def _init(env: Env, txn: str = "tx", timeout: int = 10_000, **kw: int) -> tuple[
     err, pid, epoch = env.tc.init_producer_id(txn, timeout, **kw)
     assert err is ErrorCode.none
     return pid, epoch
+
+
+def _txn_commit(
+    env: Env, pid: int, epoch: int, offset: int, *, generation_id: int = -1, member_id: str = ""
+) -> list[ErrorCode]:
+    """TxnOffsetCommit of group ``g``'s offset of ``in``-0 to the group coordinator."""
+    return env.groups.txn_commit_offsets(
+        "g",
+        producer_id=pid,
+        producer_epoch=epoch,
+        generation_id=generation_id,
+        member_id=member_id,
+        group_instance_id=None,
+        offsets=[CommitRequest("in", 0, offset)],
+    )
+
+
+def _txn_offsets(env: Env, pid: int, epoch: int, offset: int) -> None:
+    """AddOffsetsToTxn then TxnOffsetCommit, both accepted."""
+    assert env.tc.add_offsets("tx", pid, epoch, "g") is ErrorCode.none
+    assert _txn_commit(env, pid, epoch, offset) == [ErrorCode.none]
+
+
+def _assert_stable_offset_also_after_a_restart(env: Env, offset: int) -> None:
+    """Group ``g``'s stable offset of ``in``-0 is ``offset`` (-1: none), before and after a
+    restart (the env is left restarted)."""
+    for _ in range(2):
+        _, res = env.groups.fetch_offsets("g", [("in", 0)], require_stable=True)
+        assert (res[0].error, res[0].offset) == (ErrorCode.none, offset)
+        env.restart()
 
 
 def test_init_gives_epoch_zero_then_bumps_and_fences_the_old_producer(env):
@@ -312,16 +341,7 @@ def test_offsets_are_pending_until_commit(env):
     assert env.tc.check_offset_commit("tx", pid, epoch + 1, "g") is (
         ErrorCode.invalid_producer_epoch
     )
-    errs = gc.txn_commit_offsets(
-        "g",
-        producer_id=pid,
-        producer_epoch=epoch,
-        generation_id=-1,
-        member_id="",
-        group_instance_id=None,
-        offsets=[CommitRequest("in", 0, 42)],
-    )
-    assert errs == [ErrorCode.none]
+    assert _txn_commit(env, pid, epoch, 42) == [ErrorCode.none]
     _, res = gc.fetch_offsets("g", [("in", 0)])
     assert res[0].offset == -1
     _, res = gc.fetch_offsets("g", [("in", 0)], require_stable=True)
@@ -331,55 +351,21 @@ def test_offsets_are_pending_until_commit(env):
     _, res = gc.fetch_offsets("g", [("in", 0)], require_stable=True)
     assert res[0].error is ErrorCode.unstable_offset_commit
     assert env.tc.end_txn("tx", pid, epoch, commit=True) is ErrorCode.none
-    _, res = gc.fetch_offsets("g", [("in", 0)], require_stable=True)
-    assert (res[0].error, res[0].offset) == (ErrorCode.none, 42)
-    env.restart()
-    _, res = env.groups.fetch_offsets("g", [("in", 0)], require_stable=True)
-    assert (res[0].error, res[0].offset) == (ErrorCode.none, 42)
+    _assert_stable_offset_also_after_a_restart(env, 42)
 
 
 def test_aborted_offsets_are_dropped_also_after_a_restart(env):
     pid, epoch = _init(env)
-    env.tc.add_offsets("tx", pid, epoch, "g")
-    env.groups.txn_commit_offsets(
-        "g",
-        producer_id=pid,
-        producer_epoch=epoch,
-        generation_id=-1,
-        member_id="",
-        group_instance_id=None,
-        offsets=[CommitRequest("in", 0, 7)],
-    )
+    _txn_offsets(env, pid, epoch, 7)
     assert env.tc.end_txn("tx", pid, epoch, commit=False) is ErrorCode.none
-    for _ in range(2):
-        _, res = env.groups.fetch_offsets("g", [("in", 0)], require_stable=True)
-        assert (res[0].error, res[0].offset) == (ErrorCode.none, -1)
-        env.restart()
+    _assert_stable_offset_also_after_a_restart(env, -1)
 
 
 def test_txn_offset_commit_checks_member_and_generation_when_given(env):
     pid, epoch = _init(env)
     env.tc.add_offsets("tx", pid, epoch, "g")
-    errs = env.groups.txn_commit_offsets(
-        "g",
-        producer_id=pid,
-        producer_epoch=epoch,
-        generation_id=3,
-        member_id="",
-        group_instance_id=None,
-        offsets=[CommitRequest("in", 0, 7)],
-    )
-    assert errs == [ErrorCode.illegal_generation]
-    errs = env.groups.txn_commit_offsets(
-        "g",
-        producer_id=pid,
-        producer_epoch=epoch,
-        generation_id=-1,
-        member_id="nobody",
-        group_instance_id=None,
-        offsets=[CommitRequest("in", 0, 7)],
-    )
-    assert errs == [ErrorCode.unknown_member_id]
+    assert _txn_commit(env, pid, epoch, 7, generation_id=3) == [ErrorCode.illegal_generation]
+    assert _txn_commit(env, pid, epoch, 7, member_id="nobody") == [ErrorCode.unknown_member_id]
 
 
 def test_state_log_is_compacted_by_snapshot_and_loads_the_same(tmp_path):
@@ -402,20 +388,6 @@ def test_state_log_is_compacted_by_snapshot_and_loads_the_same(tmp_path):
         assert before["c"].state is TxnState.EMPTY and before["c"].producer_epoch == 1
     finally:
         e.close()
-
-
-def _txn_offsets(env: Env, pid: int, epoch: int, offset: int) -> None:
-    assert env.tc.add_offsets("tx", pid, epoch, "g") is ErrorCode.none
-    errs = env.groups.txn_commit_offsets(
-        "g",
-        producer_id=pid,
-        producer_epoch=epoch,
-        generation_id=-1,
-        member_id="",
-        group_instance_id=None,
-        offsets=[CommitRequest("in", 0, offset)],
-    )
-    assert errs == [ErrorCode.none]
 
 
 def _plain_offset(env: Env, offset: int) -> None:
@@ -461,19 +433,13 @@ def test_a_plain_commit_made_while_the_transaction_was_open_wins(env):
     _txn_offsets(env, pid, epoch, 42)
     _plain_offset(env, 50)  # later in the log than the transaction's offset
     assert env.tc.end_txn("tx", pid, epoch, commit=True) is ErrorCode.none
-    for _ in range(2):
-        _, res = env.groups.fetch_offsets("g", [("in", 0)], require_stable=True)
-        assert (res[0].error, res[0].offset) == (ErrorCode.none, 50)
-        env.restart()
+    _assert_stable_offset_also_after_a_restart(env, 50)
     # the other order: the transaction's offset is the later one and wins at its commit
     _, epoch = _init(env)
     _plain_offset(env, 60)
     _txn_offsets(env, pid, epoch, 70)
     assert env.tc.end_txn("tx", pid, epoch, commit=True) is ErrorCode.none
-    for _ in range(2):
-        _, res = env.groups.fetch_offsets("g", [("in", 0)], require_stable=True)
-        assert (res[0].error, res[0].offset) == (ErrorCode.none, 70)
-        env.restart()
+    _assert_stable_offset_also_after_a_restart(env, 70)
 
 
 def test_an_obsolete_offsets_marker_is_refused_and_drops_the_pending_offsets(env):
