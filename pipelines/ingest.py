@@ -565,10 +565,14 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
     if config.bootstrap_servers:
         # after the Delta commit: the broker learns how far the lake has read (never fails
         # the run; see pipelines.lake_group)
+        # only the partitions this run reads ([ingest] topics): a topic no longer ingested
+        # is not held on the broker by a commit refreshed forever (its commit ages out)
+        taken = _partitions(config.log_dirs, config.topics)
+        progress = read_progress(config.records_path)
         summary.lake_group_partitions = commit_lake_offsets(
             config.bootstrap_servers,
             config.lake_group,
-            read_progress(config.records_path),
+            {tp: v for tp, v in progress.items() if tp in taken},
             log=log,
         )
     return summary

@@ -13,8 +13,10 @@ does). Then:
 
 Never fails the ingest: the Delta commit is the lake's truth and this a copy of it, so a broker
 that cannot be reached or refuses the commit is one line in the log, and the next run commits
-again (every run commits every partition, also those with nothing new: that keeps the
-commit's timestamp fresh for ``log.retention.lake.max.ms``).
+again. Every run commits every partition it reads (``[ingest] topics``), also those with
+nothing new: that keeps the commit's timestamp fresh for ``log.retention.lake.max.ms``; a topic
+no longer ingested is no longer committed, so its commit ages out (that valve, then
+``offsets.retention.minutes``) instead of holding its segments forever.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ table's progress read back from its Delta log.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -131,6 +132,17 @@ def test_ingest_commits_its_progress_to_the_lake_group(
     s3 = run_ingest(spark, config, log=lines.append)
     assert (s3.records, s3.lake_group_partitions) == (0, 2)
     assert _committed(b.bootstrap, "events", 2) == {0: 23, 1: 23}
+    # a second topic: committed once ingested; left out of [ingest] topics, it is no longer
+    # committed (its commit ages out on the broker instead of being refreshed forever)
+    _create(b.bootstrap, "elsewhere", 1)
+    other = _produce(b.bootstrap, "elsewhere", 3)
+    _wait_for(lambda: _checkpointed(b.log_dir, "elsewhere", other))
+    s4 = run_ingest(spark, config, log=lines.append)
+    assert (s4.records, s4.lake_group_partitions) == (3, 3)
+    assert _committed(b.bootstrap, "elsewhere", 1) == {0: 3}
+    s5 = run_ingest(spark, dataclasses.replace(config, topics=("events",)), log=lines.append)
+    assert (s5.records, s5.lake_group_partitions) == (0, 2)
+    assert lines[-1] == f"lake group {GROUP!r}: committed 2 partitions' offsets to {b.bootstrap}"
 
 
 def test_an_unreachable_broker_never_fails_the_ingest(
