@@ -24,12 +24,13 @@ are in <lake>/quarantine, nothing is committed, progress is not moved); 4 the lo
 backwards under the lake (a partition's log was truncated below, or rewritten under, offsets
 already ingested; nothing is ingested: restore the log or re-run with --on-divergence=rewind).
 
-The lake group: with --bootstrap-server (or [ingest] bootstrap_servers) every partition's
-next offset to ingest is committed, after the Delta commit, to the consumer group [ingest]
-lake_group (default loglake-ingest): Kafka tools show the lake's lag, and a broker with
-log.retention.lake.group set to it keeps what the lake has not ingested from its time/size
-retention. A broker that cannot be reached is one line on stderr, never a failed run; the
-summary's "lake_group_partitions" says how many partitions were committed (null: none).
+The lake group: with --bootstrap-server (or [ingest] bootstrap_servers) the next offset to
+ingest of every partition the run reads is committed, after the Delta commit, to the consumer
+group [ingest] lake_group (default loglake-ingest): Kafka tools show the lake's lag, and a
+broker with log.retention.lake.group set to it keeps what the lake has not ingested from its
+time/size retention. A broker that cannot be reached is one line on stderr, never a failed
+run; the summary's "lake_group_partitions" says how many partitions were committed (null:
+none).
 
 Missing topics: a topic of [ingest] topics that is in none of the log dirs exits 2, nothing
 ingested; with --allow-missing-topics it is a warning on stderr and the others are ingested.
