@@ -24,6 +24,14 @@ are in <lake>/quarantine, nothing is committed, progress is not moved); 4 the lo
 backwards under the lake (a partition's log was truncated below, or rewritten under, offsets
 already ingested; nothing is ingested: restore the log or re-run with --on-divergence=rewind).
 
+The lake group: with --bootstrap-server (or [ingest] bootstrap_servers) the next offset to
+ingest of every partition the run reads is committed, after the Delta commit, to the consumer
+group [ingest] lake_group (default loglake-ingest): Kafka tools show the lake's lag, and a
+broker with log.retention.lake.group set to it keeps what the lake has not ingested from its
+time/size retention. A broker that cannot be reached is one line on stderr, never a failed
+run; the summary's "lake_group_partitions" says how many partitions were committed (null:
+none).
+
 Missing topics: a topic of [ingest] topics that is in none of the log dirs exits 2, nothing
 ingested; with --allow-missing-topics it is a warning on stderr and the others are ingested.
 """
@@ -59,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         "(move the lake's rows from the first differing offset to <lake>/diverged and ingest "
         "what the log holds now, in one commit); overrides [ingest] on_divergence",
     )
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="commit the lake's progress to the consumer group [ingest] lake_group on this "
+        "broker after the run (never fails the run); overrides [ingest] bootstrap_servers",
+    )
     args = parser.parse_args(argv)
     # Imported once the arguments are parsed: --help and argument errors load no pyspark,
     # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
@@ -73,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             lake=args.lake,
             fail_on_corrupt=args.fail_on_corrupt,
             on_divergence=args.on_divergence,
+            bootstrap_servers=args.bootstrap_server,
         )
         check_topics(
             {"[ingest] topics": config.topics or ()},

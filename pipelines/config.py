@@ -64,6 +64,8 @@ SECTIONS: dict[str, frozenset[str] | None] = {
             "progress_interval_s",
             "on_divergence",
             "isolation",
+            "bootstrap_servers",
+            "lake_group",
         }
     ),
     "compact": frozenset(

@@ -143,7 +143,9 @@ class Demo:
             "log.flush.start.offset.checkpoint.interval.ms": "1000",
             # The retention job deletes (lake-aware, through DeleteRecords), not the broker's own
             # periodic retention (Kafka's rules alone: it would delete clicks' segments whether
-            # or not the lake holds them, 5 minutes after the start).
+            # or not the lake holds them, 5 minutes after the start). log.retention.lake.group
+            # would bound it by the lake's group, but from its first ingest on only, and it
+            # would then take clicks' ingested segments before the retention job the demo shows.
             "log.retention.check.interval.ms": "86400000",
         }
         cmd = [

@@ -95,6 +95,7 @@ from pipelines.divergence import (
     rewind_id,
     write_diverged,
 )
+from pipelines.lake_group import commit_lake_offsets
 from pipelines.sources import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 from pipelines.sources.damage import Skipped, skipped_offsets
 from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
@@ -150,6 +151,8 @@ class IngestConfig:
     spark_conf: dict[str, str] = field(default_factory=dict)
     on_divergence: str = "fail"
     isolation: str = "read_committed"
+    bootstrap_servers: str = ""  # "": the lake group is not committed (pipelines.lake_group)
+    lake_group: str = "loglake-ingest"
 
     @property
     def records_path(self) -> str:
@@ -171,6 +174,7 @@ def load_config(
     lake: str | None = None,
     fail_on_corrupt: bool | None = None,
     on_divergence: str | None = None,
+    bootstrap_servers: str | None = None,
 ) -> IngestConfig:
     """Read ``[paths]``, ``[spark]`` and ``[ingest]`` of a pipeline TOML file, then overrides.
 
@@ -199,6 +203,9 @@ def load_config(
             f"[ingest] isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation!r}",
             path=str(p),
         )
+    lake_group = str(ingest.get("lake_group", "loglake-ingest"))
+    if not lake_group:
+        raise LoglakeError("[ingest] lake_group must not be empty", path=str(p))
     return IngestConfig(
         log_dirs=common.log_dirs,
         lake=common.lake,
@@ -215,6 +222,10 @@ def load_config(
         spark_conf=common.spark_conf,
         on_divergence=divergence,
         isolation=isolation,
+        bootstrap_servers=bootstrap_servers
+        if bootstrap_servers is not None
+        else str(ingest.get("bootstrap_servers", "")),
+        lake_group=lake_group,
     )
 
 
@@ -255,6 +266,8 @@ class IngestSummary:
     open_transactions: int = 0
     held_at_lso: dict[str, int] = field(default_factory=dict)
     txn_prepass_seconds: float = 0.0  # the read_committed pre-pass (a Spark job of its own)
+    # partitions whose progress was committed to [ingest] lake_group (None: not committed)
+    lake_group_partitions: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -549,6 +562,19 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
     """
     summary = _run_ingest(spark, config, log=log)
     _ensure_tables(config)
+    if config.bootstrap_servers:
+        # after the Delta commit: the broker learns how far the lake has read (never fails
+        # the run; see pipelines.lake_group)
+        # only the partitions this run reads ([ingest] topics): a topic no longer ingested
+        # is not held on the broker by a commit refreshed forever (its commit ages out)
+        taken = _partitions(config.log_dirs, config.topics)
+        progress = read_progress(config.records_path)
+        summary.lake_group_partitions = commit_lake_offsets(
+            config.bootstrap_servers,
+            config.lake_group,
+            {tp: v for tp, v in progress.items() if tp in taken},
+            log=log,
+        )
     return summary
 
 

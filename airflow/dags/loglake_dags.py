@@ -23,8 +23,10 @@ environment), read when this file is parsed unless said otherwise, each with its
 - ``loglake_spark_conn_id``: the Spark connection, whose host is the master (``local[*]``,
   ``spark://host:7077``, ``yarn``); ``loglake_spark``
 - ``loglake_bootstrap_servers``: the running broker (``host:port``) that retention asks to
-  delete records (Kafka's DeleteRecords); unset: retention works on the log dirs directly,
-  under their ``.lock``, which a running broker holds (the task then fails and says so)
+  delete records (Kafka's DeleteRecords) and ingest commits the lake's progress to (the
+  consumer group ``[ingest] lake_group``); unset: retention works on the log dirs directly,
+  under their ``.lock``, which a running broker holds (the task then fails and says so), and
+  ingest commits no group
 - ``loglake_spark_local_ip``: SPARK_LOCAL_IP of the jobs (read when a task runs); 127.0.0.1
 - ``loglake_ingest_schedule``, ``loglake_maintenance_schedule``: ``@hourly``, ``@daily``
 - ``loglake_retries``: retries of a task, with exponential backoff from
@@ -56,13 +58,13 @@ CONN_ID = Variable.get("loglake_spark_conn_id", default="loglake_spark")
 RETRIES = int(Variable.get("loglake_retries", default="2"))
 RETRY_DELAY = dt.timedelta(seconds=float(Variable.get("loglake_retry_delay_s", default="60")))
 
-# The running broker, for retention's DeleteRecords; unset: retention works on the log dirs
-# directly under their .lock (no broker running).
+# The running broker, for retention's DeleteRecords and ingest's lake group; unset: retention
+# works on the log dirs directly under their .lock (no broker running).
 BOOTSTRAP = Variable.get("loglake_bootstrap_servers", default="")
 
 # (task id, job file, extra arguments) in run order.
 INGEST_STEPS = [
-    ("ingest", "ingest.py", []),
+    ("ingest", "ingest.py", ["--bootstrap-server", BOOTSTRAP] if BOOTSTRAP else []),
     ("lookups", "build_lookups.py", []),
     ("compact", "compact.py", []),
     ("quality", "quality.py", ["--run-id", "{{ run_id }}"]),

@@ -119,6 +119,7 @@ class Broker:
     def start(self) -> None:
         self.group_coordinator = GroupCoordinator(self.log_manager, config=self.config, clock=None)
         self.group_coordinator.start()
+        self._set_lake_bound(self.group_coordinator)
         self._start_txn_coordinator(self.group_coordinator)
         dispatcher = Dispatcher(self)
         self._server = SocketServer(self.config, dispatcher.dispatch, inline=dispatcher.try_inline)
@@ -134,6 +135,26 @@ class Broker:
             self._server.host,
             self._server.port,
             ",".join(str(d) for d in self.config.log_dirs),
+        )
+
+    def _set_lake_bound(self, groups: GroupCoordinator) -> None:
+        """``log.retention.lake.group``: the periodic retention keeps what that group (the
+        lake's ingest) has not committed past, within ``log.retention.lake.max.*``."""
+        group = self.config.get_str("log.retention.lake.group")
+        if not group:
+            return
+        max_bytes = self.config.get_int("log.retention.lake.max.bytes")
+        max_ms = self.config.get_int("log.retention.lake.max.ms")
+        self.log_manager.set_lake_bound(
+            lambda topic, partition: groups.committed_offset(group, topic, partition),
+            max_bytes=max_bytes,
+            max_ms=max_ms,
+        )
+        log.info(
+            "retention bounded by group %r (log.retention.lake.max.bytes=%d, max.ms=%d)",
+            group,
+            max_bytes,
+            max_ms,
         )
 
     def _start_txn_coordinator(self, groups: GroupCoordinator) -> None:

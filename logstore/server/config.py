@@ -204,6 +204,27 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "how often retention runs",
             low=1,
         ),
+        # loglake's lake bound on the periodic retention (logstore.storage.retention)
+        _d(
+            "log.retention.lake.group",
+            "string",
+            "",
+            "consumer group whose committed offsets bound time/size retention (empty: off)",
+        ),
+        _d(
+            "log.retention.lake.max.bytes",
+            "long",
+            "-1",
+            "a partition log larger than this is retained as in Kafka, lake or not (-1: never)",
+            low=-1,
+        ),
+        _d(
+            "log.retention.lake.max.ms",
+            "long",
+            "604800000",
+            "a lake group commit older than this no longer bounds retention (-1: never)",
+            low=-1,
+        ),
         _d(
             "log.cleanup.policy",
             "list",

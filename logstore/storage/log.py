@@ -112,7 +112,7 @@ from logstore.storage.loader import LoadResult, load_segments
 from logstore.storage.producer_loader import ProducerStateLoad, load_producer_state
 from logstore.storage.producer_snapshot import MAX_SNAPSHOTS, delete_snapshots, take_snapshot
 from logstore.storage.producer_state import ProducerStateManager
-from logstore.storage.retention import retention_plan
+from logstore.storage.retention import RULE_LOG_START, retention_plan
 from logstore.storage.scheduler import Scheduler
 from logstore.storage.segment import BatchInfo, LogSegment
 from logstore.storage.txn_index import AbortedTxn
@@ -939,7 +939,14 @@ class Log:
             delete_snapshots(self._dir, below=self._log_start_offset)
         return len(doomed)
 
-    def delete_old_segments(self, now_ms: int | None = None) -> int:
+    def delete_old_segments(
+        self,
+        now_ms: int | None = None,
+        *,
+        lake_offset: int | None = None,
+        lake_max_bytes: int = -1,
+        lake_valve: str = "",
+    ) -> int:
         """Retention: delete segments by ``retention.ms``, ``retention.bytes`` and the log start
         offset (the first two only with ``cleanup.policy`` delete). Returns how many went.
 
@@ -947,6 +954,12 @@ class Log:
         retention job): ``retention.ms`` against each segment's largest timestamp,
         ``retention.bytes`` while the log stays at or over the limit without the segment,
         segments wholly below the log start offset; never the active segment.
+
+        ``lake_offset``: the lake's committed next offset for this partition (the broker's
+        ``log.retention.lake.group``); time and size retention then keep every segment holding
+        an offset ``>= lake_offset``, unless the log is larger than ``lake_max_bytes``
+        (``>= 0``, the safety valve; ``0`` opens it whatever the size), which deletes anyway
+        and logs a WARN naming the offsets and ``lake_valve`` (why the valve is open).
         """
         now = _now_ms() if now_ms is None else now_ms
         with self._lock:
@@ -961,11 +974,34 @@ class Log:
                 log_start_offset=self._log_start_offset,
                 high_watermark=self._high_watermark,
                 now_ms=now,
+                lake_offset=lake_offset,
+                lake_max_bytes=lake_max_bytes,
             )
             if not rules:
                 return 0
             keep_from = self._segments[len(rules)].base_offset
+            if lake_offset is not None:
+                self._warn_lake_valve(rules, lake_offset, lake_valve)
             return self._delete_segments(lambda seg, nxt: nxt <= keep_from)
+
+    def _warn_lake_valve(self, rules: list[str], lake_offset: int, why: str) -> None:
+        """WARN when time/size retention (``rules``, about to be applied) deletes offsets at or
+        above ``lake_offset`` that the log start offset had not already given up."""
+        by_rule = sum(1 for r in rules if r != RULE_LOG_START)
+        if not by_rule:
+            return
+        lost_from = max(lake_offset, self._log_start_offset, self._segments[0].base_offset)
+        lost_to = self._segments[by_rule].base_offset
+        if lost_to > lost_from:
+            _log.warning(
+                "%s: retention deletes offsets [%d, %d) the lake has not ingested (lake group "
+                "committed offset %d): %s",
+                self.dir.name,
+                lost_from,
+                lost_to,
+                lake_offset,
+                why or "the log is larger than log.retention.lake.max.bytes",
+            )
 
     # -- cleaner hand-over ---------------------------------------------------------------------
 

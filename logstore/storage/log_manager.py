@@ -45,8 +45,9 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from logstore.errors import LoglakeError, StorageError
 from logstore.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
@@ -120,6 +121,12 @@ class LogManager:
         self._shut_down = False
         # checkpoint file -> the error last logged for it (logged once per error)
         self._checkpoint_errors: dict[Path, str] = {}
+        # set_lake_bound: (committed lookup, max bytes, max ms)
+        self._lake_bound: tuple[Callable[[str, int], tuple[int, int] | None] | None, int, int] = (
+            None,
+            -1,
+            -1,
+        )
         try:
             for d in self.log_dirs:
                 d.mkdir(parents=True, exist_ok=True)
@@ -311,14 +318,49 @@ class LogManager:
                 _log.exception("swapping cleaned segments into %s failed", log.dir)
         return swapped
 
+    def set_lake_bound(
+        self,
+        committed: Callable[[str, int], tuple[int, int] | None] | None,
+        *,
+        max_bytes: int = -1,
+        max_ms: int = -1,
+    ) -> None:
+        """Bound time/size retention by what the lake ingested (``log.retention.lake.*``).
+
+        ``committed(topic, partition)``: the lake's committed next offset and its commit time
+        (ms), or None for a partition the lake does not track (Kafka's rules alone); None
+        removes the bound. Safety valves (``-1``: none): a log larger than ``max_bytes`` and a
+        commit older than ``max_ms`` (a stopped ingest) are retained as in Kafka, with a WARN
+        when that deletes offsets the lake has not ingested.
+        """
+        self._lake_bound = (committed, max_bytes, max_ms)
+
+    def _lake_args(self, log: Log, now_ms: int) -> dict[str, Any]:
+        committed, max_bytes, max_ms = self._lake_bound
+        if committed is None:
+            return {}
+        found = committed(log.topic, log.partition)
+        if found is None:
+            return {}
+        offset, commit_ms = found
+        if 0 <= max_ms < now_ms - commit_ms:
+            why = (
+                f"the lake group last committed {now_ms - commit_ms} ms ago "
+                f"(log.retention.lake.max.ms={max_ms})"
+            )
+            return {"lake_offset": offset, "lake_max_bytes": 0, "lake_valve": why}
+        return {"lake_offset": offset, "lake_max_bytes": max_bytes}
+
     def cleanup_logs(self, now_ms: int | None = None) -> int:
-        """Retention over every log (segments by time, size and log start offset)."""
+        """Retention over every log (segments by time, size and log start offset), bounded by
+        the lake's committed offsets when :meth:`set_lake_bound` set them."""
         total = 0
+        now = _now_ms() if now_ms is None else now_ms
         for log in self.all_logs():
             if log.closed:
                 continue
             try:
-                total += log.delete_old_segments(now_ms)
+                total += log.delete_old_segments(now, **self._lake_args(log, now))
             except LoglakeError:
                 _log.exception("retention failed for %s", log.dir)
         return total

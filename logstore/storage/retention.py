@@ -17,6 +17,15 @@ order, each pass stopping at the first segment that does not qualify:
 
 A segment is deletable at all only if it is not the active (last) segment and its next
 segment's base offset is ``<=`` the high watermark (Kafka's ``deletableSegments``).
+
+The lake bound (loglake's own, the broker's ``log.retention.lake.group``): with
+``lake_offset`` given (the offset the lake's ingest committed for the partition: the next
+offset it will read), rules 1 and 2 delete a segment only if its next offset (the next
+segment's base offset) is ``<= lake_offset``, so no offset the lake has not ingested goes by
+time or size; they stop at the first segment held back. The safety valve ``lake_max_bytes``
+(``>= 0``): while the log (from the segment examined to the end, the active one included) is
+larger than that, rules 1 and 2 ignore the bound, as in Kafka. Rule 3 (the log start offset,
+moved by DeleteRecords) is never bounded. ``lake_offset=None`` is Kafka's behaviour.
 Pure and thread-safe; segments are read through attributes only, lazily: the time rule
 reads ``largest_timestamp`` of the segments it examines and no others.
 """
@@ -75,28 +84,47 @@ def retention_plan(
     log_start_offset: int,
     high_watermark: int,
     now_ms: int,
+    lake_offset: int | None = None,
+    lake_max_bytes: int = -1,
 ) -> list[str]:
     """The rule deleting each of the oldest segments, in order: the first ``len(result)``
-    segments of ``segments`` (oldest first, the last one active) go. See the module docstring.
+    segments of ``segments`` (oldest first, the last one active) go. See the module docstring
+    (``lake_offset``/``lake_max_bytes``: the lake bound and its safety valve).
     """
     n = len(segments)
     rules: list[str] = []
     i = 0
+    # bytes from segment i to the end; computed only when the lake bound needs it
+    remaining = sum(s.size for s in segments) if lake_offset is not None else 0
 
     def deletable(j: int) -> bool:
         return j < n - 1 and segments[j + 1].base_offset <= high_watermark
 
+    def lake_allows(j: int) -> bool:
+        if lake_offset is None or segments[j + 1].base_offset <= lake_offset:
+            return True
+        return 0 <= lake_max_bytes < remaining
+
+    def take(rule: str) -> None:
+        nonlocal i, remaining
+        rules.append(rule)
+        if lake_offset is not None:
+            remaining -= segments[i].size
+        i += 1
+
     if delete_policy and retention_ms >= 0:
-        while deletable(i) and time_breached(now_ms, segments[i].largest_timestamp, retention_ms):
-            rules.append(RULE_RETENTION_MS)
-            i += 1
+        while (
+            deletable(i)
+            and time_breached(now_ms, segments[i].largest_timestamp, retention_ms)
+            and lake_allows(i)
+        ):
+            take(RULE_RETENTION_MS)
     if delete_policy and retention_bytes >= 0:
         excess = sum(s.size for s in segments[i:]) - retention_bytes
         if excess > 0:
-            while deletable(i) and size_breached(excess, segments[i].size):
+            while deletable(i) and size_breached(excess, segments[i].size) and lake_allows(i):
                 excess -= segments[i].size
-                rules.append(RULE_RETENTION_BYTES)
-                i += 1
+                take(RULE_RETENTION_BYTES)
     while deletable(i) and segments[i + 1].base_offset <= log_start_offset:
         rules.append(RULE_LOG_START)
         i += 1

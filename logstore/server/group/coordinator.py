@@ -540,6 +540,14 @@ class GroupCoordinator(Rebalancer):
                     )
             return ErrorCode.none, out
 
+    def committed_offset(self, group_id: str, topic: str, partition: int) -> tuple[int, int] | None:
+        """``group_id``'s committed offset of ``topic``/``partition`` and its commit time (ms),
+        or None (none committed, or only a pending transactional one). For the broker's lake
+        bound on retention (``log.retention.lake.group``); any thread."""
+        with self._lock:
+            v = self._store.offsets_of(group_id).get((topic, partition))
+            return None if v is None else (v.offset, v.commit_timestamp)
+
     def delete_offsets(
         self, group_id: str, partitions: Sequence[tuple[str, int]]
     ) -> tuple[ErrorCode, list[tuple[str, int, ErrorCode]]]:

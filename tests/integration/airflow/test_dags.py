@@ -124,6 +124,11 @@ def test_steps_join_when_their_job_lands_and_settings_come_from_variables(
     assert ingest["tasks"]["compact"]["application"] == str(root / "jobs" / "compact.py")
     assert {t["retries"] for t in ingest["tasks"].values()} == {5}
     assert {t["conn_id"] for t in maintenance["tasks"].values()} == {"spark_cluster"}
+    assert ingest["tasks"]["ingest"]["application_args"][2:] == []  # no broker: no lake group
+    bag = _dagbag(tmp_path, loglake_root=str(root), loglake_bootstrap_servers="h:9")
+    for dag_id, task_id in (("loglake_ingest", "ingest"), ("loglake_maintenance", "retention")):
+        args = bag["dags"][dag_id]["tasks"][task_id]["application_args"]
+        assert args[2:] == ["--bootstrap-server", "h:9"], (dag_id, args)
 
 
 # ----------------------------------------------------------------- airflow dags test

@@ -47,3 +47,20 @@ def test_free_form_sections_take_any_key(tmp_path: Path) -> None:
     conf.write_text('[spark.conf]\n"spark.sql.shuffle.partitions" = "3"\n"anything.else" = "x"\n')
     config = load_config(conf, log_dirs=["logs"], lake="lake")
     assert config.spark_conf == {"spark.sql.shuffle.partitions": "3", "anything.else": "x"}
+
+
+def test_ingest_lake_group_keys(tmp_path: Path) -> None:
+    conf = tmp_path / "pipeline.toml"
+    conf.write_text('[ingest]\nbootstrap_servers = "h:1"\nlake_group = "lg"\n')
+    config = load_config(conf, log_dirs=["logs"], lake="lake")
+    assert (config.bootstrap_servers, config.lake_group) == ("h:1", "lg")
+    over = load_config(conf, log_dirs=["logs"], lake="lake", bootstrap_servers="h:2")
+    assert over.bootstrap_servers == "h:2"
+    shipped = load_config(ROOT / "conf" / "pipeline.toml", log_dirs=["logs"], lake="lake")
+    assert (shipped.bootstrap_servers, shipped.lake_group) == ("", "loglake-ingest")
+    conf.write_text('[ingest]\nlake_group = ""\n')
+    with pytest.raises(LoglakeError, match="lake_group must not be empty"):
+        load_config(conf, log_dirs=["logs"], lake="lake")
+    conf.write_text('[ingest]\nlake_grup = "x"\n')
+    with pytest.raises(LoglakeError, match="did you mean 'lake_group'"):
+        load_config(conf, log_dirs=["logs"], lake="lake")

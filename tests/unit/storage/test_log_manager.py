@@ -158,6 +158,33 @@ def test_flush_and_retention_tasks(tmp_path: Path) -> None:
     mgr.shutdown()
 
 
+def test_lake_bound_and_its_time_valve(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = LogConfig(segment_bytes=1000, retention_ms=1000, file_delete_delay_ms=0)
+    mgr = LogManager(tmp_path, default_config=cfg, background=False)
+    lg = mgr.get_or_create_log("t", 0)
+    other = mgr.get_or_create_log("u", 0)
+    for log_ in (lg, other):
+        for _ in range(20):
+            log_.append(build_batch([(b"k", b"v" * 100)] * 2, base_timestamp=1000))
+        log_.high_watermark = log_.log_end_offset
+    bases = [s.base_offset for s in lg.segments]
+    assert len(bases) > 4
+    commits = {("t", 0): (bases[2] + 1, 5_000)}  # "u" has no commit: Kafka's rules
+    mgr.set_lake_bound(lambda t, p: commits.get((t, p)), max_ms=10_000)
+    # the commit is 1 s old: segments holding offsets >= bases[2] + 1 stay
+    assert mgr.cleanup_logs(now_ms=6_000) == 2 + len(bases) - 1
+    assert [s.base_offset for s in lg.segments] == bases[2:]
+    assert len(other.segments) == 1
+    assert "has not ingested" not in caplog.text
+    # 10 s is not past max_ms; 10.001 s is: retained as in Kafka, with a WARN
+    assert mgr.cleanup_logs(now_ms=15_000) == 0
+    assert mgr.cleanup_logs(now_ms=15_001) == len(bases) - 3
+    assert [s.base_offset for s in lg.segments] == bases[-1:]
+    assert f"t-0: retention deletes offsets [{bases[2] + 1}, {bases[-1]})" in caplog.text
+    assert "log.retention.lake.max.ms=10000" in caplog.text
+    mgr.shutdown()
+
+
 def test_background_tasks_run_on_the_scheduler(tmp_path: Path) -> None:
     sched = Scheduler()
     sched.start()

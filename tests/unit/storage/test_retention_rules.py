@@ -57,3 +57,39 @@ def test_log_start_and_high_watermark_bounds() -> None:
     assert _plan(SEGS, retention_ms=0, high_watermark=19) == ["retention.ms"]
     assert _plan(SEGS, retention_ms=0, high_watermark=20) == ["retention.ms"] * 2
     assert _plan(SEGS[:1], retention_ms=0, log_start_offset=99) == []
+
+
+def test_lake_bound_keeps_segments_the_lake_has_not_ingested() -> None:
+    # segment i holds [10 i, 10 i + 10); it may go by time/size only if 10 (i + 1) <= lake
+    assert _plan(SEGS, retention_ms=0, lake_offset=0) == []
+    assert _plan(SEGS, retention_ms=0, lake_offset=9) == []
+    assert _plan(SEGS, retention_ms=0, lake_offset=10) == ["retention.ms"]
+    assert _plan(SEGS, retention_ms=0, lake_offset=29) == ["retention.ms"] * 2
+    assert _plan(SEGS, retention_bytes=0, lake_offset=20) == ["retention.bytes"] * 2
+    assert _plan(SEGS, retention_ms=0, lake_offset=10**6) == ["retention.ms"] * 3
+    # time then size, both stop at the bound
+    assert _plan(SEGS, retention_ms=8_999, retention_bytes=0, lake_offset=20) == [
+        "retention.ms",
+        "retention.bytes",
+    ]
+    # the log start offset (DeleteRecords) is not bounded
+    assert (
+        _plan(SEGS, retention_ms=0, lake_offset=0, log_start_offset=25) == ["log.start.offset"] * 2
+    )
+    # None: Kafka's rules
+    assert _plan(SEGS, retention_ms=0, lake_offset=None) == ["retention.ms"] * 3  # type: ignore[arg-type]
+
+
+def test_lake_bound_safety_valve_by_size() -> None:
+    # the log is 400 bytes: a valve below that deletes until the log is no larger than it
+    assert _plan(SEGS, retention_ms=0, lake_offset=0, lake_max_bytes=400) == []
+    assert _plan(SEGS, retention_ms=0, lake_offset=0, lake_max_bytes=399) == ["retention.ms"]
+    assert _plan(SEGS, retention_ms=0, lake_offset=0, lake_max_bytes=200) == ["retention.ms"] * 2
+    assert _plan(SEGS, retention_ms=0, lake_offset=0, lake_max_bytes=0) == ["retention.ms"] * 3
+    # ingested segments go regardless; the valve then counts what is left
+    assert _plan(SEGS, retention_ms=0, lake_offset=10, lake_max_bytes=250) == ["retention.ms"] * 2
+    # the valve never deletes what retention itself would keep
+    assert _plan(SEGS, retention_ms=9_000, lake_offset=0, lake_max_bytes=0) == []
+    assert _plan(SEGS, retention_bytes=300, lake_offset=0, lake_max_bytes=0) == ["retention.bytes"]
+    # -1: no valve
+    assert _plan(SEGS, retention_bytes=0, lake_offset=0, lake_max_bytes=-1) == []
