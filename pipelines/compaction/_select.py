@@ -18,10 +18,14 @@ a negative status and :func:`make_selector`'s function raise
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import numpy as np
+from llvmlite import ir
 from numba import njit
+from numba.core import types
+from numba.extending import intrinsic
 
 from logstore.errors import CorruptRecordError
 from pipelines.decode._kernels import _copy
@@ -101,23 +105,73 @@ def select_records(
     return _OK, w, kept, max_delta
 
 
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
+_MUL = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xFF51AFD7ED558CCD)
 _MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S29 = np.uint64(29)
 _S33 = np.uint64(33)
+
+
+@intrinsic
+def _load64(typingctx, arr, p):  # type: ignore[no-untyped-def]
+    """The 8 bytes ``arr[p:p+8]`` as one unaligned native-order ``uint64`` load (the caller
+    checked the bounds). Little-endian on the hosts this runs on; the key map only needs the
+    same bytes to give the same word, which holds on any host."""
+    sig = types.uint64(arr, p)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        arr_ty, p_ty = signature.args
+        arr_v, p_v = args
+        a = context.make_array(arr_ty)(context, builder, arr_v)
+        ptr = builder.gep(a.data, [context.cast(builder, p_v, p_ty, types.intp)])
+        ptr64 = builder.bitcast(ptr, ir.IntType(64).as_pointer())
+        return builder.load(ptr64, align=1)
+
+    return sig, codegen
+
+
+_SHIFT = np.arange(8, dtype=np.uint64) * np.uint64(8)
+_LITTLE = sys.byteorder == "little"  # the tail load below needs it
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _word(data: np.ndarray, p: int, end: int) -> np.uint64:
+    """The (up to) 8 bytes at ``p`` before ``end`` as one word, zero padded: one load, or
+    for a short tail the 8 bytes that end at ``end`` shifted down (a byte loop only when the
+    array holds fewer than 8 bytes before ``end``)."""
+    n = end - p
+    if n >= 8:
+        return _load64(data, p)
+    if n <= 0:
+        return np.uint64(0)
+    if end >= 8 and _LITTLE:
+        return _load64(data, end - 8) >> _SHIFT[8 - n]
+    w = np.uint64(0)
+    for i in range(n):
+        w |= np.uint64(data[p + i]) << _SHIFT[i]
+    return w
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fmix(h: np.uint64) -> np.uint64:
+    """murmur3's 64-bit finaliser."""
+    h = (h ^ (h >> _S33)) * _MIX1
+    h = (h ^ (h >> _S33)) * _MIX2
+    return h ^ (h >> _S33)
 
 
 @njit(cache=True, nogil=True)
 def _key_hash(data: np.ndarray, start: int, end: int) -> np.int64:
-    """FNV-1a over ``data[start:end]``, then murmur3's finaliser (spreads the low bits that
-    pick the slot); as int64."""
-    h = _FNV_OFFSET
-    for i in range(start, end):
-        h = (h ^ np.uint64(data[i])) * _FNV_PRIME
-    h = (h ^ (h >> _S33)) * _MIX1
-    h = (h ^ (h >> _S33)) * _MIX2
-    return np.int64(h ^ (h >> _S33))
+    """A 64-bit hash of ``data[start:end]``: the length, then each 8-byte little-endian word
+    (the last zero padded) multiplied in, then murmur3's finaliser (spreads the bits; the top
+    ones pick the radix part, the low ones the slot); as int64."""
+    h = np.uint64(end - start) * _MUL
+    p = start
+    while p < end:
+        h = (h ^ _word(data, p, end)) * _MUL
+        h ^= h >> _S29
+        p += 8
+    return np.int64(_fmix(h))
 
 
 _ROW_BITS = 40
@@ -129,14 +183,7 @@ _SLOT = 4  # int64 per slot: row | length << 40, hash, key bytes 0-7, key bytes 
 @njit(cache=True, nogil=True)
 def _words(data: np.ndarray, start: int, end: int) -> tuple:  # type: ignore[type-arg]
     """The first 16 bytes of ``data[start:end]`` as two little-endian int64 (zero padded)."""
-    w0 = np.uint64(0)
-    w1 = np.uint64(0)
-    n = min(end - start, _INLINE)
-    for i in range(min(n, 8)):
-        w0 |= np.uint64(data[start + i]) << np.uint64(8 * i)
-    for i in range(8, n):
-        w1 |= np.uint64(data[start + i]) << np.uint64(8 * (i - 8))
-    return np.int64(w0), np.int64(w1)
+    return np.int64(_word(data, start, end)), np.int64(_word(data, start + 8, end))
 
 
 @njit(cache=True, nogil=True)
