@@ -30,7 +30,7 @@ from numba.extending import intrinsic
 from logstore.errors import CorruptRecordError
 from pipelines.decode._kernels import _copy
 
-__all__ = ["last_per_key", "make_selector", "select_records"]
+__all__ = ["last_per_key", "last_per_key_into", "make_selector", "select_records"]
 
 _OK = 0
 _BAD_VARINT = -1
@@ -206,6 +206,22 @@ _PART_ROWS = 8192  # rows per radix part: its table (16K slots of 32 B) stays in
 def last_per_key(
     starts: np.ndarray, ends: np.ndarray, data: np.ndarray, valid: np.ndarray
 ) -> np.ndarray:
+    """:func:`last_per_key_into` with scratch space of its own."""
+    n = valid.shape[0]
+    return last_per_key_into(
+        starts, ends, data, valid, np.empty(n, np.int64), np.empty(n * (_SLOT + 1), np.int64)
+    )
+
+
+@njit(cache=True, nogil=True)
+def last_per_key_into(  # noqa: PLR0917
+    starts: np.ndarray,
+    ends: np.ndarray,
+    data: np.ndarray,
+    valid: np.ndarray,
+    hashes: np.ndarray,
+    scratch: np.ndarray,
+) -> np.ndarray:
     """Per row, True when it is the last row of its key: rows ``i`` with ``valid[i]``, key
     ``data[starts[i]:ends[i]]`` (an Arrow binary column: its offsets without the last and
     without the first).
@@ -217,14 +233,16 @@ def last_per_key(
     than the rest of the pass. A slot holds the key's last row so far, its length, its hash
     and, for keys of up to 16 bytes, the key bytes themselves, so that a hit on a short key
     is decided by the slot alone; longer keys are compared byte for byte in ``data``.
-    Exact whatever the hash does."""
+    Exact whatever the hash does.
+
+    Scratch space from the caller (fresh pages cost a fault each, pooled ones do not):
+    ``hashes`` int64[n], ``scratch`` int64[5 n]."""
     n = valid.shape[0]
     bits = 0
     while (n >> bits) > _PART_ROWS:
         bits += 1
     shift = np.uint64(64 - bits) if bits else np.uint64(0)
     parts = 1 << bits
-    hashes = np.empty(n, np.int64)
     counts = np.zeros(parts + 1, np.int64)
     for i in range(n):
         if valid[i]:
@@ -235,8 +253,8 @@ def last_per_key(
     for p in range(parts):
         counts[p + 1] += counts[p]
     m = counts[parts]
-    rows = np.empty(m, np.int64)
-    keyed = np.empty((m, _SLOT), np.int64)  # per row: length tag, hash, key bytes 0-15
+    rows = scratch[:m]
+    keyed = scratch[m : m * (_SLOT + 1)].reshape((m, _SLOT))  # length tag, hash, key 0-15
     fill = counts[:parts].copy()
     for i in range(n):
         if valid[i]:

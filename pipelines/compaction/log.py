@@ -84,7 +84,7 @@ from logstore.storage.swap import (
 )
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
 from pipelines.compaction._keymap import record_keys
-from pipelines.compaction._select import last_per_key, make_selector
+from pipelines.compaction._select import last_per_key, last_per_key_into, make_selector
 from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, parse_strategy
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.decode import BatchScan, decode_records, scan_batches, verify_batches
@@ -163,6 +163,14 @@ def _last_per_key(table: pa.Table, eligible: np.ndarray | None = None) -> np.nda
     return np.flatnonzero(last_per_key(offsets[:-1], offsets[1:], data, valid))
 
 
+def _pooled(count: int, dtype: type[np.generic] | np.dtype) -> np.ndarray:  # type: ignore[type-arg]
+    """An uninitialised array in Arrow's memory pool, whose pages are reused from call to
+    call (a fresh numpy allocation of this size costs a page fault per 4 KiB written; see
+    :func:`pipelines.decode.records._empty`)."""
+    dt = np.dtype(dtype)
+    return np.frombuffer(pa.allocate_buffer(count * dt.itemsize), dt)
+
+
 class _KeyRows:
     """Per record of the cleanable range, in offset order: offset, key (Arrow
     ``large_binary`` layout: int64 offsets + bytes), key-null and value-null flags. What the
@@ -171,11 +179,12 @@ class _KeyRows:
     def __init__(self, rows: int = 0, key_bytes: int = 0) -> None:
         """Room for ``rows`` records and ``key_bytes`` of keys to begin with."""
         self.n = 0
-        self.offsets = np.empty(rows, np.int64)
-        self.k_null = np.empty(rows, np.bool_)
-        self.v_null = np.empty(rows, np.bool_)
-        self.k_off = np.zeros(rows + 1, np.int64)
-        self.k_data = np.empty(key_bytes, np.uint8)
+        self.offsets = _pooled(rows, np.int64)
+        self.k_null = _pooled(rows, np.bool_)
+        self.v_null = _pooled(rows, np.bool_)
+        self.k_off = _pooled(rows + 1, np.int64)
+        self.k_off[0] = 0
+        self.k_data = _pooled(key_bytes, np.uint8)
 
     def _reserve(self, rows: int, key_bytes: int) -> None:
         need = self.n + rows
@@ -183,15 +192,15 @@ class _KeyRows:
             cap = max(need, 2 * self.offsets.shape[0])
             for name in ("offsets", "k_null", "v_null"):
                 old = getattr(self, name)
-                new = np.empty(cap, old.dtype)
+                new = _pooled(cap, old.dtype)
                 new[: self.n] = old[: self.n]
                 setattr(self, name, new)
-            k_off = np.empty(cap + 1, np.int64)
+            k_off = _pooled(cap + 1, np.int64)
             k_off[: self.n + 1] = self.k_off[: self.n + 1]
             self.k_off = k_off
         used = int(self.k_off[self.n])
         if used + key_bytes > self.k_data.shape[0]:
-            k_data = np.empty(max(used + key_bytes, 2 * self.k_data.shape[0]), np.uint8)
+            k_data = _pooled(max(used + key_bytes, 2 * self.k_data.shape[0]), np.uint8)
             k_data[:used] = self.k_data[:used]
             self.k_data = k_data
 
@@ -255,13 +264,16 @@ def _add_segment(rows: _KeyRows, data: np.ndarray, scan: BatchScan, path: Path) 
             rows.add_decoded(chunk.records)
 
 
-def _read_segment(path: Path, size: int) -> np.ndarray:
-    """The first ``size`` bytes of a segment (it may have grown since the plan, not shrunk)."""
+def _read_segment(path: Path, size: int, into: np.ndarray | None = None) -> np.ndarray:
+    """The first ``size`` bytes of a segment (it may have grown since the plan, not shrunk),
+    read into ``into[:size]`` when given (reused from segment to segment), else a new array.
+    Read, not mapped: a file truncated under a mapping kills the process with SIGBUS."""
+    out = _pooled(size, np.uint8) if into is None else into[:size]
     with open(path, "rb") as f:
-        data = os.pread(f.fileno(), size, 0)
-    if len(data) < size:
-        raise LoglakeError(f"segment shrank to {len(data)} bytes since the plan", path=str(path))
-    return np.frombuffer(data, np.uint8)
+        got = os.preadv(f.fileno(), [out], 0)
+    if got < size:
+        raise LoglakeError(f"segment shrank to {got} bytes since the plan", path=str(path))
+    return out
 
 
 def winning_offsets(
@@ -290,12 +302,14 @@ def winning_offsets(
     # to hold that many records of 32 bytes (compacted already): then it grows as needed
     guess = sum(min(max(r.next_offset - r.base_offset, 0), r.size // 32) for r in segments)
     rows = _KeyRows(guess if lean else 0, 16 * guess if lean else 0)
+    # one read buffer for all segments (the full decoder's columns are copies, never views)
+    buffer = _pooled(max((r.size for r in segments), default=0), np.uint8)
     parts: list[pa.Table] = []
     for ref in segments:
         if ref.size == 0:
             continue
         path = segment_path(root, ref.base_offset, LOG_SUFFIX)
-        data = _read_segment(path, ref.size)
+        data = _read_segment(path, ref.size, buffer)
         scan = scan_batches(data)
         _, errors = verify_batches(data, scan)
         bad = next((e for e in errors if e is not None), None)
@@ -357,7 +371,11 @@ def _lean_winners(
     valid = ~rows.k_null[:n]
     if aborted_batches:
         valid &= _outside(offsets, aborted_batches)
-    picked = np.flatnonzero(last_per_key(rows.k_off[:n], rows.k_off[1 : n + 1], rows.k_data, valid))
+    last = last_per_key_into(
+        rows.k_off[:n], rows.k_off[1 : n + 1], rows.k_data, valid,
+        _pooled(n, np.int64), _pooled(5 * n, np.int64),
+    )  # fmt: skip
+    picked = np.flatnonzero(last)
     keep = offsets[picked]
     return keep, keep[rows.v_null[:n][picked]]
 
