@@ -28,7 +28,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from logstore.errors import CorruptRecordError
-from pipelines.decode._kernels import _copy
+from pipelines.decode._kernels import _copy, _varint
 
 __all__ = ["last_per_key", "last_per_key_into", "make_selector", "select_records"]
 
@@ -36,23 +36,6 @@ _OK = 0
 _BAD_VARINT = -1
 _BAD_LENGTH = -2
 _TRAILING = -3
-
-
-@njit(cache=True, nogil=True)
-def _zigzag(buf: np.ndarray, p: int, end: int) -> tuple:  # type: ignore[type-arg]
-    """Zigzag varint (up to 10 bytes) at ``p`` before ``end``: (value, next, ok)."""
-    u = np.uint64(0)
-    shift = np.uint64(0)
-    for i in range(10):
-        q = p + i
-        if q >= end:
-            return np.int64(0), q, False
-        b = buf[q]
-        u |= np.uint64(b & 0x7F) << shift
-        if b < 0x80:
-            return np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1)), q + 1, True
-        shift += np.uint64(7)
-    return np.int64(0), p + 10, False
 
 
 @njit(cache=True, nogil=True)
@@ -76,14 +59,14 @@ def select_records(
     run_end = 0
     max_delta = np.int64(-(2**63))
     for _ in range(count):
-        length, q, ok = _zigzag(data, p, end)
+        length, q, ok = _varint(data, p, end, 10)
         if not ok:
             return _BAD_VARINT, w, kept, max_delta
         record_end = q + length
         if length < 6 or record_end > end:
             return _BAD_LENGTH, w, kept, max_delta
-        ts_delta, r, ok1 = _zigzag(data, q + 1, record_end)
-        offset_delta, _after, ok2 = _zigzag(data, r, record_end)
+        ts_delta, r, ok1 = _varint(data, q + 1, record_end, 10)
+        offset_delta, _after, ok2 = _varint(data, r, record_end, 10)
         if not (ok1 and ok2):
             return _BAD_VARINT, w, kept, max_delta
         offset = base_offset + offset_delta
