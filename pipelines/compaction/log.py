@@ -5,10 +5,12 @@ Per compacted partition, one Spark task (on an executor that sees the log dirs):
 1. plans the pass from the segment files (:func:`logstore.storage.cleaner.plan_cleaning`:
    cleanable range, dirty ratio, ``max.compaction.lag.ms``, segment groups); a partition that
    is not due is left alone unless ``force``;
-2. decides the winners over the whole cleanable range (:func:`winning_offsets`: the
-   vectorised decoder, then, for the offset strategy, a compiled key map of each key's last
-   record (:func:`pipelines.compaction._select.last_per_key`: hash, radix split, small
-   in-cache tables, keys compared exactly), else
+2. decides the winners over the whole cleanable range (:func:`winning_offsets`: for the
+   offset strategy, the offsets, keys and null-value flags of the records only, walked in
+   place in the segment's bytes (:mod:`pipelines.compaction._keymap`; compressed batches
+   through the vectorised decoder), then a compiled key map of each key's last record
+   (:func:`pipelines.compaction._select.last_per_key`: hash, radix split, small in-cache
+   tables, keys compared exactly); else the vectorised decoder, then
    :func:`pipelines.compaction.plan.winner_indices`, the reference model's rule over Arrow
    that the Delta table output uses too; no Python object per record);
 3. rewrites each segment group into ``.cleaned`` segments
