@@ -271,8 +271,13 @@ def _read_segment(path: Path, size: int, into: np.ndarray | None = None) -> np.n
     read into ``into[:size]`` when given (reused from segment to segment), else a new array.
     Read, not mapped: a file truncated under a mapping kills the process with SIGBUS."""
     out = _pooled(size, np.uint8) if into is None else into[:size]
+    got = 0
     with open(path, "rb") as f:
-        got = os.preadv(f.fileno(), [out], 0)
+        while got < size:  # one read returns at most ~2 GiB
+            n = os.preadv(f.fileno(), [out[got:]], got)
+            if n <= 0:
+                break
+            got += n
     if got < size:
         raise LoglakeError(f"segment shrank to {got} bytes since the plan", path=str(path))
     return out

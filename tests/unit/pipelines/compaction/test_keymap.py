@@ -200,3 +200,15 @@ def test_many_rows_grow_the_buffers(tmp_path) -> None:
     last = {keys[int(k)]: i for i, k in enumerate(picks)}
     assert keep.tolist() == sorted(last.values())
     assert dead.tolist() == sorted(i for i in last.values() if picks[i] % 7 == 0)
+
+
+def test_a_segment_that_shrank_since_the_plan_fails_the_pass(tmp_path) -> None:
+    d = tmp_path / "t-0"
+    _write(d, [("data", -1, [(b"a", b"x" * 20, [])] * 3, Codec.NONE)], 1 << 20)
+    refs = _refs(d)
+    path = sorted(d.glob("*.log"))[0]
+    with open(path, "r+b") as f:
+        f.truncate(refs[0].size - 1)
+    for full in (False, True):
+        with pytest.raises(LoglakeError, match="segment shrank to"):
+            winning_offsets(d, refs, DEFAULT_STRATEGY, full_decode=full)
