@@ -18,37 +18,24 @@ a negative status and :func:`make_selector`'s function raise
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import numpy as np
+from llvmlite import ir
 from numba import njit
+from numba.core import types
+from numba.extending import intrinsic
 
 from logstore.errors import CorruptRecordError
-from pipelines.decode._kernels import _copy
+from pipelines.decode._kernels import _copy, _varint
 
-__all__ = ["last_per_key", "make_selector", "select_records"]
+__all__ = ["last_per_key", "last_per_key_into", "make_selector", "select_records"]
 
 _OK = 0
 _BAD_VARINT = -1
 _BAD_LENGTH = -2
 _TRAILING = -3
-
-
-@njit(cache=True, nogil=True)
-def _zigzag(buf: np.ndarray, p: int, end: int) -> tuple:  # type: ignore[type-arg]
-    """Zigzag varint (up to 10 bytes) at ``p`` before ``end``: (value, next, ok)."""
-    u = np.uint64(0)
-    shift = np.uint64(0)
-    for i in range(10):
-        q = p + i
-        if q >= end:
-            return np.int64(0), q, False
-        b = buf[q]
-        u |= np.uint64(b & 0x7F) << shift
-        if b < 0x80:
-            return np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1)), q + 1, True
-        shift += np.uint64(7)
-    return np.int64(0), p + 10, False
 
 
 @njit(cache=True, nogil=True)
@@ -72,14 +59,14 @@ def select_records(
     run_end = 0
     max_delta = np.int64(-(2**63))
     for _ in range(count):
-        length, q, ok = _zigzag(data, p, end)
+        length, q, ok = _varint(data, p, end, 10)
         if not ok:
             return _BAD_VARINT, w, kept, max_delta
         record_end = q + length
         if length < 6 or record_end > end:
             return _BAD_LENGTH, w, kept, max_delta
-        ts_delta, r, ok1 = _zigzag(data, q + 1, record_end)
-        offset_delta, _after, ok2 = _zigzag(data, r, record_end)
+        ts_delta, r, ok1 = _varint(data, q + 1, record_end, 10)
+        offset_delta, _after, ok2 = _varint(data, r, record_end, 10)
         if not (ok1 and ok2):
             return _BAD_VARINT, w, kept, max_delta
         offset = base_offset + offset_delta
@@ -101,23 +88,73 @@ def select_records(
     return _OK, w, kept, max_delta
 
 
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
+_MUL = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xFF51AFD7ED558CCD)
 _MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S29 = np.uint64(29)
 _S33 = np.uint64(33)
+
+
+@intrinsic
+def _load64(typingctx, arr, p):  # type: ignore[no-untyped-def]
+    """The 8 bytes ``arr[p:p+8]`` as one unaligned native-order ``uint64`` load (the caller
+    checked the bounds). Little-endian on the hosts this runs on; the key map only needs the
+    same bytes to give the same word, which holds on any host."""
+    sig = types.uint64(arr, p)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        arr_ty, p_ty = signature.args
+        arr_v, p_v = args
+        a = context.make_array(arr_ty)(context, builder, arr_v)
+        ptr = builder.gep(a.data, [context.cast(builder, p_v, p_ty, types.intp)])
+        ptr64 = builder.bitcast(ptr, ir.IntType(64).as_pointer())
+        return builder.load(ptr64, align=1)
+
+    return sig, codegen
+
+
+_SHIFT = np.arange(8, dtype=np.uint64) * np.uint64(8)
+_LITTLE = sys.byteorder == "little"  # the tail load below needs it
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _word(data: np.ndarray, p: int, end: int) -> np.uint64:
+    """The (up to) 8 bytes at ``p`` before ``end`` as one word, zero padded: one load, or
+    for a short tail the 8 bytes that end at ``end`` shifted down (a byte loop only when the
+    array holds fewer than 8 bytes before ``end``)."""
+    n = end - p
+    if n >= 8:
+        return _load64(data, p)
+    if n <= 0:
+        return np.uint64(0)
+    if end >= 8 and _LITTLE:
+        return _load64(data, end - 8) >> _SHIFT[8 - n]
+    w = np.uint64(0)
+    for i in range(n):
+        w |= np.uint64(data[p + i]) << _SHIFT[i]
+    return w
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fmix(h: np.uint64) -> np.uint64:
+    """murmur3's 64-bit finaliser."""
+    h = (h ^ (h >> _S33)) * _MIX1
+    h = (h ^ (h >> _S33)) * _MIX2
+    return h ^ (h >> _S33)
 
 
 @njit(cache=True, nogil=True)
 def _key_hash(data: np.ndarray, start: int, end: int) -> np.int64:
-    """FNV-1a over ``data[start:end]``, then murmur3's finaliser (spreads the low bits that
-    pick the slot); as int64."""
-    h = _FNV_OFFSET
-    for i in range(start, end):
-        h = (h ^ np.uint64(data[i])) * _FNV_PRIME
-    h = (h ^ (h >> _S33)) * _MIX1
-    h = (h ^ (h >> _S33)) * _MIX2
-    return np.int64(h ^ (h >> _S33))
+    """A 64-bit hash of ``data[start:end]``: the length, then each 8-byte little-endian word
+    (the last zero padded) multiplied in, then murmur3's finaliser (spreads the bits; the top
+    ones pick the radix part, the low ones the slot); as int64."""
+    h = np.uint64(end - start) * _MUL
+    p = start
+    while p < end:
+        h = (h ^ _word(data, p, end)) * _MUL
+        h ^= h >> _S29
+        p += 8
+    return np.int64(_fmix(h))
 
 
 _ROW_BITS = 40
@@ -129,14 +166,7 @@ _SLOT = 4  # int64 per slot: row | length << 40, hash, key bytes 0-7, key bytes 
 @njit(cache=True, nogil=True)
 def _words(data: np.ndarray, start: int, end: int) -> tuple:  # type: ignore[type-arg]
     """The first 16 bytes of ``data[start:end]`` as two little-endian int64 (zero padded)."""
-    w0 = np.uint64(0)
-    w1 = np.uint64(0)
-    n = min(end - start, _INLINE)
-    for i in range(min(n, 8)):
-        w0 |= np.uint64(data[start + i]) << np.uint64(8 * i)
-    for i in range(8, n):
-        w1 |= np.uint64(data[start + i]) << np.uint64(8 * (i - 8))
-    return np.int64(w0), np.int64(w1)
+    return np.int64(_word(data, start, end)), np.int64(_word(data, start + 8, end))
 
 
 @njit(cache=True, nogil=True)
@@ -159,6 +189,22 @@ _PART_ROWS = 8192  # rows per radix part: its table (16K slots of 32 B) stays in
 def last_per_key(
     starts: np.ndarray, ends: np.ndarray, data: np.ndarray, valid: np.ndarray
 ) -> np.ndarray:
+    """:func:`last_per_key_into` with scratch space of its own."""
+    n = valid.shape[0]
+    return last_per_key_into(
+        starts, ends, data, valid, np.empty(n, np.int64), np.empty(n * (_SLOT + 1), np.int64)
+    )
+
+
+@njit(cache=True, nogil=True)
+def last_per_key_into(  # noqa: PLR0917
+    starts: np.ndarray,
+    ends: np.ndarray,
+    data: np.ndarray,
+    valid: np.ndarray,
+    hashes: np.ndarray,
+    scratch: np.ndarray,
+) -> np.ndarray:
     """Per row, True when it is the last row of its key: rows ``i`` with ``valid[i]``, key
     ``data[starts[i]:ends[i]]`` (an Arrow binary column: its offsets without the last and
     without the first).
@@ -170,14 +216,16 @@ def last_per_key(
     than the rest of the pass. A slot holds the key's last row so far, its length, its hash
     and, for keys of up to 16 bytes, the key bytes themselves, so that a hit on a short key
     is decided by the slot alone; longer keys are compared byte for byte in ``data``.
-    Exact whatever the hash does."""
+    Exact whatever the hash does.
+
+    Scratch space from the caller (fresh pages cost a fault each, pooled ones do not):
+    ``hashes`` int64[n], ``scratch`` int64[5 n]."""
     n = valid.shape[0]
     bits = 0
     while (n >> bits) > _PART_ROWS:
         bits += 1
     shift = np.uint64(64 - bits) if bits else np.uint64(0)
     parts = 1 << bits
-    hashes = np.empty(n, np.int64)
     counts = np.zeros(parts + 1, np.int64)
     for i in range(n):
         if valid[i]:
@@ -188,8 +236,8 @@ def last_per_key(
     for p in range(parts):
         counts[p + 1] += counts[p]
     m = counts[parts]
-    rows = np.empty(m, np.int64)
-    keyed = np.empty((m, _SLOT), np.int64)  # per row: length tag, hash, key bytes 0-15
+    rows = scratch[:m]
+    keyed = scratch[m : m * (_SLOT + 1)].reshape((m, _SLOT))  # length tag, hash, key 0-15
     fill = counts[:parts].copy()
     for i in range(n):
         if valid[i]:

@@ -5,10 +5,12 @@ Per compacted partition, one Spark task (on an executor that sees the log dirs):
 1. plans the pass from the segment files (:func:`logstore.storage.cleaner.plan_cleaning`:
    cleanable range, dirty ratio, ``max.compaction.lag.ms``, segment groups); a partition that
    is not due is left alone unless ``force``;
-2. decides the winners over the whole cleanable range (:func:`winning_offsets`: the
-   vectorised decoder, then, for the offset strategy, a compiled key map of each key's last
-   record (:func:`pipelines.compaction._select.last_per_key`: hash, radix split, small
-   in-cache tables, keys compared exactly), else
+2. decides the winners over the whole cleanable range (:func:`winning_offsets`: for the
+   offset strategy, the offsets, keys and null-value flags of the records only, walked in
+   place in the segment's bytes (:mod:`pipelines.compaction._keymap`; compressed batches
+   through the vectorised decoder), then a compiled key map of each key's last record
+   (:func:`pipelines.compaction._select.last_per_key`: hash, radix split, small in-cache
+   tables, keys compared exactly); else the vectorised decoder, then
    :func:`pipelines.compaction.plan.winner_indices`, the reference model's rule over Arrow
    that the Delta table output uses too; no Python object per record);
 3. rewrites each segment group into ``.cleaned`` segments
@@ -85,10 +87,13 @@ from logstore.storage.swap import (
     write_manifest,
 )
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
-from pipelines.compaction._select import last_per_key, make_selector
+from pipelines.compaction._keymap import record_keys
+from pipelines.compaction._select import last_per_key, last_per_key_into, make_selector
 from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, parse_strategy
 from pipelines.compaction.plan import versions, winner_indices
-from pipelines.decode import decode_records, scan_batches, verify_batches
+from pipelines.decode import BatchScan, decode_records, scan_batches, verify_batches
+from pipelines.decode._kernels import ERROR_REASONS
+from pipelines.decode.batches import ATTR_CODEC_MASK, ATTR_CONTROL
 from pipelines.worker import start_task, without_huge_pages
 
 if TYPE_CHECKING:
@@ -106,6 +111,7 @@ __all__ = [
 ]
 
 
+_HEADER_SIZE = 61  # a v2 batch header; its records follow
 _SWAP_THREADS = 4  # partitions swapped at once when the job swaps under the .lock
 
 
@@ -161,37 +167,166 @@ def _last_per_key(table: pa.Table, eligible: np.ndarray | None = None) -> np.nda
     return np.flatnonzero(last_per_key(offsets[:-1], offsets[1:], data, valid))
 
 
+def _pooled(count: int, dtype: type[np.generic] | np.dtype) -> np.ndarray:  # type: ignore[type-arg]
+    """An uninitialised array in Arrow's memory pool, whose pages are reused from call to
+    call (a fresh numpy allocation of this size costs a page fault per 4 KiB written; see
+    :func:`pipelines.decode.records._empty`)."""
+    dt = np.dtype(dtype)
+    return np.frombuffer(pa.allocate_buffer(count * dt.itemsize), dt)
+
+
+class _KeyRows:
+    """Per record of the cleanable range, in offset order: offset, key (Arrow
+    ``large_binary`` layout: int64 offsets + bytes), key-null and value-null flags. What the
+    offset strategy's key map needs and nothing else; grown segment by segment."""
+
+    def __init__(self, rows: int = 0, key_bytes: int = 0) -> None:
+        """Room for ``rows`` records and ``key_bytes`` of keys to begin with."""
+        self.n = 0
+        self.offsets = _pooled(rows, np.int64)
+        self.k_null = _pooled(rows, np.bool_)
+        self.v_null = _pooled(rows, np.bool_)
+        self.k_off = _pooled(rows + 1, np.int64)
+        self.k_off[0] = 0
+        self.k_data = _pooled(key_bytes, np.uint8)
+
+    def _reserve(self, rows: int, key_bytes: int) -> None:
+        need = self.n + rows
+        if need > self.offsets.shape[0]:
+            cap = max(need, 2 * self.offsets.shape[0])
+            for name in ("offsets", "k_null", "v_null"):
+                old = getattr(self, name)
+                new = _pooled(cap, old.dtype)
+                new[: self.n] = old[: self.n]
+                setattr(self, name, new)
+            k_off = _pooled(cap + 1, np.int64)
+            k_off[: self.n + 1] = self.k_off[: self.n + 1]
+            self.k_off = k_off
+        used = int(self.k_off[self.n])
+        if used + key_bytes > self.k_data.shape[0]:
+            k_data = _pooled(max(used + key_bytes, 2 * self.k_data.shape[0]), np.uint8)
+            k_data[:used] = self.k_data[:used]
+            self.k_data = k_data
+
+    def add_in_place(self, data: np.ndarray, scan: BatchScan, idx: np.ndarray) -> int:
+        """The records of the uncompressed batches ``idx`` of ``scan`` (frames in ``data``),
+        walked where they lie (:func:`pipelines.compaction._keymap.record_keys`). The
+        status of the first batch that failed, else 0 (then nothing was added)."""
+        starts = scan.position[idx] + _HEADER_SIZE
+        ends = scan.position[idx] + scan.size[idx]
+        counts = scan.records_count[idx]
+        self._reserve(int(counts.clip(0).sum(dtype=np.int64)), int((ends - starts).sum()))
+        n, status = record_keys(
+            data, starts, ends, counts, scan.base_offset[idx], self.n,
+            self.offsets, self.k_off, self.k_data, self.k_null, self.v_null,
+        )  # fmt: skip
+        bad = np.flatnonzero(status)
+        if bad.size:
+            return int(status[bad[0]])
+        self.n = int(n)
+        return 0
+
+    def add_decoded(self, rb: pa.RecordBatch) -> None:
+        """Rows the full decoder produced (compressed batches)."""
+        m = rb.num_rows
+        keys = rb.column("key").cast(pa.large_binary())
+        _, off_buf, data_buf = keys.buffers()
+        k_off = np.frombuffer(off_buf, np.int64, m + 1, keys.offset * 8)
+        first, last = int(k_off[0]), int(k_off[m])
+        self._reserve(m, last - first)
+        base = int(self.k_off[self.n])
+        if last > first:
+            self.k_data[base : base + last - first] = np.frombuffer(data_buf, np.uint8)[first:last]
+        self.k_off[self.n + 1 : self.n + m + 1] = k_off[1:] - first + base
+        self.offsets[self.n : self.n + m] = rb.column("offset").to_numpy()
+        self.k_null[self.n : self.n + m] = keys.is_null().to_numpy(zero_copy_only=False)
+        self.v_null[self.n : self.n + m] = (
+            rb.column("value").is_null().to_numpy(zero_copy_only=False)
+        )
+        self.n += m
+
+
+def _add_segment(rows: _KeyRows, data: np.ndarray, scan: BatchScan, path: Path) -> None:
+    """The key rows of one verified segment: runs of uncompressed batches walked in place,
+    runs of compressed ones through the full decoder (its decompression, its checks)."""
+    idx = np.flatnonzero((scan.magic == 2) & ((scan.attributes & ATTR_CONTROL) == 0))
+    if idx.size == 0:
+        return
+    packed = (scan.attributes[idx] & ATTR_CODEC_MASK) != 0
+    cuts = np.flatnonzero(packed[1:] != packed[:-1]) + 1
+    for run in np.split(np.arange(idx.size), cuts):
+        if not packed[run[0]]:
+            status = rows.add_in_place(data, scan, idx[run])
+            if status:
+                raise LoglakeError(f"damaged batch: {ERROR_REASONS[status]}", path=str(path))
+            continue
+        select = np.zeros(len(scan), np.bool_)
+        select[idx[run]] = True
+        for chunk in decode_records(data, scan, select=select):
+            if chunk.errors:
+                raise LoglakeError(f"damaged batch: {chunk.errors[0].reason}", path=str(path))
+            rows.add_decoded(chunk.records)
+
+
+def _read_segment(path: Path, size: int, into: np.ndarray | None = None) -> np.ndarray:
+    """The first ``size`` bytes of a segment (it may have grown since the plan, not shrunk),
+    read into ``into[:size]`` when given (reused from segment to segment), else a new array.
+    Read, not mapped: a file truncated under a mapping kills the process with SIGBUS."""
+    out = _pooled(size, np.uint8) if into is None else into[:size]
+    got = 0
+    with open(path, "rb") as f:
+        while got < size:  # one read returns at most ~2 GiB
+            n = os.preadv(f.fileno(), [out[got:]], got)
+            if n <= 0:
+                break
+            got += n
+    if got < size:
+        raise LoglakeError(f"segment shrank to {got} bytes since the plan", path=str(path))
+    return out
+
+
 def winning_offsets(
     dir: str | os.PathLike[str],
     segments: Sequence[SegmentRef],
     strategy: Strategy,
     *,
     aborted_batches: Sequence[tuple[int, int]] = (),
+    full_decode: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(keep, tombstones)``: sorted offsets of the records of ``segments`` that win their
     key (:func:`pipelines.compaction.plan.winner_indices`, the model's rule over Arrow), and
     the subset of those that are tombstones. Records of aborted transactions (in
     ``aborted_batches``, the plan's sorted ``[first, last]`` offset ranges) take no part.
-    Batches are decoded by the vectorised decoder (CRC checked; a damaged batch fails the
-    pass), no Python object per record; control batches are left out by the decoder."""
+    CRCs are checked first (a damaged batch fails the pass); control batches are skipped.
+
+    The offset strategy takes the lean path: the key, offset and value-null flag of each
+    record only (:class:`_KeyRows`: uncompressed batches walked in place, compressed ones
+    decoded), then the compiled key map. The other strategies, and ``full_decode`` (the
+    reference: tests, benchmarks), decode every record fully with the vectorised decoder.
+    No Python object per record either way."""
     root = Path(dir)
     by_offset = strategy.kind == "offset"
+    lean = by_offset and not full_decode
+    # room for the records to begin with: one per offset, unless the segment is too small
+    # to hold that many records of 32 bytes (compacted already): then it grows as needed
+    guess = sum(min(max(r.next_offset - r.base_offset, 0), r.size // 32) for r in segments)
+    rows = _KeyRows(guess if lean else 0, 16 * guess if lean else 0)
+    # one read buffer for all segments (the full decoder's columns are copies, never views)
+    buffer = _pooled(max((r.size for r in segments), default=0), np.uint8)
     parts: list[pa.Table] = []
     for ref in segments:
         if ref.size == 0:
             continue
         path = segment_path(root, ref.base_offset, LOG_SUFFIX)
-        with open(path, "rb") as f:
-            data = os.pread(f.fileno(), ref.size, 0)
-        if len(data) < ref.size:
-            raise LoglakeError(
-                f"segment shrank to {len(data)} bytes since the plan", path=str(path)
-            )
+        data = _read_segment(path, ref.size, buffer)
         scan = scan_batches(data)
         _, errors = verify_batches(data, scan)
         bad = next((e for e in errors if e is not None), None)
         if bad is not None:
             raise LoglakeError(f"damaged batch, not cleaning: {bad}", path=str(path))
+        if lean:
+            _add_segment(rows, data, scan, path)
+            continue
         for chunk in decode_records(data, scan):
             if chunk.errors:
                 raise LoglakeError(f"damaged batch: {chunk.errors[0].reason}", path=str(path))
@@ -206,6 +341,8 @@ def winning_offsets(
                 columns["timestamp"] = rb.column("timestamp")
                 columns["headers"] = rb.column("headers")
             parts.append(pa.table(columns))
+    if lean:
+        return _lean_winners(rows, aborted_batches, root)
     if not parts:
         empty = np.zeros(0, np.int64)
         return empty, empty
@@ -213,8 +350,7 @@ def winning_offsets(
     all_offsets = np.asarray(table.column("offset").to_numpy())
     if by_offset:
         # rows are in offset order (segments in order, batches in order): no sort needed
-        if len(all_offsets) > 1 and not bool((all_offsets[1:] > all_offsets[:-1]).all()):
-            raise LoglakeError("offsets not increasing in the cleanable range", path=str(root))
+        _check_increasing(all_offsets, root)
         committed = _outside(all_offsets, aborted_batches) if aborted_batches else None
         picked = _last_per_key(table, committed)
         offsets = all_offsets[picked]
@@ -227,6 +363,30 @@ def winning_offsets(
     dead = np.asarray(table.column("tombstone").to_numpy(zero_copy_only=False))[picked]
     order = np.argsort(offsets, kind="stable")
     return offsets[order], offsets[order][dead[order]]
+
+
+def _check_increasing(offsets: np.ndarray, root: Path) -> None:
+    if len(offsets) > 1 and not bool((offsets[1:] > offsets[:-1]).all()):
+        raise LoglakeError("offsets not increasing in the cleanable range", path=str(root))
+
+
+def _lean_winners(
+    rows: _KeyRows, aborted_batches: Sequence[tuple[int, int]], root: Path
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each key's last row (rows in offset order, as read), keyless and aborted rows out."""
+    n = rows.n
+    offsets = rows.offsets[:n]
+    _check_increasing(offsets, root)
+    valid = ~rows.k_null[:n]
+    if aborted_batches:
+        valid &= _outside(offsets, aborted_batches)
+    last = last_per_key_into(
+        rows.k_off[:n], rows.k_off[1 : n + 1], rows.k_data, valid,
+        _pooled(n, np.int64), _pooled(5 * n, np.int64),
+    )  # fmt: skip
+    picked = np.flatnonzero(last)
+    keep = offsets[picked]
+    return keep, keep[rows.v_null[:n][picked]]
 
 
 @dataclass
