@@ -933,8 +933,11 @@ class Log:
                 break
             doomed.append(seg)
         if doomed:
+            # the log start moves first, as in Kafka: no reader sees a start offset whose
+            # segment file is already gone
+            new_start = segs[len(doomed)].base_offset
+            self._log_start_offset = max(self._log_start_offset, new_start)
             self._remove_segments(doomed)
-            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
             self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
             delete_snapshots(self._dir, below=self._log_start_offset)
         return len(doomed)
