@@ -25,9 +25,10 @@ batches of ``--log-batch`` records, keys uniform random; built with numpy from o
 template, CRCs recomputed), then:
 
 - ``log.full``: :func:`pipelines.compaction.log.run_log_compaction` (one Spark task per
-  partition: plan, key map over the vectorised decoder, rewrite; then the offline swap under
-  the log dir's ``.lock``), records/s end to end; ``task_steps_s``: the tasks' per-step wall
-  and thread-CPU seconds summed over the partitions; ``why_records_out``: what stays and why
+  partition: plan, key map (a compiled walk of keys, offsets and null values), rewrite; each
+  partition swapped in under the log dir's ``.lock`` by the driver as soon as its task is
+  done), records/s end to end; ``task_steps_s``: the tasks' per-step wall and thread-CPU
+  seconds and each partition's swap, summed over the partitions; ``why_records_out``: what stays and why
   (the whole log is cleanable here; with ``--log-partitioner random``, the default, every
   partition holds most keys, so ~3.67M of 10M records stay with 1M keys; ``key`` partitions
   by key as a keyed producer does: ~1M stay);
