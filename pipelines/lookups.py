@@ -62,6 +62,7 @@ import pyarrow.compute as pc
 
 from logstore.errors import LoglakeError
 from logstore.protocol.records import decode_batch
+from pipelines.config import log_dir_topics
 from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
 from pipelines.sources.schema import BATCHES_ARROW_SCHEMA
 
@@ -559,6 +560,8 @@ def build_lookups(
     (``<table>:<topic>-<partition>`` -> next offset), committed with its rows, so a re-run
     after a crash between the two commits neither duplicates nor loses rows; a run that finds
     another run moved a table's progress meanwhile is refused (``StaleTransactionError``).
+    ``topics``: default every topic but Kafka's internal ones (``__consumer_offsets``, ...), as
+    ingest; they are indexed only when named (the index check covers every segment anyway).
     Reads batches up to the high watermark (``replication-offset-checkpoint``), in plain Spark
     tasks of planned ranges (:func:`pipelines.delta.direct.stage_files`), one Delta commit per
     table. ``check`` also runs :func:`check_index_files` over every segment (a full scan).
@@ -569,6 +572,12 @@ def build_lookups(
     from pipelines.ingest import PIECES_PER_TASK, schedule_tasks  # noqa: PLC0415
     from pipelines.sources.plan import DEFAULT_MAX_PARTITION_BYTES  # noqa: PLC0415
 
+    named = topics
+    if topics is None:
+        # every topic but Kafka's internal ones, as ingest: their batches are the broker's own
+        # bookkeeping (consumer groups' commits, ingest's own lake-group commit every run),
+        # which would change the tables on every run without any new application data
+        topics = sorted(t for t in log_dir_topics(log_dirs) if not t.startswith("__"))
     max_bytes = max_partition_bytes or DEFAULT_MAX_PARTITION_BYTES
     piece = max(1, max_bytes // PIECES_PER_TASK)
     cores = spark.sparkContext.defaultParallelism
@@ -587,7 +596,7 @@ def build_lookups(
         source = _source(log_dirs, topics, starting=starting, max_partition_bytes=piece)
         # A range starting at or past its partition's high watermark holds nothing to add
         # (a partition that is caught up starts no task).
-        ranges = [r for r in plan_ranges(source) if r.start_offset < r.until]
+        ranges = [r for r in plan_ranges(source) if r.start_offset < r.until] if topics else []
         tasks = schedule_tasks(ranges, cores, max_bytes, piece)
         staged = stage_files(
             spark,
@@ -610,5 +619,5 @@ def build_lookups(
         progress[table] = apps
     problems: list[IndexProblem] = []
     if check:
-        problems = check_index_files(spark, log_dirs, topics=topics)
+        problems = check_index_files(spark, log_dirs, topics=named)
     return LookupsSummary(rows, progress, problems)

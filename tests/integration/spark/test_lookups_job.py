@@ -192,3 +192,27 @@ def test_spark_submit_jobs_print_no_traceback_after_success(tmp_path: Path) -> N
         info = [line for line in out.splitlines() if " INFO " in line]
         assert len(info) <= 3, (job, info)
         assert "DataSourceManager" not in out, (job, out[-3000:])
+
+
+def test_internal_topics_are_indexed_only_when_named(spark: Any, tmp_path: Path) -> None:
+    """As ingest: ``__consumer_offsets`` (groups' and ingest's own lake-group commits, written
+    on every run) would otherwise change the lookups on runs that brought no new data."""
+    log_dir = tmp_path / "logs"
+    write_batches(log_dir, "a", 0, batches(0, 3))
+    write_batches(log_dir, "__consumer_offsets", 7, batches(0, 2))
+    lake = tmp_path / "lake"
+    summary = build_lookups(spark, log_dirs=[str(log_dir)], lake=str(lake), check=False)
+    assert summary.rows == {"offset_lookup": 3, "time_lookup": 3}
+    got = DeltaTable(str(lake / "offset_lookup")).to_pyarrow_table()
+    assert set(got.column("topic").to_pylist()) == {"a"}
+    # a new commit in the internal topic: nothing to add
+    write_batches(log_dir, "__consumer_offsets", 7, batches(2, 1))
+    again = build_lookups(spark, log_dirs=[str(log_dir)], lake=str(lake), check=False)
+    assert again.rows == {"offset_lookup": 0, "time_lookup": 0}
+    named = tmp_path / "named"
+    only = build_lookups(
+        spark, log_dirs=[str(log_dir)], lake=str(named), topics=["__consumer_offsets"], check=False
+    )
+    assert only.rows == {"offset_lookup": 3, "time_lookup": 3}
+    got = DeltaTable(str(named / "offset_lookup")).to_pyarrow_table()
+    assert set(got.column("topic").to_pylist()) == {"__consumer_offsets"}
