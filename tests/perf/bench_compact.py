@@ -28,10 +28,10 @@ template, CRCs recomputed), then:
   partition: plan, key map (a compiled walk of keys, offsets and null values), rewrite; each
   partition swapped in under the log dir's ``.lock`` by the driver as soon as its task is
   done), records/s end to end; ``task_steps_s``: the tasks' per-step wall and thread-CPU
-  seconds and each partition's swap, summed over the partitions; ``why_records_out``: what stays and why
-  (the whole log is cleanable here; with ``--log-partitioner random``, the default, every
-  partition holds most keys, so ~3.67M of 10M records stay with 1M keys; ``key`` partitions
-  by key as a keyed producer does: ~1M stay);
+  seconds and each partition's swap, summed over the partitions; ``why_records_out``: what
+  stays and why (the whole log is cleanable here; with ``--log-partitioner random``, the
+  default, every partition holds most keys, so ~3.67M of 10M records stay with 1M keys;
+  ``key`` partitions by key as a keyed producer does: ~1M stay);
 - (a) what one cleaner thread does, one process, on a ``--baseline-records`` prefix of
   partition 0 (rates are records/s of that prefix; a thread would take ``records / rate``
   for the whole log): ``log.python_dict``, the keys already in memory as Python bytes

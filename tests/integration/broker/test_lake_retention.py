@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import confluent_kafka as ck
 from confluent_kafka.admin import (
@@ -15,6 +14,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
+from tests.fixtures.broker import wait_for
 from tests.integration.broker.clients import ck_produce, make_records, new_topic
 
 GROUP = "loglake-ingest"
@@ -75,14 +75,6 @@ def _earliest(bootstrap: str, topic: str) -> int:
     return int(admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(timeout=30).offset)
 
 
-def _wait_for(cond: Callable[[], bool], seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.1)
-
-
 def _kept(b, topic: str, bases: list[int]) -> bool:
     """The log holds exactly the segments ``bases`` and starts at the first (the files go
     just before the log start offset moves: both are waited for)."""
@@ -101,7 +93,7 @@ def test_without_a_commit_retention_is_kafkas(broker_factory):
     assert len(bases) > 5
     _set_retention(b.bootstrap, topic, "retention.ms", "60000")
     # every closed segment goes; the active one stays
-    _wait_for(lambda: _kept(b, topic, bases[-1:]))
+    wait_for(lambda: _kept(b, topic, bases[-1:]))
 
 
 def test_committed_group_bounds_time_and_size_retention(broker_factory):
@@ -113,7 +105,7 @@ def test_committed_group_bounds_time_and_size_retention(broker_factory):
     _commit(b.bootstrap, topic, lake)
     _set_retention(b.bootstrap, topic, "retention.ms", "60000")
     keep_from = _holding(bases, lake)
-    _wait_for(lambda: _kept(b, topic, [x for x in bases if x >= keep_from]))
+    wait_for(lambda: _kept(b, topic, [x for x in bases if x >= keep_from]))
     # many more checks run (every 100 ms): nothing at or above the lake's offset goes
     for _ in range(20):
         time.sleep(0.1)
@@ -127,9 +119,9 @@ def test_committed_group_bounds_time_and_size_retention(broker_factory):
     # the lake ingests further: retention proceeds to it, then to the end
     lake2 = bases[-3] + 1
     _commit(b.bootstrap, topic, lake2)
-    _wait_for(lambda: _kept(b, topic, [x for x in bases if x >= _holding(bases, lake2)]))
+    wait_for(lambda: _kept(b, topic, [x for x in bases if x >= _holding(bases, lake2)]))
     _commit(b.bootstrap, topic, N)
-    _wait_for(lambda: _kept(b, topic, bases[-1:]))
+    wait_for(lambda: _kept(b, topic, bases[-1:]))
 
 
 def test_safety_valve_max_bytes(broker_factory):
@@ -144,11 +136,11 @@ def test_safety_valve_max_bytes(broker_factory):
     expected = list(bases)
     while sum(sizes[x] for x in expected) > 20000:
         expected.pop(0)
-    _wait_for(lambda: _kept(b, topic, expected))
+    wait_for(lambda: _kept(b, topic, expected))
     for _ in range(10):
         time.sleep(0.1)
         assert _bases(b, topic) == expected
-    _wait_for(lambda: f"{topic}-0: retention deletes offsets [0, {expected[0]})" in b.log_text())
+    wait_for(lambda: f"{topic}-0: retention deletes offsets [0, {expected[0]})" in b.log_text())
 
 
 def test_safety_valve_max_ms(broker_factory):
@@ -158,7 +150,7 @@ def test_safety_valve_max_ms(broker_factory):
     _commit(b.bootstrap, topic, 0)
     _set_retention(b.bootstrap, topic, "retention.ms", "60000")
     # held while the commit is fresh, then retained as in Kafka once it is older than 1.5 s
-    _wait_for(lambda: _kept(b, topic, bases[-1:]))
+    wait_for(lambda: _kept(b, topic, bases[-1:]))
     text = b.log_text()
     assert f"{topic}-0: retention deletes offsets [0, {bases[-1]})" in text
     assert "log.retention.lake.max.ms=1500" in text

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +26,11 @@ from pyspark.sql import SparkSession
 
 from logstore.storage.checkpoints import read_offset_checkpoint
 from pipelines.ingest import IngestConfig, read_progress, run_ingest
-from tests.fixtures.broker import free_port
+from tests.fixtures.broker import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
 GROUP = "loglake-ingest"
-
-
-def _wait_for(cond: Callable[[], bool], seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.1)
 
 
 def _create(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
@@ -111,7 +102,7 @@ def test_ingest_commits_its_progress_to_the_lake_group(
     _create(b.bootstrap, "events", 2)
     ends = _produce(b.bootstrap, "events", 40)
     assert ends == {0: 20, 1: 20}
-    _wait_for(lambda: _checkpointed(b.log_dir, "events", ends))
+    wait_for(lambda: _checkpointed(b.log_dir, "events", ends))
     lines: list[str] = []
     config = _config(b.log_dir, tmp_path / "lake", b.bootstrap)
     s1 = run_ingest(spark, config, log=lines.append)
@@ -123,7 +114,7 @@ def test_ingest_commits_its_progress_to_the_lake_group(
 
     more = _produce(b.bootstrap, "events", 6)
     assert more == {0: 23, 1: 23}
-    _wait_for(lambda: _checkpointed(b.log_dir, "events", more))
+    wait_for(lambda: _checkpointed(b.log_dir, "events", more))
     s2 = run_ingest(spark, config, log=lines.append)
     assert s2.records == 6
     assert read_progress(config.records_path) == {("events", 0): 23, ("events", 1): 23}
@@ -136,7 +127,7 @@ def test_ingest_commits_its_progress_to_the_lake_group(
     # committed (its commit ages out on the broker instead of being refreshed forever)
     _create(b.bootstrap, "elsewhere", 1)
     other = _produce(b.bootstrap, "elsewhere", 3)
-    _wait_for(lambda: _checkpointed(b.log_dir, "elsewhere", other))
+    wait_for(lambda: _checkpointed(b.log_dir, "elsewhere", other))
     s4 = run_ingest(spark, config, log=lines.append)
     assert (s4.records, s4.lake_group_partitions) == (3, 3)
     assert _committed(b.bootstrap, "elsewhere", 1) == {0: 3}
@@ -151,7 +142,7 @@ def test_an_unreachable_broker_never_fails_the_ingest(
     b = broker_factory(**{"replica.high.watermark.checkpoint.interval.ms": "100"})
     _create(b.bootstrap, "quiet", 1)
     ends = _produce(b.bootstrap, "quiet", 5)
-    _wait_for(lambda: _checkpointed(b.log_dir, "quiet", ends))
+    wait_for(lambda: _checkpointed(b.log_dir, "quiet", ends))
     lines: list[str] = []
     nobody = f"127.0.0.1:{free_port()}"
     s = run_ingest(spark, _config(b.log_dir, tmp_path / "lake", nobody), log=lines.append)
@@ -180,11 +171,11 @@ def test_broker_retention_follows_the_lake(
     config = _config(b.log_dir, tmp_path / "lake", b.bootstrap)
     # the lake tracks the partition before it holds anything past retention
     first = _produce(b.bootstrap, "old", 10, ts=old)
-    _wait_for(lambda: _checkpointed(b.log_dir, "old", first))
+    wait_for(lambda: _checkpointed(b.log_dir, "old", first))
     run_ingest(spark, config, log=lambda _m: None)
     assert _committed(b.bootstrap, "old", 1) == {0: 10}
     ends = _produce(b.bootstrap, "old", 60, ts=old)
-    _wait_for(lambda: _checkpointed(b.log_dir, "old", ends))
+    wait_for(lambda: _checkpointed(b.log_dir, "old", ends))
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     res = ConfigResource(
         ConfigResource.Type.TOPIC,
@@ -202,7 +193,7 @@ def test_broker_retention_follows_the_lake(
     all_bases = bases()
     assert len(all_bases) > 3
     held = [x for x in all_bases if x >= max(x for x in all_bases if x <= 10)]
-    _wait_for(lambda: bases() == held)
+    wait_for(lambda: bases() == held)
     for _ in range(10):
         time.sleep(0.1)
         assert bases() == held
@@ -210,4 +201,4 @@ def test_broker_retention_follows_the_lake(
     assert s.records == 60
     assert _committed(b.bootstrap, "old", 1) == {0: 70}
     # the lake has it all now: retention deletes every closed segment
-    _wait_for(lambda: bases() == all_bases[-1:])
+    wait_for(lambda: bases() == all_bases[-1:])
