@@ -72,6 +72,7 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+import struct
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -85,12 +86,12 @@ from logstore.protocol.batch import (
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAX_TIMESTAMP_OFFSET,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_FLAG,
     BatchHeader,
     compute_crc,
     iter_batches,
-    read_header,
     validate_batch,
 )
 from logstore.protocol.codecs import compress, decompress
@@ -140,6 +141,9 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 RecordSelect = Callable[[bytes | memoryview, int, int], tuple[bytes, int, int]]
 _MAX_RELATIVE = 2**31 - 1
 _WRITE_CHUNK = 4 * 1024 * 1024
+
+
+_I64 = struct.Struct(">q")
 
 
 def _now_ms() -> int:
@@ -449,9 +453,16 @@ def _segment_batches(dir: Path, ref: SegmentRef) -> Iterator[tuple[memoryview, B
             path=str(path),
         )
     view = memoryview(data)
-    for pos, _ in iter_batches(view, 0, ref.size):
-        header = validate_batch(view, pos)  # CRC, magic, sizes: never rewrite a damaged batch
-        yield view[pos : pos + header.size], header
+    pos, limit = 0, ref.size
+    while pos < limit:
+        if limit - pos < HEADER_SIZE:
+            for _ in iter_batches(view, pos, limit):  # raises (torn tail, bad magic)
+                pass  # pragma: no cover - cannot yield: no whole header is left
+        # one header parse and one CRC per batch: magic, sizes (torn batch), codec, counts
+        header = validate_batch(view, pos)  # never rewrite a damaged batch
+        end = pos + header.batch_length + LOG_OVERHEAD
+        yield view[pos:end], header
+        pos = end
 
 
 def iter_segment_records(
@@ -501,6 +512,12 @@ def _empty_batch(header: BatchHeader) -> bytearray:
     )
     out[CRC_OFFSET : CRC_OFFSET + 4] = compute_crc(out, 0, HEADER_SIZE).to_bytes(4, "big")
     return out
+
+
+def _max_timestamp(batch: bytes | bytearray | memoryview) -> int:
+    """The maxTimestamp field of a rebuilt batch."""
+    value: int = _I64.unpack_from(batch, MAX_TIMESTAMP_OFFSET)[0]
+    return value
 
 
 def _holds(sorted_offsets: Sequence[int], offset: int) -> bool:
@@ -738,10 +755,10 @@ def rewrite_group(
                 if new is None:
                     continue
                 batches_out += 1
-                new_header = read_header(new)
-                infos.append(
-                    BatchInfo(len(buf), len(new), new_header.last_offset, new_header.max_timestamp)
-                )
+                # every rewrite keeps the base offset and lastOffsetDelta; only a rebuilt
+                # batch can have another max timestamp (read from its bytes, no full parse)
+                max_ts = header.max_timestamp if new is batch else _max_timestamp(new)
+                infos.append(BatchInfo(len(buf), len(new), header.last_offset, max_ts))
                 buf += new
                 if len(buf) >= _WRITE_CHUNK:
                     out.append(buf, infos)
