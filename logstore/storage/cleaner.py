@@ -144,6 +144,8 @@ _WRITE_CHUNK = 4 * 1024 * 1024
 
 
 _I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_BLANK_HEADER = bytes(HEADER_SIZE)
 
 
 def _now_ms() -> int:
@@ -536,9 +538,11 @@ def _clean_batch(
     producer_last: Mapping[int, int],
     transactions: TransactionFilter,
     select: RecordSelect | None = None,
+    into: bytearray | None = None,
 ) -> tuple[bytes | bytearray | memoryview | None, int, int]:
     """The batch to write for ``batch`` (None: drop it), records in, records out (data
-    records only)."""
+    records only). ``into``: a partly kept data batch is rebuilt at its end (no copy of its
+    own), and ``into`` itself is returned for it."""
     if header.is_control:
         return _clean_control(batch, header, now_ms, delete_retention_ms, transactions), 0, 0
     n = header.records_count
@@ -562,7 +566,13 @@ def _clean_batch(
     if horizon is None and dead_n > 0:
         horizon = now_ms + delete_retention_ms
     rebuilt, kept = _filter_batch(
-        batch, header, keep=keep, drop_tombstones=expired, horizon=horizon, select=select
+        batch,
+        header,
+        keep=keep,
+        drop_tombstones=expired,
+        horizon=horizon,
+        select=select,
+        into=into,
     )
     return rebuilt, n, kept
 
@@ -607,8 +617,10 @@ def _filter_batch(
     drop_tombstones: bool,
     horizon: int | None,
     select: RecordSelect | None = None,
+    into: bytearray | None = None,
 ) -> tuple[bytearray, int]:
-    """The batch rebuilt with only the kept records, and how many (at least one).
+    """The batch rebuilt with only the kept records, and how many (at least one); ``into``:
+    the batch is written at its end and ``into`` returned.
 
     Kept records are copied as raw bytes: the base offset stays, so every offset delta stays;
     the base timestamp stays too unless a delete horizon is set (KIP-534 stores it there),
@@ -664,12 +676,15 @@ def _filter_batch(
         raise CorruptRecordError(f"{end - p} bytes left after {header.records_count} records")
     if header.attributes & TIMESTAMP_TYPE_FLAG:
         max_ts = header.max_timestamp  # LogAppendTime: the batch's time for every record
-    payload = compress(codec, out) if codec else bytes(out)
+    payload = compress(codec, out) if codec else out
     size = HEADER_SIZE + len(payload)
-    rebuilt = bytearray(size)
+    rebuilt = bytearray() if into is None else into
+    start = len(rebuilt)
+    rebuilt += _BLANK_HEADER
+    rebuilt += payload
     HEADER.pack_into(
         rebuilt,
-        0,
+        start,
         header.base_offset,
         size - LOG_OVERHEAD,
         header.partition_leader_epoch,
@@ -684,8 +699,7 @@ def _filter_batch(
         header.base_sequence,
         kept,
     )
-    rebuilt[HEADER_SIZE:] = payload
-    rebuilt[CRC_OFFSET : CRC_OFFSET + 4] = compute_crc(rebuilt, 0, size).to_bytes(4, "big")
+    _U32.pack_into(rebuilt, start + CRC_OFFSET, compute_crc(rebuilt, start, size))
     return rebuilt, kept
 
 
@@ -739,6 +753,7 @@ def rewrite_group(
         for ref in group:
             for batch, header in _segment_batches(root, ref):
                 batches_in += 1
+                pos = len(buf)
                 new, n_in, n_out = _clean_batch(
                     batch,
                     header,
@@ -749,6 +764,7 @@ def rewrite_group(
                     producer_last=producer_last_offsets,
                     transactions=transactions,
                     select=select,
+                    into=buf,
                 )
                 records_in += n_in
                 records_out += n_out
@@ -757,9 +773,14 @@ def rewrite_group(
                 batches_out += 1
                 # every rewrite keeps the base offset and lastOffsetDelta; only a rebuilt
                 # batch can have another max timestamp (read from its bytes, no full parse)
-                max_ts = header.max_timestamp if new is batch else _max_timestamp(new)
-                infos.append(BatchInfo(len(buf), len(new), header.last_offset, max_ts))
-                buf += new
+                if new is buf:  # rebuilt in place at the end of buf
+                    size = len(buf) - pos
+                    max_ts = _I64.unpack_from(buf, pos + MAX_TIMESTAMP_OFFSET)[0]
+                else:
+                    size = len(new)
+                    max_ts = header.max_timestamp if new is batch else _max_timestamp(new)
+                    buf += new
+                infos.append(BatchInfo(pos, size, header.last_offset, max_ts))
                 if len(buf) >= _WRITE_CHUNK:
                     out.append(buf, infos)
                     buf, infos = bytearray(), []
