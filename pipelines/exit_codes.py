@@ -1,0 +1,46 @@
+"""Exit codes of every job (``jobs/*.py``): one meaning per number, whichever job exits.
+
+A scheduler decides from the code alone whether a retry can help. Codes in
+:data:`NON_RETRIABLE` mean that running the same command again gives the same failure (the
+arguments, the configuration or the data must change first), so Airflow fails the task at
+once; :data:`EXIT_FAILED` is a failure that may pass on a retry (a broker or store that did
+not answer, a full disk, a lost executor) and is retried with backoff.
+
+| code | name | meaning | retried |
+|---|---|---|---|
+| 0 | EXIT_OK | the run did what it was asked | - |
+| 1 | EXIT_FAILED | a failure that may be transient | yes |
+| 2 | EXIT_USAGE | bad arguments or configuration, a missing topic | no |
+| 3 | EXIT_CORRUPT | damaged batches found under ``--fail-on-corrupt`` | no |
+| 4 | EXIT_DIVERGED | a log went backwards under the lake (``on_divergence = "fail"``) | no |
+| 5 | EXIT_QUALITY | a quality suite failed | no |
+| 6 | EXIT_INDEX_MISMATCH | a broker index disagrees with its log (lookups) | no |
+
+The Airflow DAG file cannot import this module (its own environment); it keeps a copy of
+:data:`NON_RETRIABLE` that a test compares with this one.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EXIT_CORRUPT",
+    "EXIT_DIVERGED",
+    "EXIT_FAILED",
+    "EXIT_INDEX_MISMATCH",
+    "EXIT_OK",
+    "EXIT_QUALITY",
+    "EXIT_USAGE",
+    "NON_RETRIABLE",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2  # argparse's own code for bad arguments
+EXIT_CORRUPT = 3
+EXIT_DIVERGED = 4
+EXIT_QUALITY = 5
+EXIT_INDEX_MISMATCH = 6
+
+NON_RETRIABLE: frozenset[int] = frozenset(
+    {EXIT_USAGE, EXIT_CORRUPT, EXIT_DIVERGED, EXIT_QUALITY, EXIT_INDEX_MISMATCH}
+)
