@@ -66,7 +66,7 @@ def epilog(details: dict[int, str]) -> str:
     """The ``Exit codes:`` paragraph of a job's ``--help``: 0, 1 and 2 (every job), then the
     codes of ``details``, each with its meaning and the job's own detail (``details`` may
     also add a detail to 0, 1 or 2). Codes 2-6 are marked as not retried."""
-    lines = ["Exit codes (2-6: not retried; see pipelines/exit_codes.py):"]
+    lines = ["Exit codes: (2-6 are not retried: the same command fails the same way)"]
     for code in sorted({EXIT_OK, EXIT_FAILED, EXIT_USAGE, *details}):
         text = MEANINGS[code] + (f"; {details[code]}" if code in details else "")
         lines.append(textwrap.fill(f"{code} {text}", width=92, initial_indent="  ",
