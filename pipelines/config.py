@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import os
 import re
 import sys
@@ -168,6 +169,8 @@ class Key:
         return self._scalar_problem(value)
 
     def _scalar_problem(self, value: Any) -> str | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return "a finite number"  # TOML allows inf and nan; no setting means them
         if self.choices is not None and value not in self.choices:
             return "one of " + ", ".join(self.choices)
         if (self.minimum is not None and value < self.minimum) or (
@@ -189,7 +192,10 @@ class Key:
 
 
 def _toml(value: Any) -> str:
-    """``value`` as TOML writes it (``true``, ``"text"``, ``["a", 1]``), for messages."""
+    """``value`` as TOML writes it (``true``, ``"text"``, ``["a", 1]``, ``inf``), for
+    messages."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # inf, -inf, nan (JSON would say Infinity)
     return json.dumps(value, default=str)
 
 

@@ -45,6 +45,8 @@ BAD = [
     ('[retention]\nvacuum_hours = "7"\n',
      '[retention] vacuum_hours = "7": expected a number, got a string'),
     ("[retention]\nvacuum_hours = -0.5\n", "vacuum_hours = -0.5: expected a number >= 0"),
+    ("[retention]\nvacuum_hours = inf\n", "vacuum_hours = inf: expected a finite number"),
+    ("[quality]\nmax_future_skew_s = nan\n", "max_future_skew_s = nan: expected a finite number"),
     ('[quality]\ndocs = "yes"\n', '[quality] docs = "yes": expected a boolean'),
     ("[quality]\nmax_quarantined_batches = -1\n", "expected an integer >= 0"),
     ("[ingest]\nlake_group = 5\n", "[ingest] lake_group = 5: expected a string, got an integer"),
