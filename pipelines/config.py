@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from logstore.errors import InvalidConfigError, InvalidTopicError, LoglakeError
 from logstore.storage.files import parse_partition_dir, validate_topic
-from pipelines.exit_codes import epilog
+from pipelines.exit_codes import EXIT_USAGE, epilog
 
 __all__ = [
     "EXIT_MISSING_TOPICS",
@@ -58,8 +58,8 @@ __all__ = [
 
 # Exit code of every job that takes topic names when one of them is in none of the log dirs
 # (argparse's own code for bad arguments: the names are arguments, from the file or the
-# command line). --allow-missing-topics makes it a warning. pipelines.exit_codes.EXIT_USAGE.
-EXIT_MISSING_TOPICS = 2
+# command line). --allow-missing-topics makes it a warning.
+EXIT_MISSING_TOPICS = EXIT_USAGE
 # [ingest] on_divergence / --on-divergence (pipelines.divergence); here so that the job's
 # argument parser needs no Delta or Arrow import.
 ON_DIVERGENCE = ("fail", "rewind")
