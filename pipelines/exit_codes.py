@@ -55,7 +55,8 @@ MEANINGS: dict[int, str] = {
     EXIT_FAILED: "failed; may pass on a retry",
     EXIT_USAGE: "bad arguments or configuration (the message names the option or key, the "
     "value and what was expected)",
-    EXIT_CORRUPT: "damaged batches found under --fail-on-corrupt",
+    EXIT_CORRUPT: "damaged data: batches found under --fail-on-corrupt, or that a job cannot "
+    "read past",
     EXIT_DIVERGED: "a log went backwards under the lake",
     EXIT_QUALITY: "a quality suite failed",
     EXIT_INDEX_MISMATCH: "a broker index disagrees with its log",
