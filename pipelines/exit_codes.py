@@ -71,5 +71,6 @@ def epilog(details: dict[int, str]) -> str:
     for code in sorted({EXIT_OK, EXIT_FAILED, EXIT_USAGE, *details}):
         text = MEANINGS[code] + (f"; {details[code]}" if code in details else "")
         lines.append(textwrap.fill(f"{code} {text}", width=92, initial_indent="  ",
-                                   subsequent_indent="    "))  # fmt: skip
+                                   subsequent_indent="    ", break_on_hyphens=False,
+                                   break_long_words=False))  # fmt: skip
     return "\n".join(lines)
