@@ -1,4 +1,6 @@
-"""Fetch v4-v17 over the wire (raw kio requests): v13+ name topics by id (KIP-516).
+"""Fetch v4-v17 over the wire (raw kio requests): v13+ name topics by id (KIP-516); and
+the other versions Kafka 4.0 added that the broker now serves (ListOffsets v8-v10, Metadata
+v13).
 
 Every version returns the same record bytes (served from the segment file with sendfile);
 v13+ resolve the id Metadata returned, also after a restart when the client did not ask for
@@ -14,10 +16,17 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v10.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.static.primitive import i32, i64
+from kio.schema.metadata.v13.request import MetadataRequest as MetadataV13
+from kio.schema.metadata.v13.request import MetadataRequestTopic as TopicV13
+from kio.static.primitive import i8, i32, i64
 
-from logstore.server.handlers import fetch
+from logstore.server.handlers import fetch, list_offsets
 from tests.integration.broker.clients import ck_produce, make_records, new_topic
 from tests.integration.broker.rawclient import RawClient
 
@@ -112,3 +121,58 @@ def test_a_topic_id_kept_across_a_restart_still_resolves(broker_factory):
         (p,) = t.partitions
         assert (t.topic_id, p.error_code, p.high_watermark) == (tid, ErrorCode.none, 5)
         assert p.records
+
+
+def test_list_offsets_v10_tiered_storage_timestamps_and_metadata_v13(broker):
+    topic = new_topic(broker.bootstrap, partitions=1, prefix="lo10")
+    ck_produce(
+        broker.bootstrap,
+        topic,
+        make_records(7, partitions=1, seed=7),
+        codec="none",
+        acks="all",
+        idempotent=False,
+    )
+    stamps = [
+        list_offsets.EARLIEST,
+        list_offsets.LATEST,
+        list_offsets.EARLIEST_LOCAL,
+        list_offsets.LATEST_TIERED,
+        -6,  # EARLIEST_PENDING_UPLOAD, a v11 value: not in v10
+    ]
+    with RawClient(broker.bootstrap) as c:
+        r = c.call(
+            ListOffsetsRequest(
+                replica_id=i32(-1),
+                isolation_level=i8(0),
+                timeout=datetime.timedelta(seconds=5),
+                topics=(
+                    ListOffsetsTopic(
+                        name=topic,
+                        partitions=tuple(
+                            ListOffsetsPartition(partition_index=i32(0), timestamp=i64(ts))
+                            for ts in stamps
+                        ),
+                    ),
+                ),
+            )
+        )
+        got = [(p.error_code, p.offset, p.leader_epoch) for p in r.topics[0].partitions]
+        assert got == [
+            (ErrorCode.none, 0, 0),
+            (ErrorCode.none, 7, 0),
+            (ErrorCode.none, 0, 0),  # every segment is local: the log start offset
+            (ErrorCode.none, -1, -1),  # nothing tiered (Kafka's answer without remote storage)
+            (ErrorCode.invalid_request, -1, -1),
+        ]
+        m = c.call(
+            MetadataV13(
+                topics=(TopicV13(topic_id=None, name=topic),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+        assert m.error_code == ErrorCode.none  # v13's top-level error (KIP-1102)
+        assert [(t.name, t.error_code, len(t.partitions)) for t in m.topics] == [
+            (topic, ErrorCode.none, 1)
+        ]
