@@ -1,6 +1,6 @@
 """Fetch v4-v17 over the wire (raw kio requests): v13+ name topics by id (KIP-516); and
 the other versions Kafka 4.0 added that the broker now serves (ListOffsets v8-v10, Metadata
-v13).
+v13, DescribeGroups v6).
 
 Every version returns the same record bytes (served from the segment file with sendfile);
 v13+ resolve the id Metadata returned, also after a restart when the client did not ask for
@@ -14,7 +14,10 @@ import importlib
 import uuid
 from typing import Any
 
+import confluent_kafka as ck
 import pytest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest as DescribeGroupsV5
+from kio.schema.describe_groups.v6.request import DescribeGroupsRequest as DescribeGroupsV6
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v10.request import (
     ListOffsetsPartition,
@@ -27,6 +30,7 @@ from kio.schema.metadata.v13.request import MetadataRequestTopic as TopicV13
 from kio.static.primitive import i8, i32, i64
 
 from logstore.server.handlers import fetch, list_offsets
+from tests.fixtures.broker import wait_for
 from tests.integration.broker.clients import ck_produce, make_records, new_topic
 from tests.integration.broker.rawclient import RawClient
 
@@ -176,3 +180,34 @@ def test_list_offsets_v10_tiered_storage_timestamps_and_metadata_v13(broker):
         assert [(t.name, t.error_code, len(t.partitions)) for t in m.topics] == [
             (topic, ErrorCode.none, 1)
         ]
+
+
+def test_describe_groups_v6_answers_group_id_not_found_for_an_unknown_group(broker):
+    topic = new_topic(broker.bootstrap, partitions=1, prefix="dg6")
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"{topic}-g",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        wait_for(lambda: consumer.poll(0.2) is None and bool(consumer.assignment()), 60)
+        with RawClient(broker.bootstrap) as c:
+            groups = (f"{topic}-g", f"{topic}-unknown")
+            old = c.call(DescribeGroupsV5(groups=groups, include_authorized_operations=False))
+            new = c.call(DescribeGroupsV6(groups=groups, include_authorized_operations=False))
+        # v5: an unknown group is an empty Dead group, without error
+        assert [(g.error_code, g.group_state) for g in old.groups] == [
+            (ErrorCode.none, "Stable"),
+            (ErrorCode.none, "Dead"),
+        ]
+        # v6 (KIP-1043): GROUP_ID_NOT_FOUND with a message; a known group as before
+        assert [(g.error_code, g.group_state, g.error_message) for g in new.groups] == [
+            (ErrorCode.none, "Stable", None),
+            (ErrorCode.group_id_not_found, "", f"Group {topic}-unknown not found."),
+        ]
+        assert len(new.groups[0].members) == 1
+    finally:
+        consumer.close()

@@ -70,12 +70,6 @@ DIFFERENCES: dict[int, tuple[int, int, str]] = {
         "receive TRANSACTION_ABORTABLE (KIP-890), v12 is transaction protocol v2; every "
         "client downgrades to v9 (Java 4.x, librdkafka, kafka-python, aiokafka, JS clients)",
     ),
-    15: (
-        0,
-        5,
-        "DescribeGroups v6 answers GROUP_ID_NOT_FOUND for an unknown group (KIP-1043), which "
-        "the group coordinator does not yet do; clients downgrade to v5",
-    ),
     24: (
         0,
         3,
