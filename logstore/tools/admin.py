@@ -1,7 +1,7 @@
 """The operators' tools' Kafka client: requests routed to the broker that must answer them.
 
 A tool speaks only the Kafka protocol (kio's request types over
-:class:`~logstore.tools.topics.KafkaConnection`), so it works against loglake and against any
+:class:`~logstore.tools.connection.KafkaConnection`), so it works against loglake and against any
 Kafka cluster. :class:`Admin` connects to ``--bootstrap-server``, learns the brokers and
 partition leaders from Metadata, and sends each request where Kafka wants it: group requests
 to the group's coordinator (FindCoordinator), ListOffsets and DeleteRecords to each
@@ -54,7 +54,7 @@ from kio.schema.types import BrokerId, GroupId, TopicName
 from kio.static.primitive import i8, i32, i64
 
 from logstore.errors import LoglakeError
-from logstore.tools.topics import KafkaConnection
+from logstore.tools.connection import KafkaConnection
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
@@ -195,15 +195,28 @@ class Admin:
     def list_offsets(self, spec: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """``{(topic, partition): offset}`` for ``{(topic, partition): timestamp}`` (-1 latest,
         -2 earliest, -3 max timestamp, else the first offset at or after that time; -1 when no
-        record is that recent). Each leader is asked for its partitions."""
+        record is that recent); a partition's error is raised as :class:`ToolError`."""
+        out: dict[tuple[str, int], int] = {}
+        for (topic, part), (error, offset) in self.list_offsets_results(spec).items():
+            raise_for(error, f"offsets of {topic}-{part}")
+            out[(topic, part)] = offset
+        return out
+
+    def list_offsets_results(
+        self, spec: Mapping[tuple[str, int], int]
+    ) -> dict[tuple[str, int], tuple[ErrorCode, int]]:
+        """As :meth:`list_offsets`, each partition's error code beside its offset. Each
+        partition's leader is asked; a partition the metadata lacks gets
+        UNKNOWN_TOPIC_OR_PARTITION."""
         leaders = self.partitions(t for t, _p in spec)
         by_leader: dict[int, dict[str, list[tuple[int, int]]]] = {}
+        out: dict[tuple[str, int], tuple[ErrorCode, int]] = {}
         for (topic, part), ts in spec.items():
             leader = leaders[topic].get(part)
             if leader is None:
-                raise ToolError(f"partition {topic}-{part} does not exist")
+                out[(topic, part)] = (ErrorCode.unknown_topic_or_partition, -1)
+                continue
             by_leader.setdefault(leader, {}).setdefault(topic, []).append((part, ts))
-        out: dict[tuple[str, int], int] = {}
         for leader, topics in by_leader.items():
             resp = self._node(leader).call(
                 ListOffsetsRequest(
@@ -227,8 +240,7 @@ class Admin:
             )
             for t in resp.topics:
                 for p in t.partitions:
-                    raise_for(p.error_code, f"offsets of {t.name}-{p.partition_index}")
-                    out[(str(t.name), int(p.partition_index))] = int(p.offset)
+                    out[(str(t.name), int(p.partition_index))] = (p.error_code, int(p.offset))
         return out
 
     def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], Any]:
@@ -267,9 +279,18 @@ class Admin:
 
     # -- groups -------------------------------------------------------------------------------
 
-    def coordinator(self, group: str) -> KafkaConnection:
+    def coordinator_id(self, group: str) -> str:
+        """``host:port (id)`` of the group's coordinator, as Kafka's tool prints it."""
+        resp = self._find_coordinator(group)
+        return f"{resp.host}:{resp.port} ({resp.node_id})"
+
+    def _find_coordinator(self, group: str) -> Any:
         resp = self.call(FindCoordinatorRequest(key=group, key_type=i8(0)))
         raise_for(resp.error_code, f"coordinator of group {group}", resp.error_message)
+        return resp
+
+    def coordinator(self, group: str) -> KafkaConnection:
+        resp = self._find_coordinator(group)
         return self._node(int(resp.node_id), f"{resp.host}:{resp.port}")
 
     def list_groups(self) -> list[tuple[str, str, str]]:
