@@ -243,15 +243,17 @@ class Admin:
                     out[(str(t.name), int(p.partition_index))] = (p.error_code, int(p.offset))
         return out
 
-    def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], Any]:
-        """``{(topic, partition): low watermark (int) or the ErrorCode of that partition}``."""
+    def delete_records(
+        self, offsets: Mapping[tuple[str, int], int]
+    ) -> dict[tuple[str, int], tuple[ErrorCode, int]]:
+        """``{(topic, partition): (error code, low watermark)}`` (-1 on an error)."""
         leaders = self.partitions(t for t, _p in offsets)
         by_leader: dict[int, dict[str, list[tuple[int, int]]]] = {}
-        out: dict[tuple[str, int], Any] = {}
+        out: dict[tuple[str, int], tuple[ErrorCode, int]] = {}
         for (topic, part), offset in offsets.items():
             leader = leaders[topic].get(part)
             if leader is None:
-                out[(topic, part)] = ErrorCode.unknown_topic_or_partition
+                out[(topic, part)] = (ErrorCode.unknown_topic_or_partition, -1)
                 continue
             by_leader.setdefault(leader, {}).setdefault(topic, []).append((part, offset))
         for leader, topics in by_leader.items():
@@ -273,8 +275,7 @@ class Admin:
             for t in resp.topics:
                 for p in t.partitions:
                     key = (str(t.name), int(p.partition_index))
-                    ok = p.error_code == ErrorCode.none
-                    out[key] = int(p.low_watermark) if ok else p.error_code
+                    out[key] = (p.error_code, int(p.low_watermark))
         return out
 
     # -- groups -------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
+from kio.schema.errors import ErrorCode
+
 from logstore.errors import LoglakeError
 from logstore.tools.admin import (
     Admin,
@@ -105,13 +107,13 @@ def run(args: argparse.Namespace) -> int:
             results = admin.delete_records(offsets)
         print("Records delete operation completed:")
         worst = 0
-        for (topic, part), result in sorted(results.items()):
-            if isinstance(result, int):
-                print(f"partition: {topic}-{part}\tlow_watermark: {result}")
+        for (topic, part), (error, low) in sorted(results.items()):
+            if error == ErrorCode.none:
+                print(f"partition: {topic}-{part}\tlow_watermark: {low}")
                 continue
-            print(f"partition: {topic}-{part}\terror: {error_name(result)}")
+            print(f"partition: {topic}-{part}\terror: {error_name(error)}")
             try:
-                raise_for(result, f"{topic}-{part}")
+                raise_for(error, f"{topic}-{part}")
             except ToolError as exc:
                 worst = max(worst, exc.exit_code)
         return worst
