@@ -372,3 +372,97 @@ def test_describe_log_dirs(broker: Any) -> None:
     assert [
         (t["name"], [p["partition_index"] for p in t["partitions"]]) for t in filtered["topics"]
     ] == [(topic, [1])]
+
+
+def test_dump_log_of_internal_topics_and_snapshots(broker_factory: Any) -> None:
+    """A real broker's ``.snapshot``, ``__consumer_offsets`` and ``__transaction_state``
+    files, written for real clients' work, decoded as kafka-dump-log decodes them."""
+    b = broker_factory()
+    topic = "ops-dump"
+    make_topic(b.bootstrap, topic, partitions=1, records=0)
+    idempotent = ck.Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+    for i in range(5):
+        idempotent.produce(topic, value=b"i%d" % i, partition=0)
+    assert idempotent.flush(30) == 0
+    txn = ck.Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "ops-txn"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic, value=b"t", partition=0)
+    txn.commit_transaction(30)
+    member = ck.Consumer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": "ops-dump-g",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    member.subscribe([topic])
+    seen: list[Any] = []
+
+    def read_all() -> bool:
+        msg = member.poll(0.2)
+        if msg is not None and msg.error() is None:
+            seen.append(msg)
+        return len(seen) == 6
+
+    wait_for(read_all)
+    member.commit(asynchronous=False)  # offset 6: after the last record read
+    member.close()
+    del idempotent, txn  # librdkafka clients gone before the broker stops
+    assert b.stop() == 0  # a clean shutdown writes a producer snapshot at the log end
+    logs = Path(b.log_dir)
+
+    snapshots = sorted((logs / f"{topic}-0").glob("*.snapshot"))
+    assert snapshots, sorted(p.name for p in (logs / f"{topic}-0").iterdir())
+    out = loglake("dump-log", "--files", str(snapshots[-1]))
+    assert out.returncode == 0, out.stdout + out.stderr
+    producers = [line for line in out.stdout.splitlines() if line.startswith("producerId: ")]
+    assert len(producers) == 2
+    idem = next(line for line in producers if "lastSequence: 4 " in line)
+    words = idem.split()
+    fields = dict(zip(words[::2], words[1::2], strict=True))
+    assert fields["lastOffset:"] == "4" and fields["currentTxnFirstOffset:"] == "OptionalLong.empty"
+    # the producer's last batch: librdkafka decides how the five records were batched
+    delta = int(fields["offsetDelta:"])
+    assert int(fields["firstSequence:"]) == 4 - delta and fields["producerEpoch:"] == "0"
+    out = loglake("dump-log", "--json", "--files", str(snapshots[-1]))
+    entries = [json.loads(line) for line in out.stdout.splitlines()]
+    # offsets 0-4 idempotent, 5 the transaction's record, 6 its COMMIT marker (a marker is no
+    # producer batch: it ends the open transaction and records the coordinator epoch)
+    assert sorted(e["last_offset"] for e in entries) == [4, 5]
+    (txn_entry,) = [e for e in entries if e["last_offset"] == 5]
+    assert txn_entry["current_txn_first_offset"] is None and txn_entry["coordinator_epoch"] >= 0
+
+    offsets_logs = sorted(logs.glob("__consumer_offsets-*/*.log"))
+    out = loglake("dump-log", "--offsets-decoder", "--files", *map(str, offsets_logs))
+    assert out.returncode == 0, out.stderr
+    commit_key = (
+        f'key: {{"type":"1","data":{{"group":"ops-dump-g","topic":"{topic}","partition":0}}}}'
+    )
+    line = next(line for line in out.stdout.splitlines() if commit_key in line)
+    payload = json.loads(line.split(" payload: ", 1)[1])
+    assert payload["data"]["offset"] == 6 and payload["version"] in ("1", "3")
+    # the group's metadata, its member's subscription and assignment decoded (consumer protocol)
+    group_key = 'key: {"type":"2","data":{"group":"ops-dump-g"}} payload: {'
+    groups = [
+        json.loads(line.split(" payload: ", 1)[1])["data"]
+        for line in out.stdout.splitlines()
+        if group_key in line
+    ]
+    (member_json,) = next(g["members"] for g in groups if g["members"])
+    assert member_json["subscription"]["topics"] == [topic]
+    assert member_json["assignment"]["assignedPartitions"] == [{"topic": topic, "partitions": [0]}]
+    assert groups[0]["protocolType"] == "consumer"
+
+    txn_logs = sorted(logs.glob("__transaction_state-*/*.log"))
+    out = loglake("dump-log", "--transaction-log-decoder", "--files", *map(str, txn_logs))
+    assert out.returncode == 0, out.stderr
+    states = [
+        json.loads(line.split(" payload: ", 1)[1])["data"]
+        for line in out.stdout.splitlines()
+        if 'key: {"type":"0","data":{"transactionalId":"ops-txn"}}' in line
+    ]
+    # Empty (init), Ongoing with the partition, PrepareCommit, CompleteCommit
+    assert [s["transactionStatus"] for s in states] == [0, 1, 2, 4]
+    assert states[1]["transactionPartitions"] == [{"topic": topic, "partitionIds": [0]}]
