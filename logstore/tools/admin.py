@@ -1,17 +1,18 @@
 """The operators' tools' Kafka client: requests routed to the broker that must answer them.
 
 A tool speaks only the Kafka protocol (kio's request types over
-:class:`~logstore.tools.connection.KafkaConnection`), so it works against loglake and against any
-Kafka cluster. :class:`Admin` connects to ``--bootstrap-server``, learns the brokers and
+:class:`~logstore.tools.connection.KafkaConnection`), so it works against loglake and against
+any Kafka cluster. :class:`Admin` connects to ``--bootstrap-server``, learns the brokers and
 partition leaders from Metadata, and sends each request where Kafka wants it: group requests
 to the group's coordinator (FindCoordinator), ListOffsets and DeleteRecords to each
 partition's leader, the rest to the bootstrap broker. One connection per broker, opened on
 first use and closed by :meth:`Admin.close`.
 
-Errors: :class:`ToolError` carries the tool's exit code. ``2`` when what the operator named
-cannot be used as asked (an unknown group, topic or partition, an invalid config or offset:
-retrying changes nothing), ``1`` for the rest of the broker's refusals (a coordinator
-loading, a group still active: may pass later). Requests are not retried here.
+Errors: :class:`ToolError` says whether the tool exits ``2`` or ``1``: ``2`` when what the
+operator named cannot be used as asked (an unknown group, topic or partition, an invalid
+config or offset: retrying changes nothing), ``1`` for the rest of the broker's refusals (a
+coordinator loading, a group still active: may pass later; ``retriable``). Requests are not
+retried here.
 """
 
 from __future__ import annotations
@@ -100,11 +101,12 @@ _USAGE_ERRORS: Final = frozenset(
 
 
 class ToolError(LoglakeError):
-    """A tool cannot do what it was asked; ``exit_code`` is what the command exits with."""
+    """A tool cannot do what it was asked. ``retriable``: the same command may succeed later
+    (the tools exit 1), else retrying changes nothing (they exit 2)."""
 
-    def __init__(self, message: str, *, exit_code: int = 2) -> None:
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.retriable = retriable
 
 
 def error_name(code: ErrorCode) -> str:
@@ -117,8 +119,8 @@ def raise_for(code: ErrorCode, what: str, message: str | None = None) -> None:
     if code == ErrorCode.none:
         return
     detail = f": {message}" if message else ""
-    exit_code = 2 if code in _USAGE_ERRORS else 1
-    raise ToolError(f"{what}: {error_name(code)}{detail}", exit_code=exit_code)
+    retriable = code not in _USAGE_ERRORS
+    raise ToolError(f"{what}: {error_name(code)}{detail}", retriable=retriable)
 
 
 class Admin:
@@ -154,7 +156,9 @@ class Admin:
                 self.metadata([])
             address = self._brokers.get(node_id)
             if address is None:
-                raise ToolError(f"broker {node_id} is not in the cluster's metadata", exit_code=1)
+                raise ToolError(
+                    f"broker {node_id} is not in the cluster's metadata", retriable=True
+                )
             conn = self._conns[node_id] = KafkaConnection(address, client_id=self._client_id)
         return conn
 

@@ -115,11 +115,11 @@ def run(args: argparse.Namespace) -> int:
             try:
                 raise_for(error, f"{topic}-{part}")
             except ToolError as exc:
-                worst = max(worst, exc.exit_code)
+                worst = max(worst, 1 if exc.retriable else 2)
         return worst
     except ToolError as exc:
         print(f"Error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return 1 if exc.retriable else 2
     except LoglakeError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 2

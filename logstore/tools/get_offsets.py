@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         return code
     except ToolError as exc:
         print(f"Error occurred: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return 1 if exc.retriable else 2
     except LoglakeError as exc:
         print(f"Error occurred: {exc}", file=sys.stderr)
         return 2

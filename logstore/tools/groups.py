@@ -60,6 +60,7 @@ EPILOG: Final = (
 )
 
 _INACTIVE: Final = ("Empty", "Dead")
+Millis = int  # a timestamp in ms since the epoch (named apart from the exit codes)
 _DURATION = re.compile(
     r"^(?P<sign>[-+]?)P(?:(?P<d>[-+]?\d+)D)?"
     r"(?:T(?:(?P<h>[-+]?\d+)H)?(?:(?P<m>[-+]?\d+)M)?(?:(?P<s>[-+]?\d+(?:\.\d{1,9})?)S)?)?$",
@@ -153,7 +154,7 @@ def parse_duration(text: str) -> datetime.timedelta:
     return -delta if m.group("sign") == "-" else delta
 
 
-def _parse_datetime(text: str) -> int:
+def _parse_datetime(text: str) -> Millis:
     try:
         when = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
@@ -211,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             return _delete(admin, args.group)
     except ToolError as exc:
         print(f"Error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return 1 if exc.retriable else 2
     except LoglakeError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 2
@@ -399,7 +400,7 @@ def _reset(admin: Admin, group: str, args: argparse.Namespace) -> int:
         raise ToolError(
             f"Assignments can only be reset if the group '{group}' is inactive, but the current"
             f" state is {state}.",
-            exit_code=1,
+            retriable=True,
         )
     for item in args.topic:  # bad syntax is reported before any request
         parse_topic_partitions(item)

@@ -253,7 +253,7 @@ def _alter(bootstrap: str, args: argparse.Namespace) -> int:
                 print(f"Completed updating config for topic {args.name}.")
     except ToolError as exc:
         print(f"Error altering {args.name}: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return 1 if exc.retriable else 2
     return 0
 
 
