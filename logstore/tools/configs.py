@@ -154,22 +154,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         kind, name = _entity(args)
         resource = RESOURCE_TOPIC if kind == "topics" else RESOURCE_BROKER
-        with Admin(bootstrap_of(args), client_id="loglake-configs") as admin:
-            if args.describe:
-                if args.add_config or args.delete_config:
-                    raise ToolError("--add-config and --delete-config go with --alter")
-                result = admin.describe_configs(resource, name)
-                configs = sorted(result.configs, key=lambda c: c.name)
-                if not args.all:
-                    configs = [c for c in configs if int(c.config_source) in _DYNAMIC[kind]]
-                title = "All" if args.all else "Dynamic"
-                if kind == "brokers" and name == "":
-                    print("Default configs for brokers in the cluster are:")
-                else:
-                    print(f"{title} configs for {_label(kind, name)} are:")
-                for c in configs:
-                    print(_line(c))
-                return 0
+        to_set: dict[str, str] = {}
+        to_delete: list[str] = []
+        if args.describe and (args.add_config or args.delete_config):
+            raise ToolError("--add-config and --delete-config go with --alter")
+        if args.alter:
             if not args.add_config and not args.delete_config:
                 raise ToolError("--alter needs --add-config and/or --delete-config")
             to_set = parse_add_config(args.add_config) if args.add_config else {}
@@ -177,15 +166,32 @@ def run(args: argparse.Namespace) -> int:
             both = sorted(set(to_set) & set(to_delete))
             if both:
                 raise ToolError(f"configs both added and deleted: {', '.join(both)}")
+        with Admin(bootstrap_of(args), client_id="loglake-configs") as admin:
+            if args.describe:
+                _describe(admin, resource, kind, name, every=bool(args.all))
+                return 0
             admin.alter_configs(resource, name, set_=to_set, delete=to_delete)
-            if kind == "brokers" and name == "":
-                print("Completed updating default config for brokers in the cluster.")
-            else:
-                print(f"Completed updating config for {_label(kind, name)}.")
-            return 0
+        if kind == "brokers" and name == "":
+            print("Completed updating default config for brokers in the cluster.")
+        else:
+            print(f"Completed updating config for {_label(kind, name)}.")
+        return 0
     except ToolError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1 if exc.retriable else 2
     except LoglakeError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 2
+
+
+def _describe(admin: Admin, resource: int, kind: str, name: str, *, every: bool) -> None:
+    result = admin.describe_configs(resource, name)
+    configs = sorted(result.configs, key=lambda c: c.name)
+    if not every:
+        configs = [c for c in configs if int(c.config_source) in _DYNAMIC[kind]]
+    if kind == "brokers" and name == "":
+        print("Default configs for brokers in the cluster are:")
+    else:
+        print(f"{'All' if every else 'Dynamic'} configs for {_label(kind, name)} are:")
+    for c in configs:
+        print(_line(c))

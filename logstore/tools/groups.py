@@ -193,6 +193,12 @@ def _check(args: argparse.Namespace) -> None:
         raise ToolError("--reset-offsets needs a scope: --topic T[:P,...] or --all-topics")
     if len(args.group) > 1:
         raise ToolError("--reset-offsets takes one --group")
+    for item in args.topic:
+        parse_topic_partitions(item)
+    if args.by_duration is not None:
+        parse_duration(args.by_duration)
+    if args.to_datetime is not None:
+        _parse_datetime(args.to_datetime)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -402,12 +408,6 @@ def _reset(admin: Admin, group: str, args: argparse.Namespace) -> int:
             f" state is {state}.",
             retriable=True,
         )
-    for item in args.topic:  # bad syntax is reported before any request
-        parse_topic_partitions(item)
-    if args.by_duration is not None:
-        parse_duration(args.by_duration)
-    if args.to_datetime is not None:
-        _parse_datetime(args.to_datetime)
     scope = _scope(admin, group, args)
     if not scope:
         raise ToolError(f"no partition to reset: group '{group}' has no committed offsets")
