@@ -13,9 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
+import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 from kafka import KafkaAdminClient
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
+from kio.static.primitive import i32
 
+from logstore.tools.connection import KafkaConnection
 from tests.fixtures.broker import ROOT, wait_for
 
 BASE_TS = 1_600_000_000_000  # 2020-09-13: every record is older than an hour ago
@@ -466,3 +472,26 @@ def test_dump_log_of_internal_topics_and_snapshots(broker_factory: Any) -> None:
     # Empty (init), Ongoing with the partition, PrepareCommit, CompleteCommit
     assert [s["transactionStatus"] for s in states] == [0, 1, 2, 4]
     assert states[1]["transactionPartitions"] == [{"topic": topic, "partitionIds": [0]}]
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_describe_log_dirs_versions(broker: Any, version: int) -> None:
+    """Every version served answers with the same dirs and sizes; volume bytes from v4."""
+    topic = "ops-logdirs-versions"
+    if not (Path(broker.log_dir) / f"{topic}-0").is_dir():
+        make_topic(broker.bootstrap, topic, partitions=2, records=5)
+    request_mod = load_payload_module(35, version, EntityType.request)
+    topics = (request_mod.DescribableLogDirTopic(topic=topic, partitions=(i32(0),)),)
+    with KafkaConnection(broker.bootstrap) as conn:
+        resp = conn.call(request_mod.DescribeLogDirsRequest(topics=topics))
+    (result,) = resp.results
+    assert result.error_code == ErrorCode.none
+    assert [(t.name, [int(p.partition_index) for p in t.partitions]) for t in result.topics] == [
+        (topic, [0])
+    ]
+    size = (Path(broker.log_dir) / f"{topic}-0" / "00000000000000000000.log").stat().st_size
+    assert int(result.topics[0].partitions[0].partition_size) == size
+    if version >= 4:
+        assert int(result.total_bytes) > 0 and int(result.usable_bytes) > 0
+    else:
+        assert not hasattr(result, "total_bytes")
