@@ -193,6 +193,10 @@ LOGLAKE_COMMANDS = {
     "broker": "logstore/server/cli.py",
     "topics": "logstore/tools/topics.py",
     "dump-log": "logstore/tools/dump_log.py",
+    "groups": "logstore/tools/groups.py",
+    "configs": "logstore/tools/configs.py",
+    "delete-records": "logstore/tools/delete_records.py",
+    "get-offsets": "logstore/tools/get_offsets.py",
 }
 
 
