@@ -52,6 +52,19 @@ final size is the frame's size. Per connection: one frame at a time (muting), so
 connection holds at most one ``socket.request.max.bytes`` frame, buffered no faster than
 its bytes arrive.
 
+Allocator. Request frames, their parsed copies and responses are large (a 1 MB producer
+batch is ~0.5-1 MB a request) and freed after each request, often on another thread than
+the one that allocated them. With glibc's default, adaptive thresholds the handler threads'
+arenas gave that memory back to the kernel after nearly every request (``madvise``
+``MADV_DONTNEED`` when the free top of the arena passed twice the mmap threshold) and the
+next request faulted the same pages in again: three times the broker's system time and
+~25 % fewer 1 KiB records a second than before request memory was bounded (issue 20,
+``tests/perf/bench_produce.py --baseline``). :func:`tune_allocator` fixes the thresholds once
+per process (``mallopt``: allocations below ``_MMAP_THRESHOLD`` from the arenas, freed
+memory kept until an arena's free top passes ``_TRIM_THRESHOLD``), so request memory is
+reused instead. The request memory pool still bounds what requests hold; what glibc keeps
+free is bounded by the trim threshold per arena. Other C libraries: nothing is changed.
+
 Deadlines. A connection that has begun a request (a first byte of its size prefix) must
 finish it within ``loglake.request.read.timeout.ms`` or is closed (slowloris clients cannot
 pin memory or connections); time spent muted by the broker (waiting for pool memory, a full
@@ -120,6 +133,11 @@ _FIRST_PIECE: Final = 64 * 1024
 _bytearray_resize = ctypes.pythonapi.PyByteArray_Resize
 _bytearray_resize.argtypes = [ctypes.py_object, ctypes.c_ssize_t]
 _bytearray_resize.restype = ctypes.c_int
+# glibc mallopt parameters (malloc.h) and the values tune_allocator sets; see "Allocator".
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
+_MMAP_THRESHOLD: Final = 8 * 1024 * 1024
+_TRIM_THRESHOLD: Final = 32 * 1024 * 1024
 # Connections accepted per wake-up of the acceptor at most (then the processors are woken).
 _ACCEPT_BATCH: Final = 256
 
@@ -722,6 +740,22 @@ class Processor(threading.Thread):
         )
 
 
+@functools.cache
+def tune_allocator() -> bool:
+    """Set glibc's malloc thresholds for request-sized buffers (module docstring,
+    "Allocator"); once per process. False (nothing done) on another C library."""
+    try:
+        os.confstr("CS_GNU_LIBC_VERSION")
+        mallopt = ctypes.CDLL(None).mallopt
+    except (ValueError, OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(
+        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+    )
+
+
 class SocketServer:
     """Listening socket, acceptor, processors, request channel and handler threads.
 
@@ -792,6 +826,7 @@ class SocketServer:
         self._inflight_lock = threading.Condition()
 
     def start(self) -> None:
+        tune_allocator()
         for p in self._processors:
             p.start()
         for h in self._handlers:
