@@ -147,6 +147,9 @@ class Dispatcher:
             req.close()
 
     def _send(self, req: NetworkRequest, header: RequestHeader, response: Any) -> None:
+        metrics = self._broker.metrics
+        if metrics is not None:
+            metrics.request_done(header.api_key, req.received_ns, response)
         if isinstance(response, NoResponse):
             req.respond([])
         elif isinstance(response, RawResponse):
