@@ -81,6 +81,13 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
         _d(
             "advertised.listeners", "list", None, "what Metadata tells clients (default: listeners)"
         ),
+        _d(
+            "metrics.listeners",
+            "string",
+            "",
+            "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: chosen by the OS;"
+            " empty: off)",
+        ),
         _d("log.dirs", "list", None, "log directories (comma-separated); default log.dir"),
         _d("log.dir", "string", "/tmp/loglake-logs", "log directory when log.dirs is not set"),
         _d("num.network.threads", "int", "3", "network processor threads", low=1, high=64),
@@ -217,13 +224,6 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "-1",
             "a partition log larger than this is retained as in Kafka, lake or not (-1: never)",
             low=-1,
-        ),
-        _d(
-            "metrics.listeners",
-            "string",
-            "",
-            "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: chosen by the OS;"
-            " empty: off)",
         ),
         _d(
             "log.retention.lake.max.ms",
