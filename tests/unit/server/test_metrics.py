@@ -32,7 +32,7 @@ def test_metrics_listener_parsed_and_off_by_default() -> None:
     "value", ["127.0.0.1:9308", "PLAINTEXT://127.0.0.1:9308", "http://host", "http://h:70000"]
 )
 def test_metrics_listener_refused(value: str) -> None:
-    with pytest.raises(ConfigError, match="metrics.listeners"):
+    with pytest.raises(ConfigError, match=r"metrics\.listeners"):
         BrokerConfig({"metrics.listeners": value})
 
 
