@@ -16,8 +16,10 @@ every variant alike (``--rounds`` times each, every run printed, never a best-of
 - ``--metrics``: this broker with ``metrics.listeners`` on (the per-request counters and
   histograms; nothing scrapes during the run).
 
-Prints one line per run and, last, one JSON object with every run's records/s, the median
-per variant and case and the ratios of medians against this broker (``current``).
+Prints one line per run and, last, one JSON object with every run's records/s and broker
+CPU time per record (user + system, from ``/proc``: steadier than records/s when other
+processes load the machine), the median per variant and case, and the ratios of medians
+against this broker (``current``).
 Target: >= 250k records/s for 100 B.
 
     .venv/bin/python tests/perf/bench_produce.py [--records 1000000] [--cases 1024x1]
@@ -120,6 +122,14 @@ def _baseline_root(spec: str, tmp: Path) -> Path:
     return tmp
 
 
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process ``pid`` so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def _run_case(
     root: Path, size: int, partitions: int, n: int, overrides: dict[str, str]
 ) -> dict[str, float]:
@@ -134,11 +144,19 @@ def _run_case(
             topic = f"bench-{size}-{partitions}"
             admin = AdminClient({"bootstrap.servers": b.bootstrap})
             admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+            assert b.proc is not None
+            user0, sys0 = _cpu_seconds(b.proc.pid)
             elapsed = _produce(b.bootstrap, topic, n, size, partitions)
+            user1, sys1 = _cpu_seconds(b.proc.pid)
         finally:
             b.stop()
         raw_s, raw_n = _raw_append(b.log_dir, topic, partitions)
-    return {"records_per_s": n / elapsed, "raw_append_records_per_s": raw_n / raw_s}
+    return {
+        "records_per_s": n / elapsed,
+        "raw_append_records_per_s": raw_n / raw_s,
+        "broker_user_us_per_record": (user1 - user0) / n * 1e6,
+        "broker_sys_us_per_record": (sys1 - sys0) / n * 1e6,
+    }
 
 
 def main() -> int:
@@ -162,6 +180,7 @@ def main() -> int:
             listener = {"metrics.listeners": "http://127.0.0.1:0"}
             variants.append(("metrics_on", ROOT, listener))
         runs: dict[str, dict[str, list[float]]] = {}
+        cpu: dict[str, dict[str, list[float]]] = {}
         raw: dict[str, list[float]] = {}
         for size, partitions in cases:
             key = f"{size}B_{partitions}p"
@@ -173,11 +192,15 @@ def main() -> int:
                     res = _run_case(root, size, partitions, n, overrides)
                     rps = res["records_per_s"]
                     runs.setdefault(key, {}).setdefault(name, []).append(rps)
+                    us = res["broker_user_us_per_record"] + res["broker_sys_us_per_record"]
+                    cpu.setdefault(key, {}).setdefault(name, []).append(us)
                     raw.setdefault(key, []).append(res["raw_append_records_per_s"])
                     print(
                         f"{key} round {r + 1} {name}: {rps:,.0f} records/s, "
                         f"{rps * size / 1e6:.1f} MB/s "
-                        f"(raw append {res['raw_append_records_per_s']:,.0f} records/s)",
+                        f"(raw append {res['raw_append_records_per_s']:,.0f} records/s); broker "
+                        f"CPU {res['broker_user_us_per_record']:.3f} user + "
+                        f"{res['broker_sys_us_per_record']:.3f} sys us/record",
                         flush=True,
                     )
     results: dict[str, object] = {}
@@ -186,12 +209,21 @@ def main() -> int:
         entry: dict[str, object] = {
             "runs": {name: [round(x) for x in v] for name, v in by_variant.items()},
             "median": {name: round(m) for name, m in med.items()},
+            # CPU the broker spent per record: less sensitive than records/s to the load that
+            # other processes put on a shared machine
+            "broker_cpu_us_per_record": {
+                name: [round(x, 3) for x in v] for name, v in cpu[key].items()
+            },
             "raw_append_records_per_s": round(statistics.median(raw[key])),
             "ratio_vs_raw_append": round(med["current"] / statistics.median(raw[key]), 3),
         }
         for name, m in med.items():
             if name != "current":
                 entry[f"ratio_current_vs_{name}"] = round(med["current"] / m, 3)
+        cpu_med = {name: statistics.median(v) for name, v in cpu[key].items()}
+        for name, m in cpu_med.items():
+            if name != "current":
+                entry[f"cpu_ratio_{name}_vs_current"] = round(m / cpu_med["current"], 3)
         if "metrics_on" in med:
             entry["ratio_metrics_on_vs_off"] = round(med["metrics_on"] / med["current"], 3)
         results[key] = entry
