@@ -134,12 +134,8 @@ class Broker:
         self.advertised_port = adv.port if adv is not None else self._server.port
         if self.config.listener.host in ("", "0.0.0.0") and adv is None:
             self.advertised_host = "127.0.0.1"
+        self._start_metrics()
         self._server.start()
-        if self.metrics is not None and self.config.metrics_listener is not None:
-            host, port = self.metrics.start(
-                self.config.metrics_listener.host, self.config.metrics_listener.port
-            )
-            log.info("metrics at http://%s:%d/metrics", host, port)
         log.info(
             "loglake broker %d listening on %s:%d (log.dirs=%s)",
             self.node_id,
@@ -147,6 +143,22 @@ class Broker:
             self._server.port,
             ",".join(str(d) for d in self.config.log_dirs),
         )
+
+    def _start_metrics(self) -> None:
+        """``metrics.listeners``: serve /metrics before clients are served; OSError (the
+        CLI exits 1) when the address cannot be bound."""
+        listener = self.config.metrics_listener
+        if self.metrics is None or listener is None:
+            return
+        try:
+            host, port = self.metrics.start(listener.host, listener.port)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"cannot serve metrics on {listener.host}:{listener.port} (metrics.listeners):"
+                f" {exc.strerror or exc}",
+            ) from exc
+        log.info("metrics at http://%s:%d/metrics", host, port)
 
     def _set_lake_bound(self, groups: GroupCoordinator) -> None:
         """``log.retention.lake.group``: the periodic retention keeps what that group (the

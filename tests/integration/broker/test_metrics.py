@@ -5,6 +5,7 @@ confluent-kafka traffic, ``/metrics`` scraped over HTTP and parsed with
 from __future__ import annotations
 
 import socket
+import subprocess
 import urllib.request
 from collections import Counter
 
@@ -13,7 +14,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fixtures.broker import free_port, wait_for
+from tests.fixtures.broker import ROOT, BrokerProcess, free_port, wait_for
 from tests.integration.broker.clients import ck_consume, ck_produce, make_records, new_topic
 
 GROUP = "metrics-app"
@@ -139,3 +140,18 @@ def test_metrics_match_traffic_logs_and_commits(broker_factory) -> None:
 def test_metrics_off_by_default(broker_factory) -> None:
     b = broker_factory()
     assert "metrics at http" not in b.log_text()
+
+
+def test_metrics_port_taken_refuses_to_start(tmp_path) -> None:
+    # The CLI itself (the fixture would take "Address already in use" for its Kafka port).
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        cmd = BrokerProcess(tmp_path, **{"metrics.listeners": f"http://127.0.0.1:{port}"}).command()
+        proc = subprocess.run(
+            cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port} (metrics.listeners)" in proc.stderr
+    assert "loglake broker started" not in proc.stdout
