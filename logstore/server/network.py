@@ -52,18 +52,22 @@ final size is the frame's size. Per connection: one frame at a time (muting), so
 connection holds at most one ``socket.request.max.bytes`` frame, buffered no faster than
 its bytes arrive.
 
-Allocator. Request frames, their parsed copies and responses are large (a 1 MB producer
-batch is ~0.5-1 MB a request) and freed after each request, often on another thread than
-the one that allocated them. With glibc's default, adaptive thresholds the handler threads'
-arenas gave that memory back to the kernel after nearly every request (``madvise``
-``MADV_DONTNEED`` when the free top of the arena passed twice the mmap threshold) and the
-next request faulted the same pages in again: three times the broker's system time and
-~25 % fewer 1 KiB records a second than before request memory was bounded (issue 20,
-``tests/perf/bench_produce.py --baseline``). :func:`tune_allocator` fixes the thresholds once
-per process (``mallopt``: allocations below ``_MMAP_THRESHOLD`` from the arenas, freed
-memory kept until an arena's free top passes ``_TRIM_THRESHOLD``), so request memory is
-reused instead. The request memory pool still bounds what requests hold; what glibc keeps
-free is bounded by the trim threshold per arena. Other C libraries: nothing is changed.
+Allocator. Request frames, their parsed copies and the produce path's copy of the records
+are large (a 1 MB producer batch is ~0.5-1 MB a request) and freed after each request, often
+on another thread than the one that allocated them. With glibc's default, adaptive
+thresholds a handler thread's arena gave that memory back to the kernel after nearly every
+request once the memory freed last lay at the top of the arena (``madvise``
+``MADV_DONTNEED`` when the free top passed twice the mmap threshold, ~1 MB), and the next
+request faulted the same pages in again: ~300 ``madvise`` calls for 300k 1 KiB records,
+three times the broker's system time, ~25 % fewer 1 KiB records a second (issue 20). Which
+allocation lands last is an accident of the code: the partition layer (commit b5bfbf3)
+changed the order of a produce request's allocations and made the storm the usual case
+(bisected by counting ``madvise`` under ``strace -c``: the commit before it, 5-20 a run).
+:func:`tune_allocator` therefore fixes the thresholds once per process (``mallopt``:
+allocations below ``_MMAP_THRESHOLD`` from the arenas, freed memory kept until an arena's
+free top passes ``_TRIM_THRESHOLD``), so request memory is reused whatever the order. The
+request memory pool still bounds what requests hold; what glibc keeps free is bounded by the
+trim threshold per arena. Other C libraries: nothing is changed.
 
 Deadlines. A connection that has begun a request (a first byte of its size prefix) must
 finish it within ``loglake.request.read.timeout.ms`` or is closed (slowloris clients cannot
