@@ -54,6 +54,8 @@ from logstore.server.config import BrokerConfig
 from logstore.server.dispatch import Dispatcher
 from logstore.server.group.coordinator import GroupCoordinator
 from logstore.server.group.offset_store import OFFSETS_TOPIC
+from logstore.server.memory_pool import MemoryPool
+from logstore.server.metrics import BrokerMetrics
 from logstore.server.network import SocketServer
 from logstore.server.purgatory import Purgatory
 from logstore.server.topics import TOPIC_ID_NAMESPACE, TopicExistsError, topic_id_for
@@ -110,6 +112,8 @@ class Broker:
         self.txn_coordinator: TransactionCoordinator | None = None
         self._txn_tasks: list[ScheduledTask] = []
         self._server: SocketServer | None = None
+        # metrics.listeners: request-path counters and /metrics (None: off, nothing counted)
+        self.metrics: BrokerMetrics | None = None
         self._stopped = threading.Event()
         self.advertised_host = ""
         self.advertised_port = 0
@@ -121,6 +125,8 @@ class Broker:
         self.group_coordinator.start()
         self._set_lake_bound(self.group_coordinator)
         self._start_txn_coordinator(self.group_coordinator)
+        if self.config.metrics_listener is not None:
+            self.metrics = BrokerMetrics(self)
         dispatcher = Dispatcher(self)
         self._server = SocketServer(self.config, dispatcher.dispatch, inline=dispatcher.try_inline)
         adv = self.config.advertised
@@ -128,6 +134,7 @@ class Broker:
         self.advertised_port = adv.port if adv is not None else self._server.port
         if self.config.listener.host in ("", "0.0.0.0") and adv is None:
             self.advertised_host = "127.0.0.1"
+        self._start_metrics()
         self._server.start()
         log.info(
             "loglake broker %d listening on %s:%d (log.dirs=%s)",
@@ -136,6 +143,22 @@ class Broker:
             self._server.port,
             ",".join(str(d) for d in self.config.log_dirs),
         )
+
+    def _start_metrics(self) -> None:
+        """``metrics.listeners``: serve /metrics before clients are served; OSError (the
+        CLI exits 1) when the address cannot be bound."""
+        listener = self.config.metrics_listener
+        if self.metrics is None or listener is None:
+            return
+        try:
+            host, port = self.metrics.start(listener.host, listener.port)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"cannot serve metrics on {listener.host}:{listener.port} (metrics.listeners):"
+                f" {exc.strerror or exc}",
+            ) from exc
+        log.info("metrics at http://%s:%d/metrics", host, port)
 
     def _set_lake_bound(self, groups: GroupCoordinator) -> None:
         """``log.retention.lake.group``: the periodic retention keeps what that group (the
@@ -229,6 +252,11 @@ class Broker:
         return True
 
     @property
+    def memory_pool(self) -> MemoryPool | None:
+        """The reactor's request memory pool (None before :meth:`start`)."""
+        return None if self._server is None else self._server.memory_pool
+
+    @property
     def port(self) -> int:
         if self._server is None:
             raise RuntimeError("broker not started")
@@ -250,6 +278,8 @@ class Broker:
         self.purgatory.shutdown()
         if self._server is not None:
             self._server.shutdown(timeout_s=15.0)
+        if self.metrics is not None:
+            self.metrics.stop()
         for task in self._txn_tasks:
             task.cancel()
         if self.group_coordinator is not None:

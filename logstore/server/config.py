@@ -81,6 +81,13 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
         _d(
             "advertised.listeners", "list", None, "what Metadata tells clients (default: listeners)"
         ),
+        _d(
+            "metrics.listeners",
+            "string",
+            "",
+            "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: chosen by the OS;"
+            " empty: off)",
+        ),
         _d("log.dirs", "list", None, "log directories (comma-separated); default log.dir"),
         _d("log.dir", "string", "/tmp/loglake-logs", "log directory when log.dirs is not set"),
         _d("num.network.threads", "int", "3", "network processor threads", low=1, high=64),
@@ -450,6 +457,16 @@ def _parse_listener(text: str, key: str) -> Listener:
     return Listener(m.group("name"), host, port)
 
 
+def _parse_metrics_listener(text: str) -> Listener:
+    m = _LISTENER.match(text)
+    if m is None or m.group("name").lower() != "http":
+        raise ConfigError(f"metrics.listeners={text!r}: expected http://host:port")
+    port = int(m.group("port"))
+    if port > 65535:
+        raise ConfigError(f"metrics.listeners={text!r}: port {port} is out of range")
+    return Listener("http", m.group("host").strip("[]") or "0.0.0.0", port)
+
+
 class BrokerConfig:
     """Validated broker configuration; typed accessors for the keys the broker reads.
 
@@ -484,6 +501,10 @@ class BrokerConfig:
             self.advertised: Listener | None = _parse_listener(adv_l[0], "advertised.listeners")
         else:
             self.advertised = None
+        metrics = self.get_str("metrics.listeners")
+        self.metrics_listener: Listener | None = (
+            _parse_metrics_listener(metrics) if metrics else None
+        )
         dirs = self.values["log.dirs"]
         if dirs is None:
             self.log_dirs = [Path(self.get_str("log.dir"))]

@@ -266,6 +266,7 @@ class Log:
         self.last_flush_ms = _now_ms() if now_ms is None else now_ms
         self._closed = False
         self._offline_reason: str | None = None
+        self.storage_errors = 0  # storage failures since open (the broker's metrics)
         self._failed_at = 0.0  # time.monotonic() of the last storage failure
         self._flush_failed = False
         self._txn_index_failed = False
@@ -417,6 +418,7 @@ class Log:
             )
         self._offline_reason = reason
         self._failed_at = time.monotonic()
+        self.storage_errors += 1
 
     def _offline_error(self) -> LogOfflineError:
         return LogOfflineError(
