@@ -125,7 +125,8 @@ class Broker:
         self._server = SocketServer(self.config, dispatcher.dispatch, inline=dispatcher.try_inline)
         adv = self.config.advertised
         self.advertised_host = adv.host if adv is not None else self._server.host
-        self.advertised_port = adv.port if adv is not None else self._server.port
+        # a port of 0 in advertised.listeners (tests override ports) means the bound one
+        self.advertised_port = adv.port if adv is not None and adv.port else self._server.port
         if self.config.listener.host in ("", "0.0.0.0") and adv is None:
             self.advertised_host = "127.0.0.1"
         self._server.start()

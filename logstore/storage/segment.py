@@ -37,6 +37,10 @@ them) and raises :class:`IndexRebuildError` after the ``.log`` itself was recove
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
+import errno
 import mmap
 import os
 import struct
@@ -126,6 +130,26 @@ def _diagnose(buf: mmap.mmap, pos: int, max_size: int | None) -> str:
     return "invalid batch"
 
 
+# Linux fallocate(2) modes: reserve blocks without changing the file size; free a range
+_KEEP_SIZE = 0x01
+_PUNCH_HOLE = 0x02
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_FALLOCATE = getattr(_LIBC, "fallocate", None)
+if _FALLOCATE is not None:
+    _FALLOCATE.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    _FALLOCATE.restype = ctypes.c_int
+
+
+def _fallocate(fd: int, mode: int, offset: int, length: int) -> None:
+    """fallocate(2) with ``mode`` (os.posix_fallocate has no modes); OSError on failure,
+    ENOSYS where the C library has none."""
+    if _FALLOCATE is None:
+        raise OSError(errno.ENOSYS, "fallocate is not available")
+    if _FALLOCATE(fd, mode, offset, length) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -203,6 +227,10 @@ class LogSegment:
         self.recovery_stop_reason: str | None = None
         # a failed append left bytes past `size` that could not be removed
         self.torn_tail = False
+        # segment.jitter.ms drawn for this segment (Kafka's rollJitterMs); 0 until prepare_active
+        self.roll_jitter_ms = 0
+        # bytes of disk blocks reserved past the end (preallocate); released when rolled/closed
+        self._reserved_to = 0
 
     @classmethod
     def open(
@@ -632,6 +660,41 @@ class LogSegment:
 
     # -- rolling -----------------------------------------------------------------------------
 
+    def prepare_active(self, *, roll_jitter_ms: int = 0, reserve_bytes: int = 0) -> None:
+        """Settings of the segment becoming the active one: its roll jitter
+        (``segment.jitter.ms``, drawn once per segment as Kafka does) and, with
+        ``preallocate``, ``reserve_bytes`` of disk blocks for its ``.log``.
+
+        The reservation keeps the file's size (``fallocate`` with ``FALLOC_FL_KEEP_SIZE``):
+        Kafka grows a preallocated ``.log`` to ``segment.bytes`` and trims it on roll and clean
+        close, which leaves a zero-filled tail after a crash; here readers, recovery and the
+        Spark jobs never see one, and the blocks are still the segment's, contiguous where the
+        filesystem can. A filesystem without ``fallocate`` gets no reservation;
+        a full disk raises :class:`StorageError` (the caller treats it as any full disk).
+        """
+        self.roll_jitter_ms = roll_jitter_ms
+        if reserve_bytes > self._size and reserve_bytes > self._reserved_to:
+            try:
+                _fallocate(self._fd, _KEEP_SIZE, self._size, reserve_bytes - self._size)
+            except OSError as exc:
+                if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                    return
+                raise StorageError(
+                    f"cannot preallocate {reserve_bytes} bytes: {exc.strerror}",
+                    path=str(self._log_path),
+                    errno=exc.errno,
+                ) from exc
+            self._reserved_to = reserve_bytes
+
+    def _release_reservation(self) -> None:
+        """Give back the blocks reserved past the end (best effort: only space is at stake)."""
+        if self._reserved_to > self._size:
+            with contextlib.suppress(OSError):
+                _fallocate(
+                    self._fd, _KEEP_SIZE | _PUNCH_HOLE, self._size, self._reserved_to - self._size
+                )
+        self._reserved_to = 0
+
     def should_roll(
         self,
         *,
@@ -642,7 +705,7 @@ class LogSegment:
         segment_bytes: int,
         segment_ms: int,
     ) -> bool:
-        """Kafka's ``LogSegment.shouldRoll`` (no jitter).
+        """Kafka's ``LogSegment.shouldRoll``, with this segment's :attr:`roll_jitter_ms`.
 
         Roll when the batches would push the segment past ``segment_bytes``; when the segment
         is non-empty and ``segment_ms`` has passed since its first batch's max timestamp (or
@@ -656,7 +719,7 @@ class LogSegment:
             waited = now_ms - self.created_ms
         return (
             self._size > segment_bytes - messages_size
-            or (self._size > 0 and waited > segment_ms)
+            or (self._size > 0 and waited > segment_ms - self.roll_jitter_ms)
             or self.offset_index.is_full
             or self.time_index.is_full
             or not self.offset_index.can_append_offset(max_offset_in_messages)
@@ -664,6 +727,7 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """The segment was rolled: write the final time index entry and trim both indexes."""
+        self._release_reservation()
         max_ts, max_off = self._load_max_timestamp()
         if max_ts >= 0:
             self.time_index.maybe_append(max_ts, max_off, skip_full_check=True)
@@ -710,6 +774,7 @@ class LogSegment:
         """Close files without touching them (no trim, no final entry)."""
         if self._closed:
             return
+        self._release_reservation()
         self.offset_index.close_handler()
         self.time_index.close_handler()
         self._closed = True
