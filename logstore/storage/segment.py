@@ -130,9 +130,8 @@ def _diagnose(buf: mmap.mmap, pos: int, max_size: int | None) -> str:
     return "invalid batch"
 
 
-# Linux fallocate(2) modes: reserve blocks without changing the file size; free a range
+# Linux fallocate(2) mode: reserve blocks without changing the file size
 _KEEP_SIZE = 0x01
-_PUNCH_HOLE = 0x02
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _FALLOCATE = getattr(_LIBC, "fallocate", None)
 if _FALLOCATE is not None:
@@ -687,12 +686,13 @@ class LogSegment:
             self._reserved_to = reserve_bytes
 
     def _release_reservation(self) -> None:
-        """Give back the blocks reserved past the end (best effort: only space is at stake)."""
-        if self._reserved_to > self._size:
+        """Give back the blocks reserved past the end (best effort: only space is at stake).
+
+        ``ftruncate`` to the current size frees blocks allocated past it (ext4, xfs, tmpfs);
+        punching a hole would not, as filesystems clamp holes to the file size."""
+        if self._reserved_to > self._size and not self.torn_tail:
             with contextlib.suppress(OSError):
-                _fallocate(
-                    self._fd, _KEEP_SIZE | _PUNCH_HOLE, self._size, self._reserved_to - self._size
-                )
+                os.ftruncate(self._fd, self._size)
         self._reserved_to = 0
 
     def should_roll(
