@@ -130,6 +130,14 @@ class Broker:
         if self.config.listener.host in ("", "0.0.0.0") and adv is None:
             self.advertised_host = "127.0.0.1"
         self._server.start()
+        for ctl in self.config.controller_listeners:
+            log.info(
+                "controller listener %s://%s:%d accepted and not opened: this single node is"
+                " its own KRaft controller and serves no quorum",
+                ctl.name,
+                ctl.host,
+                ctl.port,
+            )
         log.info(
             "loglake broker %d listening on %s:%d (log.dirs=%s)",
             self.node_id,
