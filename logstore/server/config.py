@@ -17,6 +17,7 @@ Thread-safety: immutable after construction.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -479,7 +480,7 @@ def _parse_value(d: ConfigDef, raw: str) -> object:
             number = float(raw.strip())
         except ValueError:
             raise ConfigError(f"{d.name}={raw!r}: expected a number") from None
-        if number != number:
+        if math.isnan(number):
             raise ConfigError(f"{d.name}={raw!r}: expected a number")
         return number
     if d.type == "bool":
@@ -547,7 +548,9 @@ class BrokerConfig:
         # Kafka's keys that mean nothing on this broker: accepted, named once at start-up
         self.ignored: list[str] = sorted(unknown)
         if self.ignored:
-            _log.info("ignoring Kafka broker keys loglake does not use: %s", ", ".join(self.ignored))
+            _log.info(
+                "ignoring Kafka broker keys loglake does not use: %s", ", ".join(self.ignored)
+            )
         self.originals: dict[str, str] = dict(props)
         self.values: dict[str, object] = {}
         for name, d in BROKER_CONFIG_DEFS.items():
@@ -661,9 +664,7 @@ class BrokerConfig:
         for item in self._list("listener.security.protocol.map"):
             name, sep, proto = item.partition(":")
             if not sep or not name.strip() or not proto.strip():
-                raise ConfigError(
-                    f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL"
-                )
+                raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL")
             protocols[name.strip()] = proto.strip()
         roles = self._list("process.roles")
         if "broker" not in roles:

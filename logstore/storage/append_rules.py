@@ -72,13 +72,16 @@ def check_timestamps(
     lo = now_ms - config.message_timestamp_before_max_ms
     hi = now_ms + config.message_timestamp_after_max_ms
     for _pos, h in batches:
-        for ts in (h.base_timestamp, h.max_timestamp):
-            if ts != NO_TIMESTAMP and not lo <= ts <= hi:
-                raise InvalidTimestampError(
-                    f"{topic}-{partition}: timestamp {ts} of a batch of {h.records_count} record(s) is out"
-                    f" of range; it must be within [{lo}, {hi}]"
-                    " (message.timestamp.before.max.ms, message.timestamp.after.max.ms)"
-                )
+        first, last = h.base_timestamp, h.max_timestamp
+        if (first != NO_TIMESTAMP and not lo <= first <= hi) or (
+            last != NO_TIMESTAMP and not lo <= last <= hi
+        ):
+            ts = first if first != NO_TIMESTAMP and not lo <= first <= hi else last
+            raise InvalidTimestampError(
+                f"{topic}-{partition}: timestamp {ts} of a batch of {h.records_count}"
+                f" record(s) is out of range; it must be within [{lo}, {hi}]"
+                " (message.timestamp.before.max.ms, message.timestamp.after.max.ms)"
+            )
 
 
 def _level(config: LogConfig, codec: Codec) -> int | None:

@@ -55,7 +55,10 @@ TOPIC_KEYS: dict[str, str] = {
 BROKER_KEYS: dict[str, tuple[str, int]] = {
     broker_key: (
         key,
-        3_600_000 if broker_key.endswith(".hours") else 60_000 if broker_key.endswith(".minutes")
+        3_600_000
+        if broker_key.endswith(".hours")
+        else 60_000
+        if broker_key.endswith(".minutes")
         else 1,
     )
     for key in TOPIC_KEYS

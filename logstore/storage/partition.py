@@ -212,7 +212,9 @@ class Partition:
         # 2b. the topic's timestamp window and compression.type (logstore.storage.append_rules)
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
-        check_timestamps(batches, config=config, now_ms=now_ms, topic=self.topic, partition=self.partition)
+        check_timestamps(
+            batches, config=config, now_ms=now_ms, topic=self.topic, partition=self.partition
+        )
         if config.compression_type != "producer":
             converted = recompress(records, batches, config=config)
             if converted is not None:

@@ -52,6 +52,7 @@ SOURCE_DEFAULT: Final = 5
 # Kafka's ConfigType: BOOLEAN 1, STRING 2, INT 3, SHORT 4, LONG 5, DOUBLE 6, LIST 7.
 _TYPES: Final = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 
+
 @dataclass(frozen=True, slots=True)
 class ConfigEntry:
     name: str

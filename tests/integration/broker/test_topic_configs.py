@@ -18,7 +18,6 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewTopic,
 )
-
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
@@ -177,12 +176,13 @@ def test_timestamp_window_answers_invalid_timestamp(broker):
 
 
 def test_preallocate_reserves_the_segment_and_static_broker_defaults_show(broker_factory):
-    b = broker_factory(
-        **{"log.cleaner.min.cleanable.ratio": "0.3", "log.roll.jitter.hours": "1"}
-    )
+    b = broker_factory(**{"log.cleaner.min.cleanable.ratio": "0.3", "log.roll.jitter.hours": "1"})
     size = 1 << 20
     topic = new_topic(
-        b.bootstrap, partitions=1, prefix="prealloc", **{"preallocate": "true", "segment.bytes": str(size)}
+        b.bootstrap,
+        partitions=1,
+        prefix="prealloc",
+        **{"preallocate": "true", "segment.bytes": str(size)},
     )
     seg = b.log_dir / f"{topic}-0" / "00000000000000000000.log"
     st = os.stat(seg)
@@ -205,7 +205,11 @@ def test_preallocate_reserves_the_segment_and_static_broker_defaults_show(broker
         kp.close()
     assert raw["min.cleanable.dirty.ratio"]["config_type"] == "DOUBLE"
     assert raw["min.cleanable.dirty.ratio"]["synonyms"] == [
-        {"name": "log.cleaner.min.cleanable.ratio", "value": "0.3", "source": "STATIC_BROKER_CONFIG"},
+        {
+            "name": "log.cleaner.min.cleanable.ratio",
+            "value": "0.3",
+            "source": "STATIC_BROKER_CONFIG",
+        },
         {"name": "log.cleaner.min.cleanable.ratio", "value": "0.5", "source": "DEFAULT_CONFIG"},
     ]
     assert [s["name"] for s in raw["segment.jitter.ms"]["synonyms"]] == [

@@ -101,7 +101,11 @@ def test_recompression_to_the_topic_codec_keeps_every_record(tmp_path, target):
     assert offsets == list(range(100))
     # the idempotent batch kept its producer id, epoch and sequence
     headers = [h for _, h in iter_batches(data)]
-    assert (headers[2].producer_id, headers[2].producer_epoch, headers[2].base_sequence) == (7, 0, 0)
+    assert (headers[2].producer_id, headers[2].producer_epoch, headers[2].base_sequence) == (
+        7,
+        0,
+        0,
+    )
 
 
 def test_producer_compression_stores_the_bytes_as_sent(tmp_path):

@@ -144,7 +144,7 @@ def test_log_config_carries_the_implemented_keys_and_their_broker_synonyms():
     assert broker.preallocate and broker.compression_type == "zstd"
     assert broker.message_timestamp_after_max_ms == 1000
     assert broker.segment_ms == 5000 and broker.retention_ms == -1
-    with pytest.raises(InvalidConfigError, match="min.cleanable.dirty.ratio"):
+    with pytest.raises(InvalidConfigError, match=r"min\.cleanable\.dirty\.ratio"):
         LogConfig(min_cleanable_dirty_ratio=2.0)
 
 
