@@ -22,8 +22,9 @@ from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
 from logstore.protocol.batch import CODEC_MASK, Codec, iter_batches
-from logstore.storage.topic_config import read_topic_config
+from logstore.storage.topic_config import read_topic_config, write_topic_config
 from logstore.storage.topic_config_defs import TOPIC_CONFIGS
+from tests.fixtures.broker import BrokerProcess
 from tests.integration.broker.clients import ck_consume, new_topic
 
 pytestmark = pytest.mark.integration
@@ -218,3 +219,18 @@ def test_preallocate_reserves_the_segment_and_static_broker_defaults_show(broker
     ]
     jitter = entries["segment.jitter.ms"]
     assert jitter.value == "3600000" and jitter.source == ConfigSource.STATIC_BROKER_CONFIG.value
+
+
+def test_a_bad_topic_config_file_stops_the_start_naming_it(tmp_path):
+    logs = tmp_path / "logs"
+    write_topic_config(logs, "hand-edited", {"min.cleanable.dirty.ratio": "7"})
+    b = BrokerProcess(tmp_path / "b", log_dir=logs)
+    try:
+        with pytest.raises(RuntimeError, match="exited with 1"):
+            b.start(timeout=60)
+    finally:
+        b.close()
+    assert (
+        "hand-edited.properties: min.cleanable.dirty.ratio='7': expected a value in [0, 1]"
+        in b.log_text()
+    )
