@@ -226,7 +226,7 @@ def test_a_bad_topic_config_file_stops_the_start_naming_it(tmp_path):
     write_topic_config(logs, "hand-edited", {"min.cleanable.dirty.ratio": "7"})
     b = BrokerProcess(tmp_path / "b", log_dir=logs)
     try:
-        with pytest.raises(RuntimeError, match="exited with 1"):
+        with pytest.raises(RuntimeError, match="exited with 2"):
             b.start(timeout=60)
     finally:
         b.close()
