@@ -38,8 +38,6 @@ them) and raises :class:`IndexRebuildError` after the ``.log`` itself was recove
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import mmap
 import os
@@ -68,6 +66,7 @@ from logstore.storage.files import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    reserve_blocks,
     segment_path,
 )
 from logstore.storage.index import (
@@ -128,25 +127,6 @@ def _diagnose(buf: mmap.mmap, pos: int, max_size: int | None) -> str:
     except CorruptRecordError as exc:
         return exc.message
     return "invalid batch"
-
-
-# Linux fallocate(2) mode: reserve blocks without changing the file size
-_KEEP_SIZE = 0x01
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_FALLOCATE = getattr(_LIBC, "fallocate", None)
-if _FALLOCATE is not None:
-    _FALLOCATE.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    _FALLOCATE.restype = ctypes.c_int
-
-
-def _fallocate(fd: int, mode: int, offset: int, length: int) -> None:
-    """fallocate(2) with ``mode`` (os.posix_fallocate has no modes); OSError on failure,
-    ENOSYS where the C library has none."""
-    if _FALLOCATE is None:
-        raise OSError(errno.ENOSYS, "fallocate is not available")
-    if _FALLOCATE(fd, mode, offset, length) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
 
 
 def _now_ms() -> int:
@@ -674,7 +654,7 @@ class LogSegment:
         self.roll_jitter_ms = roll_jitter_ms
         if reserve_bytes > self._size and reserve_bytes > self._reserved_to:
             try:
-                _fallocate(self._fd, _KEEP_SIZE, self._size, reserve_bytes - self._size)
+                reserve_blocks(self._fd, self._size, reserve_bytes - self._size)
             except OSError as exc:
                 if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                     return
