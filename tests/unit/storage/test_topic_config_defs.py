@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from logstore.errors import InvalidConfigError
+from logstore.storage.cleaner import CleanerSettings
 from logstore.storage.config import TOPIC_KEYS, LogConfig
+from logstore.storage.topic_config import read_topic_config, write_topic_config
 from logstore.storage.topic_config_defs import (
     TOPIC_CONFIGS,
     parse_topic_value,
@@ -153,3 +155,16 @@ def test_random_segment_jitter_stays_below_its_bound():
     draws = {cfg.random_segment_jitter() for _ in range(500)}
     assert draws <= set(range(300)) and len(draws) > 50
     assert LogConfig().random_segment_jitter() == 0
+
+
+def test_the_cleaner_plans_with_the_topic_configs_ratio_and_max_lag(tmp_path):
+    # what CreateTopics stored is what the log cleaner job's planning reads
+    write_topic_config(
+        tmp_path, "c", {"min.cleanable.dirty.ratio": "0.25", "max.compaction.lag.ms": "90000"}
+    )
+    settings = CleanerSettings.from_topic(
+        LogConfig.from_properties(read_topic_config(tmp_path, "c"))
+    )
+    assert settings.min_cleanable_dirty_ratio == 0.25
+    assert settings.max_compaction_lag_ms == 90_000
+    assert CleanerSettings.from_topic(LogConfig()).min_cleanable_dirty_ratio == 0.5
