@@ -60,6 +60,7 @@ class ConfigEntry:
     source: int
     type: int
     synonyms: tuple[tuple[str, str | None, int], ...]
+    doc: str | None = None
 
 
 def validate_topic_configs(props: Mapping[str, str]) -> LogConfig:
@@ -92,7 +93,8 @@ def topic_config_entries(broker: Any, topic: str, *, pending: bool = False) -> l
         _name, value, source = synonyms[0]
         if source != SOURCE_DYNAMIC_TOPIC:
             value = default
-        out.append(ConfigEntry(key, value, source, d.type_id, tuple(synonyms)))
+        doc = f"{d.doc} (loglake: {d.status})"
+        out.append(ConfigEntry(key, value, source, d.type_id, tuple(synonyms), doc))
     return out
 
 
@@ -108,7 +110,7 @@ def _broker_entries(config: Any) -> list[ConfigEntry]:
             value = None if v is None else str(v)
         source = SOURCE_STATIC_BROKER if name in config.originals else SOURCE_DEFAULT
         out.append(
-            ConfigEntry(name, value, source, _TYPES.get(d.type, 2), ((name, value, source),))
+            ConfigEntry(name, value, source, _TYPES.get(d.type, 2), ((name, value, source),), d.doc)
         )
     return out
 
@@ -153,7 +155,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                     for n, v, s in (e.synonyms if request.include_synonyms else ())
                 ),
                 config_type=e.type,
-                documentation=None,
+                documentation=e.doc if getattr(request, "include_documentation", False) else None,
             )
             for e in entries
         )

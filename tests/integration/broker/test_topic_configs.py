@@ -20,12 +20,17 @@ from confluent_kafka.admin import (
 )
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
+from kio.schema.describe_configs.v4.request import (
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+)
 
 from logstore.protocol.batch import CODEC_MASK, Codec, iter_batches
 from logstore.storage.topic_config import read_topic_config, write_topic_config
 from logstore.storage.topic_config_defs import TOPIC_CONFIGS
 from tests.fixtures.broker import BrokerProcess
 from tests.integration.broker.clients import ck_consume, new_topic
+from tests.integration.broker.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
 
@@ -234,3 +239,26 @@ def test_a_bad_topic_config_file_stops_the_start_naming_it(tmp_path):
         "hand-edited.properties: min.cleanable.dirty.ratio='7': expected a value in [0, 1]"
         in b.log_text()
     )
+
+
+def test_describe_configs_v4_types_and_documentation(broker):
+    topic = new_topic(broker.bootstrap, partitions=1, prefix="doc")
+    request = DescribeConfigsRequest(
+        resources=(
+            DescribeConfigsResource(
+                resource_type=2,
+                resource_name=topic,
+                configuration_keys=("min.insync.replicas", "min.cleanable.dirty.ratio"),
+            ),
+        ),
+        include_synonyms=False,
+        include_documentation=True,
+    )
+    with RawClient(broker.bootstrap) as client:
+        response = client.call(request)
+    (result,) = response.results
+    got = {c.name: (c.value, c.config_type, c.documentation) for c in result.configs}
+    assert got["min.cleanable.dirty.ratio"][:2] == ("0.5", 6)  # DOUBLE
+    assert "(loglake: implemented)" in got["min.cleanable.dirty.ratio"][2]
+    assert got["min.insync.replicas"][:2] == ("1", 3)  # INT
+    assert "(loglake: no-op)" in got["min.insync.replicas"][2]
