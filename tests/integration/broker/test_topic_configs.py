@@ -262,3 +262,36 @@ def test_describe_configs_v4_types_and_documentation(broker):
     assert "(loglake: implemented)" in got["min.cleanable.dirty.ratio"][2]
     assert got["min.insync.replicas"][:2] == ("1", 3)  # INT
     assert "(loglake: no-op)" in got["min.insync.replicas"][2]
+
+
+def test_segment_jitter_rolls_segments_before_segment_ms(broker):
+    # Record timestamps spanning ten segment.ms (100 s) in batches of 1 s. Without jitter a
+    # segment rolls once its batches span more than 100 s: ten segments. With
+    # segment.jitter.ms=100 s each segment draws its own jitter in [0, 100 s) and rolls after
+    # 100 s minus it (50 s on average): about twenty. Fewer than eleven would need the ten or
+    # so draws to sum below about 1 s, which no uniform draw does in practice.
+    segment_ms, step_ms, count = 100_000, 100, 10_000
+    topic = new_topic(
+        broker.bootstrap,
+        partitions=1,
+        prefix="jitter",
+        **{"segment.ms": str(segment_ms), "segment.jitter.ms": str(segment_ms)},
+    )
+    plain = new_topic(
+        broker.bootstrap, partitions=1, prefix="no-jitter", **{"segment.ms": str(segment_ms)}
+    )
+    start = int(time.time() * 1000) - 2 * count * step_ms
+    # batches of at most 10 records (1 s of timestamps): a roll is decided per appended batch
+    p = ck.Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.num.messages": 10}
+    )
+    for t in (topic, plain):
+        for i in range(count):
+            p.produce(t, value=b"v", timestamp=start + i * step_ms)
+            if i % 1000 == 999:
+                p.poll(0)
+    assert p.flush(60) == 0
+    plain_segments = len(list((broker.log_dir / f"{plain}-0").glob("*.log")))
+    jitter_segments = len(list((broker.log_dir / f"{topic}-0").glob("*.log")))
+    assert plain_segments == 10
+    assert jitter_segments > plain_segments
