@@ -2,10 +2,18 @@
 
 The file is Java properties text: ``key=value`` or ``key: value`` per line, ``#``/``!``
 comments, a trailing backslash continues a line. ``--override key=value`` wins over the
-file. Every key must be known and its value valid for its type and range, otherwise
+file. Every key loglake reads must hold a value valid for its type and range, otherwise
 :class:`ConfigError` names the key, the value and what was expected — at start-up, never
 later. Keys Kafka accepts but which make no sense for a single-node broker (replication)
-are still known and validated, with only the values that are true here allowed.
+are still known and validated, with only the values that are true here allowed. Kafka's
+other broker keys (:mod:`logstore.server.kafka_keys`: the KRaft quorum, share groups, ...)
+are accepted and logged once as ignored, so that Kafka's stock ``server.properties`` starts
+the broker as it is; any other key is refused, naming the nearest known one.
+
+Listeners: ``listeners`` may hold KRaft controller listeners (named in
+``controller.listener.names``), accepted and never opened — a single node is its own
+controller — besides exactly one client listener whose security protocol
+(``listener.security.protocol.map``) is PLAINTEXT.
 
 Broker-wide ``log.*`` keys are the defaults of the topic-level keys (``log.segment.bytes``
 -> ``segment.bytes`` ...); :meth:`BrokerConfig.topic_defaults` returns them under the
