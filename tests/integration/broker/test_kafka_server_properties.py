@@ -52,6 +52,7 @@ def test_stock_kraft_server_properties_start_the_broker(tmp_path):
         for i in range(50):
             p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2)
         assert p.flush(30) == 0
+        del p  # no reconnect attempts to the broker once it is stopped
         got = ck_consume(b.bootstrap, topic, {0: 25, 1: 25})
         assert sorted(g.value for g in got) == sorted(b"v%d" % i for i in range(50))
         # the controller listener is accepted and not opened
@@ -82,6 +83,7 @@ def test_stock_file_with_kraft_voters_of_kafka_3(tmp_path):
         p = ck.Producer({"bootstrap.servers": b.bootstrap})
         p.produce(topic, value=b"x")
         assert p.flush(30) == 0
+        del p  # no reconnect attempts to the broker once it is stopped
         assert [g.value for g in ck_consume(b.bootstrap, topic, {0: 1})] == [b"x"]
     finally:
         assert b.stop() == 0
