@@ -45,6 +45,7 @@ import threading
 import uuid
 
 from logstore.errors import (
+    InvalidConfigError,
     InvalidProducerEpochError,
     InvalidTopicError,
     LoglakeError,
@@ -67,7 +68,12 @@ from logstore.storage.files import validate_topic
 from logstore.storage.log_manager import LogManager
 from logstore.storage.partition import Partition
 from logstore.storage.scheduler import ScheduledTask
-from logstore.storage.topic_config import delete_topic_config, read_topic_configs
+from logstore.storage.topic_config import (
+    delete_topic_config,
+    read_topic_configs,
+    topic_config_path,
+)
+from logstore.storage.topic_config_defs import validate_topic_properties
 
 __all__ = ["Broker", "TopicExistsError", "topic_id_for"]
 
@@ -89,6 +95,18 @@ class Broker:
             config.get_int("log.flush.offset.checkpoint.interval.ms"),
             config.get_int("replica.high.watermark.checkpoint.interval.ms"),
         )
+        self.topic_overrides: dict[str, dict[str, str]] = {}
+        for d in config.log_dirs:
+            for topic, props in read_topic_configs(d).items():
+                # the files obey the rules CreateTopics and AlterConfigs apply (a hand-edited
+                # file with an unknown key or a bad value stops the start, naming the file)
+                try:
+                    validate_topic_properties(props)
+                except InvalidConfigError as exc:
+                    raise InvalidConfigError(
+                        f"{topic_config_path(d, topic)}: {exc.message}"
+                    ) from exc
+                self.topic_overrides.setdefault(topic, {}).update(props)
         self.log_manager = LogManager(
             [str(d) for d in config.log_dirs],
             default_config=self.default_log_config,
@@ -103,10 +121,6 @@ class Broker:
         self.admin_lock = threading.RLock()
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._partitions_lock = threading.Lock()
-        self.topic_overrides: dict[str, dict[str, str]] = {}
-        for d in config.log_dirs:
-            for topic, props in read_topic_configs(d).items():
-                self.topic_overrides.setdefault(topic, {}).update(props)
         self.purgatory = Purgatory("fetch")
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
@@ -131,11 +145,20 @@ class Broker:
         self._server = SocketServer(self.config, dispatcher.dispatch, inline=dispatcher.try_inline)
         adv = self.config.advertised
         self.advertised_host = adv.host if adv is not None else self._server.host
-        self.advertised_port = adv.port if adv is not None else self._server.port
+        # a port of 0 in advertised.listeners (tests override ports) means the bound one
+        self.advertised_port = adv.port if adv is not None and adv.port else self._server.port
         if self.config.listener.host in ("", "0.0.0.0") and adv is None:
             self.advertised_host = "127.0.0.1"
         self._start_metrics()
         self._server.start()
+        for ctl in self.config.controller_listeners:
+            log.info(
+                "controller listener %s://%s:%d accepted and not opened: this single node is"
+                " its own KRaft controller and serves no quorum",
+                ctl.name,
+                ctl.host,
+                ctl.port,
+            )
         log.info(
             "loglake broker %d listening on %s:%d (log.dirs=%s)",
             self.node_id,
