@@ -131,6 +131,8 @@ class Broker:
         self._stopped = threading.Event()
         self.advertised_host = ""
         self.advertised_port = 0
+        # listener name -> (host, port) Metadata gives clients of that listener
+        self.advertised: dict[str, tuple[str, int]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -143,12 +145,16 @@ class Broker:
             self.metrics = BrokerMetrics(self)
         dispatcher = Dispatcher(self)
         self._server = SocketServer(self.config, dispatcher.dispatch, inline=dispatcher.try_inline)
-        adv = self.config.advertised
-        self.advertised_host = adv.host if adv is not None else self._server.host
-        # a port of 0 in advertised.listeners (tests override ports) means the bound one
-        self.advertised_port = adv.port if adv is not None and adv.port else self._server.port
-        if self.config.listener.host in ("", "0.0.0.0") and adv is None:
-            self.advertised_host = "127.0.0.1"
+        for listener in self.config.listeners:
+            bound_host, bound_port = self._server.bound[listener.name]
+            adv = self.config.advertised_listeners.get(listener.name)
+            host = adv.host if adv is not None else bound_host
+            # a port of 0 in advertised.listeners (tests override ports) means the bound one
+            port = adv.port if adv is not None and adv.port else bound_port
+            if listener.host in ("", "0.0.0.0") and adv is None:
+                host = "127.0.0.1"
+            self.advertised[listener.name] = (host, port)
+        self.advertised_host, self.advertised_port = self.advertised[self.config.listener.name]
         self._start_metrics()
         self._server.start()
         for ctl in self.config.controller_listeners:
@@ -159,6 +165,15 @@ class Broker:
                 ctl.host,
                 ctl.port,
             )
+        for name, (host, port) in self._server.bound.items():
+            if name != self.config.listener.name:
+                log.info(
+                    "listener %s (%s) on %s:%d",
+                    name,
+                    self.config.security_protocols[name],
+                    host,
+                    port,
+                )
         log.info(
             "loglake broker %d listening on %s:%d (log.dirs=%s)",
             self.node_id,

@@ -12,8 +12,9 @@ the broker as it is; any other key is refused, naming the nearest known one.
 
 Listeners: ``listeners`` may hold KRaft controller listeners (named in
 ``controller.listener.names``), accepted and never opened — a single node is its own
-controller — besides exactly one client listener whose security protocol
-(``listener.security.protocol.map``) is PLAINTEXT.
+controller — besides one or more client listeners, each on its own port, whose security protocol
+(``listener.security.protocol.map``) is PLAINTEXT or SSL (``ssl.*`` keys:
+:mod:`logstore.server.security.tls`).
 
 Broker-wide ``log.*`` keys are the defaults of the topic-level keys (``log.segment.bytes``
 -> ``segment.bytes`` ...); :meth:`BrokerConfig.topic_defaults` returns them under the
@@ -34,12 +35,14 @@ from typing import Final
 
 from logstore.errors import InvalidConfigError, LoglakeError
 from logstore.server.kafka_keys import is_ignored_kafka_key
+from logstore.server.security.tls import TlsConfigError, TlsSettings, tls_settings
 from logstore.storage.config import BROKER_KEYS, LogConfig
 from logstore.storage.properties import parse_properties as _parse_java_properties
 from logstore.storage.topic_config_defs import nearest_key, parse_topic_value
 
 __all__ = [
     "BROKER_CONFIG_DEFS",
+    "SUPPORTED_PROTOCOLS",
     "TOPIC_KEY_FOR_BROKER_KEY",
     "BrokerConfig",
     "ConfigDef",
@@ -53,6 +56,10 @@ INT_MAX: Final = 2_147_483_647
 
 
 _log = logging.getLogger(__name__)
+
+
+# Security protocols a client listener may use.
+SUPPORTED_PROTOCOLS: Final = ("PLAINTEXT", "SSL")
 
 
 class ConfigError(LoglakeError):
@@ -92,7 +99,7 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "listeners",
             "list",
             "PLAINTEXT://127.0.0.1:9092",
-            "where to listen: PLAINTEXT://host:port (port 0 = chosen by the OS); a controller"
+            "where to listen: NAME://host:port,... (port 0 = chosen by the OS); a controller"
             " listener (controller.listener.names) may be listed too and is not opened",
         ),
         _d(
@@ -400,13 +407,13 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "listener.security.protocol.map",
             "list",
             "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-            "listener name -> security protocol (the client listener must map to PLAINTEXT)",
+            "listener name -> security protocol (client listeners: PLAINTEXT or SSL)",
         ),
         _d(
             "inter.broker.listener.name",
             "string",
             None,
-            "single node: no inter-broker traffic; must name the client listener if set",
+            "single node: no inter-broker traffic; must name a client listener if set",
         ),
         # broker defaults of topic configs (Kafka's synonyms; see topic_config_defs)
         _d("log.roll.jitter.ms", "long", None, "segment.jitter.ms default", low=0),
@@ -679,14 +686,17 @@ class BrokerConfig:
         return LogConfig.from_broker_properties(self.originals).to_properties()
 
     def _set_listeners(self) -> None:
-        """``listener`` (the one client listener) and ``advertised`` from Kafka's keys.
+        """``listeners`` (the client listeners), their protocols and advertised addresses.
 
         ``listeners`` may name a KRaft CONTROLLER listener (``controller.listener.names``):
         it is accepted and not opened — a single node is its own controller and has no quorum
-        to serve. Exactly one other listener, whose security protocol
-        (``listener.security.protocol.map``; a listener named after a protocol maps to it) is
-        PLAINTEXT, serves clients. ``advertised.listeners`` entries of controller listeners
-        are ignored too.
+        to serve. Every other listener serves clients on its own port, with the security
+        protocol ``listener.security.protocol.map`` gives it (a listener named after a
+        protocol maps to it): PLAINTEXT or SSL (TLS settings: :mod:`.security.tls`).
+        ``listener`` is the first client listener (the one tools and the readiness line
+        name); ``advertised`` maps each client listener to what Metadata tells clients that
+        connected through it (``advertised.listeners``, else the listener itself); entries
+        of controller listeners are ignored.
         """
         controllers = set(self._list("controller.listener.names"))
         protocols: dict[str, str] = {}
@@ -700,35 +710,52 @@ class BrokerConfig:
             raise ConfigError(f"process.roles={roles!r}: loglake is a broker; include broker")
         parsed = [_parse_listener(text, "listeners") for text in self._list("listeners")]
         clients = [lst for lst in parsed if lst.name not in controllers]
-        if len(clients) != 1:
+        if not clients:
             raise ConfigError(
-                f"listeners={self.get_str('listeners')!r}: exactly one client listener is"
-                f" supported besides the controller listener(s) {sorted(controllers)}"
+                f"listeners={self.get_str('listeners')!r}: no client listener besides the"
+                f" controller listener(s) {sorted(controllers)}"
             )
+        names = [lst.name for lst in clients]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ConfigError(f"listeners: listener name(s) {dup} appear more than once")
+        self.listeners: list[Listener] = clients
         self.listener = clients[0]
         self.controller_listeners = [lst for lst in parsed if lst.name in controllers]
-        proto = protocols.get(self.listener.name, self.listener.name)
-        if proto != "PLAINTEXT":
-            raise ConfigError(
-                f"listeners: {self.listener.name} uses security protocol {proto}; only"
-                " PLAINTEXT is supported"
-            )
+        self.security_protocols: dict[str, str] = {}
+        for lst in clients:
+            proto = protocols.get(lst.name, lst.name)
+            if proto not in SUPPORTED_PROTOCOLS:
+                raise ConfigError(
+                    f"listeners: {lst.name} uses security protocol {proto!r}; expected one of"
+                    f" {SUPPORTED_PROTOCOLS} (listener.security.protocol.map)"
+                )
+            self.security_protocols[lst.name] = proto
         inter = self.values["inter.broker.listener.name"]
-        if inter is not None and inter != self.listener.name:
+        if inter is not None and inter not in names:
             raise ConfigError(
-                f"inter.broker.listener.name={inter!r}: expected the client listener"
-                f" {self.listener.name!r}"
+                f"inter.broker.listener.name={inter!r}: expected a client listener {names}"
             )
-        self.advertised: Listener | None = None
+        self.advertised_listeners: dict[str, Listener] = {}
         if self.values["advertised.listeners"] is not None:
             adv = [
                 _parse_listener(text, "advertised.listeners")
                 for text in self._list("advertised.listeners")
             ]
-            mine = [lst for lst in adv if lst.name not in controllers]
-            if len(mine) != 1 or mine[0].name != self.listener.name:
-                raise ConfigError(
-                    f"advertised.listeners={self.get_str('advertised.listeners')!r}: expected"
-                    f" one entry for listener {self.listener.name!r}"
-                )
-            self.advertised = mine[0]
+            for lst in adv:
+                if lst.name in controllers:
+                    continue
+                if lst.name not in names or lst.name in self.advertised_listeners:
+                    raise ConfigError(
+                        f"advertised.listeners={self.get_str('advertised.listeners')!r}:"
+                        f" {lst.name!r} is not a client listener {names} or appears twice"
+                    )
+                self.advertised_listeners[lst.name] = lst
+        self.advertised: Listener | None = self.advertised_listeners.get(self.listener.name)
+        self.tls: dict[str, TlsSettings] = {}
+        for lst in clients:
+            if self.security_protocols[lst.name] == "SSL":
+                try:
+                    self.tls[lst.name] = tls_settings(self.originals, lst.name)
+                except TlsConfigError as exc:
+                    raise ConfigError(str(exc)) from None

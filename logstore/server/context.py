@@ -213,8 +213,19 @@ class RequestContext:
     client_id: str | None
     connection_id: str
     client_host: str
+    listener: str = ""  # the listener the request came in through ("": the first)
     wall_clock: Callable[[], int] = field(default=wall_clock_ms)
     monotonic: Callable[[], int] = field(default=monotonic_ms)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """(host, port) this broker advertises to clients of the request's listener: Kafka
+        answers Metadata and FindCoordinator with the listener the client connected to."""
+        by_name = getattr(self.broker, "advertised", {})
+        if self.listener in by_name:
+            host, port = by_name[self.listener]
+            return str(host), int(port)
+        return str(self.broker.advertised_host), int(self.broker.advertised_port)
 
     @property
     def log_manager(self) -> Any:

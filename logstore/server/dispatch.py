@@ -126,6 +126,7 @@ class Dispatcher:
             client_id=header.client_id,
             connection_id=req.connection_id,
             client_host=req.client_host,
+            listener=req.listener,
         )
         result = handler(ctx, request)
         if isinstance(result, Deferred):

@@ -105,6 +105,7 @@ import os
 import queue
 import selectors
 import socket
+import ssl
 import struct
 import termios
 import threading
@@ -113,9 +114,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from logstore.server.config import BrokerConfig
+from logstore.server.config import BrokerConfig, Listener
 from logstore.server.context import FileRegion
 from logstore.server.memory_pool import Claim, MemoryPool
+from logstore.server.security.tls import build_server_context
 
 __all__ = ["NetworkRequest", "RateLimitedLog", "SocketServer"]
 
@@ -131,6 +133,8 @@ _CLOSE: Final = object()  # close the connection once everything before it is se
 # A frame's first buffer is what has arrived, but at least this much (or the whole frame):
 # most requests are smaller and then take one buffer of exactly their size.
 _FIRST_PIECE: Final = 64 * 1024
+# A file region sent over TLS is read into a buffer this large at most (see "TLS").
+_TLS_CHUNK: Final = 256 * 1024
 # Grows a bytearray in place without writing the new bytes (``bytearray.extend`` would
 # first build and copy a temporary of zeros that recv_into overwrites at once). PyDLL: the
 # GIL stays held and a Python error it sets is raised.
@@ -194,6 +198,7 @@ class NetworkRequest:
     received_ns: int
     answered: bool = False
     claim: Claim | None = None  # the frame's pool memory, given back when answered
+    listener: str = ""  # name of the listener the connection came in through
 
     def respond(self, parts: list[Any]) -> None:
         """Send ``parts`` and unmute the connection.
@@ -246,10 +251,12 @@ class _Connection:
         "claim",
         "closing",
         "connection_id",
+        "handshaking",
         "head",
         "head_read",
         "host",
         "last_active",
+        "listener",
         "muted",
         "on_memory",
         "read_deadline",
@@ -258,14 +265,21 @@ class _Connection:
         "send_queue",
         "size",
         "sock",
+        "tls",
         "wait_start",
         "waiting_memory",
+        "want_write",
     )
 
-    def __init__(self, sock: socket.socket, connection_id: str, host: str) -> None:
+    def __init__(self, sock: socket.socket, connection_id: str, host: str, listener: str) -> None:
         self.sock = sock
         self.connection_id = connection_id
         self.host = host
+        self.listener = listener
+        self.tls = isinstance(sock, ssl.SSLSocket)
+        # TLS: True until the handshake is done; want_write while OpenSSL waits to write.
+        self.handshaking = self.tls
+        self.want_write = False
         self.head = bytearray(4)
         self.head_read = 0
         self.size = -1
@@ -299,11 +313,14 @@ class Processor(threading.Thread):
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._new: queue.SimpleQueue[tuple[socket.socket, str, str]] = queue.SimpleQueue()
+        self._new: queue.SimpleQueue[tuple[socket.socket, str, str, str, ssl.SSLContext | None]] = (
+            queue.SimpleQueue()
+        )
         self._responses: queue.SimpleQueue[tuple[str, list[Any]]] = queue.SimpleQueue()
         self._memory_ready: queue.SimpleQueue[_Connection] = queue.SimpleQueue()
         self._pool = server.memory_pool
         self._conns: dict[str, _Connection] = {}
+        self._tls_conns: dict[str, _Connection] = {}  # the TLS ones among _conns
         self._pending: collections.deque[NetworkRequest] = collections.deque()
         self._reading = True
         self._paused_since = 0.0
@@ -315,11 +332,18 @@ class Processor(threading.Thread):
     # -- called from other threads -------------------------------------------------------
 
     def add_connection(
-        self, sock: socket.socket, connection_id: str, host: str, *, wake: bool = True
+        self,
+        sock: socket.socket,
+        connection_id: str,
+        host: str,
+        *,
+        listener: str = "",
+        tls: ssl.SSLContext | None = None,
+        wake: bool = True,
     ) -> None:
-        """Take over ``sock``; ``wake=False`` when the caller wakes the processor itself
-        after a batch (the acceptor)."""
-        self._new.put((sock, connection_id, host))
+        """Take over ``sock`` (accepted through ``listener``; TLS with context ``tls``);
+        ``wake=False`` when the caller wakes the processor itself after a batch."""
+        self._new.put((sock, connection_id, host, listener, tls))
         if wake:
             self.wakeup()
 
@@ -380,10 +404,15 @@ class Processor(threading.Thread):
                             self._wake_r.recv(4096)
                         self._wake_pending = False
                         continue
+                    if conn.handshaking:
+                        self._handshake(conn)
+                        continue
                     if mask & selectors.EVENT_WRITE:
                         self._write(conn)
                     if mask & selectors.EVENT_READ and not conn.closing:
                         self._read(conn)
+                if self._tls_conns:
+                    self._read_tls_buffered()
                 self._register_new()
                 self._drain_responses()
                 self._drain_memory_ready()
@@ -405,13 +434,67 @@ class Processor(threading.Thread):
     def _register_new(self) -> None:
         new = self._new
         while not new.empty():
-            sock, cid, host = new.get_nowait()
-            conn = _Connection(sock, cid, host)
+            sock, cid, host, listener, tls = new.get_nowait()
+            if tls is not None:
+                try:
+                    sock = tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                except (OSError, ValueError):  # reset before we got to it
+                    sock.close()
+                    self._server.connection_closed(host)
+                    continue
+            conn = _Connection(sock, cid, host, listener)
             conn.on_memory = functools.partial(self.memory_ready, conn)
             self._conns[cid] = conn
+            if conn.tls:
+                self._tls_conns[cid] = conn
+                conn.read_deadline = time.monotonic() + self._server.request_read_timeout_s
             self._update(conn)
 
+    # -- TLS (module docstring, "TLS") -----------------------------------------------------
+
+    def _handshake(self, conn: _Connection) -> None:
+        """One step of the server handshake, as far as the socket allows without blocking."""
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            conn.want_write = False
+        except ssl.SSLWantWriteError:
+            conn.want_write = True
+        except (ssl.SSLError, OSError) as exc:
+            # Plaintext on a TLS port, a certificate from another CA, a reset: refused here.
+            self._server.bad_input.warning(
+                "tls-handshake",
+                "closing %s: TLS handshake failed on listener %s: %s",
+                conn.connection_id,
+                conn.listener,
+                exc,
+            )
+            self._close(conn)
+            return
+        else:
+            conn.handshaking = False
+            conn.want_write = False
+            conn.last_active = time.monotonic()
+        self._update(conn)
+
+    def _read_tls_buffered(self) -> None:
+        """Read what OpenSSL has already decrypted: the selector cannot see those bytes
+        (they left the socket with an earlier record), e.g. a pipelined request that
+        arrived while its connection was muted."""
+        for conn in list(self._tls_conns.values()):
+            if (
+                conn.registered & selectors.EVENT_READ
+                and not conn.closing
+                and not conn.handshaking
+                and conn.sock.pending()  # type: ignore[attr-defined]
+            ):
+                self._read(conn)
+
     def _interest(self, conn: _Connection) -> int:
+        if conn.handshaking:
+            return selectors.EVENT_WRITE if conn.want_write else selectors.EVENT_READ
         ev = 0
         if (
             self._reading
@@ -472,6 +555,8 @@ class Processor(threading.Thread):
                         conn.read_deadline = now + server.request_read_timeout_s
                     conn.head_read += n
                     if conn.head_read < 4:
+                        if conn.tls:
+                            continue  # OpenSSL may hold more: read until it wants more
                         return
                     conn.head_read = 0
                     (size,) = _SIZE.unpack(conn.head)
@@ -518,9 +603,9 @@ class Processor(threading.Thread):
                     self._complete_frame(conn, frame, claim)
                     if conn.closing:
                         return
-                elif n < want:
+                elif n < want and not conn.tls:
                     return  # the socket's receive buffer is empty: wait for the selector
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError as exc:
             if exc.errno not in (errno.ECONNRESET, errno.EPIPE, errno.ETIMEDOUT):
@@ -569,9 +654,15 @@ class Processor(threading.Thread):
         return body
 
     def _arrived(self, sock: socket.socket) -> int:
-        """Bytes waiting in ``sock``'s receive buffer; -1 once the peer has closed."""
+        """Bytes waiting in ``sock``'s receive buffer; -1 once the peer has closed.
+
+        TLS: decrypted bytes OpenSSL holds plus the socket's (encrypted, so at least as
+        many) bytes, and at least 1: end of stream shows only when read (``recv`` of an
+        SSL socket takes no MSG_PEEK), which the caller then does."""
         fcntl.ioctl(sock.fileno(), termios.FIONREAD, self._fionread, True)
         n = self._fionread[0]
+        if isinstance(sock, ssl.SSLSocket):
+            return max(1, n + sock.pending())
         if n > 0:
             return n
         try:
@@ -598,7 +689,13 @@ class Processor(threading.Thread):
     ) -> None:
         conn.muted = True
         req = NetworkRequest(
-            self, conn.connection_id, conn.host, frame, time.monotonic_ns(), claim=claim
+            self,
+            conn.connection_id,
+            conn.host,
+            frame,
+            time.monotonic_ns(),
+            claim=claim,
+            listener=conn.listener,
         )
         if self._server.run_inline(req):
             # Usually answered and written already: then the connection stays registered
@@ -651,6 +748,21 @@ class Processor(threading.Thread):
                         part.close()
                         q.popleft()
                         continue
+                    if conn.tls:
+                        # No sendfile through TLS: the next bounded chunk goes out as bytes
+                        # ahead of the rest of the region (module docstring, "TLS").
+                        chunk = os.pread(part.fd, min(part.length, _TLS_CHUNK), part.position)
+                        if not chunk:
+                            log.error(
+                                "segment shorter than the fetch region; closing %s",
+                                conn.connection_id,
+                            )
+                            self._close(conn)
+                            return
+                        part.position += len(chunk)
+                        part.length -= len(chunk)
+                        q.appendleft(chunk)
+                        continue
                     n = os.sendfile(sock.fileno(), part.fd, part.position, part.length)
                     if n == 0:
                         # The file ended before the region did: never send a short frame.
@@ -674,12 +786,12 @@ class Processor(threading.Thread):
                     continue
                 nxt = q[1] if len(q) > 1 else None
                 more = isinstance(nxt, FileRegion) and nxt.length > 0
-                n = sock.send(part, _MSG_MORE if more else 0)
+                n = sock.send(part) if conn.tls else sock.send(part, _MSG_MORE if more else 0)
                 if n < len(part):
                     q[0] = memoryview(part)[n:]
                     break
                 q.popleft()
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             pass
         except OSError as exc:
             log.debug("write error on %s: %s", conn.connection_id, exc)
@@ -692,6 +804,7 @@ class Processor(threading.Thread):
     def _close(self, conn: _Connection) -> None:
         if self._conns.pop(conn.connection_id, None) is None:
             return
+        self._tls_conns.pop(conn.connection_id, None)
         conn.closing = True
         if conn.registered:
             with contextlib.suppress(KeyError, ValueError):
@@ -720,7 +833,17 @@ class Processor(threading.Thread):
         self._last_timeout_check = now
         idle_limit = server.idle_timeout_s
         for conn in list(self._conns.values()):
-            if conn.reading_frame():
+            if conn.handshaking:
+                if now > conn.read_deadline:
+                    server.bad_input.warning(
+                        "tls-handshake",
+                        "closing %s: TLS handshake not finished within %d ms"
+                        " (loglake.request.read.timeout.ms)",
+                        conn.connection_id,
+                        round(server.request_read_timeout_s * 1000),
+                    )
+                    self._close(conn)
+            elif conn.reading_frame():
                 if conn.waiting_memory or not self._reading or now <= conn.read_deadline:
                     continue  # muted by the broker: the deadline waits too
                 server.bad_input.warning(
@@ -803,18 +926,22 @@ class SocketServer:
         self._conn_count = 0
         self._conns_per_ip: dict[str, int] = {}
         self._ids = itertools.count()
-        self._listen = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener = config.listener
+        # One listening socket per client listener, each with its TLS context or None.
+        self._listens: list[tuple[socket.socket, Listener, ssl.SSLContext | None]] = []
+        # listener name -> (host, port) actually bound (port 0 in the config: the OS's)
+        self.bound: dict[str, tuple[str, int]] = {}
         try:
-            self._listen.bind((listener.host or "0.0.0.0", listener.port))
-        except OSError as exc:
-            self._listen.close()
-            raise OSError(
-                exc.errno, f"cannot listen on {listener.host}:{listener.port}: {exc}"
-            ) from exc
-        self._listen.listen(config.get_int("socket.listen.backlog.size"))
-        self.host, self.port = self._listen.getsockname()[:2]
+            for listener in config.listeners:
+                settings = config.tls.get(listener.name)
+                ctx = build_server_context(settings) if settings is not None else None
+                lsock = self._bind(listener, config.get_int("socket.listen.backlog.size"))
+                self._listens.append((lsock, listener, ctx))
+                self.bound[listener.name] = lsock.getsockname()[:2]
+        except BaseException:
+            for lsock, _, _ in self._listens:
+                lsock.close()
+            raise
+        self.host, self.port = self.bound[config.listener.name]
         self._processors = [
             Processor(self, i) for i in range(config.get_int("num.network.threads"))
         ]
@@ -822,12 +949,28 @@ class SocketServer:
             threading.Thread(target=self._handler_loop, name=f"loglake-io-{i}", daemon=True)
             for i in range(config.get_int("num.io.threads"))
         ]
+        self._rr = itertools.cycle(self._processors)
         self._acceptor = threading.Thread(
             target=self._accept_loop, name="loglake-acceptor", daemon=True
         )
         self._stopping = threading.Event()
         self._inflight = 0
         self._inflight_lock = threading.Condition()
+
+    @staticmethod
+    def _bind(listener: Listener, backlog: int) -> socket.socket:
+        lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            lsock.bind((listener.host or "0.0.0.0", listener.port))
+        except OSError as exc:
+            lsock.close()
+            raise OSError(
+                exc.errno,
+                f"cannot listen on {listener.host}:{listener.port} ({listener.name}): {exc}",
+            ) from exc
+        lsock.listen(backlog)
+        return lsock
 
     def start(self) -> None:
         tune_allocator()
@@ -841,61 +984,70 @@ class SocketServer:
 
     def _accept_loop(self) -> None:
         sel = selectors.DefaultSelector()
-        self._listen.setblocking(False)
-        sel.register(self._listen, selectors.EVENT_READ)
-        rr = itertools.cycle(self._processors)
-        send_buf = self._config.get_int("socket.send.buffer.bytes")
-        recv_buf = self._config.get_int("socket.receive.buffer.bytes")
-        local = f"{self.host}:{self.port}"
+        for entry in self._listens:
+            entry[0].setblocking(False)
+            sel.register(entry[0], selectors.EVENT_READ, entry)
         try:
             while not self._stopping.is_set():
-                if not sel.select(0.2):
-                    continue
-                # Everything waiting in the accept queue, then one wake-up per processor:
-                # a select() and a wake-up per connection cannot keep up with a burst.
                 woken: set[Processor] = set()
-                for _ in range(_ACCEPT_BATCH):
-                    try:
-                        sock, addr = self._listen.accept()
-                    except (BlockingIOError, InterruptedError):
-                        break
-                    except OSError as exc:
-                        if self._stopping.is_set():
-                            return
-                        # EMFILE/ENFILE/ENOBUFS: the connection stays queued; try again soon.
-                        self.bad_input.warning("accept", "accept failed: %s", exc)
-                        time.sleep(0.05)
-                        break
-                    host = addr[0]
-                    refused = self._admit(host)
-                    if refused is not None:
-                        self.bad_input.warning(
-                            refused.partition("=")[0],
-                            "refusing connection from %s: %s",
-                            host,
-                            refused,
-                        )
-                        sock.close()
-                        continue
-                    try:
-                        sock.setblocking(False)
-                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                        if send_buf > 0:
-                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buf)
-                        if recv_buf > 0:
-                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buf)
-                    except OSError:  # reset before we got to it
-                        sock.close()
-                        self.connection_closed(host)
-                        continue
-                    cid = f"{local}-{host}:{addr[1]}-{next(self._ids)}"
-                    proc = next(rr)
-                    proc.add_connection(sock, cid, host, wake=False)
-                    woken.add(proc)
+                for key, _ in sel.select(0.2):
+                    self._accept_batch(key.data, woken)
                 for proc in woken:
                     proc.wakeup()
         finally:
             sel.close()
+
+    def _accept_batch(
+        self,
+        entry: tuple[socket.socket, Listener, ssl.SSLContext | None],
+        woken: set[Processor],
+    ) -> None:
+        """Everything waiting in one listener's accept queue; the processors it fed are
+        added to ``woken`` and woken once by the caller: a select() and a wake-up per
+        connection cannot keep up with a burst."""
+        lsock, listener, ctx = entry
+        send_buf = self._config.get_int("socket.send.buffer.bytes")
+        recv_buf = self._config.get_int("socket.receive.buffer.bytes")
+        bound_host, bound_port = self.bound[listener.name]
+        local = f"{bound_host}:{bound_port}"
+        for _ in range(_ACCEPT_BATCH):
+            try:
+                sock, addr = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                if self._stopping.is_set():
+                    return
+                # EMFILE/ENFILE/ENOBUFS: the connection stays queued; try again soon.
+                self.bad_input.warning("accept", "accept failed: %s", exc)
+                time.sleep(0.05)
+                break
+            host = addr[0]
+            refused = self._admit(host)
+            if refused is not None:
+                self.bad_input.warning(
+                    refused.partition("=")[0],
+                    "refusing connection from %s: %s",
+                    host,
+                    refused,
+                )
+                sock.close()
+                continue
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if send_buf > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buf)
+                if recv_buf > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buf)
+            except OSError:  # reset before we got to it
+                sock.close()
+                self.connection_closed(host)
+                continue
+            cid = f"{local}-{host}:{addr[1]}-{next(self._ids)}"
+            proc = next(self._rr)
+            proc.add_connection(sock, cid, host, listener=listener.name, tls=ctx, wake=False)
+            woken.add(proc)
 
     def _admit(self, host: str) -> str | None:
         """Count a new connection from ``host``; why not, if it is over a limit."""
@@ -975,8 +1127,9 @@ class SocketServer:
         """Close the listening socket and stop reading new requests (idempotent)."""
         self._stopping.set()
         self.accepting_requests = False
-        with contextlib.suppress(OSError):
-            self._listen.close()
+        for lsock, _, _ in self._listens:
+            with contextlib.suppress(OSError):
+                lsock.close()
         if self._acceptor.is_alive():
             self._acceptor.join(timeout=5)
         for p in self._processors:

@@ -1,0 +1,1 @@
+"""Listener security: TLS contexts built from Kafka's ``ssl.*`` keys (:mod:`.tls`)."""
