@@ -35,7 +35,7 @@ from typing import Final
 
 from logstore.errors import InvalidConfigError, LoglakeError
 from logstore.server.kafka_keys import is_ignored_kafka_key
-from logstore.server.security.tls import TlsConfigError, TlsSettings, tls_settings
+from logstore.server.security.tls import SSL_KEYS, TlsConfigError, TlsSettings, tls_settings
 from logstore.storage.config import BROKER_KEYS, LogConfig
 from logstore.storage.properties import parse_properties as _parse_java_properties
 from logstore.storage.topic_config_defs import nearest_key, parse_topic_value
@@ -577,12 +577,6 @@ class BrokerConfig:
                 f"unknown configuration key(s): {', '.join(map(_unknown_key, refused))}"
                 " (see conf/broker.properties for the supported keys)"
             )
-        # Kafka's keys that mean nothing on this broker: accepted, named once at start-up
-        self.ignored: list[str] = sorted(unknown)
-        if self.ignored:
-            _log.info(
-                "ignoring Kafka broker keys loglake does not use: %s", ", ".join(self.ignored)
-            )
         self.originals: dict[str, str] = dict(props)
         self.values: dict[str, object] = {}
         for name, d in BROKER_CONFIG_DEFS.items():
@@ -594,6 +588,13 @@ class BrokerConfig:
         if broker_id is not None and "node.id" in props and broker_id != self.values["node.id"]:
             raise ConfigError(f"broker.id={broker_id} and node.id={self.values['node.id']} differ")
         self._set_listeners()
+        # Kafka's keys that mean nothing on this broker: accepted, named once at start-up
+        # (the ssl.* keys of TLS listeners are read by logstore.server.security.tls)
+        self.ignored: list[str] = sorted(k for k in unknown if not self._tls_key(k))
+        if self.ignored:
+            _log.info(
+                "ignoring Kafka broker keys loglake does not use: %s", ", ".join(self.ignored)
+            )
         metrics = self.get_str("metrics.listeners")
         self.metrics_listener: Listener | None = (
             _parse_metrics_listener(metrics) if metrics else None
@@ -684,6 +685,14 @@ class BrokerConfig:
         """The broker's defaults for every topic-level key LogConfig carries, under the topic
         key names (Kafka's synonyms: ``log.roll.hours`` -> ``segment.ms`` ...)."""
         return LogConfig.from_broker_properties(self.originals).to_properties()
+
+    def _tls_key(self, key: str) -> bool:
+        """True for an ``ssl.*`` key (or a TLS listener's override) that TLS reads."""
+        if not self.tls:
+            return False
+        prefixes = ["ssl."] + [f"listener.name.{n.lower()}.ssl." for n in self.tls]
+        prefixes += [f"listener.name.{n}.ssl." for n in self.tls]
+        return any(key.startswith(p) and key[len(p) :] in SSL_KEYS for p in prefixes)
 
     def _set_listeners(self) -> None:
         """``listeners`` (the client listeners), their protocols and advertised addresses.

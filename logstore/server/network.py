@@ -82,6 +82,27 @@ kernel moves as much as the socket buffer takes per call (with autotuned buffers
 that is usually a whole 4 MiB partition slice), and only a short write waits for
 ``EVENT_WRITE``. Empty byte parts are skipped rather than sent as zero-length writes.
 
+Listeners. ``listeners`` may name several client listeners (PLAINTEXT, SSL), each on its
+own listening socket, all served by the one acceptor and the same processors; every
+connection remembers the listener it came through (:attr:`NetworkRequest.listener`), so that
+Metadata and FindCoordinator advertise that listener's address, as Kafka does.
+
+TLS. A connection of an SSL listener is wrapped on its processor (non-blocking, no handshake
+on connect) and the handshake runs in steps from the selector: ``SSLWantReadError`` waits
+for EVENT_READ, ``SSLWantWriteError`` for EVENT_WRITE, no frame is read before it completes.
+It must complete within ``loglake.request.read.timeout.ms`` or the connection is closed (a
+client that connects and says nothing pins no slot); a failed handshake (plaintext bytes on
+the port: WRONG_VERSION_NUMBER; a client certificate from another CA; none where
+``ssl.client.auth=required``) closes the connection after one rate-limited log line. OpenSSL
+decrypts whole records, so decrypted bytes can wait inside it where the selector cannot see
+them: a TLS connection reads until OpenSSL wants more (``SSLWantReadError``), and after each
+selector round the TLS connections with :meth:`ssl.SSLSocket.pending` bytes that may read
+are read. Writes never use ``MSG_MORE`` (an SSL socket takes no flags). Fetch cannot use
+``sendfile`` through TLS: Python 3.11's ``ssl`` offers no kernel TLS (``OP_ENABLE_KTLS``
+came in 3.12 and needs a kernel and OpenSSL built for it), so a file region goes out as
+``pread`` chunks of at most ``_TLS_CHUNK`` (256 KiB) bytes, the next one read only when the
+previous one is sent: at most one chunk per TLS connection with a fetch in flight.
+
 Bad input never takes the broker down: a malformed frame, a parse failure, an unknown API
 key or unsupported version (other than ApiVersions, which gets its v0 ``UNSUPPORTED_VERSION``
 answer) closes that connection after one log line; every other connection carries on.
@@ -836,7 +857,7 @@ class Processor(threading.Thread):
             if conn.handshaking:
                 if now > conn.read_deadline:
                     server.bad_input.warning(
-                        "tls-handshake",
+                        "tls-timeout",
                         "closing %s: TLS handshake not finished within %d ms"
                         " (loglake.request.read.timeout.ms)",
                         conn.connection_id,

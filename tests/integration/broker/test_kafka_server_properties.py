@@ -97,7 +97,7 @@ def test_stock_file_with_kraft_voters_of_kafka_3(tmp_path):
         ("process.roles=controller", "include broker"),
         ("inter.broker.listener.name=INTERNAL", "expected a client listener ['PLAINTEXT']"),
         ("listeners=PLAINTEXT://:1,EXTERNAL://:2", "uses security protocol 'EXTERNAL'"),
-        ("listeners=SSL://:1,CONTROLLER://:2", "set ssl.keystore.location"),
+        ("listeners=PLAINTEXT://:1,SSL://:2,CONTROLLER://:3", "set ssl.keystore.location"),
         ("log.cleaner.min.cleanable.ratio=1.5", "log.cleaner.min.cleanable.ratio='1.5'"),
         ("compression.type=brotli", "compression.type='brotli'"),
     ],
