@@ -59,6 +59,7 @@ from logstore.server.memory_pool import MemoryPool
 from logstore.server.metrics import BrokerMetrics
 from logstore.server.network import SocketServer
 from logstore.server.purgatory import Purgatory
+from logstore.server.security.sasl import SaslSessions
 from logstore.server.topics import TOPIC_ID_NAMESPACE, TopicExistsError, topic_id_for
 from logstore.server.txn.coordinator import TransactionCoordinator, TxnConfig
 from logstore.server.txn.producer_ids import next_producer_id
@@ -133,6 +134,10 @@ class Broker:
         self.advertised_port = 0
         # listener name -> (host, port) Metadata gives clients of that listener
         self.advertised: dict[str, tuple[str, int]] = {}
+        # SASL state of the connections of SASL listeners (logstore.server.security.sasl)
+        self.sasl_sessions = SaslSessions(
+            failure_delay_ms=self.config.get_int("connection.failed.authentication.delay.ms")
+        )
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -144,7 +149,12 @@ class Broker:
         if self.config.metrics_listener is not None:
             self.metrics = BrokerMetrics(self)
         dispatcher = Dispatcher(self)
-        self._server = SocketServer(self.config, dispatcher.dispatch, inline=dispatcher.try_inline)
+        self._server = SocketServer(
+            self.config,
+            dispatcher.dispatch,
+            inline=dispatcher.try_inline,
+            on_close=self.sasl_sessions.drop if self.config.sasl else None,
+        )
         for listener in self.config.listeners:
             bound_host, bound_port = self._server.bound[listener.name]
             adv = self.config.advertised_listeners.get(listener.name)

@@ -13,8 +13,8 @@ the broker as it is; any other key is refused, naming the nearest known one.
 Listeners: ``listeners`` may hold KRaft controller listeners (named in
 ``controller.listener.names``), accepted and never opened — a single node is its own
 controller — besides one or more client listeners, each on its own port, whose security protocol
-(``listener.security.protocol.map``) is PLAINTEXT or SSL (``ssl.*`` keys:
-:mod:`logstore.server.security.tls`).
+(``listener.security.protocol.map``) is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
+(``ssl.*`` keys: :mod:`logstore.server.security.tls`; SASL: :mod:`.security.sasl`).
 
 Broker-wide ``log.*`` keys are the defaults of the topic-level keys (``log.segment.bytes``
 -> ``segment.bytes`` ...); :meth:`BrokerConfig.topic_defaults` returns them under the
@@ -35,6 +35,7 @@ from typing import Final
 
 from logstore.errors import InvalidConfigError, LoglakeError
 from logstore.server.kafka_keys import is_ignored_kafka_key
+from logstore.server.security.sasl import SaslConfigError, SaslListener, sasl_settings
 from logstore.server.security.tls import SSL_KEYS, TlsConfigError, TlsSettings, tls_settings
 from logstore.storage.config import BROKER_KEYS, LogConfig
 from logstore.storage.properties import parse_properties as _parse_java_properties
@@ -59,7 +60,7 @@ _log = logging.getLogger(__name__)
 
 
 # Security protocols a client listener may use.
-SUPPORTED_PROTOCOLS: Final = ("PLAINTEXT", "SSL")
+SUPPORTED_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 class ConfigError(LoglakeError):
@@ -176,6 +177,22 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
         _d("max.connections", "int", str(INT_MAX), "open client connections at most", low=0),
         _d("max.connections.per.ip", "int", str(INT_MAX), "connections per client IP", low=0),
         _d("connections.max.idle.ms", "long", "600000", "close idle connections after", low=1),
+        _d(
+            "connections.max.reauth.ms",
+            "long",
+            "0",
+            "SASL session lifetime (KIP-368): past it, a request other than re-authentication"
+            " closes the connection (0: sessions never expire)",
+            low=0,
+        ),
+        _d(
+            "connection.failed.authentication.delay.ms",
+            "int",
+            "100",
+            "delay of the answer to a failed SASL authentication, doubled per repeated failure"
+            " from one host (at most 16 times)",
+            low=0,
+        ),
         _d("message.max.bytes", "int", "1048588", "largest record batch accepted", low=0),
         _d("num.partitions", "int", "1", "partitions of an auto-created topic", low=1),
         _d("default.replication.factor", "int", "1", "single node: must be 1", low=1, high=1),
@@ -407,7 +424,7 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "listener.security.protocol.map",
             "list",
             "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-            "listener name -> security protocol (client listeners: PLAINTEXT or SSL)",
+            "listener name -> security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
         ),
         _d(
             "inter.broker.listener.name",
@@ -687,12 +704,16 @@ class BrokerConfig:
         return LogConfig.from_broker_properties(self.originals).to_properties()
 
     def _tls_key(self, key: str) -> bool:
-        """True for an ``ssl.*`` key (or a TLS listener's override) that TLS reads."""
-        if not self.tls:
-            return False
-        prefixes = ["ssl."] + [f"listener.name.{n.lower()}.ssl." for n in self.tls]
-        prefixes += [f"listener.name.{n}.ssl." for n in self.tls]
-        return any(key.startswith(p) and key[len(p) :] in SSL_KEYS for p in prefixes)
+        """True for an ``ssl.*``/``sasl.*`` key (or a listener's override) that TLS or SASL
+        of a listener reads."""
+        keys = [f"ssl.{k}" for k in SSL_KEYS] if self.tls else []
+        if self.sasl:
+            keys += ["sasl.enabled.mechanisms", "plain.sasl.jaas.config"]
+        if key in keys:
+            return True
+        names = {*self.tls, *self.sasl}
+        names |= {n.lower() for n in names}
+        return any(key == f"listener.name.{n}.{k}" for n in names for k in keys)
 
     def _set_listeners(self) -> None:
         """``listeners`` (the client listeners), their protocols and advertised addresses.
@@ -701,7 +722,8 @@ class BrokerConfig:
         it is accepted and not opened — a single node is its own controller and has no quorum
         to serve. Every other listener serves clients on its own port, with the security
         protocol ``listener.security.protocol.map`` gives it (a listener named after a
-        protocol maps to it): PLAINTEXT or SSL (TLS settings: :mod:`.security.tls`).
+        protocol maps to it): PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (TLS settings:
+        :mod:`.security.tls`, SASL settings: :mod:`.security.sasl`).
         ``listener`` is the first client listener (the one tools and the readiness line
         name); ``advertised`` maps each client listener to what Metadata tells clients that
         connected through it (``advertised.listeners``, else the listener itself); entries
@@ -762,9 +784,13 @@ class BrokerConfig:
                 self.advertised_listeners[lst.name] = lst
         self.advertised: Listener | None = self.advertised_listeners.get(self.listener.name)
         self.tls: dict[str, TlsSettings] = {}
+        self.sasl: dict[str, SaslListener] = {}
         for lst in clients:
-            if self.security_protocols[lst.name] == "SSL":
-                try:
+            proto = self.security_protocols[lst.name]
+            try:
+                if proto in ("SSL", "SASL_SSL"):
                     self.tls[lst.name] = tls_settings(self.originals, lst.name)
-                except TlsConfigError as exc:
-                    raise ConfigError(str(exc)) from None
+                if proto in ("SASL_PLAINTEXT", "SASL_SSL"):
+                    self.sasl[lst.name] = sasl_settings(self.originals, lst.name)
+            except (TlsConfigError, SaslConfigError) as exc:
+                raise ConfigError(str(exc)) from None

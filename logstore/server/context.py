@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_RESPONSE",
+    "CloseAfter",
     "Deferred",
     "FileRegion",
     "NoResponse",
@@ -98,6 +99,14 @@ class FileRegion:
             self.closed = True
             with contextlib.suppress(OSError):
                 os.close(self.fd)
+
+
+@dataclass(frozen=True, slots=True)
+class CloseAfter:
+    """A response after which the connection is closed (a failed SASL authentication:
+    Kafka answers, then closes)."""
+
+    response: Any
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -34,8 +35,8 @@ from logstore.server.apis import (
     parse_request_header,
     response_header_bytes,
 )
-from logstore.server.context import Deferred, NoResponse, RawResponse, RequestContext
-from logstore.server.handlers import fetch
+from logstore.server.context import CloseAfter, Deferred, NoResponse, RawResponse, RequestContext
+from logstore.server.handlers import fetch, sasl
 from logstore.server.handlers.api_versions import unsupported_version_response
 from logstore.server.network import NetworkRequest, RateLimitedLog
 
@@ -44,6 +45,8 @@ __all__ = ["Dispatcher"]
 log = logging.getLogger("logstore.server.dispatch")
 
 _API_KEY = struct.Struct(">h")
+# APIs a connection of a SASL listener may send before it is authenticated (Kafka's set).
+_BEFORE_AUTH: Final = frozenset({API_VERSIONS_KEY, sasl.HANDSHAKE_KEY, sasl.AUTHENTICATE_KEY})
 
 # api_key -> (handler it applies to, predicate(broker, request): cheap and non-blocking now).
 _INLINE: Final[dict[int, tuple[Callable[..., Any], Callable[[Any, Any], bool]]]] = {
@@ -57,6 +60,7 @@ class Dispatcher:
     def __init__(self, broker: Any) -> None:
         self._broker = broker
         self._bad = RateLimitedLog(log)
+        self._sasl_listeners = frozenset(getattr(broker.config, "sasl", {}))
 
     def dispatch(self, req: NetworkRequest) -> None:
         parsed = self._parse(req)
@@ -117,6 +121,23 @@ class Dispatcher:
 
     def _run(self, req: NetworkRequest, header: RequestHeader, request: Any) -> None:
         handler = API_HANDLERS[header.api_key][2]
+        if req.listener in self._sasl_listeners and header.api_key not in _BEFORE_AUTH:
+            session = self._broker.sasl_sessions.peek(req.connection_id)
+            if session is None or not session.valid(time.monotonic()):
+                # Kafka closes a connection that sends anything else before authenticating,
+                # or after its session expired without re-authenticating (KIP-368).
+                self._bad.warning(
+                    "unauthenticated",
+                    "closing %s: api %d on SASL listener %s %s",
+                    req.connection_id,
+                    header.api_key,
+                    req.listener,
+                    "before authentication"
+                    if session is None or session.principal is None
+                    else "after the session expired (connections.max.reauth.ms)",
+                )
+                req.close()
+                return
         ctx = RequestContext(
             broker=self._broker,
             config=self._broker.config,
@@ -151,10 +172,14 @@ class Dispatcher:
         metrics = self._broker.metrics
         if metrics is not None:
             try:
-                metrics.request_done(header.api_key, req.received_ns, response)
+                shown = response.response if isinstance(response, CloseAfter) else response
+                metrics.request_done(header.api_key, req.received_ns, shown)
             except Exception:  # a metrics bug must not leave the client without its answer
                 log.exception("metrics of api %d failed", header.api_key)
-        if isinstance(response, NoResponse):
+        if isinstance(response, CloseAfter):
+            req.respond([encode_response(header.correlation_id, response.response)])
+            req.processor.close_connection(req.connection_id)
+        elif isinstance(response, NoResponse):
             req.respond([])
         elif isinstance(response, RawResponse):
             head = response_header_bytes(header.correlation_id, flexible=response.flexible_header)

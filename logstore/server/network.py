@@ -844,6 +844,8 @@ class Processor(threading.Thread):
             conn.claim = None
         conn.body = None
         self._server.connection_closed(conn.host)
+        if self._server.on_close is not None:
+            self._server.on_close(conn.connection_id)
 
     def _check_timeouts(self) -> None:
         """Close connections past their request deadline or idle for too long."""
@@ -914,6 +916,8 @@ class SocketServer:
     ``inline(request) -> bool``, when given, runs on the processor thread first: True means
     it has taken the request with the same duty as ``dispatch`` (and must not have blocked),
     False sends the request on to the handlers. An exception out of it closes the connection.
+    ``on_close(connection_id)``, when given, is called on the processor thread after each
+    connection closes (per-connection state elsewhere, e.g. SASL sessions, is dropped).
     """
 
     def __init__(
@@ -922,8 +926,10 @@ class SocketServer:
         dispatch: Callable[[NetworkRequest], None],
         *,
         inline: Callable[[NetworkRequest], bool] | None = None,
+        on_close: Callable[[str], None] | None = None,
     ) -> None:
         self._config = config
+        self.on_close = on_close  # called with the connection id of every closed connection
         self._dispatch = dispatch
         self._inline = inline
         self.max_request_size = config.get_int("socket.request.max.bytes")

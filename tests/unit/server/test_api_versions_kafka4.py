@@ -33,6 +33,7 @@ KAFKA_4_0: dict[int, tuple[str, int, int]] = {
     14: ("SyncGroup", 0, 5),
     15: ("DescribeGroups", 0, 6),
     16: ("ListGroups", 0, 5),
+    17: ("SaslHandshake", 0, 1),
     18: ("ApiVersions", 0, 4),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 6),
@@ -45,6 +46,7 @@ KAFKA_4_0: dict[int, tuple[str, int, int]] = {
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     35: ("DescribeLogDirs", 1, 4),
+    36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
@@ -69,6 +71,13 @@ DIFFERENCES: dict[int, tuple[int, int, str]] = {
         "Produce v10 adds leader hints for NOT_LEADER answers (KIP-951), v11 lets the client "
         "receive TRANSACTION_ABORTABLE (KIP-890), v12 is transaction protocol v2; every "
         "client downgrades to v9 (Java 4.x, librdkafka, kafka-python, aiokafka, JS clients)",
+    ),
+    17: (
+        1,
+        1,
+        "SaslHandshake v0 is followed by raw, unframed SASL tokens (before KIP-152); every "
+        "client since Kafka 1.0 (librdkafka, kafka-python, aiokafka, Java) uses v1 with "
+        "SaslAuthenticate",
     ),
     24: (
         0,

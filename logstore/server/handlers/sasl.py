@@ -1,0 +1,122 @@
+"""SaslHandshake (key 17, v1) and SaslAuthenticate (key 36, v0-2): SASL on SASL listeners.
+
+KIP-152 framing: the client names a mechanism with SaslHandshake v1, then sends its tokens
+wrapped in SaslAuthenticate requests (each answered with the server's token); PLAIN takes
+one token. v0 SaslHandshake (raw, unwrapped tokens afterwards) is not served: every client
+of Kafka 1.0 and later uses v1. Until a connection of a SASL listener is authenticated, only
+ApiVersions, SaslHandshake and SaslAuthenticate are served; anything else closes it (the
+dispatcher checks, :mod:`logstore.server.dispatch`).
+
+A failed authentication answers SASL_AUTHENTICATION_FAILED with a message and then closes
+the connection, as Kafka does; the answer is delayed by
+``connection.failed.authentication.delay.ms`` (more for repeated failures of a host, see
+:mod:`logstore.server.security.sasl`) on a timer, never on a handler thread. Re-authentication
+(KIP-368) is the same exchange on an authenticated connection; with
+``connections.max.reauth.ms`` > 0 SaslAuthenticate v1+ tells the client its session lifetime.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from logstore.server.context import CloseAfter, Deferred, RequestContext
+from logstore.server.handlers._util import build, response_module
+from logstore.server.security.sasl import plain_authenticate
+
+__all__ = ["API_HANDLERS", "AUTHENTICATE_KEY", "HANDSHAKE_KEY", "MAX_TOKEN_BYTES"]
+
+HANDSHAKE_KEY: Final = 17
+AUTHENTICATE_KEY: Final = 36
+# Kafka's sasl.server.max.receive.size default: no PLAIN token is anywhere near it.
+MAX_TOKEN_BYTES: Final = 524_288
+
+
+def _listener(ctx: RequestContext) -> Any:
+    return ctx.config.sasl.get(ctx.listener)
+
+
+def handle_handshake(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(ctx)
+    settings = _listener(ctx)
+    if settings is None:
+        # Not a SASL listener: nothing to authenticate here.
+        return CloseAfter(
+            build(mod.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
+        )
+    mechanism = str(request.mechanism)
+    if mechanism not in settings.mechanisms:
+        return CloseAfter(
+            build(
+                mod.SaslHandshakeResponse,
+                error_code=ErrorCode.unsupported_sasl_mechanism,
+                mechanisms=settings.mechanisms,
+            )
+        )
+    ctx.broker.sasl_sessions.get(ctx.connection_id).mechanism = mechanism
+    return build(
+        mod.SaslHandshakeResponse, error_code=ErrorCode.none, mechanisms=settings.mechanisms
+    )
+
+
+def handle_authenticate(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(ctx)
+    settings = _listener(ctx)
+    sessions = ctx.broker.sasl_sessions
+    session = sessions.peek(ctx.connection_id) if settings is not None else None
+    if session is None or session.mechanism is None:
+        return CloseAfter(
+            build(
+                mod.SaslAuthenticateResponse,
+                error_code=ErrorCode.illegal_sasl_state,
+                error_message="SaslAuthenticate before a SaslHandshake",
+                auth_bytes=b"",
+                session_lifetime=datetime.timedelta(0),
+            )
+        )
+    mechanism, session.mechanism = session.mechanism, None  # one exchange per handshake
+    token = request.auth_bytes
+    # An oversized token fails like a wrong password (Kafka: sasl.server.max.receive.size).
+    user = (
+        plain_authenticate(bytes(token), settings.plain_users)
+        if len(token) <= MAX_TOKEN_BYTES
+        else None
+    )
+    if user is None or (session.principal is not None and session.principal != f"User:{user}"):
+        # Kafka's message names neither the user nor which part was wrong.
+        resp = build(
+            mod.SaslAuthenticateResponse,
+            error_code=ErrorCode.sasl_authentication_failed,
+            error_message=f"Authentication failed: Invalid username or password ({mechanism})",
+            auth_bytes=b"",
+            session_lifetime=datetime.timedelta(0),
+        )
+        delay = sessions.failed(ctx.client_host)
+        if delay <= 0:
+            return CloseAfter(resp)
+        later: Deferred[Any] = Deferred()
+        timer = threading.Timer(delay, later.complete, (CloseAfter(resp),))
+        timer.daemon = True
+        timer.start()
+        return later
+    sessions.succeeded(ctx.client_host)
+    reauth_ms = ctx.config.get_int("connections.max.reauth.ms")
+    session.principal = f"User:{user}"
+    session.expires_at = time.monotonic() + reauth_ms / 1000.0 if reauth_ms > 0 else None
+    return build(
+        mod.SaslAuthenticateResponse,
+        error_code=ErrorCode.none,
+        error_message=None,
+        auth_bytes=b"",
+        session_lifetime=datetime.timedelta(milliseconds=reauth_ms),
+    )
+
+
+API_HANDLERS: Final = {
+    HANDSHAKE_KEY: (1, 1, handle_handshake),
+    AUTHENTICATE_KEY: (0, 2, handle_authenticate),
+}
