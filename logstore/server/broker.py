@@ -60,6 +60,8 @@ from logstore.server.metrics import BrokerMetrics
 from logstore.server.network import SocketServer
 from logstore.server.purgatory import Purgatory
 from logstore.server.security.sasl import SaslSessions
+from logstore.server.security.scram import FILE_NAME as SCRAM_FILE
+from logstore.server.security.scram import ScramCredentials
 from logstore.server.topics import TOPIC_ID_NAMESPACE, TopicExistsError, topic_id_for
 from logstore.server.txn.coordinator import TransactionCoordinator, TxnConfig
 from logstore.server.txn.producer_ids import next_producer_id
@@ -135,6 +137,8 @@ class Broker:
         # listener name -> (host, port) Metadata gives clients of that listener
         self.advertised: dict[str, tuple[str, int]] = {}
         # SASL state of the connections of SASL listeners (logstore.server.security.sasl)
+        # SCRAM users (AlterUserScramCredentials), durable beside the first log dir's logs
+        self.scram_credentials = ScramCredentials(self.config.log_dirs[0] / SCRAM_FILE)
         self.sasl_sessions = SaslSessions(
             failure_delay_ms=self.config.get_int("connection.failed.authentication.delay.ms")
         )

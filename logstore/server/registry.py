@@ -39,6 +39,7 @@ from logstore.server.handlers import (
     metadata,
     produce,
     sasl,
+    scram_credentials,
     transactions,
 )
 
@@ -74,7 +75,7 @@ def _build() -> dict[int, tuple[int, int, Handler]]:
         describe_log_dirs,
     ):
         add(int(mod.API_KEY), int(mod.MIN_VERSION), int(mod.MAX_VERSION), mod.handle, mod.__name__)
-    for family in (transactions, group_handlers, sasl):
+    for family in (transactions, group_handlers, sasl, scram_credentials):
         for key, (lo, hi, fn) in family.API_HANDLERS.items():
             add(int(key), int(lo), int(hi), fn, family.__name__)
     return dict(sorted(table.items()))

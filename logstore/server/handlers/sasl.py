@@ -2,7 +2,8 @@
 
 KIP-152 framing: the client names a mechanism with SaslHandshake v1, then sends its tokens
 wrapped in SaslAuthenticate requests (each answered with the server's token); PLAIN takes
-one token. v0 SaslHandshake (raw, unwrapped tokens afterwards) is not served: every client
+one token, SCRAM two (client-first, client-final: :mod:`logstore.server.security.scram`).
+v0 SaslHandshake (raw, unwrapped tokens afterwards) is not served: every client
 of Kafka 1.0 and later uses v1. Until a connection of a SASL listener is authenticated, only
 ApiVersions, SaslHandshake and SaslAuthenticate are served; anything else closes it (the
 dispatcher checks, :mod:`logstore.server.dispatch`).
@@ -27,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from logstore.server.context import CloseAfter, Deferred, RequestContext
 from logstore.server.handlers._util import build, response_module
 from logstore.server.security.sasl import plain_authenticate
+from logstore.server.security.scram import ScramAuthError, ScramExchange
 
 __all__ = ["API_HANDLERS", "AUTHENTICATE_KEY", "HANDSHAKE_KEY", "MAX_TOKEN_BYTES"]
 
@@ -57,7 +59,8 @@ def handle_handshake(ctx: RequestContext, request: Any) -> Any:
                 mechanisms=settings.mechanisms,
             )
         )
-    ctx.broker.sasl_sessions.get(ctx.connection_id).mechanism = mechanism
+    session = ctx.broker.sasl_sessions.get(ctx.connection_id)
+    session.mechanism, session.exchange = mechanism, None
     return build(
         mod.SaslHandshakeResponse, error_code=ErrorCode.none, mechanisms=settings.mechanisms
     )
@@ -78,14 +81,27 @@ def handle_authenticate(ctx: RequestContext, request: Any) -> Any:
                 session_lifetime=datetime.timedelta(0),
             )
         )
-    mechanism, session.mechanism = session.mechanism, None  # one exchange per handshake
-    token = request.auth_bytes
+    mechanism = session.mechanism
+    token = bytes(request.auth_bytes)
+    reply = b""
+    user: str | None = None
     # An oversized token fails like a wrong password (Kafka: sasl.server.max.receive.size).
-    user = (
-        plain_authenticate(bytes(token), settings.plain_users)
-        if len(token) <= MAX_TOKEN_BYTES
-        else None
-    )
+    if len(token) > MAX_TOKEN_BYTES:
+        session.mechanism = session.exchange = None
+    elif mechanism == "PLAIN":
+        session.mechanism = None  # one token per handshake
+        user = plain_authenticate(token, settings.plain_users)
+    else:
+        try:
+            if session.exchange is None:
+                session.exchange = ScramExchange(mechanism, ctx.broker.scram_credentials)
+                return _ok(mod, session.exchange.first(token), 0)
+            exchange, session.exchange, session.mechanism = session.exchange, None, None
+            reply = exchange.final(token)
+            user = exchange.user
+        except ScramAuthError:
+            session.mechanism = session.exchange = None
+            user = None
     if user is None or (session.principal is not None and session.principal != f"User:{user}"):
         # Kafka's message names neither the user nor which part was wrong.
         resp = build(
@@ -107,12 +123,16 @@ def handle_authenticate(ctx: RequestContext, request: Any) -> Any:
     reauth_ms = ctx.config.get_int("connections.max.reauth.ms")
     session.principal = f"User:{user}"
     session.expires_at = time.monotonic() + reauth_ms / 1000.0 if reauth_ms > 0 else None
+    return _ok(mod, reply, reauth_ms)
+
+
+def _ok(mod: Any, auth_bytes: bytes, lifetime_ms: int) -> Any:
     return build(
         mod.SaslAuthenticateResponse,
         error_code=ErrorCode.none,
         error_message=None,
-        auth_bytes=b"",
-        session_lifetime=datetime.timedelta(milliseconds=reauth_ms),
+        auth_bytes=auth_bytes,
+        session_lifetime=datetime.timedelta(milliseconds=lifetime_ms),
     )
 
 

@@ -2,9 +2,11 @@
 
 Settings (Kafka's keys): ``sasl.enabled.mechanisms`` (broker-wide) or
 ``listener.name.<listener>.sasl.enabled.mechanisms`` (per listener, listener name in lower
-case), a subset of ``PLAIN``; Kafka's default (GSSAPI) does not exist here, so a SASL
-listener must name its mechanisms. PLAIN's users come from the listener's JAAS config,
-``listener.name.<listener>.plain.sasl.jaas.config``, in Kafka's syntax::
+case), a subset of ``PLAIN``, ``SCRAM-SHA-256``, ``SCRAM-SHA-512`` (SCRAM's users:
+:mod:`.scram`, managed with AlterUserScramCredentials); Kafka's default (GSSAPI) does not
+exist here, so a SASL listener must name its mechanisms. PLAIN's users come from the
+listener's JAAS config, ``listener.name.<listener>.plain.sasl.jaas.config``, in Kafka's
+syntax::
 
     org.apache.kafka.common.security.plain.PlainLoginModule required
         username="admin" password="admin-secret" user_admin="admin-secret" user_alice="pw";
@@ -30,7 +32,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from logstore.errors import LoglakeError
 
@@ -45,7 +47,7 @@ __all__ = [
     "sasl_settings",
 ]
 
-MECHANISMS: Final = ("PLAIN",)
+MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _JAAS_OPTION = re.compile(r'([A-Za-z0-9_.\-]+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 _JAAS_HEAD = re.compile(r"^\s*([A-Za-z0-9_.$]+)\s+(required|requisite|sufficient|optional)\b")
 PLAIN_MODULE: Final = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -155,6 +157,7 @@ class SaslSession:
     mechanism: str | None = None
     principal: str | None = None
     expires_at: float | None = None
+    exchange: Any = None  # a SCRAM exchange between its two messages
 
     def valid(self, now: float) -> bool:
         return self.principal is not None and (self.expires_at is None or now < self.expires_at)

@@ -51,6 +51,8 @@ KAFKA_4_0: dict[int, tuple[str, int, int]] = {
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
     47: ("OffsetDelete", 0, 0),
+    50: ("DescribeUserScramCredentials", 0, 0),
+    51: ("AlterUserScramCredentials", 0, 0),
     65: ("DescribeTransactions", 0, 0),
     66: ("ListTransactions", 0, 1),
 }
