@@ -223,6 +223,8 @@ class RequestContext:
     connection_id: str
     client_host: str
     listener: str = ""  # the listener the request came in through ("": the first)
+    # User:ANONYMOUS, User:<SASL user>, or the mTLS certificate's mapped subject
+    principal: str = "User:ANONYMOUS"
     wall_clock: Callable[[], int] = field(default=wall_clock_ms)
     monotonic: Callable[[], int] = field(default=monotonic_ms)
 

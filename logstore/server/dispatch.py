@@ -121,9 +121,12 @@ class Dispatcher:
 
     def _run(self, req: NetworkRequest, header: RequestHeader, request: Any) -> None:
         handler = API_HANDLERS[header.api_key][2]
+        principal = req.principal
         if req.listener in self._sasl_listeners and header.api_key not in _BEFORE_AUTH:
             session = self._broker.sasl_sessions.peek(req.connection_id)
-            if session is None or not session.valid(time.monotonic()):
+            if session is not None and session.valid(time.monotonic()):
+                principal = str(session.principal)
+            else:
                 # Kafka closes a connection that sends anything else before authenticating,
                 # or after its session expired without re-authenticating (KIP-368).
                 self._bad.warning(
@@ -148,6 +151,7 @@ class Dispatcher:
             connection_id=req.connection_id,
             client_host=req.client_host,
             listener=req.listener,
+            principal=principal,
         )
         result = handler(ctx, request)
         if isinstance(result, Deferred):

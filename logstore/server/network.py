@@ -138,6 +138,12 @@ from typing import Any, Final
 from logstore.server.config import BrokerConfig, Listener
 from logstore.server.context import FileRegion
 from logstore.server.memory_pool import Claim, MemoryPool
+from logstore.server.security.principal import (
+    ANONYMOUS,
+    PrincipalError,
+    map_principal,
+    subject_dn,
+)
 from logstore.server.security.tls import build_server_context
 
 __all__ = ["NetworkRequest", "RateLimitedLog", "SocketServer"]
@@ -220,6 +226,7 @@ class NetworkRequest:
     answered: bool = False
     claim: Claim | None = None  # the frame's pool memory, given back when answered
     listener: str = ""  # name of the listener the connection came in through
+    principal: str = ANONYMOUS  # who the connection is, before SASL (mTLS: its certificate)
 
     def respond(self, parts: list[Any]) -> None:
         """Send ``parts`` and unmute the connection.
@@ -280,6 +287,7 @@ class _Connection:
         "listener",
         "muted",
         "on_memory",
+        "principal",
         "read_deadline",
         "received",
         "registered",
@@ -301,6 +309,7 @@ class _Connection:
         # TLS: True until the handshake is done; want_write while OpenSSL waits to write.
         self.handshaking = self.tls
         self.want_write = False
+        self.principal = ANONYMOUS  # mTLS: from the client certificate after the handshake
         self.head = bytearray(4)
         self.head_read = 0
         self.size = -1
@@ -495,6 +504,18 @@ class Processor(threading.Thread):
             self._close(conn)
             return
         else:
+            cert = sock.getpeercert()
+            if cert:
+                try:
+                    conn.principal = map_principal(
+                        subject_dn(cert), self._server.principal_rules[conn.listener]
+                    )
+                except PrincipalError as exc:
+                    self._server.bad_input.warning(
+                        "tls-principal", "closing %s: %s", conn.connection_id, exc
+                    )
+                    self._close(conn)
+                    return
             conn.handshaking = False
             conn.want_write = False
             conn.last_active = time.monotonic()
@@ -717,6 +738,7 @@ class Processor(threading.Thread):
             time.monotonic_ns(),
             claim=claim,
             listener=conn.listener,
+            principal=conn.principal,
         )
         if self._server.run_inline(req):
             # Usually answered and written already: then the connection stays registered
@@ -957,6 +979,8 @@ class SocketServer:
         self._listens: list[tuple[socket.socket, Listener, ssl.SSLContext | None]] = []
         # listener name -> (host, port) actually bound (port 0 in the config: the OS's)
         self.bound: dict[str, tuple[str, int]] = {}
+        # listener name -> ssl.principal.mapping.rules of its client certificates
+        self.principal_rules = {name: tls.principal_rules for name, tls in config.tls.items()}
         try:
             for listener in config.listeners:
                 settings = config.tls.get(listener.name)

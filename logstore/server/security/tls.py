@@ -11,6 +11,8 @@ Keys (broker-wide ``ssl.<key>``, overridden per listener by ``listener.name.<l>.
   ``ssl.truststore.certificates``: the CAs client certificates must chain to.
 - ``ssl.client.auth``: ``none`` | ``requested`` | ``required`` (mTLS).
 - ``ssl.enabled.protocols``: a subset of ``TLSv1.2,TLSv1.3`` (default both).
+- ``ssl.principal.mapping.rules``: how a client certificate's subject becomes the principal
+  (:mod:`.principal`; default ``DEFAULT``: the whole DN).
 
 Only PEM stores exist here (Kafka's JKS/PKCS12 are Java formats): any other type is refused
 at start-up, as is every malformed value; the error names the key. The values are read from
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from logstore.errors import LoglakeError
+from logstore.server.security.principal import MappingRule, PrincipalError, parse_mapping_rules
 
 __all__ = ["SSL_KEYS", "TlsConfigError", "TlsSettings", "build_server_context", "tls_settings"]
 
@@ -48,6 +51,7 @@ SSL_KEYS: Final = (
     "truststore.certificates",
     "client.auth",
     "enabled.protocols",
+    "principal.mapping.rules",
 )
 _PROTOCOLS: Final = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH: Final = ("none", "requested", "required")
@@ -68,6 +72,7 @@ class TlsSettings:
     trust_pem: str | None
     client_auth: ClientAuth
     protocols: tuple[str, ...]
+    principal_rules: tuple[MappingRule, ...] = ()
 
 
 def _lookup(props: Mapping[str, str], listener: str, key: str) -> tuple[str, str] | None:
@@ -164,6 +169,13 @@ def tls_settings(props: Mapping[str, str], listener: str) -> TlsSettings:
             f"{proto_kv[0] if proto_kv else 'ssl.enabled.protocols'}={','.join(protocols)!r}:"
             f" expected a subset of {tuple(_PROTOCOLS)}"
         )
+    rules_kv = get("principal.mapping.rules")
+    try:
+        rules = (
+            parse_mapping_rules(rules_kv[1], key=rules_kv[0]) if rules_kv else [MappingRule(None)]
+        )
+    except PrincipalError as exc:
+        raise TlsConfigError(str(exc)) from None
     pw = get("key.password")
     settings = TlsSettings(
         listener=listener,
@@ -173,6 +185,7 @@ def tls_settings(props: Mapping[str, str], listener: str) -> TlsSettings:
         trust_pem=trust_pem,
         client_auth=auth,  # type: ignore[arg-type]  # checked against _CLIENT_AUTH above
         protocols=protocols,
+        principal_rules=tuple(rules),
     )
     build_server_context(settings)  # a bad key, chain or CA fails now, not at first connect
     return settings

@@ -36,6 +36,10 @@ def tls_broker(broker_factory, pki):
             "listener.name.mtls.ssl.truststore.type": "PEM",
             "listener.name.mtls.ssl.truststore.location": str(pki.ca),
             "listener.name.mtls.ssl.client.auth": "required",
+            # Kafka's rule syntax: alice is named, any other subject is refused
+            "listener.name.mtls.ssl.principal.mapping.rules": (
+                "RULE:^O=loglake tests,CN=(alice)$/$1/U"
+            ),
             "loglake.request.read.timeout.ms": "1500",
         },
     )
@@ -180,7 +184,9 @@ def test_bad_tls_input_refused_while_good_clients_served(tls_broker, pki):
     idle = socket.create_connection(("127.0.0.1", b.ports["SSL"]))
     # A client certificate from another CA on the mTLS listener, or none at all: refused.
     mtls = b.ports["MTLS"]
-    for cert, key in ((pki.rogue_cert, pki.rogue_key), (None, None)):
+    # A certificate of the right CA whose subject no ssl.principal.mapping.rules rule names
+    # (CN=bob) is refused too.
+    for cert, key in ((pki.rogue_cert, pki.rogue_key), (None, None), (pki.bob_cert, pki.bob_key)):
         with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
             _tls_api_versions(mtls, pki.ca, cert, key)
     # Meanwhile the good clients of every listener are served.
@@ -192,3 +198,4 @@ def test_bad_tls_input_refused_while_good_clients_served(tls_broker, pki):
     log = b.log_text()
     assert "TLS handshake failed on listener SSL" in log
     assert "TLS handshake not finished within 1500 ms" in log
+    assert "no ssl.principal.mapping.rules rule applies to 'O=loglake tests,CN=bob'" in log
