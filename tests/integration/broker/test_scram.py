@@ -1,15 +1,19 @@
 """SCRAM-SHA-256/512: users made with confluent-kafka's AdminClient (KIP-554), durable across
 a restart, logged in with by librdkafka and kafka-python over TLS; a wrong password, a bad
-nonce and a bad proof refused while good clients are served."""
+nonce and a bad proof refused while good clients are served; aiokafka with SCRAM and PLAIN."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 
 import confluent_kafka as ck
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as AkPartition
+from aiokafka.helpers import create_ssl_context
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -196,3 +200,57 @@ def test_scram_exchange_with_bad_nonce_or_proof(scram_broker, bad):
         else:
             assert resp.error_code == ErrorCode.sasl_authentication_failed
             assert raw.is_closed_by_peer()
+
+
+def test_aiokafka_scram_and_plain_over_tls(broker_factory, pki):
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_paul="paul-pw";'
+    b = broker_factory(
+        extra_listeners=("SASL_SSL",),
+        **{
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pki.server),
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
+        },
+    )
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    upsert = UserScramCredentialUpsertion("sam", ScramCredentialInfo(SHA512, 4096), b"sam-pw")
+    assert _alter(admin, [upsert]) == {"sam": None}
+    topic = new_topic(b.bootstrap, partitions=1, prefix="scram-ak")
+    values = [f"ak{i}".encode() for i in range(300)]
+
+    async def roundtrip(mechanism: str, user: str, password: str) -> list[bytes]:
+        common = {
+            "bootstrap_servers": f"127.0.0.1:{b.ports['SASL_SSL']}",
+            "security_protocol": "SASL_SSL",
+            "ssl_context": create_ssl_context(cafile=str(pki.ca)),
+            "sasl_mechanism": mechanism,
+            "sasl_plain_username": user,
+            "sasl_plain_password": password,
+        }
+        producer = AIOKafkaProducer(acks="all", **common)
+        await producer.start()
+        try:
+            for v in values:
+                await producer.send(topic, v, partition=0)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(**common)
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            tp = AkPartition(topic, 0)
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            while len(got) < 2 * len(values):
+                batch = await consumer.getmany(tp, timeout_ms=10_000)
+                if not batch:
+                    break
+                got.extend(m.value for m in batch[tp])
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(roundtrip("SCRAM-SHA-512", "sam", "sam-pw"))[: len(values)] == values
+    assert asyncio.run(roundtrip("PLAIN", "paul", "paul-pw")) == values + values
