@@ -57,11 +57,11 @@ from logstore.server.group.coordinator import GroupCoordinator
 from logstore.server.group.offset_store import OFFSETS_TOPIC
 from logstore.server.memory_pool import MemoryPool
 from logstore.server.metrics import BrokerMetrics
-from logstore.server.network import SocketServer
 from logstore.server.purgatory import Purgatory
 from logstore.server.security.sasl import SaslSessions
 from logstore.server.security.scram import FILE_NAME as SCRAM_FILE
 from logstore.server.security.scram import ScramCredentials
+from logstore.server.socket_server import SocketServer
 from logstore.server.topics import TOPIC_ID_NAMESPACE, TopicExistsError, topic_id_for
 from logstore.server.txn.coordinator import TransactionCoordinator, TxnConfig
 from logstore.server.txn.producer_ids import next_producer_id
