@@ -158,6 +158,7 @@ class Broker:
             dispatcher.dispatch,
             inline=dispatcher.try_inline,
             on_close=self.sasl_sessions.drop if self.config.sasl else None,
+            authenticated=self.sasl_sessions.authenticated,
         )
         for listener in self.config.listeners:
             bound_host, bound_port = self._server.bound[listener.name]

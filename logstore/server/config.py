@@ -186,6 +186,14 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             low=0,
         ),
         _d(
+            "sasl.server.max.receive.size",
+            "int",
+            "524288",
+            "largest frame a connection of a SASL listener may send before it has"
+            " authenticated (a larger one closes it)",
+            low=1,
+        ),
+        _d(
             "connection.failed.authentication.delay.ms",
             "int",
             "100",

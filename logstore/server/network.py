@@ -292,6 +292,7 @@ class _Connection:
         "read_deadline",
         "received",
         "registered",
+        "sasl",
         "send_queue",
         "size",
         "sock",
@@ -311,6 +312,7 @@ class _Connection:
         self.handshaking = self.tls
         self.want_write = False
         self.principal = ANONYMOUS  # mTLS: from the client certificate after the handshake
+        self.sasl = False  # on a SASL listener: frames are small until authenticated
         self.head = bytearray(4)
         self.head_read = 0
         self.size = -1
@@ -474,6 +476,7 @@ class Processor(threading.Thread):
                     self._server.connection_closed(host)
                     continue
             conn = _Connection(sock, cid, host, listener)
+            conn.sasl = listener in self._server.sasl_listeners
             conn.on_memory = functools.partial(self.memory_ready, conn)
             self._conns[cid] = conn
             if conn.tls:
@@ -603,14 +606,19 @@ class Processor(threading.Thread):
                         return
                     conn.head_read = 0
                     (size,) = _SIZE.unpack(conn.head)
-                    if size < 0 or size > server.max_request_size:
+                    limit, key = server.max_request_size, "socket.request.max.bytes"
+                    if conn.sasl and not server.authenticated(conn.connection_id):
+                        # Before SASL authentication only small frames (Kafka's rule): an
+                        # unknown client cannot make the broker buffer 100 MB.
+                        limit, key = server.sasl_max_receive, "sasl.server.max.receive.size"
+                    if size < 0 or size > limit:
                         server.bad_input.warning(
                             "oversize",
-                            "closing %s: request size %d outside [0, %d]"
-                            " (socket.request.max.bytes)",
+                            "closing %s: request size %d outside [0, %d] (%s)",
                             conn.connection_id,
                             size,
-                            server.max_request_size,
+                            limit,
+                            key,
                         )
                         self._close(conn)
                         return

@@ -55,12 +55,18 @@ class SocketServer:
         *,
         inline: Callable[[NetworkRequest], bool] | None = None,
         on_close: Callable[[str], None] | None = None,
+        authenticated: Callable[[str], bool] | None = None,
     ) -> None:
         self._config = config
         self.on_close = on_close  # called with the connection id of every closed connection
         self._dispatch = dispatch
         self._inline = inline
         self.max_request_size = config.get_int("socket.request.max.bytes")
+        # SASL listeners: frames of connections not yet authenticated are bounded by
+        # sasl.server.max.receive.size; ``authenticated(connection_id)`` says which are.
+        self.sasl_listeners = frozenset(config.sasl)
+        self.sasl_max_receive = config.get_int("sasl.server.max.receive.size")
+        self.authenticated: Callable[[str], bool] = authenticated or (lambda _cid: True)
         self.max_connections = config.get_int("max.connections")
         self.max_connections_per_ip = config.get_int("max.connections.per.ip")
         self.idle_timeout_s = config.get_int("connections.max.idle.ms") / 1000.0

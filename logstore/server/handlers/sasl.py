@@ -30,12 +30,10 @@ from logstore.server.handlers._util import build, response_module
 from logstore.server.security.sasl import plain_authenticate
 from logstore.server.security.scram import ScramAuthError, ScramExchange
 
-__all__ = ["API_HANDLERS", "AUTHENTICATE_KEY", "HANDSHAKE_KEY", "MAX_TOKEN_BYTES"]
+__all__ = ["API_HANDLERS", "AUTHENTICATE_KEY", "HANDSHAKE_KEY"]
 
 HANDSHAKE_KEY: Final = 17
 AUTHENTICATE_KEY: Final = 36
-# Kafka's sasl.server.max.receive.size default: no PLAIN token is anywhere near it.
-MAX_TOKEN_BYTES: Final = 524_288
 
 
 def _listener(ctx: RequestContext) -> Any:
@@ -85,8 +83,9 @@ def handle_authenticate(ctx: RequestContext, request: Any) -> Any:
     token = bytes(request.auth_bytes)
     reply = b""
     user: str | None = None
-    # An oversized token fails like a wrong password (Kafka: sasl.server.max.receive.size).
-    if len(token) > MAX_TOKEN_BYTES:
+    # Before authentication the reactor refuses larger frames; a re-authentication's token
+    # over the same bound fails like a wrong password.
+    if len(token) > ctx.config.get_int("sasl.server.max.receive.size"):
         session.mechanism = session.exchange = None
     elif mechanism == "PLAIN":
         session.mechanism = None  # one token per handshake

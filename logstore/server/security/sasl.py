@@ -183,6 +183,13 @@ class SaslSessions:
         with self._lock:
             return self._sessions.get(connection_id)
 
+    def authenticated(self, connection_id: str) -> bool:
+        """True once the connection has authenticated (expired or not: the dispatcher
+        closes an expired session at its next request)."""
+        with self._lock:
+            s = self._sessions.get(connection_id)
+            return s is not None and s.principal is not None
+
     def drop(self, connection_id: str) -> None:
         with self._lock:
             self._sessions.pop(connection_id, None)

@@ -132,7 +132,7 @@ def _handshake(raw: RawClient) -> None:
         b"\x00nobody\x00alice-secret",
         b"bob\x00alice\x00alice-secret",  # authorizing as someone else
         b"\x00alice",  # malformed
-        b"\x00alice\x00" + b"x" * 600_000,  # oversized
+        b"\x00alice\x00" + b"x" * 400_000,  # a long wrong password
     ],
 )
 def test_failed_authentication_answers_then_closes(sasl_broker, token):
@@ -148,6 +148,21 @@ def test_failed_authentication_answers_then_closes(sasl_broker, token):
         ok = raw.call(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"))
         assert ok.error_code == ErrorCode.none
         assert raw.call(METADATA).brokers
+
+
+def test_oversized_frame_before_authentication_closes_without_reading_it(sasl_broker):
+    b = sasl_broker
+    with RawClient(f"127.0.0.1:{b.ports['SASL_PLAINTEXT']}") as raw:
+        _handshake(raw)
+        # a size prefix above sasl.server.max.receive.size: closed before the body is read
+        raw.sock.sendall((600_000).to_bytes(4, "big"))
+        assert raw.is_closed_by_peer()
+    assert "(sasl.server.max.receive.size)" in b.log_text()
+    with RawClient(f"127.0.0.1:{b.ports['SASL_PLAINTEXT']}") as raw:
+        _handshake(raw)
+        ok = raw.call(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"))
+        assert ok.error_code == ErrorCode.none
+        assert raw.call(METADATA).brokers  # authenticated: served
 
 
 def test_requests_before_authentication_close_the_connection(sasl_broker):
