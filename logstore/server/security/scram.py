@@ -183,8 +183,13 @@ def _attrs(msg: str) -> dict[str, str]:
 class ScramExchange:
     """The server side of one SCRAM exchange (two client messages)."""
 
-    def __init__(self, mechanism: str, store: ScramCredentials) -> None:
+    def __init__(
+        self, mechanism: str, store: ScramCredentials, *, server_nonce: str | None = None
+    ) -> None:
+        """``server_nonce``: the server's part of the nonce (tests: RFC 7677's example);
+        by default 24 random bytes, URL-safe base64."""
         self.mechanism = mechanism
+        self._snonce = server_nonce
         self._store = store
         self._first_bare = ""
         self._server_first = ""
@@ -211,7 +216,7 @@ class ScramExchange:
         if cred is None:
             raise ScramAuthError("unknown user")
         self.user, self._cred = user, cred
-        self._nonce = cnonce + secrets.token_urlsafe(24)
+        self._nonce = cnonce + (self._snonce or secrets.token_urlsafe(24))
         salt = base64.b64encode(cred.salt).decode()
         self._server_first = f"r={self._nonce},s={salt},i={cred.iterations}"
         return self._server_first.encode()
