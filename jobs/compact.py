@@ -7,6 +7,11 @@ table per compacted topic (cleanup.policy=compact in the broker's topic configs,
 broker's log itself instead (Kafka's cleaner semantics, pipelines.compaction.log): every due
 partition of those topics gets its cleanable segments rewritten by a Spark task and swapped
 in, by the running broker or, with none running, by this job under the log dir's .lock.
+Due as Kafka's cleaner decides (pipelines.compaction.due): dirty ratio >=
+min.cleanable.dirty.ratio, or the first dirty batch older than max.compaction.lag.ms, each
+topic's own configs over the broker config's defaults (--broker-config, else [retention]
+broker_config, else conf/broker.properties); a partition not due is skipped and reported
+(--force cleans it); log.cleaner.enable=false in the broker config: nothing is cleaned.
 
 Output: progress lines and a summary on stderr, then the summary as one JSON line, last on
 stdout (with --log: one line per cleaned partition, then a JSON list of results). Exit codes:
@@ -31,6 +36,7 @@ from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topi
 
 if TYPE_CHECKING:
     from pipelines.compaction.config import CompactConfig
+    from pipelines.compaction.due import CleanerDefaults
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="with --log: seconds to wait for the broker"
     )
+    parser.add_argument(
+        "--broker-config",
+        help="with --log: broker.properties with the cleaner defaults (log.cleaner.*); "
+        "default: [retention] broker_config, else conf/broker.properties",
+    )
     args = parser.parse_args(argv)
     # Imported once the arguments are parsed: --help and argument errors load no pyspark,
     # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
@@ -70,6 +81,18 @@ def main(argv: list[str] | None = None) -> int:
                 allow_missing=args.allow_missing_topics,
                 also_present=ingested_topics(config.records_path),
             )  # fmt: skip
+        defaults = None
+        if args.log:
+            from pipelines.compaction.due import (  # noqa: PLC0415
+                broker_config_path,
+                load_cleaner_defaults,
+            )
+
+            defaults = load_cleaner_defaults(broker_config_path(args.config, args.broker_config))
+            if not defaults.enabled:
+                print("compact --log: log.cleaner.enable=false: nothing cleaned", file=sys.stderr)
+                print("[]")
+                return 0
         spark = get_spark(
             config.app_name,
             master=config.master,
@@ -77,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             delta_reader=False,
         )
         if args.log:
-            return _compact_log(spark, config, args)
+            return _compact_log(spark, config, args, defaults)
         summary = run_compact(spark, config, full=args.full, topics=args.topic)
     except MissingTopicsError as exc:
         print(f"compact failed: {exc}", file=sys.stderr)
@@ -99,7 +122,9 @@ def ingested_topics(records_path: str) -> set[str]:
     return {topic for topic, _ in read_progress(records_path)}
 
 
-def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) -> int:
+def _compact_log(
+    spark: Any, config: CompactConfig, args: argparse.Namespace, defaults: CleanerDefaults | None
+) -> int:
     from pipelines.compaction.config import compacted_topics  # noqa: PLC0415
     from pipelines.compaction.log import run_log_compaction  # noqa: PLC0415
 
@@ -110,6 +135,7 @@ def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) ->
         force=args.force,
         strategies=compacted_topics(config),
         hand_over_timeout_s=args.timeout,
+        defaults=defaults,
     )
     for r in results:
         if r.groups:
@@ -118,6 +144,8 @@ def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) ->
                 f"{r.bytes_out} bytes, {r.note}",
                 file=sys.stderr,
             )
+        elif not r.due:
+            print(f"{r.dir}: skipped, not due ({r.reason})", file=sys.stderr)
     print(json.dumps([dataclasses.asdict(r) for r in results]))
     return 0
 

@@ -89,6 +89,7 @@ from logstore.storage.swap import (
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
 from pipelines.compaction._keymap import record_keys
 from pipelines.compaction._select import last_per_key, last_per_key_into, make_selector
+from pipelines.compaction.due import CleanerDefaults, topic_settings
 from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, parse_strategy
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.decode import BatchScan, decode_records, scan_batches, verify_batches
@@ -409,10 +410,10 @@ class LogCleanResult:
     extra: dict[str, int] = field(default_factory=dict)
 
 
-def _settings(log_dir: Path, topic: str) -> tuple[LogConfig, CleanerSettings]:
-    props = read_topic_config(log_dir, topic)
-    config = LogConfig.from_properties(props)
-    return config, CleanerSettings.from_topic(config, props)
+def _settings(
+    log_dir: Path, topic: str, defaults: CleanerDefaults | None = None
+) -> tuple[LogConfig, CleanerSettings]:
+    return topic_settings(log_dir, topic, defaults)
 
 
 def strategy_of(log_dir: Path, topic: str) -> Strategy:
@@ -443,15 +444,18 @@ def clean_partition(
     now_ms: int | None = None,
     force: bool = False,
     high_watermark: int | None = None,
+    defaults: CleanerDefaults | None = None,
 ) -> LogCleanResult:
-    """Steps 1-4 of the module docstring for one partition directory (no hand-over)."""
+    """Steps 1-4 of the module docstring for one partition directory (no hand-over).
+    ``defaults``: the broker's (:mod:`pipelines.compaction.due`), under the topic's own
+    configs; Kafka's when None."""
     started = time.perf_counter()
     root = Path(dir)
     parsed = parse_partition_dir(root.name)
     if parsed is None:
         raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
     topic, partition = parsed
-    _, settings = _settings(root.parent, topic)
+    _, settings = _settings(root.parent, topic, defaults)
     if strategy is None:
         strategy = strategy_of(root.parent, topic)
     now = _now_ms() if now_ms is None else now_ms
@@ -595,11 +599,13 @@ def compacted_partitions(
     return out
 
 
-def _task(item: tuple[str, Strategy, int, bool]) -> LogCleanResult:
+def _task(item: tuple[str, Strategy, int, bool, CleanerDefaults | None]) -> LogCleanResult:
     start_task()
-    dir, strategy, now_ms, force = item
+    dir, strategy, now_ms, force, defaults = item
     with without_huge_pages():  # key map 1.0 -> 0.6 s per partition (pipelines.worker)
-        return clean_partition(dir, strategy=strategy, now_ms=now_ms, force=force)
+        return clean_partition(
+            dir, strategy=strategy, now_ms=now_ms, force=force, defaults=defaults
+        )
 
 
 def run_log_compaction(
@@ -611,8 +617,14 @@ def run_log_compaction(
     now_ms: int | None = None,
     strategies: Mapping[str, Strategy] | None = None,
     hand_over_timeout_s: float = 30.0,
+    defaults: CleanerDefaults | None = None,
 ) -> list[LogCleanResult]:
-    """Clean every due compacted partition (one Spark task each), then hand the results over."""
+    """Clean every due compacted partition (one Spark task each), then hand the results over.
+    Partitions that are not due come back with ``due=False`` and the reason, untouched.
+    ``defaults``: the broker config's (:func:`pipelines.compaction.due.load_cleaner_defaults`);
+    when it disables the cleaner (``log.cleaner.enable=false``) nothing is done."""
+    if defaults is not None and not defaults.enabled:
+        return []
     now = _now_ms() if now_ms is None else now_ms
     parts = compacted_partitions(log_dirs, topics)
     for dir, _ in parts:
@@ -621,7 +633,7 @@ def run_log_compaction(
     for dir, from_config in parts:
         topic = Path(dir).name.rsplit("-", 1)[0]
         chosen = strategies[topic] if strategies and topic in strategies else from_config
-        items.append((dir, chosen, now, force))
+        items.append((dir, chosen, now, force, defaults))
     if not items:
         return []
     swapper = _OfflineSwapper([dir for dir, *_ in items])
