@@ -505,7 +505,11 @@ def clean_partition(
 
 
 def hand_over(
-    dir: str | os.PathLike[str], *, timeout_s: float = 30.0, poll_s: float = 0.2
+    dir: str | os.PathLike[str],
+    *,
+    timeout_s: float = 30.0,
+    poll_s: float = 0.2,
+    defaults: CleanerDefaults | None = None,
 ) -> tuple[bool, str]:
     """Get a written manifest applied: by this process under the log dir's ``.lock`` when no
     broker holds it, else by the broker (waits up to ``timeout_s``). ``(swapped, how)``."""
@@ -524,7 +528,7 @@ def hand_over(
             time.sleep(poll_s)
         return True, "applied or rejected by the broker (see the checkpoint)"
     try:
-        return _apply_locked(str(root))
+        return _apply_locked(str(root), defaults)
     finally:
         lock.release()
 
@@ -536,7 +540,9 @@ def _pending(root: Path) -> bool:
     )
 
 
-def recover_pending(dir: str | os.PathLike[str]) -> str | None:
+def recover_pending(
+    dir: str | os.PathLike[str], defaults: CleanerDefaults | None = None
+) -> str | None:
     """A pass that a killed job left behind (a manifest, ``.cleaned`` or ``.swap`` files),
     with no broker running: finish or discard it as the broker's load would (the loader's
     rules, :mod:`logstore.storage.swap`), under the log dir's ``.lock``. A running broker
@@ -556,7 +562,7 @@ def recover_pending(dir: str | os.PathLike[str]) -> str | None:
     try:
         if not _pending(root):
             return None
-        config, _ = _settings(root.parent, parsed[0])
+        config, _ = _settings(root.parent, parsed[0], defaults)
         log = Log.open(
             root,
             config,
@@ -628,7 +634,7 @@ def run_log_compaction(
     now = _now_ms() if now_ms is None else now_ms
     parts = compacted_partitions(log_dirs, topics)
     for dir, _ in parts:
-        recover_pending(dir)  # a killed run's pass, finished or discarded (no broker only)
+        recover_pending(dir, defaults)  # a killed run's pass, finished or discarded (no broker)
     items = []
     for dir, from_config in parts:
         topic = Path(dir).name.rsplit("-", 1)[0]
@@ -636,7 +642,7 @@ def run_log_compaction(
         items.append((dir, chosen, now, force, defaults))
     if not items:
         return []
-    swapper = _OfflineSwapper([dir for dir, *_ in items])
+    swapper = _OfflineSwapper([dir for dir, *_ in items], defaults)
     try:
         results: list[LogCleanResult] = (
             spark.sparkContext.parallelize(items, len(items)).map(_task).collect()
@@ -646,20 +652,22 @@ def run_log_compaction(
         swapper.close()
     for res in results:
         if res.groups and res.swapped is None:  # the broker holds the log dir
-            res.swapped, res.note = hand_over(res.dir, timeout_s=hand_over_timeout_s)
+            res.swapped, res.note = hand_over(
+                res.dir, timeout_s=hand_over_timeout_s, defaults=defaults
+            )
             if res.swapped and res.note.startswith("applied or rejected"):
                 res.swapped = _checkpoint(res.dir) == res.end_offset
                 res.note = "swapped by the broker" if res.swapped else "rejected by the broker"
     return results
 
 
-def _apply_locked(dir: str) -> tuple[bool, str]:
+def _apply_locked(dir: str, defaults: CleanerDefaults | None = None) -> tuple[bool, str]:
     """:func:`hand_over`'s offline branch, the caller holding the log dir's ``.lock``."""
     root = Path(dir)
     parsed = parse_partition_dir(root.name)
     if parsed is None:
         raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
-    config, _ = _settings(root.parent, parsed[0])
+    config, _ = _settings(root.parent, parsed[0], defaults)
     done = apply_offline(root, config)
     return bool(done), "swapped offline" if done else "rejected offline"
 
@@ -675,7 +683,10 @@ class _OfflineSwapper:
     cores: 0.7 s of swaps after the job before). Log dirs whose lock is held (a running
     broker) are left to :func:`hand_over`."""
 
-    def __init__(self, dirs: Sequence[str], poll_s: float = 0.05) -> None:
+    def __init__(
+        self, dirs: Sequence[str], defaults: CleanerDefaults | None = None, poll_s: float = 0.05
+    ) -> None:
+        self._defaults = defaults
         self._locks: list[DirLock] = []
         self._watched: list[str] = []
         locked: dict[Path, bool] = {}
@@ -704,7 +715,7 @@ class _OfflineSwapper:
     def _start(self, dir: str) -> None:
         assert self._pool is not None
         if dir not in self._started:
-            self._started[dir] = self._pool.submit(_apply_timed, dir)
+            self._started[dir] = self._pool.submit(_apply_timed, dir, self._defaults)
 
     def _poll(self) -> None:
         waiting = list(self._watched)
@@ -725,7 +736,7 @@ class _OfflineSwapper:
             res.swapped, res.note, res.extra["swap_us"] = self._started[res.dir].result()
             if os.path.exists(os.path.join(res.dir, MANIFEST_FILE)):
                 # a retried task's second manifest, written after the first was applied
-                res.swapped, res.note, res.extra["swap_us"] = _apply_timed(res.dir)
+                res.swapped, res.note, res.extra["swap_us"] = _apply_timed(res.dir, self._defaults)
 
     def _halt(self) -> None:
         self._stop.set()
@@ -742,9 +753,9 @@ class _OfflineSwapper:
             lock.release()
 
 
-def _apply_timed(dir: str) -> tuple[bool, str, int]:
+def _apply_timed(dir: str, defaults: CleanerDefaults | None) -> tuple[bool, str, int]:
     started = time.perf_counter_ns()
-    swapped, note = _apply_locked(dir)
+    swapped, note = _apply_locked(dir, defaults)
     return swapped, note, (time.perf_counter_ns() - started) // 1000
 
 
