@@ -129,7 +129,9 @@ class LoglakeJob(SparkSubmitOperator):
             except AirflowNotFoundException:
                 self.log.info("no %s connection: no --bootstrap-server", self.broker_conn_id)
             else:
-                address = f"{conn.host}:{conn.port}" if conn.port else str(conn.host)
+                if not conn.host:
+                    raise AirflowFailException(f"the {self.broker_conn_id} connection has no host")
+                address = f"{conn.host}:{conn.port}" if conn.port else conn.host
                 args += ["--bootstrap-server", address]
         return args
 
