@@ -76,7 +76,7 @@ from pyspark.sql import SparkSession
 from logstore.errors import CorruptRecordError, LoglakeError
 from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.files import offset_from_file_name, parse_partition_dir
-from pipelines.config import PARQUET_CODECS, job_settings, read_pipeline_toml
+from pipelines.config import ISOLATION_LEVELS, PARQUET_CODECS, job_settings, read_pipeline_toml
 from pipelines.delta import read_app_transactions
 from pipelines.delta.commit import ensure_table, load_table
 from pipelines.delta.direct import StagedWrite, append_table, stage_files
@@ -124,8 +124,6 @@ TopicPartition = tuple[str, int]
 
 
 INTERNAL_TOPIC_PREFIX = "__"
-# [ingest] isolation: Kafka's consumer isolation levels (isolation.level), the first the default.
-ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 # Parquet codecs pyarrow writes and Spark, delta-rs and polars read ("lz4" is LZ4_RAW).
 
 

@@ -71,3 +71,13 @@ if [ ! -f "$af_stamp" ] || [ airflow/uv.lock -nt "$af_stamp" ] || [ airflow/pypr
   airflow/.venv/bin/python -m compileall -q -j 0 airflow/.venv/lib/python*/site-packages >/dev/null || true
   touch "$af_stamp"
 fi
+
+# 8. The JavaScript Kafka clients of the broker tests (tests/integration/broker/test_js_clients.py),
+# pinned by tests/clients/js/package-lock.json: `npm ci` installs exactly the lock, again only
+# when the lock changes (the stamp).
+js=tests/clients/js
+command -v npm >/dev/null 2>&1 || die "Node.js 20+ and npm are required for the JavaScript client tests ($js); not found on PATH (Debian: apt-get install nodejs npm)."
+if [ ! -f "$js/node_modules/.loglake-installed" ] || [ "$js/package-lock.json" -nt "$js/node_modules/.loglake-installed" ]; then
+  (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
+  touch "$js/node_modules/.loglake-installed"
+fi

@@ -8,7 +8,8 @@ KIP-848 ConsumerGroupHeartbeat is not offered, so clients stay on the classic on
 broker's registry (:mod:`logstore.server.registry`), so ApiVersions advertises exactly these
 ranges. They cover what confluent-kafka (librdkafka), kafka-python and aiokafka send, and
 stop short of versions that need what this broker does not have (OffsetCommit/OffsetFetch
-v10 name topics by topic id; DescribeGroups v6 changes the unknown-group answer).
+v10, Kafka 4.1's, name topics by topic id). DescribeGroups v6 (KIP-1043) answers an unknown
+group with ``GROUP_ID_NOT_FOUND`` and a message instead of v0-v5's state ``Dead``.
 
 Responses are built field by field from the response class of the request's version (kio
 has one dataclass per version): :func:`build` passes only the fields that version has and
@@ -33,6 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from logstore.server.context import Deferred, RequestContext
 from logstore.server.group.coordinator import GroupCoordinator
+from logstore.server.group.group import GroupState
 from logstore.server.group.messages import (
     CommitRequest,
     JoinRequest,
@@ -45,6 +47,7 @@ __all__ = ["API_HANDLERS", "build"]
 
 _ZERO = datetime.timedelta(0)
 _MS = datetime.timedelta(milliseconds=1)
+_DEAD = GroupState.DEAD.value
 
 # Kafka's key types of FindCoordinator (KIP-890 adds "share" = 2, not served here).
 _KEY_TYPE_GROUP = 0
@@ -415,16 +418,26 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     )
 
 
+def _describe_error(ctx: RequestContext, d: Any) -> tuple[ErrorCode, str | None]:
+    """v6+ (KIP-1043): an unknown group is ``GROUP_ID_NOT_FOUND`` with Kafka's message (its
+    GroupMetadataManager's), where older versions describe it as an empty ``Dead`` group."""
+    if ctx.api_version >= 6 and d.error == ErrorCode.none and d.state == _DEAD:
+        return ErrorCode.group_id_not_found, f"Group {d.group_id} not found."
+    return d.error, None
+
+
 def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     described = _coordinator(ctx).describe_groups(str(g) for g in request.groups)
+    errors = [_describe_error(ctx, d) for d in described]
     return _response(
         request,
         {
             "groups": [
                 {
-                    "error_code": d.error,
+                    "error_code": error,
+                    "error_message": message,
                     "group_id": d.group_id,
-                    "group_state": d.state,
+                    "group_state": "" if message else d.state,
                     "protocol_type": d.protocol_type,
                     "protocol_data": d.protocol_data,
                     "members": [
@@ -444,7 +457,7 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                     if getattr(request, "include_authorized_operations", False)
                     else -(2**31),
                 }
-                for d in described
+                for d, (error, message) in zip(described, errors, strict=True)
             ]
         },
     )
@@ -481,7 +494,7 @@ API_HANDLERS: dict[int, tuple[int, int, Handler]] = {
     12: (0, 4, handle_heartbeat),
     13: (0, 5, handle_leave_group),
     14: (0, 5, handle_sync_group),
-    15: (0, 5, handle_describe_groups),
+    15: (0, 6, handle_describe_groups),
     16: (0, 5, handle_list_groups),
     42: (0, 2, handle_delete_groups),
     47: (0, 0, handle_offset_delete),

@@ -1,19 +1,27 @@
-"""Fetch (key 1), v4-v12: records straight from the segment files, with long-polling.
+"""Fetch (key 1), v4-v17: records straight from the segment files, with long-polling.
 
 The response is encoded here by hand (not by kio) because its ``records`` fields are not
 bytes in memory: each is a :class:`~logstore.server.context.FileRegion` (a file, position
 and length from ``Log.read``) that the reactor sends with ``os.sendfile``. Wire layout::
 
     v4-v6   throttle_time_ms i32, [topic]
-    v7-v12  throttle_time_ms i32, error_code i16, session_id i32, [topic]
-    topic   name string, [partition]
+    v7-v17  throttle_time_ms i32, error_code i16, session_id i32, [topic]
+    topic   name string (v4-v12) | topic_id uuid (v13+, 16 bytes), [partition]
     partition
             partition_index i32, error_code i16, high_watermark i64, last_stable_offset i64,
             log_start_offset i64 (v5+), aborted_transactions [producer_id i64,
             first_offset i64] (null for read_uncommitted),
             preferred_read_replica i32 (v11+, -1), records bytes (i32 length + bytes)
-    v12 is flexible: arrays and strings are compact (uvarint length + 1), records are
+    v12+ are flexible: arrays and strings are compact (uvarint length + 1), records are
     compact bytes, and every struct ends with an empty tagged-field section (0x00).
+    v13-v17 differ from v12 only in naming topics by id (KIP-516) and in fields a consumer
+    does not use (v15 ``replica_state``, v17 ``replica_directory_id``: follower fetching;
+    v16 ``node_endpoints``, a tagged field sent with ``NOT_LEADER``, which a single broker
+    never answers).
+
+Topic ids (v13+): resolved through :func:`logstore.server.topics.topic_name_for` (the ids
+Metadata hands out); an id of no existing topic gets ``UNKNOWN_TOPIC_ID`` for each of its
+partitions, as from Kafka (``KafkaApis.handleFetchRequest``).
 
 Semantics (Kafka's): records up to the high watermark (``isolation_level`` read_uncommitted)
 or the last stable offset (read_committed, with the aborted transactions overlapping the
@@ -36,6 +44,8 @@ from __future__ import annotations
 
 import os
 import struct
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -46,19 +56,48 @@ from logstore.protocol.varint import encode_unsigned_varint as _uvarint
 from logstore.server.context import Deferred, FileRegion, RawResponse, RequestContext
 from logstore.server.error_codes import error_code_for
 from logstore.server.purgatory import DelayedOperation
+from logstore.server.topics import topic_name_for
 from logstore.storage.partition import IsolationLevel
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle", "runs_inline"]
 
 API_KEY: Final = 1
 MIN_VERSION: Final = 4
-MAX_VERSION: Final = 12
+MAX_VERSION: Final = 17
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART_HEAD = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, lso
 _I64 = struct.Struct(">q")
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
+
+
+@dataclass(frozen=True, slots=True)
+class _Topic:
+    """A requested topic: ``key`` as the request named it (the name up to v12, the id from
+    v13 on, echoed in the response) and ``name``, None for an id of no known topic."""
+
+    key: str | uuid.UUID
+    name: str | None
+    partitions: Sequence[Any]  # the request's FetchPartition entries
+
+
+def _topics(broker: Any, request: Any, *, inline: bool = False) -> list[_Topic]:
+    """The request's topics, ids resolved. ``inline``: from the cache only (resolving an
+    id not cached looks up the log manager, which is for the handler threads), so an id
+    may stay unresolved (``name`` None) although its topic exists."""
+    out: list[_Topic] = []
+    for t in request.topics:
+        tid = getattr(t, "topic_id", None)
+        if tid is None:  # v4-v12 (or a v13+ request with a null id: unknown, as in Kafka)
+            if hasattr(t, "topic"):
+                out.append(_Topic(t.topic, t.topic, t.partitions))
+            else:
+                out.append(_Topic(uuid.UUID(int=0), None, t.partitions))
+            continue
+        name = topic_name_for(tid, candidates=None if inline else broker.topics)
+        out.append(_Topic(tid, name, t.partitions))
+    return out
 
 
 @dataclass(slots=True)
@@ -75,14 +114,14 @@ class _PartitionRead:
 
 
 def _read(
-    ctx: RequestContext, request: Any
-) -> tuple[list[tuple[str, list[_PartitionRead]]], int, bool]:
+    ctx: RequestContext, request: Any, topics: list[_Topic]
+) -> tuple[list[tuple[str | uuid.UUID, list[_PartitionRead]]], int, bool]:
     """One pass over the requested partitions: (results, bytes available, any error)."""
     broker = ctx.broker
     remaining = max(int(request.max_bytes), 0) if hasattr(request, "max_bytes") else 2**31 - 1
     total = 0
     errors = False
-    out: list[tuple[str, list[_PartitionRead]]] = []
+    out: list[tuple[str | uuid.UUID, list[_PartitionRead]]] = []
     # v4+ always carry the field; a value other than 0 or 1 (Kafka refuses the request)
     # gets the stricter read_committed.
     isolation = (
@@ -90,13 +129,21 @@ def _read(
         if int(request.isolation_level) == IsolationLevel.READ_UNCOMMITTED
         else IsolationLevel.READ_COMMITTED
     )
-    for t in request.topics:
+    for t in topics:
         parts: list[_PartitionRead] = []
         for p in t.partitions:
             pid = int(p.partition)
-            part = broker.partition(t.topic, pid)
+            part = None if t.name is None else broker.partition(t.name, pid)
             if part is None:
-                parts.append(_PartitionRead(pid, ErrorCode.unknown_topic_or_partition, -1, -1))
+                unknown_id = isinstance(t.key, uuid.UUID) and (
+                    t.name is None or broker.partition_count(t.name) is None
+                )
+                error = (
+                    ErrorCode.unknown_topic_id
+                    if unknown_id
+                    else ErrorCode.unknown_topic_or_partition
+                )
+                parts.append(_PartitionRead(pid, error, -1, -1))
                 errors = True
                 continue
             limit = min(int(p.partition_max_bytes), remaining)
@@ -132,7 +179,7 @@ def _read(
                     total += sl.length
                     remaining -= sl.length
             parts.append(r)
-        out.append((t.topic, parts))
+        out.append((t.key, parts))
     return out, total, errors
 
 
@@ -153,7 +200,9 @@ def _open_region(r: _PartitionRead) -> FileRegion | None:
     return FileRegion(fd, r.position, r.length)
 
 
-def _encode(version: int, results: list[tuple[str, list[_PartitionRead]]]) -> RawResponse:
+def _encode(
+    version: int, results: list[tuple[str | uuid.UUID, list[_PartitionRead]]]
+) -> RawResponse:
     flexible = version >= 12
     parts: list[bytes | FileRegion] = []
     buf = bytearray()
@@ -162,8 +211,11 @@ def _encode(version: int, results: list[tuple[str, list[_PartitionRead]]]) -> Ra
         buf += _I16.pack(0) + _I32.pack(0)  # error_code, session_id (no fetch sessions)
     buf += _uvarint(len(results) + 1) if flexible else _I32.pack(len(results))
     for topic, partitions in results:
-        name = topic.encode("utf-8")
-        buf += (_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))) + name
+        if isinstance(topic, uuid.UUID):  # v13+
+            buf += topic.bytes
+        else:
+            name = topic.encode("utf-8")
+            buf += (_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))) + name
         buf += _uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
         for r in partitions:
             buf += _PART_HEAD.pack(r.partition, r.error, r.high_watermark, r.last_stable_offset)
@@ -200,21 +252,27 @@ def _encode(version: int, results: list[tuple[str, list[_PartitionRead]]]) -> Ra
 
 class _DelayedFetch(DelayedOperation):
     def __init__(
-        self, ctx: RequestContext, request: Any, deadline_ms: int, result: Deferred[Any]
+        self,
+        ctx: RequestContext,
+        request: Any,
+        topics: list[_Topic],
+        deadline_ms: int,
+        result: Deferred[Any],
     ) -> None:
         super().__init__(deadline_ms)
         self.ctx = ctx
         self.request = request
+        self.topics = topics
         self.min_bytes = int(request.min_bytes)
         self.result = result
 
     def ready(self) -> bool:
-        _results, total, errors = _read(self.ctx, self.request)
+        _results, total, errors = _read(self.ctx, self.request, self.topics)
         return errors or total >= self.min_bytes
 
     def complete(self, *, expired: bool) -> None:
         try:
-            results, _total, _errors = _read(self.ctx, self.request)
+            results, _total, _errors = _read(self.ctx, self.request, self.topics)
             self.result.complete(_encode(self.ctx.api_version, results))
         except Exception as exc:
             self.result.fail(exc)
@@ -225,23 +283,24 @@ def runs_inline(broker: Any, request: Any) -> bool:
 
     Then :func:`handle` does index lookups, header ``pread`` s, an ``open`` and an ``fstat``
     per partition (page-cache work, no waiting: a long-poll returns a Deferred), whereas a
-    partition's first use takes the broker's partition lock, and unknown topics look up the
-    log manager: those go to the handler threads.
+    partition's first use takes the broker's partition lock, and unknown topics (or topic
+    ids not resolved yet) look up the log manager: those go to the handler threads.
     """
     return all(
-        broker.loaded_partition(t.topic, int(p.partition)) is not None
-        for t in request.topics
+        t.name is not None and broker.loaded_partition(t.name, int(p.partition)) is not None
+        for t in _topics(broker, request, inline=True)
         for p in t.partitions
     )
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
-    results, total, errors = _read(ctx, request)
+    topics = _topics(ctx.broker, request)
+    results, total, errors = _read(ctx, request, topics)
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     if errors or total >= int(request.min_bytes) or max_wait_ms <= 0 or not request.topics:
         return _encode(ctx.api_version, results)
     deferred: Deferred[Any] = Deferred()
-    op = _DelayedFetch(ctx, request, ctx.monotonic() + max_wait_ms, deferred)
-    keys = [(t.topic, int(p.partition)) for t in request.topics for p in t.partitions]
+    op = _DelayedFetch(ctx, request, topics, ctx.monotonic() + max_wait_ms, deferred)
+    keys = [(t.name, int(p.partition)) for t in topics if t.name is not None for p in t.partitions]
     ctx.broker.purgatory.try_complete_else_watch(op, keys)
     return deferred

@@ -1,4 +1,4 @@
-"""ListOffsets (key 2), v1-v7: offsets by timestamp (Kafka's special values included).
+"""ListOffsets (key 2), v1-v10: offsets by timestamp (Kafka's special values included).
 
 Per partition, ``timestamp``: -2 earliest (log start offset), -1 latest (the high watermark
 for read_uncommitted, the last stable offset for read_committed: ``Partition.fetch_limit``),
@@ -7,6 +7,11 @@ record timestamp is at or after it, found through the time index
 (``Log.offset_for_timestamp``), counted only below the same limit as "latest" (Kafka's
 ``fetchOffsetForTimestamp``); none -> offset -1, timestamp -1, as Kafka answers. Unknown
 partitions get ``UNKNOWN_TOPIC_OR_PARTITION``.
+
+Tiered storage (KIP-405) values, as Kafka answers them for a topic without remote storage:
+-4 earliest local (v8+): the log start offset, every segment being local; -5 latest tiered
+(v9+): offset -1, leader epoch -1 (nothing is tiered). v10 adds ``timeout_ms`` for remote
+lookups, which never happen here.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
 API_KEY: Final = 2
 MIN_VERSION: Final = 1
-MAX_VERSION: Final = 7
+MAX_VERSION: Final = 10
 
 EARLIEST: Final = -2
 LATEST: Final = -1
 MAX_TIMESTAMP: Final = -3
+EARLIEST_LOCAL: Final = -4
+LATEST_TIERED: Final = -5
 
 
 def _lookup(
@@ -38,11 +45,13 @@ def _lookup(
     if part is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1
     lg = part.log
-    if ts == EARLIEST:
+    if ts in (EARLIEST, EARLIEST_LOCAL):
         return ErrorCode.none, lg.log_start_offset, -1
+    if ts == LATEST_TIERED:
+        return ErrorCode.none, -1, -1
     if ts == LATEST:
         return ErrorCode.none, part.fetch_limit(isolation), -1
-    if ts < MAX_TIMESTAMP:
+    if ts < LATEST_TIERED:
         return ErrorCode.invalid_request, -1, -1
     try:
         found = lg.offset_for_timestamp(ts)
@@ -76,7 +85,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                     error_code=error,
                     timestamp=ts,
                     offset=offset,
-                    leader_epoch=0 if error == ErrorCode.none else -1,
+                    leader_epoch=0 if error == ErrorCode.none and offset >= 0 else -1,
                 )
             )
         topics.append(build(mod.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))

@@ -1,4 +1,4 @@
-"""Metadata (key 3), v0-v12: this broker, and topics with their partitions (all led here).
+"""Metadata (key 3), v0-v13: this broker, and topics with their partitions (all led here).
 
 Request ``topics``: v0 empty array = every topic; v1+ null = every topic, empty = none.
 Unknown topics are auto-created when ``auto.create.topics.enable`` is on and (v4+) the
@@ -24,7 +24,7 @@ __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
 API_KEY: Final = 3
 MIN_VERSION: Final = 0
-MAX_VERSION: Final = 12
+MAX_VERSION: Final = 13
 
 INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -96,4 +96,5 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         controller_id=node,
         topics=tuple(results),
         cluster_authorized_operations=-2147483648,
+        error_code=ErrorCode.none,  # v13+ (KIP-1102: only REBOOTSTRAP_REQUIRED, never here)
     )

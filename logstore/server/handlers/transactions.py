@@ -1,15 +1,19 @@
-"""The transactional APIs of the transaction coordinator (KIP-98), versions 0-3.
+"""The transactional APIs of the transaction coordinator (KIP-98), versions 0-3 and 0-4.
 
 AddPartitionsToTxn (24), AddOffsetsToTxn (25) and EndTxn (26) go to
 :class:`logstore.server.txn.coordinator.TransactionCoordinator`; TxnOffsetCommit (28) is
 checked there (the producer's transaction is Ongoing and holds the group's offsets partition)
 and stored by the group coordinator as pending offsets of the transaction.
 
-Versions 0-3 are the ones clients send (v4+ of AddPartitionsToTxn batches several
-transactions, for brokers; v4+ of the others add KIP-890's TRANSACTION_ABORTABLE and epoch
-bumps per transaction, not implemented). ``PRODUCER_FENCED`` exists from v2 of
-AddPartitionsToTxn, AddOffsetsToTxn and EndTxn (KIP-588); older versions get
-``INVALID_PRODUCER_EPOCH`` instead, as from Kafka.
+Served: AddPartitionsToTxn v0-v3 (v4+ batch several transactions and are sent by brokers
+only), AddOffsetsToTxn, EndTxn and TxnOffsetCommit v0-v4 (v4 only lets the client receive
+KIP-890's ``TRANSACTION_ABORTABLE``, which this coordinator never sends). EndTxn and
+TxnOffsetCommit v5 belong to transaction protocol v2 (KIP-890 part 2: an epoch bump per
+transaction, partitions added implicitly), which clients use only when the broker
+finalizes the ``transaction.version`` feature in ApiVersions: this one does not, so
+clients of Kafka 4.x stay on v4 and the AddPartitionsToTxn/AddOffsetsToTxn calls.
+``PRODUCER_FENCED`` exists from v2 of AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
+(KIP-588); older versions get ``INVALID_PRODUCER_EPOCH`` instead, as from Kafka.
 
 AddPartitionsToTxn naming a partition that does not exist: ``UNKNOWN_TOPIC_OR_PARTITION`` for
 it and ``OPERATION_NOT_ATTEMPTED`` for the others (Kafka's answer); nothing is added. An
@@ -170,7 +174,7 @@ def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 API_HANDLERS: Final[dict[int, tuple[int, int, Any]]] = {
     24: (0, 3, add_partitions_to_txn),
-    25: (0, 3, add_offsets_to_txn),
-    26: (0, 3, end_txn),
-    28: (0, 3, txn_offset_commit),
+    25: (0, 4, add_offsets_to_txn),
+    26: (0, 4, end_txn),
+    28: (0, 4, txn_offset_commit),
 }

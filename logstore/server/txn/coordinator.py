@@ -383,14 +383,19 @@ class TransactionCoordinator:
         if md.producer_epoch >= _EXHAUSTED_EPOCH and (
             not expected or expected_epoch == md.producer_epoch
         ):
+            # Kafka's prepareProducerIdRotation: the old id and (for a KIP-360 request) its
+            # epoch are remembered, so that a retry of this request gets this answer again.
             last_pid, pid, epoch = md.producer_id, self._next_producer_id(), 0
+            if expected:
+                last_epoch = md.producer_epoch
         elif not expected:
             epoch = md.producer_epoch + 1
         elif md.producer_epoch in (NO_PRODUCER_EPOCH, expected_epoch):
             epoch, last_epoch = md.producer_epoch + 1, md.producer_epoch
         elif expected_epoch == md.last_producer_epoch and md.last_producer_epoch >= 0:
-            # A retry of a bump whose answer the client lost: the same answer again.
-            return ErrorCode.none, md.producer_id, md.producer_epoch
+            # A retry of a bump whose answer the client lost: the same answer again, and
+            # (Kafka's prepareIncrementProducerEpoch) the request's timeout, persisted.
+            last_epoch = md.last_producer_epoch
         else:
             return (ErrorCode.producer_fenced, *fail)
         try:

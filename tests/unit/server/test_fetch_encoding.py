@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import uuid
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -60,14 +61,20 @@ def test_encoded_fetch_response_decodes_with_kio(version, spec):
                     f.flush()
                     r.path, r.position, r.length = f.name, pos, len(data)
                 reads.append(r)
-            results.append((name, reads))
+            # v13+ name topics by id (KIP-516)
+            results.append((uuid.uuid5(uuid.NAMESPACE_DNS, name) if version >= 13 else name, reads))
         raw = _encode(version, results)
         body = _join(raw.parts)
     assert raw.flexible_header == (version >= 12)
     cls = load_response_schema(1, version)
     resp, size = entity_reader(cls)(body, 0)
     assert size == len(body)
-    assert [t.topic for t in resp.responses] == [name for name, _ in spec]
+    if version >= 13:
+        assert [t.topic_id for t in resp.responses] == [
+            uuid.uuid5(uuid.NAMESPACE_DNS, name) for name, _ in spec
+        ]
+    else:
+        assert [t.topic for t in resp.responses] == [name for name, _ in spec]
     for t, (_name, parts) in zip(resp.responses, spec, strict=True):
         for got, (p, err, hw, start, data, aborted) in zip(t.partitions, parts, strict=True):
             assert got.partition_index == p

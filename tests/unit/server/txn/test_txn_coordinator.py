@@ -237,6 +237,32 @@ def test_expected_epoch_retry_and_fencing(env):
     assert err is ErrorCode.producer_fenced
 
 
+def test_a_retried_bump_gets_the_same_answer_and_its_timeout_is_persisted(env):
+    pid, e0 = _init(env, timeout=10_000)
+    assert _init(env, timeout=10_000, expected_producer_id=pid, expected_epoch=e0) == (pid, e0 + 1)
+    # the retry (Kafka's prepareIncrementProducerEpoch with the previous epoch) keeps the
+    # epoch and takes the request's timeout, as a state-log record
+    assert _init(env, timeout=20_000, expected_producer_id=pid, expected_epoch=e0) == (pid, e0 + 1)
+    env.restart()
+    assert env.state("tx").timeout_ms == 20_000
+    assert env.state("tx").producer_epoch == e0 + 1
+
+
+def test_an_exhausted_epoch_rotates_the_producer_id_and_a_retry_gets_the_same_one(env):
+    pid, _ = _init(env)
+    # 32766 bumps through the state log would take minutes: start from the last usable
+    # epoch (Kafka's TransactionMetadata.isEpochExhausted: Short.MaxValue - 1)
+    env.tc._txns["tx"].producer_epoch = 32766
+    new_pid, epoch = _init(env, expected_producer_id=pid, expected_epoch=32766)
+    assert new_pid != pid and epoch == 0
+    # the answer was lost: the client asks again with the old id and epoch
+    assert _init(env, expected_producer_id=pid, expected_epoch=32766) == (new_pid, 0)
+    # anyone else's old id or epoch is fenced
+    err, _, _ = env.tc.init_producer_id("tx", 1000, expected_producer_id=pid, expected_epoch=3)
+    assert err is ErrorCode.producer_fenced
+    assert env.tc.add_partitions("tx", pid, 32766, [("t", 0)]) is not ErrorCode.none
+
+
 def test_timed_out_transaction_is_aborted_and_its_producer_fenced(env):
     pid, epoch = _init(env, timeout=1_000)
     env.tc.add_partitions("tx", pid, epoch, [("t", 0), ("t", 1)])
