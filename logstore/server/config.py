@@ -419,6 +419,13 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             low=1,
         ),
         _d("log.cleaner.min.cleanable.ratio", "double", "0.5", "min.cleanable.dirty.ratio default"),
+        _d(
+            "log.cleaner.enable",
+            "bool",
+            "true",
+            "clean compacted topics: read by jobs/compact.py --log and the loglake_log_cleaning DAG"
+            " (the broker runs no cleaner thread of its own)",
+        ),
         _d("log.preallocate", "bool", "false", "preallocate default"),
         _d(
             "log.message.timestamp.before.max.ms",

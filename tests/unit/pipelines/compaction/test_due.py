@@ -53,10 +53,19 @@ def test_the_topic_config_wins_over_the_broker_defaults(tmp_path: Path) -> None:
     ("props", "message"),
     [
         ({"log.cleaner.enable": "maybe"}, "log.cleaner.enable = 'maybe': must be true or false"),
-        ({"log.cleaner.min.cleanable.ratio": "1.5"}, "must be within [0, 1]"),
-        ({"log.cleaner.max.compaction.lag.ms": "0"}, "must be >= 1"),
-        ({"log.cleaner.max.compaction.lag.ms": "soon"}, "bad cleaner setting"),
-        ({"log.segment.bytes": "big"}, "not an integer"),
+        (
+            {"log.cleaner.min.cleanable.ratio": "1.5"},
+            "log.cleaner.min.cleanable.ratio='1.5': expected a value in [0, 1]",
+        ),
+        (
+            {"log.cleaner.max.compaction.lag.ms": "0"},
+            "log.cleaner.max.compaction.lag.ms='0': expected a value >= 1",
+        ),
+        (
+            {"log.cleaner.max.compaction.lag.ms": "soon"},
+            "log.cleaner.max.compaction.lag.ms='soon': expected an integer",
+        ),
+        ({"log.segment.bytes": "big"}, "log.segment.bytes='big': expected an integer"),
     ],
 )
 def test_bad_values_are_refused_naming_the_file(props: dict[str, str], message: str) -> None:
