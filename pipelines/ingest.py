@@ -46,6 +46,13 @@ A run:
 Every batch that is ingested is decoded, so a batch whose CRC matches but whose records cannot
 be decoded is quarantined like any damaged one, never dropped silently.
 
+Retention racing a run: a segment deleted between the listing and its read (the broker's
+retention, a DeleteRecords) fails the attempt before anything is staged or committed, and the
+run plans again from step 1 (:func:`pipelines.sources.plan.replanned`: at most
+``REPLAN_ATTEMPTS`` attempts, each logged): the offsets retention took unread are reported as a
+gap and the run commits what it then reads, once. A broker with ``log.retention.lake.group``
+holds every segment from the lake's progress on, so this happens only past its safety valves.
+
 Crash behaviour: a run killed anywhere before the commit leaves progress unchanged and only
 unreferenced data files, which the next run removes (run markers, :mod:`pipelines.delta.staging`)
 before it writes the same range again. A run whose commit
@@ -98,7 +105,13 @@ from pipelines.divergence import (
 from pipelines.lake_group import commit_lake_offsets
 from pipelines.sources import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 from pipelines.sources.damage import Skipped, skipped_offsets
-from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
+from pipelines.sources.plan import (
+    SegmentRange,
+    SourceOptions,
+    parse_options,
+    plan_ranges,
+    replanned,
+)
 from pipelines.sources.transactions import AbortedRanges, PartitionTxns, scan_transactions
 
 __all__ = [
@@ -560,7 +573,10 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
     After a run that did not fail, ``records``, ``quarantine`` and ``diverged`` exist, empty
     if nothing went there (a table's first commit is its first data when there is any).
     """
-    summary = _run_ingest(spark, config, log=log)
+    # Retention may delete a segment under the run: plan again from the new log start (the
+    # offsets it took unread are a gap); a failed attempt left nothing staged, so what the
+    # last attempt read is committed once.
+    summary = replanned(lambda: _run_ingest(spark, config, log=log), what="ingest", log=log)
     _ensure_tables(config)
     if config.bootstrap_servers:
         # after the Delta commit: the broker learns how far the lake has read (never fails

@@ -51,7 +51,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,11 +64,20 @@ import pyarrow.compute as pc
 from logstore.errors import LoglakeError
 from logstore.protocol.records import decode_batch
 from pipelines.config import log_dir_topics
-from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
+from pipelines.sources.plan import (
+    SegmentRange,
+    SegmentVanishedError,
+    SourceOptions,
+    parse_options,
+    plan_ranges,
+    replanned,
+)
 from pipelines.sources.schema import BATCHES_ARROW_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from pipelines.delta.direct import StagedWrite
 
 __all__ = [
     "LOOKUP_SCHEMAS",
@@ -84,6 +94,11 @@ __all__ = [
     "lookup_rows",
     "offsets_for_times",
 ]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
 
 OFFSET_LOOKUP = "offset_lookup"
 TIME_LOOKUP = "time_lookup"
@@ -432,8 +447,12 @@ def _check_task(ranges: Iterable[SegmentRange], *, options: SourceOptions) -> It
     by_file: dict[str, list[pa.RecordBatch]] = {}
     for rng in ranges:  # a segment's ranges are consecutive (one per segment as planned)
         parts = by_file.setdefault(rng.path, [])
-        for batch in read_batches(rng, min_timestamp=options.min_timestamp):
-            parts.append(batch.select(_CHECK_COLUMNS))
+        try:
+            for batch in read_batches(rng, min_timestamp=options.min_timestamp):
+                parts.append(batch.select(_CHECK_COLUMNS))
+        except SegmentVanishedError:
+            # retention deleted it since planning: a segment that is gone has no index to check
+            parts.clear()
     for parts in by_file.values():
         if parts:
             for problem in _check_segment_table(pa.Table.from_batches(parts)):
@@ -441,17 +460,22 @@ def _check_task(ranges: Iterable[SegmentRange], *, options: SourceOptions) -> It
 
 
 def check_index_files(
-    spark: SparkSession, log_dirs: Sequence[str], *, topics: Sequence[str] | None = None
+    spark: SparkSession,
+    log_dirs: Sequence[str],
+    *,
+    topics: Sequence[str] | None = None,
+    log: Callable[[str], None] = _stderr,
 ) -> list[IndexProblem]:
     """Check every segment's ``.index``/``.timeindex`` against its batches (every batch up to
     the end of the file, damaged ones included), in plain Spark tasks of whole segments.
 
-    Problems come in log dir, topic, partition, segment and entry order.
+    Problems come in log dir, topic, partition, segment and entry order. A segment that
+    retention deletes meanwhile is not checked (planning again if it goes while planned).
     """
     from pipelines.ingest import schedule_tasks  # noqa: PLC0415
 
     source = _source(log_dirs, topics, until="latest", max_partition_bytes=_WHOLE_SEGMENTS)
-    ranges = plan_ranges(source)
+    ranges = replanned(lambda: plan_ranges(source), what="index check", log=log)
     if not ranges:
         return []
     cores = spark.sparkContext.defaultParallelism
@@ -553,6 +577,7 @@ def build_lookups(
     topics: Sequence[str] | None = None,
     max_partition_bytes: int | None = None,
     check: bool = True,
+    log: Callable[[str], None] = _stderr,
 ) -> LookupsSummary:
     """Append new batches to ``<lake>/offset_lookup`` and ``<lake>/time_lookup``, incrementally.
 
@@ -565,6 +590,12 @@ def build_lookups(
     Reads batches up to the high watermark (``replication-offset-checkpoint``), in plain Spark
     tasks of planned ranges (:func:`pipelines.delta.direct.stage_files`), one Delta commit per
     table. ``check`` also runs :func:`check_index_files` over every segment (a full scan).
+
+    Retention racing the run: a segment deleted before it was read makes the table's step plan
+    again (:func:`pipelines.sources.plan.replanned`, each attempt logged with ``log``); the
+    segments the lake's ingest already has are not held by the broker for lookups, so what
+    retention took before lookups read it is simply not in the tables (its records, ingested,
+    are in ``records``). The index check skips segments deleted under it.
     """
     # Imported here: pipelines.ingest and the writer need the Spark driver, not the executors.
     from pipelines.delta import read_app_transactions  # noqa: PLC0415
@@ -594,18 +625,23 @@ def build_lookups(
             if name == table and topic and part.isdigit():
                 starting.setdefault(topic, {})[part] = version
         source = _source(log_dirs, topics, starting=starting, max_partition_bytes=piece)
-        # A range starting at or past its partition's high watermark holds nothing to add
-        # (a partition that is caught up starts no task).
-        ranges = [r for r in plan_ranges(source) if r.start_offset < r.until] if topics else []
-        tasks = schedule_tasks(ranges, cores, max_bytes, piece)
-        staged = stage_files(
-            spark,
-            path,
-            tasks,
-            functools.partial(_lookup_task, table=table, min_timestamp=source.min_timestamp),
-            schema=LOOKUP_SCHEMAS[table],
-            partition_by=["topic"],
-        )
+
+        def stage(
+            source: SourceOptions = source, path: str = path, table: str = table
+        ) -> tuple[list[list[SegmentRange]], StagedWrite]:
+            # A range starting at or past its partition's high watermark holds nothing to add
+            # (a partition that is caught up starts no task).
+            ranges = [r for r in plan_ranges(source) if r.start_offset < r.until] if topics else []
+            tasks = schedule_tasks(ranges, cores, max_bytes, piece)
+            task = functools.partial(_lookup_task, table=table, min_timestamp=source.min_timestamp)
+            staged = stage_files(
+                spark, path, tasks, task, schema=LOOKUP_SCHEMAS[table], partition_by=["topic"]
+            )
+            return tasks, staged
+
+        # retention may delete a segment under the run (the lake group holds what ingest has
+        # not read, not what lookups has not indexed): plan again from the new log start
+        tasks, staged = replanned(stage, what=f"build_lookups {table}", log=log)
         ends: dict[tuple[str, int], int] = {}
         for report in staged.reports:
             tp_key = (report["topic"], report["partition"])
@@ -619,5 +655,5 @@ def build_lookups(
         progress[table] = apps
     problems: list[IndexProblem] = []
     if check:
-        problems = check_index_files(spark, log_dirs, topics=named)
+        problems = check_index_files(spark, log_dirs, topics=named, log=log)
     return LookupsSummary(rows, progress, problems)
