@@ -353,9 +353,15 @@ def check_segment_indexes(
     first_offsets: np.ndarray,
     last_offsets: np.ndarray,
     max_timestamps: np.ndarray,
+    read_to: int | None = None,
 ) -> list[IndexProblem]:
     """Check one segment's ``.index`` and ``.timeindex`` against its batches (sorted by
-    position; every frame of the file, damaged ones included, so positions are complete)."""
+    position; every frame of the file, damaged ones included, so positions are complete).
+
+    ``read_to``: the active segment, read while the broker appends to it: the batches end at
+    this byte position, and the index entries of batches written after the read (an ``.index``
+    position at or past it, a ``.timeindex`` offset past the last batch) are not judged.
+    """
     problems: list[IndexProblem] = []
     log = Path(log_path)
     order = np.argsort(positions)
@@ -363,6 +369,11 @@ def check_segment_indexes(
         a[order] for a in (positions, first_offsets, last_offsets, max_timestamps)
     )
     index = _entries(log.with_suffix(".index"), _OFFSET_ENTRY)
+    times = _entries(log.with_suffix(".timeindex"), _TIME_ENTRY)
+    if read_to is not None:
+        index = index[index["pos"] < read_to]
+        if len(last):
+            times = times[segment + times["rel"].astype(np.int64) <= int(last[-1])]
     prev_rel, prev_pos = -1, -1
     for i, (rel, p) in enumerate(zip(index["rel"].tolist(), index["pos"].tolist(), strict=True)):
         offset = segment + rel
@@ -379,7 +390,6 @@ def check_segment_indexes(
                              f"offset outside the batch there (first offset {int(first[j])})")
             )  # fmt: skip
         prev_rel, prev_pos = rel, p
-    times = _entries(log.with_suffix(".timeindex"), _TIME_ENTRY)
     running = np.maximum.accumulate(maxts) if len(maxts) else maxts
     prev_ts = None
     for i, (ts, rel) in enumerate(zip(times["ts"].tolist(), times["rel"].tolist(), strict=True)):
@@ -402,16 +412,21 @@ def check_segment_indexes(
     return problems
 
 
-_CHECK_COLUMNS = ["file", "segment_base_offset", "position", "base_offset", "last_offset",
-                  "max_timestamp"]  # fmt: skip
+_CHECK_COLUMNS = ["file", "segment_base_offset", "position", "size", "base_offset",
+                  "last_offset", "max_timestamp"]  # fmt: skip
 
 
-def _check_segment_table(table: pa.Table) -> list[IndexProblem]:
+def _check_segment_table(table: pa.Table, *, active: bool = False) -> list[IndexProblem]:
     """:func:`check_segment_indexes` over one segment's ``kind=batches`` rows (``_CHECK_COLUMNS``;
-    frames without a v2 header, whose ``last_offset`` is null, are left out)."""
+    frames without a v2 header, whose ``last_offset`` is null, are left out). ``active``: the
+    log's active segment, read while the broker may append to it."""
     t = table.filter(pc.is_valid(table.column("last_offset")))
     if t.num_rows == 0:
         return []
+    read_to = None
+    if active:
+        ends = pc.add(t.column("position"), t.column("size"))
+        read_to = int(pc.max(ends).as_py())
     return check_segment_indexes(
         t.column("file")[0].as_py(),
         t.column("segment_base_offset")[0].as_py(),
@@ -419,6 +434,7 @@ def _check_segment_table(table: pa.Table) -> list[IndexProblem]:
         first_offsets=t.column("base_offset").to_numpy(),
         last_offsets=t.column("last_offset").to_numpy(),
         max_timestamps=t.column("max_timestamp").to_numpy(),
+        read_to=read_to,
     )
 
 
@@ -445,17 +461,21 @@ def _check_task(ranges: Iterable[SegmentRange], *, options: SourceOptions) -> It
 
     start_task()
     by_file: dict[str, list[pa.RecordBatch]] = {}
+    active: set[str] = set()
     for rng in ranges:  # a segment's ranges are consecutive (one per segment as planned)
         parts = by_file.setdefault(rng.path, [])
+        if rng.is_tail:
+            active.add(rng.path)
         try:
             for batch in read_batches(rng, min_timestamp=options.min_timestamp):
                 parts.append(batch.select(_CHECK_COLUMNS))
         except SegmentVanishedError:
             # retention deleted it since planning: a segment that is gone has no index to check
             parts.clear()
-    for parts in by_file.values():
+    for path, parts in by_file.items():
         if parts:
-            for problem in _check_segment_table(pa.Table.from_batches(parts)):
+            table = pa.Table.from_batches(parts)
+            for problem in _check_segment_table(table, active=path in active):
                 yield json.dumps(_as_dict(problem))
 
 
