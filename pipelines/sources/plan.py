@@ -90,18 +90,26 @@ class SegmentVanishedError(LoglakeError):
 def segment_vanished(exc: BaseException) -> bool:
     """Whether ``exc`` (or an error it wraps: Spark and the Delta sink wrap an executor's
     error, keeping its text) is a segment that vanished under a read."""
+    return _vanished_line(exc) is not None
+
+
+def _vanished_line(exc: BaseException) -> str | None:
+    """The line saying which segment vanished, from ``exc`` or the errors it wraps."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        if isinstance(cur, SegmentVanishedError) or SEGMENT_VANISHED in str(cur):
-            return True
+        text = str(cur)
+        if SEGMENT_VANISHED in text:
+            return next(x.strip() for x in text.splitlines() if SEGMENT_VANISHED in x)
+        if isinstance(cur, SegmentVanishedError):
+            return text
         if isinstance(cur, FileNotFoundError) and str(cur.filename or "").endswith(
             _SEGMENT_SUFFIXES
         ):
-            return True
+            return text
         cur = cur.__cause__ or cur.__context__
-    return False
+    return None
 
 
 def replanned(
@@ -118,11 +126,11 @@ def replanned(
         try:
             return attempt()
         except Exception as exc:
-            if not segment_vanished(exc):
+            line = _vanished_line(exc)
+            if line is None:
                 raise
-            line = next((x for x in str(exc).splitlines() if SEGMENT_VANISHED in x), str(exc))
             log(
-                f"{what}: a segment was deleted under the run ({line.strip()[:300]}); "
+                f"{what}: a segment was deleted under the run ({line[:300]}); "
                 f"planning again (attempt {n + 1} of {attempts})"
             )
     return attempt()
