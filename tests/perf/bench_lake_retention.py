@@ -15,8 +15,9 @@ Cases: ``lake`` (the broker started with ``log.retention.lake.group``: what this
 ships) and, as the in-run baseline, ``kafka`` (the same without it: Kafka's rules alone).
 Printed per case: records acknowledged, in the lake (the ``records`` table read with delta-rs),
 lost (acknowledged, never in the lake), duplicated, the gaps ingest reported, each job's runs
-and exit codes, the re-planned attempts the jobs logged. Last line one JSON object; exit 1 when
-the ``lake`` case lost or duplicated anything or a job exited non-zero.
+and exit codes (with the failed runs' messages), the re-planned attempts the jobs logged.
+Last line one JSON object; exit 1 when the ``lake`` case lost or duplicated anything or a job
+exited non-zero.
 
     .venv/bin/python tests/perf/bench_lake_retention.py [--minutes 2] [--only lake]
 """
@@ -48,18 +49,16 @@ GROUP = "loglake-ingest"
 
 
 class _Runs:
-    """Exit codes and stderr of one job run back to back until stopped."""
+    """Exit codes and output of one job run back to back until stopped."""
 
     def __init__(self, job: str, argv: list[str]) -> None:
         self.job, self.argv = job, argv
         self.codes: list[int] = []
-        self.stderr: list[str] = []
         self.stdout: list[str] = []
 
     def once(self) -> None:
         proc = spark_submit(self.job, self.argv, timeout=600)
         self.codes.append(proc.returncode)
-        self.stderr.append(proc.stderr)
         self.stdout.append(proc.stdout)
 
     def loop(self, stop: threading.Event) -> None:
@@ -127,7 +126,14 @@ def _case(args: argparse.Namespace, work: Path, *, lake_bound: bool) -> dict[str
             if line.startswith('{"records"')
             for gap in json.loads(line)["gaps"]
         ]
-        err = "".join(ingest.stderr + lookups.stderr)
+        # spark-submit puts the Python driver's stderr (the jobs' own lines) on stdout
+        said = "".join(ingest.stdout + lookups.stdout)
+        failures = [
+            next((x for x in out.splitlines() if " failed: " in x), "no message")[:400]
+            for r in (ingest, lookups)
+            for code, out in zip(r.codes, r.stdout, strict=True)
+            if code != 0
+        ]
         return {
             "acked": len(acked),
             "in_lake": len(counts),
@@ -136,8 +142,9 @@ def _case(args: argparse.Namespace, work: Path, *, lake_bound: bool) -> dict[str
             "gap_offsets": sum(g["to_offset"] - g["from_offset"] for g in gaps),
             "ingest_exit_codes": dict(Counter(ingest.codes)),
             "lookups_exit_codes": dict(Counter(lookups.codes)),
-            "replanned_attempts": err.count("planning again"),
+            "replanned_attempts": said.count("planning again"),
             "produce_errors": sum(1 for e in bg.errors if e.startswith("produce")),
+            "failures": failures,
         }
     finally:
         broker.close()
