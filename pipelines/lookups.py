@@ -68,6 +68,7 @@ from pipelines.sources.plan import (
     SegmentRange,
     SegmentVanishedError,
     SourceOptions,
+    deleted_from_front,
     parse_options,
     plan_ranges,
     replanned,
@@ -554,18 +555,36 @@ def _lookup_task(ranges: list[SegmentRange], *, table: str, min_timestamp: int) 
     from pipelines.sources.read import read_batches  # noqa: PLC0415 (numba on executors only)
 
     ends: dict[tuple[str, int], tuple[int, int]] = {}
+    gone: dict[tuple[str, int], int] = {}
     for rng in ranges:
         key = (rng.topic, rng.partition)
-        for batch in read_batches(rng, min_timestamp=min_timestamp):
-            rows = lookup_rows(table, batch)
-            if rows.num_rows == 0:
-                continue
-            last = pc.max(rows.column("last_offset")).as_py()
+        try:
+            for batch in read_batches(rng, min_timestamp=min_timestamp):
+                rows = lookup_rows(table, batch)
+                if rows.num_rows == 0:
+                    continue
+                last = pc.max(rows.column("last_offset")).as_py()
+                end, n = ends.get(key, (-1, 0))
+                ends[key] = (max(end, -1 if last is None else last), n + rows.num_rows)
+                yield rows
+        except SegmentVanishedError:
+            # Gone before its first byte was read (a read opens its segment once, first).
+            # Deleted by retention, oldest first: nothing of it can be indexed any more, and
+            # the partition's progress moves past it. Otherwise the driver plans again.
+            following = rng.next_base_offset
+            if following is None or not deleted_from_front(rng):
+                raise
             end, n = ends.get(key, (-1, 0))
-            ends[key] = (max(end, -1 if last is None else last), n + rows.num_rows)
-            yield rows
+            ends[key] = (max(end, following - 1), n)
+            gone[key] = gone.get(key, 0) + 1
     for (topic, partition), (end, n) in ends.items():
-        yield {"topic": topic, "partition": partition, "next_offset": end + 1, "rows": n}
+        yield {
+            "topic": topic,
+            "partition": partition,
+            "next_offset": end + 1,
+            "rows": n,
+            "deleted_segments": gone.get((topic, partition), 0),
+        }
 
 
 def _evolve(path: str, table: str) -> None:
@@ -611,11 +630,12 @@ def build_lookups(
     tasks of planned ranges (:func:`pipelines.delta.direct.stage_files`), one Delta commit per
     table. ``check`` also runs :func:`check_index_files` over every segment (a full scan).
 
-    Retention racing the run: a segment deleted before it was read makes the table's step plan
-    again (:func:`pipelines.sources.plan.replanned`, each attempt logged with ``log``); the
-    segments the lake's ingest already has are not held by the broker for lookups, so what
-    retention took before lookups read it is simply not in the tables (its records, ingested,
-    are in ``records``). The index check skips segments deleted under it.
+    Retention racing the run: the broker holds what the lake's ingest has not read, not what
+    lookups has not indexed, so segments go under a run. One deleted oldest-first (retention,
+    DeleteRecords) before a task read it is skipped, its batches never indexed (its records,
+    ingested, are in ``records``), the count logged with ``log``; any other segment found gone
+    makes the table's step plan again (:func:`pipelines.sources.plan.replanned`, each attempt
+    logged). The index check skips segments deleted under it.
     """
     # Imported here: pipelines.ingest and the writer need the Spark driver, not the executors.
     from pipelines.delta import read_app_transactions  # noqa: PLC0415
@@ -666,6 +686,12 @@ def build_lookups(
         for report in staged.reports:
             tp_key = (report["topic"], report["partition"])
             ends[tp_key] = max(ends.get(tp_key, 0), report["next_offset"])
+        deleted = sum(report["deleted_segments"] for report in staged.reports)
+        if deleted:
+            log(
+                f"build_lookups {table}: {deleted} segments were deleted by retention before "
+                "they were read; their batches are not indexed"
+            )
         apps = {_app_id(table, t, p): end for (t, p), end in sorted(ends.items())}
         rows[table] = staged.num_rows
         if apps:

@@ -57,6 +57,7 @@ __all__ = [
     "SegmentRange",
     "SegmentVanishedError",
     "SourceOptions",
+    "deleted_from_front",
     "parse_options",
     "plan_ranges",
     "replanned",
@@ -110,6 +111,16 @@ def _vanished_line(exc: BaseException) -> str | None:
             return text
         cur = cur.__cause__ or cur.__context__
     return None
+
+
+def deleted_from_front(rng: SegmentRange) -> bool:
+    """Whether ``rng``'s segment, found gone, went the way retention deletes (oldest first, as
+    the broker's retention and DeleteRecords do): the partition's first segment now starts
+    after it. A segment gone from the middle (a cleaner's swap) is not."""
+    if rng.next_base_offset is None:
+        return False  # the active segment is never deleted by retention
+    remaining = _segments(Path(rng.path).parent)
+    return bool(remaining) and remaining[0][0] > rng.segment_base_offset
 
 
 def replanned(

@@ -1,5 +1,6 @@
 """A segment deleted between a job's planning and its Spark tasks' read (what the broker's
-retention does to a running job): ingest and lookups plan again inside the run.
+retention does to a running job): ingest plans again inside the run; lookups skip a segment
+deleted oldest-first and plan again for any other.
 
 The deletion is made deterministic: the first call of the job's write step (the Delta sink's
 ``stage_files``, which runs the real Spark tasks) first removes the partition's oldest segment
@@ -78,7 +79,7 @@ def test_ingest_plans_again_reports_the_gap_and_commits_the_rest_once(
     assert not again.committed and not again.gaps and again.records == 0
 
 
-def test_lookups_plan_again_when_a_segment_goes_under_them(
+def test_lookups_skip_a_segment_retention_deleted_under_them(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log_dir, bases = _log_dir(tmp_path)
@@ -86,10 +87,43 @@ def test_lookups_plan_again_when_a_segment_goes_under_them(
     lines: list[str] = []
     lake = tmp_path / "lake"
     summary = build_lookups(spark, log_dirs=[str(log_dir)], lake=str(lake), log=lines.append)
-    assert [line for line in lines if "planning again" in line][:1], lines
+    # the oldest segment went (as retention deletes): skipped in the task, no second attempt
+    assert not [line for line in lines if "planning again" in line], lines
+    assert "build_lookups offset_lookup: 1 segments were deleted by retention" in lines[0]
     assert summary.index_problems == []
     assert summary.progress["offset_lookup"] == {"offset_lookup:t-0": N}
     for table in ("offset_lookup", "time_lookup"):
         rows = DeltaTable(str(lake / table)).to_pyarrow_table(columns=["first_offset"])
         firsts = rows.column("first_offset").to_pylist()
         assert sorted(firsts) == list(range(bases[1], N, 10))
+
+
+def test_lookups_plan_again_when_a_segment_goes_from_the_middle(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log_dir, bases = _log_dir(tmp_path)
+    part = log_dir / "t-0"
+    real = pipelines.delta.direct.stage_files
+    calls: list[int] = []
+
+    def stage_files(*args: Any, **kwargs: Any) -> Any:
+        # the first attempt meets the second segment gone (as a cleaner's swap of it into
+        # the first would leave it); it is back for the second, as the swapped log has it
+        calls.append(1)
+        second = part / f"{bases[1]:020d}.log"
+        if len(calls) == 1:
+            second.rename(part / "held-aside")
+            try:
+                return real(*args, **kwargs)
+            finally:
+                (part / "held-aside").rename(second)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipelines.delta.direct, "stage_files", stage_files)
+    lines: list[str] = []
+    lake = tmp_path / "lake"
+    build_lookups(spark, log_dirs=[str(log_dir)], lake=str(lake), log=lines.append, check=False)
+    replans = [line for line in lines if "planning again" in line]
+    assert len(replans) == 1 and "attempt 2 of 5" in replans[0], lines
+    rows = DeltaTable(str(lake / "offset_lookup")).to_pyarrow_table(columns=["first_offset"])
+    assert sorted(rows.column("first_offset").to_pylist()) == list(range(0, N, 10))
