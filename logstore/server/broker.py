@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import uuid
 
 from logstore.errors import (
     InvalidConfigError,
@@ -59,13 +58,14 @@ from logstore.server.memory_pool import MemoryPool
 from logstore.server.metrics import BrokerMetrics
 from logstore.server.network import SocketServer
 from logstore.server.purgatory import Purgatory
-from logstore.server.topics import TOPIC_ID_NAMESPACE, TopicExistsError, topic_id_for
+from logstore.server.topics import TopicExistsError
 from logstore.server.txn.coordinator import TransactionCoordinator, TxnConfig
 from logstore.server.txn.producer_ids import next_producer_id
 from logstore.server.txn.state_log import TxnStateLog
 from logstore.storage.config import LogConfig
 from logstore.storage.files import validate_topic
 from logstore.storage.log_manager import LogManager
+from logstore.storage.meta_properties import ensure_meta_properties
 from logstore.storage.partition import Partition
 from logstore.storage.scheduler import ScheduledTask
 from logstore.storage.topic_config import (
@@ -75,7 +75,7 @@ from logstore.storage.topic_config import (
 )
 from logstore.storage.topic_config_defs import validate_topic_properties
 
-__all__ = ["Broker", "TopicExistsError", "topic_id_for"]
+__all__ = ["Broker", "TopicExistsError"]
 
 log = logging.getLogger("logstore.server.broker")
 
@@ -86,10 +86,11 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.cluster_id = "loglake-" + uuid.uuid5(TOPIC_ID_NAMESPACE, "cluster").hex[:14]
         self.default_log_config = LogConfig.from_properties(config.topic_defaults())
         for d in config.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
+        # before any log loads: a directory of another cluster or node is refused untouched
+        self.cluster_id = ensure_meta_properties(config.log_dirs, node_id=self.node_id)
         flush_check = min(config.get_int("log.flush.scheduler.interval.ms"), config.flush_ms, 1000)
         checkpoint_ms = min(
             config.get_int("log.flush.offset.checkpoint.interval.ms"),

@@ -15,6 +15,12 @@ Per log directory (``log.dirs`` entry) it owns:
   (:mod:`logstore.storage.topic_config`), applied over ``default_config``;
 * ``<topic>-<partition>/`` — one :class:`~logstore.storage.log.Log` each. Directories named
   ``*-delete`` (a deletion that was interrupted) are removed at start-up.
+* ``<topic>-<partition>/partition.metadata`` — the topic's id
+  (:mod:`logstore.storage.partition_metadata`): random when the topic's first partition is
+  created, shared by its later partitions, read at start-up (a directory without one gets
+  the legacy name-derived id; partitions of one topic with different ids stop the start with
+  :class:`~logstore.storage.partition_metadata.InconsistentTopicIdError`), forgotten when the
+  topic's last partition is deleted, so a recreated topic gets a new id.
 
 Background tasks (on a :class:`~logstore.storage.scheduler.Scheduler`): flush logs whose
 ``flush.ms`` elapsed, retention (``delete_old_segments``), checkpoint writing and, every second,
@@ -64,6 +70,13 @@ from logstore.storage.files import (
     validate_topic,
 )
 from logstore.storage.log import Log
+from logstore.storage.partition_metadata import (
+    InconsistentTopicIdError,
+    legacy_topic_id,
+    new_topic_id,
+    read_partition_metadata,
+    write_partition_metadata,
+)
 from logstore.storage.scheduler import Scheduler
 from logstore.storage.swap import MANIFEST_FILE, apply_manifest
 from logstore.storage.topic_config import read_topic_configs, write_topic_config
@@ -119,6 +132,11 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._topic_overrides: dict[str, dict[str, str]] = {}
+        # topic ids both ways (KIP-516); plain dict reads, so any thread may look up
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._topic_names: dict[uuid.UUID, str] = {}
+        # where each topic's id was read from (the first partition dir), for error messages
+        self._topic_id_source: dict[str, Path] = {}
         self._dir_locks: list[DirLock] = []
         self.had_clean_shutdown: dict[Path, bool] = {}
         self._shut_down = False
@@ -140,8 +158,15 @@ class LogManager:
                 self._dir_locks.append(lock)
             if self._own_scheduler:
                 self.scheduler.start()
+            missing: list[tuple[str, Path]] = []
             for d in self.log_dirs:
-                self._load_dir(d)
+                self._load_dir(d, missing)
+            for topic, path in missing:
+                # older loglake dirs: the id loglake derived from the name, which clients
+                # may hold; a topic other partitions of which have a file keeps that id
+                tid = self._topic_ids.get(topic) or legacy_topic_id(topic)
+                write_partition_metadata(path, tid)
+                self._set_topic_id(topic, tid, path)
         except BaseException:
             self._abort()
             raise
@@ -155,7 +180,25 @@ class LogManager:
 
     # -- loading --------------------------------------------------------------------------------
 
-    def _load_dir(self, d: Path) -> None:
+    def _set_topic_id(self, topic: str, tid: uuid.UUID, path: Path) -> None:
+        known = self._topic_ids.get(topic)
+        if known is not None and known != tid:
+            raise InconsistentTopicIdError(
+                f"topic {topic!r} has id {tid} here but {known} in"
+                f" {self._topic_id_source[topic]}: its partitions belong to different"
+                " incarnations of the topic",
+                path=str(path),
+            )
+        other = self._topic_names.get(tid)
+        if other is not None and other != topic:
+            raise InconsistentTopicIdError(
+                f"topic id {tid} of {topic!r} is also the id of {other!r}", path=str(path)
+            )
+        self._topic_ids[topic] = tid
+        self._topic_names[tid] = topic
+        self._topic_id_source.setdefault(topic, path)
+
+    def _load_dir(self, d: Path, missing: list[tuple[str, Path]]) -> None:
         marker = d / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         self.had_clean_shutdown[d] = clean
@@ -179,6 +222,11 @@ class LogManager:
                     f"{self._log_dir_of[parsed]} and {d}",
                     path=str(entry),
                 )
+            tid = read_partition_metadata(entry)
+            if tid is None:
+                missing.append((parsed[0], entry))
+            else:
+                self._set_topic_id(parsed[0], tid, entry)
             log = Log.open(
                 entry,
                 self.config_for(parsed[0]),
@@ -215,6 +263,14 @@ class LogManager:
 
     # -- partitions -----------------------------------------------------------------------------
 
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """``topic``'s id (KIP-516), None when it has no partition here."""
+        return self._topic_ids.get(topic)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The topic whose id is ``topic_id``, None when there is none (any more)."""
+        return self._topic_names.get(topic_id)
+
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
@@ -233,6 +289,11 @@ class LogManager:
                 counts[d] += 1
             target = min(self.log_dirs, key=lambda d: counts[d])
             path = partition_dir(target, topic, partition)
+            # the id before the first segment: a crash leaves a directory with its id or,
+            # at worst, an empty one (given the legacy id at the next start)
+            tid = self._topic_ids.get(topic) or new_topic_id()
+            path.mkdir(parents=True, exist_ok=True)
+            write_partition_metadata(path, tid)
             log = Log.open(
                 path,
                 config if config is not None else self.config_for(topic),
@@ -242,6 +303,7 @@ class LogManager:
             fsync_dir(target)
             self._logs[key] = log
             self._log_dir_of[key] = target
+            self._set_topic_id(topic, tid, path)
             return log
 
     def delete_log(self, topic: str, partition: int) -> bool:
@@ -250,6 +312,12 @@ class LogManager:
         with self._lock:
             log = self._logs.pop((topic, partition), None)
             d = self._log_dir_of.pop((topic, partition), None)
+            if log is not None and not any(t == topic for t, _ in self._logs):
+                # the topic is gone: its id must never reach a later topic of that name
+                tid = self._topic_ids.pop(topic, None)
+                self._topic_id_source.pop(topic, None)
+                if tid is not None:
+                    self._topic_names.pop(tid, None)
         if log is None or d is None:
             return False
         try:
