@@ -13,13 +13,14 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
 from tests.fixtures.broker import BrokerProcess, wait_for
 from tests.integration.broker.clients import new_topic
@@ -98,7 +99,19 @@ def _protobuf_class() -> Any:
     msg.field.add(name="id", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
     msg.field.add(name="item", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     msg.field.add(name="qty", number=3, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
+    # a well-known type: the serializer registers its file as a referenced subject
+    fdp.dependency.append("google/protobuf/timestamp.proto")
+    msg.field.add(
+        name="at",
+        number=4,
+        type=F.TYPE_MESSAGE,
+        type_name=".google.protobuf.Timestamp",
+        label=F.LABEL_OPTIONAL,
+    )
     pool = descriptor_pool.DescriptorPool()
+    ts = descriptor_pb2.FileDescriptorProto()
+    timestamp_pb2.DESCRIPTOR.CopyToProto(ts)
+    pool.Add(ts)
     pool.Add(fdp)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
 
@@ -129,11 +142,25 @@ def test_serializers_roundtrip_and_restart(broker_factory) -> None:
     order_cls = _protobuf_class()
     ptopic = new_topic(b.bootstrap, partitions=1, prefix="sr-proto")
     pctx = SerializationContext(ptopic, MessageField.VALUE)
-    pser = ProtobufSerializer(order_cls, sr, {"use.deprecated.format": False})
-    _produce(b.bootstrap, ptopic, [pser(order_cls(id=7, item="tea", qty=[1, 2]), pctx)])
+    # skip.known.types off: timestamp.proto is registered as a referenced subject and looked
+    # up (POST /subjects/{s}) for its version
+    pser = ProtobufSerializer(
+        order_cls, sr, {"use.deprecated.format": False, "skip.known.types": False}
+    )
+    order = order_cls(id=7, item="tea", qty=[1, 2])
+    order.at.seconds = 1_700_000_000
+    _produce(b.bootstrap, ptopic, [pser(order, pctx)])
     pde = ProtobufDeserializer(order_cls, {"use.deprecated.format": False})
     back = pde(_consume(b.bootstrap, ptopic, 1)[0].value(), pctx)
-    assert (back.id, back.item, list(back.qty)) == (7, "tea", [1, 2])
+    assert (back.id, back.item, list(back.qty), back.at.seconds) == (
+        7,
+        "tea",
+        [1, 2],
+        1_700_000_000,
+    )
+    latest = sr.get_latest_version(f"{ptopic}-value")
+    assert latest.schema.schema_type == "PROTOBUF"
+    assert [r.name for r in latest.schema.references] == ["google/protobuf/timestamp.proto"]
 
     # JSON Schema
     jschema = json.dumps(
@@ -158,7 +185,7 @@ def test_serializers_roundtrip_and_restart(broker_factory) -> None:
         s: [(v, sr.get_version(s, v).schema_id) for v in sr.get_versions(s)]
         for s in sr.get_subjects()
     }
-    assert len(before) == 4
+    assert len(before) == 5  # avro, protobuf + its timestamp.proto reference, json, other
 
     # _schemas is a compacted topic a Kafka consumer reads, in Confluent's record format
     msgs = _consume(b.bootstrap, "_schemas", 5)
@@ -167,6 +194,14 @@ def test_serializers_roundtrip_and_restart(broker_factory) -> None:
     assert first_key == {"keytype": "SCHEMA", "subject": f"{topic}-value", "version": 1, "magic": 1}
     assert first_val["id"] == v1_id and json.loads(first_val["schema"]) == USER_V1
     assert first_val["deleted"] is False
+
+    # _schemas was created compacted, one partition
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    res = ConfigResource(ConfigResource.Type.TOPIC, "_schemas")
+    described = admin.describe_configs([res])[res].result(timeout=30)
+    assert described["cleanup.policy"].value == "compact"
+    meta = admin.list_topics(timeout=30).topics["_schemas"]
+    assert list(meta.partitions) == [0]
 
     # restart: every subject, version and id is back; a new schema gets a fresh id
     b.restart()
@@ -261,3 +296,55 @@ def test_rest_errors(broker_factory) -> None:
         head = s.recv(4096)
     assert head.startswith(b"HTTP/1.1 413")
     assert _http(url, "GET", "/subjects")[0] == 200
+
+
+@pytest.mark.timeout(180)
+def test_avro_references(broker_factory) -> None:
+    """A schema referencing another subject's named type: registered, resolved for
+    compatibility and for the serializers; a referenced version cannot be deleted."""
+    b = broker_factory(**{"schema.registry.listeners": "http://127.0.0.1:0"})
+    url = _registry_url(b)
+    sr = SchemaRegistryClient({"url": url})
+    address = {
+        "type": "record",
+        "name": "Address",
+        "namespace": "app",
+        "fields": [{"name": "city", "type": "string"}],
+    }
+    sr.register_schema("address", Schema(json.dumps(address), "AVRO"))
+    ref = SchemaReference("app.Address", "address", 1)
+    customer = {
+        "type": "record",
+        "name": "Customer",
+        "namespace": "app",
+        "fields": [{"name": "id", "type": "long"}, {"name": "home", "type": "app.Address"}],
+    }
+    status, body = _http(url, "POST", "/subjects/c/versions", {"schema": json.dumps(customer)})
+    assert (status, body["error_code"]) == (422, 42201)  # app.Address unknown without the ref
+    cid = sr.register_schema("c", Schema(json.dumps(customer), "AVRO", [ref]))
+    assert _http(url, "GET", "/subjects/address/versions/1/referencedby") == (200, [cid])
+    status, body = _http(url, "DELETE", "/subjects/address/versions/1")
+    assert (status, body["error_code"]) == (422, 42206)
+
+    # compatibility through the reference: the referenced type's field types are compared
+    bad = {**customer, "fields": [{"name": "id", "type": "long"}, {"name": "home", "type": "int"}]}
+    status, body = _http(
+        url,
+        "POST",
+        "/compatibility/subjects/c/versions/latest?verbose=true",
+        {"schema": json.dumps(bad)},
+    )
+    assert status == 200 and body["is_compatible"] is False, body
+
+    topic = new_topic(b.bootstrap, partitions=1, prefix="sr-ref")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    ser = AvroSerializer(
+        sr,
+        Schema(json.dumps(customer), "AVRO", [ref]),
+        conf={"auto.register.schemas": False, "use.latest.version": True},
+    )
+    sr.register_schema(f"{topic}-value", Schema(json.dumps(customer), "AVRO", [ref]))
+    record = {"id": 5, "home": {"city": "Oslo"}}
+    _produce(b.bootstrap, topic, [ser(record, ctx)])
+    de = AvroDeserializer(SchemaRegistryClient({"url": url}))
+    assert de(_consume(b.bootstrap, topic, 1)[0].value(), ctx) == record
