@@ -86,6 +86,7 @@ def _parse_avro(text: str, references: list[ParsedSchema]) -> ParsedSchema:
         doc = json.loads(text)
     except ValueError:
         doc = text  # a bare primitive name such as "string" is an Avro schema too
+    _avro_required_attributes(doc)
     named: dict[str, Any] = {}
     for ref in references:
         named.update(ref.named)
@@ -94,6 +95,28 @@ def _parse_avro(text: str, references: list[ParsedSchema]) -> ParsedSchema:
     except (SchemaParseException, UnknownType, ValueError, TypeError, KeyError) as exc:
         raise InvalidSchemaError(f"{type(exc).__name__}: {exc}") from None
     return ParsedSchema("AVRO", parsed, named)
+
+
+_AVRO_REQUIRED = {"record": "fields", "error": "fields", "enum": "symbols", "fixed": "size"}
+
+
+def _avro_required_attributes(doc: Any) -> None:
+    """The specification's required attributes fastavro defaults silently (a record without
+    ``fields`` parses as an empty record there): refused, as Avro's Java parser does."""
+    if isinstance(doc, list):
+        for item in doc:
+            _avro_required_attributes(item)
+    elif isinstance(doc, dict):
+        kind = doc.get("type")
+        if isinstance(kind, str) and kind in _AVRO_REQUIRED and _AVRO_REQUIRED[kind] not in doc:
+            raise InvalidSchemaError(
+                f"{kind} {doc.get('name', '?')!r} has no {_AVRO_REQUIRED[kind]!r}"
+            )
+        for key in ("type", "items", "values"):
+            if isinstance(doc.get(key), (dict, list)):
+                _avro_required_attributes(doc[key])
+        for field in doc.get("fields", ()) if isinstance(doc.get("fields"), list) else ():
+            _avro_required_attributes(field)
 
 
 def _parse_json(text: str) -> ParsedSchema:

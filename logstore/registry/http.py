@@ -19,8 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from logstore.registry.errors import RegistryError
-from logstore.registry.formats import SCHEMA_TYPES, parse
-from logstore.registry.store import SchemaStore, Version, schema_fields
+from logstore.registry.formats import SCHEMA_TYPES
+from logstore.registry.store import SchemaStore, Version
 
 __all__ = ["CONTENT_TYPE", "MAX_BODY", "RegistryServer"]
 
@@ -52,6 +52,17 @@ def _schema_body(v: Version) -> dict[str, Any]:
     return out
 
 
+def _raw_schema(v: Version) -> Any:
+    """``.../schema``: the schema itself, as Confluent answers it (a JSON document for AVRO and
+    JSON, the text for PROTOBUF)."""
+    if v.schema_type == "PROTOBUF":
+        return v.schema
+    try:
+        return json.loads(v.schema)
+    except ValueError:
+        return v.schema
+
+
 def _schema_id(text: str) -> int:
     try:
         return int(text)
@@ -63,25 +74,8 @@ def _routes(store: SchemaStore) -> list[tuple[str, str, Route]]:
     s = store
 
     def compat(r: _Request) -> Any:
-        subject, version = r.args[0], (r.args[1] if len(r.args) > 1 else None)
-        body = r.body
-        schema_type, text, refs = schema_fields(body)
-        parsed = parse(schema_type, text, references=s.resolve(refs))
-        try:
-            live = [s.version(subject, n) for n in s.versions(subject)]
-        except RegistryError:
-            if version is None:
-                live = []
-            else:
-                raise
-        level = str(s.config(subject))
-        if version is not None:
-            target = s.version(subject, version)
-            against = [target]
-            level = level.replace("_TRANSITIVE", "")
-        else:
-            against = live
-        problems = s.check(subject, parsed, against=against, level=level)
+        version = r.args[1] if len(r.args) > 1 else None
+        problems = s.compatibility(r.args[0], r.body, version=version)
         out: dict[str, Any] = {"is_compatible": not problems}
         if r.flag("verbose"):
             out["messages"] = problems
@@ -119,7 +113,11 @@ def _routes(store: SchemaStore) -> list[tuple[str, str, Route]]:
         ("GET", r"/", lambda r: {}),
         ("GET", r"/schemas/types", lambda r: list(SCHEMA_TYPES)),
         ("GET", r"/schemas/ids/([^/]+)", lambda r: _schema_body(s.by_id(_schema_id(r.args[0])))),
-        ("GET", r"/schemas/ids/([^/]+)/schema", lambda r: s.by_id(_schema_id(r.args[0])).schema),
+        (
+            "GET",
+            r"/schemas/ids/([^/]+)/schema",
+            lambda r: _raw_schema(s.by_id(_schema_id(r.args[0]))),
+        ),
         (
             "GET",
             r"/schemas/ids/([^/]+)/subjects",
@@ -145,7 +143,7 @@ def _routes(store: SchemaStore) -> list[tuple[str, str, Route]]:
         ("GET", sub + r"/versions", lambda r: s.versions(r.args[0], deleted=r.flag("deleted"))),
         ("POST", sub + r"/versions", lambda r: {"id": s.register(r.args[0], r.body)}),
         ("GET", ver, lambda r: s.version(*r.args, deleted=r.flag("deleted")).value()),
-        ("GET", ver + r"/schema", lambda r: s.version(*r.args).schema),
+        ("GET", ver + r"/schema", lambda r: _raw_schema(s.version(*r.args))),
         (
             "GET",
             ver + r"/referencedby",
@@ -217,7 +215,11 @@ class RegistryServer:
                     length = int(self.headers.get("Content-Length") or 0)
                 except ValueError:
                     length = -1
-                if length < 0 or length > MAX_BODY:
+                if length < 0:
+                    self.close_connection = True
+                    self._error(400, 400, "bad Content-Length")
+                    return
+                if length > MAX_BODY:
                     self.close_connection = True
                     self._error(413, 413, f"request body over {MAX_BODY} bytes")
                     return

@@ -291,6 +291,24 @@ class SchemaStore:
                 out += [f"v{old.version} (forward): {m}" for m in read_problems(prev, parsed)]
         return out
 
+    def compatibility(
+        self, subject: str, body: dict[str, Any], *, version: str | None = None
+    ) -> list[str]:
+        """POST /compatibility/subjects/{s}/versions[/{v}]: why ``body``'s schema breaks the
+        subject's level against version ``v`` (the level's non-transitive form), or against
+        the versions the level names when ``v`` is None (no version: compatible)."""
+        schema_type, text, refs = schema_fields(body)
+        with self._lock:
+            parsed = parse(schema_type, text, references=self.resolve(refs))
+            level = str(self.config(subject))
+            if version is not None:
+                against = [self.version(subject, version)]
+                level = level.replace("_TRANSITIVE", "")
+            else:
+                versions = self._subjects.get(subject, {})
+                against = [versions[n] for n in sorted(versions) if not versions[n].deleted]
+            return self.check(subject, parsed, against=against, level=level)
+
     # --- changes -----------------------------------------------------------------------
 
     def lookup(self, subject: str, body: dict[str, Any], *, deleted: bool = False) -> Version:

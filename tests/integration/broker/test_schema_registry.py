@@ -232,6 +232,16 @@ def test_rest_errors(broker_factory) -> None:
 
     status, body = _http(url, "POST", f"/subjects/{subj}/versions", {"schema": json.dumps(USER_V1)})
     assert status == 200 and body["id"] >= 1
+    sid = body["id"]
+    assert _http(url, "GET", f"/subjects/{subj}/versions/1/schema") == (200, USER_V1)
+    assert _http(url, "GET", f"/schemas/ids/{sid}/versions") == (
+        200,
+        [{"subject": subj, "version": 1}],
+    )
+    status, body = _http(url, "POST", f"/subjects/{subj}", {"schema": json.dumps(USER_V1)})
+    assert (status, body["id"], body["version"]) == (200, sid, 1)
+    status, body = _http(url, "POST", f"/subjects/{subj}", {"schema": json.dumps(USER_V2)})
+    assert (status, body["error_code"]) == (404, 40403)
     assert _http(url, "GET", f"/subjects/{subj}/versions/7")[1]["error_code"] == 40402
     assert _http(url, "GET", f"/subjects/{subj}/versions/zero")[1]["error_code"] == 42202
 
