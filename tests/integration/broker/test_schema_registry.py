@@ -216,6 +216,15 @@ def test_serializers_roundtrip_and_restart(broker_factory) -> None:
     new_id = sr2.register_schema("fresh", Schema('{"type":"string"}', "AVRO"))
     assert new_id == max(used) + 1
 
+    # SIGKILL right after an acknowledged registration: recovery replays it
+    sr2.set_compatibility("fresh", "FORWARD")
+    b.kill()
+    b.start()
+    sr3 = SchemaRegistryClient({"url": _registry_url(b)})
+    assert sr3.get_latest_version("fresh").schema_id == new_id
+    assert sr3.get_compatibility("fresh") == "FORWARD"
+    assert sr3.get_versions(f"{topic}-value") == [1, 2]
+
 
 @pytest.mark.timeout(180)
 def test_rest_errors(broker_factory) -> None:
