@@ -9,6 +9,7 @@ import http.client
 import json
 import re
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import confluent_kafka as ck
@@ -315,6 +316,24 @@ def test_rest_errors(broker_factory) -> None:
         head = s.recv(4096)
     assert head.startswith(b"HTTP/1.1 413")
     assert _http(url, "GET", "/subjects")[0] == 200
+
+    # concurrent registrations (one server thread per connection): distinct ids, no lost write
+    def register(i: int) -> int:
+        # BACKWARD-compatible with any other of them: g{i} has a default
+        fields = [{"name": "f", "type": "int"}, {"name": f"g{i}", "type": "int", "default": 0}]
+        schema = {"type": "record", "name": "C", "fields": fields}
+        status, body = _http(
+            url, "POST", f"/subjects/conc-{i % 4}/versions", {"schema": json.dumps(schema)}
+        )
+        assert status == 200, body
+        return int(body["id"])
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = list(pool.map(register, range(32)))
+    assert len(set(ids)) == 32
+    assert [_http(url, "GET", f"/subjects/conc-{k}/versions")[1] for k in range(4)] == [
+        list(range(1, 9))
+    ] * 4
 
 
 @pytest.mark.timeout(180)
