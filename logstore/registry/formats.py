@@ -37,7 +37,10 @@ from typing import Any, Literal
 
 import jsonschema  # type: ignore[import-untyped]
 from fastavro.schema import SchemaParseException, UnknownType, parse_schema
-from google.protobuf import descriptor_pb2  # type: ignore[import-untyped]
+from google.protobuf import (  # type: ignore[import-untyped]
+    descriptor_pb2,
+    descriptor_pool,
+)
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from logstore.registry.errors import InvalidSchemaError
@@ -52,7 +55,7 @@ SCHEMA_TYPES: tuple[SchemaType, ...] = ("JSON", "PROTOBUF", "AVRO")
 class ParsedSchema:
     """A parsed schema: ``parsed`` is fastavro's dict (AVRO), the JSON document (JSON) or a
     ``FileDescriptorProto`` (PROTOBUF); ``named`` the Avro named types it sees (its own and
-    those of its references)."""
+    those of its references), or for PROTOBUF the files it needs by name (its own last)."""
 
     schema_type: SchemaType
     parsed: Any
@@ -77,7 +80,7 @@ def parse(schema_type: str, text: str, *, references: list[ParsedSchema] = ()) -
     if schema_type == "JSON":
         return _parse_json(text)
     if schema_type == "PROTOBUF":
-        return _parse_protobuf(text)
+        return _parse_protobuf(text, references)
     raise InvalidSchemaError(f"unknown schemaType {schema_type!r} (one of {list(SCHEMA_TYPES)})")
 
 
@@ -133,7 +136,7 @@ def _parse_json(text: str) -> ParsedSchema:
     return ParsedSchema("JSON", doc)
 
 
-def _parse_protobuf(text: str) -> ParsedSchema:
+def _parse_protobuf(text: str, references: list[ParsedSchema]) -> ParsedSchema:
     try:
         raw = base64.b64decode(text.strip(), validate=True)
         fd = descriptor_pb2.FileDescriptorProto.FromString(raw)
@@ -145,7 +148,44 @@ def _parse_protobuf(text: str) -> ParsedSchema:
         ) from None
     if not fd.message_type and not fd.enum_type:
         raise InvalidSchemaError("the FileDescriptorProto declares no message and no enum")
-    return ParsedSchema("PROTOBUF", fd)
+    # files by name, dependencies first: the references' files, then this one
+    files: dict[str, Any] = {}
+    for ref in references:
+        files.update(ref.named)
+    files[fd.name] = fd
+    _build_protobuf(files)
+    return ParsedSchema("PROTOBUF", fd, files)
+
+
+def _build_protobuf(files: dict[str, Any]) -> None:
+    """Build ``files`` into a fresh descriptor pool, as protobuf itself does for generated
+    code: unresolved type names, duplicate symbols, bad field numbers are refused (42201).
+    A dependency no reference supplies is taken from the well-known types protobuf ships
+    (``google/protobuf/timestamp.proto``...: confluent-kafka skips registering those)."""
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+
+    def add(name: str) -> None:
+        if name in added:
+            return
+        added.add(name)
+        fdp = files.get(name)
+        if fdp is None:
+            try:
+                known = descriptor_pool.Default().FindFileByName(name)
+            except KeyError:
+                raise InvalidSchemaError(f"import {name!r}: no reference supplies it") from None
+            fdp = descriptor_pb2.FileDescriptorProto()
+            known.CopyToProto(fdp)
+        for dep in fdp.dependency:
+            add(dep)
+        try:
+            pool.Add(fdp)
+        except (TypeError, ValueError) as exc:
+            raise InvalidSchemaError(f"{name}: {exc}") from None
+
+    for name in files:
+        add(name)
 
 
 def read_problems(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:

@@ -205,5 +205,26 @@ def test_protobuf_rules() -> None:
     assert read_problems(to_string, base) == [".p.M field 1: type changed incompatibly"]
     assert read_problems(repeated, base) == [".p.M field 1: repeated changed"]
     assert read_problems(renamed, base) == ["message .p.M removed"]
+    unresolved = descriptor_pb2.FileDescriptorProto(name="u.proto", package="p")
+    unresolved.message_type.add(name="U").field.add(
+        name="x", number=1, type=F.TYPE_MESSAGE, type_name=".p.Nope", label=F.LABEL_OPTIONAL
+    )
+    with pytest.raises(InvalidSchemaError, match="Nope"):
+        parse("PROTOBUF", base64.b64encode(unresolved.SerializeToString()).decode())
+    # a well-known import no reference supplies (confluent-kafka's skip.known.types default)
+    uses_ts = descriptor_pb2.FileDescriptorProto(name="w.proto", package="p", syntax="proto3")
+    uses_ts.dependency.append("google/protobuf/timestamp.proto")
+    uses_ts.message_type.add(name="W").field.add(
+        name="at",
+        number=1,
+        type=F.TYPE_MESSAGE,
+        type_name=".google.protobuf.Timestamp",
+        label=F.LABEL_OPTIONAL,
+    )
+    encoded = base64.b64encode(uses_ts.SerializeToString()).decode()
+    assert parse("PROTOBUF", encoded).parsed == uses_ts
+    uses_ts.dependency[0] = "mine/other.proto"
+    with pytest.raises(InvalidSchemaError, match="no reference supplies it"):
+        parse("PROTOBUF", base64.b64encode(uses_ts.SerializeToString()).decode())
     with pytest.raises(InvalidSchemaError, match="base64 FileDescriptorProto"):
         parse("PROTOBUF", 'syntax = "proto3"; message M { int32 a = 1; }')
