@@ -32,7 +32,9 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import importlib
 import json
+import re
 from typing import Any, Literal
 
 import jsonschema  # type: ignore[import-untyped]
@@ -157,6 +159,21 @@ def _parse_protobuf(text: str, references: list[ParsedSchema]) -> ParsedSchema:
     return ParsedSchema("PROTOBUF", fd, files)
 
 
+def _well_known(name: str) -> Any:
+    """The ``FileDescriptorProto`` of a file protobuf ships (``google/protobuf/X.proto`` is the
+    module ``google.protobuf.X_pb2``), or 42201."""
+    module = name.removesuffix(".proto").replace("/", ".") + "_pb2"
+    if re.fullmatch(r"google/protobuf/[a-z_]+(/[a-z_]+)?\.proto", name) is None:
+        raise InvalidSchemaError(f"import {name!r}: no reference supplies it")
+    try:
+        descriptor = importlib.import_module(module).DESCRIPTOR
+    except ImportError:
+        raise InvalidSchemaError(f"import {name!r}: no reference supplies it") from None
+    fdp = descriptor_pb2.FileDescriptorProto()
+    descriptor.CopyToProto(fdp)
+    return fdp
+
+
 def _build_protobuf(files: dict[str, Any]) -> None:
     """Build ``files`` into a fresh descriptor pool, as protobuf itself does for generated
     code: unresolved type names, duplicate symbols, bad field numbers are refused (42201).
@@ -171,12 +188,7 @@ def _build_protobuf(files: dict[str, Any]) -> None:
         added.add(name)
         fdp = files.get(name)
         if fdp is None:
-            try:
-                known = descriptor_pool.Default().FindFileByName(name)
-            except KeyError:
-                raise InvalidSchemaError(f"import {name!r}: no reference supplies it") from None
-            fdp = descriptor_pb2.FileDescriptorProto()
-            known.CopyToProto(fdp)
+            fdp = _well_known(name)
         for dep in fdp.dependency:
             add(dep)
         try:
