@@ -302,6 +302,8 @@ class SchemaStore:
             parsed = parse(schema_type, text, references=self.resolve(refs))
             level = str(self.config(subject))
             if version is not None:
+                if subject not in self._subjects:  # Confluent answers 40402 here, not 40401
+                    raise VersionNotFoundError(subject, version)
                 against = [self.version(subject, version)]
                 level = level.replace("_TRANSITIVE", "")
             else:

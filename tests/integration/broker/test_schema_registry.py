@@ -237,6 +237,12 @@ def test_rest_errors(broker_factory) -> None:
     status, body = _http(url, "GET", "/subjects/nope/versions")
     assert (status, body["error_code"]) == (404, 40401)
     assert _http(url, "GET", "/schemas/ids/999")[1]["error_code"] == 40403
+    status, body = _http(
+        url, "POST", "/compatibility/subjects/nope/versions/1", {"schema": '"int"'}
+    )
+    assert (status, body["error_code"]) == (404, 40402)
+    status, body = _http(url, "POST", "/subjects/x/versions", {"schema": "not json at all"})
+    assert (status, body["error_code"]) == (422, 42201)
     assert _http(url, "GET", "/schemas/types") == (200, ["JSON", "PROTOBUF", "AVRO"])
     assert _http(url, "GET", "/config") == (200, {"compatibilityLevel": "BACKWARD"})
 
