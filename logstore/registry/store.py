@@ -301,14 +301,18 @@ class SchemaStore:
         with self._lock:
             parsed = parse(schema_type, text, references=self.resolve(refs))
             level = str(self.config(subject))
-            if version is not None:
-                if subject not in self._subjects:  # Confluent answers 40402 here, not 40401
+            versions = self._subjects.get(subject, {})
+            live = [versions[n] for n in sorted(versions) if not versions[n].deleted]
+            if version is None:
+                against = live
+            elif _version_number(version) == -1:
+                against = live[-1:]  # latest of nothing: compatible, as Confluent
+                level = level.replace("_TRANSITIVE", "")
+            else:
+                if not live:  # Confluent answers 40402 here, not 40401
                     raise VersionNotFoundError(subject, version)
                 against = [self.version(subject, version)]
                 level = level.replace("_TRANSITIVE", "")
-            else:
-                versions = self._subjects.get(subject, {})
-                against = [versions[n] for n in sorted(versions) if not versions[n].deleted]
             return self.check(subject, parsed, against=against, level=level)
 
     # --- changes -----------------------------------------------------------------------

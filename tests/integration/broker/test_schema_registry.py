@@ -241,6 +241,10 @@ def test_rest_errors(broker_factory) -> None:
         url, "POST", "/compatibility/subjects/nope/versions/1", {"schema": '"int"'}
     )
     assert (status, body["error_code"]) == (404, 40402)
+    status, body = _http(
+        url, "POST", "/compatibility/subjects/nope/versions/latest", {"schema": '"int"'}
+    )
+    assert (status, body) == (200, {"is_compatible": True})
     status, body = _http(url, "POST", "/subjects/x/versions", {"schema": "not json at all"})
     assert (status, body["error_code"]) == (422, 42201)
     assert _http(url, "GET", "/schemas/types") == (200, ["JSON", "PROTOBUF", "AVRO"])
