@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from typing import Any
 
 from logstore.errors import (
     InvalidConfigError,
@@ -129,6 +130,8 @@ class Broker:
         self._server: SocketServer | None = None
         # metrics.listeners: request-path counters and /metrics (None: off, nothing counted)
         self.metrics: BrokerMetrics | None = None
+        # schema.registry.listeners: the schema registry's HTTP server (None: off)
+        self.registry: Any = None
         self._stopped = threading.Event()
         self.advertised_host = ""
         self.advertised_port = 0
@@ -151,6 +154,7 @@ class Broker:
         if self.config.listener.host in ("", "0.0.0.0") and adv is None:
             self.advertised_host = "127.0.0.1"
         self._start_metrics()
+        self._start_registry()
         self._server.start()
         for ctl in self.config.controller_listeners:
             log.info(
@@ -183,6 +187,18 @@ class Broker:
                 f" {exc.strerror or exc}",
             ) from exc
         log.info("metrics at http://%s:%d/metrics", host, port)
+
+    def _start_registry(self) -> None:
+        """``schema.registry.listeners``: load ``_schemas`` and serve the schema registry
+        (``logstore.registry``); OSError (the CLI exits 1) when the address cannot be bound."""
+        listener = self.config.registry_listener
+        if listener is None:
+            return
+        # Imported only when on: fastavro, jsonschema and protobuf cost ~0.2 s of every start.
+        from logstore.registry import start_registry  # noqa: PLC0415
+
+        self.registry, host, port = start_registry(self, host=listener.host, port=listener.port)
+        log.info("schema registry at http://%s:%d", host, port)
 
     def _set_lake_bound(self, groups: GroupCoordinator) -> None:
         """``log.retention.lake.group``: the periodic retention keeps what that group (the
@@ -304,6 +320,8 @@ class Broker:
             self._server.shutdown(timeout_s=15.0)
         if self.metrics is not None:
             self.metrics.stop()
+        if self.registry is not None:
+            self.registry.stop()
         for task in self._txn_tasks:
             task.cancel()
         if self.group_coordinator is not None:
