@@ -76,7 +76,7 @@ SECTIONS: dict[str, frozenset[str] | None] = {
         {"broker_config", "records", "vacuum_hours", "zorder", "delete_records_chunk"}
     ),
     "quality": frozenset(
-        {"max_future_skew_s", "max_past_skew_s", "max_quarantined_batches", "docs"}
+        {"max_future_skew_s", "max_past_skew_s", "max_quarantined_batches", "docs", "actions"}
     ),
 }
 
