@@ -74,6 +74,7 @@ _ASSET_DIRS = ("@fortawesome/fontawesome-free/webfonts",)
 
 _TAG = re.compile(r"<(?:script|link)\b[^>]*>", re.IGNORECASE)
 _URL = re.compile(r"""(src|href)=(["'])(https?://[^"']+)\2""", re.IGNORECASE)
+_STATIC = re.compile(r"""(src|href)=(["'])(?:\./|(?:\.\./)+)static/([^"']+)\2""", re.IGNORECASE)
 _SRI = re.compile(r"""\s+(?:integrity|crossorigin)=(["'])[^"']*\1""", re.IGNORECASE)
 # GX's logo in the pages' header (an <img> with the context's id in its query string, and a
 # CSS background): the site's own copy (GX ships logo-long.png in the site's static/images)
@@ -112,7 +113,9 @@ def rewrite_page(html: str, *, to_static: str) -> tuple[str, list[str]]:
         text = match.group(0)
         url = _URL.search(text)
         if url is None:
-            return text
+            # GX counts the directories of a validation page one short (favicon.j2: the
+            # suite's dots + 3; a page is 4 deep): the site's static files from the page
+            return _STATIC.sub(lambda m: f"{m[1]}={m[2]}{to_static}/{m[3]}{m[2]}", text)
         rel = ASSETS.get(url.group(3))
         if rel is None:
             unknown.append(url.group(3))
