@@ -5,8 +5,9 @@ suite: a Spark DataFrame asset takes its DataFrame as the run's only batch param
 Checkpoint cannot validate two DataFrames). Each Checkpoint runs these Actions, in order:
 
 1. :class:`OfflineDataDocsAction` (``type = "loglake_data_docs"``): GX's
-   ``UpdateDataDocsAction``, building this run's pages and the index in one pass (GX's own
-   builds the index again for each result), then :func:`pipelines.quality.docs_site.make_offline`;
+   ``UpdateDataDocsAction``, building this run's pages in one pass (GX's own builds the index
+   again for each result; here the last suite's Checkpoint builds it, once per quality run),
+   then :func:`pipelines.quality.docs_site.make_offline`;
 2. :class:`QualityResultsAction` (``type = "loglake_quality_results"``): one row per
    expectation into the ``quality_results`` Delta table, one commit per Checkpoint run;
 3. the users' Actions, in the order of ``[quality] actions``: any ``ValidationAction``
@@ -43,6 +44,9 @@ class OfflineDataDocsAction(UpdateDataDocsAction):
 
     type: Literal["loglake_data_docs"] = "loglake_data_docs"  # type: ignore[assignment]
     site_dir: str
+    # False: the pages only. The index reads every validation result the context holds (all
+    # runs'): a quality run builds it once, in its last suite's Checkpoint, not once per suite
+    build_index: bool = True
 
     def run(
         self, checkpoint_result: CheckpointResult, action_context: Any = None
@@ -55,7 +59,9 @@ class OfflineDataDocsAction(UpdateDataDocsAction):
         pages: list[Any] = []
         for key, result in checkpoint_result.run_results.items():
             pages += [key, ExpectationSuiteIdentifier(name=result.suite_name)]
-        self._build_data_docs(site_names=self.site_names, resource_identifiers=pages)
+        self._resolve_context().context.build_data_docs(
+            site_names=self.site_names, resource_identifiers=pages, build_index=self.build_index
+        )
         try:
             unknown = make_offline(Path(self.site_dir), since_ns=started)
         except FileNotFoundError as exc:

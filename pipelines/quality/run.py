@@ -162,9 +162,9 @@ def _validate(context: Any, suite: Any, df: DataFrame, run_id: Any, actions: lis
     return next(iter(result.run_results.values()))
 
 
-def _actions(lake: Path, quality: QualityConfig) -> list[Any]:
+def _actions(lake: Path, quality: QualityConfig, *, build_index: bool = True) -> list[Any]:
     """loglake's Actions (Data Docs when ``docs``, then ``quality_results``), then the
-    users'."""
+    users'. ``build_index``: of the Data Docs Action."""
     from pipelines.quality.actions import (  # noqa: PLC0415
         OfflineDataDocsAction,
         QualityResultsAction,
@@ -178,6 +178,7 @@ def _actions(lake: Path, quality: QualityConfig) -> list[Any]:
                 name="data_docs",
                 site_names=[DOCS_SITE],
                 site_dir=str(lake / QUALITY_DIR / "data_docs"),
+                build_index=build_index,
             )
         )
     actions.append(QualityResultsAction(name="quality_results", table=str(lake / RESULTS_TABLE)))
@@ -268,10 +269,13 @@ def run_quality(
     jobs = [(suite, df if df is checked else _materialize(df)) for suite, df in jobs]
     log(f"tables read, checked rows computed in {time.monotonic() - t0:.1f} s")
     gx_run = RunIdentifier(run_name=run_id, run_time=now)
+    # the Data Docs index once, by the last suite's Checkpoint (see actions.OfflineDataDocsAction)
+    pages_only = _actions(lake, quality, build_index=False)
     try:
         for suite, df in jobs:
             t0 = time.monotonic()
-            result = _validate(context, suite, df, gx_run, actions)
+            last = suite is jobs[-1][0]
+            result = _validate(context, suite, df, gx_run, actions if last else pages_only)
             rows = rule_results(suite.name, result)
             report.results += rows
             report.suites[suite.name] = bool(result.success)
