@@ -46,6 +46,7 @@ from pipelines.quality.bounds import partition_bounds
 from pipelines.quality.checks import (
     bounds_frame,
     compacted_check,
+    local_frame,
     lookup_agreement,
     lookup_progress_frame,
     offset_gaps,
@@ -250,7 +251,7 @@ def run_quality(
     jobs.append(
         (
             suites.quarantine_suite(quality),
-            quarantine if quarantine is not None else spark.createDataFrame([], "position long"),
+            quarantine if quarantine is not None else local_frame(spark, [], "position long"),
         )
     )
     topics_dir = lake / "topics"
