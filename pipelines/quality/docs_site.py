@@ -28,7 +28,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["ASSETS", "ASSETS_DIR", "VENDOR_DIR", "make_offline", "rewrite_page"]
+__all__ = ["ASSETS", "ASSETS_DIR", "VENDOR_DIR", "make_offline", "network_assets", "rewrite_page"]
 
 ASSETS_DIR = Path(__file__).resolve().parent / "docs_assets"
 VENDOR_DIR = "static/vendor"  # GX copies its own static/ (fonts, images, styles) there
@@ -126,6 +126,12 @@ def rewrite_page(html: str, *, to_static: str) -> tuple[str, list[str]]:
 
     html = _LOGO.sub(f"{to_static}/images/logo-long.png", html)
     return _TAG.sub(tag, html), unknown
+
+
+def network_assets(html: str) -> list[str]:
+    """The http(s) URLs of a page's ``<script>`` and ``<link>`` tags: what it would load from
+    the network (none, once :func:`make_offline` rewrote it)."""
+    return [m[3] for tag in _TAG.findall(html) if (m := _URL.search(tag))]
 
 
 def _pages(site: Path, since_ns: int) -> Iterable[Path]:

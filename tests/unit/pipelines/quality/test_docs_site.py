@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from pipelines.quality import docs_site
-from pipelines.quality.docs_site import ASSETS, ASSETS_DIR, make_offline, rewrite_page
+from pipelines.quality.docs_site import (
+    ASSETS,
+    ASSETS_DIR,
+    make_offline,
+    network_assets,
+    rewrite_page,
+)
 
 TEMPLATES = Path(__import__("great_expectations").__file__).parent / "render" / "view" / "templates"
 MODULES = ASSETS_DIR / "node_modules"
@@ -53,6 +59,7 @@ def test_a_page_is_rewritten_to_the_site() -> None:
         '<a href="https://greatexpectations.io">GX</a>\n'
     )
     assert unknown == ["https://example.com/new.js"]
+    assert network_assets(html) == ["https://example.com/new.js"]
     assert rewrite_page(html, to_static="../../../../static") == (html, unknown)
 
 
