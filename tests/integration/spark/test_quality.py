@@ -320,3 +320,19 @@ def test_data_docs_render_offline_in_chromium(
     assert shown.value["font"].startswith("-apple-system")
     assert "Expectation Suite: records" in shown.value["text"]
     assert "(topic, partition, offset) is unique: no record twice" in shown.value["text"]
+
+
+def test_a_user_action_taken_out_of_the_config_is_gone_next_run(
+    lake: tuple[Path, Path], actions_run: tuple[Path, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """The stored Checkpoints name the last run's Actions; a class no longer configured (and
+    so not imported) must not stop the next run."""
+    log_dir, _ = lake
+    root = tmp_path / "lake"
+    shutil.copytree(actions_run[0], root)
+    config = _config(tmp_path / "p.toml", log_dir, root)
+    assert load_job("quality").main(["--config", str(config), "--run-id", "again"]) == 0
+    stored = json.loads((root / "_quality" / "gx" / "checkpoints" / "loglake_records.json")
+                        .read_text())  # fmt: skip
+    assert [a["type"] for a in stored["actions"]] == ["loglake_data_docs", "loglake_quality_results"]
+    assert {s for s, _ in _results(root, "again")} == set(SUITES)
