@@ -334,5 +334,6 @@ def test_a_user_action_taken_out_of_the_config_is_gone_next_run(
     assert load_job("quality").main(["--config", str(config), "--run-id", "again"]) == 0
     stored = json.loads((root / "_quality" / "gx" / "checkpoints" / "loglake_records.json")
                         .read_text())  # fmt: skip
-    assert [a["type"] for a in stored["actions"]] == ["loglake_data_docs", "loglake_quality_results"]
+    types = [a["type"] for a in stored["actions"]]
+    assert types == ["loglake_data_docs", "loglake_quality_results"]
     assert {s for s, _ in _results(root, "again")} == set(SUITES)
