@@ -555,8 +555,9 @@ def show_answers(demo: Demo) -> None:
 
 def verify(demo: Demo) -> None:
     """What the demo claims, read back with delta-rs: every record of every topic is in
-    ``records``, the compacted table holds one row per live key, the quality runs held,
-    retention removed ``clicks``' segments up to the log start the broker reports."""
+    ``records``, the compacted table holds one row per live key, the quality runs held and
+    their Data Docs need no network, retention removed ``clicks``' segments up to the log start
+    the broker reports."""
 
     records = read_table(demo.lake / "records", ["topic"])
     counts: dict[str, int] = {}
@@ -572,11 +573,29 @@ def verify(demo: Demo) -> None:
     results = read_table(demo.lake / "quality_results")
     if not all(results.column("success").to_pylist()):
         raise DemoError("a quality expectation failed; see quality_results")
+    online = docs_needing_network(demo.lake / "_quality" / "data_docs")
+    if online:
+        raise DemoError(f"Data Docs pages load from the network: {', '.join(online[:3])}")
     removed = read_table(demo.lake / "retention_log", ["topic", "end_offset"]).to_pylist()
     ends = [r["end_offset"] for r in removed if r["topic"] == "clicks"]
     low, _ = demo.watermarks("clicks")
     if not ends or max(ends) != low:
         raise DemoError(f"retention removed {ends} of clicks, the broker's log start is {low}")
+
+
+def docs_needing_network(site: Path) -> list[str]:
+    """The Data Docs pages of ``site`` that would still load a script or a stylesheet from a
+    CDN (the quality job serves them from the site: pipelines.quality.docs_site)."""
+    from pipelines.quality.docs_site import network_assets  # noqa: PLC0415
+
+    pages = sorted(site.rglob("*.html"))
+    if not pages:
+        return [f"{site}: no pages"]
+    return [
+        str(page.relative_to(site))
+        for page in pages
+        if network_assets(page.read_text(encoding="utf-8"))
+    ]
 
 
 def compare_snapshots(
