@@ -69,8 +69,8 @@ def test_user_actions_are_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("actions = 'x'", "actions must be an array of tables"),
-        ("actions = [1]", "actions\\[0\\] must be a table"),
+        ("actions = 'x'", 'actions = "x": expected a list, got a string'),
+        ("actions = [1]", "actions = \\[1\\]: expected a list of tables; 1 is not one"),
         ("actions = [{name = 'x'}]", "actions\\[0\\] needs class ="),
         ("actions = [{class = 'NoModule'}]", "actions\\[0\\] needs class ="),
         ("actions = [{class = 'a.B', type = 'x'}]", "type is the class's own"),
