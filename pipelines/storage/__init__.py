@@ -11,7 +11,7 @@ errors from the ``logstore.errors`` tree.
 from __future__ import annotations
 
 from pipelines.storage.location import REMOTE_SCHEMES, LakeLocation, Scheme, check_relative
-from pipelines.storage.settings import OVERRIDE_KEYS, StorageSettings
+from pipelines.storage.settings import OVERRIDE_KEYS, StorageSettings, delta_target
 from pipelines.storage.store import ObjectInfo, ObjectStore, open_store
 
 __all__ = [
@@ -23,5 +23,6 @@ __all__ = [
     "Scheme",
     "StorageSettings",
     "check_relative",
+    "delta_target",
     "open_store",
 ]

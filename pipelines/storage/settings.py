@@ -26,6 +26,7 @@ import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -35,7 +36,7 @@ from pipelines.storage.location import LakeLocation
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["DEFAULT_REGION", "OVERRIDE_KEYS", "StorageSettings"]
+__all__ = ["DEFAULT_REGION", "OVERRIDE_KEYS", "StorageSettings", "delta_target"]
 
 DEFAULT_REGION = "us-east-1"
 
@@ -187,6 +188,18 @@ class StorageSettings:
         return pafs.AzureFileSystem(
             account_name=account, account_key=self.options.get("azure_storage_account_key")
         )
+
+
+def delta_target(
+    path: str | Path | LakeLocation, *, settings: StorageSettings | None = None
+) -> tuple[str, dict[str, str]]:
+    """What delta-rs needs to open the table at ``path``: its URI (a plain absolute path on
+    local disk) and ``storage_options`` (settings from the environment unless given)."""
+    loc = path if isinstance(path, LakeLocation) else LakeLocation.parse(path)
+    if loc.is_local:
+        return loc.uri, {}
+    resolved = settings if settings is not None else StorageSettings.from_environment()
+    return loc.uri, resolved.delta_options(loc)
 
 
 def _parse_bool(key: str, value: object) -> bool:

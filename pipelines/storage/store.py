@@ -164,7 +164,7 @@ class ObjectStore:
         """Whether an object (or, on local disk, a directory) has this key."""
         loc = self.location(path)
         info = self._retry("exists", loc, lambda: self.filesystem.get_file_info(loc.fs_path))
-        return info.type != pafs.FileType.NotFound
+        return bool(info.type != pafs.FileType.NotFound)
 
     def size(self, path: str) -> int:
         """The object's size in bytes."""
@@ -188,6 +188,14 @@ class ObjectStore:
                 continue
             out.append(ObjectInfo(info.path[len(base) :].lstrip("/"), int(info.size or 0)))
         return sorted(out, key=lambda o: o.path)
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        """The names of the "directories" right below ``prefix``: subdirectories on local disk,
+        common prefixes (``prefix/<name>/...``) on an object store; sorted."""
+        loc = self.location(prefix) if prefix else self.root
+        selector = pafs.FileSelector(loc.fs_path, recursive=False, allow_not_found=True)
+        infos = self._retry("list", loc, lambda: self.filesystem.get_file_info(selector))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
 
     def delete(self, path: str, *, missing_ok: bool = False) -> None:
         """Delete the object (``ObjectNotFoundError`` if absent, unless ``missing_ok``)."""
