@@ -78,9 +78,7 @@ def table_name(relative: str | Path) -> str:
     return "_".join(_NOT_NAME.sub("_", p.lower()) for p in parts)
 
 
-def find_tables(
-    lake: str | Path, *, settings: StorageSettings | None = None
-) -> list[LakeTable]:
+def find_tables(lake: str | Path, *, settings: StorageSettings | None = None) -> list[LakeTable]:
     """Every Delta table under ``lake``, sorted by name (see the module docstring)."""
     location = LakeLocation.parse(lake)
     if not location.is_local:
