@@ -7,14 +7,14 @@ table per compacted topic (cleanup.policy=compact in the broker's topic configs,
 broker's log itself instead (Kafka's cleaner semantics, pipelines.compaction.log): every due
 partition of those topics gets its cleanable segments rewritten by a Spark task and swapped
 in, by the running broker or, with none running, by this job under the log dir's .lock.
+Due as Kafka's cleaner decides (pipelines.compaction.due): dirty ratio >=
+min.cleanable.dirty.ratio, or the first dirty batch older than max.compaction.lag.ms, each
+topic's own configs over the broker config's defaults (--broker-config, else [retention]
+broker_config, else conf/broker.properties); a partition not due is skipped and reported
+(--force cleans it); log.cleaner.enable=false in the broker config: nothing is cleaned.
 
 Output: progress lines and a summary on stderr, then the summary as one JSON line, last on
-stdout (with --log: one line per cleaned partition, then a JSON list of results). Exit codes:
-0 done (with --log, a partition whose swap the broker rejected is reported, not an error: the
-next run redoes it); 1 failed (the tables are as they were); 2 bad arguments, or a topic of
-[compact] topics, [compact.strategy] or --topic in none of the log dirs nor in records
-(checked when log dirs are configured; nothing done; --allow-missing-topics: a warning on
-stderr instead).
+stdout (with --log: one line per cleaned partition, then a JSON list of results).
 """
 
 from __future__ import annotations
@@ -26,11 +26,22 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from logstore.errors import LoglakeError
-from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
+from pipelines.config import check_topics, job_parser
+from pipelines.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pipelines.jobrun import job_spark, run_job
 
 if TYPE_CHECKING:
     from pipelines.compaction.config import CompactConfig
+    from pipelines.compaction.due import CleanerDefaults
+
+EXIT_CODES = {
+    EXIT_OK: "with --log, a partition whose swap the broker rejected is reported, not an "
+    "error: the next run redoes it",
+    EXIT_FAILED: "the tables are as they were",
+    EXIT_USAGE: "or a topic of [compact] topics, [compact.strategy] or --topic in none "
+    "of the log dirs nor in records (checked when log dirs are configured; nothing done; "
+    "--allow-missing-topics: a warning on stderr instead)",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         __doc__ or "",
         log_dirs_help="broker log dir (repeatable; read for topic configs only); overrides [paths]",
         topics=True,
+        exit_codes=EXIT_CODES,
     )
     parser.add_argument(
         "--full", action="store_true", help="rebuild the tables from all of records"
@@ -53,41 +65,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="with --log: seconds to wait for the broker"
     )
+    parser.add_argument(
+        "--broker-config",
+        help="with --log: broker.properties with the cleaner defaults (log.cleaner.*); "
+        "default: [retention] broker_config, else conf/broker.properties",
+    )
     args = parser.parse_args(argv)
-    # Imported once the arguments are parsed: --help and argument errors load no pyspark,
-    # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
+    return run_job("compact", args.config, lambda: _compact(args))
+
+
+def _compact(args: argparse.Namespace) -> int:
+    # Imported once the arguments and the config are checked: --help and their errors load
+    # no pyspark, deltalake or numba (tests/unit/pipelines/test_job_imports.py).
     from pipelines.compaction.config import load_compact_config  # noqa: PLC0415
     from pipelines.compaction.table import run_compact  # noqa: PLC0415
-    from pipelines.session import get_spark, spark_conf  # noqa: PLC0415
 
-    try:
-        config = load_compact_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
-        if config.log_dirs:
-            check_topics(
-                {"[compact] topics": config.topics, "[compact.strategy]": config.strategies,
-                 "--topic": args.topic or ()},
-                config.log_dirs,
-                allow_missing=args.allow_missing_topics,
-                also_present=ingested_topics(config.records_path),
-            )  # fmt: skip
-        spark = get_spark(
-            config.app_name,
-            master=config.master,
-            conf=spark_conf(config.spark_conf, verbose=args.verbose),
-            delta_reader=False,
+    config = load_compact_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
+    if config.log_dirs:
+        check_topics(
+            {"[compact] topics": config.topics, "[compact.strategy]": config.strategies,
+             "--topic": args.topic or ()},
+            config.log_dirs,
+            allow_missing=args.allow_missing_topics,
+            also_present=ingested_topics(config.records_path),
+        )  # fmt: skip
+    defaults = None
+    if args.log:
+        from pipelines.compaction.due import (  # noqa: PLC0415
+            broker_config_path,
+            load_cleaner_defaults,
         )
-        if args.log:
-            return _compact_log(spark, config, args)
-        summary = run_compact(spark, config, full=args.full, topics=args.topic)
-    except MissingTopicsError as exc:
-        print(f"compact failed: {exc}", file=sys.stderr)
-        return EXIT_MISSING_TOPICS
-    except LoglakeError as exc:
-        print(f"compact failed: {exc}", file=sys.stderr)
-        return 1
+
+        defaults = load_cleaner_defaults(broker_config_path(args.config, args.broker_config))
+        if not defaults.enabled:
+            print("compact --log: log.cleaner.enable=false: nothing cleaned", file=sys.stderr)
+            print("[]")
+            return EXIT_OK
+    spark = job_spark(
+        config.app_name, master=config.master, spark_conf=config.spark_conf, verbose=args.verbose
+    )
+    if args.log:
+        return _compact_log(spark, config, args, defaults)
+    summary = run_compact(spark, config, full=args.full, topics=args.topic)
     print(summary.describe(), file=sys.stderr)
     print(json.dumps(summary.to_json()))
-    return 0
+    return EXIT_OK
 
 
 def ingested_topics(records_path: str) -> set[str]:
@@ -99,7 +121,9 @@ def ingested_topics(records_path: str) -> set[str]:
     return {topic for topic, _ in read_progress(records_path)}
 
 
-def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) -> int:
+def _compact_log(
+    spark: Any, config: CompactConfig, args: argparse.Namespace, defaults: CleanerDefaults | None
+) -> int:
     from pipelines.compaction.config import compacted_topics  # noqa: PLC0415
     from pipelines.compaction.log import run_log_compaction  # noqa: PLC0415
 
@@ -110,6 +134,7 @@ def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) ->
         force=args.force,
         strategies=compacted_topics(config),
         hand_over_timeout_s=args.timeout,
+        defaults=defaults,
     )
     for r in results:
         if r.groups:
@@ -118,8 +143,10 @@ def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) ->
                 f"{r.bytes_out} bytes, {r.note}",
                 file=sys.stderr,
             )
+        elif not r.due:
+            print(f"{r.dir}: skipped, not due ({r.reason})", file=sys.stderr)
     print(json.dumps([dataclasses.asdict(r) for r in results]))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

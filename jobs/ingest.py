@@ -17,12 +17,7 @@ first offset of a transaction still open); the summary counts "aborted_transacti
 record below the high watermark.
 
 Output: progress lines and a summary on stderr (spark-submit merges them into stdout), then
-the summary as one JSON line, last on stdout. Exit codes: 0 done (check skipped_offsets:
-damaged offsets were skipped and quarantined); 1 failed (nothing half-committed); 2 bad
-arguments, or missing topics (below); 3 damaged batches found with --fail-on-corrupt (they
-are in <lake>/quarantine, nothing is committed, progress is not moved); 4 the log went
-backwards under the lake (a partition's log was truncated below, or rewritten under, offsets
-already ingested; nothing is ingested: restore the log or re-run with --on-divergence=rewind).
+the summary as one JSON line, last on stdout.
 
 The lake group: with --bootstrap-server (or [ingest] bootstrap_servers) the next offset to
 ingest of every partition the run reads is committed, after the Delta commit, to the consumer
@@ -38,21 +33,27 @@ ingested; with --allow-missing-topics it is a warning on stderr and the others a
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from logstore.errors import CorruptRecordError, LoglakeError
-from pipelines.config import (
-    EXIT_MISSING_TOPICS,
-    ON_DIVERGENCE,
-    MissingTopicsError,
-    check_topics,
-    job_parser,
-)
+from pipelines.config import ON_DIVERGENCE, check_topics, job_parser, option_type
+from pipelines.exit_codes import EXIT_CORRUPT, EXIT_DIVERGED, EXIT_OK, EXIT_USAGE
+from pipelines.jobrun import job_spark, run_job
+
+EXIT_CODES = {
+    EXIT_OK: "check skipped_offsets: damaged offsets were skipped and quarantined",
+    EXIT_USAGE: "or a topic of [ingest] topics in none of the log dirs (below)",
+    EXIT_CORRUPT: "they are in <lake>/quarantine, nothing is committed, progress is not moved",
+    EXIT_DIVERGED: "a partition's log was truncated below, or rewritten under, offsets already "
+    "ingested; nothing is ingested: restore the log or re-run with --on-divergence=rewind",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = job_parser("spark-submit jobs/ingest.py", __doc__ or "", topics=True)
+    parser = job_parser(
+        "spark-submit jobs/ingest.py", __doc__ or "", topics=True, exit_codes=EXIT_CODES
+    )
     parser.add_argument(
         "--fail-on-corrupt",
         action="store_true",
@@ -70,52 +71,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bootstrap-server",
         metavar="HOST:PORT",
+        type=option_type("ingest", "bootstrap_servers"),
         help="commit the lake's progress to the consumer group [ingest] lake_group on this "
         "broker after the run (never fails the run); overrides [ingest] bootstrap_servers",
     )
     args = parser.parse_args(argv)
-    # Imported once the arguments are parsed: --help and argument errors load no pyspark,
-    # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
-    from pipelines.divergence import DivergenceError  # noqa: PLC0415
-    from pipelines.ingest import load_config, run_ingest  # noqa: PLC0415
-    from pipelines.session import get_spark, spark_conf  # noqa: PLC0415
+    return run_job("ingest", args.config, lambda: _ingest(args))
 
-    try:
-        config = load_config(
-            args.config,
-            log_dirs=args.log_dirs,
-            lake=args.lake,
-            fail_on_corrupt=args.fail_on_corrupt,
-            on_divergence=args.on_divergence,
-            bootstrap_servers=args.bootstrap_server,
-        )
-        check_topics(
-            {"[ingest] topics": config.topics or ()},
-            config.log_dirs,
-            allow_missing=args.allow_missing_topics,
-        )
-        spark = get_spark(
-            config.app_name,
-            master=config.master,
-            conf=spark_conf(config.spark_conf, verbose=args.verbose),
-            delta_reader=False,
-        )
-        summary = run_ingest(spark, config)
-    except MissingTopicsError as exc:
-        print(f"ingest failed: {exc}", file=sys.stderr)
-        return EXIT_MISSING_TOPICS
-    except CorruptRecordError as exc:
-        print(f"ingest failed: {exc}", file=sys.stderr)
-        return 3
-    except DivergenceError as exc:
-        print(f"ingest failed: {exc}", file=sys.stderr)
-        return 4
-    except LoglakeError as exc:
-        print(f"ingest failed: {exc}", file=sys.stderr)
-        return 1
+
+def _ingest(args: argparse.Namespace) -> int:
+    # Imported once the arguments and the config are checked: --help and their errors load
+    # no pyspark, deltalake or numba (tests/unit/pipelines/test_job_imports.py).
+    from pipelines.ingest import load_config, run_ingest  # noqa: PLC0415
+
+    config = load_config(
+        args.config,
+        log_dirs=args.log_dirs,
+        lake=args.lake,
+        fail_on_corrupt=args.fail_on_corrupt,
+        on_divergence=args.on_divergence,
+        bootstrap_servers=args.bootstrap_server,
+    )
+    check_topics(
+        {"[ingest] topics": config.topics or ()},
+        config.log_dirs,
+        allow_missing=args.allow_missing_topics,
+    )
+    spark = job_spark(
+        config.app_name, master=config.master, spark_conf=config.spark_conf, verbose=args.verbose
+    )
+    summary = run_ingest(spark, config)
     print(summary.describe(), file=sys.stderr)
     print(json.dumps(summary.to_json()))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

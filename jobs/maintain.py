@@ -1,5 +1,5 @@
 """python jobs/maintain.py --config conf/pipeline.toml [--lake DIR] [--table NAME ...]
-[--vacuum-hours H] [--zorder] [--no-records-retention]
+[--vacuum-hours H] [--zorder] [--no-records-retention] [--dry-run]
 
 Table retention and maintenance of the lake, with delta-rs (no Spark session needed).
 
@@ -13,19 +13,28 @@ vector files under dv/ and change-data files included, live ones never), a check
 clean-up of expired log entries. Safe while an
 ingest runs: conflicting commits are retried, then reported.
 
-Output: a summary on stderr, then the summary as one JSON line, last on stdout. Exit codes: 0
-done; 1 failed or a step reported errors (listed in "errors"); 2 bad arguments.
+--dry-run lists what each step would do and changes nothing (no commit, no file removed,
+nothing appended to retention_log): the partitions records retention would delete (topic,
+partition, offsets, rows), per table the data files optimize would rewrite, the files vacuum
+would remove, and the version a checkpoint would be written at.
+
+Output: a summary on stderr (with --dry-run: the listing), then the summary as one JSON line,
+last on stdout.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import sys
 import time
 
-from logstore.errors import LoglakeError
-from pipelines.config import job_parser
+from pipelines.config import job_parser, option_type
+from pipelines.exit_codes import EXIT_FAILED, EXIT_OK
+from pipelines.jobrun import run_job
+
+EXIT_CODES = {EXIT_FAILED: 'or a step reported errors (listed in "errors")'}
 
 
 def _stderr(message: str) -> None:
@@ -33,39 +42,50 @@ def _stderr(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = job_parser("python jobs/maintain.py", __doc__ or "", spark=False)
+    parser = job_parser(
+        "python jobs/maintain.py", __doc__ or "", spark=False, exit_codes=EXIT_CODES
+    )
     parser.add_argument("--broker-config", help="broker.properties (for records = topic)")
     parser.add_argument("--table", action="append", help="maintain only this table (repeatable)")
-    parser.add_argument("--vacuum-hours", type=float, help="overrides [retention] vacuum_hours")
+    parser.add_argument(
+        "--vacuum-hours",
+        type=option_type("retention", "vacuum_hours"),
+        help="overrides [retention] vacuum_hours",
+    )
     parser.add_argument("--zorder", action="store_true", default=None, help="z-order by offset")
     parser.add_argument(
         "--no-records-retention", action="store_true", help="skip the records retention step"
     )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list what each step would do, change nothing"
+    )
     args = parser.parse_args(argv)
-    if args.vacuum_hours is not None and args.vacuum_hours < 0:
-        parser.error("--vacuum-hours must be >= 0")
-    # Imported once the arguments are parsed: --help and argument errors load no pyspark,
-    # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
+    return run_job("maintain", args.config, lambda: _maintain(args))
+
+
+def _maintain(args: argparse.Namespace) -> int:
+    # Imported once the arguments and the config are checked: --help and their errors load
+    # no pyspark, deltalake or numba (tests/unit/pipelines/test_job_imports.py).
     from pipelines.maintenance.job import run_maintenance  # noqa: PLC0415
     from pipelines.retention.job import load_retention_config  # noqa: PLC0415
 
-    try:
-        config = load_retention_config(
-            args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config
-        )
-        if args.vacuum_hours is not None:
-            config = dataclasses.replace(config, vacuum_hours=args.vacuum_hours)
-        if args.zorder:
-            config = dataclasses.replace(config, zorder=True)
-        summary = run_maintenance(
-            config, tables=args.table, records=not args.no_records_retention, log=_stderr
-        )
-    except (LoglakeError, OSError) as exc:
-        print(f"maintenance failed: {exc}", file=sys.stderr)
-        return 1
+    config = load_retention_config(
+        args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config
+    )
+    if args.vacuum_hours is not None:
+        config = dataclasses.replace(config, vacuum_hours=args.vacuum_hours)
+    if args.zorder:
+        config = dataclasses.replace(config, zorder=True)
+    summary = run_maintenance(
+        config,
+        tables=args.table,
+        records=not args.no_records_retention,
+        log=_stderr,
+        dry_run=args.dry_run,
+    )
     print(summary.describe(), file=sys.stderr)
     print(json.dumps(summary.to_json(), default=str))
-    return 1 if summary.errors else 0
+    return EXIT_FAILED if summary.errors else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -22,23 +22,29 @@ killed midway leaves it there and the next run logs what the dead one removed (c
 "settled_segments") before planning, so each removed segment has exactly one row.
 
 Output: the plan as a table on stdout (dry run), a summary on stderr, then the summary as one
-JSON line, last on stdout. Exit codes: 0 done; 1 failed, or some partitions could not be
-trimmed (listed in "errors"); 2 bad arguments, or a topic of [ingest] topics in none of the
-log dirs (nothing deleted; --allow-missing-topics: a warning on stderr instead).
+JSON line, last on stdout.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 from typing import TYPE_CHECKING
 
-from logstore.errors import LoglakeError
-from pipelines.config import EXIT_MISSING_TOPICS, MissingTopicsError, check_topics, job_parser
+from pipelines.config import check_topics, job_parser, option_type
+from pipelines.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pipelines.jobrun import job_spark, run_job
 
 if TYPE_CHECKING:
     from pipelines.retention.plan import PartitionPlan
+
+EXIT_CODES = {
+    EXIT_FAILED: 'or some partitions could not be trimmed (listed in "errors")',
+    EXIT_USAGE: "or a topic of [ingest] topics in none of the log dirs (nothing "
+    "deleted; --allow-missing-topics: a warning on stderr instead)",
+}
 
 
 def _stderr(message: str) -> None:
@@ -46,7 +52,9 @@ def _stderr(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = job_parser("spark-submit jobs/retention.py", __doc__ or "", topics=True)
+    parser = job_parser(
+        "spark-submit jobs/retention.py", __doc__ or "", topics=True, exit_codes=EXIT_CODES
+    )
     parser.add_argument(
         "--broker-config",
         help="broker.properties giving the default retention (log.retention.*); overrides "
@@ -55,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bootstrap-server",
         metavar="HOST:PORT",
+        type=option_type("ingest", "bootstrap_servers"),
         help="delete through this running broker (DeleteRecords); without it: offline",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan, delete nothing")
@@ -62,53 +71,46 @@ def main(argv: list[str] | None = None) -> int:
         "--force", action="store_true", help="also delete segments not yet in the lake"
     )
     args = parser.parse_args(argv)
-    # Imported once the arguments are parsed: --help and argument errors load no pyspark,
-    # deltalake or numba (tests/unit/pipelines/test_job_imports.py).
+    return run_job("retention", args.config, lambda: _retention(args))
+
+
+def _retention(args: argparse.Namespace) -> int:
+    # Imported once the arguments and the config are checked: --help and their errors load
+    # no pyspark, deltalake or numba (tests/unit/pipelines/test_job_imports.py).
     from pipelines.retention.job import (  # noqa: PLC0415
         format_plan,
         load_retention_config,
         run_retention,
     )
-    from pipelines.session import get_spark, spark_conf  # noqa: PLC0415
 
-    try:
-        config = load_retention_config(
-            args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config
-        )
-        check_topics(
-            {"[ingest] topics": config.ingest_topics or ()},
-            config.log_dirs,
-            allow_missing=args.allow_missing_topics,
-        )
-        spark = get_spark(
-            config.app_name,
-            master=config.master,
-            conf=spark_conf(config.spark_conf, verbose=args.verbose),
-            delta_reader=False,
-        )
-        plans: list[PartitionPlan] = []
-        summary = run_retention(
-            spark,
-            config,
-            bootstrap=args.bootstrap_server,
-            dry_run=args.dry_run,
-            force=args.force,
-            log=_stderr,
-            plan_out=plans,
-        )
-    except MissingTopicsError as exc:
-        print(f"retention failed: {exc}", file=sys.stderr)
-        return EXIT_MISSING_TOPICS
-    except LoglakeError as exc:
-        print(f"retention failed: {exc}", file=sys.stderr)
-        return 1
+    config = load_retention_config(
+        args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config
+    )
+    check_topics(
+        {"[ingest] topics": config.ingest_topics or ()},
+        config.log_dirs,
+        allow_missing=args.allow_missing_topics,
+    )
+    spark = job_spark(
+        config.app_name, master=config.master, spark_conf=config.spark_conf, verbose=args.verbose
+    )
+    plans: list[PartitionPlan] = []
+    summary = run_retention(
+        spark,
+        config,
+        bootstrap=args.bootstrap_server,
+        dry_run=args.dry_run,
+        force=args.force,
+        log=_stderr,
+        plan_out=plans,
+    )
     if args.dry_run:
         print(format_plan(plans))
     print(summary.describe(), file=sys.stderr)
     for error in summary.errors:
         print(f"not trimmed: {error}", file=sys.stderr)
     print(json.dumps(summary.to_json()))
-    return 1 if summary.errors else 0
+    return EXIT_FAILED if summary.errors else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -2,7 +2,11 @@
 
 Each subcommand lives in its own module and exposes ``add_arguments(parser)`` and
 ``run(args) -> int``; this module only wires them together, so ``loglake --help`` lists
-exactly what is installed.
+exactly what is installed. The operators' tools follow Kafka's scripts (``kafka-topics.sh``,
+``kafka-consumer-groups.sh``, ``kafka-configs.sh``, ``kafka-delete-records.sh``,
+``kafka-get-offsets.sh``, ``kafka-dump-log.sh``): the same flags, the same output, and only
+the Kafka protocol, so they work against Apache Kafka too. ``--bootstrap-server`` is accepted
+before the subcommand as well as after it; ``loglake --version`` prints the version.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+
+from logstore import __version__
+from logstore.tools.admin import add_bootstrap_argument
 
 __all__ = ["main"]
 
@@ -22,11 +29,27 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "topics": (
         "logstore.tools.topics",
-        "create, list, describe and delete topics over the Kafka protocol",
+        "create, list, describe, alter and delete topics over the Kafka protocol (kafka-topics)",
+    ),
+    "groups": (
+        "logstore.tools.groups",
+        "list, describe, reset the offsets of and delete consumer groups (kafka-consumer-groups)",
+    ),
+    "configs": (
+        "logstore.tools.configs",
+        "describe and alter topic and broker configs (kafka-configs)",
+    ),
+    "delete-records": (
+        "logstore.tools.delete_records",
+        "advance partitions' log start offsets from Kafka's offset JSON (kafka-delete-records)",
+    ),
+    "get-offsets": (
+        "logstore.tools.get_offsets",
+        "partitions' earliest, latest or by-timestamp offsets (kafka-get-offsets)",
     ),
     "dump-log": (
         "logstore.tools.dump_log",
-        "print the batches, records and index entries of Kafka segment files",
+        "print the batches, records, index entries and producer snapshots of Kafka log files",
     ),
     # Lives in pipelines/ (Arrow, delta-rs); its module imports only the standard library, the
     # engine is loaded when the subcommand runs.
@@ -42,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="loglake",
         description="loglake: a Kafka-compatible broker and a Spark-native log lakehouse.",
     )
+    parser.add_argument("--version", action="version", version=f"loglake {__version__}")
+    add_bootstrap_argument(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in _COMMANDS.items():
         mod = importlib.import_module(module)

@@ -11,6 +11,7 @@ __all__ = [
     "InvalidConfigError",
     "InvalidProducerEpochError",
     "InvalidRecordError",
+    "InvalidTimestampError",
     "InvalidTopicError",
     "InvalidTxnStateError",
     "LogClosedError",
@@ -127,6 +128,12 @@ class LogClosedError(LoglakeError):
 class InvalidRecordError(LoglakeError):
     """A well-formed batch that the topic refuses (Kafka's INVALID_RECORD), e.g. a record
     without a key for a compacted topic."""
+
+
+class InvalidTimestampError(LoglakeError):
+    """A CreateTime batch timestamped outside the topic's window
+    (``message.timestamp.before.max.ms`` / ``message.timestamp.after.max.ms``): Kafka's
+    INVALID_TIMESTAMP."""
 
 
 class OutOfOrderSequenceError(LoglakeError):

@@ -17,11 +17,18 @@ The lake may be a local directory or an object-store prefix (``s3://bucket/lake`
 :mod:`pipelines.storage`): there the search walks the store's common prefixes with the same
 rules, and tables open with the storage options of the environment (or of ``settings``).
 
+Time travel (:data:`Pin`): a table is read at its latest version, at a version number, or as
+of a timestamp: the last version committed at or before it, by the commits' own timestamps
+(what :func:`table_history` lists); a timestamp before the first commit is an error, as in
+Spark's ``TIMESTAMP AS OF`` (delta-rs alone would silently give version 0).
+
 This module imports neither Spark nor the Delta sink, so ``loglake sql`` starts quickly.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -36,15 +43,20 @@ from logstore.errors import LoglakeError
 from pipelines.storage import LakeLocation, StorageSettings, delta_target, open_store
 
 __all__ = [
+    "HISTORY_SCHEMA",
     "RAW_PREFIX",
     "TIMESTAMP_MS_COLUMNS",
     "LakeTable",
+    "Pin",
     "QueryError",
     "find_tables",
     "lake_query_builder",
     "open_table",
+    "parse_timestamp",
+    "parse_timestamps",
     "parse_versions",
     "run_query",
+    "table_history",
     "table_name",
     "view_columns",
 ]
@@ -56,6 +68,8 @@ TIMESTAMP_MS_COLUMNS: Mapping[str, tuple[str, ...]] = {
 }
 # name under which a table whose view converts columns is registered raw in DataFusion
 RAW_PREFIX = "__loglake_raw_"
+# A table's time travel: a version number, or a timestamp (aware, any zone).
+Pin = int | datetime.datetime
 _NOT_NAME = re.compile(r"[^a-z0-9_]")
 
 
@@ -128,47 +142,139 @@ def _find_remote_tables(lake: LakeLocation, settings: StorageSettings | None) ->
     return sorted(found.values(), key=lambda t: t.name)
 
 
-def parse_versions(specs: Sequence[str], tables: Sequence[LakeTable]) -> dict[str, int]:
-    """``["records=3", ...]`` -> ``{"records": 3}``; unknown tables and bad numbers refused."""
+def _split_spec(spec: str, tables: Sequence[LakeTable], flag: str, what: str) -> tuple[str, str]:
     names = {t.name for t in tables}
+    name, sep, value = spec.partition("=")
+    name = name.strip().lower()
+    if not sep or not value.strip():
+        raise LoglakeError(f"{flag} takes TABLE={what}, got {spec!r}")
+    if name not in names:
+        raise LoglakeError(
+            f"{flag} names table {name!r}, which is not in the lake "
+            f"(tables: {', '.join(sorted(names)) or 'none'})"
+        )
+    return name, value.strip()
+
+
+def parse_versions(
+    specs: Sequence[str], tables: Sequence[LakeTable], *, flag: str = "--as-of-version"
+) -> dict[str, int]:
+    """``["records=3", ...]`` -> ``{"records": 3}``; unknown tables and bad numbers refused
+    (messages name ``flag``)."""
     out: dict[str, int] = {}
     for spec in specs:
-        name, sep, number = spec.partition("=")
-        name = name.strip().lower()
-        if not sep or not number.strip().isdigit():
-            raise LoglakeError(f"--version takes TABLE=N (N a version number), got {spec!r}")
-        if name not in names:
-            raise LoglakeError(
-                f"--version names table {name!r}, which is not in the lake "
-                f"(tables: {', '.join(sorted(names)) or 'none'})"
-            )
+        name, number = _split_spec(spec, tables, flag, "N")
+        if not number.isdigit():
+            raise LoglakeError(f"{flag} takes TABLE=N (N a version number), got {spec!r}")
         out[name] = int(number)
     return out
 
 
+def parse_timestamp(text: str) -> datetime.datetime:
+    """An ISO-8601 date or date-time (``2026-11-27``, ``2026-11-27T14:00:00Z``,
+    ``...+01:00``); without a zone it is UTC."""
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise LoglakeError(
+            f"{text!r} is not an ISO-8601 timestamp (e.g. 2026-11-27T14:00:00Z)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
+
+
+def parse_timestamps(
+    specs: Sequence[str], tables: Sequence[LakeTable], *, flag: str = "--as-of-timestamp"
+) -> dict[str, datetime.datetime]:
+    """``["records=2026-11-27T14:00:00Z", ...]`` -> ``{"records": datetime}``."""
+    out: dict[str, datetime.datetime] = {}
+    for spec in specs:
+        name, text = _split_spec(spec, tables, flag, "TIMESTAMP")
+        out[name] = parse_timestamp(text)
+    return out
+
+
+def _commits(dt: DeltaTable) -> list[tuple[int, int]]:
+    """(version, commit timestamp in ms) of the versions the log still holds, oldest first."""
+    return sorted((int(h["version"]), int(h["timestamp"])) for h in dt.history())
+
+
+def _version_as_of(table: LakeTable, dt: DeltaTable, when: datetime.datetime) -> int:
+    ms = int(when.timestamp() * 1000)
+    commits = _commits(dt)
+    before = [v for v, ts in commits if ts <= ms]
+    if not before:
+        first = datetime.datetime.fromtimestamp(commits[0][1] / 1000, datetime.UTC)
+        raise LoglakeError(
+            f"table {table.name!r} has no version as of {when.isoformat()}: its first "
+            f"version {commits[0][0]} was committed at {first.isoformat()}",
+            path=str(table.path),
+        )
+    return max(before)
+
+
 def open_table(
-    table: LakeTable, version: int | None = None, *, settings: StorageSettings | None = None
+    table: LakeTable, pin: Pin | None = None, *, settings: StorageSettings | None = None
 ) -> DeltaTable:
-    """The table's latest snapshot, or ``version`` (a clear error when that does not exist)."""
+    """The table's latest snapshot, or the one ``pin`` names (a version, or the last version
+    committed at or before a timestamp); a clear error when that does not exist."""
     uri, options = delta_target(table.path, settings=settings)
     try:
         dt = DeltaTable(uri, storage_options=options or None)
-        if version is not None:
+        if isinstance(pin, datetime.datetime):
+            pin = _version_as_of(table, dt, pin)
+        if pin is not None:
             latest = dt.version()
-            if not 0 <= version <= latest:
+            if not 0 <= pin <= latest:
                 raise LoglakeError(
-                    f"table {table.name!r} has versions 0..{latest}, not {version}",
+                    f"table {table.name!r} has versions 0..{latest}, not {pin}",
                     path=str(table.path),
                 )
-            dt.load_as_version(version)
+            dt.load_as_version(pin)
     except (TableNotFoundError, DeltaError, OSError) as exc:
         raise LoglakeError(
             f"cannot open table {table.name!r}"
-            + (f" at version {version}" if version else "")
+            + (f" at version {pin}" if pin is not None else "")
             + f": {exc}",
             path=str(table.path),
         ) from exc
     return dt
+
+
+HISTORY_SCHEMA = pa.schema(
+    [
+        ("version", pa.int64()),
+        ("timestamp", pa.timestamp("ms", tz="UTC")),
+        ("operation", pa.string()),
+        ("parameters", pa.string()),  # JSON object
+        ("metrics", pa.string()),  # JSON object
+    ]
+)
+
+
+def table_history(table: LakeTable, *, settings: StorageSettings | None = None) -> pa.Table:
+    """The table's versions still in its log, newest first (:data:`HISTORY_SCHEMA`): version,
+    commit timestamp, operation (``WRITE``, ``MERGE``, ``DELETE``, ``OPTIMIZE``, ...), its
+    parameters and metrics as JSON objects. Versions whose log entries were cleaned up
+    (``delta.logRetentionDuration``) are not listed: they cannot be read either."""
+    uri, options = delta_target(table.path, settings=settings)
+    try:
+        history = DeltaTable(uri, storage_options=options or None).history()
+    except (TableNotFoundError, DeltaError, OSError) as exc:
+        raise LoglakeError(
+            f"cannot open table {table.name!r}: {exc}", path=str(table.path)
+        ) from exc
+    rows = sorted(history, key=lambda h: -int(h["version"]))
+    return pa.table(
+        {
+            "version": [int(h["version"]) for h in rows],
+            "timestamp": [int(h["timestamp"]) for h in rows],
+            "operation": [str(h.get("operation", "")) for h in rows],
+            "parameters": [json.dumps(h.get("operationParameters") or {}, sort_keys=True)
+                           for h in rows],
+            "metrics": [json.dumps(h.get("operationMetrics") or {}, sort_keys=True) for h in rows],
+        },
+        schema=HISTORY_SCHEMA,
+    )  # fmt: skip
 
 
 def view_columns(name: str, schema: pa.Schema) -> list[tuple[str, str]] | None:
@@ -195,12 +301,12 @@ def _quote(name: str) -> str:
 
 def lake_query_builder(
     tables: Sequence[LakeTable],
-    versions: Mapping[str, int] | None = None,
+    versions: Mapping[str, Pin] | None = None,
     *,
     settings: StorageSettings | None = None,
 ) -> QueryBuilder:
     """A DataFusion ``QueryBuilder`` with every table registered by name (``versions`` pins
-    some to a version; the others are at their latest)."""
+    some to a version or a timestamp; the others are at their latest)."""
     qb = QueryBuilder()
     for table in tables:
         dt = open_table(table, (versions or {}).get(table.name), settings=settings)

@@ -1,83 +1,280 @@
-"""The pipeline configuration's schema: which sections and keys ``conf/pipeline.toml`` may hold.
+"""The pipeline configuration's schema: every section and key ``conf/pipeline.toml`` may hold,
+with the type, range and choices of its value.
 
 Every job reads the same file (``--config``), each its own sections, so a typo would
 otherwise be ignored by all of them and the job would run on a default the user did not
-choose. :func:`check_keys` refuses any section or key not listed here, naming the nearest
-valid one, the way the broker refuses an unknown ``broker.properties`` key.
+choose. :func:`check_config` refuses any section or key not listed here, naming the nearest
+valid one, the way the broker refuses an unknown ``broker.properties`` key, and every value
+that is not what its :class:`Key` says, naming the key, the value and what was expected.
+Nothing is coerced: TOML has types, and ``fail_on_corrupt = "false"`` (a string, truthy in
+Python) or ``topics = "orders"`` (a string, six one-letter topics when iterated) are what a
+user did not mean. The same :class:`Key` checks a value given on the command line
+(:func:`option_type`).
 
-A section whose keys are free-form (``[spark.conf]``: Spark settings; per-topic tables such
-as ``[compact.strategy]``) is listed with ``None``: its own keys are not checked, its
-existence is.
+A section whose keys are free-form (``[spark.conf]``: Spark settings; ``[compact.strategy]``:
+topic = strategy) is a :class:`FreeForm`: its keys and values are checked by rule.
+
+The check runs before a job imports Spark, Delta or the decoder (``pipelines.jobrun``), so a
+bad file costs a fraction of a second and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import json
+import math
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from logstore.errors import LoglakeError
-from logstore.storage.files import parse_partition_dir
+from logstore.errors import InvalidConfigError, InvalidTopicError, LoglakeError
+from logstore.storage.files import parse_partition_dir, validate_topic
+from pipelines.exit_codes import EXIT_USAGE, epilog
 
 __all__ = [
     "EXIT_MISSING_TOPICS",
+    "ISOLATION_LEVELS",
     "ON_DIVERGENCE",
     "PARQUET_CODECS",
     "SECTIONS",
+    "FreeForm",
     "JobSettings",
+    "Key",
     "MissingTopicsError",
-    "check_keys",
+    "check_config",
     "check_topics",
     "job_parser",
     "job_settings",
     "log_dir_topics",
+    "option_type",
     "read_pipeline_toml",
 ]
 
 # Exit code of every job that takes topic names when one of them is in none of the log dirs
 # (argparse's own code for bad arguments: the names are arguments, from the file or the
 # command line). --allow-missing-topics makes it a warning.
-EXIT_MISSING_TOPICS = 2
+EXIT_MISSING_TOPICS = EXIT_USAGE
 # [ingest] on_divergence / --on-divergence (pipelines.divergence); here so that the job's
 # argument parser needs no Delta or Arrow import.
 ON_DIVERGENCE = ("fail", "rewind")
+# [ingest] isolation: Kafka's isolation.level values, as a consumer's.
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+# Parquet codecs of the tables' data files (the jobs' `compression` keys).
+PARQUET_CODECS = ("snappy", "zstd", "lz4", "gzip", "none")
 
-# section -> its keys (None: free-form keys). Sub-tables are sections of their own, by
-# dotted name ("spark.conf").
-SECTIONS: dict[str, frozenset[str] | None] = {
-    "paths": frozenset({"log_dirs", "lake"}),
-    "spark": frozenset({"app_name", "master"}),
-    "spark.conf": None,
-    "ingest": frozenset(
-        {
-            "topics",
-            "fail_on_corrupt",
-            "max_partition_bytes",
-            "compression",
-            "max_rows_per_file",
-            "progress_interval_s",
-            "on_divergence",
-            "isolation",
-            "bootstrap_servers",
-            "lake_group",
-        }
-    ),
-    "compact": frozenset(
-        {"topics", "default_strategy", "buckets", "compression", "max_rows_per_file"}
-    ),
-    "compact.strategy": None,  # topic = strategy
-    "retention": frozenset(
-        {"broker_config", "records", "vacuum_hours", "zorder", "delete_records_chunk"}
-    ),
-    "quality": frozenset(
-        {"max_future_skew_s", "max_past_skew_s", "max_quarantined_batches", "docs"}
-    ),
+Kind = Literal["string", "integer", "number", "boolean", "list", "scalar"]
+
+_KIND_TEXT = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean (true or false, unquoted)",
+    "list": "a list",
+    "scalar": "a string, a number or a boolean",
+}
+
+
+def _is_kind(value: Any, kind: Kind) -> bool:
+    # bool is an int in Python; TOML keeps them apart and so does this check.
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "list":
+        return isinstance(value, list)
+    return isinstance(value, str | int | float | bool)
+
+
+def _topic_rule(value: str) -> str | None:
+    try:
+        validate_topic(value)
+    except InvalidTopicError as exc:
+        return f"a Kafka topic name ({exc.message})"
+    return None
+
+
+def _strategy_rule(value: str) -> str | None:
+    # pipelines.compaction.model.parse_strategy's grammar, checked without importing it.
+    if value in ("offset", "timestamp") or (value.startswith("header:") and len(value) > 7):
+        return None
+    return "a compaction strategy: offset, timestamp or header:<name>"
+
+
+_AGE = re.compile(r"(forever|topic|0*[1-9][0-9]*[dhm])")
+
+
+def _records_rule(value: str) -> str | None:
+    # pipelines.retention.job.parse_records_retention's grammar.
+    if _AGE.fullmatch(value.strip()):
+        return None
+    return "forever, topic or an age like 30d, 12h, 90m"
+
+
+_HOST_PORT = re.compile(r"[^\s,]+:([0-9]{1,5})")
+
+
+def _servers_rule(value: str) -> str | None:
+    if value == "" or all(
+        (m := _HOST_PORT.fullmatch(part.strip())) and 0 < int(m.group(1)) < 65536
+        for part in value.split(",")
+    ):
+        return None
+    return 'host:port[,host:port...] (or "" for none)'
+
+
+def _not_empty(value: str) -> str | None:
+    return None if value.strip() else "a non-empty string"
+
+
+@dataclass(frozen=True)
+class Key:
+    """What one key's value must be.
+
+    ``kind``: its TOML type (``number`` takes integers and floats, ``scalar`` any of string,
+    number, boolean). ``item``: a list's element type, whose rules are ``choices`` and
+    ``rule``. ``minimum``/``maximum``: inclusive bounds of a number. ``choices``: the strings
+    allowed. ``rule``: any further check of a string, returning what was expected, or None
+    when the value is fine."""
+
+    kind: Kind
+    item: Kind | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+    rule: Callable[[str], str | None] | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """What was expected when ``value`` does not fit, else None."""
+        if not _is_kind(value, self.kind):
+            return f"{_KIND_TEXT[self.kind]}, got {_type_name(value)}"
+        if self.kind == "list":
+            assert self.item is not None
+            for element in value:
+                if not _is_kind(element, self.item):
+                    return f"a list of {_KIND_TEXT[self.item][2:]}s; {_toml(element)} is not one"
+                found = self._scalar_problem(element)
+                if found is not None:
+                    return f"a list, each element {found}; {_toml(element)} is not"
+            return None
+        return self._scalar_problem(value)
+
+    def _scalar_problem(self, value: Any) -> str | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return "a finite number"  # TOML allows inf and nan; no setting means them
+        if self.choices is not None and value not in self.choices:
+            return "one of " + ", ".join(self.choices)
+        if (self.minimum is not None and value < self.minimum) or (
+            self.maximum is not None and value > self.maximum
+        ):
+            return self.expected()
+        if self.rule is not None and isinstance(value, str):
+            return self.rule(value)
+        return None
+
+    def expected(self) -> str:
+        """The value's description for ``--help`` and messages."""
+        if self.choices is not None:
+            return "one of " + ", ".join(self.choices)
+        text = _KIND_TEXT[self.kind]
+        if self.minimum is not None or self.maximum is not None:
+            text += " " + _range_text(self.minimum, self.maximum)
+        return text
+
+
+def _toml(value: Any) -> str:
+    """``value`` as TOML writes it (``true``, ``"text"``, ``["a", 1]``, ``inf``), for
+    messages."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # inf, -inf, nan (JSON would say Infinity)
+    return json.dumps(value, default=str)
+
+
+def _type_name(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             list: "a list", dict: "a table"}  # fmt: skip
+    return names.get(type(value), type(value).__name__)
+
+
+def _range_text(low: float | None, high: float | None) -> str:
+    def num(x: float) -> str:
+        return str(int(x)) if float(x).is_integer() else str(x)
+
+    if low is not None and high is not None:
+        return f"in {num(low)}..{num(high)}"
+    return f">= {num(low)}" if low is not None else f"<= {num(high)}"  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class FreeForm:
+    """A section whose keys are not fixed: ``key`` checks each key's name (None: any name),
+    ``value`` each value."""
+
+    value: Key
+    key: Callable[[str], str | None] | None = None
+    what: str = "key"
+
+
+_TOPICS = Key("list", item="string", rule=_topic_rule)
+_CODEC = Key("string", choices=PARQUET_CODECS)
+_ROWS = Key("integer", minimum=1)
+_STRATEGY = Key("string", rule=_strategy_rule)
+
+# section -> its keys (a FreeForm: keys checked by rule). Sub-tables are sections of their
+# own, by dotted name ("spark.conf"). Every job reads its own sections; the file is checked
+# whole, so a mistake in another job's section fails every job (one file, one truth).
+SECTIONS: dict[str, dict[str, Key] | FreeForm] = {
+    "paths": {
+        "log_dirs": Key("list", item="string", rule=_not_empty),
+        "lake": Key("string", rule=_not_empty),
+    },
+    "spark": {
+        "app_name": Key("string", rule=_not_empty),
+        "master": Key("string", rule=_not_empty),
+    },
+    "spark.conf": FreeForm(Key("scalar"), what="Spark setting"),
+    "ingest": {
+        "topics": _TOPICS,
+        "fail_on_corrupt": Key("boolean"),
+        "max_partition_bytes": Key("integer", minimum=1),
+        "compression": _CODEC,
+        "max_rows_per_file": _ROWS,
+        "progress_interval_s": Key("number", minimum=0),
+        "on_divergence": Key("string", choices=ON_DIVERGENCE),
+        "isolation": Key("string", choices=ISOLATION_LEVELS),
+        "bootstrap_servers": Key("string", rule=_servers_rule),
+        "lake_group": Key("string", rule=_not_empty),
+    },
+    "compact": {
+        "topics": _TOPICS,
+        "default_strategy": _STRATEGY,
+        "buckets": Key("integer", minimum=1, maximum=65536),
+        "compression": _CODEC,
+        "max_rows_per_file": _ROWS,
+    },
+    "compact.strategy": FreeForm(_STRATEGY, key=_topic_rule, what="topic"),
+    "retention": {
+        "broker_config": Key("string", rule=_not_empty),
+        "records": Key("string", rule=_records_rule),
+        "vacuum_hours": Key("number", minimum=0),
+        "zorder": Key("boolean"),
+        "delete_records_chunk": Key("integer", minimum=1),
+    },
+    "quality": {
+        "max_future_skew_s": Key("number", minimum=0),
+        "max_past_skew_s": Key("number", minimum=0),
+        "max_quarantined_batches": Key("integer", minimum=0),
+        "docs": Key("boolean"),
+    },
 }
 
 
@@ -88,50 +285,93 @@ RETIRED: dict[tuple[str, str], str] = {
 }
 
 
-def _nearest(word: str, candidates: set[str] | frozenset[str]) -> str:
+def _nearest(word: str, candidates: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, sorted(candidates), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def check_keys(data: Mapping[str, Any], path: str) -> None:
-    """Raise :class:`LoglakeError` for the first unknown section or key of ``data``."""
+def check_config(data: Mapping[str, Any], path: str) -> None:
+    """Raise :class:`InvalidConfigError` for the first unknown section or key of ``data``, or
+    value that its :class:`Key` refuses."""
     for section, table in data.items():
         if section not in SECTIONS:
             top = {s for s in SECTIONS if "." not in s}
-            raise LoglakeError(f"unknown section [{section}]" + _nearest(section, top), path=path)
+            raise InvalidConfigError(
+                f"unknown section [{section}]" + _nearest(section, top), path=path
+            )
         _check_table(section, table, path)
 
 
 def _check_table(name: str, table: Any, path: str) -> None:
     if not isinstance(table, Mapping):
-        raise LoglakeError(f"[{name}] must be a table", path=path)
-    keys = SECTIONS[name]
-    if keys is None:
-        return
+        raise InvalidConfigError(f"[{name}] must be a table, got {_toml(table)}", path=path)
+    spec = SECTIONS[name]
     for key, value in table.items():
         if f"{name}.{key}" in SECTIONS:
             _check_table(f"{name}.{key}", value, path)
+        elif isinstance(spec, FreeForm):
+            bad_key = spec.key(key) if spec.key is not None else None
+            if bad_key is not None:
+                raise InvalidConfigError(f"[{name}] {key!r}: each key must be {bad_key}", path=path)
+            _check_value(f"[{name}] {key!r}", value, spec.value, path)
         elif (name, key) in RETIRED:
-            raise LoglakeError(RETIRED[(name, key)], path=path)
-        elif key not in keys:
-            raise LoglakeError(f"unknown key {key!r} in [{name}]" + _nearest(key, keys), path=path)
+            raise InvalidConfigError(RETIRED[(name, key)], path=path)
+        elif key not in spec:
+            raise InvalidConfigError(
+                f"unknown key {key!r} in [{name}]" + _nearest(key, spec), path=path
+            )
+        else:
+            _check_value(f"[{name}] {key}", value, spec[key], path)
+
+
+def _check_value(where: str, value: Any, key: Key, path: str | None) -> None:
+    problem = key.problem(value)
+    if problem is not None:
+        raise InvalidConfigError(f"{where} = {_toml(value)}: expected {problem}", path=path)
+
+
+def option_type(section: str, key: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` for an option that overrides ``[section] key``: the string from
+    the command line parsed as the key's kind and checked by the same :class:`Key`, so a
+    value the file may not hold is refused on the command line too (exit 2, naming it)."""
+    spec = SECTIONS[section]
+    assert isinstance(spec, dict)
+    rules = spec[key]
+
+    def parse(text: str) -> Any:
+        value: Any = text
+        try:
+            if rules.kind == "integer":
+                value = int(text)
+            elif rules.kind == "number":
+                value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected {rules.expected()} (as [{section}] {key})"
+            ) from None
+        problem = rules.problem(value)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {problem} (as [{section}] {key})")
+        return value
+
+    parse.__name__ = f"[{section}] {key}"
+    return parse
 
 
 def read_pipeline_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a pipeline TOML file and :func:`check_keys` it; errors name the file."""
+    """Parse a pipeline TOML file and :func:`check_config` it; errors
+    (:class:`InvalidConfigError`) name the file."""
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise LoglakeError("config file not found", path=str(p)) from None
+        raise InvalidConfigError("config file not found", path=str(p)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidConfigError(f"config cannot be read: {exc}", path=str(p)) from None
     except tomllib.TOMLDecodeError as exc:
-        raise LoglakeError(f"config is not valid TOML: {exc}", path=str(p)) from None
-    check_keys(data, str(p))
+        raise InvalidConfigError(f"config is not valid TOML: {exc}", path=str(p)) from None
+    check_config(data, str(p))
     return data
-
-
-# Parquet codecs of the tables' data files (the jobs' `compression` keys).
-PARQUET_CODECS = ("snappy", "zstd", "lz4", "gzip", "none")
 
 
 @dataclass(frozen=True)
@@ -160,20 +400,23 @@ def job_settings(
     paths = data.get("paths", {})
     spark = data.get("spark", {})
     dirs = list(log_dirs) if log_dirs else paths.get("log_dirs", [])
-    if isinstance(dirs, str):
-        dirs = [dirs]
     lake_dir = lake or paths.get("lake")
     if not lake_dir or (need_log_dirs and not dirs):
         what = "log_dirs and lake" if need_log_dirs else "lake"
         flags = "--log-dirs/--lake" if need_log_dirs else "--lake"
-        raise LoglakeError(f"[paths] {what} must be set (or {flags})", path=str(path))
+        raise InvalidConfigError(f"[paths] {what} must be set (or {flags})", path=str(path))
     return JobSettings(
         log_dirs=tuple(str(Path(d).absolute()) for d in dirs),
         lake=str(Path(lake_dir).absolute()),
         app_name=f"{spark.get('app_name', 'loglake')}-{job}",
         master=spark.get("master"),
-        spark_conf={str(k): str(v) for k, v in spark.get("conf", {}).items()},
+        spark_conf={str(k): _spark_value(v) for k, v in spark.get("conf", {}).items()},
     )
+
+
+def _spark_value(value: Any) -> str:
+    # Spark reads booleans as "true"/"false"; str(True) would be "True".
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 class MissingTopicsError(LoglakeError):
@@ -251,18 +494,20 @@ def job_parser(
     log_dirs_help: str = "broker log dir (repeatable); overrides [paths]",
     spark: bool = True,
     topics: bool = False,
+    exit_codes: Mapping[int, str] | None = None,
 ) -> argparse.ArgumentParser:
     """A job's argument parser with what every job takes: ``--config``, ``--log-dirs``,
     ``--lake``, ``--verbose`` for the jobs that run Spark, and ``--allow-missing-topics`` for
     the jobs that take topic names (``topics``: see :func:`check_topics`). The description is
-    the second paragraph of the job's docstring, the epilog the rest (exit codes and
-    output)."""
+    the second paragraph of the job's docstring, the epilog the rest, then the exit codes
+    (:func:`pipelines.exit_codes.epilog`: 0-2 and those of ``exit_codes``, with the job's
+    detail of each)."""
     parts = doc.split("\n\n")
     parser = argparse.ArgumentParser(
         prog=prog,
         description=parts[1] if len(parts) > 1 else parts[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(parts[2:]),
+        epilog="\n\n".join([*parts[2:], epilog(dict(exit_codes or {}))]),
     )
     parser.add_argument("--config", required=True, help="pipeline TOML, e.g. conf/pipeline.toml")
     parser.add_argument("--log-dirs", action="append", help=log_dirs_help)

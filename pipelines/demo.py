@@ -27,7 +27,7 @@ Stages (each timed in the output; each stage's log under ``var/demo/``):
 
 The broker keeps running through the DAGs, as in production: the jobs read its log dirs
 while it serves (ingest stops at the checkpointed high watermark), and retention must delete
-through it (Kafka's DeleteRecords, Variable ``loglake_bootstrap_servers``) because a running
+through it (Kafka's DeleteRecords, Airflow connection ``loglake_broker``) because a running
 broker holds the log dirs' ``.lock``, which offline retention would need.
 
 Each run starts from an empty ``var/demo``. Exit codes: 0 done; 1 a stage failed (the stage
@@ -302,16 +302,20 @@ class Demo:
         variables = {
             "loglake_root": str(ROOT),
             "loglake_config": str(self.config),
-            "loglake_bootstrap_servers": self.bootstrap,
             "loglake_python": sys.executable,
-            "loglake_retries": "0",
         }
+        host, _, port = self.bootstrap.rpartition(":")
         env.update(
             AIRFLOW_HOME=str(self.airflow_home),
             AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "airflow" / "dags"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             AIRFLOW__CORE__UNIT_TEST_MODE="False",
+            # a transient failure is retried after seconds, not Airflow's default 5 minutes
+            AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY="5",
             AIRFLOW_CONN_LOGLAKE_SPARK=json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            AIRFLOW_CONN_LOGLAKE_BROKER=json.dumps(
+                {"conn_type": "generic", "host": host, "port": int(port)}
+            ),
         )
         env.update({f"AIRFLOW_VAR_{k.upper()}": v for k, v in variables.items()})
         return env

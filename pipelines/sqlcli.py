@@ -11,12 +11,20 @@ it is valid printable UTF-8, else as ``0x`` hex, cut to ``--max-width``; NULL as
 timestamps in UTC), ``csv`` (header row; binary as base64, timestamps ISO-8601, nested values
 as JSON) and ``json`` (one JSON object per row, same conventions as CSV).
 
-Time travel: ``--version records=3`` pins a table to a version (repeatable); the others stay
-at their latest. In the prompt, ``.version records 3`` does the same (``.version records`` goes
-back to latest).
+Time travel, per table (DataFusion has no ``VERSION AS OF`` syntax, so a table is pinned
+before the query and keeps its plain name in the SQL): ``--as-of-version records=3`` reads
+``records`` at version 3, ``--as-of-timestamp records=2026-11-27T14:00:00Z`` at the last
+version committed at or before that instant (ISO-8601; no zone means UTC; before the first
+commit is an error). Both repeat, one table each; the other tables stay at their latest. The
+names leave ``--version`` to ``loglake --version``. In the prompt, ``.version records 3`` or
+``.version records 2026-11-27T14:00:00Z`` does the same (``.version records``: back to latest).
+
+History: ``--history TABLE`` (or ``.history TABLE`` in the prompt) lists the versions still in
+the table's log, newest first: version, timestamp, operation, its parameters and metrics (JSON),
+in the chosen ``--format``.
 
 Exit codes: 0 success, 1 a query failed (bad SQL, unknown table or column; the message says
-which), 2 bad usage (no such lake directory, a bad ``--version``).
+which), 2 bad usage (no such lake directory, a bad ``--as-of-*`` or ``--history``).
 
 This module imports only the standard library at import time (``loglake --help`` stays fast
 and the broker's CLI never loads Arrow); the work is in :func:`run`.
@@ -32,7 +40,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import QueryBuilder
 
-    from pipelines.catalog import LakeTable
+    from pipelines.catalog import LakeTable, Pin
 
 __all__ = ["add_arguments", "format_value", "run"]
 
@@ -42,7 +50,10 @@ meta commands:
   .tables              list the tables
   .schema [TABLE]      columns and types of TABLE (or of every table)
   .format table|csv|json
-  .version TABLE [N]   pin TABLE to version N (no N: back to latest)
+  .version TABLE [N|TIMESTAMP]
+                       pin TABLE to version N, or as of an ISO-8601 timestamp
+                       (no N: back to latest)
+  .history TABLE       TABLE's versions: version, timestamp, operation, parameters
   .help                this text
   .quit                leave (so does end of input)
 SQL statements end with ';' and may span lines."""
@@ -60,9 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  offset_lookup/time_lookup show max_timestamp as a UTC timestamp and the raw\n"
         "  milliseconds as max_timestamp_ms.\n\n"
         + _HELP
-        + "\n\nexit codes: 0 success, 1 a query failed, 2 bad usage (lake, --version)."
+        + "\n\ntime travel: --as-of-version TABLE=N, --as-of-timestamp TABLE=TIMESTAMP (ISO-8601,"
+        "\n  UTC unless a zone is given: the last version committed at or before it).\n"
+        "\nexit codes: 0 success, 1 a query failed, 2 bad usage (lake, --as-of-*, --history)."
     )
-    parser.add_argument("query", nargs="?", help="one SQL statement (omit for the prompt)")
+    parser.add_argument(
+        "query", nargs="?", help="one SQL statement (omit for the prompt; not with --history)"
+    )
     parser.add_argument(
         "--lake",
         required=True,
@@ -72,11 +87,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--format", choices=FORMATS, default="table", help="output format (default: table)"
     )
     parser.add_argument(
-        "--version",
+        "--as-of-version",
         action="append",
         default=[],
         metavar="TABLE=N",
         help="read TABLE at version N (time travel); repeatable",
+    )
+    parser.add_argument(
+        "--as-of-timestamp",
+        action="append",
+        default=[],
+        metavar="TABLE=TIMESTAMP",
+        help="read TABLE as of an ISO-8601 instant (the last version committed at or before "
+        "it); repeatable",
+    )
+    parser.add_argument(
+        "--history", metavar="TABLE", help="list TABLE's versions (its Delta history) and exit"
     )
     parser.add_argument(
         "--max-width",
@@ -89,12 +115,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from logstore.errors import LoglakeError  # noqa: PLC0415
-    from pipelines.catalog import find_tables, parse_versions  # noqa: PLC0415
+    from pipelines.catalog import find_tables, parse_timestamps, parse_versions  # noqa: PLC0415
 
     try:
         tables = find_tables(args.lake)
-        versions = parse_versions(args.version, tables)
+        versions: dict[str, Pin] = {**parse_versions(args.as_of_version, tables)}
+        for name, when in parse_timestamps(args.as_of_timestamp, tables).items():
+            if name in versions:
+                raise LoglakeError(f"table {name!r} is pinned twice (--as-of-version and "
+                                   "--as-of-timestamp): choose one")  # fmt: skip
+            versions[name] = when
         session = _Session(tables, versions, args.format, args.max_width, sys.stdout)
+        if args.history is not None:
+            if args.query is not None:
+                raise LoglakeError("--history takes no QUERY (it lists the table's versions)")
+            return 0 if session.history(args.history) else 2
         session.builder()  # opens every table now: a missing version is a usage error
     except LoglakeError as exc:
         print(f"loglake sql: error: {exc}", file=sys.stderr)
@@ -110,7 +145,7 @@ class _Session:
     def __init__(
         self,
         tables: list[LakeTable],
-        versions: dict[str, int],
+        versions: dict[str, Pin],
         fmt: str,
         max_width: int,
         out: TextIO,
@@ -198,9 +233,14 @@ class _Session:
             return True
         if cmd == ".tables":
             for t in self.tables:
-                pin = f"  (version {self.versions[t.name]})" if t.name in self.versions else ""
+                pin = _pin_text(self.versions[t.name]) if t.name in self.versions else ""
                 print(f"{t.name}{pin}", file=self.out)
             return True
+        if cmd == ".history":
+            if len(rest) != 1:
+                print("loglake sql: error: .history TABLE", file=sys.stderr)
+                return False
+            return self.history(rest[0])
         if cmd == ".schema":
             return self._schema(rest)
         if cmd == ".format":
@@ -236,16 +276,43 @@ class _Session:
             return False
         return True
 
+    def history(self, name: str) -> bool:
+        """Print table ``name``'s history; False (message on stderr) when there is no such
+        table or it cannot be read."""
+        import pyarrow as pa  # noqa: PLC0415
+
+        from logstore.errors import LoglakeError  # noqa: PLC0415
+        from pipelines.catalog import table_history  # noqa: PLC0415
+
+        found = [t for t in self.tables if t.name == name.lower()]
+        try:
+            if not found:
+                names = ", ".join(t.name for t in self.tables) or "none"
+                raise LoglakeError(f"no table {name!r} in the lake (tables: {names})")
+            history = table_history(found[0])
+        except LoglakeError as exc:
+            print(f"loglake sql: error: {exc}", file=sys.stderr)
+            return False
+        reader = pa.RecordBatchReader.from_batches(history.schema, history.to_batches())
+        _print_result(reader, self.fmt, self.max_width, self.out)
+        return True
+
     def _version(self, rest: list[str]) -> bool:
         from logstore.errors import LoglakeError  # noqa: PLC0415
-        from pipelines.catalog import parse_versions  # noqa: PLC0415
+        from pipelines.catalog import parse_timestamps, parse_versions  # noqa: PLC0415
 
         if len(rest) not in (1, 2):
-            print("loglake sql: error: .version TABLE [N]", file=sys.stderr)
+            print("loglake sql: error: .version TABLE [N|TIMESTAMP]", file=sys.stderr)
             return False
         try:
             if len(rest) == 2:
-                self.versions.update(parse_versions([f"{rest[0]}={rest[1]}"], self.tables))
+                spec = [f"{rest[0]}={rest[1]}"]
+                pins: dict[str, Pin] = {
+                    **(parse_versions(spec, self.tables, flag=".version")
+                       if rest[1].isdigit()
+                       else parse_timestamps(spec, self.tables, flag=".version"))
+                }  # fmt: skip
+                self.versions.update(pins)
             else:
                 self.versions.pop(rest[0].lower(), None)
             self._qb = None
@@ -256,6 +323,12 @@ class _Session:
             print(f"loglake sql: error: {exc}", file=sys.stderr)
             return False
         return True
+
+
+def _pin_text(pin: Pin) -> str:
+    if isinstance(pin, int):
+        return f"  (version {pin})"
+    return f"  (as of {pin.isoformat()})"
 
 
 def _type_name(t: pa.DataType) -> str:

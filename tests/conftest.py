@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# ../shared/fixtures/kafka-real: segment files written by a real Apache Kafka broker.
-KAFKA_REAL = ROOT.parent / "shared" / "fixtures" / "kafka-real"
+# Segment files written by real Apache Kafka brokers, in the checkout (provenance: its README).
+KAFKA_REAL = ROOT / "tests" / "fixtures" / "kafka-real"
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -21,7 +21,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 def kafka_real() -> Path:
     """The directory of real broker-written fixtures (read-only)."""
     if not KAFKA_REAL.is_dir():
-        pytest.fail(f"fixtures missing: {KAFKA_REAL} (shared/ must sit beside the checkout)")
+        pytest.fail(f"fixtures missing: {KAFKA_REAL} (part of the repository: git checkout it)")
     return KAFKA_REAL
 
 

@@ -53,7 +53,8 @@ _CHUNK = 64 * 1024
 def compress(codec: Codec | int, data: Buffer, *, level: int | None = None) -> bytes:
     """Compress ``data`` as the records section of a batch of ``codec``.
 
-    ``Codec.NONE`` returns the bytes unchanged. ``level`` applies to gzip and zstd.
+    ``Codec.NONE`` returns the bytes unchanged. ``level`` applies to gzip (-1: zlib's
+    default), lz4 (Kafka's 1-17; the frame library caps it at its highest level) and zstd.
     """
     codec = Codec.from_id(int(codec))
     raw = bytes(data)
@@ -70,7 +71,9 @@ def compress(codec: Codec | int, data: Buffer, *, level: int | None = None) -> b
             out += block
         return bytes(out)
     if codec is Codec.LZ4:
-        return bytes(lz4.frame.compress(raw))
+        if level is None:
+            return bytes(lz4.frame.compress(raw))
+        return bytes(lz4.frame.compress(raw, compression_level=level))
     return bytes(zstandard.ZstdCompressor(level=3 if level is None else level).compress(raw))
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "UnsupportedVersionError",
     "decode_request",
     "encode_response",
+    "field_specs",
     "parse_request_header",
     "response_header_bytes",
 ]
@@ -200,11 +201,12 @@ def decode_request(frame: bytes | memoryview, header: RequestHeader) -> Any:
     return request
 
 
-# Per kio class: (field name, may be null, holds entities) for the null check below.
+# Per kio class: (field name, may be null, holds entities): for the null check below and
+# the metrics' error counts (logstore.server.metrics).
 _FIELD_SPECS: Final[dict[type[Any], tuple[tuple[str, bool, bool], ...]]] = {}
 
 
-def _field_specs(cls: type[Any]) -> tuple[tuple[str, bool, bool], ...]:
+def field_specs(cls: type[Any]) -> tuple[tuple[str, bool, bool], ...]:
     specs = _FIELD_SPECS.get(cls)
     if specs is None:
         out = []
@@ -225,7 +227,7 @@ def _check_nulls(obj: Any, where: str) -> None:
     """kio returns None for an array or string sent with length -1 even where the schema
     does not allow null; Kafka rejects such a request, and so do we (instead of letting a
     handler trip over it)."""
-    for name, nullable, holds_entities in _field_specs(type(obj)):
+    for name, nullable, holds_entities in field_specs(type(obj)):
         value = getattr(obj, name)
         if value is None:
             if not nullable:

@@ -45,6 +45,7 @@ import threading
 import uuid
 
 from logstore.errors import (
+    InvalidConfigError,
     InvalidProducerEpochError,
     InvalidTopicError,
     LoglakeError,
@@ -54,6 +55,8 @@ from logstore.server.config import BrokerConfig
 from logstore.server.dispatch import Dispatcher
 from logstore.server.group.coordinator import GroupCoordinator
 from logstore.server.group.offset_store import OFFSETS_TOPIC
+from logstore.server.memory_pool import MemoryPool
+from logstore.server.metrics import BrokerMetrics
 from logstore.server.network import SocketServer
 from logstore.server.purgatory import Purgatory
 from logstore.server.topics import TOPIC_ID_NAMESPACE, TopicExistsError, topic_id_for
@@ -65,7 +68,12 @@ from logstore.storage.files import validate_topic
 from logstore.storage.log_manager import LogManager
 from logstore.storage.partition import Partition
 from logstore.storage.scheduler import ScheduledTask
-from logstore.storage.topic_config import delete_topic_config, read_topic_configs
+from logstore.storage.topic_config import (
+    delete_topic_config,
+    read_topic_configs,
+    topic_config_path,
+)
+from logstore.storage.topic_config_defs import validate_topic_properties
 
 __all__ = ["Broker", "TopicExistsError", "topic_id_for"]
 
@@ -87,6 +95,18 @@ class Broker:
             config.get_int("log.flush.offset.checkpoint.interval.ms"),
             config.get_int("replica.high.watermark.checkpoint.interval.ms"),
         )
+        self.topic_overrides: dict[str, dict[str, str]] = {}
+        for d in config.log_dirs:
+            for topic, props in read_topic_configs(d).items():
+                # the files obey the rules CreateTopics and AlterConfigs apply (a hand-edited
+                # file with an unknown key or a bad value stops the start, naming the file)
+                try:
+                    validate_topic_properties(props)
+                except InvalidConfigError as exc:
+                    raise InvalidConfigError(
+                        f"{topic_config_path(d, topic)}: {exc.message}"
+                    ) from exc
+                self.topic_overrides.setdefault(topic, {}).update(props)
         self.log_manager = LogManager(
             [str(d) for d in config.log_dirs],
             default_config=self.default_log_config,
@@ -101,15 +121,13 @@ class Broker:
         self.admin_lock = threading.RLock()
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._partitions_lock = threading.Lock()
-        self.topic_overrides: dict[str, dict[str, str]] = {}
-        for d in config.log_dirs:
-            for topic, props in read_topic_configs(d).items():
-                self.topic_overrides.setdefault(topic, {}).update(props)
         self.purgatory = Purgatory("fetch")
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
         self._txn_tasks: list[ScheduledTask] = []
         self._server: SocketServer | None = None
+        # metrics.listeners: request-path counters and /metrics (None: off, nothing counted)
+        self.metrics: BrokerMetrics | None = None
         self._stopped = threading.Event()
         self.advertised_host = ""
         self.advertised_port = 0
@@ -121,14 +139,26 @@ class Broker:
         self.group_coordinator.start()
         self._set_lake_bound(self.group_coordinator)
         self._start_txn_coordinator(self.group_coordinator)
+        if self.config.metrics_listener is not None:
+            self.metrics = BrokerMetrics(self)
         dispatcher = Dispatcher(self)
         self._server = SocketServer(self.config, dispatcher.dispatch, inline=dispatcher.try_inline)
         adv = self.config.advertised
         self.advertised_host = adv.host if adv is not None else self._server.host
-        self.advertised_port = adv.port if adv is not None else self._server.port
+        # a port of 0 in advertised.listeners (tests override ports) means the bound one
+        self.advertised_port = adv.port if adv is not None and adv.port else self._server.port
         if self.config.listener.host in ("", "0.0.0.0") and adv is None:
             self.advertised_host = "127.0.0.1"
+        self._start_metrics()
         self._server.start()
+        for ctl in self.config.controller_listeners:
+            log.info(
+                "controller listener %s://%s:%d accepted and not opened: this single node is"
+                " its own KRaft controller and serves no quorum",
+                ctl.name,
+                ctl.host,
+                ctl.port,
+            )
         log.info(
             "loglake broker %d listening on %s:%d (log.dirs=%s)",
             self.node_id,
@@ -136,6 +166,22 @@ class Broker:
             self._server.port,
             ",".join(str(d) for d in self.config.log_dirs),
         )
+
+    def _start_metrics(self) -> None:
+        """``metrics.listeners``: serve /metrics before clients are served; OSError (the
+        CLI exits 1) when the address cannot be bound."""
+        listener = self.config.metrics_listener
+        if self.metrics is None or listener is None:
+            return
+        try:
+            host, port = self.metrics.start(listener.host, listener.port)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"cannot serve metrics on {listener.host}:{listener.port} (metrics.listeners):"
+                f" {exc.strerror or exc}",
+            ) from exc
+        log.info("metrics at http://%s:%d/metrics", host, port)
 
     def _set_lake_bound(self, groups: GroupCoordinator) -> None:
         """``log.retention.lake.group``: the periodic retention keeps what that group (the
@@ -229,6 +275,11 @@ class Broker:
         return True
 
     @property
+    def memory_pool(self) -> MemoryPool | None:
+        """The reactor's request memory pool (None before :meth:`start`)."""
+        return None if self._server is None else self._server.memory_pool
+
+    @property
     def port(self) -> int:
         if self._server is None:
             raise RuntimeError("broker not started")
@@ -250,6 +301,8 @@ class Broker:
         self.purgatory.shutdown()
         if self._server is not None:
             self._server.shutdown(timeout_s=15.0)
+        if self.metrics is not None:
+            self.metrics.stop()
         for task in self._txn_tasks:
             task.cancel()
         if self.group_coordinator is not None:

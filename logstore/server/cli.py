@@ -21,7 +21,7 @@ import threading
 import traceback
 from types import FrameType
 
-from logstore.errors import LogDirLockedError, LoglakeError
+from logstore.errors import InvalidConfigError, LogDirLockedError, LoglakeError
 from logstore.server.config import BrokerConfig, ConfigError
 
 __all__ = ["add_arguments", "run"]
@@ -33,7 +33,8 @@ EPILOG = (
     "Exit codes: 0 stopped cleanly by SIGTERM or SIGINT (logs flushed, checkpoints and the"
     " clean-shutdown marker written); 1 error: a log directory locked by another process, logs"
     " that cannot be opened, the listener cannot bind, or a broker module fails to import;"
-    " 2 bad arguments or a configuration error (one line naming the key); 3 stopped, but the"
+    " 2 bad arguments or a configuration error (one line naming the key, or the topic-config"
+    " file); 3 stopped, but the"
     " log state could not be fully persisted (a full disk, an I/O error: logged; no"
     " clean-shutdown marker, the next start recovers; nothing acknowledged is lost);"
     " 130 interrupted (Ctrl-C) while it loads its configuration and modules, before its signal"
@@ -43,7 +44,12 @@ EPILOG = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
-    parser.add_argument("--config", metavar="PATH", help="broker properties file (Kafka key names)")
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="broker properties file (Kafka key names; Kafka's stock KRaft server.properties"
+        " works as it is)",
+    )
     parser.add_argument(
         "--override",
         metavar="KEY=VALUE",
@@ -102,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
     except LogDirLockedError as exc:
         print(f"loglake broker: {exc}", file=sys.stderr)
         return 1
+    except InvalidConfigError as exc:  # a topic-config file breaking its key's rule
+        print(f"loglake broker: configuration error: {exc}", file=sys.stderr)
+        return 2
     except (LoglakeError, OSError) as exc:
         print(f"loglake broker: cannot open the logs: {exc}", file=sys.stderr)
         return 1

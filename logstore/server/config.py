@@ -2,10 +2,18 @@
 
 The file is Java properties text: ``key=value`` or ``key: value`` per line, ``#``/``!``
 comments, a trailing backslash continues a line. ``--override key=value`` wins over the
-file. Every key must be known and its value valid for its type and range, otherwise
+file. Every key loglake reads must hold a value valid for its type and range, otherwise
 :class:`ConfigError` names the key, the value and what was expected — at start-up, never
 later. Keys Kafka accepts but which make no sense for a single-node broker (replication)
-are still known and validated, with only the values that are true here allowed.
+are still known and validated, with only the values that are true here allowed. Kafka's
+other broker keys (:mod:`logstore.server.kafka_keys`: the KRaft quorum, share groups, ...)
+are accepted and logged once as ignored, so that Kafka's stock ``server.properties`` starts
+the broker as it is; any other key is refused, naming the nearest known one.
+
+Listeners: ``listeners`` may hold KRaft controller listeners (named in
+``controller.listener.names``), accepted and never opened — a single node is its own
+controller — besides exactly one client listener whose security protocol
+(``listener.security.protocol.map``) is PLAINTEXT.
 
 Broker-wide ``log.*`` keys are the defaults of the topic-level keys (``log.segment.bytes``
 -> ``segment.bytes`` ...); :meth:`BrokerConfig.topic_defaults` returns them under the
@@ -16,6 +24,8 @@ Thread-safety: immutable after construction.
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -23,7 +33,10 @@ from pathlib import Path
 from typing import Final
 
 from logstore.errors import InvalidConfigError, LoglakeError
+from logstore.server.kafka_keys import is_ignored_kafka_key
+from logstore.storage.config import BROKER_KEYS, LogConfig
 from logstore.storage.properties import parse_properties as _parse_java_properties
+from logstore.storage.topic_config_defs import nearest_key, parse_topic_value
 
 __all__ = [
     "BROKER_CONFIG_DEFS",
@@ -39,6 +52,9 @@ LONG_MAX: Final = 9_223_372_036_854_775_807
 INT_MAX: Final = 2_147_483_647
 
 
+_log = logging.getLogger(__name__)
+
+
 class ConfigError(LoglakeError):
     """An unknown configuration key or an invalid value."""
 
@@ -46,7 +62,7 @@ class ConfigError(LoglakeError):
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     name: str
-    type: str  # "int" | "long" | "bool" | "string" | "list" | "password"
+    type: str  # "int" | "long" | "double" | "bool" | "string" | "list" | "password"
     default: str | None
     doc: str
     low: int | None = None
@@ -76,10 +92,18 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "listeners",
             "list",
             "PLAINTEXT://127.0.0.1:9092",
-            "where to listen: PLAINTEXT://host:port (port 0 = chosen by the OS)",
+            "where to listen: PLAINTEXT://host:port (port 0 = chosen by the OS); a controller"
+            " listener (controller.listener.names) may be listed too and is not opened",
         ),
         _d(
             "advertised.listeners", "list", None, "what Metadata tells clients (default: listeners)"
+        ),
+        _d(
+            "metrics.listeners",
+            "string",
+            "",
+            "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: chosen by the OS;"
+            " empty: off)",
         ),
         _d("log.dirs", "list", None, "log directories (comma-separated); default log.dir"),
         _d("log.dir", "string", "/tmp/loglake-logs", "log directory when log.dirs is not set"),
@@ -358,23 +382,77 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             high=1,
         ),
         _d("transaction.state.log.min.isr", "int", "1", "single node: must be 1", low=1, high=1),
+        # KRaft: a single node is its own controller (see conf/broker.properties)
+        _d(
+            "process.roles",
+            "list",
+            "broker,controller",
+            "KRaft roles; loglake is always both (must include broker)",
+            choices=("broker", "controller"),
+        ),
+        _d(
+            "controller.listener.names",
+            "list",
+            "CONTROLLER",
+            "listeners of the KRaft controller: accepted, never opened (no quorum to serve)",
+        ),
+        _d(
+            "listener.security.protocol.map",
+            "list",
+            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+            "listener name -> security protocol (the client listener must map to PLAINTEXT)",
+        ),
+        _d(
+            "inter.broker.listener.name",
+            "string",
+            None,
+            "single node: no inter-broker traffic; must name the client listener if set",
+        ),
+        # broker defaults of topic configs (Kafka's synonyms; see topic_config_defs)
+        _d("log.roll.jitter.ms", "long", None, "segment.jitter.ms default", low=0),
+        _d("log.roll.jitter.hours", "int", "0", "segment.jitter.ms default, hours", low=0),
+        _d(
+            "log.cleaner.max.compaction.lag.ms",
+            "long",
+            str(LONG_MAX),
+            "max.compaction.lag.ms default",
+            low=1,
+        ),
+        _d("log.cleaner.min.cleanable.ratio", "double", "0.5", "min.cleanable.dirty.ratio default"),
+        _d(
+            "log.cleaner.enable",
+            "bool",
+            "true",
+            "clean compacted topics: read by jobs/compact.py --log and the loglake_log_cleaning DAG"
+            " (the broker runs no cleaner thread of its own)",
+        ),
+        _d("log.preallocate", "bool", "false", "preallocate default"),
+        _d(
+            "log.message.timestamp.before.max.ms",
+            "long",
+            str(LONG_MAX),
+            "message.timestamp.before.max.ms default",
+            low=0,
+        ),
+        _d(
+            "log.message.timestamp.after.max.ms",
+            "long",
+            "3600000",
+            "message.timestamp.after.max.ms default",
+            low=0,
+        ),
+        _d("compression.type", "string", "producer", "compression.type default"),
+        _d("compression.gzip.level", "int", "-1", "compression.gzip.level default"),
+        _d("compression.lz4.level", "int", "9", "compression.lz4.level default"),
+        _d("compression.zstd.level", "int", "3", "compression.zstd.level default"),
+        _d("min.insync.replicas", "int", "1", "no-op on one node (topic default)", low=1),
+        _d("unclean.leader.election.enable", "bool", "false", "no-op on one node (topic default)"),
     )
 }
 
-# Broker default -> topic-level key (Kafka's LogConfig / ServerLogConfigs names).
-TOPIC_KEY_FOR_BROKER_KEY: Final[dict[str, str]] = {
-    "log.segment.bytes": "segment.bytes",
-    "log.index.size.max.bytes": "segment.index.bytes",
-    "log.index.interval.bytes": "index.interval.bytes",
-    "log.flush.interval.messages": "flush.messages",
-    "log.retention.bytes": "retention.bytes",
-    "log.cleanup.policy": "cleanup.policy",
-    "log.segment.delete.delay.ms": "file.delete.delay.ms",
-    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
-    "log.cleaner.delete.retention.ms": "delete.retention.ms",
-    "log.message.timestamp.type": "message.timestamp.type",
-    "message.max.bytes": "max.message.bytes",
-}
+# Broker default -> topic-level key (Kafka's ServerTopicConfigSynonyms, from the registry;
+# unit-scaled keys such as log.retention.hours included).
+TOPIC_KEY_FOR_BROKER_KEY: Final[dict[str, str]] = {k: t for k, (t, _) in BROKER_KEYS.items()}
 
 _LISTENER = re.compile(
     r"^(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)://)(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$"
@@ -419,6 +497,14 @@ def _parse_value(d: ConfigDef, raw: str) -> object:
         if not lo <= value <= hi:
             raise ConfigError(f"{d.name}={raw!r}: expected a value in [{lo}, {hi}]")
         return value
+    if d.type == "double":
+        try:
+            number = float(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{d.name}={raw!r}: expected a number") from None
+        if math.isnan(number):
+            raise ConfigError(f"{d.name}={raw!r}: expected a number")
+        return number
     if d.type == "bool":
         v = raw.strip().lower()
         if v not in ("true", "false"):
@@ -440,14 +526,40 @@ def _parse_value(d: ConfigDef, raw: str) -> object:
 def _parse_listener(text: str, key: str) -> Listener:
     m = _LISTENER.match(text)
     if m is None:
-        raise ConfigError(f"{key}={text!r}: expected PLAINTEXT://host:port")
-    if m.group("name") != "PLAINTEXT":
-        raise ConfigError(f"{key}={text!r}: only the PLAINTEXT security protocol is supported")
+        raise ConfigError(f"{key}={text!r}: expected PLAINTEXT://host:port (NAME://host:port)")
     port = int(m.group("port"))
     if port > 65535:
         raise ConfigError(f"{key}={text!r}: port {port} is out of range")
     host = m.group("host").strip("[]")
     return Listener(m.group("name"), host, port)
+
+
+def _parse_metrics_listener(text: str) -> Listener:
+    m = _LISTENER.match(text)
+    if m is None or m.group("name").lower() != "http":
+        raise ConfigError(f"metrics.listeners={text!r}: expected http://host:port")
+    port = int(m.group("port"))
+    if port > 65535:
+        raise ConfigError(f"metrics.listeners={text!r}: port {port} is out of range")
+    return Listener("http", m.group("host").strip("[]") or "0.0.0.0", port)
+
+
+def _unknown_key(key: str) -> str:
+    near = nearest_key(key, tuple(BROKER_CONFIG_DEFS))
+    return f"{key!r} (did you mean {near!r}?)" if near else repr(key)
+
+
+def _check_topic_default(key: str, raw: str) -> None:
+    """A broker key behind a topic key (``log.cleaner.min.cleanable.ratio``...) obeys the
+    topic key's rule too (Kafka validates both with one definition)."""
+    topic_key, mult = BROKER_KEYS[key]
+    if mult != 1:
+        return  # a unit-scaled key (hours, minutes): its own integer range is the rule
+    try:
+        parse_topic_value(topic_key, raw)
+    except InvalidConfigError as exc:
+        rule = exc.message.split(":", 1)[-1].strip()
+        raise ConfigError(f"{key}={raw!r}: {rule}") from None
 
 
 class BrokerConfig:
@@ -458,32 +570,34 @@ class BrokerConfig:
     """
 
     def __init__(self, props: Mapping[str, str]) -> None:
-        unknown = sorted(k for k in props if k not in BROKER_CONFIG_DEFS)
-        if unknown:
+        unknown = [k for k in props if k not in BROKER_CONFIG_DEFS]
+        refused = sorted(k for k in unknown if not is_ignored_kafka_key(k))
+        if refused:
             raise ConfigError(
-                f"unknown configuration key(s): {', '.join(unknown)}"
+                f"unknown configuration key(s): {', '.join(map(_unknown_key, refused))}"
                 " (see conf/broker.properties for the supported keys)"
+            )
+        # Kafka's keys that mean nothing on this broker: accepted, named once at start-up
+        self.ignored: list[str] = sorted(unknown)
+        if self.ignored:
+            _log.info(
+                "ignoring Kafka broker keys loglake does not use: %s", ", ".join(self.ignored)
             )
         self.originals: dict[str, str] = dict(props)
         self.values: dict[str, object] = {}
         for name, d in BROKER_CONFIG_DEFS.items():
             raw = props.get(name, d.default)
             self.values[name] = None if raw is None else _parse_value(d, raw)
+            if raw is not None and name in BROKER_KEYS:
+                _check_topic_default(name, raw)
         broker_id = self.values["broker.id"]
         if broker_id is not None and "node.id" in props and broker_id != self.values["node.id"]:
             raise ConfigError(f"broker.id={broker_id} and node.id={self.values['node.id']} differ")
-        listeners = self._list("listeners")
-        if len(listeners) != 1:
-            raise ConfigError(f"listeners={listeners!r}: exactly one listener is supported")
-        self.listener = _parse_listener(listeners[0], "listeners")
-        adv = self.values["advertised.listeners"]
-        if adv is not None:
-            adv_l = self._list("advertised.listeners")
-            if len(adv_l) != 1:
-                raise ConfigError(f"advertised.listeners={adv_l!r}: exactly one is supported")
-            self.advertised: Listener | None = _parse_listener(adv_l[0], "advertised.listeners")
-        else:
-            self.advertised = None
+        self._set_listeners()
+        metrics = self.get_str("metrics.listeners")
+        self.metrics_listener: Listener | None = (
+            _parse_metrics_listener(metrics) if metrics else None
+        )
         dirs = self.values["log.dirs"]
         if dirs is None:
             self.log_dirs = [Path(self.get_str("log.dir"))]
@@ -567,14 +681,61 @@ class BrokerConfig:
         return v if v is not None else self.get_int("log.flush.scheduler.interval.ms")
 
     def topic_defaults(self) -> dict[str, str]:
-        """The broker's defaults for every topic-level key, under the topic key names."""
-        out = {
-            topic_key: self.get_str(broker_key)
-            if BROKER_CONFIG_DEFS[broker_key].type in ("string", "list")
-            else str(self.values[broker_key])
-            for broker_key, topic_key in TOPIC_KEY_FOR_BROKER_KEY.items()
-        }
-        out["retention.ms"] = str(self.retention_ms)
-        out["segment.ms"] = str(self.roll_ms)
-        out["flush.ms"] = str(self.flush_ms)
-        return out
+        """The broker's defaults for every topic-level key LogConfig carries, under the topic
+        key names (Kafka's synonyms: ``log.roll.hours`` -> ``segment.ms`` ...)."""
+        return LogConfig.from_broker_properties(self.originals).to_properties()
+
+    def _set_listeners(self) -> None:
+        """``listener`` (the one client listener) and ``advertised`` from Kafka's keys.
+
+        ``listeners`` may name a KRaft CONTROLLER listener (``controller.listener.names``):
+        it is accepted and not opened — a single node is its own controller and has no quorum
+        to serve. Exactly one other listener, whose security protocol
+        (``listener.security.protocol.map``; a listener named after a protocol maps to it) is
+        PLAINTEXT, serves clients. ``advertised.listeners`` entries of controller listeners
+        are ignored too.
+        """
+        controllers = set(self._list("controller.listener.names"))
+        protocols: dict[str, str] = {}
+        for item in self._list("listener.security.protocol.map"):
+            name, sep, proto = item.partition(":")
+            if not sep or not name.strip() or not proto.strip():
+                raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL")
+            protocols[name.strip()] = proto.strip()
+        roles = self._list("process.roles")
+        if "broker" not in roles:
+            raise ConfigError(f"process.roles={roles!r}: loglake is a broker; include broker")
+        parsed = [_parse_listener(text, "listeners") for text in self._list("listeners")]
+        clients = [lst for lst in parsed if lst.name not in controllers]
+        if len(clients) != 1:
+            raise ConfigError(
+                f"listeners={self.get_str('listeners')!r}: exactly one client listener is"
+                f" supported besides the controller listener(s) {sorted(controllers)}"
+            )
+        self.listener = clients[0]
+        self.controller_listeners = [lst for lst in parsed if lst.name in controllers]
+        proto = protocols.get(self.listener.name, self.listener.name)
+        if proto != "PLAINTEXT":
+            raise ConfigError(
+                f"listeners: {self.listener.name} uses security protocol {proto}; only"
+                " PLAINTEXT is supported"
+            )
+        inter = self.values["inter.broker.listener.name"]
+        if inter is not None and inter != self.listener.name:
+            raise ConfigError(
+                f"inter.broker.listener.name={inter!r}: expected the client listener"
+                f" {self.listener.name!r}"
+            )
+        self.advertised: Listener | None = None
+        if self.values["advertised.listeners"] is not None:
+            adv = [
+                _parse_listener(text, "advertised.listeners")
+                for text in self._list("advertised.listeners")
+            ]
+            mine = [lst for lst in adv if lst.name not in controllers]
+            if len(mine) != 1 or mine[0].name != self.listener.name:
+                raise ConfigError(
+                    f"advertised.listeners={self.get_str('advertised.listeners')!r}: expected"
+                    f" one entry for listener {self.listener.name!r}"
+                )
+            self.advertised = mine[0]

@@ -147,6 +147,12 @@ class Dispatcher:
             req.close()
 
     def _send(self, req: NetworkRequest, header: RequestHeader, response: Any) -> None:
+        metrics = self._broker.metrics
+        if metrics is not None:
+            try:
+                metrics.request_done(header.api_key, req.received_ns, response)
+            except Exception:  # a metrics bug must not leave the client without its answer
+                log.exception("metrics of api %d failed", header.api_key)
         if isinstance(response, NoResponse):
             req.respond([])
         elif isinstance(response, RawResponse):

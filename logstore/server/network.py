@@ -52,6 +52,23 @@ final size is the frame's size. Per connection: one frame at a time (muting), so
 connection holds at most one ``socket.request.max.bytes`` frame, buffered no faster than
 its bytes arrive.
 
+Allocator. Request frames, their parsed copies and the produce path's copy of the records
+are large (a 1 MB producer batch is ~0.5-1 MB a request) and freed after each request, often
+on another thread than the one that allocated them. With glibc's default, adaptive
+thresholds a handler thread's arena gave that memory back to the kernel after nearly every
+request once the memory freed last lay at the top of the arena (``madvise``
+``MADV_DONTNEED`` when the free top passed twice the mmap threshold, ~1 MB), and the next
+request faulted the same pages in again: ~300 ``madvise`` calls for 300k 1 KiB records,
+three times the broker's system time, ~25 % fewer 1 KiB records a second (issue 20). Which
+allocation lands last is an accident of the code: the partition layer (commit b5bfbf3)
+changed the order of a produce request's allocations and made the storm the usual case
+(bisected by counting ``madvise`` under ``strace -c``: the commit before it, 5-20 a run).
+:func:`tune_allocator` therefore fixes the thresholds once per process (``mallopt``:
+allocations below ``_MMAP_THRESHOLD`` from the arenas, freed memory kept until an arena's
+free top passes ``_TRIM_THRESHOLD``), so request memory is reused whatever the order. The
+request memory pool still bounds what requests hold; what glibc keeps free is bounded by the
+trim threshold per arena. Other C libraries: nothing is changed.
+
 Deadlines. A connection that has begun a request (a first byte of its size prefix) must
 finish it within ``loglake.request.read.timeout.ms`` or is closed (slowloris clients cannot
 pin memory or connections); time spent muted by the broker (waiting for pool memory, a full
@@ -120,6 +137,11 @@ _FIRST_PIECE: Final = 64 * 1024
 _bytearray_resize = ctypes.pythonapi.PyByteArray_Resize
 _bytearray_resize.argtypes = [ctypes.py_object, ctypes.c_ssize_t]
 _bytearray_resize.restype = ctypes.c_int
+# glibc mallopt parameters (malloc.h) and the values tune_allocator sets; see "Allocator".
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
+_MMAP_THRESHOLD: Final = 8 * 1024 * 1024
+_TRIM_THRESHOLD: Final = 32 * 1024 * 1024
 # Connections accepted per wake-up of the acceptor at most (then the processors are woken).
 _ACCEPT_BATCH: Final = 256
 
@@ -722,6 +744,22 @@ class Processor(threading.Thread):
         )
 
 
+@functools.cache
+def tune_allocator() -> bool:
+    """Set glibc's malloc thresholds for request-sized buffers (module docstring,
+    "Allocator"); once per process. False (nothing done) on another C library."""
+    try:
+        os.confstr("CS_GNU_LIBC_VERSION")
+        mallopt = ctypes.CDLL(None).mallopt
+    except (ValueError, OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(
+        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+    )
+
+
 class SocketServer:
     """Listening socket, acceptor, processors, request channel and handler threads.
 
@@ -792,6 +830,7 @@ class SocketServer:
         self._inflight_lock = threading.Condition()
 
     def start(self) -> None:
+        tune_allocator()
         for p in self._processors:
             p.start()
         for h in self._handlers:

@@ -29,6 +29,7 @@ from logstore.server.handlers import (
     delete_records,
     delete_topics,
     describe_configs,
+    describe_log_dirs,
     describe_transactions,
     fetch,
     incremental_alter_configs,
@@ -69,6 +70,7 @@ def _build() -> dict[int, tuple[int, int, Handler]]:
         create_partitions,
         describe_transactions,
         list_transactions,
+        describe_log_dirs,
     ):
         add(int(mod.API_KEY), int(mod.MIN_VERSION), int(mod.MAX_VERSION), mod.handle, mod.__name__)
     for family in (transactions, group_handlers):

@@ -19,8 +19,8 @@ cleaned segments are then swapped into the log by :mod:`logstore.storage.swap`.
      it is missing or outside the log;
    - the partition is **due** when ``dirty bytes / (clean + dirty bytes)`` >=
      ``min.cleanable.dirty.ratio`` (0.5) or the first dirty batch is older than
-     ``max.compaction.lag.ms`` (Kafka's defaults; read from the topic config's raw properties,
-     since :class:`~logstore.storage.config.LogConfig` does not carry them yet);
+     ``max.compaction.lag.ms`` (Kafka's defaults; from the topic's
+     :class:`~logstore.storage.config.LogConfig`);
    - segments are **grouped** as Kafka's ``groupSegmentsBySize`` does: neighbours while the
      group's ``.log`` bytes stay <= ``segment.bytes``, its index bytes <= ``segment.index.bytes``
      and its offsets within one segment's i32 relative range.
@@ -165,22 +165,17 @@ class CleanerSettings:
     index_interval_bytes: int = 4096  # index.interval.bytes
 
     @classmethod
-    def from_topic(cls, config: LogConfig, props: Mapping[str, str]) -> CleanerSettings:
-        """From a topic's :class:`LogConfig` and its raw properties (for the two keys the
-        config does not carry). Bad values raise :class:`LoglakeError`."""
-        try:
-            ratio = float(props.get("min.cleanable.dirty.ratio", "0.5"))
-            max_lag = int(props.get("max.compaction.lag.ms", str(LONG_MAX)))
-        except ValueError as exc:
-            raise LoglakeError(f"bad cleaner setting in the topic config: {exc}") from None
-        if not 0.0 <= ratio <= 1.0:
-            raise LoglakeError(f"min.cleanable.dirty.ratio = {ratio}: must be within [0, 1]")
-        if max_lag < 1:
-            raise LoglakeError(f"max.compaction.lag.ms = {max_lag}: must be >= 1")
+    def from_topic(
+        cls, config: LogConfig, props: Mapping[str, str] | None = None
+    ) -> CleanerSettings:
+        """From a topic's :class:`LogConfig` (``min.cleanable.dirty.ratio`` and
+        ``max.compaction.lag.ms`` included, validated by the config's registry). ``props``,
+        the raw overrides, are no longer needed and kept for callers that pass them."""
+        del props
         return cls(
-            min_cleanable_dirty_ratio=ratio,
+            min_cleanable_dirty_ratio=config.min_cleanable_dirty_ratio,
             min_compaction_lag_ms=config.min_compaction_lag_ms,
-            max_compaction_lag_ms=max_lag,
+            max_compaction_lag_ms=config.max_compaction_lag_ms,
             delete_retention_ms=config.delete_retention_ms,
             segment_bytes=config.segment_bytes,
             segment_index_bytes=config.segment_index_bytes,

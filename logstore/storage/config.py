@@ -8,55 +8,67 @@ same fields through :meth:`LogConfig.from_broker_properties`. Immutable, hence t
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from logstore.errors import InvalidConfigError
+from logstore.storage.topic_config_defs import TOPIC_CONFIGS, parse_topic_value
 
-__all__ = ["BROKER_KEYS", "LONG_MAX", "TOPIC_KEYS", "LogConfig"]
+__all__ = ["BROKER_KEYS", "LONG_MAX", "TOPIC_KEYS", "LogConfig", "format_value"]
 
 LONG_MAX = 2**63 - 1
 
-# topic config key -> (field, minimum)
-TOPIC_KEYS: dict[str, tuple[str, int | None]] = {
-    "segment.bytes": ("segment_bytes", 14),
-    "segment.ms": ("segment_ms", 1),
-    "segment.index.bytes": ("segment_index_bytes", 8),
-    "index.interval.bytes": ("index_interval_bytes", 0),
-    "flush.messages": ("flush_messages", 1),
-    "flush.ms": ("flush_ms", 0),
-    "retention.ms": ("retention_ms", -1),
-    "retention.bytes": ("retention_bytes", None),
-    "file.delete.delay.ms": ("file_delete_delay_ms", 0),
-    "cleanup.policy": ("cleanup_policy", None),
-    "min.compaction.lag.ms": ("min_compaction_lag_ms", 0),
-    "delete.retention.ms": ("delete_retention_ms", 0),
-    "message.timestamp.type": ("message_timestamp_type", None),
-    "max.message.bytes": ("max_message_bytes", 0),
+# topic config key -> LogConfig field: the keys of the registry this value carries (the others
+# are no-ops, validated and stored but read by nothing; see topic_config_defs)
+TOPIC_KEYS: dict[str, str] = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "segment.jitter.ms": "segment_jitter_ms",
+    "segment.index.bytes": "segment_index_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "file.delete.delay.ms": "file_delete_delay_ms",
+    "cleanup.policy": "cleanup_policy",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "delete.retention.ms": "delete_retention_ms",
+    "message.timestamp.type": "message_timestamp_type",
+    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+    "max.message.bytes": "max_message_bytes",
+    "compression.type": "compression_type",
+    "compression.gzip.level": "compression_gzip_level",
+    "compression.lz4.level": "compression_lz4_level",
+    "compression.zstd.level": "compression_zstd_level",
+    "preallocate": "preallocate",
     # loglake's (KIP-280's name): which record of a key wins in compaction (pipelines.compaction)
-    "compaction.strategy": ("compaction_strategy", None),
+    "compaction.strategy": "compaction_strategy",
 }
 
-# broker key -> (topic key, multiplier to the topic key's unit)
+# broker key -> (topic key, multiplier to the topic key's unit), from the registry's synonyms
 BROKER_KEYS: dict[str, tuple[str, int]] = {
-    "log.segment.bytes": ("segment.bytes", 1),
-    "log.roll.ms": ("segment.ms", 1),
-    "log.roll.hours": ("segment.ms", 3_600_000),
-    "log.index.size.max.bytes": ("segment.index.bytes", 1),
-    "log.index.interval.bytes": ("index.interval.bytes", 1),
-    "log.flush.interval.messages": ("flush.messages", 1),
-    "log.flush.interval.ms": ("flush.ms", 1),
-    "log.retention.ms": ("retention.ms", 1),
-    "log.retention.minutes": ("retention.ms", 60_000),
-    "log.retention.hours": ("retention.ms", 3_600_000),
-    "log.retention.bytes": ("retention.bytes", 1),
-    "log.segment.delete.delay.ms": ("file.delete.delay.ms", 1),
-    "log.cleanup.policy": ("cleanup.policy", 1),
-    "log.cleaner.min.compaction.lag.ms": ("min.compaction.lag.ms", 1),
-    "log.cleaner.delete.retention.ms": ("delete.retention.ms", 1),
-    "log.message.timestamp.type": ("message.timestamp.type", 1),
-    "message.max.bytes": ("max.message.bytes", 1),
+    broker_key: (
+        key,
+        3_600_000
+        if broker_key.endswith(".hours")
+        else 60_000
+        if broker_key.endswith(".minutes")
+        else 1,
+    )
+    for key in TOPIC_KEYS
+    for broker_key in TOPIC_CONFIGS[key].synonyms
+}
+# how specific a broker key is: a later synonym in the registry is a coarser fallback
+_SPECIFICITY: dict[str, int] = {
+    broker_key: rank
+    for key in TOPIC_KEYS
+    for rank, broker_key in enumerate(TOPIC_CONFIGS[key].synonyms)
 }
 
 
@@ -66,11 +78,13 @@ class LogConfig:
 
     ``flush_messages``/``flush_ms`` default to ``LONG_MAX``: flushing is left to the OS and
     durability comes from recovery, as in Kafka. ``retention_ms``/``retention_bytes`` of -1
-    mean unlimited.
+    mean unlimited. Every field is checked against its key's rule in
+    :data:`~logstore.storage.topic_config_defs.TOPIC_CONFIGS` on construction.
     """
 
     segment_bytes: int = 1024 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3_600_000
+    segment_jitter_ms: int = 0
     segment_index_bytes: int = 10 * 1024 * 1024
     index_interval_bytes: int = 4096
     flush_messages: int = LONG_MAX
@@ -80,32 +94,37 @@ class LogConfig:
     file_delete_delay_ms: int = 60_000
     cleanup_policy: str = "delete"
     min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
     delete_retention_ms: int = 24 * 3_600_000
     message_timestamp_type: Literal["CreateTime", "LogAppendTime"] = "CreateTime"
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3_600_000
     max_message_bytes: int = 1024 * 1024 + 12
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    preallocate: bool = False
     compaction_strategy: str = "offset"
 
     def __post_init__(self) -> None:
-        for key, (field, minimum) in TOPIC_KEYS.items():
+        for key, field in TOPIC_KEYS.items():
             value = getattr(self, field)
-            if minimum is not None and (not isinstance(value, int) or value < minimum):
-                raise InvalidConfigError(f"{key} = {value!r}: must be an integer >= {minimum}")
-        policies = self.cleanup_policy.split(",") if self.cleanup_policy else []
-        if any(p.strip() not in ("delete", "compact") for p in policies):
-            raise InvalidConfigError(
-                f"cleanup.policy = {self.cleanup_policy!r}: expected delete, compact or both"
-            )
-        if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
-            raise InvalidConfigError(
-                f"message.timestamp.type = {self.message_timestamp_type!r}: expected "
-                "CreateTime or LogAppendTime"
-            )
+            default = _DEFAULTS[field]
+            if type(value) is type(default) and value == default:
+                continue  # Kafka's defaults obey their rules (tests/unit/storage)
+            if isinstance(value, bool) != (TOPIC_CONFIGS[key].type == "boolean"):
+                raise InvalidConfigError(f"{key} = {value!r}: wrong type")
+            parse_topic_value(key, format_value(value))
 
-        if not _valid_strategy(self.compaction_strategy):
-            raise InvalidConfigError(
-                f"compaction.strategy = {self.compaction_strategy!r}: expected offset, "
-                "timestamp or header:<name>"
-            )
+    def random_segment_jitter(self) -> int:
+        """A new segment's roll jitter: uniform in ``[0, min(segment.jitter.ms, segment.ms))``
+        (Kafka's ``LogConfig.randomSegmentJitter``), so that many partitions created together
+        do not all roll at once."""
+        if self.segment_jitter_ms == 0:
+            return 0
+        return random.randrange(min(self.segment_jitter_ms, self.segment_ms))
 
     @property
     def compact(self) -> bool:
@@ -131,65 +150,63 @@ class LogConfig:
         base = defaults if defaults is not None else cls()
         changes: dict[str, object] = {}
         for key, raw in props.items():
-            spec = TOPIC_KEYS.get(key)
-            if spec is None:
-                continue
-            field, _ = spec
-            value = str(raw).strip()
-            if field == "cleanup_policy":
-                changes[field] = ",".join(p.strip() for p in value.split(",") if p.strip())
-            elif field in ("message_timestamp_type", "compaction_strategy"):
-                changes[field] = value
-            else:
-                try:
-                    changes[field] = int(value)
-                except ValueError:
-                    raise InvalidConfigError(f"{key} = {raw!r}: not an integer") from None
+            field = TOPIC_KEYS.get(key)
+            if field is not None:
+                changes[field] = parse_topic_value(key, raw)
         return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
     @classmethod
     def from_broker_properties(
         cls, props: Mapping[str, str], *, defaults: LogConfig | None = None
     ) -> LogConfig:
-        """Defaults from a broker's ``server.properties`` (``log.segment.bytes`` ...)."""
+        """Defaults from a broker's ``server.properties`` (``log.segment.bytes`` ...).
+
+        Of several broker keys behind one topic key the most specific wins, as in Kafka
+        (``log.roll.ms`` over ``log.roll.hours``); a negative time in a coarse unit means -1.
+        """
         topic: dict[str, str] = {}
-        # hours first, then minutes, then ms, so the finer unit wins as in Kafka
         for key in sorted((k for k in props if k in BROKER_KEYS), key=_rank):
             topic_key, mult = BROKER_KEYS[key]
             raw = props[key].strip()
             if mult != 1:
                 try:
-                    raw = str(int(raw) * mult)
+                    units = int(raw)
                 except ValueError:
                     raise InvalidConfigError(f"{key} = {props[key]!r}: not an integer") from None
+                raw = str(-1 if units < 0 else units * mult)
+            else:
+                try:  # the topic key's rule, reported under the broker key the file holds
+                    parse_topic_value(topic_key, raw)
+                except InvalidConfigError as exc:
+                    rule = str(exc).split(":", 1)[-1].strip()
+                    raise InvalidConfigError(f"{key}={raw!r}: {rule}") from None
             topic[topic_key] = raw
         return cls.from_properties(topic, defaults=defaults)
 
     def to_properties(self) -> dict[str, str]:
-        """Every setting as Kafka topic keys (strings)."""
-        return {key: str(getattr(self, field)) for key, (field, _) in TOPIC_KEYS.items()}
+        """Every setting as Kafka topic keys (strings, as Kafka shows them)."""
+        return {key: format_value(getattr(self, field)) for key, field in TOPIC_KEYS.items()}
 
     def overrides(self, base: LogConfig | None = None) -> dict[str, str]:
         """Topic keys whose value differs from ``base`` (default: Kafka's defaults)."""
         ref = base if base is not None else LogConfig()
         return {
-            key: str(getattr(self, field))
-            for key, (field, _) in TOPIC_KEYS.items()
+            key: format_value(getattr(self, field))
+            for key, field in TOPIC_KEYS.items()
             if getattr(self, field) != getattr(ref, field)
         }
 
 
-def _valid_strategy(text: object) -> bool:
-    """``offset`` | ``timestamp`` | ``header:<name>`` (non-empty name): the same grammar as
-    ``pipelines.compaction.model.parse_strategy`` (the storage layer does not import it)."""
-    if not isinstance(text, str):
-        return False
-    return text in ("offset", "timestamp") or (text.startswith("header:") and len(text) > 7)
+_DEFAULTS: dict[str, object] = {f.name: f.default for f in dataclasses.fields(LogConfig)}
+
+
+def format_value(value: object) -> str:
+    """A config value as Kafka writes it (``true``/``false`` for booleans)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _rank(key: str) -> int:
-    if key.endswith(".hours"):
-        return 0
-    if key.endswith(".minutes"):
-        return 1
-    return 2
+    """Coarser synonyms first, so that the most specific one is applied last and wins."""
+    return -_SPECIFICITY[key]

@@ -34,6 +34,9 @@ All functions are pure apart from :func:`partition_dir`'s ``resolve`` and the tw
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import errno
 import os
 import re
 from pathlib import Path
@@ -61,6 +64,7 @@ __all__ = [
     "parse_partition_dir",
     "partition_dir",
     "partition_dir_name",
+    "reserve_blocks",
     "segment_file_name",
     "segment_path",
     "validate_topic",
@@ -222,3 +226,25 @@ def write_atomically(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
         raise
     if sync_dir:
         fsync_dir(path.parent)
+
+
+# Linux fallocate(2): mode FALLOC_FL_KEEP_SIZE reserves blocks without changing the file size
+# (os.posix_fallocate has no modes)
+_KEEP_SIZE = 0x01
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_FALLOCATE = getattr(_LIBC, "fallocate", None)
+if _FALLOCATE is not None:
+    _FALLOCATE.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    _FALLOCATE.restype = ctypes.c_int
+
+
+def reserve_blocks(fd: int, offset: int, length: int) -> None:
+    """Reserve disk blocks for ``[offset, offset + length)`` of ``fd`` without changing its
+    size (``fallocate(FALLOC_FL_KEEP_SIZE)``); ``ftruncate`` to the size frees what is left.
+    :class:`OSError` on failure (``ENOSYS`` where the C library has no ``fallocate``,
+    ``EOPNOTSUPP`` on a filesystem without it, ``ENOSPC`` on a full disk)."""
+    if _FALLOCATE is None:
+        raise OSError(errno.ENOSYS, "fallocate is not available")
+    if _FALLOCATE(fd, _KEEP_SIZE, offset, length) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))

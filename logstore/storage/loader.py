@@ -251,6 +251,10 @@ def load_segments(
         active = segments[-1]
         try:
             active.resize_indexes(config.segment_index_bytes)
+            active.prepare_active(
+                roll_jitter_ms=config.random_segment_jitter(),
+                reserve_bytes=config.segment_bytes if config.preallocate else 0,
+            )
         except StorageError as exc:
             if result.offline_reason is None:
                 result.offline_reason = f"cannot preallocate the active segment's indexes: {exc}"

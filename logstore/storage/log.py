@@ -266,6 +266,7 @@ class Log:
         self.last_flush_ms = _now_ms() if now_ms is None else now_ms
         self._closed = False
         self._offline_reason: str | None = None
+        self.storage_errors = 0  # storage failures since open (the broker's metrics)
         self._failed_at = 0.0  # time.monotonic() of the last storage failure
         self._flush_failed = False
         self._txn_index_failed = False
@@ -417,6 +418,7 @@ class Log:
             )
         self._offline_reason = reason
         self._failed_at = time.monotonic()
+        self.storage_errors += 1
 
     def _offline_error(self) -> LogOfflineError:
         return LogOfflineError(
@@ -609,6 +611,16 @@ class Log:
             max_index_size=self._config.segment_index_bytes,
             created_ms=now_ms,
         )
+        try:
+            seg.prepare_active(
+                roll_jitter_ms=self._config.random_segment_jitter(),
+                reserve_bytes=self._config.segment_bytes if self._config.preallocate else 0,
+            )
+        except StorageError:
+            seg.close_handlers()
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                segment_path(self._dir, new_base, suffix).unlink(missing_ok=True)
+            raise
         self._segments = [*self._segments, seg]
         self._bases = [*self._bases, new_base]
         # the state after every batch of the rolled segment: the next load replays from here

@@ -72,6 +72,9 @@ __all__ = ["LogManager"]
 
 _log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
+# Kafka's internal topics (__consumer_offsets, __transaction_state): the lake ingests them only
+# when named (pipelines.ingest), so the lake bound never holds them.
+_INTERNAL_TOPIC_PREFIX = "__"
 
 
 def _now_ms() -> int:
@@ -127,6 +130,8 @@ class LogManager:
             -1,
             -1,
         )
+        # (topic, partition) -> when retention first found it without a lake offset (ms)
+        self._lake_unheld_since: dict[TopicPartition, int] = {}
         try:
             for d in self.log_dirs:
                 d.mkdir(parents=True, exist_ok=True)
@@ -328,26 +333,41 @@ class LogManager:
         """Bound time/size retention by what the lake ingested (``log.retention.lake.*``).
 
         ``committed(topic, partition)``: the lake's committed next offset and its commit time
-        (ms), or None for a partition the lake does not track (Kafka's rules alone); None
-        removes the bound. Safety valves (``-1``: none): a log larger than ``max_bytes`` and a
-        commit older than ``max_ms`` (a stopped ingest) are retained as in Kafka, with a WARN
-        when that deletes offsets the lake has not ingested.
+        (ms), or None when the lake has committed nothing for the partition yet; a None
+        ``committed`` removes the bound. Safety valves (``-1``: none): a log larger than
+        ``max_bytes`` and a commit older than ``max_ms`` (a stopped ingest) are retained as in
+        Kafka, with a WARN when that deletes offsets the lake has not ingested.
+
+        A partition without a committed offset is held from its log start offset: nothing of
+        it goes by time or size until the lake commits (the first ingest may run long after
+        the first produce). Its "commit time" for ``max_ms`` is when this log manager first
+        found it without one, so a topic the lake never ingests is retained as in Kafka once
+        ``max_ms`` has passed (and at once above ``max_bytes``); a restart starts that clock
+        again (it holds longer, never shorter). Kafka's internal topics (``__`` prefix) are
+        never held: the lake does not ingest them unless named.
         """
         self._lake_bound = (committed, max_bytes, max_ms)
+        self._lake_unheld_since.clear()
 
     def _lake_args(self, log: Log, now_ms: int) -> dict[str, Any]:
         committed, max_bytes, max_ms = self._lake_bound
         if committed is None:
             return {}
+        if log.topic.startswith(_INTERNAL_TOPIC_PREFIX):
+            return {}
+        tp = (log.topic, log.partition)
         found = committed(log.topic, log.partition)
         if found is None:
-            return {}
-        offset, commit_ms = found
-        if 0 <= max_ms < now_ms - commit_ms:
-            why = (
-                f"the lake group last committed {now_ms - commit_ms} ms ago "
-                f"(log.retention.lake.max.ms={max_ms})"
-            )
+            # no offset yet: held from the log start; max_ms counts from when first seen so
+            since = self._lake_unheld_since.setdefault(tp, now_ms)
+            offset, age = log.log_start_offset, now_ms - since
+            what = f"has committed no offset for it in the {age} ms since this broker saw it"
+        else:
+            self._lake_unheld_since.pop(tp, None)
+            offset, age = found[0], now_ms - found[1]
+            what = f"last committed {age} ms ago"
+        if 0 <= max_ms < age:
+            why = f"the lake group {what} (log.retention.lake.max.ms={max_ms})"
             return {"lake_offset": offset, "lake_max_bytes": 0, "lake_valve": why}
         return {"lake_offset": offset, "lake_max_bytes": max_bytes}
 

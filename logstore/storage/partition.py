@@ -15,6 +15,9 @@ The log's rules live here, not in the API handlers: a handler parses the request
    writes markers, :meth:`Partition.write_txn_marker`) and transactional batches without a
    producer id; in a compacted topic, refuse a record without a key (Kafka's LogValidator,
    ``INVALID_RECORD``: only there are batches decompressed, to read each record's key length);
+   a CreateTime batch outside the topic's timestamp window (``INVALID_TIMESTAMP``, from the
+   headers); then, unless ``compression.type=producer``, rewrite batches of another codec
+   (:mod:`logstore.storage.append_rules`);
 3. under the partition's lock: producer state checks every idempotent or transactional batch
    (KIP-98: duplicates of one of the producer's last 5 batches, sequence order, epoch fencing,
    no non-transactional batch while the producer's transaction is open); a retried request
@@ -70,6 +73,7 @@ from logstore.errors import (
 from logstore.protocol.batch import CONTROL_FLAG, TRANSACTIONAL_FLAG, BatchHeader
 from logstore.protocol.control import ControlType, build_control_batch
 from logstore.protocol.records import first_keyless_record
+from logstore.storage.append_rules import check_timestamps, recompress
 from logstore.storage.log import FetchSlice, Log, analyze_batches
 from logstore.storage.producer_state import ProducerStateManager
 from logstore.storage.txn_index import AbortedTxn
@@ -202,8 +206,20 @@ class Partition:
                 raise InvalidRecordError(
                     f"{self.topic}-{self.partition}: transactional batch without a producer id"
                 )
-        if lg.config.compact:
+        config = lg.config
+        if config.compact:
             self._refuse_keyless(records, batches)
+        # 2b. the topic's timestamp window and compression.type (logstore.storage.append_rules)
+        if now_ms is None:
+            now_ms = time.time_ns() // 1_000_000
+        check_timestamps(
+            batches, config=config, now_ms=now_ms, topic=self.topic, partition=self.partition
+        )
+        if config.compression_type != "producer":
+            converted = recompress(records, batches, config=config)
+            if converted is not None:
+                records = converted
+                batches = analyze_batches(records, max_message_bytes=config.max_message_bytes)
         with self.lock:
             # 3. idempotence
             producers = self.producers

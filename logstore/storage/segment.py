@@ -37,6 +37,8 @@ them) and raises :class:`IndexRebuildError` after the ``.log`` itself was recove
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import mmap
 import os
 import struct
@@ -64,6 +66,7 @@ from logstore.storage.files import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    reserve_blocks,
     segment_path,
 )
 from logstore.storage.index import (
@@ -203,6 +206,10 @@ class LogSegment:
         self.recovery_stop_reason: str | None = None
         # a failed append left bytes past `size` that could not be removed
         self.torn_tail = False
+        # segment.jitter.ms drawn for this segment (Kafka's rollJitterMs); 0 until prepare_active
+        self.roll_jitter_ms = 0
+        # bytes of disk blocks reserved past the end (preallocate); released when rolled/closed
+        self._reserved_to = 0
 
     @classmethod
     def open(
@@ -632,6 +639,42 @@ class LogSegment:
 
     # -- rolling -----------------------------------------------------------------------------
 
+    def prepare_active(self, *, roll_jitter_ms: int = 0, reserve_bytes: int = 0) -> None:
+        """Settings of the segment becoming the active one: its roll jitter
+        (``segment.jitter.ms``, drawn once per segment as Kafka does) and, with
+        ``preallocate``, ``reserve_bytes`` of disk blocks for its ``.log``.
+
+        The reservation keeps the file's size (``fallocate`` with ``FALLOC_FL_KEEP_SIZE``):
+        Kafka grows a preallocated ``.log`` to ``segment.bytes`` and trims it on roll and clean
+        close, which leaves a zero-filled tail after a crash; here readers, recovery and the
+        Spark jobs never see one, and the blocks are still the segment's, contiguous where the
+        filesystem can. A filesystem without ``fallocate`` gets no reservation;
+        a full disk raises :class:`StorageError` (the caller treats it as any full disk).
+        """
+        self.roll_jitter_ms = roll_jitter_ms
+        if reserve_bytes > self._size and reserve_bytes > self._reserved_to:
+            try:
+                reserve_blocks(self._fd, self._size, reserve_bytes - self._size)
+            except OSError as exc:
+                if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                    return
+                raise StorageError(
+                    f"cannot preallocate {reserve_bytes} bytes: {exc.strerror}",
+                    path=str(self._log_path),
+                    errno=exc.errno,
+                ) from exc
+            self._reserved_to = reserve_bytes
+
+    def _release_reservation(self) -> None:
+        """Give back the blocks reserved past the end (best effort: only space is at stake).
+
+        ``ftruncate`` to the current size frees blocks allocated past it (ext4, xfs, tmpfs);
+        punching a hole would not, as filesystems clamp holes to the file size."""
+        if self._reserved_to > self._size and not self.torn_tail:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+        self._reserved_to = 0
+
     def should_roll(
         self,
         *,
@@ -642,7 +685,7 @@ class LogSegment:
         segment_bytes: int,
         segment_ms: int,
     ) -> bool:
-        """Kafka's ``LogSegment.shouldRoll`` (no jitter).
+        """Kafka's ``LogSegment.shouldRoll``, with this segment's :attr:`roll_jitter_ms`.
 
         Roll when the batches would push the segment past ``segment_bytes``; when the segment
         is non-empty and ``segment_ms`` has passed since its first batch's max timestamp (or
@@ -656,7 +699,7 @@ class LogSegment:
             waited = now_ms - self.created_ms
         return (
             self._size > segment_bytes - messages_size
-            or (self._size > 0 and waited > segment_ms)
+            or (self._size > 0 and waited > segment_ms - self.roll_jitter_ms)
             or self.offset_index.is_full
             or self.time_index.is_full
             or not self.offset_index.can_append_offset(max_offset_in_messages)
@@ -664,6 +707,7 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """The segment was rolled: write the final time index entry and trim both indexes."""
+        self._release_reservation()
         max_ts, max_off = self._load_max_timestamp()
         if max_ts >= 0:
             self.time_index.maybe_append(max_ts, max_off, skip_full_check=True)
@@ -710,6 +754,7 @@ class LogSegment:
         """Close files without touching them (no trim, no final entry)."""
         if self._closed:
             return
+        self._release_reservation()
         self.offset_index.close_handler()
         self.time_index.close_handler()
         self._closed = True

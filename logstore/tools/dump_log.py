@@ -3,11 +3,19 @@
 Like Kafka's ``kafka-dump-log.sh`` (``kafka.tools.DumpLogSegments``)::
 
     loglake dump-log --files F [F ...] [--print-data-log] [--index-sanity-check] [--json]
+                     [--offsets-decoder | --transaction-log-decoder]
 
 The kind of file comes from its suffix (a trailing ``.deleted``, ``.cleaned`` or ``.swap`` is
 ignored): ``.log`` (record batches), ``.index`` (8-byte entries: relative offset i32, position
 i32), ``.timeindex`` (12-byte entries: timestamp i64, relative offset i32), ``.txnindex``
-(34-byte aborted-transaction entries). The base offset comes from the 20-digit file name.
+(34-byte aborted-transaction entries), ``.snapshot`` (producer state snapshots, Kafka's
+version 1: :mod:`logstore.storage.producer_snapshot`). The base offset comes from the
+20-digit file name.
+
+``--offsets-decoder`` / ``--transaction-log-decoder`` (each implies ``--print-data-log``)
+print the keys and values of ``__consumer_offsets`` / ``__transaction_state`` records as
+Kafka's tool does (:mod:`logstore.tools.internal_records`); with ``--json`` each record gets
+``decoded_key`` and ``decoded_payload`` (those strings) beside its raw key and value.
 
 Output, ``--json``: one JSON object per line.
 
@@ -22,6 +30,11 @@ Output, ``--json``: one JSON object per line.
 * problems: ``{file, position, error}`` (the file is corrupt, torn or unreadable: exit code 1)
   or ``{file, position, warning}`` (worth knowing, not wrong: exit code unchanged).
 * ``--index-sanity-check``: ``{file, sanity_check: "passed", entries}`` or error objects.
+* ``.snapshot``: one object per producer ``{producer_id, producer_epoch, coordinator_epoch,
+  current_txn_first_offset, last_timestamp, first_sequence, last_sequence, last_offset,
+  offset_delta}``; text as Kafka's (``producerId: 7 producerEpoch: 0 coordinatorEpoch: -1
+  currentTxnFirstOffset: OptionalLong.empty lastTimestamp: ... firstSequence: ...``). A torn
+  or corrupt snapshot (size, version, CRC) is an error.
 
 Without ``--json`` the text looks like Kafka's (``baseOffset: 0 lastOffset: 9 count: 10 ...``,
 ``| offset: 0 CreateTime: ...``, ``offset: 0 position: 0``); problems are lines starting with
@@ -55,7 +68,7 @@ import mmap
 import re
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +85,11 @@ from logstore.protocol.batch import (
 )
 from logstore.protocol.control import ControlType, decode_control_record
 from logstore.protocol.records import Record, decode_batch
+from logstore.storage.producer_snapshot import decode_snapshot
+from logstore.tools.internal_records import format_offsets_record, format_txn_record
+
+# (key, value, offset) -> (key text, payload text or None), as Kafka's MessageParser
+Decoder = Callable[[bytes | None, bytes | None, int], tuple[str, str | None]]
 
 __all__ = ["add_arguments", "dump_file", "run"]
 
@@ -96,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         required=True,
         metavar="F",
-        help="segment files: .log, .index, .timeindex, .txnindex",
+        help="segment files: .log, .index, .timeindex, .txnindex, .snapshot",
     )
     parser.add_argument(
         "--print-data-log",
@@ -110,16 +128,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "instead of listing their entries",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    decoders = parser.add_mutually_exclusive_group()
+    decoders.add_argument(
+        "--offsets-decoder",
+        action="store_true",
+        help="decode __consumer_offsets records (offset commits, group metadata) as JSON;"
+        " implies --print-data-log",
+    )
+    decoders.add_argument(
+        "--transaction-log-decoder",
+        action="store_true",
+        help="decode __transaction_state records as JSON; implies --print-data-log",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     out = _Output(sys.stdout, as_json=bool(args.json))
+    decoder: Decoder | None = None
+    if args.offsets_decoder:
+        decoder = format_offsets_record
+    elif args.transaction_log_decoder:
+        decoder = format_txn_record
     for name in args.files:
         dump_file(
             name,
             out,
-            print_data_log=bool(args.print_data_log),
+            print_data_log=bool(args.print_data_log) or decoder is not None,
             index_sanity_check=bool(args.index_sanity_check),
+            decoder=decoder,
         )
     sys.stdout.flush()
     return 1 if out.failed else 0
@@ -161,21 +197,31 @@ class _Output:
 
 
 def dump_file(
-    name: str, out: _Output, *, print_data_log: bool = False, index_sanity_check: bool = False
+    name: str,
+    out: _Output,
+    *,
+    print_data_log: bool = False,
+    index_sanity_check: bool = False,
+    decoder: Decoder | None = None,
 ) -> None:
     """Dump one file to ``out``; problems become error/warning objects, never exceptions."""
     path = Path(name)
     stem, kind = _split_name(path.name)
     base_offset = _base_offset(stem)
     out.text(f"Dumping {name}")
-    if kind not in (".log", ".index", ".timeindex", ".txnindex"):
+    if kind not in (".log", ".index", ".timeindex", ".txnindex", ".snapshot"):
         out.warning(name, None, f"ignoring unknown file (suffix {kind or 'none'!r})")
         return
     try:
         with _mapped(path) as data:
             if kind == ".log":  # dumped in every mode, as Kafka's tool does
                 out.text(f"Log starting offset: {base_offset if base_offset is not None else '?'}")
-                _dump_log(name, data, base_offset, out, print_data_log=print_data_log)
+                _dump_log(
+                    name, data, base_offset, out, print_data_log=print_data_log, decoder=decoder
+                )
+                return
+            if kind == ".snapshot":
+                _dump_snapshot(name, data, out)
                 return
             if base_offset is None:
                 out.error(name, None, f"index file name {path.name!r} has no 20-digit base offset")
@@ -259,7 +305,13 @@ class _LogScan:
 
 
 def _dump_log(
-    name: str, data: Buffer, base_offset: int | None, out: _Output, *, print_data_log: bool
+    name: str,
+    data: Buffer,
+    base_offset: int | None,
+    out: _Output,
+    *,
+    print_data_log: bool,
+    decoder: Decoder | None,
 ) -> None:
     previous: BatchHeader | None = None
     try:
@@ -279,7 +331,9 @@ def _dump_log(
                     f"last offset {previous.last_offset}",
                 )
             previous = header
-            _dump_batch(name, data, position, header, out, print_data_log=print_data_log)
+            _dump_batch(
+                name, data, position, header, out, print_data_log=print_data_log, decoder=decoder
+            )
     except LoglakeError as exc:
         end = len(data) - (exc.position or 0)
         out.error(name, exc.position, f"{exc.message} ({end} bytes from here to the end)")
@@ -293,6 +347,7 @@ def _dump_batch(
     out: _Output,
     *,
     print_data_log: bool,
+    decoder: Decoder | None,
 ) -> None:
     crc_valid = compute_crc(data, position, header.size) == header.crc
     codec_id = header.codec_id
@@ -327,11 +382,15 @@ def _dump_batch(
             _, records = decode_batch(data, position, verify_crc=False)
         except LoglakeError as exc:
             problem = exc.message if problem is None else f"{problem}; {exc.message}"
-        obj["records"] = None if records is None else [_record_json(r) for r in records]
+        obj["records"] = (
+            None
+            if records is None
+            else [_record_json(r, None if header.is_control else decoder) for r in records]
+        )
     out.obj(obj, _batch_text(header, position, codec, crc_valid))
     if records is not None and not out.as_json:
         for record in records:
-            out.text(_record_text(header, record))
+            out.text(_record_text(header, record, decoder))
     if problem is not None:
         out.error(name, position, problem)
 
@@ -340,14 +399,19 @@ def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def _record_json(record: Record) -> dict[str, Any]:
-    return {
+def _record_json(record: Record, decoder: Decoder | None) -> dict[str, Any]:
+    obj = {
         "offset": record.offset,
         "timestamp": record.timestamp,
         "key": _b64(record.key),
         "value": _b64(record.value),
         "headers": [[key, _b64(value)] for key, value in record.headers],
     }
+    if decoder is not None:
+        obj["decoded_key"], obj["decoded_payload"] = decoder(
+            record.key, record.value, record.offset
+        )
+    return obj
 
 
 def _bool(flag: bool) -> str:
@@ -381,7 +445,7 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="backslashreplace")
 
 
-def _record_text(header: BatchHeader, record: Record) -> str:
+def _record_text(header: BatchHeader, record: Record, decoder: Decoder | None = None) -> str:
     sequence = -1
     if header.base_sequence >= 0:
         sequence = (header.base_sequence + record.offset - header.base_offset) & 0x7FFFFFFF
@@ -401,11 +465,50 @@ def _record_text(header: BatchHeader, record: Record) -> str:
             return line + f" endTxnMarker: {kind} coordinatorEpoch: {control.coordinator_epoch}"
         label = control.type.name if isinstance(control.type, ControlType) else "UNKNOWN"
         return line + f" controlType: {label}({int(control.type)})"
+    if decoder is not None:
+        key, payload = decoder(record.key, record.value, record.offset)
+        return line + f" key: {key}" + ("" if payload is None else f" payload: {payload}")
     if record.key is not None:
         line += f" key: {_text(record.key)}"
     if record.value is not None:
         line += f" payload: {_text(record.value)}"
     return line
+
+
+def _dump_snapshot(name: str, data: Buffer, out: _Output) -> None:
+    try:
+        entries = decode_snapshot(bytes(data), path=name)
+    except LoglakeError as exc:
+        out.error(name, None, exc.message)
+        return
+    for e in entries:
+        first_seq = -1 if e.last_sequence < 0 else (e.last_sequence - e.offset_delta) & 0x7FFFFFFF
+        txn = e.current_txn_first_offset
+        obj = {
+            "file": name,
+            "producer_id": e.producer_id,
+            "producer_epoch": e.epoch,
+            "coordinator_epoch": e.coordinator_epoch,
+            "current_txn_first_offset": None if txn < 0 else txn,
+            "last_timestamp": e.timestamp,
+            "first_sequence": first_seq,
+            "last_sequence": e.last_sequence,
+            "last_offset": e.last_offset,
+            "offset_delta": e.offset_delta,
+        }
+        text = (
+            f"producerId: {e.producer_id} producerEpoch: {e.epoch} "
+            f"coordinatorEpoch: {e.coordinator_epoch} currentTxnFirstOffset: "
+            f"{'OptionalLong.empty' if txn < 0 else f'OptionalLong[{txn}]'} "
+            f"lastTimestamp: {e.timestamp}"
+        )
+        if e.last_offset >= 0:  # Kafka prints the batch metadata of a producer that wrote one
+            text += (
+                f" firstSequence: {first_seq} lastSequence: {e.last_sequence} "
+                f"lastOffset: {e.last_offset} offsetDelta: {e.offset_delta} "
+                f"timestamp: {e.timestamp}"
+            )
+        out.obj(obj, text)
 
 
 # -- indexes ----------------------------------------------------------------------------------

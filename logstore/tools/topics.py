@@ -4,13 +4,22 @@ Like Kafka's ``kafka-topics.sh``, it talks to a broker (``--bootstrap-server``, 
 ``127.0.0.1:9092``) with CreateTopics, Metadata, DescribeConfigs and DeleteTopics, so it
 works against loglake and against any Kafka broker::
 
-    loglake topics create NAME [--partitions N] [--config key=value ...]
+    loglake topics create NAME [--partitions N] [--config key=value ...] [--if-not-exists]
     loglake topics list
-    loglake topics describe [NAME ...]
-    loglake topics delete NAME [NAME ...]
+    loglake topics describe [NAME ...] [--if-exists]
+    loglake topics alter NAME [--partitions N] [--config key=value ...] [--delete-config key ...]
+                         [--if-exists]
+    loglake topics delete NAME [NAME ...] [--if-exists]
+
+As in Kafka's script, ``--if-not-exists`` makes creating an existing topic a silent success
+and ``--if-exists`` makes naming a missing topic one; ``--bootstrap-server`` goes anywhere on
+the line. ``alter`` adds partitions (CreatePartitions: a count only grows) and sets or removes
+config overrides (IncrementalAlterConfigs; the broker validates them, as for
+``loglake configs --alter``).
 
 Exit codes: 0 success, 1 a broker-side error (its Kafka error name is printed), 2 usage or
-connection problems. Requests go through :class:`KafkaConnection`, a minimal blocking client
+connection problems; ``alter`` exits 2 also for a config or partition count the broker
+refuses as invalid. Requests go through :class:`KafkaConnection`, a minimal blocking client
 on kio's codecs (one request in flight, correlation ids checked).
 """
 
@@ -18,13 +27,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import io
-import socket
-import struct
 import sys
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.create_topics.v7.request import (
     CreatableTopic,
     CreatableTopicConfig,
@@ -38,10 +43,17 @@ from kio.schema.describe_configs.v4.request import (
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
-from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i16, i32
 
 from logstore.errors import LoglakeError
+from logstore.tools.admin import (
+    RESOURCE_TOPIC,
+    Admin,
+    ToolError,
+    add_bootstrap_argument,
+    bootstrap_of,
+)
+from logstore.tools.connection import KafkaConnection
 
 __all__ = ["KafkaConnection", "add_arguments", "run"]
 
@@ -50,79 +62,18 @@ _RESOURCE_TOPIC = i8(2)
 _SOURCE_DYNAMIC_TOPIC = 1
 
 
-class KafkaConnection:
-    """A blocking connection sending kio requests and reading their responses."""
-
-    def __init__(self, bootstrap: str, *, client_id: str = "loglake-topics", timeout: float = 30.0):
-        host, sep, port = bootstrap.rpartition(":")
-        if not sep or not port.isdigit():
-            raise LoglakeError(f"--bootstrap-server {bootstrap!r}: expected host:port")
-        try:
-            self._sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
-        except OSError as exc:
-            raise LoglakeError(f"cannot connect to {bootstrap}: {exc.strerror or exc}") from exc
-        self._client_id = client_id.encode()
-        self._correlation_id = 0
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def __enter__(self) -> KafkaConnection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def call(self, request: Any) -> Any:
-        self._correlation_id += 1
-        head = struct.pack(
-            ">hhih",
-            request.__api_key__,
-            request.__version__,
-            self._correlation_id,
-            len(self._client_id),
-        )
-        buf = io.BytesIO()
-        buf.write(head + self._client_id + (b"\x00" if request.__flexible__ else b""))
-        entity_writer(type(request))(buf, request)
-        payload = buf.getvalue()
-        try:
-            self._sock.sendall(struct.pack(">i", len(payload)) + payload)
-            (size,) = struct.unpack(">i", self._recv(4))
-            frame = self._recv(size)
-        except OSError as exc:
-            raise LoglakeError(f"connection to the broker failed: {exc}") from exc
-        (cid,) = struct.unpack_from(">i", frame, 0)
-        if cid != self._correlation_id:
-            raise LoglakeError(f"correlation id {cid} != {self._correlation_id}")
-        cls = load_response_schema(request.__api_key__, request.__version__)
-        pos = 4 + (1 if cls.__header_schema__.__flexible__ else 0)
-        response, _size = entity_reader(cls)(frame, pos)
-        return response
-
-    def _recv(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self._sock.recv(n - len(out))
-            if not chunk:
-                raise LoglakeError("the broker closed the connection")
-            out += chunk
-        return bytes(out)
-
-
 EPILOG = (
     "Exit codes: 0 success; 1 a broker-side error (its Kafka error name is printed, e.g."
     " TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION); 2 bad arguments (a --config item"
-    " without '=', a --bootstrap-server that is not host:port) or the broker cannot be reached"
-    " or broke the connection; 130 interrupted."
+    " without '=', a --bootstrap-server that is not host:port), for alter a config or"
+    " partition count the broker refuses as invalid or an unknown topic, or the broker cannot"
+    " be reached or broke the connection; 130 interrupted."
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
-    parser.add_argument(
-        "--bootstrap-server", default="127.0.0.1:9092", metavar="HOST:PORT", help="a broker"
-    )
+    add_bootstrap_argument(parser)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = sub.add_parser("create", help="create a topic")
     create.add_argument("name")
@@ -130,11 +81,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     create.add_argument(
         "--config", action="append", default=[], metavar="KEY=VALUE", help="topic config"
     )
-    sub.add_parser("list", help="list topics")
+    create.add_argument(
+        "--if-not-exists", action="store_true", help="succeed quietly if the topic exists"
+    )
+    listing = sub.add_parser("list", help="list topics")
     describe = sub.add_parser("describe", help="partitions and config overrides")
     describe.add_argument("names", nargs="*", help="default: every topic")
+    alter = sub.add_parser("alter", help="add partitions, set or remove config overrides")
+    alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, metavar="N", help="the new partition count")
+    alter.add_argument(
+        "--config", action="append", default=[], metavar="KEY=VALUE", help="set a config"
+    )
+    alter.add_argument(
+        "--delete-config", action="append", default=[], metavar="KEY", help="remove an override"
+    )
     delete = sub.add_parser("delete", help="delete topics")
     delete.add_argument("names", nargs="+")
+    for p in (describe, alter, delete):
+        p.add_argument(
+            "--if-exists", action="store_true", help="succeed quietly for a missing topic"
+        )
+    for p in (create, listing, describe, alter, delete):
+        add_bootstrap_argument(p)
+
+
+def _configs(items: list[str]) -> dict[str, str] | None:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"loglake topics: --config {item!r}: expected key=value", file=sys.stderr)
+            return None
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _metadata(conn: KafkaConnection, names: list[str] | None) -> Any:
@@ -153,13 +133,10 @@ def _metadata(conn: KafkaConnection, names: list[str] | None) -> Any:
 
 
 def _create(conn: KafkaConnection, args: argparse.Namespace) -> int:
-    configs = []
-    for item in args.config:
-        key, sep, value = item.partition("=")
-        if not sep:
-            print(f"loglake topics: --config {item!r}: expected key=value", file=sys.stderr)
-            return 2
-        configs.append(CreatableTopicConfig(name=key.strip(), value=value.strip()))
+    props = _configs(args.config)
+    if props is None:
+        return 2
+    configs = [CreatableTopicConfig(name=k, value=v) for k, v in props.items()]
     resp = conn.call(
         CreateTopicsRequest(
             topics=(
@@ -176,6 +153,8 @@ def _create(conn: KafkaConnection, args: argparse.Namespace) -> int:
         )
     )
     result = resp.topics[0]
+    if result.error_code == ErrorCode.topic_already_exists and args.if_not_exists:
+        return 0
     if result.error_code != ErrorCode.none:
         error = result.error_code.name.upper()
         print(f"Error creating {args.name}: {error}: {result.error_message or ''}")
@@ -190,10 +169,12 @@ def _list(conn: KafkaConnection) -> int:
     return 0
 
 
-def _describe(conn: KafkaConnection, names: list[str]) -> int:
+def _describe(conn: KafkaConnection, names: list[str], *, if_exists: bool) -> int:
     md = _metadata(conn, names or None)
     code = 0
     for t in sorted(md.topics, key=lambda t: t.name or ""):
+        if t.error_code == ErrorCode.unknown_topic_or_partition and if_exists:
+            continue
         if t.error_code != ErrorCode.none:
             print(f"Error describing {t.name}: {t.error_code.name.upper()}")
             code = 1
@@ -227,7 +208,7 @@ def _describe(conn: KafkaConnection, names: list[str]) -> int:
     return code
 
 
-def _delete(conn: KafkaConnection, names: list[str]) -> int:
+def _delete(conn: KafkaConnection, names: list[str], *, if_exists: bool) -> int:
     resp = conn.call(
         DeleteTopicsRequest(
             topics=tuple(DeleteTopicState(name=TopicName(n), topic_id=None) for n in names),
@@ -236,6 +217,8 @@ def _delete(conn: KafkaConnection, names: list[str]) -> int:
     )
     code = 0
     for r in resp.responses:
+        if r.error_code == ErrorCode.unknown_topic_or_partition and if_exists:
+            continue
         if r.error_code != ErrorCode.none:
             print(f"Error deleting {r.name}: {r.error_code.name.upper()}: {r.error_message or ''}")
             code = 1
@@ -244,16 +227,49 @@ def _delete(conn: KafkaConnection, names: list[str]) -> int:
     return code
 
 
-def run(args: argparse.Namespace) -> int:
+def _alter(bootstrap: str, args: argparse.Namespace) -> int:
+    props = _configs(args.config)
+    if props is None:
+        return 2
+    deletes = [k.strip() for k in args.delete_config]
+    if args.partitions is None and not props and not deletes:
+        print(
+            "loglake topics: alter needs --partitions, --config or --delete-config", file=sys.stderr
+        )
+        return 2
     try:
-        with KafkaConnection(args.bootstrap_server) as conn:
+        with Admin(bootstrap, client_id="loglake-topics") as admin:
+            try:
+                admin.partitions([args.name])
+            except ToolError:
+                if args.if_exists:
+                    return 0
+                raise
+            if args.partitions is not None:
+                admin.create_partitions(args.name, args.partitions)
+                print(f"Altered topic {args.name}: {args.partitions} partition(s).")
+            if props or deletes:
+                admin.alter_configs(RESOURCE_TOPIC, args.name, set_=props, delete=deletes)
+                print(f"Completed updating config for topic {args.name}.")
+    except ToolError as exc:
+        print(f"Error altering {args.name}: {exc}", file=sys.stderr)
+        return 1 if exc.retriable else 2
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    bootstrap = bootstrap_of(args)
+    try:
+        if args.action == "alter":
+            return _alter(bootstrap, args)
+        with KafkaConnection(bootstrap) as conn:
             if args.action == "create":
                 return _create(conn, args)
             if args.action == "list":
                 return _list(conn)
             if args.action == "describe":
-                return _describe(conn, list(args.names))
-            return _delete(conn, list(args.names))
+                return _describe(conn, list(args.names), if_exists=args.if_exists)
+            return _delete(conn, list(args.names), if_exists=args.if_exists)
     except LoglakeError as exc:
         print(f"loglake topics: {exc}", file=sys.stderr)
         return 2

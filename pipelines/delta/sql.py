@@ -138,7 +138,9 @@ def register_lake_views(
 
     native = delta_spark_available(spark)
     tables = find_tables(lake)
-    pinned = parse_versions([f"{k}={v}" for k, v in (versions or {}).items()], tables)
+    pinned = parse_versions(
+        [f"{k}={v}" for k, v in (versions or {}).items()], tables, flag="versions"
+    )
     out: dict[str, DataFrame] = {}
     for table in tables:
         version = pinned.get(table.name)

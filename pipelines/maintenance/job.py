@@ -16,7 +16,7 @@ from typing import Any
 
 from logstore.storage.config import LogConfig
 from logstore.storage.topic_config import read_topic_configs
-from pipelines.maintenance.tables import find_tables, maintain_table, records_retention
+from pipelines.maintenance.tables import find_tables, maintain_table, plan_table, records_retention
 from pipelines.retention.job import (
     RetentionConfig,
     append_retention_log,
@@ -31,7 +31,13 @@ Log = Callable[[str], None]
 
 @dataclass
 class MaintenanceSummary:
+    """What a run did, or with ``dry_run`` would do: then ``deleted_*`` count what records
+    retention would delete, ``retention_rows`` lists it, and ``tables`` holds each table's
+    :class:`~pipelines.maintenance.tables.TablePlan`."""
+
     records_retention: str = "forever"
+    dry_run: bool = False
+    retention_rows: list[dict[str, Any]] = field(default_factory=list)
     deleted_rows: int = 0
     deleted_partitions: int = 0
     records_version: int | None = None
@@ -43,6 +49,8 @@ class MaintenanceSummary:
         return asdict(self)
 
     def describe(self) -> str:
+        if self.dry_run:
+            return self._describe_plan()
         files = ", ".join(
             f"{Path(t['path']).name} {t['files_before']}->{t['files_after']} files"
             for t in self.tables
@@ -52,6 +60,30 @@ class MaintenanceSummary:
             f"{self.deleted_rows} rows deleted; tables: {files or 'none'}; "
             f"errors={len(self.errors)} seconds={self.seconds:.1f}"
         )
+
+    def _describe_plan(self) -> str:
+        lines = [
+            f"maintenance dry run (nothing changed): records retention "
+            f"{self.records_retention}: would delete {self.deleted_rows} rows in "
+            f"{self.deleted_partitions} topic-partitions",
+            *(
+                f"  {r['topic']}/{r['partition']}: offsets {r['segment_base_offset']}.."
+                f"{r['end_offset'] - 1} ({r['rows']} rows, {r['rule']})"
+                for r in self.retention_rows
+            ),
+        ]
+        for t in self.tables:
+            files = [*t["vacuum_files"], *t["vacuum_orphans"]]
+            lines += [
+                f"{t['path']} (version {t['version']}, {t['files']} files):",
+                f"  optimize ({t['optimize']}): would rewrite {len(t['optimize_files'])} files",
+                *(f"    {f}" for f in t["optimize_files"]),
+                f"  vacuum: would remove {len(files)} files",
+                *(f"    {f}" for f in files),
+                f"  checkpoint: would write one at version {t['checkpoint_version']}",
+            ]
+        lines += [f"error: {e}" for e in self.errors]
+        return "\n".join(lines)
 
 
 def topic_retention(
@@ -77,11 +109,13 @@ def run_maintenance(
     records: bool = True,
     now_ms: int | None = None,
     log: Log = lambda _m: None,
+    dry_run: bool = False,
 ) -> MaintenanceSummary:
     """Records retention (unless ``records`` is False), then maintenance of ``tables`` (names
-    under the lake; default every table found)."""
+    under the lake; default every table found). ``dry_run``: plan both, change nothing (no
+    commit, no file removed, nothing appended to ``retention_log``)."""
     started = time.monotonic()
-    summary = MaintenanceSummary(records_retention=config.records_retention)
+    summary = MaintenanceSummary(records_retention=config.records_retention, dry_run=dry_run)
     setting = parse_records_retention(config.records_retention)
     if records and setting != "forever":
         from deltalake import DeltaTable  # noqa: PLC0415
@@ -98,12 +132,15 @@ def run_maintenance(
             )
         else:
             retention = dict.fromkeys(topics, int(setting))
-        rows, version, deleted = records_retention(path, retention, now_ms=now_ms)
+        rows, version, deleted = records_retention(path, retention, now_ms=now_ms, dry_run=dry_run)
         summary.deleted_rows = deleted
         summary.deleted_partitions = len(rows)
         summary.records_version = version
-        append_retention_log(config.retention_log_path, rows)
-        log(f"records retention ({config.records_retention}): {deleted} rows deleted")
+        if dry_run:
+            summary.retention_rows = rows
+        else:
+            append_retention_log(config.retention_log_path, rows)
+            log(f"records retention ({config.records_retention}): {deleted} rows deleted")
     wanted = set(tables) if tables else None
     found = find_tables(config.lake)
     if wanted is not None:
@@ -111,6 +148,10 @@ def run_maintenance(
         summary.errors.extend(f"{name}: no such table under {config.lake}" for name in missing)
     for table in found:
         if wanted is not None and table.name not in wanted:
+            continue
+        if dry_run:
+            plan = plan_table(table, vacuum_hours=config.vacuum_hours, zorder=config.zorder)
+            summary.tables.append(plan.to_json())
             continue
         report = maintain_table(table, vacuum_hours=config.vacuum_hours, zorder=config.zorder)
         summary.tables.append(report.to_json())

@@ -45,10 +45,19 @@ from logstore.errors import LoglakeError
 from logstore.storage.files import validate_topic
 from pipelines.maintenance.orphans import vacuum_orphans
 
-__all__ = ["TableReport", "find_tables", "maintain_table", "records_retention"]
+__all__ = [
+    "TablePlan",
+    "TableReport",
+    "find_tables",
+    "maintain_table",
+    "plan_table",
+    "records_retention",
+]
 
 T = TypeVar("T")
 _DAY_MS = 86_400_000
+# delta-rs's optimize target when the table has no delta.targetFileSize (100 MiB).
+_TARGET_FILE_SIZE = 104_857_600
 
 
 @dataclass
@@ -69,6 +78,61 @@ class TableReport:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class TablePlan:
+    """What :func:`maintain_table` would do to one table (``--dry-run``), read without a commit.
+
+    ``optimize_files``: the data files optimize would rewrite (delta-rs's plan: with z-order
+    every file; else, per partition, the files under the target size when there are at least
+    two of them: a lone small file is left as it is). ``vacuum_files``: delta-rs's own vacuum
+    dry run; ``vacuum_orphans``: the deletion vector and change-data files
+    :func:`~pipelines.maintenance.orphans.vacuum_orphans` would remove. ``checkpoint_version``:
+    the version a checkpoint would be written at. Paths are relative to the table root."""
+
+    path: str
+    version: int
+    files: int
+    optimize: str
+    optimize_files: list[str] = field(default_factory=list)
+    vacuum_files: list[str] = field(default_factory=list)
+    vacuum_orphans: list[str] = field(default_factory=list)
+    checkpoint_version: int = -1
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan_table(path: str | Path, *, vacuum_hours: float, zorder: bool = False) -> TablePlan:
+    """:class:`TablePlan` of the table at ``path``: reads its log and files, writes nothing."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    p = Path(path)
+    dt = DeltaTable(str(p))
+    adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    names = {f.name for f in dt.schema().fields}
+    plan = TablePlan(str(p), version=dt.version(), files=len(adds), optimize="compact")
+    if zorder and "offset" in names:
+        plan.optimize = "z-order by offset"
+        plan.optimize_files = sorted(str(a["path"]) for a in adds)
+    else:
+        target = int(dt.metadata().configuration.get("delta.targetFileSize", _TARGET_FILE_SIZE))
+        small: dict[tuple[tuple[str, Any], ...], list[str]] = {}
+        for a in adds:
+            if int(a["size_bytes"]) < target:
+                part = tuple(sorted((k, v) for k, v in a.items() if k.startswith("partition.")))
+                small.setdefault(part, []).append(str(a["path"]))
+        plan.optimize_files = sorted(f for files in small.values() if len(files) > 1 for f in files)
+    plan.vacuum_files = sorted(
+        str(Path(f).relative_to(p.resolve())) if Path(f).is_absolute() else f
+        for f in dt.vacuum(
+            retention_hours=int(vacuum_hours), dry_run=True, enforce_retention_duration=False
+        )
+    )
+    plan.vacuum_orphans = vacuum_orphans(p, vacuum_hours=vacuum_hours, dry_run=True)
+    plan.checkpoint_version = plan.version + (1 if plan.optimize_files else 0)
+    return plan
 
 
 def find_tables(lake: str | Path) -> list[Path]:
@@ -173,12 +237,15 @@ def records_retention(
     *,
     now_ms: int | None = None,
     retries: int = 5,
+    dry_run: bool = False,
 ) -> tuple[list[dict[str, Any]], int | None, int]:
     """Delete the whole ``date`` partitions of each topic past its retention (ms) in one
     commit; returns (``retention_log`` rows, the new table version or None, rows deleted).
 
     The rows are counted from the snapshot before the delete; the deleted count comes from
-    the delete itself (larger when an ingest added rows to a doomed day in between)."""
+    the delete itself (larger when an ingest added rows to a doomed day in between). With
+    ``dry_run`` nothing is deleted: the rows say what would go, the version is None and the
+    count is the snapshot's."""
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     path = str(records_path)
     if not (Path(path) / "_delta_log").is_dir():
@@ -206,15 +273,32 @@ def records_retention(
         return [], None, 0
     predicate = " OR ".join(clauses)
     doomed = _doomed_ranges(dt, cutoffs)
+    if dry_run:
+        return (
+            _log_rows(doomed, cutoffs, now, "dry-run"),
+            None,
+            sum(c for _, _, c in doomed.values()),
+        )
 
     def delete() -> dict[str, Any]:
         return dict(DeltaTable(path).delete(predicate))
 
     metrics = _retrying(delete, retries)
     version = DeltaTable(path).version()
+    rows = _log_rows(doomed, cutoffs, now, "records-retention")
+    return rows, version, int(metrics.get("num_deleted_rows", 0))
+
+
+def _log_rows(
+    doomed: Mapping[tuple[str, int], tuple[int, int, int]],
+    cutoffs: Mapping[str, datetime.date],
+    now: int,
+    run: str,
+) -> list[dict[str, Any]]:
+    """``retention_log`` rows of the doomed ranges (:func:`_doomed_ranges`)."""
     removed_at = datetime.datetime.now(datetime.UTC)
-    run_id = f"records-retention-{now}-{os.getpid()}"
-    rows = [
+    run_id = f"{run}-{now}-{os.getpid()}"
+    return [
         {
             "source": "records",
             "topic": topic,
@@ -231,7 +315,6 @@ def records_retention(
         }
         for (topic, partition), (first, last, count) in sorted(doomed.items())
     ]
-    return rows, version, int(metrics.get("num_deleted_rows", 0))
 
 
 def _doomed_ranges(

@@ -214,5 +214,86 @@ def test_maintain_cli(tmp_path: Path) -> None:
         [sys.executable, "jobs/maintain.py", "--config", str(toml)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
-    assert bad.returncode == 1
+    assert bad.returncode == 2  # a configuration error: not retried
     assert "'vacum_hours' in [retention]; did you mean 'vacuum_hours'" in bad.stderr
+
+
+def _disk(path: Path) -> dict[str, int]:
+    """Every file under the table directory (data, deletion vectors, log), with its size."""
+    return {p.relative_to(path).as_posix(): p.stat().st_size for p in path.rglob("*")
+            if p.is_file()}  # fmt: skip
+
+
+def test_dry_run_lists_what_maintenance_would_do_and_changes_nothing(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    path = lake / "records"
+    _build(path)
+    DeltaTable(str(path)).optimize.compact()  # 32 files -> 8; the 32 wait for vacuum
+    for offset in (200, 210):  # two small files in one partition (orders, today)
+        _append(path, "orders", 0, offset, n=10, day=0)
+    today = f"topic=orders/date={datetime.date(2026, 11, 24)}/"
+    cfg = RetentionConfig(
+        log_dirs=(str(tmp_path / "logs"),),
+        lake=str(lake),
+        broker_config=str(ROOT / "conf" / "broker.properties"),
+        records_retention="2d",
+        vacuum_hours=0,
+    )
+    version, disk, rows = DeltaTable(str(path)).version(), _disk(path), _rows(path)
+
+    plan = run_maintenance(cfg, now_ms=NOW, dry_run=True)
+    assert (DeltaTable(str(path)).version(), _disk(path), _rows(path)) == (version, disk, rows)
+    assert not (lake / "retention_log").exists() and not plan.errors
+    # records retention: 2026-11-21 (older than date(NOW - 2 d)) of each topic-partition
+    assert plan.deleted_rows == 4 * 50 and plan.records_version is None
+    assert sorted((r["topic"], r["partition"], r["segment_base_offset"], r["end_offset"],
+                   r["rows"]) for r in plan.retention_rows) == [
+        ("clicks", 0, 0, 50, 50), ("clicks", 1, 0, 50, 50),
+        ("orders", 0, 0, 50, 50), ("orders", 1, 0, 50, 50),
+    ]  # fmt: skip
+    [table] = plan.tables
+    assert (table["version"], table["files"]) == (version, 10)
+    # optimize: the partition with three small files; a partition's lone file stays
+    assert len(table["optimize_files"]) == 3
+    assert all(f.startswith(today) for f in table["optimize_files"])
+    assert len(table["vacuum_files"]) == 32 and table["vacuum_orphans"] == []
+    assert set(table["vacuum_files"]) <= set(disk)
+    assert table["checkpoint_version"] == version + 1
+    listing = plan.describe()
+    assert "dry run (nothing changed)" in listing and "would delete 200 rows" in listing
+    assert "would rewrite 3 files" in listing and "would remove 32 files" in listing
+    assert all(f in listing for f in [*table["optimize_files"], *table["vacuum_files"]])
+
+    # the job's --dry-run prints the same listing and the same JSON, and changes nothing
+    toml = tmp_path / "p.toml"
+    toml.write_text(
+        f'[paths]\nlog_dirs = ["{tmp_path}/logs"]\nlake = "{lake}"\n'
+        '[retention]\nrecords = "forever"\nvacuum_hours = 0\n'
+    )
+    run = subprocess.run(
+        [sys.executable, "jobs/maintain.py", "--config", str(toml), "--dry-run"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert summary["dry_run"] is True
+    assert summary["tables"][0]["optimize_files"] == table["optimize_files"]
+    assert summary["tables"][0]["vacuum_files"] == table["vacuum_files"]
+    assert "would rewrite 3 files" in run.stderr and table["vacuum_files"][0] in run.stderr
+    assert (DeltaTable(str(path)).version(), _disk(path)) == (version, disk)
+
+    # what a real run then does is what the plan said: optimize rewrites exactly those files,
+    # vacuum removes the listed files (and the ones optimize just replaced)
+    report = maintain_table(path, vacuum_hours=0)
+    assert not report.errors
+    gone = set(disk) - set(_disk(path))
+    data_gone = {f for f in gone if not f.startswith("_delta_log/")}
+    assert data_gone == set(table["vacuum_files"]) | set(table["optimize_files"])
+    assert _rows(path) == rows
+    deleted, _, count = records_retention(path, {"orders": 2 * DAY, "clicks": 2 * DAY}, now_ms=NOW)
+    assert count == plan.deleted_rows
+    assert sorted((r["topic"], r["partition"], r["segment_base_offset"], r["end_offset"])
+                  for r in deleted) == sorted(
+        (r["topic"], r["partition"], r["segment_base_offset"], r["end_offset"])
+        for r in plan.retention_rows
+    )  # fmt: skip

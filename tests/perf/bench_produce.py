@@ -7,10 +7,23 @@ a fresh broker subprocess is started, ``--records`` records are produced with li
 from its segment files, so exactly the bytes the producer sent) appended with
 ``Log.append`` in-process to a fresh log — what the storage engine alone costs.
 
-Prints one line per case and, last, one JSON object with records/s, MB/s (uncompressed
-payload) and the ratio broker / raw append per case. Target: >= 250k records/s for 100 B.
+Comparisons in the same run, alternating so that the load of a shared machine falls on
+every variant alike (``--rounds`` times each, every run printed, never a best-of):
 
-    .venv/bin/python tests/perf/bench_produce.py [--records 1000000]
+- ``--baseline REV_OR_DIR``: the broker of another commit (its ``logstore/`` is extracted
+  with ``git archive`` into a temporary directory) or of another checkout, run with the
+  same interpreter and clients;
+- ``--metrics``: this broker with ``metrics.listeners`` on (the per-request counters and
+  histograms; nothing scrapes during the run).
+
+Prints one line per run and, last, one JSON object with every run's records/s and broker
+CPU time per record (user + system, from ``/proc``: steadier than records/s when other
+processes load the machine), the median per variant and case, and the ratios of medians
+against this broker (``current``).
+Target: >= 250k records/s for 100 B.
+
+    .venv/bin/python tests/perf/bench_produce.py [--records 1000000] [--cases 1024x1]
+        [--baseline 05e34e7] [--metrics] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -18,6 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -94,40 +109,125 @@ def _raw_append(log_dir: Path, topic: str, partitions: int) -> tuple[float, int]
     return elapsed, records
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=1_000_000)
-    args = ap.parse_args()
-    results = {}
-    for size, partitions in ((100, 1), (100, 6), (1024, 1), (1024, 6)):
-        n = args.records if size == 100 else max(args.records // 5, 1000)
-        with tempfile.TemporaryDirectory() as tmp:
-            b = BrokerProcess(Path(tmp), **{"num.io.threads": "2", "num.network.threads": "1"})
-            b.start()
-            try:
-                topic = f"bench-{size}-{partitions}"
-                admin = AdminClient({"bootstrap.servers": b.bootstrap})
-                admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
-                elapsed = _produce(b.bootstrap, topic, n, size, partitions)
-            finally:
-                b.stop()
-            raw_s, raw_n = _raw_append(b.log_dir, topic, partitions)
-        rps = n / elapsed
-        raw_rps = raw_n / raw_s
-        key = f"{size}B_{partitions}p"
-        results[key] = {
-            "records": n,
-            "seconds": round(elapsed, 3),
-            "records_per_s": round(rps),
-            "mb_per_s": round(n * size / elapsed / 1e6, 1),
-            "raw_append_records_per_s": round(raw_rps),
-            "ratio_vs_raw_append": round(rps / raw_rps, 3),
-        }
-        print(
-            f"{key}: {rps:,.0f} records/s, {n * size / elapsed / 1e6:.1f} MB/s "
-            f"(raw append {raw_rps:,.0f} records/s, ratio {rps / raw_rps:.3f})",
-            flush=True,
+def _baseline_root(spec: str, tmp: Path) -> Path:
+    """A checkout directory as given, or ``logstore/`` of commit ``spec`` extracted to ``tmp``."""
+    if Path(spec, "logstore").is_dir():
+        return Path(spec).resolve()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", spec, "logstore"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+    return tmp
+
+
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process ``pid`` so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def _run_case(
+    root: Path, size: int, partitions: int, n: int, overrides: dict[str, str]
+) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        b = BrokerProcess(
+            Path(tmp),
+            root=root,
+            **{"num.io.threads": "2", "num.network.threads": "1", **overrides},
         )
+        b.start()
+        try:
+            topic = f"bench-{size}-{partitions}"
+            admin = AdminClient({"bootstrap.servers": b.bootstrap})
+            admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+            assert b.proc is not None
+            user0, sys0 = _cpu_seconds(b.proc.pid)
+            elapsed = _produce(b.bootstrap, topic, n, size, partitions)
+            user1, sys1 = _cpu_seconds(b.proc.pid)
+        finally:
+            b.stop()
+        raw_s, raw_n = _raw_append(b.log_dir, topic, partitions)
+    return {
+        "records_per_s": n / elapsed,
+        "raw_append_records_per_s": raw_n / raw_s,
+        "broker_user_us_per_record": (user1 - user0) / n * 1e6,
+        "broker_sys_us_per_record": (sys1 - sys0) / n * 1e6,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=1_000_000, help="records of 100 B (1 KiB: /5)")
+    ap.add_argument(
+        "--cases",
+        default="100x1,100x6,1024x1,1024x6",
+        help="comma-separated SIZExPARTITIONS (default: %(default)s)",
+    )
+    ap.add_argument("--baseline", help="commit or checkout directory of a broker to compare")
+    ap.add_argument("--metrics", action="store_true", help="also run with metrics.listeners on")
+    ap.add_argument("--rounds", type=int, default=1, help="alternating runs of each variant")
+    args = ap.parse_args()
+    cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]
+    with tempfile.TemporaryDirectory() as base_tmp:
+        variants: list[tuple[str, Path, dict[str, str]]] = [("current", ROOT, {})]
+        if args.baseline:
+            variants.append(("baseline", _baseline_root(args.baseline, Path(base_tmp)), {}))
+        if args.metrics:
+            listener = {"metrics.listeners": "http://127.0.0.1:0"}
+            variants.append(("metrics_on", ROOT, listener))
+        runs: dict[str, dict[str, list[float]]] = {}
+        cpu: dict[str, dict[str, list[float]]] = {}
+        raw: dict[str, list[float]] = {}
+        for size, partitions in cases:
+            key = f"{size}B_{partitions}p"
+            n = args.records if size == 100 else max(args.records // 5, 1000)
+            for r in range(args.rounds):
+                # alternate the order too, so neither variant always runs first
+                order = variants if r % 2 == 0 else variants[::-1]
+                for name, root, overrides in order:
+                    res = _run_case(root, size, partitions, n, overrides)
+                    rps = res["records_per_s"]
+                    runs.setdefault(key, {}).setdefault(name, []).append(rps)
+                    us = res["broker_user_us_per_record"] + res["broker_sys_us_per_record"]
+                    cpu.setdefault(key, {}).setdefault(name, []).append(us)
+                    raw.setdefault(key, []).append(res["raw_append_records_per_s"])
+                    print(
+                        f"{key} round {r + 1} {name}: {rps:,.0f} records/s, "
+                        f"{rps * size / 1e6:.1f} MB/s "
+                        f"(raw append {res['raw_append_records_per_s']:,.0f} records/s); broker "
+                        f"CPU {res['broker_user_us_per_record']:.3f} user + "
+                        f"{res['broker_sys_us_per_record']:.3f} sys us/record",
+                        flush=True,
+                    )
+    results: dict[str, object] = {}
+    for key, by_variant in runs.items():
+        med = {name: statistics.median(v) for name, v in by_variant.items()}
+        entry: dict[str, object] = {
+            "runs": {name: [round(x) for x in v] for name, v in by_variant.items()},
+            "median": {name: round(m) for name, m in med.items()},
+            # CPU the broker spent per record: less sensitive than records/s to the load that
+            # other processes put on a shared machine
+            "broker_cpu_us_per_record": {
+                name: [round(x, 3) for x in v] for name, v in cpu[key].items()
+            },
+            "raw_append_records_per_s": round(statistics.median(raw[key])),
+            "ratio_vs_raw_append": round(med["current"] / statistics.median(raw[key]), 3),
+        }
+        for name, m in med.items():
+            if name != "current":
+                entry[f"ratio_current_vs_{name}"] = round(med["current"] / m, 3)
+        cpu_med = {name: statistics.median(v) for name, v in cpu[key].items()}
+        for name, m in cpu_med.items():
+            if name != "current":
+                entry[f"cpu_ratio_{name}_vs_current"] = round(m / cpu_med["current"], 3)
+        if "metrics_on" in med:
+            entry["ratio_metrics_on_vs_off"] = round(med["metrics_on"] / med["current"], 3)
+        results[key] = entry
+        print(f"{key}: " + ", ".join(f"{k}={v}" for k, v in entry.items() if "ratio" in k))
     results["target_100B_records_per_s"] = 250_000
     print(json.dumps(results))
     return 0

@@ -548,6 +548,16 @@ class GroupCoordinator(Rebalancer):
             v = self._store.offsets_of(group_id).get((topic, partition))
             return None if v is None else (v.offset, v.commit_timestamp)
 
+    def all_committed_offsets(self) -> dict[str, dict[tuple[str, int], int]]:
+        """Every group's committed offsets, ``{group: {(topic, partition): offset}}`` (a
+        copy; pending transactional commits not included). For the broker's lag metrics,
+        at scrape time; any thread."""
+        with self._lock:
+            return {
+                group_id: {tp: v.offset for tp, v in self._store.offsets_of(group_id).items()}
+                for group_id in self._groups
+            }
+
     def delete_offsets(
         self, group_id: str, partitions: Sequence[tuple[str, int]]
     ) -> tuple[ErrorCode, list[tuple[str, int, ErrorCode]]]:

@@ -3,8 +3,11 @@
 Resource types (Kafka's ``ConfigResource.Type``): TOPIC = 2, BROKER = 4. Config sources:
 DYNAMIC_TOPIC_CONFIG = 1 (a persisted override), STATIC_BROKER_CONFIG = 4 (set in the
 broker's properties), DEFAULT_CONFIG = 5. ``configuration_keys`` null = every key.
-Topic keys are Kafka's (``logstore.storage.config.TOPIC_KEYS``); with ``include_synonyms``
-a topic key lists its override, its broker key and the default, most specific first.
+Topic keys are every key of Kafka 4.x's LogConfig plus loglake's
+(``logstore.storage.topic_config_defs.TOPIC_CONFIGS``, no-ops included), typed as Kafka types
+them (KIP-569 ``config_type``); with ``include_synonyms`` a topic key lists its override, the
+broker keys set behind it (``log.roll.ms`` before ``log.roll.hours``) and the default, most
+specific first.
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from logstore.errors import InvalidConfigError
-from logstore.server.config import BROKER_CONFIG_DEFS, TOPIC_KEY_FOR_BROKER_KEY
+from logstore.server.config import BROKER_CONFIG_DEFS
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
-from logstore.storage.config import TOPIC_KEYS, LogConfig
+from logstore.storage.config import LogConfig, format_value
+from logstore.storage.topic_config_defs import (
+    TOPIC_CONFIGS,
+    parse_topic_value,
+    validate_topic_properties,
+)
 
 __all__ = [
     "API_KEY",
@@ -43,22 +50,7 @@ SOURCE_DYNAMIC_TOPIC: Final = 1
 SOURCE_STATIC_BROKER: Final = 4
 SOURCE_DEFAULT: Final = 5
 # Kafka's ConfigType: BOOLEAN 1, STRING 2, INT 3, SHORT 4, LONG 5, DOUBLE 6, LIST 7.
-_TYPES: Final = {"bool": 1, "string": 2, "int": 3, "long": 5, "list": 7}
-
-_BROKER_KEY_FOR_TOPIC_KEY: Final = {v: k for k, v in TOPIC_KEY_FOR_BROKER_KEY.items()} | {
-    "retention.ms": "log.retention.ms",
-    "segment.ms": "log.roll.ms",
-    "flush.ms": "log.flush.interval.ms",
-}
-_TOPIC_TYPES: Final = {
-    "cleanup.policy": 7,
-    "message.timestamp.type": 2,
-    "compaction.strategy": 2,
-    "segment.bytes": 3,
-    "segment.index.bytes": 3,
-    "index.interval.bytes": 3,
-    "max.message.bytes": 3,
-}
+_TYPES: Final = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,47 +60,41 @@ class ConfigEntry:
     source: int
     type: int
     synonyms: tuple[tuple[str, str | None, int], ...]
+    doc: str | None = None
 
 
 def validate_topic_configs(props: Mapping[str, str]) -> LogConfig:
-    """Raise InvalidConfigError for an unknown topic key or a bad value; else the config."""
-    for key, value in props.items():
-        if key not in TOPIC_KEYS:
-            raise InvalidConfigError(f"unknown topic config {key!r}")
-        if key == "cleanup.policy":
-            parts = [p.strip() for p in value.split(",") if p.strip()]
-            if not parts or any(p not in ("delete", "compact") for p in parts):
-                raise InvalidConfigError(
-                    f"cleanup.policy={value!r}: expected delete and/or compact"
-                )
-        if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
-            raise InvalidConfigError(
-                f"message.timestamp.type={value!r}: expected CreateTime or LogAppendTime"
-            )
-    try:
-        return LogConfig.from_properties(props)
-    except (InvalidConfigError, ValueError, TypeError) as exc:
-        raise InvalidConfigError(str(exc)) from exc
+    """Raise InvalidConfigError for an unknown topic key (naming the nearest known one) or a
+    value breaking its key's rule (Kafka's type, range or enum); else the config."""
+    validate_topic_properties(props)
+    return LogConfig.from_properties(props)
 
 
 def topic_config_entries(broker: Any, topic: str, *, pending: bool = False) -> list[ConfigEntry]:
-    """Every topic-level key of ``topic`` with its effective value and source."""
+    """Every topic-level key of ``topic`` (the whole registry, no-ops included) with its
+    effective value, source and synonyms (override, broker keys set, default; most
+    specific first, as Kafka lists them)."""
     overrides: dict[str, str] = {} if pending else broker.topic_overrides.get(topic, {})
     defaults = broker.default_log_config.to_properties()
     config = broker.config
     out = []
-    for key in TOPIC_KEYS:
+    for key, d in TOPIC_CONFIGS.items():
         synonyms: list[tuple[str, str | None, int]] = []
         if key in overrides:
             synonyms.append((key, overrides[key], SOURCE_DYNAMIC_TOPIC))
-        bkey = _BROKER_KEY_FOR_TOPIC_KEY.get(key)
-        if bkey is not None and bkey in config.originals:
-            synonyms.append((bkey, config.originals[bkey], SOURCE_STATIC_BROKER))
-        synonyms.append((bkey or key, defaults[key], SOURCE_DEFAULT))
+        static = [b for b in d.synonyms if b in config.originals]
+        synonyms += [(b, config.originals[b], SOURCE_STATIC_BROKER) for b in static]
+        default = d.default
+        if key in defaults:
+            default = defaults[key]  # the broker's effective default (units applied)
+        elif static:
+            default = format_value(parse_topic_value(key, config.originals[static[0]]))
+        synonyms.append((d.synonyms[0] if d.synonyms else key, d.default, SOURCE_DEFAULT))
         _name, value, source = synonyms[0]
         if source != SOURCE_DYNAMIC_TOPIC:
-            value = defaults[key]
-        out.append(ConfigEntry(key, value, source, _TOPIC_TYPES.get(key, 5), tuple(synonyms)))
+            value = default
+        doc = f"{d.doc} (loglake: {d.status})"
+        out.append(ConfigEntry(key, value, source, d.type_id, tuple(synonyms), doc))
     return out
 
 
@@ -124,7 +110,7 @@ def _broker_entries(config: Any) -> list[ConfigEntry]:
             value = None if v is None else str(v)
         source = SOURCE_STATIC_BROKER if name in config.originals else SOURCE_DEFAULT
         out.append(
-            ConfigEntry(name, value, source, _TYPES.get(d.type, 2), ((name, value, source),))
+            ConfigEntry(name, value, source, _TYPES.get(d.type, 2), ((name, value, source),), d.doc)
         )
     return out
 
@@ -169,7 +155,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                     for n, v, s in (e.synonyms if request.include_synonyms else ())
                 ),
                 config_type=e.type,
-                documentation=None,
+                documentation=e.doc if getattr(request, "include_documentation", False) else None,
             )
             for e in entries
         )

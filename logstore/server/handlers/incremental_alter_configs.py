@@ -18,6 +18,7 @@ from logstore.server.context import RequestContext
 from logstore.server.handlers._alter import resource_results
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 from logstore.server.handlers.describe_configs import validate_topic_configs
+from logstore.storage.topic_config_defs import TOPIC_CONFIGS
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
@@ -26,7 +27,7 @@ MIN_VERSION: Final = 0
 MAX_VERSION: Final = 1
 
 _SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
-_LIST_KEYS: Final = frozenset({"cleanup.policy"})
+_LIST_KEYS: Final = frozenset(k for k, d in TOPIC_CONFIGS.items() if d.type == "list")
 
 
 def _apply(current: dict[str, str], ops: Any, defaults: dict[str, str]) -> dict[str, str]:

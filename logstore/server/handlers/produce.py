@@ -93,6 +93,9 @@ def append_records(
     result.log_start_offset = appended.log_start_offset
     if not appended.duplicate:
         broker.purgatory.check_and_complete((topic, partition))
+        if broker.metrics is not None:
+            n = appended.last_offset - appended.first_offset + 1
+            broker.metrics.produced(topic, len(buf), n)
     return result
 
 

@@ -216,3 +216,27 @@ def test_internal_topics_are_indexed_only_when_named(spark: Any, tmp_path: Path)
     assert only.rows == {"offset_lookup": 3, "time_lookup": 3}
     got = DeltaTable(str(named / "offset_lookup")).to_pyarrow_table()
     assert set(got.column("topic").to_pylist()) == {"__consumer_offsets"}
+
+
+def test_index_files_that_disagree_with_the_log_exit_6(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the job runner: a broker .index entry that points inside a batch is listed on
+    stderr and the job exits 6 (EXIT_INDEX_MISMATCH, not retried); the tables are written."""
+    log_dir, lake = tmp_path / "logs", tmp_path / "lake"
+    write_batches(log_dir, "a", 0, batches(0, 10), index_interval_bytes=200)
+    index = log_dir / "a-0" / "00000000000000000000.index"
+    entry = bytearray(index.read_bytes()[:8])
+    assert len(entry) == 8 and int.from_bytes(entry[4:], "big") > 0
+    entry[4:] = (int.from_bytes(entry[4:], "big") + 1).to_bytes(4, "big")
+    with index.open("r+b") as fh:
+        fh.write(entry)
+    config = tmp_path / "pipeline.toml"
+    config.write_text(f'[paths]\nlog_dirs = ["{log_dir}"]\nlake = "{lake}"\n')
+
+    assert load_job("build_lookups").main(["--config", str(config)]) == 6
+    out, err = capsys.readouterr()
+    assert "index entry 0" in err and "position is not a batch start" in err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["index_problems"] == 1 and summary["rows"]["offset_lookup"] == 10
+    assert DeltaTable(str(lake / "offset_lookup")).version() == 0

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from logstore.errors import LoglakeError
+from pipelines import exit_codes
 from pipelines.config import (
     EXIT_MISSING_TOPICS,
     MissingTopicsError,
@@ -135,24 +136,39 @@ def test_compact_checks_its_command_line_topics_too(
 def test_help_documents_the_exit_codes_the_job_returns(
     job: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Every integer a job's main can return (and argparse's 2) is described in its --help, and
-    the jobs taking topics describe --allow-missing-topics and its exit code."""
+    """Every exit code a job's source returns (by its pipelines.exit_codes name), what the
+    runner maps exceptions to (0-4 here: 3 and 4 only where the job can raise them), and
+    argparse's 2 are described in its --help; the jobs taking topics describe
+    --allow-missing-topics and its exit code."""
     module = load_job(job)
     with pytest.raises(SystemExit) as info:
         module.main(["--help"])
     assert info.value.code == 0
     help_text = " ".join(capsys.readouterr().out.split())
-    documented = help_text[help_text.index("Exit codes:") :]
+    documented = help_text[help_text.index("Exit codes") :]
     source = (ROOT / "jobs" / f"{job}.py").read_text()
-    returned = {2}  # argparse on bad arguments
+    returned = {exit_codes.EXIT_OK, exit_codes.EXIT_FAILED, exit_codes.EXIT_USAGE}
     for node in ast.walk(ast.parse(source)):
-        returned |= returned_ints(node)
-        if isinstance(node, ast.Return) and isinstance(node.value, ast.Name):
-            assert node.value.id in {"EXIT_MISSING_TOPICS", "code"}, node.value.id
-    assert_documented(returned, documented, job)
+        assert not returned_ints(node), f"jobs/{job}.py returns a bare number"
+        if isinstance(node, ast.Return) and node.value is not None:
+            returned |= {
+                getattr(exit_codes, n.id)
+                for n in ast.walk(node.value)
+                if isinstance(n, ast.Name) and n.id.startswith("EXIT_")
+            }
+    assert returned <= {0, 1, 2} | set(module.EXIT_CODES)
+    assert_documented(returned | set(module.EXIT_CODES), documented, job)
+    for code in module.EXIT_CODES:
+        assert exit_codes.MEANINGS[code] in documented
     if job in TOPIC_JOBS:
         assert "--allow-missing-topics" in help_text
-        assert re.search(r"2 bad arguments, or (a topic|missing topics)", documented)
+        assert re.search(
+            r"2 bad arguments or configuration .*; or (a topic|missing topics)", documented
+        )
+    if job == "ingest":
+        assert {3, 4} <= set(module.EXIT_CODES)
+    if job == "build_lookups":
+        assert exit_codes.EXIT_INDEX_MISMATCH == 6 in module.EXIT_CODES
 
 
 def returned_ints(node: ast.AST) -> set[int]:
@@ -177,6 +193,10 @@ LOGLAKE_COMMANDS = {
     "broker": "logstore/server/cli.py",
     "topics": "logstore/tools/topics.py",
     "dump-log": "logstore/tools/dump_log.py",
+    "groups": "logstore/tools/groups.py",
+    "configs": "logstore/tools/configs.py",
+    "delete-records": "logstore/tools/delete_records.py",
+    "get-offsets": "logstore/tools/get_offsets.py",
 }
 
 
@@ -221,14 +241,14 @@ def test_loglake_help_documents_the_exit_codes_the_command_returns(
 
 
 @pytest.mark.parametrize("job", JOBS)
-def test_bad_arguments_exit_2_and_a_missing_config_exits_1(
+def test_bad_arguments_and_a_missing_config_exit_2(
     job: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     module = load_job(job)
     with pytest.raises(SystemExit) as info:
         module.main(["--config", "c.toml", "--no-such-flag"])
     assert info.value.code == 2
-    assert module.main(["--config", str(tmp_path / "none.toml")]) == 1
+    assert module.main(["--config", str(tmp_path / "none.toml")]) == 2
     assert "config file not found" in capsys.readouterr().err
 
 

@@ -58,10 +58,26 @@ def test_an_argument_error_loads_no_spark_delta_or_decoder(job: str) -> None:
     assert "unrecognized arguments: --no-such-option" in output
 
 
-def test_the_wrapper_sees_what_a_job_loads() -> None:
-    """The check itself can fail: a job that goes past its arguments (here: a config file
-    that does not exist) has loaded its pipeline modules by then."""
-    result, output = run_job("ingest", "--config", str(ROOT / "no-such.toml"))
+@pytest.mark.parametrize("job", JOBS)
+def test_a_bad_config_value_loads_no_spark_delta_or_decoder(job: str, tmp_path: Path) -> None:
+    """The config file is checked whole before the job imports its pipeline modules."""
+    conf = tmp_path / "pipeline.toml"
+    conf.write_text('[ingest]\nfail_on_corrupt = "false"\n')
+    result, output = run_job(job, "--config", str(conf))
+    assert result == {"code": 2, "loaded": []}
+    assert '[ingest] fail_on_corrupt = "false": expected a boolean' in output
+
+
+def test_the_wrapper_sees_what_a_job_loads(tmp_path: Path) -> None:
+    """The check itself can fail: a job that goes past its arguments and its config (here: a
+    valid config naming a log dir that does not exist) has loaded its pipeline modules by
+    then."""
+    conf = tmp_path / "pipeline.toml"
+    conf.write_text(
+        f'[paths]\nlog_dirs = ["{tmp_path / "none"}"]\nlake = "{tmp_path / "lake"}"\n'
+        '[ingest]\ntopics = ["orders"]\n'
+    )
+    result, output = run_job("ingest", "--config", str(conf))
     assert result["code"] == 1
     assert "pyspark" in result["loaded"]  # type: ignore[operator]
-    assert "ingest failed" in output
+    assert "ingest failed: log dir does not exist" in output

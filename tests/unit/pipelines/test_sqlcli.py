@@ -10,6 +10,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -151,10 +152,94 @@ def test_csv_and_json_are_lossless(lake: Path, capsys: pytest.CaptureFixture[str
 def test_time_travel_by_version(lake: Path, capsys: pytest.CaptureFixture[str]) -> None:
     q = "SELECT count(*) AS n FROM records"
     assert json.loads(_run(capsys, "--lake", str(lake), "--format", "json", q)[1]) == {"n": 7}
-    code, out, _ = _run(capsys, "--lake", str(lake), "--format", "json", "--version",
+    code, out, _ = _run(capsys, "--lake", str(lake), "--format", "json", "--as-of-version",
                         "records=0", q)  # fmt: skip
     assert (code, json.loads(out)) == (0, {"n": 3})
     assert DeltaTable(str(lake / "records")).version() == 1  # the lake itself is unchanged
+
+
+@pytest.fixture
+def growing(tmp_path: Path) -> tuple[Path, list[int]]:
+    """A lake whose ``t`` has versions 0, 1, 2 holding 1, 2, 3 rows, and a second table ``u``;
+    returns it and ``t``'s commit timestamps (ms), oldest first."""
+    lake = tmp_path / "lake"
+    for i in range(3):
+        write_deltalake(lake / "t", pa.table({"i": [i]}), mode="append")
+        time.sleep(0.01)  # distinct commit timestamps (milliseconds) per version
+    write_deltalake(lake / "u", pa.table({"i": [7]}))
+    stamps = sorted((h["version"], h["timestamp"]) for h in DeltaTable(str(lake / "t")).history())
+    assert [v for v, _ in stamps] == [0, 1, 2]
+    assert stamps[0][1] < stamps[1][1] < stamps[2][1]
+    return lake, [ts for _, ts in stamps]
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def test_time_travel_by_timestamp(
+    growing: tuple[Path, list[int]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As of an instant: the last version committed at or before it, per table."""
+    lake, stamps = growing
+    q = "SELECT (SELECT count(*) FROM t) AS t, (SELECT count(*) FROM u) AS u"
+    for instant, rows in [
+        (_iso(stamps[0]), 1),  # exactly version 0's commit
+        (_iso(stamps[1] - 1), 1),  # just before version 1
+        (_iso(stamps[1]), 2),
+        (_iso(stamps[2] + 60_000), 3),  # after the last commit: the latest
+    ]:
+        code, out, err = _run(capsys, "--lake", str(lake), "--format", "json",
+                              "--as-of-timestamp", f"t={instant}", q)  # fmt: skip
+        assert (code, err) == (0, "")
+        assert json.loads(out) == {"t": rows, "u": 1}, instant
+    # a zone other than UTC names the same instant; no zone means UTC
+    local = dt.datetime.fromtimestamp(stamps[1] / 1000, dt.timezone(dt.timedelta(hours=5)))
+    naive = _iso(stamps[1]).removesuffix("+00:00")
+    for instant in (local.isoformat(timespec="milliseconds"), naive):
+        code, out, _ = _run(capsys, "--lake", str(lake), "--format", "json",
+                            "--as-of-timestamp", f"t={instant}", q)  # fmt: skip
+        assert json.loads(out)["t"] == 2
+    # both pins on different tables; the same table twice is refused
+    code, out, _ = _run(capsys, "--lake", str(lake), "--format", "json", "--as-of-version",
+                        "t=0", "--as-of-timestamp", f"u={_iso(stamps[2] + 60_000)}", q)  # fmt: skip
+    assert json.loads(out) == {"t": 1, "u": 1}
+    code, _, err = _run(capsys, "--lake", str(lake), "--as-of-version", "t=0",
+                        "--as-of-timestamp", f"t={_iso(stamps[2])}", q)  # fmt: skip
+    assert code == 2 and "pinned twice" in err
+    # before the first commit: an error, not version 0
+    code, out, err = _run(capsys, "--lake", str(lake), "--as-of-timestamp",
+                          f"t={_iso(stamps[0] - 1)}", q)  # fmt: skip
+    assert (code, out) == (2, "")
+    assert "has no version as of" in err and "first version 0 was committed at" in err
+    code, _, err = _run(capsys, "--lake", str(lake), "--as-of-timestamp", "t=yesterday", q)
+    assert code == 2 and "'yesterday' is not an ISO-8601 timestamp" in err
+
+
+def test_history_lists_versions_operations_and_parameters(
+    growing: tuple[Path, list[int]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lake, stamps = growing
+    DeltaTable(str(lake / "t")).delete("i = 0")
+    code, out, err = _run(capsys, "--lake", str(lake), "--format", "json", "--history", "t")
+    assert (code, err) == (0, "")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["version"] for r in rows] == [3, 2, 1, 0]
+    assert [r["operation"] for r in rows] == ["DELETE", "WRITE", "WRITE", "WRITE"]
+    assert json.loads(rows[0]["parameters"])["predicate"] == "i = 0"
+    assert json.loads(rows[1]["parameters"])["mode"] == "Append"
+    assert json.loads(rows[0]["metrics"])["num_deleted_rows"] == 1
+    got = [dt.datetime.fromisoformat(r["timestamp"]) for r in rows[1:]]
+    assert [int(g.timestamp() * 1000) for g in got] == list(reversed(stamps))
+    # the table format, and the errors
+    code, out, _ = _run(capsys, "--lake", str(lake), "--history", "t")
+    header = [c.strip() for c in out.splitlines()[1].split("|")[1:-1]]
+    assert code == 0 and header == ["version", "timestamp", "operation", "parameters", "metrics"]
+    assert out.splitlines()[-1] == "(4 rows)"
+    code, _, err = _run(capsys, "--lake", str(lake), "--history", "nope")
+    assert code == 2 and "no table 'nope'" in err
+    code, _, err = _run(capsys, "--lake", str(lake), "--history", "t", "SELECT 1")
+    assert code == 2 and "--history takes no QUERY" in err
 
 
 def test_lookup_timestamps_are_timestamps(lake: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -177,9 +262,10 @@ def test_lookup_timestamps_are_timestamps(lake: Path, capsys: pytest.CaptureFixt
         (["SELEC 1"], 1, "SELEC"),
         (["SELECT * FROM nope"], 1, "'nope' not found"),
         (["SELECT nope FROM records"], 1, "nope"),
-        (["--version", "records=9", "SELECT 1"], 2, "versions 0..1"),
-        (["--version", "ghost=1", "SELECT 1"], 2, "'ghost'"),
-        (["--version", "records", "SELECT 1"], 2, "TABLE=N"),
+        (["--as-of-version", "records=9", "SELECT 1"], 2, "versions 0..1"),
+        (["--as-of-version", "ghost=1", "SELECT 1"], 2, "'ghost'"),
+        (["--as-of-version", "records", "SELECT 1"], 2, "--as-of-version takes TABLE=N"),
+        (["--as-of-timestamp", "records", "SELECT 1"], 2, "takes TABLE=TIMESTAMP"),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(
@@ -212,6 +298,7 @@ def test_prompt_reads_statements_and_meta_commands_from_stdin(lake: Path) -> Non
             ".schema time_lookup",
             "SELECT count(*) AS n",
             "FROM records;",
+            ".history records",
             ".version records 0",
             ".format csv",
             "SELECT count(*) AS n FROM records;",
@@ -236,6 +323,8 @@ def test_prompt_reads_statements_and_meta_commands_from_stdin(lake: Path) -> Non
     assert "  max_timestamp  timestamp[ms, tz=UTC]" in out
     assert "  max_timestamp_ms  int64" in out
     assert "| 7 |" in out  # the two-line statement, in the table format
+    history = [[c.strip() for c in ln.split("|")[1:4]] for ln in out if "WRITE" in ln]
+    assert [(v, op) for v, _, op in history] == [("1", "WRITE"), ("0", "WRITE")]
     assert out[-2:] == ["n", "3"]  # version 0, in CSV
     assert "never run" not in proc.stdout
     errors = proc.stderr.splitlines()

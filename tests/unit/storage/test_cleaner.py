@@ -172,7 +172,9 @@ def expected_after(records: list[Record], end: int, strategy: Strategy, *, expir
 
 def dump_ok(d: Path) -> None:
     files = sorted(str(p) for p in d.iterdir() if p.suffix in (".log", ".index", ".timeindex"))
-    ns = argparse.Namespace(files=files, print_data_log=True, index_sanity_check=True, json=False)
+    parser = argparse.ArgumentParser()
+    dump_log.add_arguments(parser)
+    ns = parser.parse_args(["--files", *files, "--print-data-log", "--index-sanity-check"])
     with contextlib.redirect_stdout(io.StringIO()):
         assert dump_log.run(ns) == 0
 

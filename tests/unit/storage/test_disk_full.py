@@ -162,6 +162,7 @@ def test_offline_log_refuses_appends_serves_reads_and_comes_back_with_room(tmpfs
             acked += 1
     assert log.offline_reason is not None and "No space left" in log.offline_reason
     assert len(log.segments) > 2
+    assert log.storage_errors == 1  # the broker's loglake_log_storage_errors_total
     # refused at once while offline, even with room again, until the retry delay passed
     with pytest.raises(LogOfflineError):
         log.append(_batch(acked, size=10))
@@ -177,6 +178,7 @@ def test_offline_log_refuses_appends_serves_reads_and_comes_back_with_room(tmpfs
     log.offline_retry_ms = 0
     info = log.append(_batch(acked, size=20_000))
     assert info.first_offset == acked and log.offline_reason is None
+    assert log.storage_errors == 1  # refusals while offline are not new disk errors
     log.close()
 
 

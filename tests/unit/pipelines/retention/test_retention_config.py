@@ -38,10 +38,10 @@ def _toml(tmp_path: Path, retention: str) -> Path:
         ("vacum_hours = 1", "unknown key 'vacum_hours' in [retention]"),
         ('records = "30 days"', "records"),
         ('records = "0d"', "records"),
-        ("vacuum_hours = -1", "vacuum_hours must be >= 0"),
-        ("delete_records_chunk = 0", "delete_records_chunk must be an integer >= 1"),
-        ('delete_records_chunk = "5"', "delete_records_chunk must be an integer >= 1"),
-        ('vacuum_hours = "x"', "vacuum_hours must be a number"),
+        ("vacuum_hours = -1", "vacuum_hours = -1: expected a number >= 0"),
+        ("delete_records_chunk = 0", "delete_records_chunk = 0: expected an integer >= 1"),
+        ('delete_records_chunk = "5"', 'delete_records_chunk = "5": expected an integer, got'),
+        ('vacuum_hours = "x"', 'vacuum_hours = "x": expected a number'),
     ],
 )
 def test_bad_retention_settings_are_refused(tmp_path: Path, line: str, message: str) -> None:

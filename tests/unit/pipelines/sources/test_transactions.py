@@ -164,5 +164,7 @@ def test_isolation_key_is_read_and_checked(tmp_path: Path) -> None:
     )
     assert load_config(conf).isolation == "read_uncommitted"
     conf.write_text('[paths]\nlog_dirs = ["/l"]\nlake = "/k"\n[ingest]\nisolation = "committed"\n')
-    with pytest.raises(LoglakeError, match="isolation must be one of read_committed"):
+    with pytest.raises(
+        LoglakeError, match='isolation = "committed": expected one of read_committed'
+    ):
         load_config(conf)
