@@ -2,11 +2,12 @@
 
 Why this exists (measured here, 2026-11-27, pyarrow 26, deltalake 1.6.6, moto 5.2.5):
 pyarrow's ``S3FileSystem`` has no conditional write; deltalake's ``DeltaFileSystemHandler``
-(its object store as a pyarrow handler) exposes plain put/copy/move only, and its
-``copy_file``/``move_file`` against moto hung for 180 s then failed; boto3 is a test-only
-dependency. The request is a single signed HTTP PUT, so it is made here with the standard
-library: AWS Signature Version 4 (``UNSIGNED-PAYLOAD`` is not used: the body's SHA-256 is
-signed), path-style addressing with a custom endpoint, virtual-hosted on AWS.
+(its object store as a pyarrow handler) exposes plain open/copy/move/delete only, no put mode
+(its ``copy_file``/``move_file`` also hold the GIL while they wait for the store); fsspec/s3fs
+and obstore are not installed; boto3 is a test-only dependency. The request is a single
+signed HTTP PUT, so it is made here with the standard library: AWS Signature Version 4
+(``UNSIGNED-PAYLOAD`` is not used: the body's SHA-256 is signed), path-style addressing with a
+custom endpoint, virtual-hosted on AWS.
 
 Answers: 200 -> written; 412 ``PreconditionFailed`` -> the key exists; 409
 ``ConditionalRequestConflict`` (a concurrent conditional write in flight), 500, 503
