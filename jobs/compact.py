@@ -7,6 +7,11 @@ table per compacted topic (cleanup.policy=compact in the broker's topic configs,
 broker's log itself instead (Kafka's cleaner semantics, pipelines.compaction.log): every due
 partition of those topics gets its cleanable segments rewritten by a Spark task and swapped
 in, by the running broker or, with none running, by this job under the log dir's .lock.
+Due as Kafka's cleaner decides (pipelines.compaction.due): dirty ratio >=
+min.cleanable.dirty.ratio, or the first dirty batch older than max.compaction.lag.ms, each
+topic's own configs over the broker config's defaults (--broker-config, else [retention]
+broker_config, else conf/broker.properties); a partition not due is skipped and reported
+(--force cleans it); log.cleaner.enable=false in the broker config: nothing is cleaned.
 
 Output: progress lines and a summary on stderr, then the summary as one JSON line, last on
 stdout (with --log: one line per cleaned partition, then a JSON list of results).
@@ -27,6 +32,7 @@ from pipelines.jobrun import job_spark, run_job
 
 if TYPE_CHECKING:
     from pipelines.compaction.config import CompactConfig
+    from pipelines.compaction.due import CleanerDefaults
 
 EXIT_CODES = {
     EXIT_OK: "with --log, a partition whose swap the broker rejected is reported, not an "
@@ -59,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="with --log: seconds to wait for the broker"
     )
+    parser.add_argument(
+        "--broker-config",
+        help="with --log: broker.properties with the cleaner defaults (log.cleaner.*); "
+        "default: [retention] broker_config, else conf/broker.properties",
+    )
     args = parser.parse_args(argv)
     return run_job("compact", args.config, lambda: _compact(args))
 
@@ -78,11 +89,23 @@ def _compact(args: argparse.Namespace) -> int:
             allow_missing=args.allow_missing_topics,
             also_present=ingested_topics(config.records_path),
         )  # fmt: skip
+    defaults = None
+    if args.log:
+        from pipelines.compaction.due import (  # noqa: PLC0415
+            broker_config_path,
+            load_cleaner_defaults,
+        )
+
+        defaults = load_cleaner_defaults(broker_config_path(args.config, args.broker_config))
+        if not defaults.enabled:
+            print("compact --log: log.cleaner.enable=false: nothing cleaned", file=sys.stderr)
+            print("[]")
+            return EXIT_OK
     spark = job_spark(
         config.app_name, master=config.master, spark_conf=config.spark_conf, verbose=args.verbose
     )
     if args.log:
-        return _compact_log(spark, config, args)
+        return _compact_log(spark, config, args, defaults)
     summary = run_compact(spark, config, full=args.full, topics=args.topic)
     print(summary.describe(), file=sys.stderr)
     print(json.dumps(summary.to_json()))
@@ -98,7 +121,9 @@ def ingested_topics(records_path: str) -> set[str]:
     return {topic for topic, _ in read_progress(records_path)}
 
 
-def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) -> int:
+def _compact_log(
+    spark: Any, config: CompactConfig, args: argparse.Namespace, defaults: CleanerDefaults | None
+) -> int:
     from pipelines.compaction.config import compacted_topics  # noqa: PLC0415
     from pipelines.compaction.log import run_log_compaction  # noqa: PLC0415
 
@@ -109,6 +134,7 @@ def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) ->
         force=args.force,
         strategies=compacted_topics(config),
         hand_over_timeout_s=args.timeout,
+        defaults=defaults,
     )
     for r in results:
         if r.groups:
@@ -117,6 +143,8 @@ def _compact_log(spark: Any, config: CompactConfig, args: argparse.Namespace) ->
                 f"{r.bytes_out} bytes, {r.note}",
                 file=sys.stderr,
             )
+        elif not r.due:
+            print(f"{r.dir}: skipped, not due ({r.reason})", file=sys.stderr)
     print(json.dumps([dataclasses.asdict(r) for r in results]))
     return EXIT_OK
 

@@ -1,9 +1,10 @@
 """spark-submit jobs/quality.py --config conf/pipeline.toml [--log-dirs DIR] [--lake DIR]
 
 Runs the Great Expectations suites over the lake's tables (records, offset gaps, lookups,
-quarantine, compacted topic tables), builds Data Docs at <lake>/_quality/data_docs/index.html
-and appends one row per expectation to <lake>/quality_results. Thresholds: [quality] in the
-config file.
+quarantine, compacted topic tables), one GX Checkpoint per suite, whose Actions build Data Docs
+at <lake>/_quality/data_docs/index.html (rendering offline: their CSS/JS are in the site),
+append one row per expectation to <lake>/quality_results, then run your own Actions
+([quality] actions). Thresholds and actions: [quality] in the config file.
 
 Output: one line per suite on stderr, then a JSON summary as the last line on stdout.
 """

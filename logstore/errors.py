@@ -18,6 +18,9 @@ __all__ = [
     "LogDirLockedError",
     "LogOfflineError",
     "LoglakeError",
+    "ObjectNotFoundError",
+    "ObjectStoreError",
+    "ObjectStoreUnavailableError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "RecordTooLargeError",
@@ -97,6 +100,20 @@ class StorageError(LoglakeError):
     ):
         super().__init__(message, path=path, position=position)
         self.errno = errno
+
+
+class ObjectStoreError(StorageError):
+    """An object-store operation (S3, GCS, Azure, or the lake's local disk through the same
+    interface) failed; ``path`` is the object's URI."""
+
+
+class ObjectStoreUnavailableError(ObjectStoreError):
+    """The store did not answer, or kept throttling (503 SlowDown), after bounded retries: a
+    transient failure, worth retrying the whole job later."""
+
+
+class ObjectNotFoundError(ObjectStoreError):
+    """An object that should be there is not, e.g. deleted between a listing and a read."""
 
 
 class LogOfflineError(StorageError):

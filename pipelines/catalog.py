@@ -13,6 +13,10 @@ view shows that column as a UTC timestamp, with the raw value beside it as
 ``max_timestamp_ms`` (:data:`TIMESTAMP_MS_COLUMNS`). Spark's views
 (:func:`pipelines.delta.sql.register_lake_views`) do the same.
 
+The lake may be a local directory or an object-store prefix (``s3://bucket/lake``, see
+:mod:`pipelines.storage`): there the search walks the store's common prefixes with the same
+rules, and tables open with the storage options of the environment (or of ``settings``).
+
 Time travel (:data:`Pin`): a table is read at its latest version, at a version number, or as
 of a timestamp: the last version committed at or before it, by the commits' own timestamps
 (what :func:`table_history` lists); a timestamp before the first commit is an error, as in
@@ -36,6 +40,7 @@ from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from logstore.errors import LoglakeError
+from pipelines.storage import LakeLocation, StorageSettings, delta_target, open_store
 
 __all__ = [
     "HISTORY_SCHEMA",
@@ -74,10 +79,11 @@ class QueryError(LoglakeError):
 
 @dataclass(frozen=True, slots=True)
 class LakeTable:
-    """One Delta table of the lake: its SQL ``name`` and directory ``path``."""
+    """One Delta table of the lake: its SQL ``name`` and directory ``path`` (a ``Path`` on
+    local disk, the table's URI, e.g. ``s3://bucket/lake/records``, on an object store)."""
 
     name: str
-    path: Path
+    path: Path | str
 
 
 def table_name(relative: str | Path) -> str:
@@ -86,9 +92,12 @@ def table_name(relative: str | Path) -> str:
     return "_".join(_NOT_NAME.sub("_", p.lower()) for p in parts)
 
 
-def find_tables(lake: str | Path) -> list[LakeTable]:
+def find_tables(lake: str | Path, *, settings: StorageSettings | None = None) -> list[LakeTable]:
     """Every Delta table under ``lake``, sorted by name (see the module docstring)."""
-    root = Path(lake)
+    location = LakeLocation.parse(lake)
+    if not location.is_local:
+        return _find_remote_tables(location, settings)
+    root = location.local_path
     if not root.is_dir():
         raise LoglakeError("lake directory does not exist", path=str(root))
     found: dict[str, LakeTable] = {}
@@ -106,6 +115,30 @@ def find_tables(lake: str | Path) -> list[LakeTable]:
             dirs.clear()  # a table's own directories are partitions, not tables
             continue
         dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+    return sorted(found.values(), key=lambda t: t.name)
+
+
+def _find_remote_tables(lake: LakeLocation, settings: StorageSettings | None) -> list[LakeTable]:
+    """``find_tables`` on an object store: a breadth-first walk of common prefixes (one listing
+    per directory, data files are never listed), the same naming and skipping rules."""
+    store = open_store(lake, settings=settings)
+    found: dict[str, LakeTable] = {}
+    pending = [d for d in store.list_dirs() if not d.startswith(("_", "."))]
+    while pending:
+        rel = pending.pop(0)
+        children = store.list_dirs(rel)
+        if "_delta_log" in children:
+            name = table_name(rel)
+            uri = lake.join(rel).uri
+            if name in found:
+                raise LoglakeError(
+                    f"two tables would be called {name!r}: {found[name].path} and {uri}; "
+                    "rename one directory",
+                    path=lake.uri,
+                )
+            found[name] = LakeTable(name, uri)
+            continue
+        pending += [f"{rel}/{d}" for d in children if not d.startswith(("_", "."))]
     return sorted(found.values(), key=lambda t: t.name)
 
 
@@ -179,11 +212,14 @@ def _version_as_of(table: LakeTable, dt: DeltaTable, when: datetime.datetime) ->
     return max(before)
 
 
-def open_table(table: LakeTable, pin: Pin | None = None) -> DeltaTable:
+def open_table(
+    table: LakeTable, pin: Pin | None = None, *, settings: StorageSettings | None = None
+) -> DeltaTable:
     """The table's latest snapshot, or the one ``pin`` names (a version, or the last version
     committed at or before a timestamp); a clear error when that does not exist."""
+    uri, options = delta_target(table.path, settings=settings)
     try:
-        dt = DeltaTable(str(table.path))
+        dt = DeltaTable(uri, storage_options=options or None)
         if isinstance(pin, datetime.datetime):
             pin = _version_as_of(table, dt, pin)
         if pin is not None:
@@ -215,13 +251,14 @@ HISTORY_SCHEMA = pa.schema(
 )
 
 
-def table_history(table: LakeTable) -> pa.Table:
+def table_history(table: LakeTable, *, settings: StorageSettings | None = None) -> pa.Table:
     """The table's versions still in its log, newest first (:data:`HISTORY_SCHEMA`): version,
     commit timestamp, operation (``WRITE``, ``MERGE``, ``DELETE``, ``OPTIMIZE``, ...), its
     parameters and metrics as JSON objects. Versions whose log entries were cleaned up
     (``delta.logRetentionDuration``) are not listed: they cannot be read either."""
+    uri, options = delta_target(table.path, settings=settings)
     try:
-        history = DeltaTable(str(table.path)).history()
+        history = DeltaTable(uri, storage_options=options or None).history()
     except (TableNotFoundError, DeltaError, OSError) as exc:
         raise LoglakeError(
             f"cannot open table {table.name!r}: {exc}", path=str(table.path)
@@ -263,13 +300,16 @@ def _quote(name: str) -> str:
 
 
 def lake_query_builder(
-    tables: Sequence[LakeTable], versions: Mapping[str, Pin] | None = None
+    tables: Sequence[LakeTable],
+    versions: Mapping[str, Pin] | None = None,
+    *,
+    settings: StorageSettings | None = None,
 ) -> QueryBuilder:
     """A DataFusion ``QueryBuilder`` with every table registered by name (``versions`` pins
     some to a version or a timestamp; the others are at their latest)."""
     qb = QueryBuilder()
     for table in tables:
-        dt = open_table(table, (versions or {}).get(table.name))
+        dt = open_table(table, (versions or {}).get(table.name), settings=settings)
         columns = view_columns(table.name, pa.schema(dt.schema().to_arrow()))
         if columns is None:
             qb = qb.register(table.name, dt)

@@ -68,7 +68,7 @@ ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 # Parquet codecs of the tables' data files (the jobs' `compression` keys).
 PARQUET_CODECS = ("snappy", "zstd", "lz4", "gzip", "none")
 
-Kind = Literal["string", "integer", "number", "boolean", "list", "scalar"]
+Kind = Literal["string", "integer", "number", "boolean", "list", "table", "scalar"]
 
 _KIND_TEXT = {
     "string": "a string",
@@ -76,6 +76,7 @@ _KIND_TEXT = {
     "number": "a number",
     "boolean": "a boolean (true or false, unquoted)",
     "list": "a list",
+    "table": "a table",
     "scalar": "a string, a number or a boolean",
 }
 
@@ -92,6 +93,8 @@ def _is_kind(value: Any, kind: Kind) -> bool:
         return isinstance(value, bool)
     if kind == "list":
         return isinstance(value, list)
+    if kind == "table":
+        return isinstance(value, dict)
     return isinstance(value, str | int | float | bool)
 
 
@@ -274,6 +277,9 @@ SECTIONS: dict[str, dict[str, Key] | FreeForm] = {
         "max_past_skew_s": Key("number", minimum=0),
         "max_quarantined_batches": Key("integer", minimum=0),
         "docs": Key("boolean"),
+        # [[quality.actions]]: users' GX Actions, each a table (class = "module.Class", its
+        # fields); their shape is checked by pipelines.quality.config
+        "actions": Key("list", item="table"),
     },
 }
 

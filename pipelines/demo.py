@@ -27,7 +27,7 @@ Stages (each timed in the output; each stage's log under ``var/demo/``):
 
 The broker keeps running through the DAGs, as in production: the jobs read its log dirs
 while it serves (ingest stops at the checkpointed high watermark), and retention must delete
-through it (Kafka's DeleteRecords, Variable ``loglake_bootstrap_servers``) because a running
+through it (Kafka's DeleteRecords, Airflow connection ``loglake_broker``) because a running
 broker holds the log dirs' ``.lock``, which offline retention would need.
 
 Each run starts from an empty ``var/demo``. Exit codes: 0 done; 1 a stage failed (the stage
@@ -302,16 +302,20 @@ class Demo:
         variables = {
             "loglake_root": str(ROOT),
             "loglake_config": str(self.config),
-            "loglake_bootstrap_servers": self.bootstrap,
             "loglake_python": sys.executable,
-            "loglake_retries": "0",
         }
+        host, _, port = self.bootstrap.rpartition(":")
         env.update(
             AIRFLOW_HOME=str(self.airflow_home),
             AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "airflow" / "dags"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             AIRFLOW__CORE__UNIT_TEST_MODE="False",
+            # a transient failure is retried after seconds, not Airflow's default 5 minutes
+            AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY="5",
             AIRFLOW_CONN_LOGLAKE_SPARK=json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            AIRFLOW_CONN_LOGLAKE_BROKER=json.dumps(
+                {"conn_type": "generic", "host": host, "port": int(port)}
+            ),
         )
         env.update({f"AIRFLOW_VAR_{k.upper()}": v for k, v in variables.items()})
         return env
@@ -551,8 +555,9 @@ def show_answers(demo: Demo) -> None:
 
 def verify(demo: Demo) -> None:
     """What the demo claims, read back with delta-rs: every record of every topic is in
-    ``records``, the compacted table holds one row per live key, the quality runs held,
-    retention removed ``clicks``' segments up to the log start the broker reports."""
+    ``records``, the compacted table holds one row per live key, the quality runs held and
+    their Data Docs need no network, retention removed ``clicks``' segments up to the log start
+    the broker reports."""
 
     records = read_table(demo.lake / "records", ["topic"])
     counts: dict[str, int] = {}
@@ -568,11 +573,29 @@ def verify(demo: Demo) -> None:
     results = read_table(demo.lake / "quality_results")
     if not all(results.column("success").to_pylist()):
         raise DemoError("a quality expectation failed; see quality_results")
+    online = docs_needing_network(demo.lake / "_quality" / "data_docs")
+    if online:
+        raise DemoError(f"Data Docs pages load from the network: {', '.join(online[:3])}")
     removed = read_table(demo.lake / "retention_log", ["topic", "end_offset"]).to_pylist()
     ends = [r["end_offset"] for r in removed if r["topic"] == "clicks"]
     low, _ = demo.watermarks("clicks")
     if not ends or max(ends) != low:
         raise DemoError(f"retention removed {ends} of clicks, the broker's log start is {low}")
+
+
+def docs_needing_network(site: Path) -> list[str]:
+    """The Data Docs pages of ``site`` that would still load a script or a stylesheet from a
+    CDN (the quality job serves them from the site: pipelines.quality.docs_site)."""
+    from pipelines.quality.docs_site import network_assets  # noqa: PLC0415
+
+    pages = sorted(site.rglob("*.html"))
+    if not pages:
+        return [f"{site}: no pages"]
+    return [
+        str(page.relative_to(site))
+        for page in pages
+        if network_assets(page.read_text(encoding="utf-8"))
+    ]
 
 
 def compare_snapshots(

@@ -46,6 +46,13 @@ A run:
 Every batch that is ingested is decoded, so a batch whose CRC matches but whose records cannot
 be decoded is quarantined like any damaged one, never dropped silently.
 
+Retention racing a run: a segment deleted between the listing and its read (the broker's
+retention, a DeleteRecords) fails the attempt before anything is staged or committed, and the
+run plans again from step 1 (:func:`pipelines.sources.plan.replanned`: at most
+``REPLAN_ATTEMPTS`` attempts, each logged): the offsets retention took unread are reported as a
+gap and the run commits what it then reads, once. A broker with ``log.retention.lake.group``
+holds every segment from the lake's progress on, so this happens only past its safety valves.
+
 Crash behaviour: a run killed anywhere before the commit leaves progress unchanged and only
 unreferenced data files, which the next run removes (run markers, :mod:`pipelines.delta.staging`)
 before it writes the same range again. A run whose commit
@@ -98,7 +105,13 @@ from pipelines.divergence import (
 from pipelines.lake_group import commit_lake_offsets
 from pipelines.sources import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 from pipelines.sources.damage import Skipped, skipped_offsets
-from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
+from pipelines.sources.plan import (
+    SegmentRange,
+    SourceOptions,
+    parse_options,
+    plan_ranges,
+    replanned,
+)
 from pipelines.sources.transactions import AbortedRanges, PartitionTxns, scan_transactions
 
 __all__ = [
@@ -558,7 +571,10 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
     After a run that did not fail, ``records``, ``quarantine`` and ``diverged`` exist, empty
     if nothing went there (a table's first commit is its first data when there is any).
     """
-    summary = _run_ingest(spark, config, log=log)
+    # Retention may delete a segment under the run: plan again from the new log start (the
+    # offsets it took unread are a gap); a failed attempt left nothing staged, so what the
+    # last attempt read is committed once.
+    summary = replanned(lambda: _run_ingest(spark, config, log=log), what="ingest", log=log)
     _ensure_tables(config)
     if config.bootstrap_servers:
         # after the Delta commit: the broker learns how far the lake has read (never fails
@@ -808,16 +824,23 @@ def _check_divergence(  # noqa: PLR0917
     cleaned = _checkpoints(config.log_dirs, "cleaner-offset-checkpoint") or {}
     found = []
     for tp, part_dir in sorted(parts.items()):
-        div = check_partition(
+        check = functools.partial(
+            check_partition,
             tp,
             part_dir,
             progress=progress.get(tp, 0),
-            log_start=_log_start(part_dir, log_starts, tp),
             high_watermark=None if high_watermarks is None else high_watermarks.get(tp),
             fingerprint=out.fingerprints.get(tp),
             known=tp in out.fingerprints,
             cleaned_to=cleaned.get(tp, 0),
         )
+        start = _log_start(part_dir, log_starts, tp)
+        div = check(log_start=start)
+        if div is not None and (later := _log_start(part_dir, log_starts, tp)) > start:
+            # retention deleted the segment of the lake's last batch meanwhile (the lake group
+            # holds offsets from its progress on, not the batch before): judge the log as it
+            # is now, where that batch is below the log start and nothing can be compared
+            div = check(log_start=later)
         if div is not None:
             found.append(div)
     if not found:

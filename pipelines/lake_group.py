@@ -9,7 +9,9 @@ does). Then:
 * Kafka tools show the lake's lag (``kafka-consumer-groups --describe --group loglake-ingest``);
 * a broker with ``log.retention.lake.group`` set to that group bounds its periodic time/size
   retention by these offsets: no segment holding an offset the lake has not ingested is
-  deleted (conf/broker.properties, within its ``log.retention.lake.max.*`` safety valves).
+  deleted (conf/broker.properties, within its ``log.retention.lake.max.*`` safety valves);
+  a partition this group has no offset for yet is held from its log start until the first
+  commit (``logstore.storage.log_manager.LogManager.set_lake_bound``).
 
 Never fails the ingest: the Delta commit is the lake's truth and this a copy of it, so a broker
 that cannot be reached or refuses the commit is one line in the log, and the next run commits

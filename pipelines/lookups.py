@@ -51,7 +51,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,11 +64,21 @@ import pyarrow.compute as pc
 from logstore.errors import LoglakeError
 from logstore.protocol.records import decode_batch
 from pipelines.config import log_dir_topics
-from pipelines.sources.plan import SegmentRange, SourceOptions, parse_options, plan_ranges
+from pipelines.sources.plan import (
+    SegmentRange,
+    SegmentVanishedError,
+    SourceOptions,
+    deleted_from_front,
+    parse_options,
+    plan_ranges,
+    replanned,
+)
 from pipelines.sources.schema import BATCHES_ARROW_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from pipelines.delta.direct import StagedWrite
 
 __all__ = [
     "LOOKUP_SCHEMAS",
@@ -84,6 +95,11 @@ __all__ = [
     "lookup_rows",
     "offsets_for_times",
 ]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
 
 OFFSET_LOOKUP = "offset_lookup"
 TIME_LOOKUP = "time_lookup"
@@ -338,9 +354,15 @@ def check_segment_indexes(
     first_offsets: np.ndarray,
     last_offsets: np.ndarray,
     max_timestamps: np.ndarray,
+    read_to: int | None = None,
 ) -> list[IndexProblem]:
     """Check one segment's ``.index`` and ``.timeindex`` against its batches (sorted by
-    position; every frame of the file, damaged ones included, so positions are complete)."""
+    position; every frame of the file, damaged ones included, so positions are complete).
+
+    ``read_to``: the active segment, read while the broker appends to it: the batches end at
+    this byte position, and the index entries of batches written after the read (an ``.index``
+    position at or past it, a ``.timeindex`` offset past the last batch) are not judged.
+    """
     problems: list[IndexProblem] = []
     log = Path(log_path)
     order = np.argsort(positions)
@@ -348,6 +370,11 @@ def check_segment_indexes(
         a[order] for a in (positions, first_offsets, last_offsets, max_timestamps)
     )
     index = _entries(log.with_suffix(".index"), _OFFSET_ENTRY)
+    times = _entries(log.with_suffix(".timeindex"), _TIME_ENTRY)
+    if read_to is not None:
+        index = index[index["pos"] < read_to]
+        if len(last):
+            times = times[segment + times["rel"].astype(np.int64) <= int(last[-1])]
     prev_rel, prev_pos = -1, -1
     for i, (rel, p) in enumerate(zip(index["rel"].tolist(), index["pos"].tolist(), strict=True)):
         offset = segment + rel
@@ -364,7 +391,6 @@ def check_segment_indexes(
                              f"offset outside the batch there (first offset {int(first[j])})")
             )  # fmt: skip
         prev_rel, prev_pos = rel, p
-    times = _entries(log.with_suffix(".timeindex"), _TIME_ENTRY)
     running = np.maximum.accumulate(maxts) if len(maxts) else maxts
     prev_ts = None
     for i, (ts, rel) in enumerate(zip(times["ts"].tolist(), times["rel"].tolist(), strict=True)):
@@ -387,16 +413,21 @@ def check_segment_indexes(
     return problems
 
 
-_CHECK_COLUMNS = ["file", "segment_base_offset", "position", "base_offset", "last_offset",
-                  "max_timestamp"]  # fmt: skip
+_CHECK_COLUMNS = ["file", "segment_base_offset", "position", "size", "base_offset",
+                  "last_offset", "max_timestamp"]  # fmt: skip
 
 
-def _check_segment_table(table: pa.Table) -> list[IndexProblem]:
+def _check_segment_table(table: pa.Table, *, active: bool = False) -> list[IndexProblem]:
     """:func:`check_segment_indexes` over one segment's ``kind=batches`` rows (``_CHECK_COLUMNS``;
-    frames without a v2 header, whose ``last_offset`` is null, are left out)."""
+    frames without a v2 header, whose ``last_offset`` is null, are left out). ``active``: the
+    log's active segment, read while the broker may append to it."""
     t = table.filter(pc.is_valid(table.column("last_offset")))
     if t.num_rows == 0:
         return []
+    read_to = None
+    if active:
+        ends = pc.add(t.column("position"), t.column("size"))
+        read_to = int(pc.max(ends).as_py())
     return check_segment_indexes(
         t.column("file")[0].as_py(),
         t.column("segment_base_offset")[0].as_py(),
@@ -404,6 +435,7 @@ def _check_segment_table(table: pa.Table) -> list[IndexProblem]:
         first_offsets=t.column("base_offset").to_numpy(),
         last_offsets=t.column("last_offset").to_numpy(),
         max_timestamps=t.column("max_timestamp").to_numpy(),
+        read_to=read_to,
     )
 
 
@@ -430,28 +462,41 @@ def _check_task(ranges: Iterable[SegmentRange], *, options: SourceOptions) -> It
 
     start_task()
     by_file: dict[str, list[pa.RecordBatch]] = {}
+    active: set[str] = set()
     for rng in ranges:  # a segment's ranges are consecutive (one per segment as planned)
         parts = by_file.setdefault(rng.path, [])
-        for batch in read_batches(rng, min_timestamp=options.min_timestamp):
-            parts.append(batch.select(_CHECK_COLUMNS))
-    for parts in by_file.values():
+        if rng.is_tail:
+            active.add(rng.path)
+        try:
+            for batch in read_batches(rng, min_timestamp=options.min_timestamp):
+                parts.append(batch.select(_CHECK_COLUMNS))
+        except SegmentVanishedError:
+            # retention deleted it since planning: a segment that is gone has no index to check
+            parts.clear()
+    for path, parts in by_file.items():
         if parts:
-            for problem in _check_segment_table(pa.Table.from_batches(parts)):
+            table = pa.Table.from_batches(parts)
+            for problem in _check_segment_table(table, active=path in active):
                 yield json.dumps(_as_dict(problem))
 
 
 def check_index_files(
-    spark: SparkSession, log_dirs: Sequence[str], *, topics: Sequence[str] | None = None
+    spark: SparkSession,
+    log_dirs: Sequence[str],
+    *,
+    topics: Sequence[str] | None = None,
+    log: Callable[[str], None] = _stderr,
 ) -> list[IndexProblem]:
     """Check every segment's ``.index``/``.timeindex`` against its batches (every batch up to
     the end of the file, damaged ones included), in plain Spark tasks of whole segments.
 
-    Problems come in log dir, topic, partition, segment and entry order.
+    Problems come in log dir, topic, partition, segment and entry order. A segment that
+    retention deletes meanwhile is not checked (planning again if it goes while planned).
     """
     from pipelines.ingest import schedule_tasks  # noqa: PLC0415
 
     source = _source(log_dirs, topics, until="latest", max_partition_bytes=_WHOLE_SEGMENTS)
-    ranges = plan_ranges(source)
+    ranges = replanned(lambda: plan_ranges(source), what="index check", log=log)
     if not ranges:
         return []
     cores = spark.sparkContext.defaultParallelism
@@ -510,18 +555,36 @@ def _lookup_task(ranges: list[SegmentRange], *, table: str, min_timestamp: int) 
     from pipelines.sources.read import read_batches  # noqa: PLC0415 (numba on executors only)
 
     ends: dict[tuple[str, int], tuple[int, int]] = {}
+    gone: dict[tuple[str, int], int] = {}
     for rng in ranges:
         key = (rng.topic, rng.partition)
-        for batch in read_batches(rng, min_timestamp=min_timestamp):
-            rows = lookup_rows(table, batch)
-            if rows.num_rows == 0:
-                continue
-            last = pc.max(rows.column("last_offset")).as_py()
+        try:
+            for batch in read_batches(rng, min_timestamp=min_timestamp):
+                rows = lookup_rows(table, batch)
+                if rows.num_rows == 0:
+                    continue
+                last = pc.max(rows.column("last_offset")).as_py()
+                end, n = ends.get(key, (-1, 0))
+                ends[key] = (max(end, -1 if last is None else last), n + rows.num_rows)
+                yield rows
+        except SegmentVanishedError:
+            # Gone before its first byte was read (a read opens its segment once, first).
+            # Deleted by retention, oldest first: nothing of it can be indexed any more, and
+            # the partition's progress moves past it. Otherwise the driver plans again.
+            following = rng.next_base_offset
+            if following is None or not deleted_from_front(rng):
+                raise
             end, n = ends.get(key, (-1, 0))
-            ends[key] = (max(end, -1 if last is None else last), n + rows.num_rows)
-            yield rows
+            ends[key] = (max(end, following - 1), n)
+            gone[key] = gone.get(key, 0) + 1
     for (topic, partition), (end, n) in ends.items():
-        yield {"topic": topic, "partition": partition, "next_offset": end + 1, "rows": n}
+        yield {
+            "topic": topic,
+            "partition": partition,
+            "next_offset": end + 1,
+            "rows": n,
+            "deleted_segments": gone.get((topic, partition), 0),
+        }
 
 
 def _evolve(path: str, table: str) -> None:
@@ -553,6 +616,7 @@ def build_lookups(
     topics: Sequence[str] | None = None,
     max_partition_bytes: int | None = None,
     check: bool = True,
+    log: Callable[[str], None] = _stderr,
 ) -> LookupsSummary:
     """Append new batches to ``<lake>/offset_lookup`` and ``<lake>/time_lookup``, incrementally.
 
@@ -565,6 +629,13 @@ def build_lookups(
     Reads batches up to the high watermark (``replication-offset-checkpoint``), in plain Spark
     tasks of planned ranges (:func:`pipelines.delta.direct.stage_files`), one Delta commit per
     table. ``check`` also runs :func:`check_index_files` over every segment (a full scan).
+
+    Retention racing the run: the broker holds what the lake's ingest has not read, not what
+    lookups has not indexed, so segments go under a run. One deleted oldest-first (retention,
+    DeleteRecords) before a task read it is skipped, its batches never indexed (its records,
+    ingested, are in ``records``), the count logged with ``log``; any other segment found gone
+    makes the table's step plan again (:func:`pipelines.sources.plan.replanned`, each attempt
+    logged). The index check skips segments deleted under it.
     """
     # Imported here: pipelines.ingest and the writer need the Spark driver, not the executors.
     from pipelines.delta import read_app_transactions  # noqa: PLC0415
@@ -594,22 +665,33 @@ def build_lookups(
             if name == table and topic and part.isdigit():
                 starting.setdefault(topic, {})[part] = version
         source = _source(log_dirs, topics, starting=starting, max_partition_bytes=piece)
-        # A range starting at or past its partition's high watermark holds nothing to add
-        # (a partition that is caught up starts no task).
-        ranges = [r for r in plan_ranges(source) if r.start_offset < r.until] if topics else []
-        tasks = schedule_tasks(ranges, cores, max_bytes, piece)
-        staged = stage_files(
-            spark,
-            path,
-            tasks,
-            functools.partial(_lookup_task, table=table, min_timestamp=source.min_timestamp),
-            schema=LOOKUP_SCHEMAS[table],
-            partition_by=["topic"],
-        )
+
+        def stage(
+            source: SourceOptions = source, path: str = path, table: str = table
+        ) -> tuple[list[list[SegmentRange]], StagedWrite]:
+            # A range starting at or past its partition's high watermark holds nothing to add
+            # (a partition that is caught up starts no task).
+            ranges = [r for r in plan_ranges(source) if r.start_offset < r.until] if topics else []
+            tasks = schedule_tasks(ranges, cores, max_bytes, piece)
+            task = functools.partial(_lookup_task, table=table, min_timestamp=source.min_timestamp)
+            staged = stage_files(
+                spark, path, tasks, task, schema=LOOKUP_SCHEMAS[table], partition_by=["topic"]
+            )
+            return tasks, staged
+
+        # retention may delete a segment under the run (the lake group holds what ingest has
+        # not read, not what lookups has not indexed): plan again from the new log start
+        tasks, staged = replanned(stage, what=f"build_lookups {table}", log=log)
         ends: dict[tuple[str, int], int] = {}
         for report in staged.reports:
             tp_key = (report["topic"], report["partition"])
             ends[tp_key] = max(ends.get(tp_key, 0), report["next_offset"])
+        deleted = sum(report["deleted_segments"] for report in staged.reports)
+        if deleted:
+            log(
+                f"build_lookups {table}: {deleted} segments were deleted by retention before "
+                "they were read; their batches are not indexed"
+            )
         apps = {_app_id(table, t, p): end for (t, p), end in sorted(ends.items())}
         rows[table] = staged.num_rows
         if apps:
@@ -619,5 +701,5 @@ def build_lookups(
         progress[table] = apps
     problems: list[IndexProblem] = []
     if check:
-        problems = check_index_files(spark, log_dirs, topics=named)
+        problems = check_index_files(spark, log_dirs, topics=named, log=log)
     return LookupsSummary(rows, progress, problems)

@@ -78,7 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "query", nargs="?", help="one SQL statement (omit for the prompt; not with --history)"
     )
-    parser.add_argument("--lake", required=True, help="the lake directory (holds the tables)")
+    parser.add_argument(
+        "--lake",
+        required=True,
+        help="the lake: a directory, or s3://bucket/prefix (AWS_* environment for the store)",
+    )
     parser.add_argument(
         "--format", choices=FORMATS, default="table", help="output format (default: table)"
     )

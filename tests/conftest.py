@@ -26,4 +26,9 @@ def kafka_real() -> Path:
 
 
 # Fixture modules, each owned by the package it starts (broker, Spark session).
-pytest_plugins = ["tests.fixtures.broker", "tests.fixtures.spark", "tests.fixtures.tmpfs"]
+pytest_plugins = [
+    "tests.fixtures.broker",
+    "tests.fixtures.s3",
+    "tests.fixtures.spark",
+    "tests.fixtures.tmpfs",
+]

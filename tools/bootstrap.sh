@@ -81,3 +81,26 @@ if [ ! -f "$js/node_modules/.loglake-installed" ] || [ "$js/package-lock.json" -
   (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
   touch "$js/node_modules/.loglake-installed"
 fi
+
+# 9. Data Docs offline: the CSS/JS that Great Expectations' pages load from public CDNs, pinned
+# by pipelines/quality/docs_assets/package-lock.json; the quality job copies them into the
+# site (pipelines/quality/docs_site.py). Installed again only when the lock changes. Then the
+# headless Chromium the Data Docs test renders the site with (Debian's chromium package,
+# installed when missing and we are root, as on CI; `apt-get update` only if the install
+# needs it).
+assets=pipelines/quality/docs_assets
+command -v npm >/dev/null 2>&1 || die "npm is required for the Data Docs assets (Debian: apt-get install npm)."
+if [ ! -f "$assets/node_modules/.package-lock.json" ] || [ "$assets/package-lock.json" -nt "$assets/node_modules/.package-lock.json" ]; then
+  (cd "$assets" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null) ||
+    die "npm ci failed in $assets (is the npm registry reachable?)"
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq chromium >/dev/null 2>&1 ||
+      { apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null; } ||
+      die "apt-get install chromium failed (the Data Docs test needs it)"
+  else
+    printf 'loglake setup: note: chromium is missing; the Data Docs test needs it (Debian: sudo apt-get install chromium)\n' >&2
+  fi
+fi

@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import uuid
+from typing import Any
 
 from logstore.errors import (
     InvalidConfigError,
@@ -62,13 +62,14 @@ from logstore.server.security.sasl import SaslSessions
 from logstore.server.security.scram import FILE_NAME as SCRAM_FILE
 from logstore.server.security.scram import ScramCredentials
 from logstore.server.socket_server import SocketServer
-from logstore.server.topics import TOPIC_ID_NAMESPACE, TopicExistsError, topic_id_for
+from logstore.server.topics import TopicExistsError
 from logstore.server.txn.coordinator import TransactionCoordinator, TxnConfig
 from logstore.server.txn.producer_ids import next_producer_id
 from logstore.server.txn.state_log import TxnStateLog
 from logstore.storage.config import LogConfig
 from logstore.storage.files import validate_topic
 from logstore.storage.log_manager import LogManager
+from logstore.storage.meta_properties import ensure_meta_properties
 from logstore.storage.partition import Partition
 from logstore.storage.scheduler import ScheduledTask
 from logstore.storage.topic_config import (
@@ -78,7 +79,7 @@ from logstore.storage.topic_config import (
 )
 from logstore.storage.topic_config_defs import validate_topic_properties
 
-__all__ = ["Broker", "TopicExistsError", "topic_id_for"]
+__all__ = ["Broker", "TopicExistsError"]
 
 log = logging.getLogger("logstore.server.broker")
 
@@ -89,10 +90,11 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.cluster_id = "loglake-" + uuid.uuid5(TOPIC_ID_NAMESPACE, "cluster").hex[:14]
         self.default_log_config = LogConfig.from_properties(config.topic_defaults())
         for d in config.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
+        # before any log loads: a directory of another cluster or node is refused untouched
+        self.cluster_id = ensure_meta_properties(config.log_dirs, node_id=self.node_id)
         flush_check = min(config.get_int("log.flush.scheduler.interval.ms"), config.flush_ms, 1000)
         checkpoint_ms = min(
             config.get_int("log.flush.offset.checkpoint.interval.ms"),
@@ -131,6 +133,8 @@ class Broker:
         self._server: SocketServer | None = None
         # metrics.listeners: request-path counters and /metrics (None: off, nothing counted)
         self.metrics: BrokerMetrics | None = None
+        # schema.registry.listeners: the schema registry's HTTP server (None: off)
+        self.registry: Any = None
         self._stopped = threading.Event()
         self.advertised_host = ""
         self.advertised_port = 0
@@ -171,6 +175,7 @@ class Broker:
             self.advertised[listener.name] = (host, port)
         self.advertised_host, self.advertised_port = self.advertised[self.config.listener.name]
         self._start_metrics()
+        self._start_registry()
         self._server.start()
         for ctl in self.config.controller_listeners:
             log.info(
@@ -212,6 +217,18 @@ class Broker:
                 f" {exc.strerror or exc}",
             ) from exc
         log.info("metrics at http://%s:%d/metrics", host, port)
+
+    def _start_registry(self) -> None:
+        """``schema.registry.listeners``: load ``_schemas`` and serve the schema registry
+        (``logstore.registry``); OSError (the CLI exits 1) when the address cannot be bound."""
+        listener = self.config.registry_listener
+        if listener is None:
+            return
+        # Imported only when on: fastavro, jsonschema and protobuf cost ~0.2 s of every start.
+        from logstore.registry import start_registry  # noqa: PLC0415
+
+        self.registry, host, port = start_registry(self, host=listener.host, port=listener.port)
+        log.info("schema registry at http://%s:%d", host, port)
 
     def _set_lake_bound(self, groups: GroupCoordinator) -> None:
         """``log.retention.lake.group``: the periodic retention keeps what that group (the
@@ -333,6 +350,8 @@ class Broker:
             self._server.shutdown(timeout_s=15.0)
         if self.metrics is not None:
             self.metrics.stop()
+        if self.registry is not None:
+            self.registry.stop()
         for task in self._txn_tasks:
             task.cancel()
         if self.group_coordinator is not None:

@@ -113,6 +113,13 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: chosen by the OS;"
             " empty: off)",
         ),
+        _d(
+            "schema.registry.listeners",
+            "string",
+            "",
+            "serve a Confluent-compatible schema registry at http://HOST:PORT (port 0: chosen"
+            " by the OS; empty: off); schemas kept in the compacted topic _schemas",
+        ),
         _d("log.dirs", "list", None, "log directories (comma-separated); default log.dir"),
         _d("log.dir", "string", "/tmp/loglake-logs", "log directory when log.dirs is not set"),
         _d("num.network.threads", "int", "3", "network processor threads", low=1, high=64),
@@ -451,6 +458,13 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             low=1,
         ),
         _d("log.cleaner.min.cleanable.ratio", "double", "0.5", "min.cleanable.dirty.ratio default"),
+        _d(
+            "log.cleaner.enable",
+            "bool",
+            "true",
+            "clean compacted topics: read by jobs/compact.py --log and the loglake_log_cleaning DAG"
+            " (the broker runs no cleaner thread of its own)",
+        ),
         _d("log.preallocate", "bool", "false", "preallocate default"),
         _d(
             "log.message.timestamp.before.max.ms",
@@ -559,13 +573,13 @@ def _parse_listener(text: str, key: str) -> Listener:
     return Listener(m.group("name"), host, port)
 
 
-def _parse_metrics_listener(text: str) -> Listener:
+def _parse_metrics_listener(text: str, key: str = "metrics.listeners") -> Listener:
     m = _LISTENER.match(text)
     if m is None or m.group("name").lower() != "http":
-        raise ConfigError(f"metrics.listeners={text!r}: expected http://host:port")
+        raise ConfigError(f"{key}={text!r}: expected http://host:port")
     port = int(m.group("port"))
     if port > 65535:
-        raise ConfigError(f"metrics.listeners={text!r}: port {port} is out of range")
+        raise ConfigError(f"{key}={text!r}: port {port} is out of range")
     return Listener("http", m.group("host").strip("[]") or "0.0.0.0", port)
 
 
@@ -623,6 +637,10 @@ class BrokerConfig:
         metrics = self.get_str("metrics.listeners")
         self.metrics_listener: Listener | None = (
             _parse_metrics_listener(metrics) if metrics else None
+        )
+        registry = self.get_str("schema.registry.listeners")
+        self.registry_listener: Listener | None = (
+            _parse_metrics_listener(registry, "schema.registry.listeners") if registry else None
         )
         dirs = self.values["log.dirs"]
         if dirs is None:

@@ -134,7 +134,6 @@ KAFKA_IGNORED_KEYS: Final[frozenset[str]] = frozenset(
         "max.connections.per.ip.overrides",
         "socket.connection.setup.timeout.ms",
         "socket.connection.setup.timeout.max.ms",
-        "log.cleaner.enable",
         "log.cleaner.threads",
         "log.cleaner.io.max.bytes.per.second",
         "log.cleaner.dedupe.buffer.size",

@@ -174,6 +174,12 @@ class LogConfig:
                 except ValueError:
                     raise InvalidConfigError(f"{key} = {props[key]!r}: not an integer") from None
                 raw = str(-1 if units < 0 else units * mult)
+            else:
+                try:  # the topic key's rule, reported under the broker key the file holds
+                    parse_topic_value(topic_key, raw)
+                except InvalidConfigError as exc:
+                    rule = str(exc).split(":", 1)[-1].strip()
+                    raise InvalidConfigError(f"{key}={raw!r}: {rule}") from None
             topic[topic_key] = raw
         return cls.from_properties(topic, defaults=defaults)
 

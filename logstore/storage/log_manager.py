@@ -15,6 +15,12 @@ Per log directory (``log.dirs`` entry) it owns:
   (:mod:`logstore.storage.topic_config`), applied over ``default_config``;
 * ``<topic>-<partition>/`` — one :class:`~logstore.storage.log.Log` each. Directories named
   ``*-delete`` (a deletion that was interrupted) are removed at start-up.
+* ``<topic>-<partition>/partition.metadata`` — the topic's id
+  (:mod:`logstore.storage.partition_metadata`): random when the topic's first partition is
+  created, shared by its later partitions, read at start-up (a directory without one gets
+  the legacy name-derived id; partitions of one topic with different ids stop the start with
+  :class:`~logstore.storage.partition_metadata.InconsistentTopicIdError`), forgotten when the
+  topic's last partition is deleted, so a recreated topic gets a new id.
 
 Background tasks (on a :class:`~logstore.storage.scheduler.Scheduler`): flush logs whose
 ``flush.ms`` elapsed, retention (``delete_old_segments``), checkpoint writing and, every second,
@@ -64,6 +70,13 @@ from logstore.storage.files import (
     validate_topic,
 )
 from logstore.storage.log import Log
+from logstore.storage.partition_metadata import (
+    InconsistentTopicIdError,
+    legacy_topic_id,
+    new_topic_id,
+    read_partition_metadata,
+    write_partition_metadata,
+)
 from logstore.storage.scheduler import Scheduler
 from logstore.storage.swap import MANIFEST_FILE, apply_manifest
 from logstore.storage.topic_config import read_topic_configs, write_topic_config
@@ -72,6 +85,9 @@ __all__ = ["LogManager"]
 
 _log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
+# Kafka's internal topics (__consumer_offsets, __transaction_state): the lake ingests them only
+# when named (pipelines.ingest), so the lake bound never holds them.
+_INTERNAL_TOPIC_PREFIX = "__"
 
 
 def _now_ms() -> int:
@@ -116,6 +132,11 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._topic_overrides: dict[str, dict[str, str]] = {}
+        # topic ids both ways (KIP-516); plain dict reads, so any thread may look up
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._topic_names: dict[uuid.UUID, str] = {}
+        # where each topic's id was read from (the first partition dir), for error messages
+        self._topic_id_source: dict[str, Path] = {}
         self._dir_locks: list[DirLock] = []
         self.had_clean_shutdown: dict[Path, bool] = {}
         self._shut_down = False
@@ -127,6 +148,8 @@ class LogManager:
             -1,
             -1,
         )
+        # (topic, partition) -> when retention first found it without a lake offset (ms)
+        self._lake_unheld_since: dict[TopicPartition, int] = {}
         try:
             for d in self.log_dirs:
                 d.mkdir(parents=True, exist_ok=True)
@@ -135,8 +158,15 @@ class LogManager:
                 self._dir_locks.append(lock)
             if self._own_scheduler:
                 self.scheduler.start()
+            missing: list[tuple[str, Path]] = []
             for d in self.log_dirs:
-                self._load_dir(d)
+                self._load_dir(d, missing)
+            for topic, path in missing:
+                # older loglake dirs: the id loglake derived from the name, which clients
+                # may hold; a topic other partitions of which have a file keeps that id
+                tid = self._topic_ids.get(topic) or legacy_topic_id(topic)
+                write_partition_metadata(path, tid)
+                self._set_topic_id(topic, tid, path)
         except BaseException:
             self._abort()
             raise
@@ -150,7 +180,25 @@ class LogManager:
 
     # -- loading --------------------------------------------------------------------------------
 
-    def _load_dir(self, d: Path) -> None:
+    def _set_topic_id(self, topic: str, tid: uuid.UUID, path: Path) -> None:
+        known = self._topic_ids.get(topic)
+        if known is not None and known != tid:
+            raise InconsistentTopicIdError(
+                f"topic {topic!r} has id {tid} here but {known} in"
+                f" {self._topic_id_source[topic]}: its partitions belong to different"
+                " incarnations of the topic",
+                path=str(path),
+            )
+        other = self._topic_names.get(tid)
+        if other is not None and other != topic:
+            raise InconsistentTopicIdError(
+                f"topic id {tid} of {topic!r} is also the id of {other!r}", path=str(path)
+            )
+        self._topic_ids[topic] = tid
+        self._topic_names[tid] = topic
+        self._topic_id_source.setdefault(topic, path)
+
+    def _load_dir(self, d: Path, missing: list[tuple[str, Path]]) -> None:
         marker = d / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         self.had_clean_shutdown[d] = clean
@@ -174,6 +222,11 @@ class LogManager:
                     f"{self._log_dir_of[parsed]} and {d}",
                     path=str(entry),
                 )
+            tid = read_partition_metadata(entry)
+            if tid is None:
+                missing.append((parsed[0], entry))
+            else:
+                self._set_topic_id(parsed[0], tid, entry)
             log = Log.open(
                 entry,
                 self.config_for(parsed[0]),
@@ -210,6 +263,14 @@ class LogManager:
 
     # -- partitions -----------------------------------------------------------------------------
 
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """``topic``'s id (KIP-516), None when it has no partition here."""
+        return self._topic_ids.get(topic)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The topic whose id is ``topic_id``, None when there is none (any more)."""
+        return self._topic_names.get(topic_id)
+
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
@@ -228,6 +289,11 @@ class LogManager:
                 counts[d] += 1
             target = min(self.log_dirs, key=lambda d: counts[d])
             path = partition_dir(target, topic, partition)
+            # the id before the first segment: a crash leaves a directory with its id or,
+            # at worst, an empty one (given the legacy id at the next start)
+            tid = self._topic_ids.get(topic) or new_topic_id()
+            path.mkdir(parents=True, exist_ok=True)
+            write_partition_metadata(path, tid)
             log = Log.open(
                 path,
                 config if config is not None else self.config_for(topic),
@@ -237,6 +303,7 @@ class LogManager:
             fsync_dir(target)
             self._logs[key] = log
             self._log_dir_of[key] = target
+            self._set_topic_id(topic, tid, path)
             return log
 
     def delete_log(self, topic: str, partition: int) -> bool:
@@ -245,6 +312,12 @@ class LogManager:
         with self._lock:
             log = self._logs.pop((topic, partition), None)
             d = self._log_dir_of.pop((topic, partition), None)
+            if log is not None and not any(t == topic for t, _ in self._logs):
+                # the topic is gone: its id must never reach a later topic of that name
+                tid = self._topic_ids.pop(topic, None)
+                self._topic_id_source.pop(topic, None)
+                if tid is not None:
+                    self._topic_names.pop(tid, None)
         if log is None or d is None:
             return False
         try:
@@ -328,26 +401,41 @@ class LogManager:
         """Bound time/size retention by what the lake ingested (``log.retention.lake.*``).
 
         ``committed(topic, partition)``: the lake's committed next offset and its commit time
-        (ms), or None for a partition the lake does not track (Kafka's rules alone); None
-        removes the bound. Safety valves (``-1``: none): a log larger than ``max_bytes`` and a
-        commit older than ``max_ms`` (a stopped ingest) are retained as in Kafka, with a WARN
-        when that deletes offsets the lake has not ingested.
+        (ms), or None when the lake has committed nothing for the partition yet; a None
+        ``committed`` removes the bound. Safety valves (``-1``: none): a log larger than
+        ``max_bytes`` and a commit older than ``max_ms`` (a stopped ingest) are retained as in
+        Kafka, with a WARN when that deletes offsets the lake has not ingested.
+
+        A partition without a committed offset is held from its log start offset: nothing of
+        it goes by time or size until the lake commits (the first ingest may run long after
+        the first produce). Its "commit time" for ``max_ms`` is when this log manager first
+        found it without one, so a topic the lake never ingests is retained as in Kafka once
+        ``max_ms`` has passed (and at once above ``max_bytes``); a restart starts that clock
+        again (it holds longer, never shorter). Kafka's internal topics (``__`` prefix) are
+        never held: the lake does not ingest them unless named.
         """
         self._lake_bound = (committed, max_bytes, max_ms)
+        self._lake_unheld_since.clear()
 
     def _lake_args(self, log: Log, now_ms: int) -> dict[str, Any]:
         committed, max_bytes, max_ms = self._lake_bound
         if committed is None:
             return {}
+        if log.topic.startswith(_INTERNAL_TOPIC_PREFIX):
+            return {}
+        tp = (log.topic, log.partition)
         found = committed(log.topic, log.partition)
         if found is None:
-            return {}
-        offset, commit_ms = found
-        if 0 <= max_ms < now_ms - commit_ms:
-            why = (
-                f"the lake group last committed {now_ms - commit_ms} ms ago "
-                f"(log.retention.lake.max.ms={max_ms})"
-            )
+            # no offset yet: held from the log start; max_ms counts from when first seen so
+            since = self._lake_unheld_since.setdefault(tp, now_ms)
+            offset, age = log.log_start_offset, now_ms - since
+            what = f"has committed no offset for it in the {age} ms since this broker saw it"
+        else:
+            self._lake_unheld_since.pop(tp, None)
+            offset, age = found[0], now_ms - found[1]
+            what = f"last committed {age} ms ago"
+        if 0 <= max_ms < age:
+            why = f"the lake group {what} (log.retention.lake.max.ms={max_ms})"
             return {"lake_offset": offset, "lake_max_bytes": 0, "lake_valve": why}
         return {"lake_offset": offset, "lake_max_bytes": max_bytes}
 

@@ -89,6 +89,7 @@ from logstore.storage.swap import (
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
 from pipelines.compaction._keymap import record_keys
 from pipelines.compaction._select import last_per_key, last_per_key_into, make_selector
+from pipelines.compaction.due import CleanerDefaults, topic_settings
 from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, parse_strategy
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.decode import BatchScan, decode_records, scan_batches, verify_batches
@@ -409,10 +410,10 @@ class LogCleanResult:
     extra: dict[str, int] = field(default_factory=dict)
 
 
-def _settings(log_dir: Path, topic: str) -> tuple[LogConfig, CleanerSettings]:
-    props = read_topic_config(log_dir, topic)
-    config = LogConfig.from_properties(props)
-    return config, CleanerSettings.from_topic(config, props)
+def _settings(
+    log_dir: Path, topic: str, defaults: CleanerDefaults | None = None
+) -> tuple[LogConfig, CleanerSettings]:
+    return topic_settings(log_dir, topic, defaults)
 
 
 def strategy_of(log_dir: Path, topic: str) -> Strategy:
@@ -443,15 +444,18 @@ def clean_partition(
     now_ms: int | None = None,
     force: bool = False,
     high_watermark: int | None = None,
+    defaults: CleanerDefaults | None = None,
 ) -> LogCleanResult:
-    """Steps 1-4 of the module docstring for one partition directory (no hand-over)."""
+    """Steps 1-4 of the module docstring for one partition directory (no hand-over).
+    ``defaults``: the broker's (:mod:`pipelines.compaction.due`), under the topic's own
+    configs; Kafka's when None."""
     started = time.perf_counter()
     root = Path(dir)
     parsed = parse_partition_dir(root.name)
     if parsed is None:
         raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
     topic, partition = parsed
-    _, settings = _settings(root.parent, topic)
+    _, settings = _settings(root.parent, topic, defaults)
     if strategy is None:
         strategy = strategy_of(root.parent, topic)
     now = _now_ms() if now_ms is None else now_ms
@@ -501,7 +505,11 @@ def clean_partition(
 
 
 def hand_over(
-    dir: str | os.PathLike[str], *, timeout_s: float = 30.0, poll_s: float = 0.2
+    dir: str | os.PathLike[str],
+    *,
+    timeout_s: float = 30.0,
+    poll_s: float = 0.2,
+    defaults: CleanerDefaults | None = None,
 ) -> tuple[bool, str]:
     """Get a written manifest applied: by this process under the log dir's ``.lock`` when no
     broker holds it, else by the broker (waits up to ``timeout_s``). ``(swapped, how)``."""
@@ -520,7 +528,7 @@ def hand_over(
             time.sleep(poll_s)
         return True, "applied or rejected by the broker (see the checkpoint)"
     try:
-        return _apply_locked(str(root))
+        return _apply_locked(str(root), defaults)
     finally:
         lock.release()
 
@@ -532,7 +540,9 @@ def _pending(root: Path) -> bool:
     )
 
 
-def recover_pending(dir: str | os.PathLike[str]) -> str | None:
+def recover_pending(
+    dir: str | os.PathLike[str], defaults: CleanerDefaults | None = None
+) -> str | None:
     """A pass that a killed job left behind (a manifest, ``.cleaned`` or ``.swap`` files),
     with no broker running: finish or discard it as the broker's load would (the loader's
     rules, :mod:`logstore.storage.swap`), under the log dir's ``.lock``. A running broker
@@ -552,7 +562,7 @@ def recover_pending(dir: str | os.PathLike[str]) -> str | None:
     try:
         if not _pending(root):
             return None
-        config, _ = _settings(root.parent, parsed[0])
+        config, _ = _settings(root.parent, parsed[0], defaults)
         log = Log.open(
             root,
             config,
@@ -595,11 +605,13 @@ def compacted_partitions(
     return out
 
 
-def _task(item: tuple[str, Strategy, int, bool]) -> LogCleanResult:
+def _task(item: tuple[str, Strategy, int, bool, CleanerDefaults | None]) -> LogCleanResult:
     start_task()
-    dir, strategy, now_ms, force = item
+    dir, strategy, now_ms, force, defaults = item
     with without_huge_pages():  # key map 1.0 -> 0.6 s per partition (pipelines.worker)
-        return clean_partition(dir, strategy=strategy, now_ms=now_ms, force=force)
+        return clean_partition(
+            dir, strategy=strategy, now_ms=now_ms, force=force, defaults=defaults
+        )
 
 
 def run_log_compaction(
@@ -611,20 +623,26 @@ def run_log_compaction(
     now_ms: int | None = None,
     strategies: Mapping[str, Strategy] | None = None,
     hand_over_timeout_s: float = 30.0,
+    defaults: CleanerDefaults | None = None,
 ) -> list[LogCleanResult]:
-    """Clean every due compacted partition (one Spark task each), then hand the results over."""
+    """Clean every due compacted partition (one Spark task each), then hand the results over.
+    Partitions that are not due come back with ``due=False`` and the reason, untouched.
+    ``defaults``: the broker config's (:func:`pipelines.compaction.due.load_cleaner_defaults`);
+    when it disables the cleaner (``log.cleaner.enable=false``) nothing is done."""
+    if defaults is not None and not defaults.enabled:
+        return []
     now = _now_ms() if now_ms is None else now_ms
     parts = compacted_partitions(log_dirs, topics)
     for dir, _ in parts:
-        recover_pending(dir)  # a killed run's pass, finished or discarded (no broker only)
+        recover_pending(dir, defaults)  # a killed run's pass, finished or discarded (no broker)
     items = []
     for dir, from_config in parts:
         topic = Path(dir).name.rsplit("-", 1)[0]
         chosen = strategies[topic] if strategies and topic in strategies else from_config
-        items.append((dir, chosen, now, force))
+        items.append((dir, chosen, now, force, defaults))
     if not items:
         return []
-    swapper = _OfflineSwapper([dir for dir, *_ in items])
+    swapper = _OfflineSwapper([dir for dir, *_ in items], defaults)
     try:
         results: list[LogCleanResult] = (
             spark.sparkContext.parallelize(items, len(items)).map(_task).collect()
@@ -634,20 +652,22 @@ def run_log_compaction(
         swapper.close()
     for res in results:
         if res.groups and res.swapped is None:  # the broker holds the log dir
-            res.swapped, res.note = hand_over(res.dir, timeout_s=hand_over_timeout_s)
+            res.swapped, res.note = hand_over(
+                res.dir, timeout_s=hand_over_timeout_s, defaults=defaults
+            )
             if res.swapped and res.note.startswith("applied or rejected"):
                 res.swapped = _checkpoint(res.dir) == res.end_offset
                 res.note = "swapped by the broker" if res.swapped else "rejected by the broker"
     return results
 
 
-def _apply_locked(dir: str) -> tuple[bool, str]:
+def _apply_locked(dir: str, defaults: CleanerDefaults | None = None) -> tuple[bool, str]:
     """:func:`hand_over`'s offline branch, the caller holding the log dir's ``.lock``."""
     root = Path(dir)
     parsed = parse_partition_dir(root.name)
     if parsed is None:
         raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
-    config, _ = _settings(root.parent, parsed[0])
+    config, _ = _settings(root.parent, parsed[0], defaults)
     done = apply_offline(root, config)
     return bool(done), "swapped offline" if done else "rejected offline"
 
@@ -663,7 +683,10 @@ class _OfflineSwapper:
     cores: 0.7 s of swaps after the job before). Log dirs whose lock is held (a running
     broker) are left to :func:`hand_over`."""
 
-    def __init__(self, dirs: Sequence[str], poll_s: float = 0.05) -> None:
+    def __init__(
+        self, dirs: Sequence[str], defaults: CleanerDefaults | None = None, poll_s: float = 0.05
+    ) -> None:
+        self._defaults = defaults
         self._locks: list[DirLock] = []
         self._watched: list[str] = []
         locked: dict[Path, bool] = {}
@@ -692,7 +715,7 @@ class _OfflineSwapper:
     def _start(self, dir: str) -> None:
         assert self._pool is not None
         if dir not in self._started:
-            self._started[dir] = self._pool.submit(_apply_timed, dir)
+            self._started[dir] = self._pool.submit(_apply_timed, dir, self._defaults)
 
     def _poll(self) -> None:
         waiting = list(self._watched)
@@ -713,7 +736,7 @@ class _OfflineSwapper:
             res.swapped, res.note, res.extra["swap_us"] = self._started[res.dir].result()
             if os.path.exists(os.path.join(res.dir, MANIFEST_FILE)):
                 # a retried task's second manifest, written after the first was applied
-                res.swapped, res.note, res.extra["swap_us"] = _apply_timed(res.dir)
+                res.swapped, res.note, res.extra["swap_us"] = _apply_timed(res.dir, self._defaults)
 
     def _halt(self) -> None:
         self._stop.set()
@@ -730,9 +753,9 @@ class _OfflineSwapper:
             lock.release()
 
 
-def _apply_timed(dir: str) -> tuple[bool, str, int]:
+def _apply_timed(dir: str, defaults: CleanerDefaults | None) -> tuple[bool, str, int]:
     started = time.perf_counter_ns()
-    swapped, note = _apply_locked(dir)
+    swapped, note = _apply_locked(dir, defaults)
     return swapped, note, (time.perf_counter_ns() - started) // 1000
 
 

@@ -47,8 +47,15 @@ therefore only for a DataFrame planned once. With it:
 Views that analysts reuse (``pipelines.delta.sql.register_lake_views``) get pruning from
 Spark's own Parquet reader instead (``read_delta``).
 
+**Object storage**: ``load("s3://bucket/lake/records")`` (or ``gs://``, ``abfss://``) opens the
+snapshot with delta-rs and reads the Parquet files on the executors through pyarrow's
+filesystem (:mod:`pipelines.storage`); no Hadoop S3 connector is needed. The settings are this
+Python worker's environment (``AWS_ENDPOINT_URL``, keys, region), or options
+``storage.<key>`` (the ``[storage]`` keys of :data:`pipelines.storage.OVERRIDE_KEYS`), which
+``read_delta`` passes; the reader carries the resolved settings to the executors.
+
 Options (strings, case-insensitive): ``path``, ``versionAsOf``, ``timestampAsOf`` (ISO-8601),
-``maxPartitionBytes``, ``pruneFiles``.
+``maxPartitionBytes``, ``pruneFiles``, ``storage.*``.
 """
 
 from __future__ import annotations
@@ -84,6 +91,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from pipelines.delta.errors import DeltaSinkError
+from pipelines.storage import LakeLocation, StorageSettings
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -92,6 +100,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "PUSHDOWN_KEY",
+    "STORAGE_OPTION_PREFIX",
     "DeltaFilesPartition",
     "DeltaPruningReader",
     "DeltaSnapshotReader",
@@ -102,22 +111,37 @@ __all__ = [
 
 FORMAT = "delta"
 PUSHDOWN_KEY = "spark.sql.python.filterPushdown.enabled"
+# options named storage.<key> carry pipelines.storage settings (StorageSettings.to_overrides)
+STORAGE_OPTION_PREFIX = "storage."
 # A string statistic this long may be a truncated prefix (Delta writers cut at 32 characters).
 _STRING_STAT_LIMIT = 32
 _IN_LIMIT = 100
 _COMPARISONS = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
 
 
+def _settings(options: dict[str, str]) -> StorageSettings:
+    """The ``storage.*`` options as settings, else the environment's."""
+    given = {
+        k[len(STORAGE_OPTION_PREFIX) :]: v
+        for k, v in options.items()
+        if k.startswith(STORAGE_OPTION_PREFIX)
+    }
+    return StorageSettings.from_overrides(given) if given else StorageSettings.from_environment()
+
+
 def _open(root: str, options: dict[str, str]) -> DeltaTable:
     from deltalake import DeltaTable  # noqa: PLC0415
     from deltalake.exceptions import DeltaError, TableNotFoundError  # noqa: PLC0415
+
+    location = LakeLocation.parse(root)
+    storage = _settings(options).delta_options(location) if not location.is_local else None
 
     version = options.get("versionasof")
     timestamp = options.get("timestampasof")
     if version is not None and timestamp is not None:
         raise DeltaSinkError("give versionAsOf or timestampAsOf, not both", path=root)
     try:
-        table = DeltaTable(root)
+        table = DeltaTable(root, storage_options=storage)
         if version is not None:
             if not version.strip().isdigit():
                 raise DeltaSinkError(f"versionAsOf must be a version number, got {version!r}")
@@ -149,6 +173,8 @@ def _root(options: dict[str, str]) -> str:
     path = options.get("path")
     if not path:
         raise DeltaSinkError("format('delta') needs a path: .load(<table dir>)")
+    if "://" in path:
+        return LakeLocation.parse(path).uri
     return str(Path(path.removeprefix("file:").removeprefix("//")).absolute())
 
 
@@ -178,7 +204,9 @@ class DeltaSnapshotSource(DataSource):
         if prune not in ("true", "false"):
             raise DeltaSinkError(f"pruneFiles must be true or false, got {prune!r}")
         cls = DeltaPruningReader if prune == "true" else DeltaSnapshotReader
+        remote = not LakeLocation.parse(root).is_local
         return cls(
+            storage=_settings(options).to_overrides() if remote else {},
             root=root,
             version=table.version(),
             schema=schema,
@@ -211,6 +239,12 @@ class DeltaSnapshotReader(DataSourceReader):
     via_delta_rs: bool
     max_partition_bytes: int | None = None
     filters: list[Filter] = field(default_factory=list)
+    # resolved object-store settings (StorageSettings.to_overrides); empty on local disk
+    storage: dict[str, str] = field(default_factory=dict)
+
+    def _pinned(self) -> dict[str, str]:
+        opts = {STORAGE_OPTION_PREFIX + k: v for k, v in self.storage.items()}
+        return {"versionasof": str(self.version), **opts}
 
     # ---- planning (driver) ----
 
@@ -225,7 +259,7 @@ class DeltaSnapshotReader(DataSourceReader):
             yield f
 
     def partitions(self) -> Sequence[InputPartition]:
-        table = _open(self.root, {"versionasof": str(self.version)})
+        table = _open(self.root, self._pinned())
         if self.via_delta_rs:
             return [DeltaFilesPartition([], [], via_delta_rs=True)]
         actions = pa.table(table.get_add_actions(flatten=True))
@@ -294,13 +328,15 @@ class DeltaSnapshotReader(DataSourceReader):
         if partition.via_delta_rs:
             yield from self._read_via_delta_rs(target)
             return
+        location = LakeLocation.parse(self.root)
+        fs = StorageSettings.from_overrides(self.storage).filesystem(location)
         for path, values in zip(partition.files, partition.partition_values, strict=True):
-            yield from _read_file(path, values, target)
+            yield from _read_file(fs, path, values, target)
 
     def _read_via_delta_rs(self, target: pa.Schema) -> Iterator[pa.RecordBatch]:
         from deltalake import QueryBuilder  # noqa: PLC0415
 
-        table = _open(self.root, {"versionasof": str(self.version)})
+        table = _open(self.root, self._pinned())
         cols = ", ".join('"' + n.replace('"', '""') + '"' for n in target.names)
         reader = QueryBuilder().register("t", table).execute(f"SELECT {cols} FROM t")
         for batch in pa.RecordBatchReader.from_stream(reader):
@@ -308,20 +344,29 @@ class DeltaSnapshotReader(DataSourceReader):
 
 
 def _absolute(root: str, path: str) -> str:
+    """A data file's path for the executors' filesystem: an absolute local path, or the
+    ``bucket/key`` path of pyarrow's object-store filesystems."""
     from urllib.parse import unquote, urlparse  # noqa: PLC0415
 
+    location = LakeLocation.parse(root)
     if "://" in path:
         parsed = urlparse(path)
-        if parsed.scheme != "file":
-            raise DeltaSinkError(f"only local files are readable here, not {path!r}", path=root)
-        return unquote(parsed.path)
-    return str(Path(root) / unquote(path))
+        if parsed.scheme == "file" and location.is_local:
+            return unquote(parsed.path)
+        if parsed.scheme != location.scheme:
+            raise DeltaSinkError(f"a data file outside the table's store: {path!r}", path=root)
+        return LakeLocation.parse(unquote(path)).fs_path
+    if location.is_local:
+        return str(Path(root) / unquote(path))
+    return f"{location.fs_path}/{unquote(path)}"
 
 
-def _read_file(path: str, values: dict[str, Any], target: pa.Schema) -> Iterator[pa.RecordBatch]:
+def _read_file(
+    fs: Any, path: str, values: dict[str, Any], target: pa.Schema
+) -> Iterator[pa.RecordBatch]:
     import pyarrow.parquet as pq  # noqa: PLC0415
 
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(path, filesystem=fs)
     present = set(pf.schema_arrow.names)
     columns = [n for n in target.names if n in present and n not in values]
     if not columns and pf.metadata.num_rows:

@@ -21,6 +21,12 @@ pruning, column pruning and Parquet filter pushdown, safe for a view queried man
 the Python data source's file pruning is not, see ``pipelines.delta.source``). The lookup
 tables' ``max_timestamp`` is shown there as a timestamp, the raw milliseconds as
 ``max_timestamp_ms``.
+
+On an object store (``s3://...``, :mod:`pipelines.storage`) delta-rs opens the tables with the
+storage options of the environment; Spark, lacking Hadoop's S3 connector offline, reads them
+through the Python data source (``pipelines.delta.source``, handed the same settings), whose
+executors read the Parquet files through pyarrow's filesystem. A session with native Delta is
+expected to have ``s3a://`` configured and reads them itself.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pipelines.catalog import find_tables, parse_versions, view_columns
 from pipelines.delta.commit import load_table
 from pipelines.delta.errors import DeltaSinkError
-from pipelines.delta.source import needs_delta_reader
+from pipelines.delta.source import FORMAT, STORAGE_OPTION_PREFIX, needs_delta_reader
+from pipelines.storage import LakeLocation, StorageSettings, delta_target
 
 __all__ = ["query_delta", "read_delta", "register_delta_view", "register_lake_views"]
 
@@ -46,7 +53,8 @@ _MAX_MS = 9_000_000_000_000_000
 
 
 def _open(path: str | Path, version: int | None) -> DeltaTable:
-    dt = load_table(path)
+    uri, options = delta_target(path)
+    dt = DeltaTable(uri, storage_options=options) if options else load_table(uri)
     if dt is not None and version is not None:
         dt.load_as_version(version)
     if dt is None:
@@ -56,7 +64,10 @@ def _open(path: str | Path, version: int | None) -> DeltaTable:
 
 def read_delta(spark: SparkSession, path: str | Path, *, version: int | None = None) -> DataFrame:
     """The table at ``path`` (latest snapshot, or ``version``) as a Spark DataFrame."""
-    root = str(Path(str(path).removeprefix("file://")).absolute())
+    location = LakeLocation.parse(path)
+    if not location.is_local:
+        return _read_remote(spark, location, version)
+    root = location.uri
     dt = _open(root, version)
     arrow_schema = pa.schema(dt.schema().to_arrow())
     spark_schema = from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)
@@ -73,6 +84,23 @@ def read_delta(spark: SparkSession, path: str | Path, *, version: int | None = N
         return spark.createDataFrame([], schema=spark_schema)
     df = spark.read.schema(spark_schema).option("basePath", root).parquet(*files)
     return df.select(*names)
+
+
+def _read_remote(spark: SparkSession, location: LakeLocation, version: int | None) -> DataFrame:
+    """A table on an object store, through ``format("delta")`` (the Python data source unless
+    the session has native Delta), with this process's storage settings as options: Spark's
+    Python workers inherit the JVM's environment, not this process's."""
+    from pipelines.delta.source import register_delta_source  # noqa: PLC0415
+
+    _open(location.uri, version)  # a missing table or version: the same error as locally
+    reader = spark.read.format(FORMAT)
+    if register_delta_source(spark):
+        settings = StorageSettings.from_environment()
+        for key, value in settings.to_overrides().items():
+            reader = reader.option(STORAGE_OPTION_PREFIX + key, value)
+    if version is not None:
+        reader = reader.option("versionAsOf", str(version))
+    return reader.load(location.uri)
 
 
 def register_delta_view(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pipelines.quality.config import QualityConfig, load_quality_config
-from pipelines.quality.run import QUALITY_DIR, RESULTS_TABLE, QualityReport, RuleResult, run_quality
+from pipelines.quality.results import RuleResult
+from pipelines.quality.run import QUALITY_DIR, RESULTS_TABLE, QualityReport, run_quality
 
 __all__ = [
     "QUALITY_DIR",

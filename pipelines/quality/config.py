@@ -1,15 +1,24 @@
 """The ``[quality]`` section of ``conf/pipeline.toml``: thresholds of the quality suites.
 
 Every key is optional; a key that does not exist is refused, naming the nearest valid one.
+
+``actions``: the users' own GX Actions, run by every quality Checkpoint after loglake's (see
+:mod:`pipelines.quality.actions`), as an array of tables::
+
+    [[quality.actions]]
+    class = "my_alerts.actions.PageOnFailure"   # a ValidationAction subclass the job imports
+    name = "page"                               # optional (default: the class name)
+    channel = "#data"                           # every other key: a field of that class
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logstore.errors import LoglakeError
+from logstore.errors import InvalidConfigError, LoglakeError
 from pipelines.config import read_pipeline_toml
 
 __all__ = ["QualityConfig", "load_quality_config"]
@@ -25,12 +34,38 @@ class QualityConfig:
     ``message.timestamp.before.max.ms`` defaults to unbounded: old data is normal).
     ``max_quarantined_batches``: rows the ``quarantine`` table may hold.
     ``docs``: build the Data Docs site under ``<lake>/_quality/data_docs``.
+    ``actions``: the users' Actions (``class`` and fields), checked for shape only here: the
+    classes are imported by the run (importing them loads Great Expectations).
     """
 
     max_future_skew_s: float = 3600.0
     max_past_skew_s: float | None = None
     max_quarantined_batches: int = 0
     docs: bool = True
+    actions: tuple[dict[str, Any], ...] = ()
+
+
+_CLASS_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*$")
+
+
+def _actions(section: dict[str, Any], path: Path) -> tuple[dict[str, Any], ...]:
+    specs = section.get("actions", [])
+    if not isinstance(specs, list):
+        raise InvalidConfigError(
+            "[quality] actions must be an array of tables ([[quality.actions]])", path=str(path)
+        )
+    for i, spec in enumerate(specs):
+        where = f"[quality] actions[{i}]"
+        if not isinstance(spec, dict):
+            raise InvalidConfigError(f"{where} must be a table, got {spec!r}", path=str(path))
+        cls = spec.get("class")
+        if not isinstance(cls, str) or not _CLASS_PATH.match(cls):
+            raise InvalidConfigError(
+                f'{where} needs class = "package.module.ClassName", got {cls!r}', path=str(path)
+            )
+        if "type" in spec:
+            raise InvalidConfigError(f"{where}: type is the class's own; remove it", path=str(path))
+    return tuple(specs)
 
 
 def _number(section: dict[str, Any], key: str, path: Path, default: Any) -> Any:
@@ -62,4 +97,5 @@ def load_quality_config(path: str | Path) -> QualityConfig:
         max_past_skew_s=None if past is None else float(past),
         max_quarantined_batches=int(quarantined),
         docs=docs,
+        actions=_actions(section, p),
     )

@@ -4,26 +4,29 @@
    dirs (:mod:`pipelines.quality.bounds`); build the checked DataFrames
    (:mod:`pipelines.quality.checks`), each computed once and kept in memory (records' columns
    are read once: the gaps are computed from the records suite's rows);
-2. validate each with its suite (:mod:`pipelines.quality.suites`) in a Great Expectations
-   file context under ``<lake>/_quality/gx`` (suites, validation definitions and results are
-   kept there, so Data Docs show every run);
-3. build the Data Docs site at ``<lake>/_quality/data_docs/index.html``: this run's pages and
-   the index (earlier runs' pages are already there);
-4. append one row per expectation to ``<lake>/quality_results`` (run id, run time, suite,
-   rule, expectation type, success, observed value, unexpected count, details), one commit.
+2. validate each with its suite (:mod:`pipelines.quality.suites`) through a GX Checkpoint
+   ``loglake_<suite>`` in a Great Expectations file context under ``<lake>/_quality/gx``
+   (suites, validation definitions, Checkpoints and results are kept there, so Data Docs show
+   every run). Each Checkpoint's Actions (:mod:`pipelines.quality.actions`) do the rest:
+3. the Data Docs site at ``<lake>/_quality/data_docs/index.html``: the run's pages and the
+   index (earlier runs' pages are already there), its CSS/JS served by the site itself;
+4. one row per expectation appended to ``<lake>/quality_results`` (run id, run time, suite,
+   rule, expectation type, success, observed value, unexpected count, details), one commit
+   per suite;
+5. the users' Actions of ``[quality] actions`` (notifications...).
 
 Suites: ``records`` and ``records_gaps`` always (the ``records`` table must exist);
 ``lookups`` when ``offset_lookup`` exists; ``quarantine`` always (no table = no rows);
 ``topic_<name>`` for every compacted table ``<lake>/topics/<name>``.
 
 Not safe to run twice at once on one lake (the file context is shared); a crashed run leaves
-at most validation results without their ``quality_results`` rows.
+the rows and pages of the suites validated before the crash, and at most one suite's
+validation result without its ``quality_results`` rows.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import sys
 import time
@@ -33,30 +36,29 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from logstore.errors import LoglakeError
 from pipelines.delta import read_app_transactions, read_delta
 from pipelines.delta.commit import load_table
-from pipelines.delta.direct import append_table
 from pipelines.ingest import IngestConfig, read_progress
 from pipelines.quality.bounds import partition_bounds
 from pipelines.quality.checks import (
     bounds_frame,
     compacted_check,
+    local_frame,
     lookup_agreement,
     lookup_progress_frame,
     offset_gaps,
     records_checked,
 )
 from pipelines.quality.config import QualityConfig
+from pipelines.quality.results import RuleResult, rule_results
 
 __all__ = [
     "QUALITY_DIR",
     "RESULTS_TABLE",
     "QualityReport",
-    "RuleResult",
     "log_progress",
     "run_quality",
 ]
@@ -65,33 +67,6 @@ QUALITY_DIR = "_quality"
 RESULTS_TABLE = "quality_results"
 DOCS_SITE = "loglake"
 Log = Callable[[str], None]
-
-RESULTS_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("run_time", pa.timestamp("us", tz="UTC")),
-        ("suite", pa.string()),
-        ("rule", pa.string()),
-        ("expectation", pa.string()),
-        ("success", pa.bool_()),
-        ("observed_value", pa.string()),
-        ("unexpected_count", pa.int64()),
-        ("details", pa.string()),
-    ]
-)
-
-
-@dataclass(frozen=True)
-class RuleResult:
-    """One expectation's outcome in one run."""
-
-    suite: str
-    rule: str
-    expectation: str
-    success: bool
-    observed_value: str | None
-    unexpected_count: int | None
-    details: str | None
 
 
 @dataclass
@@ -151,8 +126,10 @@ def _context(root: Path, docs: bool) -> Any:
     return context
 
 
-def _validate(context: Any, suite: Any, df: DataFrame, run_id: Any) -> Any:
-    """Validate ``df`` with ``suite`` (objects made once per context, suite replaced)."""
+def _validate(context: Any, suite: Any, df: DataFrame, run_id: Any, actions: list[Any]) -> Any:
+    """Validate ``df`` with ``suite`` through the Checkpoint ``loglake_<suite>`` and its
+    ``actions`` (objects made once per context; suite, definition and Checkpoint replaced,
+    so that a changed config takes effect); the suite's validation result."""
     import great_expectations as gx  # noqa: PLC0415
 
     try:
@@ -171,39 +148,49 @@ def _validate(context: Any, suite: Any, df: DataFrame, run_id: Any) -> Any:
     definition = context.validation_definitions.add_or_update(
         gx.ValidationDefinition(name=suite.name, data=batch, suite=suite)
     )
-    return definition.run(
-        batch_parameters={"dataframe": df},
-        # BASIC: counts, percentages and up to 10 unexpected values, all that quality_results
-        # and Data Docs show (SUMMARY adds value counts: one more Spark job per expectation)
-        result_format={"result_format": "BASIC", "partial_unexpected_count": 10},
-        run_id=run_id,
+    # Replaced without being loaded: the stored one names the Actions of the last run by type,
+    # and GX cannot load an Action whose class is not imported (a user Action since removed
+    # from [quality] actions).
+    store = context.checkpoint_store
+    key = store.get_key(name=f"loglake_{suite.name}")
+    if store.has_key(key):
+        store.remove_key(key)
+    checkpoint = context.checkpoints.add(
+        gx.Checkpoint(
+            name=f"loglake_{suite.name}",
+            validation_definitions=[definition],
+            actions=actions,
+            # BASIC: counts, percentages and up to 10 unexpected values, all that
+            # quality_results and Data Docs show (SUMMARY adds value counts: one more Spark
+            # job per expectation)
+            result_format={"result_format": "BASIC", "partial_unexpected_count": 10},
+        )
+    )
+    result = checkpoint.run(batch_parameters={"dataframe": df}, run_id=run_id)
+    return next(iter(result.run_results.values()))
+
+
+def _actions(lake: Path, quality: QualityConfig, *, build_index: bool = True) -> list[Any]:
+    """loglake's Actions (Data Docs when ``docs``, then ``quality_results``), then the
+    users'. ``build_index``: of the Data Docs Action."""
+    from pipelines.quality.actions import (  # noqa: PLC0415
+        OfflineDataDocsAction,
+        QualityResultsAction,
+        user_actions,
     )
 
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, default=str, sort_keys=True)
-
-
-def _rows(suite: str, result: Any) -> list[RuleResult]:
-    out = []
-    for r in result.results:
-        cfg = r.expectation_config
-        res = r.result or {}
-        details = {k: res[k] for k in ("partial_unexpected_list", "unexpected_percent") if k in res}
-        if r.exception_info and r.exception_info.get("raised_exception"):
-            details["exception"] = r.exception_info.get("exception_message")
-        out.append(
-            RuleResult(
-                suite=suite,
-                rule=(cfg.meta or {}).get("rule", cfg.type),
-                expectation=cfg.type,
-                success=bool(r.success),
-                observed_value=_json(res.get("observed_value")),
-                unexpected_count=res.get("unexpected_count"),
-                details=_json(details) if details else None,
+    actions: list[Any] = []
+    if quality.docs:
+        actions.append(
+            OfflineDataDocsAction(
+                name="data_docs",
+                site_names=[DOCS_SITE],
+                site_dir=str(lake / QUALITY_DIR / "data_docs"),
+                build_index=build_index,
             )
         )
-    return out
+    actions.append(QualityResultsAction(name="quality_results", table=str(lake / RESULTS_TABLE)))
+    return actions + user_actions(quality.actions)
 
 
 def _materialize(df: DataFrame) -> DataFrame:
@@ -245,6 +232,7 @@ def run_quality(
     # 1. the checked DataFrames (suites need the context to exist first)
     t0 = time.monotonic()
     context = _context(lake / QUALITY_DIR, quality.docs)
+    actions = _actions(lake, quality)  # the users' are imported now: errors early
     log(f"context at {lake / QUALITY_DIR / 'gx'} in {time.monotonic() - t0:.1f} s")
     t0 = time.monotonic()
     bounds = bounds_frame(
@@ -270,7 +258,7 @@ def run_quality(
     jobs.append(
         (
             suites.quarantine_suite(quality),
-            quarantine if quarantine is not None else spark.createDataFrame([], "position long"),
+            quarantine if quarantine is not None else local_frame(spark, [], "position long"),
         )
     )
     topics_dir = lake / "topics"
@@ -289,11 +277,14 @@ def run_quality(
     jobs = [(suite, df if df is checked else _materialize(df)) for suite, df in jobs]
     log(f"tables read, checked rows computed in {time.monotonic() - t0:.1f} s")
     gx_run = RunIdentifier(run_name=run_id, run_time=now)
+    # the Data Docs index once, by the last suite's Checkpoint (see actions.OfflineDataDocsAction)
+    pages_only = _actions(lake, quality, build_index=False)
     try:
         for suite, df in jobs:
             t0 = time.monotonic()
-            result = _validate(context, suite, df, gx_run)
-            rows = _rows(suite.name, result)
+            last = suite is jobs[-1][0]
+            result = _validate(context, suite, df, gx_run, actions if last else pages_only)
+            rows = rule_results(suite.name, result)
             report.results += rows
             report.suites[suite.name] = bool(result.success)
             bad = [r.rule for r in rows if not r.success]
@@ -309,38 +300,8 @@ def run_quality(
         bounds.unpersist()
     report.success = all(report.suites.values())
 
-    # 3. Data Docs
     if quality.docs:
-        t0 = time.monotonic()
-        # this run's pages only (and the index): rendering every stored result would make
-        # each run slower than the one before
-        from great_expectations.data_context.types.resource_identifiers import (  # noqa: PLC0415
-            ExpectationSuiteIdentifier,
-        )
-
-        pages: list[Any] = [
-            key
-            for key in context.validation_results_store.list_keys()
-            if key.run_id.run_name == run_id
-        ]
-        pages += [ExpectationSuiteIdentifier(name=suite.name) for suite, _ in jobs]
-        context.build_data_docs(site_names=[DOCS_SITE], resource_identifiers=pages)
         report.docs = str(lake / QUALITY_DIR / "data_docs" / "index.html")
-        log(f"Data Docs: {report.docs} ({time.monotonic() - t0:.1f} s)")
-    t0 = time.monotonic()
-
-    # 4. quality_results
-    # (from the driver: a Python data source sink would start a planner worker of pyspark's own
-    # daemon, which may print a BrokenPipeError traceback; see pipelines.session.get_spark)
-    rows = [
-        {"run_id": run_id, "run_time": now, "suite": r.suite, "rule": r.rule,
-         "expectation": r.expectation, "success": r.success, "observed_value": r.observed_value,
-         "unexpected_count": r.unexpected_count, "details": r.details}
-        for r in report.results
-    ]  # fmt: skip
-    append_table(
-        lake / RESULTS_TABLE, pa.Table.from_pylist(rows, RESULTS_SCHEMA), schema=RESULTS_SCHEMA
-    )
-    log(f"{len(rows)} rows appended to {RESULTS_TABLE} in {time.monotonic() - t0:.1f} s")
+        log(f"Data Docs: {report.docs}")
     report.seconds = time.monotonic() - started
     return report

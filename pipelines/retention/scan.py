@@ -37,10 +37,10 @@ import os
 import re
 import struct
 
-from logstore.errors import LoglakeError
 from logstore.storage.config import LONG_MAX
 from logstore.storage.files import LOG_SUFFIX, TIME_INDEX_SUFFIX
 from logstore.storage.index import TIME_ENTRY_SIZE
+from pipelines.sources.plan import SegmentVanishedError
 
 __all__ = [
     "UNKNOWN_TIMESTAMP",
@@ -57,10 +57,6 @@ _ZERO_ENTRY = bytes(TIME_ENTRY_SIZE)
 
 # A whole "<20 digits>.log" name in names joined by "/" (the one character no name holds).
 _SEGMENT_LOG = re.compile(r"(?<![^/])([0-9]{20})\.log(?![^/])")
-
-
-class SegmentVanishedError(LoglakeError):
-    """A segment's ``.log`` went away between the listing and a read of it."""
 
 
 class SegmentScan:

@@ -24,6 +24,12 @@ Planning rules:
 
 Sizes are those seen at planning time: a segment that grows later is read only up to its
 planned size (and up to ``until``).
+
+Retention may delete a segment at any time (the broker's periodic retention renames it
+``.deleted``, then removes it). A segment gone between the listing and its planning or its
+read raises :class:`SegmentVanishedError`; jobs run their plan-and-read step through
+:func:`replanned`, which plans again (a bounded number of attempts, each logged): the new plan
+starts at the new log start, so what retention took before it was read is seen as a gap.
 """
 
 from __future__ import annotations
@@ -31,10 +37,10 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -44,12 +50,18 @@ from logstore.storage.files import offset_from_file_name, parse_partition_dir
 
 __all__ = [
     "DEFAULT_MAX_PARTITION_BYTES",
+    "REPLAN_ATTEMPTS",
+    "SEGMENT_VANISHED",
     "UNDECODABLE_BATCH",
     "Kind",
     "SegmentRange",
+    "SegmentVanishedError",
     "SourceOptions",
+    "deleted_from_front",
     "parse_options",
     "plan_ranges",
+    "replanned",
+    "segment_vanished",
 ]
 
 Kind = Literal["records", "batches"]
@@ -60,6 +72,79 @@ MAX_OFFSET = 2**63 - 1
 # can recognise it inside Spark's wrapping (a Py4J/Python exception whose text holds it).
 UNDECODABLE_BATCH = "undecodable batch (CRC valid)"
 _HEADER = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+# Starts the message of SegmentVanishedError: found again in the text of the Spark/Py4J error
+# that carries it from an executor to the driver.
+SEGMENT_VANISHED = "segment file vanished between planning and reading"
+# Plan-and-read attempts of one job run (replanned): retention racing a run deletes a segment
+# under it now and then; five tries in a row all losing that race means something else.
+REPLAN_ATTEMPTS = 5
+# Files of a segment whose FileNotFoundError means retention took the segment.
+_SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".deleted")
+_T = TypeVar("_T")
+
+
+class SegmentVanishedError(LoglakeError):
+    """A segment's ``.log`` went away (retention deleted it) between the listing and a read of
+    it; planning again sees the partition as it is now."""
+
+
+def segment_vanished(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it wraps: Spark and the Delta sink wrap an executor's
+    error, keeping its text) is a segment that vanished under a read."""
+    return _vanished_line(exc) is not None
+
+
+def _vanished_line(exc: BaseException) -> str | None:
+    """The line saying which segment vanished, from ``exc`` or the errors it wraps."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        text = str(cur)
+        if SEGMENT_VANISHED in text:
+            return next(x.strip() for x in text.splitlines() if SEGMENT_VANISHED in x)
+        if isinstance(cur, SegmentVanishedError):
+            return text
+        if isinstance(cur, FileNotFoundError) and str(cur.filename or "").endswith(
+            _SEGMENT_SUFFIXES
+        ):
+            return text
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def deleted_from_front(rng: SegmentRange) -> bool:
+    """Whether ``rng``'s segment, found gone, went the way retention deletes (oldest first, as
+    the broker's retention and DeleteRecords do): the partition's first segment now starts
+    after it. A segment gone from the middle (a cleaner's swap) is not."""
+    if rng.next_base_offset is None:
+        return False  # the active segment is never deleted by retention
+    remaining = _segments(Path(rng.path).parent)
+    return bool(remaining) and remaining[0][0] > rng.segment_base_offset
+
+
+def replanned(
+    attempt: Callable[[], _T],
+    *,
+    what: str,
+    log: Callable[[str], None],
+    attempts: int = REPLAN_ATTEMPTS,
+) -> _T:
+    """``attempt()`` (one plan-and-read step that leaves nothing behind when it raises), again
+    while a segment vanishes under it (:func:`segment_vanished`), at most ``attempts`` times;
+    each retry is logged. Any other error, or the last attempt's, is raised as it is."""
+    for n in range(1, attempts):
+        try:
+            return attempt()
+        except Exception as exc:
+            line = _vanished_line(exc)
+            if line is None:
+                raise
+            log(
+                f"{what}: a segment was deleted under the run ({line[:300]}); "
+                f"planning again (attempt {n + 1} of {attempts})"
+            )
+    return attempt()
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,10 +415,14 @@ def _plan_partition(  # noqa: PLR0917
             largest = _last_time_index_ts(path)
             if largest is not None and largest < options.min_timestamp:
                 continue
-        size = path.stat().st_size
+        try:
+            size = path.stat().st_size
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise SegmentVanishedError(SEGMENT_VANISHED, path=str(path)) from None
         if size == 0:
+            os.close(fd)
             continue
-        fd = os.open(path, os.O_RDONLY)
         try:
             if size > options.max_partition_bytes:
                 cuts = _cuts(fd, _index_positions(path, size), size, options.max_partition_bytes)

@@ -58,13 +58,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from crc32c import crc32c
 
-from logstore.errors import CorruptRecordError, LoglakeError
+from logstore.errors import CorruptRecordError
 from pipelines.decode.arrow import numpy_array, numpy_values, repeated_string, string_array
 from pipelines.decode.batches import ATTR_CODEC_MASK, BatchScan, scan_batches, verify_batches
 from pipelines.decode.codecs import CODEC_LABELS
 from pipelines.decode.records import BatchError, decode_records
 from pipelines.decode.transactions import txn_frames
-from pipelines.sources.plan import UNDECODABLE_BATCH, SegmentRange
+from pipelines.sources.plan import (
+    SEGMENT_VANISHED,
+    UNDECODABLE_BATCH,
+    SegmentRange,
+    SegmentVanishedError,
+)
 from pipelines.sources.schema import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 from pipelines.sources.transactions import AbortedRanges
 
@@ -97,9 +102,7 @@ def _open(path: str) -> int:
         try:
             return os.open(path + ".deleted", os.O_RDONLY)
         except FileNotFoundError:
-            raise LoglakeError(
-                "segment file vanished between planning and reading; plan again", path=path
-            ) from None
+            raise SegmentVanishedError(f"{SEGMENT_VANISHED}; plan again", path=path) from None
 
 
 # A resync read is at least this long, so that its last unexamined header start moves on.

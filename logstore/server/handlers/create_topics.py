@@ -21,7 +21,7 @@ from logstore.server.handlers.describe_configs import (
     topic_config_entries,
     validate_topic_configs,
 )
-from logstore.server.topics import TopicExistsError, topic_id_for
+from logstore.server.topics import TopicExistsError
 from logstore.storage.files import validate_topic
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
@@ -109,7 +109,9 @@ def handle(ctx: RequestContext, request: Any) -> Any:
             build(
                 mod.CreatableTopicResult,
                 name=topic.name,
-                topic_id=topic_id_for(topic.name) if error == ErrorCode.none else None,
+                topic_id=(
+                    ctx.broker.log_manager.topic_id(topic.name) if error == ErrorCode.none else None
+                ),
                 error_code=error,
                 error_message=message,
                 topic_config_error_code=0,

@@ -15,7 +15,6 @@ from logstore.errors import LoglakeError
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 from logstore.server.handlers.metadata import INTERNAL_TOPICS
-from logstore.server.topics import topic_id_for
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
@@ -27,16 +26,16 @@ MAX_VERSION: Final = 6
 def handle(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
     broker = ctx.broker
+    # (name, id): the id taken now, before the deletion forgets it
     wanted: list[tuple[str | None, Any]] = []
     if hasattr(request, "topic_names"):
-        wanted = [(n, None) for n in request.topic_names]
+        wanted = [(n, broker.log_manager.topic_id(n)) for n in request.topic_names]
     else:
-        by_id = {topic_id_for(t): t for t in broker.topics()}
         for t in request.topics:
             if t.name is None and t.topic_id is not None:
-                wanted.append((by_id.get(t.topic_id), t.topic_id))
+                wanted.append((broker.log_manager.topic_name(t.topic_id), t.topic_id))
             else:
-                wanted.append((t.name, None))
+                wanted.append((t.name, broker.log_manager.topic_id(t.name)))
     results = []
     for name, tid in wanted:
         error = ErrorCode.none
@@ -58,7 +57,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
             build(
                 mod.DeletableTopicResult,
                 name=name,
-                topic_id=tid if tid is not None else (topic_id_for(name) if name else None),
+                topic_id=tid,
                 error_code=error,
                 error_message=message,
             )

@@ -19,8 +19,9 @@ and length from ``Log.read``) that the reactor sends with ``os.sendfile``. Wire 
     v16 ``node_endpoints``, a tagged field sent with ``NOT_LEADER``, which a single broker
     never answers).
 
-Topic ids (v13+): resolved through :func:`logstore.server.topics.topic_name_for` (the ids
-Metadata hands out); an id of no existing topic gets ``UNKNOWN_TOPIC_ID`` for each of its
+Topic ids (v13+): resolved by the log manager (``LogManager.topic_name``: the ids the
+partition directories keep, a dict read fit for the network threads); an id of no existing
+topic gets ``UNKNOWN_TOPIC_ID`` for each of its
 partitions, as from Kafka (``KafkaApis.handleFetchRequest``).
 
 Semantics (Kafka's): records up to the high watermark (``isolation_level`` read_uncommitted)
@@ -56,7 +57,6 @@ from logstore.protocol.varint import encode_unsigned_varint as _uvarint
 from logstore.server.context import Deferred, FileRegion, RawResponse, RequestContext
 from logstore.server.error_codes import error_code_for
 from logstore.server.purgatory import DelayedOperation
-from logstore.server.topics import topic_name_for
 from logstore.storage.partition import IsolationLevel
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle", "runs_inline"]
@@ -82,10 +82,9 @@ class _Topic:
     partitions: Sequence[Any]  # the request's FetchPartition entries
 
 
-def _topics(broker: Any, request: Any, *, inline: bool = False) -> list[_Topic]:
-    """The request's topics, ids resolved. ``inline``: from the cache only (resolving an
-    id not cached looks up the log manager, which is for the handler threads), so an id
-    may stay unresolved (``name`` None) although its topic exists."""
+def _topics(broker: Any, request: Any) -> list[_Topic]:
+    """The request's topics, ids resolved (a dict read: fit for the network threads);
+    ``name`` None for an id of no existing topic."""
     out: list[_Topic] = []
     for t in request.topics:
         tid = getattr(t, "topic_id", None)
@@ -95,7 +94,7 @@ def _topics(broker: Any, request: Any, *, inline: bool = False) -> list[_Topic]:
             else:
                 out.append(_Topic(uuid.UUID(int=0), None, t.partitions))
             continue
-        name = topic_name_for(tid, candidates=None if inline else broker.topics)
+        name = broker.log_manager.topic_name(tid)
         out.append(_Topic(tid, name, t.partitions))
     return out
 
@@ -310,7 +309,7 @@ def runs_inline(broker: Any, request: Any) -> bool:
     """
     return all(
         t.name is not None and broker.loaded_partition(t.name, int(p.partition)) is not None
-        for t in _topics(broker, request, inline=True)
+        for t in _topics(broker, request)
         for p in t.partitions
     )
 

@@ -3,13 +3,16 @@
 Request ``topics``: v0 empty array = every topic; v1+ null = every topic, empty = none.
 Unknown topics are auto-created when ``auto.create.topics.enable`` is on and (v4+) the
 request allows it; an invalid name gets ``INVALID_TOPIC_EXCEPTION``, an unknown one
-``UNKNOWN_TOPIC_OR_PARTITION``. Topic ids (v10+) are stable per name (see
-``logstore.server.topics.topic_id_for``). Every partition has this node as leader and only
-replica, leader epoch 0.
+``UNKNOWN_TOPIC_OR_PARTITION``. Topic ids (v10+) are the ones the log dirs keep
+(``partition.metadata``, :mod:`logstore.storage.partition_metadata`). A request naming topics
+by id (v12+) gets them by name, and ``UNKNOWN_TOPIC_ID`` (null name) for an id of no topic,
+without auto-creation, as from Kafka (``KafkaApis.handleTopicMetadataRequest``).
+Every partition has this node as leader and only replica, leader epoch 0.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
@@ -17,7 +20,6 @@ from kio.schema.errors import ErrorCode
 from logstore.errors import InvalidTopicError
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
-from logstore.server.topics import topic_id_for
 from logstore.storage.files import validate_topic
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
@@ -26,6 +28,7 @@ API_KEY: Final = 3
 MIN_VERSION: Final = 0
 MAX_VERSION: Final = 13
 
+_ZERO_ID: Final = uuid.UUID(int=0)
 INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
@@ -34,13 +37,36 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     node = broker.node_id
     requested: list[str] | None
+    allow_auto = getattr(request, "allow_auto_topic_creation", True)
+    results = []
     if request.topics is None or (ctx.api_version == 0 and not request.topics):
         requested = None
     else:
         requested = [t.name for t in request.topics if t.name is not None]
-    allow_auto = getattr(request, "allow_auto_topic_creation", True)
+        ids = {
+            t.topic_id
+            for t in request.topics
+            if t.name is None and getattr(t, "topic_id", None) not in (None, _ZERO_ID)
+        }
+        if ids:
+            allow_auto = False
+            for tid in ids:
+                name = broker.log_manager.topic_name(tid)
+                if name is not None:
+                    requested.append(name)
+                else:
+                    results.append(
+                        build(
+                            mod.MetadataResponseTopic,
+                            error_code=ErrorCode.unknown_topic_id,
+                            name=None,
+                            topic_id=tid,
+                            is_internal=False,
+                            partitions=(),
+                            topic_authorized_operations=-2147483648,
+                        )
+                    )
     topics = broker.topics()
-    results = []
     names = sorted(topics) if requested is None else requested
     for name in names:
         error = ErrorCode.none
@@ -73,7 +99,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 mod.MetadataResponseTopic,
                 error_code=error,
                 name=name,
-                topic_id=topic_id_for(name) if count else None,
+                topic_id=broker.log_manager.topic_id(name) if count else None,
                 is_internal=name in INTERNAL_TOPICS,
                 partitions=partitions,
                 topic_authorized_operations=-2147483648,

@@ -1,4 +1,4 @@
-"""Produce (key 0), v3-v9: append producers' record batches unchanged, offsets stamped in place.
+"""Produce (key 0), v3-v11: append producers' record batches unchanged, offsets stamped in place.
 
 Per partition: the ``records`` bytes (one or more v2 batches, any codec — never
 decompressed) are copied once into a ``bytearray`` and given to the partition's
@@ -29,6 +29,23 @@ only the group coordinator writes).
 acks: 0 (no response at all, as Kafka), 1 and -1 (all: on a single node the high watermark
 moves to the log end at once, so both answer after the append); anything else
 ``INVALID_REQUIRED_ACKS``. After each append the partition's Fetch waiters are woken.
+
+Versions, as Kafka 4.0 answers them (``KafkaApis.handleProduceRequest``):
+
+- v10 (KIP-951): a ``NOT_LEADER_OR_FOLLOWER`` partition carries ``current_leader`` and the
+  response the leader's ``node_endpoints`` (tagged fields), so a client skips a Metadata
+  round trip. Here that error means the partition's log was closed under the append (the
+  topic was being deleted): the leader is this node at epoch 0 while the partition exists,
+  and -1/-1 without an endpoint once it is gone, as Kafka's ``getCurrentLeader``.
+- v11 (KIP-890 part 1): the client understands ``TRANSACTION_ABORTABLE``; to an older one
+  that error is sent as ``INVALID_TXN_STATE`` (Kafka's ``AddPartitionsToTxnManager``).
+  loglake does not verify transactional appends with the coordinator, which is where Kafka
+  raises it, so the mapping is there for the day it does.
+- v12 is transaction protocol v2, used only when the broker advertises the
+  ``transaction.version`` feature, which loglake does not: not served.
+
+Both differ from v9 only on those error paths: the appends and the success answers are the
+same objects, so the hot path costs the same for every version.
 """
 
 from __future__ import annotations
@@ -38,6 +55,8 @@ import logging
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId
+from kio.static.primitive import i32
 
 from logstore.errors import LoglakeError
 from logstore.server.context import NO_RESPONSE, RequestContext
@@ -50,7 +69,7 @@ __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "append_records", "handle"]
 
 API_KEY: Final = 0
 MIN_VERSION: Final = 3
-MAX_VERSION: Final = 9
+MAX_VERSION: Final = 11
 
 log = logging.getLogger("logstore.server.produce")
 
@@ -99,8 +118,30 @@ def append_records(
     return result
 
 
+def _current_leader(
+    ctx: RequestContext, topic: str, partition: int, endpoints: dict[int, Any]
+) -> Any:
+    """v10+ ``current_leader`` of a ``NOT_LEADER_OR_FOLLOWER`` partition (KIP-951), adding
+    this node to ``endpoints`` when it leads the partition."""
+    mod = response_module(ctx)
+    broker = ctx.broker
+    count = broker.partition_count(topic)
+    if count is None or partition >= count:
+        return mod.LeaderIdAndEpoch(leader_id=BrokerId(-1), leader_epoch=i32(-1))
+    node = broker.node_id
+    endpoints[node] = mod.NodeEndpoint(
+        node_id=BrokerId(node),
+        host=broker.advertised_host,
+        port=i32(broker.advertised_port),
+        rack=None,
+    )
+    return mod.LeaderIdAndEpoch(leader_id=BrokerId(node), leader_epoch=i32(0))
+
+
 def handle(ctx: RequestContext, request: Any) -> Any:
     acks = int(request.acks)
+    version = ctx.api_version
+    endpoints: dict[int, Any] = {}
     bad_acks = acks not in (0, 1, -1)
     mod = response_module(ctx)
     forced: ErrorCode | None = ErrorCode.invalid_required_acks if bad_acks else None
@@ -112,6 +153,12 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 r = _PartitionResult(forced)
             else:
                 r = append_records(ctx, t.name, int(p.index), p.records)
+            leader = None
+            if r.error != ErrorCode.none:
+                if r.error == ErrorCode.transaction_abortable and version < 11:
+                    r.error = ErrorCode.invalid_txn_state
+                elif r.error == ErrorCode.not_leader_or_follower and version >= 10:
+                    leader = _current_leader(ctx, t.name, int(p.index), endpoints)
             # storage errors: the partition logged going offline, once
             if r.error == ErrorCode.unknown_server_error:
                 log.error("produce to %s-%d failed: %s", t.name, p.index, r.message)
@@ -139,6 +186,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                     log_start_offset=r.log_start_offset,
                     record_errors=(),
                     error_message=r.message,
+                    **({} if leader is None else {"current_leader": leader}),
                 )
             )
         topics.append(
@@ -146,4 +194,9 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         )
     if acks == 0:
         return NO_RESPONSE
-    return build(mod.ProduceResponse, responses=tuple(topics), throttle_time=ZERO_MS)
+    return build(
+        mod.ProduceResponse,
+        responses=tuple(topics),
+        throttle_time=ZERO_MS,
+        **({"node_endpoints": tuple(endpoints.values())} if endpoints else {}),
+    )

@@ -19,7 +19,8 @@ def main(folder: str, out: str) -> None:
             "tags": sorted(dag.tags),
             "catchup": dag.catchup,
             "max_active_runs": dag.max_active_runs,
-            "params": sorted(dag.params.keys()),
+            "params": {k: dag.params[k] for k in sorted(dag.params.keys())},
+            "dagrun_timeout_s": dag.dagrun_timeout.total_seconds() if dag.dagrun_timeout else None,
             "order": [t.task_id for t in dag.topological_sort()],
             "tasks": {
                 t.task_id: {
@@ -31,10 +32,18 @@ def main(folder: str, out: str) -> None:
                     "upstream": sorted(t.upstream_task_ids),
                     "application": t.application,
                     "application_args": list(t.application_args),
-                    "spark_binary": t._spark_binary,
                     "properties_file": t.properties_file,
+                    "env_vars": dict(t.env_vars or {}),
                     "conn_id": t._conn_id,
                     "trigger_rule": str(t.trigger_rule),
+                    "execution_timeout_s": (
+                        t.execution_timeout.total_seconds() if t.execution_timeout else None
+                    ),
+                    "max_retry_delay_s": t.max_retry_delay.total_seconds(),
+                    "switches": dict(getattr(t, "switches", {})),
+                    "broker_conn_id": getattr(t, "broker_conn_id", None),
+                    "spark_submit": getattr(t, "spark_submit", None),
+                    "outlets": sorted(a.name for a in t.outlets),
                 }
                 for t in dag.tasks
             },

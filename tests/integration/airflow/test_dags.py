@@ -13,8 +13,10 @@ here starts ``airflow/.venv/bin/...`` as a subprocess with its own temporary AIR
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -27,7 +29,11 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
+from logstore.storage.cleaner import read_cleaner_checkpoint
+from pipelines import exit_codes
 from tests.fixtures.broker import BrokerProcess
+from tests.integration.broker.clients import new_topic
+from tests.unit.storage.test_cleaner import read_log
 
 # A dags test is several spark-submits (each 10-60 s to start on a loaded 2-core machine).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -35,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[3]
 AIRFLOW_VENV = ROOT / "airflow" / ".venv"
 DAGS = ROOT / "airflow" / "dags"
 REPORT = Path(__file__).with_name("dagbag_report.py")
-JOBS = ["ingest", "build_lookups", "compact", "quality", "retention", "maintain"]
 
 if not (AIRFLOW_VENV / "bin" / "airflow").is_file():
     pytest.fail(
@@ -55,6 +60,7 @@ def _env(home: Path, **variables: str) -> dict[str, str]:
         AIRFLOW__CORE__DAGS_FOLDER=str(DAGS),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__CORE__UNIT_TEST_MODE="False",
+        AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY="1",  # retries in seconds, not minutes
         AIRFLOW_CONN_LOGLAKE_SPARK=json.dumps({"conn_type": "spark", "host": "local[2]"}),
     )
     env.update({f"AIRFLOW_VAR_{k.upper()}": v for k, v in variables.items()})
@@ -73,62 +79,94 @@ def _dagbag(tmp_path: Path, **variables: str) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
+_ROOT_T = f"var.value.get('loglake_root', {str(ROOT)!r})"
+_CONFIG_T = (
+    f"{{{{ params.config or var.value.get('loglake_config', {_ROOT_T} ~ '/conf/pipeline.toml') }}}}"
+)
+# dag id -> [(task id, job file, extra args, switches, broker, outlets)] in run order
+EXPECTED = {
+    "loglake_ingest": [
+        ("ingest", "ingest.py", [], {}, True, ["loglake_records"]),
+        ("lookups", "build_lookups.py", [], {}, False,
+         ["loglake_offset_lookup", "loglake_time_lookup"]),
+        ("compact", "compact.py", [], {"full": "--full"}, False, ["loglake_topics"]),
+        ("quality", "quality.py", ["--run-id", "{{ run_id }}"], {}, False, []),
+    ],
+    "loglake_maintenance": [
+        ("retention", "retention.py", [], {"dry_run": "--dry-run"}, True, []),
+        ("maintain", "maintain.py", [], {"dry_run": "--dry-run"}, False, []),
+        ("quality", "quality.py", ["--run-id", "{{ run_id }}"], {}, False, []),
+    ],
+    "loglake_log_cleaning": [
+        ("clean", "compact.py", ["--log"], {"force": "--force"}, False, []),
+    ],
+}  # fmt: skip
+PARAMS = {
+    "loglake_ingest": {"config": "", "full": False},
+    "loglake_maintenance": {"config": "", "dry_run": False},
+    "loglake_log_cleaning": {"config": "", "force": False},
+}
+
+
 def test_dagbag_integrity(tmp_path: Path) -> None:
     bag = _dagbag(tmp_path)
     assert bag["import_errors"] == {}
     dags = bag["dags"]
-    assert set(dags) == {"loglake_ingest", "loglake_maintenance"}
+    assert set(dags) == set(EXPECTED)
     assert dags["loglake_ingest"]["schedule"] == "@hourly"
     assert dags["loglake_maintenance"]["schedule"] == "@daily"
-    present = {j for j in JOBS if (ROOT / "jobs" / f"{j}.py").is_file()}
-    expected = {
-        "loglake_ingest": [t for t, j in [("ingest", "ingest"), ("lookups", "build_lookups"),
-                                          ("compact", "compact"), ("quality", "quality")]
-                           if j in present],
-        "loglake_maintenance": [t for t in ("retention", "maintain", "quality") if t in present],
-    }  # fmt: skip
-    spark_submit = ROOT / ".venv/lib/python3.11/site-packages/pyspark/bin/spark-submit"
+    assert dags["loglake_log_cleaning"]["schedule"] == "@hourly"
     for dag_id, dag in dags.items():
         assert dag["tags"] == ["loglake"]
         assert dag["catchup"] is False and dag["max_active_runs"] == 1
-        assert dag["params"] == ["config"]
-        assert dag["order"] == expected[dag_id]
-        for i, task_id in enumerate(dag["order"]):
+        assert dag["dagrun_timeout_s"] and dag["dagrun_timeout_s"] > 0, dag_id
+        assert dag["params"] == PARAMS[dag_id]  # the destructive switches default to off
+        assert dag["order"] == [step[0] for step in EXPECTED[dag_id]]
+        for i, (task_id, job, extra, switches, broker, outlets) in enumerate(EXPECTED[dag_id]):
             task = dag["tasks"][task_id]
-            assert task["type"] == "SparkSubmitOperator"
+            assert task["type"] == "LoglakeJob"
             assert task["owner"] == "loglake"
             assert task["retries"] == 2 and task["retry_exponential_backoff"] is True
+            assert task["max_retry_delay_s"] == 1800
+            assert 0 < task["execution_timeout_s"] < dag["dagrun_timeout_s"], task_id
             assert task["upstream"] == dag["order"][i - 1 : i]  # a chain: each after the one before
             assert task["trigger_rule"].endswith("ALL_SUCCESS")
-            assert Path(task["application"]).parent == ROOT / "jobs"
-            assert task["application_args"][:2] == ["--config", "{{ params.config }}"]
-            assert task["spark_binary"] == str(spark_submit)
-            assert task["properties_file"] == str(ROOT / "conf" / "spark-defaults.conf")
+            assert task["application"] == f"{{{{ {_ROOT_T} }}}}/jobs/{job}"
+            assert task["application_args"] == ["--config", _CONFIG_T, *extra]
+            assert task["switches"] == switches
+            assert task["broker_conn_id"] == ("loglake_broker" if broker else None)
+            assert task["outlets"] == outlets
+            assert task["properties_file"] == f"{{{{ {_ROOT_T} }}}}/conf/spark-defaults.conf"
+            assert task["spark_submit"] == "{{ var.value.get('loglake_spark_submit', '') }}"
+            python = f"{{{{ var.value.get('loglake_python', {_ROOT_T} ~ '/.venv/bin/python') }}}}"
+            assert task["env_vars"]["PYSPARK_PYTHON"] == python
             assert task["conn_id"] == "loglake_spark"
 
 
-def test_steps_join_when_their_job_lands_and_settings_come_from_variables(
-    tmp_path: Path,
-) -> None:
-    root = tmp_path / "checkout"
-    (root / "jobs").mkdir(parents=True)
-    for job in JOBS:
-        (root / "jobs" / f"{job}.py").write_text("")
-    bag = _dagbag(tmp_path, loglake_root=str(root), loglake_ingest_schedule="*/10 * * * *",
-                  loglake_retries="5", loglake_spark_conn_id="spark_cluster")  # fmt: skip
-    assert bag["import_errors"] == {}
-    ingest, maintenance = bag["dags"]["loglake_ingest"], bag["dags"]["loglake_maintenance"]
-    assert ingest["order"] == ["ingest", "lookups", "compact", "quality"]
-    assert maintenance["order"] == ["retention", "maintain", "quality"]
-    assert ingest["schedule"] == "*/10 * * * *"
-    assert ingest["tasks"]["compact"]["application"] == str(root / "jobs" / "compact.py")
-    assert {t["retries"] for t in ingest["tasks"].values()} == {5}
-    assert {t["conn_id"] for t in maintenance["tasks"].values()} == {"spark_cluster"}
-    assert ingest["tasks"]["ingest"]["application_args"][2:] == []  # no broker: no lake group
-    bag = _dagbag(tmp_path, loglake_root=str(root), loglake_bootstrap_servers="h:9")
-    for dag_id, task_id in (("loglake_ingest", "ingest"), ("loglake_maintenance", "retention")):
-        args = bag["dags"][dag_id]["tasks"][task_id]["application_args"]
-        assert args[2:] == ["--bootstrap-server", "h:9"], (dag_id, args)
+def test_the_dag_file_reads_no_variable_at_parse_time_and_names_no_interpreter() -> None:
+    """ruff's Airflow rules (AIR003: ``Variable.get`` outside a task) are clean, as the
+    project's ruff config checks them; no ``python3.x`` path is written into the DAGs."""
+    proc = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "ruff"), "check", "--preview", "--select", "AIR",
+         "--no-cache", str(DAGS)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for path in DAGS.glob("*.py"):
+        assert not re.search(r"python3\.\d+", path.read_text()), path
+
+
+def test_the_dag_file_keeps_the_jobs_non_retriable_exit_codes() -> None:
+    """The DAG file's own copy (it cannot import pipelines) equals pipelines/exit_codes.py."""
+    tree = ast.parse((DAGS / "loglake_dags.py").read_text())
+    (value,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "NON_RETRIABLE" for t in node.targets)
+    ]
+    assert isinstance(value, ast.Call) and value.func.id == "frozenset"  # type: ignore[attr-defined]
+    assert frozenset(ast.literal_eval(value.args[0])) == exit_codes.NON_RETRIABLE
 
 
 # ----------------------------------------------------------------- airflow dags test
@@ -161,24 +199,35 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield broker.log_dir
 
 
-def _dags_test(home: Path, dag_id: str, config: Path, date: str) -> tuple[int, str, dict[str, str]]:
-    """``airflow dags test``: exit code, output, and the run's task states (from its DB)."""
+def _dags_test(
+    home: Path,
+    dag_id: str,
+    config: Path,
+    date: str,
+    *,
+    conf: dict[str, Any] | None = None,
+    conns: dict[str, dict[str, Any]] | None = None,
+    **variables: str,
+) -> tuple[int, str, dict[str, str], dict[str, int]]:
+    """``airflow dags test``: exit code, output, the run's task states and tries (its DB)."""
+    env = _env(home, loglake_config=str(config), **variables)
+    for conn_id, conn in (conns or {}).items():
+        env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
     proc = subprocess.run(
-        [str(AIRFLOW_VENV / "bin" / "airflow"), "dags", "test", dag_id, date],
-        check=False,
-        env=_env(home, loglake_config=str(config), loglake_retries="0"),
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        [str(AIRFLOW_VENV / "bin" / "airflow"), "dags", "test", dag_id, date,
+         *(["--conf", json.dumps(conf)] if conf else [])],
+        check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     with sqlite3.connect(home / "airflow.db") as db:
-        states = dict(
-            db.execute(
-                "SELECT ti.task_id, ti.state FROM task_instance ti JOIN dag_run r "
-                "ON ti.dag_id = r.dag_id AND ti.run_id = r.run_id "
-                "WHERE ti.dag_id = ? AND date(r.logical_date) = ?",
-                (dag_id, date),
-            ).fetchall()
-        )
-    return proc.returncode, proc.stdout + proc.stderr, states
+        rows = db.execute(
+            "SELECT ti.task_id, ti.state, ti.try_number FROM task_instance ti JOIN dag_run r "
+            "ON ti.dag_id = r.dag_id AND ti.run_id = r.run_id "
+            "WHERE ti.dag_id = ? AND date(r.logical_date) = ?",
+            (dag_id, date),
+        ).fetchall()
+    states = {task: state for task, state, _ in rows}
+    tries = {task: tries for task, _, tries in rows}
+    return proc.returncode, proc.stdout + proc.stderr, states, tries
 
 
 def ingested_run_ids(lake: Path) -> list[str]:
@@ -201,7 +250,7 @@ def ingested(
     work = tmp_path_factory.mktemp("af-ingest")
     lake = work / "lake"
     config = _config(work / "pipeline.toml", log_dir, lake)
-    return (lake, *_dags_test(airflow_home, "loglake_ingest", config, "2024-02-01"))
+    return (lake, *_dags_test(airflow_home, "loglake_ingest", config, "2024-02-01")[:3])
 
 
 def test_ingest_dag_runs_end_to_end(ingested: tuple[Path, int, str, dict[str, str]]) -> None:
@@ -221,7 +270,7 @@ def test_ingest_dag_runs_end_to_end(ingested: tuple[Path, int, str, dict[str, st
 
 def test_a_failed_task_stops_its_downstream(airflow_home: Path, tmp_path: Path) -> None:
     config = _config(tmp_path / "pipeline.toml", tmp_path / "no-such-dir", tmp_path / "lake")
-    code, output, states = _dags_test(airflow_home, "loglake_ingest", config, "2024-02-02")
+    code, output, states, _ = _dags_test(airflow_home, "loglake_ingest", config, "2024-02-02")
     assert code != 0
     assert states["ingest"] == "failed", states
     assert {s for t, s in states.items() if t != "ingest"} == {"upstream_failed"}, states
@@ -239,9 +288,12 @@ def test_a_failing_quality_suite_fails_its_task_and_the_run(
     shutil.copytree(ingested[0], lake)
     # Records are stamped by the producer before they reach the lake: no past skew allowed.
     strict = _config(tmp_path / "strict.toml", log_dir, lake, "max_past_skew_s = 0\n")
-    code, output, states = _dags_test(airflow_home, "loglake_maintenance", strict, "2024-02-03")
+    code, output, states, tries = _dags_test(
+        airflow_home, "loglake_maintenance", strict, "2024-02-03"
+    )
     assert code != 0
     assert states["quality"] == "failed", states
+    assert tries["quality"] == 1, tries  # exit 5: no retry can fix a failing suite
     t = DeltaTable(str(lake / "quality_results")).to_pyarrow_table()
     failed = t.filter(pc.invert(t["success"]))
     assert set(zip(failed["suite"].to_pylist(), failed["rule"].to_pylist(), strict=True)) == {
@@ -249,3 +301,113 @@ def test_a_failing_quality_suite_fails_its_task_and_the_run(
     }
     assert set(failed["run_id"].to_pylist()) != set(ingested_run_ids(ingested[0]))
     assert "records.timestamp_within_skew" in output
+
+
+# ------------------------------------------------------- exit codes, retries, log cleaning
+
+
+def test_a_non_retriable_exit_code_fails_the_task_at_once(
+    airflow_home: Path, log_dir: Path, tmp_path: Path
+) -> None:
+    """compact exits 2 (a topic of ``[compact] topics`` in no log dir): one try, failed,
+    although the task has 2 retries."""
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        f'[paths]\nlog_dirs = ["{log_dir}"]\nlake = "{tmp_path / "lake"}"\n'
+        '[spark]\nmaster = "local[2]"\n[compact]\ntopics = ["no-such-topic"]\n'
+    )
+    code, output, states, tries = _dags_test(
+        airflow_home, "loglake_log_cleaning", config, "2024-02-04"
+    )
+    assert code != 0
+    assert states == {"clean": "failed"}, states
+    assert tries == {"clean": 1}, tries
+    assert "no-such-topic" in output
+    assert "compact.py exited 2, which no retry can fix" in output
+
+
+_FAKE_JOB = """\
+import json, sys
+from pathlib import Path
+
+job = Path(__file__)
+with open(job.parents[1] / "calls.jsonl", "a") as f:
+    f.write(json.dumps([job.name, *sys.argv[1:]]) + "\\n")
+sys.exit(1 if job.name == "compact.py" else 0)
+"""
+
+
+def test_a_transient_exit_is_retried_and_settings_are_read_when_the_task_runs(
+    airflow_home: Path, tmp_path: Path
+) -> None:
+    """A checkout whose compact job exits 1 (the others 0), chosen by the Variable
+    ``loglake_root`` when the tasks run: compact is tried 1 + 2 retries times, its downstream
+    does not run; the ``full`` param adds ``--full``, the run's ``config`` param wins over the
+    Variable, the ``loglake_broker`` connection gives ingest its ``--bootstrap-server``."""
+    root = tmp_path / "checkout"
+    (root / "jobs").mkdir(parents=True)
+    for job in ("ingest", "build_lookups", "compact", "quality"):
+        (root / "jobs" / f"{job}.py").write_text(_FAKE_JOB)
+    (root / "conf").mkdir()
+    shutil.copy(ROOT / "conf" / "spark-defaults.conf", root / "conf")
+    chosen = str(tmp_path / "chosen.toml")
+    code, output, states, tries = _dags_test(
+        airflow_home, "loglake_ingest", tmp_path / "variable.toml", "2024-02-05",
+        conf={"full": True, "config": chosen},
+        conns={"loglake_broker": {"conn_type": "generic", "host": "127.0.0.1", "port": 9}},
+        loglake_root=str(root), loglake_python=str(ROOT / ".venv" / "bin" / "python"),
+        loglake_spark_submit=str(ROOT / ".venv" / "bin" / "spark-submit"),
+    )  # fmt: skip
+    assert code != 0
+    assert states == {"ingest": "success", "lookups": "success", "compact": "failed",
+                      "quality": "upstream_failed"}, (states, output[-3000:])  # fmt: skip
+    assert tries["compact"] == 3, tries
+    calls = [json.loads(line) for line in (root / "calls.jsonl").read_text().splitlines()]
+    assert calls == [
+        ["ingest.py", "--config", chosen, "--bootstrap-server", "127.0.0.1:9"],
+        ["build_lookups.py", "--config", chosen],
+        *[["compact.py", "--config", chosen, "--full"]] * 3,
+    ]
+
+
+def test_the_cleaning_dag_cleans_a_due_compacted_topic(airflow_home: Path, tmp_path: Path) -> None:
+    """A compacted topic written by the real broker (confluent-kafka), the broker stopped:
+    ``loglake_log_cleaning`` cleans it (never cleaned: dirty ratio 1.0, due) and swaps the
+    segments in under the log dir's ``.lock``; the log then holds one record per key below
+    the cleaned end, each key's latest value."""
+    broker = BrokerProcess(tmp_path / "broker", num_partitions=1)
+    broker.start()
+    try:
+        topic = new_topic(broker.bootstrap, partitions=1, prefix="cmp",
+                          **{"cleanup.policy": "compact", "segment.bytes": "1024"})  # fmt: skip
+        p = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        for i in range(300):
+            p.produce(topic, key=b"k%02d" % (i % 30), value=b"v%03d" % i)
+            if i % 10 == 9:
+                p.flush(30)
+        assert p.flush(60) == 0
+        del p
+    finally:
+        assert broker.stop() == 0
+    before = _log_records(broker.log_dir / f"{topic}-0")
+    assert len(before) == 300
+    config = _config(tmp_path / "pipeline.toml", broker.log_dir, tmp_path / "lake")
+    code, output, states, tries = _dags_test(
+        airflow_home, "loglake_log_cleaning", config, "2024-02-06"
+    )
+    assert code == 0, output[-5000:]
+    assert states == {"clean": "success"} and tries == {"clean": 1}
+    end = read_cleaner_checkpoint(broker.log_dir)[(topic, 0)]
+    assert 0 < end <= 300
+    after = _log_records(broker.log_dir / f"{topic}-0")
+    below = [key for offset, key, _ in after if offset < end]
+    assert len(below) == len(set(below)) < sum(1 for o, _, _ in before if o < end)
+    latest = {key: value for _, key, value in before}
+    assert {key: value for _, key, value in after} == latest
+    assert [r for r in after if r[0] >= end] == [r for r in before if r[0] >= end]
+
+
+def _log_records(partition_dir: Path) -> list[tuple[int, bytes, bytes]]:
+    """(offset, key, value) of every record in a partition's segments, in offset order."""
+    records, _ = read_log(partition_dir)
+    return [(r.offset, r.key, r.value) for r in records]

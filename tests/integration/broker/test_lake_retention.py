@@ -86,14 +86,35 @@ def _holding(bases: list[int], offset: int) -> int:
     return max(b for b in bases if b <= offset)
 
 
-def test_without_a_commit_retention_is_kafkas(broker_factory):
+def test_without_a_commit_the_partition_is_held_until_the_first(broker_factory):
     b = broker_factory(**_fast_retention())
     topic = _topic_with_segments(b.bootstrap)
     bases = _bases(b, topic)
     assert len(bases) > 5
+    # the lake group has no offset for it yet: nothing goes by time or by size
     _set_retention(b.bootstrap, topic, "retention.ms", "60000")
-    # every closed segment goes; the active one stays
+    _set_retention(b.bootstrap, topic, "retention.bytes", "0")
+    for _ in range(20):
+        time.sleep(0.1)
+        assert _bases(b, topic) == bases
+    assert _earliest(b.bootstrap, topic) == 0
+    # the first commit releases what the lake has, and no more
+    lake = bases[2] + 1
+    _commit(b.bootstrap, topic, lake)
+    wait_for(lambda: _kept(b, topic, [x for x in bases if x >= _holding(bases, lake)]))
+    assert "the lake has not ingested" not in b.log_text()
+
+
+def test_a_topic_never_ingested_is_held_no_longer_than_max_ms(broker_factory):
+    b = broker_factory(**_fast_retention(**{"log.retention.lake.max.ms": "1500"}))
+    topic = _topic_with_segments(b.bootstrap)
+    bases = _bases(b, topic)
+    _set_retention(b.bootstrap, topic, "retention.ms", "60000")
+    # no commit ever: retained as in Kafka once the partition has waited 1.5 s for one
     wait_for(lambda: _kept(b, topic, bases[-1:]))
+    text = b.log_text()
+    assert f"{topic}-0: retention deletes offsets [0, {bases[-1]})" in text
+    assert "has committed no offset for it" in text and "log.retention.lake.max.ms=1500" in text
 
 
 def test_committed_group_bounds_time_and_size_retention(broker_factory):

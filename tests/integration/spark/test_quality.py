@@ -222,3 +222,118 @@ def test_a_compacted_topic_table_is_checked(
         "topic_orders.key_unique_per_partition", "topic_orders.no_tombstoned_key",
         "topic_orders.offset_is_latest",
     ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def actions_run(
+    lake: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, list[dict[str, Any]]]:
+    """(lake, what the user's Action recorded) of one quality run on a copy of the lake with
+    no quality history, a user Action given in [quality] actions."""
+    log_dir, good = lake
+    work = tmp_path_factory.mktemp("actions")
+    root = work / "lake"
+    shutil.copytree(good, root, ignore=shutil.ignore_patterns("_quality", "quality_results"))
+    out = work / "recorded.jsonl"
+    config = _config(
+        work / "p.toml", log_dir, root,
+        f'[[quality.actions]]\nclass = "tests.fixtures.quality_actions.RecordingAction"\n'
+        f'out = "{out}"\n',
+    )  # fmt: skip
+    assert load_job("quality").main(["--config", str(config), "--run-id", "actions"]) == 0
+    return root, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+SUITES = ["records", "records_gaps", "lookups", "quarantine"]
+
+
+def test_checkpoint_actions_write_the_results_and_docs_and_run_the_users(
+    actions_run: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    root, recorded = actions_run
+    # one Checkpoint run per suite, the user's Action last, after loglake's two
+    assert [next(iter(r["suites"])) for r in recorded] == SUITES
+    results = _results(root, "actions")
+    for line in recorded:
+        (suite, success), = line["suites"].items()  # fmt: skip
+        assert line["run_name"] == "actions" and success is True
+        docs, rows = line["before"]
+        assert [docs["type"], rows["type"]] == ["loglake_data_docs", "loglake_quality_results"]
+        # the rows of quality_results are the ones the results Action wrote
+        assert rows["result"] == {
+            "table": str(root / "quality_results"),
+            "rows": sum(1 for s, _ in results if s == suite),
+        }
+        # and the page the Data Docs Action built is there
+        (page,) = (url for urls in docs["result"].values() for url in urls.values())
+        assert page.startswith("file://") and f"/validations/{suite}/actions/" in page
+        assert Path(page.removeprefix("file://")).is_file()
+    assert {s for s, _ in results} == set(SUITES) and all(r["success"] for r in results.values())
+    stored = json.loads((root / "_quality" / "gx" / "checkpoints" / "loglake_records.json")
+                        .read_text())  # fmt: skip
+    assert [a["type"] for a in stored["actions"]] == [
+        "loglake_data_docs", "loglake_quality_results", "test_recording",
+    ]  # fmt: skip
+
+
+_PAGE_STATE = """(async () => {
+  await document.fonts.ready;
+  const rows = id => Array.from(document.querySelectorAll(`#${id} tbody tr`))
+    .map(r => r.innerText.replace(/\\s+/g, ' ').trim());
+  const icon = document.querySelector('.fas');
+  return {
+    validations: rows('section-1-content-block-2-1-body-table'),
+    suites: rows('section-1-content-block-2-2-body-table'),
+    text: document.body.innerText,
+    font: getComputedStyle(document.body).fontFamily,
+    icon_font: icon ? getComputedStyle(icon, '::before').fontFamily : null,
+    icon_font_loaded: document.fonts.check('900 16px "Font Awesome 6 Free"'),
+  };
+})()"""
+
+
+def test_data_docs_render_offline_in_chromium(
+    actions_run: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    from tests.fixtures.browser import open_offline
+
+    root, _ = actions_run
+    site = root / "_quality" / "data_docs"
+    ready = "document.readyState === 'complete'"
+    index = open_offline((site / "index.html").as_uri(), ready=ready, script=_PAGE_STATE)
+    assert index.network_requests == [] and index.failed == [] and index.console_errors == []
+    state = index.value
+    # bootstrap-table drew the lists (JavaScript ran): every run and suite is listed
+    # (a row: run time, run name, asset, batch, suite)
+    assert sorted(v.split(" UTC ", 1)[1] for v in state["validations"]) == sorted(
+        f"actions {s} loglake-{s} {s}" for s in SUITES
+    )
+    assert sorted(state["suites"]) == sorted(SUITES)
+    # Bootstrap's CSS is applied (its font stack, not the browser's default serif), and Font
+    # Awesome's icons have their web font
+    assert state["font"].startswith("-apple-system")
+    assert state["icon_font"] == '"Font Awesome 6 Free"' and state["icon_font_loaded"] is True
+
+    (page,) = (site / "validations" / "records" / "actions").rglob("*.html")
+    shown = open_offline(page.as_uri(), ready=ready, script=_PAGE_STATE)
+    assert shown.network_requests == [] and shown.failed == [] and shown.console_errors == []
+    assert shown.value["font"].startswith("-apple-system")
+    assert "Expectation Suite: records" in shown.value["text"]
+    assert "(topic, partition, offset) is unique: no record twice" in shown.value["text"]
+
+
+def test_a_user_action_taken_out_of_the_config_is_gone_next_run(
+    lake: tuple[Path, Path], actions_run: tuple[Path, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """The stored Checkpoints name the last run's Actions; a class no longer configured (and
+    so not imported) must not stop the next run."""
+    log_dir, _ = lake
+    root = tmp_path / "lake"
+    shutil.copytree(actions_run[0], root)
+    config = _config(tmp_path / "p.toml", log_dir, root)
+    assert load_job("quality").main(["--config", str(config), "--run-id", "again"]) == 0
+    stored = json.loads((root / "_quality" / "gx" / "checkpoints" / "loglake_records.json")
+                        .read_text())  # fmt: skip
+    types = [a["type"] for a in stored["actions"]]
+    assert types == ["loglake_data_docs", "loglake_quality_results"]
+    assert {s for s, _ in _results(root, "again")} == set(SUITES)

@@ -69,10 +69,9 @@ KAFKA_4_1_ADDED: dict[int, int] = {
 DIFFERENCES: dict[int, tuple[int, int, str]] = {
     0: (
         3,
-        9,
-        "Produce v10 adds leader hints for NOT_LEADER answers (KIP-951), v11 lets the client "
-        "receive TRANSACTION_ABORTABLE (KIP-890), v12 is transaction protocol v2; every "
-        "client downgrades to v9 (Java 4.x, librdkafka, kafka-python, aiokafka, JS clients)",
+        11,
+        "Produce v12 is transaction protocol v2 (KIP-890 part 2), sent only to a broker that "
+        "finalizes the transaction.version feature, which this one does not advertise",
     ),
     17: (
         1,

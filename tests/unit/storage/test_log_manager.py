@@ -163,18 +163,22 @@ def test_lake_bound_and_its_time_valve(tmp_path: Path, caplog: pytest.LogCapture
     mgr = LogManager(tmp_path, default_config=cfg, background=False)
     lg = mgr.get_or_create_log("t", 0)
     other = mgr.get_or_create_log("u", 0)
-    for log_ in (lg, other):
+    internal = mgr.get_or_create_log("__internal", 0)
+    for log_ in (lg, other, internal):
         for _ in range(20):
             log_.append(build_batch([(b"k", b"v" * 100)] * 2, base_timestamp=1000))
         log_.high_watermark = log_.log_end_offset
     bases = [s.base_offset for s in lg.segments]
     assert len(bases) > 4
-    commits = {("t", 0): (bases[2] + 1, 5_000)}  # "u" has no commit: Kafka's rules
+    assert [s.base_offset for s in other.segments] == bases
+    commits = {("t", 0): (bases[2] + 1, 5_000)}  # "u" has no commit yet: held from its start
     mgr.set_lake_bound(lambda t, p: commits.get((t, p)), max_ms=10_000)
-    # the commit is 1 s old: segments holding offsets >= bases[2] + 1 stay
+    # the commit is 1 s old: segments holding offsets >= bases[2] + 1 stay; "u" keeps all;
+    # Kafka's internal topics are never held
     assert mgr.cleanup_logs(now_ms=6_000) == 2 + len(bases) - 1
     assert [s.base_offset for s in lg.segments] == bases[2:]
-    assert len(other.segments) == 1
+    assert [s.base_offset for s in other.segments] == bases
+    assert len(internal.segments) == 1
     assert "has not ingested" not in caplog.text
     # 10 s is not past max_ms; 10.001 s is: retained as in Kafka, with a WARN
     assert mgr.cleanup_logs(now_ms=15_000) == 0
@@ -182,7 +186,47 @@ def test_lake_bound_and_its_time_valve(tmp_path: Path, caplog: pytest.LogCapture
     assert [s.base_offset for s in lg.segments] == bases[-1:]
     assert f"t-0: retention deletes offsets [{bases[2] + 1}, {bases[-1]})" in caplog.text
     assert "log.retention.lake.max.ms=10000" in caplog.text
+    # "u" was first seen without an offset at 6 s: its valve opens 10 s later
+    assert [s.base_offset for s in other.segments] == bases
+    assert mgr.cleanup_logs(now_ms=16_000) == 0
+    assert mgr.cleanup_logs(now_ms=16_001) == len(bases) - 1
+    assert [s.base_offset for s in other.segments] == bases[-1:]
+    assert f"u-0: retention deletes offsets [0, {bases[-1]})" in caplog.text
+    assert "has committed no offset for it in the 10001 ms" in caplog.text
     mgr.shutdown()
+
+
+def test_lake_bound_holds_a_partition_without_offset_until_the_first_commit(
+    tmp_path: Path,
+) -> None:
+    cfg = LogConfig(segment_bytes=1000, retention_bytes=2000, file_delete_delay_ms=0)
+    mgr = LogManager(tmp_path, default_config=cfg, background=False)
+    lg = mgr.get_or_create_log("t", 0)
+    for _ in range(20):
+        lg.append(build_batch([(b"k", b"v" * 100)] * 2, base_timestamp=1000))
+    lg.high_watermark = lg.log_end_offset
+    bases = [s.base_offset for s in lg.segments]
+    commits: dict[tuple[str, int], tuple[int, int]] = {}
+    mgr.set_lake_bound(lambda t, p: commits.get((t, p)), max_bytes=-1, max_ms=-1)
+    for now in (1_000, 10**9):  # no valve: held however long
+        assert mgr.cleanup_logs(now_ms=now) == 0
+    assert [s.base_offset for s in lg.segments] == bases
+    # the first commit: size retention proceeds up to it, not past it
+    commits[("t", 0)] = (bases[3], 10**9)
+    assert mgr.cleanup_logs(now_ms=10**9) == 3
+    assert [s.base_offset for s in lg.segments] == bases[3:]
+    mgr.shutdown()
+    # the size valve opens for a partition without an offset too
+    cfg2 = LogConfig(segment_bytes=1000, retention_bytes=2000, file_delete_delay_ms=0)
+    mgr2 = LogManager(tmp_path / "b", default_config=cfg2, background=False)
+    lg2 = mgr2.get_or_create_log("t", 0)
+    for _ in range(20):
+        lg2.append(build_batch([(b"k", b"v" * 100)] * 2, base_timestamp=1000))
+    lg2.high_watermark = lg2.log_end_offset
+    mgr2.set_lake_bound(lambda t, p: None, max_bytes=3000, max_ms=-1)
+    assert mgr2.cleanup_logs(now_ms=1_000) > 0
+    assert sum(s.size for s in lg2.segments) <= 3000
+    mgr2.shutdown()
 
 
 def test_background_tasks_run_on_the_scheduler(tmp_path: Path) -> None:

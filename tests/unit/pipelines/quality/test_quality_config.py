@@ -52,3 +52,59 @@ def test_bad_keys_and_values_are_refused(tmp_path: Path, body: str, message: str
     with pytest.raises(LoglakeError, match=message.replace("(", r"\(")) as info:
         load_quality_config(path)
     assert str(path) in str(info.value)
+
+
+def test_user_actions_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(
+        '[[quality.actions]]\nclass = "my.alerts:Page"\nchannel = "#data"\n'
+        '[[quality.actions]]\nclass = "my.alerts.Mail"\nname = "mail"\n'
+    )
+    assert load_quality_config(path).actions == (
+        {"class": "my.alerts:Page", "channel": "#data"},
+        {"class": "my.alerts.Mail", "name": "mail"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("actions = 'x'", 'actions = "x": expected a list, got a string'),
+        ("actions = [1]", "actions = \\[1\\]: expected a list of tables; 1 is not one"),
+        ("actions = [{name = 'x'}]", "actions\\[0\\] needs class ="),
+        ("actions = [{class = 'NoModule'}]", "actions\\[0\\] needs class ="),
+        ("actions = [{class = 'a.B', type = 'x'}]", "type is the class's own"),
+    ],
+)
+def test_bad_actions_are_refused(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(f"[quality]\n{body}\n")
+    with pytest.raises(LoglakeError, match=message) as info:
+        load_quality_config(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"class": "tests.no_such_module.Action"}, "cannot import 'tests.no_such_module.Action'"),
+        ({"class": "pathlib.Path"}, "is not a great_expectations ValidationAction subclass"),
+        ({"class": "tests.fixtures.quality_actions:RecordingAction"}, "refused its fields"),
+    ],
+)
+def test_user_actions_that_cannot_be_made_are_refused(spec: dict[str, str], message: str) -> None:
+    from pipelines.quality.actions import user_actions
+
+    with pytest.raises(LoglakeError, match=message):
+        user_actions([spec])
+
+
+def test_a_user_action_is_made_with_its_fields(tmp_path: Path) -> None:
+    from pipelines.quality.actions import user_actions
+
+    (action,) = user_actions(
+        [{"class": "tests.fixtures.quality_actions:RecordingAction", "out": str(tmp_path)}]
+    )
+    assert (type(action).__name__, action.name, action.out) == (  # type: ignore[attr-defined]
+        "RecordingAction", "RecordingAction", str(tmp_path),
+    )  # fmt: skip

@@ -1,0 +1,93 @@
+"""One S3 request pyarrow cannot make: ``PutObject`` with ``If-None-Match: *`` (put-if-absent).
+
+Why this exists (measured here, 2026-11-27, pyarrow 26, deltalake 1.6.6, moto 5.2.5):
+pyarrow's ``S3FileSystem`` has no conditional write; deltalake's ``DeltaFileSystemHandler``
+(its object store as a pyarrow handler) exposes plain open/copy/move/delete only, no put mode
+(its ``copy_file``/``move_file`` also hold the GIL while they wait for the store); fsspec/s3fs
+and obstore are not installed; boto3 is a test-only dependency. The request is a single
+signed HTTP PUT, so it is made here with the standard library: AWS Signature Version 4
+(``UNSIGNED-PAYLOAD`` is not used: the body's SHA-256 is signed), path-style addressing with a
+custom endpoint, virtual-hosted on AWS.
+
+Answers: 200 -> written; 412 ``PreconditionFailed`` -> the key exists; 409
+``ConditionalRequestConflict`` (a concurrent conditional write in flight), 500, 503
+``SlowDown`` -> transient, retried by the caller; anything else -> an error with S3's code.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import http.client
+from urllib.parse import quote, urlsplit
+
+from pipelines.storage.settings import StorageSettings
+
+__all__ = ["put_if_absent_s3"]
+
+TRANSIENT_STATUS = frozenset({409, 500, 502, 503, 504})
+
+
+def _sign(key: bytes, msg: str) -> bytes:
+    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
+
+
+def put_if_absent_s3(
+    settings: StorageSettings, bucket: str, key: str, data: bytes
+) -> tuple[int, str]:
+    """PUT ``data`` at ``bucket/key`` unless it exists. Returns (HTTP status, response body);
+    raises ``OSError`` when the endpoint cannot be reached or times out."""
+    if settings.endpoint_url:
+        parts = urlsplit(settings.endpoint_url)
+        secure = parts.scheme == "https"
+        host = parts.netloc
+        path = f"/{quote(bucket, safe='')}/{quote(key, safe='/~')}"
+    else:
+        secure = True
+        host = f"{bucket}.s3.{settings.region}.amazonaws.com"
+        path = f"/{quote(key, safe='/~')}"
+    now = dt.datetime.now(dt.UTC)
+    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+    day = now.strftime("%Y%m%d")
+    payload_hash = hashlib.sha256(data).hexdigest()
+    headers = {
+        "host": host,
+        "if-none-match": "*",
+        "x-amz-content-sha256": payload_hash,
+        "x-amz-date": amz_date,
+    }
+    if settings.session_token:
+        headers["x-amz-security-token"] = settings.session_token
+    if settings.access_key_id and settings.secret_access_key:
+        signed = ";".join(sorted(headers))
+        canonical = "\n".join(
+            [
+                "PUT",
+                path,
+                "",
+                "".join(f"{k}:{headers[k].strip()}\n" for k in sorted(headers)),
+                signed,
+                payload_hash,
+            ]
+        )
+        scope = f"{day}/{settings.region}/s3/aws4_request"
+        to_sign = "\n".join(
+            ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+        )
+        k = _sign(("AWS4" + settings.secret_access_key).encode(), day)
+        for part in (settings.region, "s3", "aws4_request"):
+            k = _sign(k, part)
+        signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+        headers["authorization"] = (
+            f"AWS4-HMAC-SHA256 Credential={settings.access_key_id}/{scope}, "
+            f"SignedHeaders={signed}, Signature={signature}"
+        )
+    cls = http.client.HTTPSConnection if secure else http.client.HTTPConnection
+    conn = cls(host, timeout=settings.request_timeout_s)
+    try:
+        conn.request("PUT", path, body=data, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read().decode("utf-8", "replace")
+    finally:
+        conn.close()

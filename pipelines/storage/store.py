@@ -1,0 +1,292 @@
+"""The lake's object store: one interface over local disk and S3 (GCS/Azure by settings).
+
+Paths given to :class:`ObjectStore` are keys relative to its root (``records/_delta_log/x``),
+checked by :func:`~pipelines.storage.location.check_relative` (no ``..``). Reads, writes,
+listing and deletes go through the pyarrow filesystem of the location
+(:meth:`StorageSettings.filesystem`); put-if-absent is an ``os.link`` of a fully written
+temporary file on local disk (atomic, never a partly written object) and a ``PutObject`` with
+``If-None-Match: *`` on S3 (:mod:`pipelines.storage._s3put`, why it is not pyarrow there).
+
+Failures:
+
+- Throttling (503 SlowDown) and timeouts: pyarrow's AWS retry strategy retries each request
+  (``max_attempts``); on top of that every operation is tried at most ``max_attempts`` times
+  with exponential backoff (0.1 s doubling, capped at 2 s) when the error is transient
+  (connection refused or reset, timeout, 5xx, throttling). Then
+  :class:`~logstore.errors.ObjectStoreUnavailableError` names the operation and the object.
+  A stopped server therefore ends in an error after a bounded time, never a hang.
+- An object missing on read/size/ranged read: :class:`~logstore.errors.ObjectNotFoundError`
+  with its URI (e.g. deleted by someone else between a listing and the read).
+- Anything else: :class:`~logstore.errors.ObjectStoreError` with the store's message.
+
+Writes are whole objects: S3 makes a PUT visible atomically; on local disk :meth:`write`
+writes a temporary sibling and renames it over the target, so a crash leaves the old object or
+the new one, plus possibly a ``.tmp-*`` file that a listing skips. Thread-safe: pyarrow
+filesystems are, and the store keeps no other state.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from logstore.errors import (
+    ObjectNotFoundError,
+    ObjectStoreError,
+    ObjectStoreUnavailableError,
+)
+from pipelines.storage._s3put import TRANSIENT_STATUS, put_if_absent_s3
+from pipelines.storage.location import LakeLocation, check_relative
+from pipelines.storage.settings import StorageSettings
+
+__all__ = ["ObjectInfo", "ObjectStore", "open_store"]
+
+T = TypeVar("T")
+_TMP_PREFIX = ".tmp-"
+# pyarrow / AWS SDK / curl wordings of errors worth another try
+_TRANSIENT = re.compile(
+    r"connect|timed? ?out|timeout|reset|refused|broken pipe|slow ?down|throttl|"
+    r"service unavailable|internal ?error|503|500|502|504|network|curlcode",
+    re.IGNORECASE,
+)
+_MISSING = re.compile(r"no such key|not ?found|does not exist|nosuchkey|404", re.IGNORECASE)
+_BACKOFF_S = 0.1
+_BACKOFF_CAP_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """One object from a listing: its key relative to the store's root, and its size."""
+
+    path: str
+    size: int
+
+
+class ObjectStore:
+    """Objects below ``root`` (see the module docstring for paths, failures, crash behaviour)."""
+
+    def __init__(self, root: LakeLocation, *, settings: StorageSettings | None = None):
+        self.root = root
+        self.settings = settings if settings is not None else StorageSettings.from_environment()
+        self.filesystem: pafs.FileSystem = self.settings.filesystem(root)
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.root.uri!r})"
+
+    # ---- naming ----
+
+    def location(self, path: str) -> LakeLocation:
+        """The location of key ``path`` below the root."""
+        return self.root.join(check_relative(path, where=f"object key below {self.root.uri}"))
+
+    def uri(self, path: str) -> str:
+        """The full URI of key ``path`` (for messages and for delta-rs)."""
+        return self.location(path).uri
+
+    # ---- operations ----
+
+    def read(self, path: str) -> bytes:
+        """The whole object."""
+        loc = self.location(path)
+
+        def op() -> bytes:
+            with self.filesystem.open_input_stream(loc.fs_path) as f:
+                return bytes(f.read())
+
+        return self._retry("read", loc, op)
+
+    def read_range(self, path: str, *, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer at the end of the object); one ranged GET on
+        S3 (pyarrow's random-access file), a seek and read on disk."""
+        if offset < 0 or length < 0:
+            raise ObjectStoreError(
+                f"ranged read needs offset >= 0 and length >= 0, got {offset}, {length}",
+                path=self.uri(path),
+            )
+        loc = self.location(path)
+
+        def op() -> bytes:
+            with self.filesystem.open_input_file(loc.fs_path) as f:
+                return bytes(f.read_at(length, offset)) if length else b""
+
+        return self._retry("ranged read", loc, op)
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write (or replace) the whole object."""
+        loc = self.location(path)
+        if loc.is_local:
+            self._retry("write", loc, lambda: _write_local(Path(loc.key), data))
+            return
+
+        def op() -> None:
+            with self.filesystem.open_output_stream(loc.fs_path) as f:
+                f.write(data)
+
+        self._retry("write", loc, op)
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Write the object only if no object has that key: True when this call wrote it,
+        False when one was there already (its content untouched). Of concurrent callers on
+        one key, exactly one gets True."""
+        loc = self.location(path)
+        if loc.is_local:
+            return self._retry("put-if-absent", loc, lambda: _link_local(Path(loc.key), data))
+        if loc.scheme != "s3":
+            raise ObjectStoreError(
+                f"put-if-absent is implemented for local disk and S3, not {loc.scheme}://",
+                path=loc.uri,
+            )
+
+        def op() -> bool:
+            status, body = put_if_absent_s3(self.settings, loc.bucket, loc.key, data)
+            if status == 200:
+                return True
+            if status == 412:
+                return False
+            if status in TRANSIENT_STATUS:
+                raise OSError(f"HTTP {status} (transient): {_s3_code(body)}")
+            raise ObjectStoreError(
+                f"conditional PUT refused: HTTP {status} {_s3_code(body)}", path=loc.uri
+            )
+
+        return self._retry("put-if-absent", loc, op)
+
+    def exists(self, path: str) -> bool:
+        """Whether an object (or, on local disk, a directory) has this key."""
+        loc = self.location(path)
+        info = self._retry("exists", loc, lambda: self.filesystem.get_file_info(loc.fs_path))
+        return bool(info.type != pafs.FileType.NotFound)
+
+    def size(self, path: str) -> int:
+        """The object's size in bytes."""
+        loc = self.location(path)
+        info = self._retry("size", loc, lambda: self.filesystem.get_file_info(loc.fs_path))
+        if info.type != pafs.FileType.File:
+            raise ObjectNotFoundError("no such object", path=loc.uri)
+        return int(info.size or 0)
+
+    def list(self, prefix: str = "", *, recursive: bool = True) -> list[ObjectInfo]:
+        """Objects whose key lies below directory ``prefix`` (``""``: the whole root),
+        sorted by key; directories (local disk) and temporary files of :meth:`write` are left
+        out. An absent prefix lists as empty."""
+        loc = self.location(prefix) if prefix else self.root
+        selector = pafs.FileSelector(loc.fs_path, recursive=recursive, allow_not_found=True)
+        infos = self._retry("list", loc, lambda: self.filesystem.get_file_info(selector))
+        base = self.root.fs_path.rstrip("/")
+        out = []
+        for info in infos:
+            if info.type != pafs.FileType.File or info.base_name.startswith(_TMP_PREFIX):
+                continue
+            out.append(ObjectInfo(info.path[len(base) :].lstrip("/"), int(info.size or 0)))
+        return sorted(out, key=lambda o: o.path)
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        """The names of the "directories" right below ``prefix``: subdirectories on local disk,
+        common prefixes (``prefix/<name>/...``) on an object store; sorted."""
+        loc = self.location(prefix) if prefix else self.root
+        selector = pafs.FileSelector(loc.fs_path, recursive=False, allow_not_found=True)
+        infos = self._retry("list", loc, lambda: self.filesystem.get_file_info(selector))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
+    def delete(self, path: str, *, missing_ok: bool = False) -> None:
+        """Delete the object (``ObjectNotFoundError`` if absent, unless ``missing_ok``)."""
+        loc = self.location(path)
+
+        def op() -> None:
+            try:
+                self.filesystem.delete_file(loc.fs_path)
+            except FileNotFoundError:
+                if not missing_ok:
+                    raise
+
+        self._retry("delete", loc, op)
+
+    # ---- retries ----
+
+    def _retry(self, what: str, loc: LakeLocation, op: Callable[[], T]) -> T:
+        attempts = self.settings.max_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                return op()
+            except ObjectStoreError:
+                raise
+            except FileNotFoundError:
+                raise ObjectNotFoundError(f"{what}: no such object", path=loc.uri) from None
+            except (OSError, pa.ArrowException) as exc:
+                text = str(exc)
+                if _MISSING.search(text) and not _TRANSIENT.search(text):
+                    raise ObjectNotFoundError(f"{what}: no such object", path=loc.uri) from None
+                if not _TRANSIENT.search(text):
+                    message = f"{what} failed: {_one_line(text)}"
+                    raise ObjectStoreError(message, path=loc.uri) from exc
+                if attempt == attempts:
+                    raise ObjectStoreUnavailableError(
+                        f"{what} failed after {attempts} attempts, the store is unreachable "
+                        f"or throttling: {_one_line(text)}",
+                        path=loc.uri,
+                    ) from exc
+                time.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * 2 ** (attempt - 1)))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def open_store(
+    location: str | Path | LakeLocation, *, settings: StorageSettings | None = None
+) -> ObjectStore:
+    """The store rooted at ``location`` (parsed when a string), settings from the environment
+    unless given."""
+    loc = location if isinstance(location, LakeLocation) else LakeLocation.parse(location)
+    return ObjectStore(loc, settings=settings)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:400]
+
+
+def _s3_code(body: str) -> str:
+    match = re.search(r"<Code>([^<]+)</Code>", body)
+    return match.group(1) if match else _one_line(body)[:200]
+
+
+def _tmp_sibling(target: Path) -> Path:
+    return target.with_name(f"{_TMP_PREFIX}{target.name}.{uuid.uuid4().hex}")
+
+
+def _write_local(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _link_local(target: Path, data: bytes) -> bool:
+    """Put-if-absent on disk: the data is complete in a temporary file before ``link`` makes
+    it visible under the target name, and ``link`` fails if the name exists (atomic)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
