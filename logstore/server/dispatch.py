@@ -63,6 +63,8 @@ class Dispatcher:
         self._sasl_listeners = frozenset(getattr(broker.config, "sasl", {}))
 
     def dispatch(self, req: NetworkRequest) -> None:
+        if req.listener in self._sasl_listeners and self._raw_token(req):
+            return
         parsed = self._parse(req)
         if parsed is not None:
             self._run(req, *parsed)
@@ -76,6 +78,10 @@ class Dispatcher:
         frame = req.frame
         if len(frame) < 2:
             return False
+        if req.listener in self._sasl_listeners:
+            session = self._broker.sasl_sessions.peek(req.connection_id)
+            if session is None or session.raw:
+                return False  # not authenticated, or a bare token (SaslHandshake v0)
         entry = _INLINE.get(_API_KEY.unpack_from(frame, 0)[0])
         if entry is None:
             return False
@@ -87,6 +93,34 @@ class Dispatcher:
         if API_HANDLERS[header.api_key][2] is not handler or not cheap(self._broker, request):
             return False
         self._run(req, header, request)
+        return True
+
+    def _raw_token(self, req: NetworkRequest) -> bool:
+        """After SaslHandshake v0 the next frames are bare SASL tokens, answered with bare
+        size-prefixed tokens; True when ``req`` was one (and is answered or closed)."""
+        sessions = self._broker.sasl_sessions
+        session = sessions.peek(req.connection_id)
+        if session is None or not session.raw:
+            return False
+        try:
+            reply, done = sasl.authenticate_step(
+                broker=self._broker,
+                settings=self._broker.config.sasl[req.listener],
+                session=session,
+                host=req.client_host,
+                token=bytes(req.frame),
+            )
+        except sasl.AuthenticationFailed:
+            session.raw = False
+            sessions.failed(req.client_host)
+            self._bad.warning(
+                "sasl-v0", "closing %s: SASL authentication failed (v0)", req.connection_id
+            )
+            req.close()
+            return True
+        if done:
+            session.raw = False
+        req.respond([struct.pack(">i", len(reply)) + reply])
         return True
 
     def _parse(self, req: NetworkRequest) -> tuple[RequestHeader, Any] | None:

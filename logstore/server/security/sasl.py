@@ -158,6 +158,7 @@ class SaslSession:
     principal: str | None = None
     expires_at: float | None = None
     exchange: Any = None  # a SCRAM exchange between its two messages
+    raw: bool = False  # after SaslHandshake v0: tokens as bare frames (no Kafka header)
 
     def valid(self, now: float) -> bool:
         return self.principal is not None and (self.expires_at is None or now < self.expires_at)

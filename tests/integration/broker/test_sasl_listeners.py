@@ -12,6 +12,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v9.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as SaslHandshakeV0
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from tests.fixtures.broker import api_versions_probe, wait_for
@@ -218,3 +219,17 @@ def _after_expiry(raw: RawClient, metadata: MetadataRequest) -> str:
     except (ConnectionError, OSError):
         return "expired"
     return "served"
+
+
+def test_sasl_handshake_v0_then_bare_tokens(sasl_broker):
+    """Before KIP-152: after SaslHandshake v0 the token is a bare frame, answered bare."""
+    b = sasl_broker
+    with RawClient(f"127.0.0.1:{b.ports['SASL_PLAINTEXT']}") as raw:
+        assert raw.call(SaslHandshakeV0(mechanism="PLAIN")).error_code == ErrorCode.none
+        raw.send_frame(b"\x00alice\x00alice-secret")
+        assert raw.recv_frame() == b""  # PLAIN's (empty) server token, no Kafka header
+        assert raw.call(METADATA).brokers
+    with RawClient(f"127.0.0.1:{b.ports['SASL_PLAINTEXT']}") as raw:
+        assert raw.call(SaslHandshakeV0(mechanism="PLAIN")).error_code == ErrorCode.none
+        raw.send_frame(b"\x00alice\x00wrong")
+        assert raw.is_closed_by_peer()  # v0 has no error answer: Kafka closes

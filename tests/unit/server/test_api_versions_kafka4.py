@@ -73,13 +73,6 @@ DIFFERENCES: dict[int, tuple[int, int, str]] = {
         "Produce v12 is transaction protocol v2 (KIP-890 part 2), sent only to a broker that "
         "finalizes the transaction.version feature, which this one does not advertise",
     ),
-    17: (
-        1,
-        1,
-        "SaslHandshake v0 is followed by raw, unframed SASL tokens (before KIP-152); every "
-        "client since Kafka 1.0 (librdkafka, kafka-python, aiokafka, Java) uses v1 with "
-        "SaslAuthenticate",
-    ),
     24: (
         0,
         3,
