@@ -57,8 +57,11 @@ from logstore.server.group.coordinator import GroupCoordinator
 from logstore.server.group.offset_store import OFFSETS_TOPIC
 from logstore.server.memory_pool import MemoryPool
 from logstore.server.metrics import BrokerMetrics
-from logstore.server.network import SocketServer
 from logstore.server.purgatory import Purgatory
+from logstore.server.security.sasl import SaslSessions
+from logstore.server.security.scram import FILE_NAME as SCRAM_FILE
+from logstore.server.security.scram import ScramCredentials
+from logstore.server.socket_server import SocketServer
 from logstore.server.topics import TopicExistsError
 from logstore.server.txn.coordinator import TransactionCoordinator, TxnConfig
 from logstore.server.txn.producer_ids import next_producer_id
@@ -135,6 +138,14 @@ class Broker:
         self._stopped = threading.Event()
         self.advertised_host = ""
         self.advertised_port = 0
+        # listener name -> (host, port) Metadata gives clients of that listener
+        self.advertised: dict[str, tuple[str, int]] = {}
+        # SASL state of the connections of SASL listeners (logstore.server.security.sasl)
+        # SCRAM users (AlterUserScramCredentials), durable beside the first log dir's logs
+        self.scram_credentials = ScramCredentials(self.config.log_dirs[0] / SCRAM_FILE)
+        self.sasl_sessions = SaslSessions(
+            failure_delay_ms=self.config.get_int("connection.failed.authentication.delay.ms")
+        )
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -146,13 +157,23 @@ class Broker:
         if self.config.metrics_listener is not None:
             self.metrics = BrokerMetrics(self)
         dispatcher = Dispatcher(self)
-        self._server = SocketServer(self.config, dispatcher.dispatch, inline=dispatcher.try_inline)
-        adv = self.config.advertised
-        self.advertised_host = adv.host if adv is not None else self._server.host
-        # a port of 0 in advertised.listeners (tests override ports) means the bound one
-        self.advertised_port = adv.port if adv is not None and adv.port else self._server.port
-        if self.config.listener.host in ("", "0.0.0.0") and adv is None:
-            self.advertised_host = "127.0.0.1"
+        self._server = SocketServer(
+            self.config,
+            dispatcher.dispatch,
+            inline=dispatcher.try_inline,
+            on_close=self.sasl_sessions.drop if self.config.sasl else None,
+            authenticated=self.sasl_sessions.authenticated,
+        )
+        for listener in self.config.listeners:
+            bound_host, bound_port = self._server.bound[listener.name]
+            adv = self.config.advertised_listeners.get(listener.name)
+            host = adv.host if adv is not None else bound_host
+            # a port of 0 in advertised.listeners (tests override ports) means the bound one
+            port = adv.port if adv is not None and adv.port else bound_port
+            if listener.host in ("", "0.0.0.0") and adv is None:
+                host = "127.0.0.1"
+            self.advertised[listener.name] = (host, port)
+        self.advertised_host, self.advertised_port = self.advertised[self.config.listener.name]
         self._start_metrics()
         self._start_registry()
         self._server.start()
@@ -164,6 +185,15 @@ class Broker:
                 ctl.host,
                 ctl.port,
             )
+        for name, (host, port) in self._server.bound.items():
+            if name != self.config.listener.name:
+                log.info(
+                    "listener %s (%s) on %s:%d",
+                    name,
+                    self.config.security_protocols[name],
+                    host,
+                    port,
+                )
         log.info(
             "loglake broker %d listening on %s:%d (log.dirs=%s)",
             self.node_id,

@@ -12,8 +12,9 @@ the broker as it is; any other key is refused, naming the nearest known one.
 
 Listeners: ``listeners`` may hold KRaft controller listeners (named in
 ``controller.listener.names``), accepted and never opened — a single node is its own
-controller — besides exactly one client listener whose security protocol
-(``listener.security.protocol.map``) is PLAINTEXT.
+controller — besides one or more client listeners, each on its own port, whose security protocol
+(``listener.security.protocol.map``) is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
+(``ssl.*`` keys: :mod:`logstore.server.security.tls`; SASL: :mod:`.security.sasl`).
 
 Broker-wide ``log.*`` keys are the defaults of the topic-level keys (``log.segment.bytes``
 -> ``segment.bytes`` ...); :meth:`BrokerConfig.topic_defaults` returns them under the
@@ -34,12 +35,15 @@ from typing import Final
 
 from logstore.errors import InvalidConfigError, LoglakeError
 from logstore.server.kafka_keys import is_ignored_kafka_key
+from logstore.server.security.sasl import SaslConfigError, SaslListener, sasl_settings
+from logstore.server.security.tls import SSL_KEYS, TlsConfigError, TlsSettings, tls_settings
 from logstore.storage.config import BROKER_KEYS, LogConfig
 from logstore.storage.properties import parse_properties as _parse_java_properties
 from logstore.storage.topic_config_defs import nearest_key, parse_topic_value
 
 __all__ = [
     "BROKER_CONFIG_DEFS",
+    "SUPPORTED_PROTOCOLS",
     "TOPIC_KEY_FOR_BROKER_KEY",
     "BrokerConfig",
     "ConfigDef",
@@ -53,6 +57,10 @@ INT_MAX: Final = 2_147_483_647
 
 
 _log = logging.getLogger(__name__)
+
+
+# Security protocols a client listener may use.
+SUPPORTED_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 class ConfigError(LoglakeError):
@@ -92,7 +100,7 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "listeners",
             "list",
             "PLAINTEXT://127.0.0.1:9092",
-            "where to listen: PLAINTEXT://host:port (port 0 = chosen by the OS); a controller"
+            "where to listen: NAME://host:port,... (port 0 = chosen by the OS); a controller"
             " listener (controller.listener.names) may be listed too and is not opened",
         ),
         _d(
@@ -176,6 +184,30 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
         _d("max.connections", "int", str(INT_MAX), "open client connections at most", low=0),
         _d("max.connections.per.ip", "int", str(INT_MAX), "connections per client IP", low=0),
         _d("connections.max.idle.ms", "long", "600000", "close idle connections after", low=1),
+        _d(
+            "connections.max.reauth.ms",
+            "long",
+            "0",
+            "SASL session lifetime (KIP-368): past it, a request other than re-authentication"
+            " closes the connection (0: sessions never expire)",
+            low=0,
+        ),
+        _d(
+            "sasl.server.max.receive.size",
+            "int",
+            "524288",
+            "largest frame a connection of a SASL listener may send before it has"
+            " authenticated (a larger one closes it)",
+            low=1,
+        ),
+        _d(
+            "connection.failed.authentication.delay.ms",
+            "int",
+            "100",
+            "delay of the answer to a failed SASL authentication, doubled per repeated failure"
+            " from one host (at most 16 times)",
+            low=0,
+        ),
         _d("message.max.bytes", "int", "1048588", "largest record batch accepted", low=0),
         _d("num.partitions", "int", "1", "partitions of an auto-created topic", low=1),
         _d("default.replication.factor", "int", "1", "single node: must be 1", low=1, high=1),
@@ -407,13 +439,13 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "listener.security.protocol.map",
             "list",
             "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-            "listener name -> security protocol (the client listener must map to PLAINTEXT)",
+            "listener name -> security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
         ),
         _d(
             "inter.broker.listener.name",
             "string",
             None,
-            "single node: no inter-broker traffic; must name the client listener if set",
+            "single node: no inter-broker traffic; must name a client listener if set",
         ),
         # broker defaults of topic configs (Kafka's synonyms; see topic_config_defs)
         _d("log.roll.jitter.ms", "long", None, "segment.jitter.ms default", low=0),
@@ -584,12 +616,6 @@ class BrokerConfig:
                 f"unknown configuration key(s): {', '.join(map(_unknown_key, refused))}"
                 " (see conf/broker.properties for the supported keys)"
             )
-        # Kafka's keys that mean nothing on this broker: accepted, named once at start-up
-        self.ignored: list[str] = sorted(unknown)
-        if self.ignored:
-            _log.info(
-                "ignoring Kafka broker keys loglake does not use: %s", ", ".join(self.ignored)
-            )
         self.originals: dict[str, str] = dict(props)
         self.values: dict[str, object] = {}
         for name, d in BROKER_CONFIG_DEFS.items():
@@ -601,6 +627,13 @@ class BrokerConfig:
         if broker_id is not None and "node.id" in props and broker_id != self.values["node.id"]:
             raise ConfigError(f"broker.id={broker_id} and node.id={self.values['node.id']} differ")
         self._set_listeners()
+        # Kafka's keys that mean nothing on this broker: accepted, named once at start-up
+        # (the ssl.* keys of TLS listeners are read by logstore.server.security.tls)
+        self.ignored: list[str] = sorted(k for k in unknown if not self._tls_key(k))
+        if self.ignored:
+            _log.info(
+                "ignoring Kafka broker keys loglake does not use: %s", ", ".join(self.ignored)
+            )
         metrics = self.get_str("metrics.listeners")
         self.metrics_listener: Listener | None = (
             _parse_metrics_listener(metrics) if metrics else None
@@ -696,15 +729,31 @@ class BrokerConfig:
         key names (Kafka's synonyms: ``log.roll.hours`` -> ``segment.ms`` ...)."""
         return LogConfig.from_broker_properties(self.originals).to_properties()
 
+    def _tls_key(self, key: str) -> bool:
+        """True for an ``ssl.*``/``sasl.*`` key (or a listener's override) that TLS or SASL
+        of a listener reads."""
+        keys = [f"ssl.{k}" for k in SSL_KEYS] if self.tls else []
+        if self.sasl:
+            keys += ["sasl.enabled.mechanisms", "plain.sasl.jaas.config"]
+        if key in keys:
+            return True
+        names = {*self.tls, *self.sasl}
+        names |= {n.lower() for n in names}
+        return any(key == f"listener.name.{n}.{k}" for n in names for k in keys)
+
     def _set_listeners(self) -> None:
-        """``listener`` (the one client listener) and ``advertised`` from Kafka's keys.
+        """``listeners`` (the client listeners), their protocols and advertised addresses.
 
         ``listeners`` may name a KRaft CONTROLLER listener (``controller.listener.names``):
         it is accepted and not opened — a single node is its own controller and has no quorum
-        to serve. Exactly one other listener, whose security protocol
-        (``listener.security.protocol.map``; a listener named after a protocol maps to it) is
-        PLAINTEXT, serves clients. ``advertised.listeners`` entries of controller listeners
-        are ignored too.
+        to serve. Every other listener serves clients on its own port, with the security
+        protocol ``listener.security.protocol.map`` gives it (a listener named after a
+        protocol maps to it): PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (TLS settings:
+        :mod:`.security.tls`, SASL settings: :mod:`.security.sasl`).
+        ``listener`` is the first client listener (the one tools and the readiness line
+        name); ``advertised`` maps each client listener to what Metadata tells clients that
+        connected through it (``advertised.listeners``, else the listener itself); entries
+        of controller listeners are ignored.
         """
         controllers = set(self._list("controller.listener.names"))
         protocols: dict[str, str] = {}
@@ -718,35 +767,56 @@ class BrokerConfig:
             raise ConfigError(f"process.roles={roles!r}: loglake is a broker; include broker")
         parsed = [_parse_listener(text, "listeners") for text in self._list("listeners")]
         clients = [lst for lst in parsed if lst.name not in controllers]
-        if len(clients) != 1:
+        if not clients:
             raise ConfigError(
-                f"listeners={self.get_str('listeners')!r}: exactly one client listener is"
-                f" supported besides the controller listener(s) {sorted(controllers)}"
+                f"listeners={self.get_str('listeners')!r}: no client listener besides the"
+                f" controller listener(s) {sorted(controllers)}"
             )
+        names = [lst.name for lst in clients]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ConfigError(f"listeners: listener name(s) {dup} appear more than once")
+        self.listeners: list[Listener] = clients
         self.listener = clients[0]
         self.controller_listeners = [lst for lst in parsed if lst.name in controllers]
-        proto = protocols.get(self.listener.name, self.listener.name)
-        if proto != "PLAINTEXT":
-            raise ConfigError(
-                f"listeners: {self.listener.name} uses security protocol {proto}; only"
-                " PLAINTEXT is supported"
-            )
+        self.security_protocols: dict[str, str] = {}
+        for lst in clients:
+            proto = protocols.get(lst.name, lst.name)
+            if proto not in SUPPORTED_PROTOCOLS:
+                raise ConfigError(
+                    f"listeners: {lst.name} uses security protocol {proto!r}; expected one of"
+                    f" {SUPPORTED_PROTOCOLS} (listener.security.protocol.map)"
+                )
+            self.security_protocols[lst.name] = proto
         inter = self.values["inter.broker.listener.name"]
-        if inter is not None and inter != self.listener.name:
+        if inter is not None and inter not in names:
             raise ConfigError(
-                f"inter.broker.listener.name={inter!r}: expected the client listener"
-                f" {self.listener.name!r}"
+                f"inter.broker.listener.name={inter!r}: expected a client listener {names}"
             )
-        self.advertised: Listener | None = None
+        self.advertised_listeners: dict[str, Listener] = {}
         if self.values["advertised.listeners"] is not None:
             adv = [
                 _parse_listener(text, "advertised.listeners")
                 for text in self._list("advertised.listeners")
             ]
-            mine = [lst for lst in adv if lst.name not in controllers]
-            if len(mine) != 1 or mine[0].name != self.listener.name:
-                raise ConfigError(
-                    f"advertised.listeners={self.get_str('advertised.listeners')!r}: expected"
-                    f" one entry for listener {self.listener.name!r}"
-                )
-            self.advertised = mine[0]
+            for lst in adv:
+                if lst.name in controllers:
+                    continue
+                if lst.name not in names or lst.name in self.advertised_listeners:
+                    raise ConfigError(
+                        f"advertised.listeners={self.get_str('advertised.listeners')!r}:"
+                        f" {lst.name!r} is not a client listener {names} or appears twice"
+                    )
+                self.advertised_listeners[lst.name] = lst
+        self.advertised: Listener | None = self.advertised_listeners.get(self.listener.name)
+        self.tls: dict[str, TlsSettings] = {}
+        self.sasl: dict[str, SaslListener] = {}
+        for lst in clients:
+            proto = self.security_protocols[lst.name]
+            try:
+                if proto in ("SSL", "SASL_SSL"):
+                    self.tls[lst.name] = tls_settings(self.originals, lst.name)
+                if proto in ("SASL_PLAINTEXT", "SASL_SSL"):
+                    self.sasl[lst.name] = sasl_settings(self.originals, lst.name)
+            except (TlsConfigError, SaslConfigError) as exc:
+                raise ConfigError(str(exc)) from None

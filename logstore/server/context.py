@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_RESPONSE",
+    "CloseAfter",
     "Deferred",
     "FileRegion",
     "NoResponse",
@@ -98,6 +99,14 @@ class FileRegion:
             self.closed = True
             with contextlib.suppress(OSError):
                 os.close(self.fd)
+
+
+@dataclass(frozen=True, slots=True)
+class CloseAfter:
+    """A response after which the connection is closed (a failed SASL authentication:
+    Kafka answers, then closes)."""
+
+    response: Any
 
 
 @dataclass(slots=True)
@@ -213,8 +222,21 @@ class RequestContext:
     client_id: str | None
     connection_id: str
     client_host: str
+    listener: str = ""  # the listener the request came in through ("": the first)
+    # User:ANONYMOUS, User:<SASL user>, or the mTLS certificate's mapped subject
+    principal: str = "User:ANONYMOUS"
     wall_clock: Callable[[], int] = field(default=wall_clock_ms)
     monotonic: Callable[[], int] = field(default=monotonic_ms)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """(host, port) this broker advertises to clients of the request's listener: Kafka
+        answers Metadata and FindCoordinator with the listener the client connected to."""
+        by_name = getattr(self.broker, "advertised", {})
+        if self.listener in by_name:
+            host, port = by_name[self.listener]
+            return str(host), int(port)
+        return str(self.broker.advertised_host), int(self.broker.advertised_port)
 
     @property
     def log_manager(self) -> Any:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -34,8 +35,8 @@ from logstore.server.apis import (
     parse_request_header,
     response_header_bytes,
 )
-from logstore.server.context import Deferred, NoResponse, RawResponse, RequestContext
-from logstore.server.handlers import fetch
+from logstore.server.context import CloseAfter, Deferred, NoResponse, RawResponse, RequestContext
+from logstore.server.handlers import fetch, sasl
 from logstore.server.handlers.api_versions import unsupported_version_response
 from logstore.server.network import NetworkRequest, RateLimitedLog
 
@@ -44,6 +45,8 @@ __all__ = ["Dispatcher"]
 log = logging.getLogger("logstore.server.dispatch")
 
 _API_KEY = struct.Struct(">h")
+# APIs a connection of a SASL listener may send before it is authenticated (Kafka's set).
+_BEFORE_AUTH: Final = frozenset({API_VERSIONS_KEY, sasl.HANDSHAKE_KEY, sasl.AUTHENTICATE_KEY})
 
 # api_key -> (handler it applies to, predicate(broker, request): cheap and non-blocking now).
 _INLINE: Final[dict[int, tuple[Callable[..., Any], Callable[[Any, Any], bool]]]] = {
@@ -57,8 +60,11 @@ class Dispatcher:
     def __init__(self, broker: Any) -> None:
         self._broker = broker
         self._bad = RateLimitedLog(log)
+        self._sasl_listeners = frozenset(getattr(broker.config, "sasl", {}))
 
     def dispatch(self, req: NetworkRequest) -> None:
+        if req.listener in self._sasl_listeners and self._raw_token(req):
+            return
         parsed = self._parse(req)
         if parsed is not None:
             self._run(req, *parsed)
@@ -72,6 +78,10 @@ class Dispatcher:
         frame = req.frame
         if len(frame) < 2:
             return False
+        if req.listener in self._sasl_listeners:
+            session = self._broker.sasl_sessions.peek(req.connection_id)
+            if session is None or session.raw:
+                return False  # not authenticated, or a bare token (SaslHandshake v0)
         entry = _INLINE.get(_API_KEY.unpack_from(frame, 0)[0])
         if entry is None:
             return False
@@ -83,6 +93,34 @@ class Dispatcher:
         if API_HANDLERS[header.api_key][2] is not handler or not cheap(self._broker, request):
             return False
         self._run(req, header, request)
+        return True
+
+    def _raw_token(self, req: NetworkRequest) -> bool:
+        """After SaslHandshake v0 the next frames are bare SASL tokens, answered with bare
+        size-prefixed tokens; True when ``req`` was one (and is answered or closed)."""
+        sessions = self._broker.sasl_sessions
+        session = sessions.peek(req.connection_id)
+        if session is None or not session.raw:
+            return False
+        try:
+            reply, done = sasl.authenticate_step(
+                broker=self._broker,
+                settings=self._broker.config.sasl[req.listener],
+                session=session,
+                host=req.client_host,
+                token=bytes(req.frame),
+            )
+        except sasl.AuthenticationFailed:
+            session.raw = False
+            sessions.failed(req.client_host)
+            self._bad.warning(
+                "sasl-v0", "closing %s: SASL authentication failed (v0)", req.connection_id
+            )
+            req.close()
+            return True
+        if done:
+            session.raw = False
+        req.respond([struct.pack(">i", len(reply)) + reply])
         return True
 
     def _parse(self, req: NetworkRequest) -> tuple[RequestHeader, Any] | None:
@@ -117,6 +155,26 @@ class Dispatcher:
 
     def _run(self, req: NetworkRequest, header: RequestHeader, request: Any) -> None:
         handler = API_HANDLERS[header.api_key][2]
+        principal = req.principal
+        if req.listener in self._sasl_listeners and header.api_key not in _BEFORE_AUTH:
+            session = self._broker.sasl_sessions.peek(req.connection_id)
+            if session is not None and session.valid(time.monotonic()):
+                principal = str(session.principal)
+            else:
+                # Kafka closes a connection that sends anything else before authenticating,
+                # or after its session expired without re-authenticating (KIP-368).
+                self._bad.warning(
+                    "unauthenticated",
+                    "closing %s: api %d on SASL listener %s %s",
+                    req.connection_id,
+                    header.api_key,
+                    req.listener,
+                    "before authentication"
+                    if session is None or session.principal is None
+                    else "after the session expired (connections.max.reauth.ms)",
+                )
+                req.close()
+                return
         ctx = RequestContext(
             broker=self._broker,
             config=self._broker.config,
@@ -126,6 +184,8 @@ class Dispatcher:
             client_id=header.client_id,
             connection_id=req.connection_id,
             client_host=req.client_host,
+            listener=req.listener,
+            principal=principal,
         )
         result = handler(ctx, request)
         if isinstance(result, Deferred):
@@ -150,10 +210,14 @@ class Dispatcher:
         metrics = self._broker.metrics
         if metrics is not None:
             try:
-                metrics.request_done(header.api_key, req.received_ns, response)
+                shown = response.response if isinstance(response, CloseAfter) else response
+                metrics.request_done(header.api_key, req.received_ns, shown)
             except Exception:  # a metrics bug must not leave the client without its answer
                 log.exception("metrics of api %d failed", header.api_key)
-        if isinstance(response, NoResponse):
+        if isinstance(response, CloseAfter):
+            req.respond([encode_response(header.correlation_id, response.response)])
+            req.processor.close_connection(req.connection_id)
+        elif isinstance(response, NoResponse):
             req.respond([])
         elif isinstance(response, RawResponse):
             head = response_header_bytes(header.correlation_id, flexible=response.flexible_header)

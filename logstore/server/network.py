@@ -82,9 +82,33 @@ kernel moves as much as the socket buffer takes per call (with autotuned buffers
 that is usually a whole 4 MiB partition slice), and only a short write waits for
 ``EVENT_WRITE``. Empty byte parts are skipped rather than sent as zero-length writes.
 
+Listeners. ``listeners`` may name several client listeners (PLAINTEXT, SSL), each on its
+own listening socket, all served by the one acceptor and the same processors; every
+connection remembers the listener it came through (:attr:`NetworkRequest.listener`), so that
+Metadata and FindCoordinator advertise that listener's address, as Kafka does.
+
+TLS. A connection of an SSL listener is wrapped on its processor (non-blocking, no handshake
+on connect) and the handshake runs in steps from the selector: ``SSLWantReadError`` waits
+for EVENT_READ, ``SSLWantWriteError`` for EVENT_WRITE, no frame is read before it completes.
+It must complete within ``loglake.request.read.timeout.ms`` or the connection is closed (a
+client that connects and says nothing pins no slot); a failed handshake (plaintext bytes on
+the port: WRONG_VERSION_NUMBER; a client certificate from another CA; none where
+``ssl.client.auth=required``) closes the connection after one rate-limited log line. OpenSSL
+decrypts whole records, so decrypted bytes can wait inside it where the selector cannot see
+them: a TLS connection reads until OpenSSL wants more (``SSLWantReadError``), and after each
+selector round the TLS connections with :meth:`ssl.SSLSocket.pending` bytes that may read
+are read. Writes never use ``MSG_MORE`` (an SSL socket takes no flags). Fetch cannot use
+``sendfile`` through TLS: Python 3.11's ``ssl`` offers no kernel TLS (``OP_ENABLE_KTLS``
+came in 3.12 and needs a kernel and OpenSSL built for it), so a file region goes out as
+``pread`` chunks of at most ``_TLS_CHUNK`` (256 KiB) bytes, the next one read only when the
+previous one is sent: at most one chunk per TLS connection with a fetch in flight.
+
 Bad input never takes the broker down: a malformed frame, a parse failure, an unknown API
 key or unsupported version (other than ApiVersions, which gets its v0 ``UNSUPPORTED_VERSION``
 answer) closes that connection after one log line; every other connection carries on.
+
+The listening sockets, the acceptor, the request channel and the handler threads are
+:class:`~logstore.server.socket_server.SocketServer`'s; the processors are this module's.
 
 Shutdown (:meth:`SocketServer.shutdown`): stop accepting, stop reading new requests, wait
 for every request in flight to be answered (bounded wait), then close all sockets.
@@ -99,25 +123,33 @@ import ctypes
 import errno
 import fcntl
 import functools
-import itertools
 import logging
 import os
 import queue
 import selectors
 import socket
+import ssl
 import struct
 import termios
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from logstore.server.config import BrokerConfig
 from logstore.server.context import FileRegion
-from logstore.server.memory_pool import Claim, MemoryPool
+from logstore.server.memory_pool import Claim
+from logstore.server.security.principal import (
+    ANONYMOUS,
+    PrincipalError,
+    map_principal,
+    subject_dn,
+)
 
-__all__ = ["NetworkRequest", "RateLimitedLog", "SocketServer"]
+if TYPE_CHECKING:  # the server owns its processors: a cycle at type-checking time only
+    from logstore.server.socket_server import SocketServer
+
+__all__ = ["NetworkRequest", "Processor", "RateLimitedLog", "tune_allocator"]
 
 log = logging.getLogger("logstore.server.network")
 
@@ -131,6 +163,8 @@ _CLOSE: Final = object()  # close the connection once everything before it is se
 # A frame's first buffer is what has arrived, but at least this much (or the whole frame):
 # most requests are smaller and then take one buffer of exactly their size.
 _FIRST_PIECE: Final = 64 * 1024
+# A file region sent over TLS is read into a buffer this large at most (see "TLS").
+_TLS_CHUNK: Final = 256 * 1024
 # Grows a bytearray in place without writing the new bytes (``bytearray.extend`` would
 # first build and copy a temporary of zeros that recv_into overwrites at once). PyDLL: the
 # GIL stays held and a Python error it sets is raised.
@@ -142,8 +176,6 @@ _M_TRIM_THRESHOLD: Final = -1
 _M_MMAP_THRESHOLD: Final = -3
 _MMAP_THRESHOLD: Final = 8 * 1024 * 1024
 _TRIM_THRESHOLD: Final = 32 * 1024 * 1024
-# Connections accepted per wake-up of the acceptor at most (then the processors are woken).
-_ACCEPT_BATCH: Final = 256
 
 
 class RateLimitedLog:
@@ -194,6 +226,8 @@ class NetworkRequest:
     received_ns: int
     answered: bool = False
     claim: Claim | None = None  # the frame's pool memory, given back when answered
+    listener: str = ""  # name of the listener the connection came in through
+    principal: str = ANONYMOUS  # who the connection is, before SASL (mTLS: its certificate)
 
     def respond(self, parts: list[Any]) -> None:
         """Send ``parts`` and unmute the connection.
@@ -246,26 +280,39 @@ class _Connection:
         "claim",
         "closing",
         "connection_id",
+        "handshaking",
         "head",
         "head_read",
         "host",
         "last_active",
+        "listener",
         "muted",
         "on_memory",
+        "principal",
         "read_deadline",
         "received",
         "registered",
+        "sasl",
         "send_queue",
         "size",
         "sock",
+        "tls",
         "wait_start",
         "waiting_memory",
+        "want_write",
     )
 
-    def __init__(self, sock: socket.socket, connection_id: str, host: str) -> None:
+    def __init__(self, sock: socket.socket, connection_id: str, host: str, listener: str) -> None:
         self.sock = sock
         self.connection_id = connection_id
         self.host = host
+        self.listener = listener
+        self.tls = isinstance(sock, ssl.SSLSocket)
+        # TLS: True until the handshake is done; want_write while OpenSSL waits to write.
+        self.handshaking = self.tls
+        self.want_write = False
+        self.principal = ANONYMOUS  # mTLS: from the client certificate after the handshake
+        self.sasl = False  # on a SASL listener: frames are small until authenticated
         self.head = bytearray(4)
         self.head_read = 0
         self.size = -1
@@ -299,11 +346,14 @@ class Processor(threading.Thread):
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._new: queue.SimpleQueue[tuple[socket.socket, str, str]] = queue.SimpleQueue()
+        self._new: queue.SimpleQueue[tuple[socket.socket, str, str, str, ssl.SSLContext | None]] = (
+            queue.SimpleQueue()
+        )
         self._responses: queue.SimpleQueue[tuple[str, list[Any]]] = queue.SimpleQueue()
         self._memory_ready: queue.SimpleQueue[_Connection] = queue.SimpleQueue()
         self._pool = server.memory_pool
         self._conns: dict[str, _Connection] = {}
+        self._tls_conns: dict[str, _Connection] = {}  # the TLS ones among _conns
         self._pending: collections.deque[NetworkRequest] = collections.deque()
         self._reading = True
         self._paused_since = 0.0
@@ -315,11 +365,18 @@ class Processor(threading.Thread):
     # -- called from other threads -------------------------------------------------------
 
     def add_connection(
-        self, sock: socket.socket, connection_id: str, host: str, *, wake: bool = True
+        self,
+        sock: socket.socket,
+        connection_id: str,
+        host: str,
+        *,
+        listener: str = "",
+        tls: ssl.SSLContext | None = None,
+        wake: bool = True,
     ) -> None:
-        """Take over ``sock``; ``wake=False`` when the caller wakes the processor itself
-        after a batch (the acceptor)."""
-        self._new.put((sock, connection_id, host))
+        """Take over ``sock`` (accepted through ``listener``; TLS with context ``tls``);
+        ``wake=False`` when the caller wakes the processor itself after a batch."""
+        self._new.put((sock, connection_id, host, listener, tls))
         if wake:
             self.wakeup()
 
@@ -380,10 +437,15 @@ class Processor(threading.Thread):
                             self._wake_r.recv(4096)
                         self._wake_pending = False
                         continue
+                    if conn.handshaking:
+                        self._handshake(conn)
+                        continue
                     if mask & selectors.EVENT_WRITE:
                         self._write(conn)
                     if mask & selectors.EVENT_READ and not conn.closing:
                         self._read(conn)
+                if self._tls_conns:
+                    self._read_tls_buffered()
                 self._register_new()
                 self._drain_responses()
                 self._drain_memory_ready()
@@ -405,13 +467,80 @@ class Processor(threading.Thread):
     def _register_new(self) -> None:
         new = self._new
         while not new.empty():
-            sock, cid, host = new.get_nowait()
-            conn = _Connection(sock, cid, host)
+            sock, cid, host, listener, tls = new.get_nowait()
+            if tls is not None:
+                try:
+                    sock = tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                except (OSError, ValueError):  # reset before we got to it
+                    sock.close()
+                    self._server.connection_closed(host)
+                    continue
+            conn = _Connection(sock, cid, host, listener)
+            conn.sasl = listener in self._server.sasl_listeners
             conn.on_memory = functools.partial(self.memory_ready, conn)
             self._conns[cid] = conn
+            if conn.tls:
+                self._tls_conns[cid] = conn
+                conn.read_deadline = time.monotonic() + self._server.request_read_timeout_s
             self._update(conn)
 
+    # -- TLS (module docstring, "TLS") -----------------------------------------------------
+
+    def _handshake(self, conn: _Connection) -> None:
+        """One step of the server handshake, as far as the socket allows without blocking."""
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            conn.want_write = False
+        except ssl.SSLWantWriteError:
+            conn.want_write = True
+        except (ssl.SSLError, OSError) as exc:
+            # Plaintext on a TLS port, a certificate from another CA, a reset: refused here.
+            self._server.bad_input.warning(
+                "tls-handshake",
+                "closing %s: TLS handshake failed on listener %s: %s",
+                conn.connection_id,
+                conn.listener,
+                exc,
+            )
+            self._close(conn)
+            return
+        else:
+            cert = sock.getpeercert()
+            if cert:
+                try:
+                    conn.principal = map_principal(
+                        subject_dn(cert), self._server.principal_rules[conn.listener]
+                    )
+                except PrincipalError as exc:
+                    self._server.bad_input.warning(
+                        "tls-principal", "closing %s: %s", conn.connection_id, exc
+                    )
+                    self._close(conn)
+                    return
+            conn.handshaking = False
+            conn.want_write = False
+            conn.last_active = time.monotonic()
+        self._update(conn)
+
+    def _read_tls_buffered(self) -> None:
+        """Read what OpenSSL has already decrypted: the selector cannot see those bytes
+        (they left the socket with an earlier record), e.g. a pipelined request that
+        arrived while its connection was muted."""
+        for conn in list(self._tls_conns.values()):
+            if (
+                conn.registered & selectors.EVENT_READ
+                and not conn.closing
+                and not conn.handshaking
+                and conn.sock.pending()  # type: ignore[attr-defined]
+            ):
+                self._read(conn)
+
     def _interest(self, conn: _Connection) -> int:
+        if conn.handshaking:
+            return selectors.EVENT_WRITE if conn.want_write else selectors.EVENT_READ
         ev = 0
         if (
             self._reading
@@ -472,17 +601,24 @@ class Processor(threading.Thread):
                         conn.read_deadline = now + server.request_read_timeout_s
                     conn.head_read += n
                     if conn.head_read < 4:
+                        if conn.tls:
+                            continue  # OpenSSL may hold more: read until it wants more
                         return
                     conn.head_read = 0
                     (size,) = _SIZE.unpack(conn.head)
-                    if size < 0 or size > server.max_request_size:
+                    limit, key = server.max_request_size, "socket.request.max.bytes"
+                    if conn.sasl and not server.authenticated(conn.connection_id):
+                        # Before SASL authentication only small frames (Kafka's rule): an
+                        # unknown client cannot make the broker buffer 100 MB.
+                        limit, key = server.sasl_max_receive, "sasl.server.max.receive.size"
+                    if size < 0 or size > limit:
                         server.bad_input.warning(
                             "oversize",
-                            "closing %s: request size %d outside [0, %d]"
-                            " (socket.request.max.bytes)",
+                            "closing %s: request size %d outside [0, %d] (%s)",
                             conn.connection_id,
                             size,
-                            server.max_request_size,
+                            limit,
+                            key,
                         )
                         self._close(conn)
                         return
@@ -518,9 +654,9 @@ class Processor(threading.Thread):
                     self._complete_frame(conn, frame, claim)
                     if conn.closing:
                         return
-                elif n < want:
+                elif n < want and not conn.tls:
                     return  # the socket's receive buffer is empty: wait for the selector
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError as exc:
             if exc.errno not in (errno.ECONNRESET, errno.EPIPE, errno.ETIMEDOUT):
@@ -569,9 +705,15 @@ class Processor(threading.Thread):
         return body
 
     def _arrived(self, sock: socket.socket) -> int:
-        """Bytes waiting in ``sock``'s receive buffer; -1 once the peer has closed."""
+        """Bytes waiting in ``sock``'s receive buffer; -1 once the peer has closed.
+
+        TLS: decrypted bytes OpenSSL holds plus the socket's (encrypted, so at least as
+        many) bytes, and at least 1: end of stream shows only when read (``recv`` of an
+        SSL socket takes no MSG_PEEK), which the caller then does."""
         fcntl.ioctl(sock.fileno(), termios.FIONREAD, self._fionread, True)
         n = self._fionread[0]
+        if isinstance(sock, ssl.SSLSocket):
+            return max(1, n + sock.pending())
         if n > 0:
             return n
         try:
@@ -598,7 +740,14 @@ class Processor(threading.Thread):
     ) -> None:
         conn.muted = True
         req = NetworkRequest(
-            self, conn.connection_id, conn.host, frame, time.monotonic_ns(), claim=claim
+            self,
+            conn.connection_id,
+            conn.host,
+            frame,
+            time.monotonic_ns(),
+            claim=claim,
+            listener=conn.listener,
+            principal=conn.principal,
         )
         if self._server.run_inline(req):
             # Usually answered and written already: then the connection stays registered
@@ -651,6 +800,21 @@ class Processor(threading.Thread):
                         part.close()
                         q.popleft()
                         continue
+                    if conn.tls:
+                        # No sendfile through TLS: the next bounded chunk goes out as bytes
+                        # ahead of the rest of the region (module docstring, "TLS").
+                        chunk = os.pread(part.fd, min(part.length, _TLS_CHUNK), part.position)
+                        if not chunk:
+                            log.error(
+                                "segment shorter than the fetch region; closing %s",
+                                conn.connection_id,
+                            )
+                            self._close(conn)
+                            return
+                        part.position += len(chunk)
+                        part.length -= len(chunk)
+                        q.appendleft(chunk)
+                        continue
                     n = os.sendfile(sock.fileno(), part.fd, part.position, part.length)
                     if n == 0:
                         # The file ended before the region did: never send a short frame.
@@ -674,12 +838,12 @@ class Processor(threading.Thread):
                     continue
                 nxt = q[1] if len(q) > 1 else None
                 more = isinstance(nxt, FileRegion) and nxt.length > 0
-                n = sock.send(part, _MSG_MORE if more else 0)
+                n = sock.send(part) if conn.tls else sock.send(part, _MSG_MORE if more else 0)
                 if n < len(part):
                     q[0] = memoryview(part)[n:]
                     break
                 q.popleft()
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             pass
         except OSError as exc:
             log.debug("write error on %s: %s", conn.connection_id, exc)
@@ -692,6 +856,7 @@ class Processor(threading.Thread):
     def _close(self, conn: _Connection) -> None:
         if self._conns.pop(conn.connection_id, None) is None:
             return
+        self._tls_conns.pop(conn.connection_id, None)
         conn.closing = True
         if conn.registered:
             with contextlib.suppress(KeyError, ValueError):
@@ -710,6 +875,8 @@ class Processor(threading.Thread):
             conn.claim = None
         conn.body = None
         self._server.connection_closed(conn.host)
+        if self._server.on_close is not None:
+            self._server.on_close(conn.connection_id)
 
     def _check_timeouts(self) -> None:
         """Close connections past their request deadline or idle for too long."""
@@ -720,7 +887,17 @@ class Processor(threading.Thread):
         self._last_timeout_check = now
         idle_limit = server.idle_timeout_s
         for conn in list(self._conns.values()):
-            if conn.reading_frame():
+            if conn.handshaking:
+                if now > conn.read_deadline:
+                    server.bad_input.warning(
+                        "tls-timeout",
+                        "closing %s: TLS handshake not finished within %d ms"
+                        " (loglake.request.read.timeout.ms)",
+                        conn.connection_id,
+                        round(server.request_read_timeout_s * 1000),
+                    )
+                    self._close(conn)
+            elif conn.reading_frame():
                 if conn.waiting_memory or not self._reading or now <= conn.read_deadline:
                     continue  # muted by the broker: the deadline waits too
                 server.bad_input.warning(
@@ -758,243 +935,3 @@ def tune_allocator() -> bool:
     return bool(
         mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
     )
-
-
-class SocketServer:
-    """Listening socket, acceptor, processors, request channel and handler threads.
-
-    ``dispatch(request)`` runs on a handler thread and must eventually call
-    ``request.respond(parts)`` or ``request.close()`` (directly or from a deferred
-    completion); an exception out of ``dispatch`` closes the connection.
-
-    ``inline(request) -> bool``, when given, runs on the processor thread first: True means
-    it has taken the request with the same duty as ``dispatch`` (and must not have blocked),
-    False sends the request on to the handlers. An exception out of it closes the connection.
-    """
-
-    def __init__(
-        self,
-        config: BrokerConfig,
-        dispatch: Callable[[NetworkRequest], None],
-        *,
-        inline: Callable[[NetworkRequest], bool] | None = None,
-    ) -> None:
-        self._config = config
-        self._dispatch = dispatch
-        self._inline = inline
-        self.max_request_size = config.get_int("socket.request.max.bytes")
-        self.max_connections = config.get_int("max.connections")
-        self.max_connections_per_ip = config.get_int("max.connections.per.ip")
-        self.idle_timeout_s = config.get_int("connections.max.idle.ms") / 1000.0
-        self.request_read_timeout_s = config.get_int("loglake.request.read.timeout.ms") / 1000.0
-        # Deadlines are checked this often: a second, or finer for short (test) timeouts.
-        self.timeout_check_interval_s = max(
-            0.01, min(1.0, self.idle_timeout_s / 4, self.request_read_timeout_s / 4)
-        )
-        pool_bytes = config.get_int("queued.max.request.bytes")
-        # <= 0: no bound, as in Kafka (MemoryPool.NONE); the pool then only counts.
-        self.memory_pool = MemoryPool(pool_bytes if pool_bytes > 0 else None)
-        self.bad_input = RateLimitedLog(log)
-        self.accepting_requests = True
-        self._channel: queue.Queue[NetworkRequest | None] = queue.Queue(
-            maxsize=config.get_int("queued.max.requests")
-        )
-        self._conn_lock = threading.Lock()
-        self._conn_count = 0
-        self._conns_per_ip: dict[str, int] = {}
-        self._ids = itertools.count()
-        self._listen = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener = config.listener
-        try:
-            self._listen.bind((listener.host or "0.0.0.0", listener.port))
-        except OSError as exc:
-            self._listen.close()
-            raise OSError(
-                exc.errno, f"cannot listen on {listener.host}:{listener.port}: {exc}"
-            ) from exc
-        self._listen.listen(config.get_int("socket.listen.backlog.size"))
-        self.host, self.port = self._listen.getsockname()[:2]
-        self._processors = [
-            Processor(self, i) for i in range(config.get_int("num.network.threads"))
-        ]
-        self._handlers = [
-            threading.Thread(target=self._handler_loop, name=f"loglake-io-{i}", daemon=True)
-            for i in range(config.get_int("num.io.threads"))
-        ]
-        self._acceptor = threading.Thread(
-            target=self._accept_loop, name="loglake-acceptor", daemon=True
-        )
-        self._stopping = threading.Event()
-        self._inflight = 0
-        self._inflight_lock = threading.Condition()
-
-    def start(self) -> None:
-        tune_allocator()
-        for p in self._processors:
-            p.start()
-        for h in self._handlers:
-            h.start()
-        self._acceptor.start()
-
-    # -- acceptor ----------------------------------------------------------------------
-
-    def _accept_loop(self) -> None:
-        sel = selectors.DefaultSelector()
-        self._listen.setblocking(False)
-        sel.register(self._listen, selectors.EVENT_READ)
-        rr = itertools.cycle(self._processors)
-        send_buf = self._config.get_int("socket.send.buffer.bytes")
-        recv_buf = self._config.get_int("socket.receive.buffer.bytes")
-        local = f"{self.host}:{self.port}"
-        try:
-            while not self._stopping.is_set():
-                if not sel.select(0.2):
-                    continue
-                # Everything waiting in the accept queue, then one wake-up per processor:
-                # a select() and a wake-up per connection cannot keep up with a burst.
-                woken: set[Processor] = set()
-                for _ in range(_ACCEPT_BATCH):
-                    try:
-                        sock, addr = self._listen.accept()
-                    except (BlockingIOError, InterruptedError):
-                        break
-                    except OSError as exc:
-                        if self._stopping.is_set():
-                            return
-                        # EMFILE/ENFILE/ENOBUFS: the connection stays queued; try again soon.
-                        self.bad_input.warning("accept", "accept failed: %s", exc)
-                        time.sleep(0.05)
-                        break
-                    host = addr[0]
-                    refused = self._admit(host)
-                    if refused is not None:
-                        self.bad_input.warning(
-                            refused.partition("=")[0],
-                            "refusing connection from %s: %s",
-                            host,
-                            refused,
-                        )
-                        sock.close()
-                        continue
-                    try:
-                        sock.setblocking(False)
-                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                        if send_buf > 0:
-                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buf)
-                        if recv_buf > 0:
-                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buf)
-                    except OSError:  # reset before we got to it
-                        sock.close()
-                        self.connection_closed(host)
-                        continue
-                    cid = f"{local}-{host}:{addr[1]}-{next(self._ids)}"
-                    proc = next(rr)
-                    proc.add_connection(sock, cid, host, wake=False)
-                    woken.add(proc)
-                for proc in woken:
-                    proc.wakeup()
-        finally:
-            sel.close()
-
-    def _admit(self, host: str) -> str | None:
-        """Count a new connection from ``host``; why not, if it is over a limit."""
-        with self._conn_lock:
-            if self._conn_count >= self.max_connections:
-                return f"max.connections={self.max_connections} reached"
-            per_ip = self._conns_per_ip.get(host, 0)
-            if per_ip >= self.max_connections_per_ip:
-                return f"max.connections.per.ip={self.max_connections_per_ip} reached"
-            self._conn_count += 1
-            self._conns_per_ip[host] = per_ip + 1
-        return None
-
-    def connection_closed(self, host: str) -> None:
-        with self._conn_lock:
-            self._conn_count -= 1
-            left = self._conns_per_ip.get(host, 0) - 1
-            if left > 0:
-                self._conns_per_ip[host] = left
-            else:
-                self._conns_per_ip.pop(host, None)
-
-    @property
-    def connection_count(self) -> int:
-        with self._conn_lock:
-            return self._conn_count
-
-    # -- request channel ---------------------------------------------------------------
-
-    def enqueue(self, request: NetworkRequest) -> bool:
-        try:
-            self._channel.put_nowait(request)
-        except queue.Full:
-            return False
-        with self._inflight_lock:
-            self._inflight += 1
-        return True
-
-    def run_inline(self, request: NetworkRequest) -> bool:
-        """Offer ``request`` to the inline hook (processor thread); True if it took it."""
-        if self._inline is None:
-            return False
-        with self._inflight_lock:
-            self._inflight += 1
-        try:
-            taken = self._inline(request)
-        except Exception:
-            log.exception("inline request handler failed; closing %s", request.connection_id)
-            request.close()
-            return True
-        if not taken:
-            with self._inflight_lock:
-                self._inflight -= 1
-                self._inflight_lock.notify_all()
-        return taken
-
-    def request_done(self) -> None:
-        """A request enqueued earlier has been answered (or its connection closed)."""
-        with self._inflight_lock:
-            self._inflight -= 1
-            self._inflight_lock.notify_all()
-
-    def _handler_loop(self) -> None:
-        while True:
-            req = self._channel.get()
-            if req is None:
-                return
-            try:
-                self._dispatch(req)
-            except Exception:
-                log.exception("request handler failed; closing %s", req.connection_id)
-                req.close()
-
-    # -- shutdown ----------------------------------------------------------------------
-
-    def stop_accepting(self) -> None:
-        """Close the listening socket and stop reading new requests (idempotent)."""
-        self._stopping.set()
-        self.accepting_requests = False
-        with contextlib.suppress(OSError):
-            self._listen.close()
-        if self._acceptor.is_alive():
-            self._acceptor.join(timeout=5)
-        for p in self._processors:
-            p.wakeup()
-
-    def shutdown(self, *, timeout_s: float = 30.0) -> None:
-        """Stop accepting, answer everything in flight (up to ``timeout_s``), close all."""
-        self.stop_accepting()
-        deadline = time.monotonic() + timeout_s
-        with self._inflight_lock:
-            self._inflight_lock.wait_for(lambda: self._inflight <= 0, timeout_s)
-        while time.monotonic() < deadline and not all(p.idle() for p in self._processors):
-            time.sleep(0.01)
-        for p in self._processors:
-            p.stop()
-        for p in self._processors:
-            p.join(timeout=5)
-        for _ in self._handlers:
-            self._channel.put(None)
-        for h in self._handlers:
-            h.join(timeout=5)

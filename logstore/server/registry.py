@@ -38,6 +38,8 @@ from logstore.server.handlers import (
     list_transactions,
     metadata,
     produce,
+    sasl,
+    scram_credentials,
     transactions,
 )
 
@@ -73,7 +75,7 @@ def _build() -> dict[int, tuple[int, int, Handler]]:
         describe_log_dirs,
     ):
         add(int(mod.API_KEY), int(mod.MIN_VERSION), int(mod.MAX_VERSION), mod.handle, mod.__name__)
-    for family in (transactions, group_handlers):
+    for family in (transactions, group_handlers, sasl, scram_credentials):
         for key, (lo, hi, fn) in family.API_HANDLERS.items():
             add(int(key), int(lo), int(hi), fn, family.__name__)
     return dict(sorted(table.items()))

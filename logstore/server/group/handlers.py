@@ -131,8 +131,7 @@ def _settle(deferred: Deferred[Any]) -> Any:
 def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     node_id = int(broker.node_id)
-    host = str(broker.advertised_host)
-    port = int(broker.advertised_port)
+    host, port = ctx.advertised
     key_type = int(getattr(request, "key_type", _KEY_TYPE_GROUP))
 
     # Groups and transactions are both coordinated by this (only) broker; for a

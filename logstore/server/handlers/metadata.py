@@ -109,8 +109,8 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         build(
             mod.MetadataResponseBroker,
             node_id=node,
-            host=broker.advertised_host,
-            port=broker.advertised_port,
+            host=ctx.advertised[0],
+            port=ctx.advertised[1],
             rack=None,
         ),
     )

@@ -95,9 +95,9 @@ def test_stock_file_with_kraft_voters_of_kafka_3(tmp_path):
         # neither Kafka's nor loglake's: refused, naming the nearest valid key
         ("log.retention.hour=5", "did you mean 'log.retention.hours'?"),
         ("process.roles=controller", "include broker"),
-        ("inter.broker.listener.name=INTERNAL", "expected the client listener 'PLAINTEXT'"),
-        ("listeners=PLAINTEXT://:1,EXTERNAL://:2", "exactly one client listener"),
-        ("listeners=SSL://:1,CONTROLLER://:2", "only PLAINTEXT is supported"),
+        ("inter.broker.listener.name=INTERNAL", "expected a client listener ['PLAINTEXT']"),
+        ("listeners=PLAINTEXT://:1,EXTERNAL://:2", "uses security protocol 'EXTERNAL'"),
+        ("listeners=PLAINTEXT://:1,SSL://:2,CONTROLLER://:3", "set ssl.keystore.location"),
         ("log.cleaner.min.cleanable.ratio=1.5", "log.cleaner.min.cleanable.ratio='1.5'"),
         ("compression.type=brotli", "compression.type='brotli'"),
     ],

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from logstore.server.config import BrokerConfig
-from logstore.server.network import NetworkRequest, SocketServer
+from logstore.server.network import NetworkRequest
+from logstore.server.socket_server import SocketServer
 
 
 def _server(dispatch, **overrides: str) -> SocketServer:

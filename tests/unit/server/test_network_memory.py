@@ -18,7 +18,8 @@ from collections.abc import Callable
 import pytest
 
 from logstore.server.config import BrokerConfig, ConfigError
-from logstore.server.network import NetworkRequest, SocketServer
+from logstore.server.network import NetworkRequest
+from logstore.server.socket_server import SocketServer
 
 MiB = 1024 * 1024
 
