@@ -145,7 +145,7 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
         ),
         _d("socket.request.max.bytes", "int", "104857600", "largest request frame", low=1),
         _d(
-            "loglake.request.read.timeout.ms",
+            "socket.request.read.timeout.ms",
             "long",
             "30000",
             "loglake: close a connection that began a request and did not send it whole"
@@ -601,6 +601,28 @@ def _check_topic_default(key: str, raw: str) -> None:
         raise ConfigError(f"{key}={raw!r}: {rule}") from None
 
 
+# loglake's own keys are named as Kafka names its keys (dotted lower-case words, the subsystem
+# first, the unit last: `log.retention.lake.max.ms`, `metrics.listeners`); conf/broker.properties
+# marks each "loglake:". A key renamed to follow that style is still read under its old name.
+RENAMED_KEYS: Final[dict[str, str]] = {
+    "loglake.request.read.timeout.ms": "socket.request.read.timeout.ms",
+}
+
+
+def _renamed(props: Mapping[str, str]) -> dict[str, str]:
+    """``props`` with old key names (:data:`RENAMED_KEYS`) under their new names, each
+    named once in the log; both names at once is an error (which one was meant?)."""
+    out = dict(props)
+    for old, new in RENAMED_KEYS.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise ConfigError(f"{old} and {new} are both set: {old} is the old name of {new}")
+        out[new] = out.pop(old)
+        _log.warning("%s is now named %s; please rename it", old, new)
+    return out
+
+
 class BrokerConfig:
     """Validated broker configuration; typed accessors for the keys the broker reads.
 
@@ -609,6 +631,7 @@ class BrokerConfig:
     """
 
     def __init__(self, props: Mapping[str, str]) -> None:
+        props = _renamed(props)
         unknown = [k for k in props if k not in BROKER_CONFIG_DEFS]
         refused = sorted(k for k in unknown if not is_ignored_kafka_key(k))
         if refused:

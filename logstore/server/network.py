@@ -70,7 +70,7 @@ request memory pool still bounds what requests hold; what glibc keeps free is bo
 trim threshold per arena. Other C libraries: nothing is changed.
 
 Deadlines. A connection that has begun a request (a first byte of its size prefix) must
-finish it within ``loglake.request.read.timeout.ms`` or is closed (slowloris clients cannot
+finish it within ``socket.request.read.timeout.ms`` or is closed (slowloris clients cannot
 pin memory or connections); time spent muted by the broker (waiting for pool memory, a full
 request channel) does not count. A connection with nothing in flight and nothing read or
 written for ``connections.max.idle.ms`` is closed, as in Kafka.
@@ -90,7 +90,7 @@ Metadata and FindCoordinator advertise that listener's address, as Kafka does.
 TLS. A connection of an SSL listener is wrapped on its processor (non-blocking, no handshake
 on connect) and the handshake runs in steps from the selector: ``SSLWantReadError`` waits
 for EVENT_READ, ``SSLWantWriteError`` for EVENT_WRITE, no frame is read before it completes.
-It must complete within ``loglake.request.read.timeout.ms`` or the connection is closed (a
+It must complete within ``socket.request.read.timeout.ms`` or the connection is closed (a
 client that connects and says nothing pins no slot); a failed handshake (plaintext bytes on
 the port: WRONG_VERSION_NUMBER; a client certificate from another CA; none where
 ``ssl.client.auth=required``) closes the connection after one rate-limited log line. OpenSSL
@@ -892,7 +892,7 @@ class Processor(threading.Thread):
                     server.bad_input.warning(
                         "tls-timeout",
                         "closing %s: TLS handshake not finished within %d ms"
-                        " (loglake.request.read.timeout.ms)",
+                        " (socket.request.read.timeout.ms)",
                         conn.connection_id,
                         round(server.request_read_timeout_s * 1000),
                     )
@@ -903,7 +903,7 @@ class Processor(threading.Thread):
                 server.bad_input.warning(
                     "slow-request",
                     "closing %s: request not received whole within %d ms"
-                    " (loglake.request.read.timeout.ms; %d of %s bytes read)",
+                    " (socket.request.read.timeout.ms; %d of %s bytes read)",
                     conn.connection_id,
                     round(server.request_read_timeout_s * 1000),
                     conn.received if conn.size >= 0 else conn.head_read,

@@ -70,7 +70,7 @@ class SocketServer:
         self.max_connections = config.get_int("max.connections")
         self.max_connections_per_ip = config.get_int("max.connections.per.ip")
         self.idle_timeout_s = config.get_int("connections.max.idle.ms") / 1000.0
-        self.request_read_timeout_s = config.get_int("loglake.request.read.timeout.ms") / 1000.0
+        self.request_read_timeout_s = config.get_int("socket.request.read.timeout.ms") / 1000.0
         # Deadlines are checked this often: a second, or finer for short (test) timeouts.
         self.timeout_check_interval_s = max(
             0.01, min(1.0, self.idle_timeout_s / 4, self.request_read_timeout_s / 4)

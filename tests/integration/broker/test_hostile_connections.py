@@ -5,9 +5,9 @@ client (confluent-kafka) producing and consuming meanwhile.
   clients that send part of a frame: the broker's RSS (``/proc/PID/status``) stays under a
   stated bound and the real client's records come back exactly.
 - A pool exhausted by slow clients: the real client waits (back-pressure), is served once
-  the slow connections pass ``loglake.request.read.timeout.ms``, and loses nothing.
+  the slow connections pass ``socket.request.read.timeout.ms``, and loses nothing.
 - Idle connections are closed after ``connections.max.idle.ms``, slow requests after
-  ``loglake.request.read.timeout.ms``; a connection in use is not.
+  ``socket.request.read.timeout.ms``; a connection in use is not.
 - 2,000 connections are accepted and each is answered (the rate is printed, not asserted).
 - A tiny ``queued.max.request.bytes`` with concurrent ~1 MB produce requests: every record
   is acknowledged and read back exactly once.
@@ -142,7 +142,7 @@ def test_announced_frames_and_slow_senders_keep_rss_bounded(broker_factory):
 
 def test_pool_exhausted_by_slow_senders_recovers_without_loss(broker_factory):
     b = broker_factory(
-        **{"queued.max.request.bytes": str(4 * MiB), "loglake.request.read.timeout.ms": "2000"}
+        **{"queued.max.request.bytes": str(4 * MiB), "socket.request.read.timeout.ms": "2000"}
     )
     topic_first = new_topic(b.bootstrap, partitions=2, prefix="before")  # metadata is warm
     slow = [_connect(b, struct.pack(">i", 10 * MiB) + b"s" * MiB) for _ in range(8)]
@@ -157,13 +157,13 @@ def test_pool_exhausted_by_slow_senders_recovers_without_loss(broker_factory):
         assert all(_closed_by_peer(s, 30) for s in slow)
     finally:
         _close_all(slow)
-    assert "loglake.request.read.timeout.ms" in b.log_text()
+    assert "socket.request.read.timeout.ms" in b.log_text()
     assert topic_first
 
 
 def test_idle_and_slow_header_connections_are_closed(broker_factory):
     b = broker_factory(
-        **{"connections.max.idle.ms": "1500", "loglake.request.read.timeout.ms": "1000"}
+        **{"connections.max.idle.ms": "1500", "socket.request.read.timeout.ms": "1000"}
     )
     idle = [_connect(b) for _ in range(10)]
     half_prefix = [_connect(b, b"\x00\x00") for _ in range(10)]
@@ -195,7 +195,7 @@ def test_idle_and_slow_header_connections_are_closed(broker_factory):
         worker.join(10)
         _close_all([*idle, *half_prefix, *partial_body, busy])
     assert busy_errors == []
-    assert "request not received whole within 1000 ms (loglake.request.read.timeout.ms" in (
+    assert "request not received whole within 1000 ms (socket.request.read.timeout.ms" in (
         b.log_text()
     )
     _round_trip(b, 100, seed=31)

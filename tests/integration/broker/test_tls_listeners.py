@@ -40,7 +40,7 @@ def tls_broker(broker_factory, pki):
             "listener.name.mtls.ssl.principal.mapping.rules": (
                 "RULE:^O=loglake tests,CN=(alice)$/$1/U"
             ),
-            "loglake.request.read.timeout.ms": "1500",
+            "socket.request.read.timeout.ms": "1500",
         },
     )
 
@@ -180,7 +180,7 @@ def test_bad_tls_input_refused_while_good_clients_served(tls_broker, pki):
     with socket.create_connection(("127.0.0.1", b.ports["SSL"])) as raw:
         raw.sendall(struct.pack(">i", len(body)) + body)
         assert _closed_by_peer(raw)
-    # A handshake that never starts: closed after loglake.request.read.timeout.ms.
+    # A handshake that never starts: closed after socket.request.read.timeout.ms.
     idle = socket.create_connection(("127.0.0.1", b.ports["SSL"]))
     # A client certificate from another CA on the mTLS listener, or none at all: refused.
     mtls = b.ports["MTLS"]

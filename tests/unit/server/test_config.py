@@ -100,3 +100,18 @@ def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError) as exc:
         BrokerConfig.load(tmp_path / "nope.properties")
     assert "nope.properties" in str(exc.value)
+
+
+def test_a_renamed_key_is_read_under_its_old_name(caplog):
+    # loglake's own keys follow Kafka's naming; the one renamed to do so still works.
+    with caplog.at_level("WARNING", logger="logstore.server.config"):
+        cfg = BrokerConfig({"loglake.request.read.timeout.ms": "1234"})
+    assert cfg.get_int("socket.request.read.timeout.ms") == 1234
+    assert "loglake.request.read.timeout.ms is now named socket.request.read.timeout.ms" in (
+        caplog.text
+    )
+    assert BrokerConfig({}).get_int("socket.request.read.timeout.ms") == 30000
+    with pytest.raises(ConfigError, match="both set"):
+        BrokerConfig(
+            {"loglake.request.read.timeout.ms": "1", "socket.request.read.timeout.ms": "2"}
+        )

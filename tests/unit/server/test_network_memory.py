@@ -1,7 +1,7 @@
 """The reactor's request memory in-process (real sockets, a stand-in dispatcher that echoes a
 digest of each frame): announced frames take no memory, buffers grow with what arrives,
 back-pressure from a small ``queued.max.request.bytes`` loses nothing, a frame larger than
-the pool is served, slow requests are closed after ``loglake.request.read.timeout.ms`` (but
+the pool is served, slow requests are closed after ``socket.request.read.timeout.ms`` (but
 not while the broker itself keeps them waiting), and ``max.connections.per.ip``."""
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def test_frame_larger_than_the_pool_is_served_when_the_pool_is_free():
     ids=["half-size-prefix", "part-of-the-body"],
 )
 def test_slow_request_closed_after_the_read_timeout(partial):
-    srv, _d = _digest_server(**{"loglake.request.read.timeout.ms": "400"})
+    srv, _d = _digest_server(**{"socket.request.read.timeout.ms": "400"})
     try:
         pool = srv.memory_pool
         slow = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
@@ -211,7 +211,7 @@ def test_slow_request_closed_after_the_read_timeout(partial):
 
 def test_trickling_request_is_closed_though_never_idle():
     srv, _d = _digest_server(
-        **{"loglake.request.read.timeout.ms": "500", "connections.max.idle.ms": "60000"}
+        **{"socket.request.read.timeout.ms": "500", "connections.max.idle.ms": "60000"}
     )
     try:
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
@@ -241,7 +241,7 @@ def test_waiting_for_memory_does_not_count_against_the_read_deadline():
     capacity = 64 * 1024
     srv, d = _digest_server(
         1.5,  # A's answer holds A's memory (and the grant) longer than the deadline
-        **{"queued.max.request.bytes": str(capacity), "loglake.request.read.timeout.ms": "500"},
+        **{"queued.max.request.bytes": str(capacity), "socket.request.read.timeout.ms": "500"},
     )
     try:
         a_payload, b_payload = os.urandom(MiB), os.urandom(MiB)
@@ -291,8 +291,8 @@ def test_max_connections_per_ip():
 
 
 def test_memory_keys_are_validated_and_minus_one_means_unbounded():
-    with pytest.raises(ConfigError, match=re.escape("loglake.request.read.timeout.ms")):
-        BrokerConfig({"loglake.request.read.timeout.ms": "0"})
+    with pytest.raises(ConfigError, match=re.escape("socket.request.read.timeout.ms")):
+        BrokerConfig({"socket.request.read.timeout.ms": "0"})
     with pytest.raises(ConfigError, match=re.escape("queued.max.request.bytes")):
         BrokerConfig({"queued.max.request.bytes": "lots"})
     assert BrokerConfig({}).get_int("queued.max.request.bytes") == 128 * MiB
