@@ -123,7 +123,18 @@ def test_table_and_log_compaction_on_the_cluster(cluster: SparkCluster, tmp_path
     before = {p: read_log(log_dir / f"{TOPIC}-{p}")[0] for p in (0, 1)}
     apps = cluster.completed_apps()
     results = json.loads(
-        _check(cluster.submit(ROOT / "jobs" / "compact.py", *args, "--log", cwd=work), cluster)
+        _check(
+            cluster.submit(
+                ROOT / "jobs" / "compact.py",
+                *args,
+                "--log",
+                # conf/pipeline.toml's [retention] broker_config is relative to the cwd
+                "--broker-config",
+                str(ROOT / "conf" / "broker.properties"),
+                cwd=work,
+            ),
+            cluster,
+        )
     )
     _ran_on_both_workers(cluster, apps, "loglake-compact")
     assert sorted(Path(r["dir"]).name for r in results) == [f"{TOPIC}-0", f"{TOPIC}-1"]
