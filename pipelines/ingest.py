@@ -626,15 +626,20 @@ def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> Inges
 
     log_dirs = ",".join(config.log_dirs)
     piece = max(1, config.max_partition_bytes // PIECES_PER_TASK)
-    source = parse_options(
-        {
-            "path": log_dirs,
-            "kind": "records",
-            "startingOffsets": json.dumps(_offsets_option(starts)),
-            "maxPartitionBytes": str(piece),
-            "topics": ",".join(sorted({topic for topic, _ in parts})),
-        }
-    )
+    options = {
+        "path": log_dirs,
+        "kind": "records",
+        "startingOffsets": json.dumps(_offsets_option(starts)),
+        "maxPartitionBytes": str(piece),
+        "topics": ",".join(sorted({topic for topic, _ in parts})),
+    }
+    if high_watermarks is not None:
+        # The plan reads up to the high watermarks this run read above, never its own later
+        # read of the checkpoint: the broker rewrites it while the run plans, and rows read past
+        # the run's high watermark would be ingested again by the next run (its progress ends
+        # there). Found by the lake retention race test (one duplicated range in ~200 runs).
+        options["until"] = json.dumps(_offsets_option(high_watermarks))
+    source = parse_options(options)
     # A partition already ingested up to its high watermark has nothing committed to read:
     # no piece of it is planned (a re-run with nothing new starts no Spark job at all).
     caught_up = {
