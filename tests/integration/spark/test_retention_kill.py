@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipelines.retention.job import FAILPOINT_AFTER_CHUNK, RETENTION_LOG_TABLE
 from pipelines.retention.journal import PENDING_DIR
+from tests.fixtures.broker import wait_for
 from tests.fixtures.traffic import Traffic
 
 pytestmark = pytest.mark.integration
@@ -191,7 +192,14 @@ def test_online_job_killed_between_delete_records_chunks(
         rerun = _spark_submit(toml, broker.bootstrap, dict(os.environ))
         assert rerun.returncode == 0, _tail(rerun.stderr + rerun.stdout)
         summary = json.loads(rerun.stdout.strip().splitlines()[-1])
-        time.sleep(1.0)  # the consumer runs on past the new log starts
+        # the consumer runs on past the new log starts (bounded wait; asserted again below)
+        starts = _earliest(broker.bootstrap, topic)
+        wait_for(
+            lambda: all(
+                any(o >= starts[p][0] for o in list(traffic.consumed[p])) for p in range(PARTITIONS)
+            ),
+            seconds=30,
+        )
     assert not traffic.errors, traffic.errors[:5]
     assert not summary["errors"]
     assert not list((lake / PENDING_DIR).glob("*.json"))  # settled
