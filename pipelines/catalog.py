@@ -14,7 +14,7 @@ view shows that column as a UTC timestamp, with the raw value beside it as
 (:func:`pipelines.delta.sql.register_lake_views`) do the same.
 
 The lake may be a local directory or an object-store prefix (``s3://bucket/lake``, see
-:mod:`pipelines.storage`): there the search walks the store's common prefixes with the same
+:mod:`logstore.objectstore`): there the search walks the store's common prefixes with the same
 rules, and tables open with the storage options of the environment (or of ``settings``).
 
 Time travel (:data:`Pin`): a table is read at its latest version, at a version number, or as
@@ -40,7 +40,7 @@ from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from logstore.errors import LoglakeError
-from pipelines.storage import LakeLocation, StorageSettings, delta_target, open_store
+from logstore.objectstore import LakeLocation, StorageSettings, delta_target, open_store
 
 __all__ = [
     "HISTORY_SCHEMA",

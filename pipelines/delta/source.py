@@ -49,9 +49,9 @@ Spark's own Parquet reader instead (``read_delta``).
 
 **Object storage**: ``load("s3://bucket/lake/records")`` (or ``gs://``, ``abfss://``) opens the
 snapshot with delta-rs and reads the Parquet files on the executors through pyarrow's
-filesystem (:mod:`pipelines.storage`); no Hadoop S3 connector is needed. The settings are this
+filesystem (:mod:`logstore.objectstore`); no Hadoop S3 connector is needed. The settings are this
 Python worker's environment (``AWS_ENDPOINT_URL``, keys, region), or options
-``storage.<key>`` (the ``[storage]`` keys of :data:`pipelines.storage.OVERRIDE_KEYS`), which
+``storage.<key>`` (the ``[storage]`` keys of :data:`logstore.objectstore.OVERRIDE_KEYS`), which
 ``read_delta`` passes; the reader carries the resolved settings to the executors.
 
 Options (strings, case-insensitive): ``path``, ``versionAsOf``, ``timestampAsOf`` (ISO-8601),
@@ -90,8 +90,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from logstore.objectstore import LakeLocation, StorageSettings
 from pipelines.delta.errors import DeltaSinkError
-from pipelines.storage import LakeLocation, StorageSettings
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -111,7 +111,7 @@ __all__ = [
 
 FORMAT = "delta"
 PUSHDOWN_KEY = "spark.sql.python.filterPushdown.enabled"
-# options named storage.<key> carry pipelines.storage settings (StorageSettings.to_overrides)
+# options named storage.<key> carry logstore.objectstore settings (StorageSettings.to_overrides)
 STORAGE_OPTION_PREFIX = "storage."
 # A string statistic this long may be a truncated prefix (Delta writers cut at 32 characters).
 _STRING_STAT_LIMIT = 32

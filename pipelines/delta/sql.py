@@ -22,7 +22,7 @@ the Python data source's file pruning is not, see ``pipelines.delta.source``). T
 tables' ``max_timestamp`` is shown there as a timestamp, the raw milliseconds as
 ``max_timestamp_ms``.
 
-On an object store (``s3://...``, :mod:`pipelines.storage`) delta-rs opens the tables with the
+On an object store (``s3://...``, :mod:`logstore.objectstore`) delta-rs opens the tables with the
 storage options of the environment; Spark, lacking Hadoop's S3 connector offline, reads them
 through the Python data source (``pipelines.delta.source``, handed the same settings), whose
 executors read the Parquet files through pyarrow's filesystem. A session with native Delta is
@@ -40,11 +40,11 @@ from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from logstore.objectstore import LakeLocation, StorageSettings, delta_target
 from pipelines.catalog import find_tables, parse_versions, view_columns
 from pipelines.delta.commit import load_table
 from pipelines.delta.errors import DeltaSinkError
 from pipelines.delta.source import FORMAT, STORAGE_OPTION_PREFIX, needs_delta_reader
-from pipelines.storage import LakeLocation, StorageSettings, delta_target
 
 __all__ = ["query_delta", "read_delta", "register_delta_view", "register_lake_views"]
 

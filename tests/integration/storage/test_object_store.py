@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from logstore.errors import ObjectNotFoundError, ObjectStoreUnavailableError
-from pipelines.storage import ObjectStore, StorageSettings, open_store
+from logstore.objectstore import ObjectStore, StorageSettings, open_store
 from tests.fixtures.s3 import S3Bucket
 
 

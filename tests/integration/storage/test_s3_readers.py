@@ -17,6 +17,7 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from pyspark.sql import SparkSession
 
 from logstore.cli import main
+from logstore.objectstore import LakeLocation, StorageSettings
 from pipelines.catalog import find_tables
 from pipelines.compaction.deltalog import (
     FileRef,
@@ -26,7 +27,6 @@ from pipelines.compaction.deltalog import (
 )
 from pipelines.delta.source import STORAGE_OPTION_PREFIX
 from pipelines.delta.sql import query_delta, read_delta, register_lake_views
-from pipelines.storage import LakeLocation, StorageSettings
 from tests.fixtures.s3 import S3Bucket
 
 N = 3000
@@ -154,7 +154,7 @@ def test_spark_readers_on_s3(
 
 
 def test_an_independent_reader_agrees(s3_lake: tuple[str, pa.Table, np.ndarray]) -> None:
-    """delta-rs opened by hand (not through pipelines.storage) sees the table we read."""
+    """delta-rs opened by hand (not through logstore.objectstore) sees the table we read."""
     lake, expected, _ = s3_lake
     options = StorageSettings.from_environment().delta_options(LakeLocation.parse(lake))
     dt = DeltaTable(f"{lake}/records", storage_options=options)

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from logstore.errors import ObjectStoreUnavailableError
-from pipelines.storage import StorageSettings, open_store
+from logstore.objectstore import StorageSettings, open_store
 from tests.fixtures.s3 import S3Bucket
 
 SLOW_DOWN = (

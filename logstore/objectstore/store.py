@@ -1,11 +1,11 @@
 """The lake's object store: one interface over local disk and S3 (GCS/Azure by settings).
 
 Paths given to :class:`ObjectStore` are keys relative to its root (``records/_delta_log/x``),
-checked by :func:`~pipelines.storage.location.check_relative` (no ``..``). Reads, writes,
+checked by :func:`~logstore.objectstore.location.check_relative` (no ``..``). Reads, writes,
 listing and deletes go through the pyarrow filesystem of the location
 (:meth:`StorageSettings.filesystem`); put-if-absent is an ``os.link`` of a fully written
 temporary file on local disk (atomic, never a partly written object) and a ``PutObject`` with
-``If-None-Match: *`` on S3 (:mod:`pipelines.storage._s3put`, why it is not pyarrow there).
+``If-None-Match: *`` on S3 (:mod:`logstore.objectstore._s3put`, why it is not pyarrow there).
 
 Failures:
 
@@ -27,6 +27,7 @@ filesystems are, and the store keeps no other state.
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import time
@@ -44,9 +45,9 @@ from logstore.errors import (
     ObjectStoreError,
     ObjectStoreUnavailableError,
 )
-from pipelines.storage._s3put import TRANSIENT_STATUS, put_if_absent_s3
-from pipelines.storage.location import LakeLocation, check_relative
-from pipelines.storage.settings import StorageSettings
+from logstore.objectstore._s3put import TRANSIENT_STATUS, put_if_absent_s3
+from logstore.objectstore.location import LakeLocation, check_relative
+from logstore.objectstore.settings import StorageSettings
 
 __all__ = ["ObjectInfo", "ObjectStore", "open_store"]
 
@@ -189,7 +190,7 @@ class ObjectStore:
             out.append(ObjectInfo(info.path[len(base) :].lstrip("/"), int(info.size or 0)))
         return sorted(out, key=lambda o: o.path)
 
-    def list_dirs(self, prefix: str = "") -> list[str]:
+    def list_dirs(self, prefix: str = "") -> builtins.list[str]:
         """The names of the "directories" right below ``prefix``: subdirectories on local disk,
         common prefixes (``prefix/<name>/...``) on an object store; sorted."""
         loc = self.location(prefix) if prefix else self.root

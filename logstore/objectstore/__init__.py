@@ -10,9 +10,9 @@ errors from the ``logstore.errors`` tree.
 
 from __future__ import annotations
 
-from pipelines.storage.location import REMOTE_SCHEMES, LakeLocation, Scheme, check_relative
-from pipelines.storage.settings import OVERRIDE_KEYS, StorageSettings, delta_target
-from pipelines.storage.store import ObjectInfo, ObjectStore, open_store
+from logstore.objectstore.location import REMOTE_SCHEMES, LakeLocation, Scheme, check_relative
+from logstore.objectstore.settings import OVERRIDE_KEYS, StorageSettings, delta_target
+from logstore.objectstore.store import ObjectInfo, ObjectStore, open_store
 
 __all__ = [
     "OVERRIDE_KEYS",

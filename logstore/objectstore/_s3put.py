@@ -22,7 +22,7 @@ import hmac
 import http.client
 from urllib.parse import quote, urlsplit
 
-from pipelines.storage.settings import StorageSettings
+from logstore.objectstore.settings import StorageSettings
 
 __all__ = ["put_if_absent_s3"]
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from logstore.errors import InvalidConfigError
-from pipelines.storage.location import LakeLocation
+from logstore.objectstore.location import LakeLocation
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs

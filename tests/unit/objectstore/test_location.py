@@ -8,7 +8,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from logstore.errors import InvalidConfigError
-from pipelines.storage import LakeLocation, StorageSettings
+from logstore.objectstore import LakeLocation, StorageSettings
 
 
 def test_s3_location_parses_and_joins() -> None:
