@@ -33,16 +33,18 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.serial import entity_reader, entity_writer
 
-from logstore.errors import LoglakeError
+from logstore.errors import InvalidConfigError, LoglakeError
 from logstore.server.security.scram import ScramAuthError, ScramClient
 from logstore.tools.client_config import ClientConfig
 
 __all__ = ["AuthenticationError", "KafkaConnection"]
 
 
-class AuthenticationError(LoglakeError):
-    """The broker refused the TLS handshake or the SASL login (bad configuration or
-    credentials: retrying the same thing changes nothing)."""
+class AuthenticationError(InvalidConfigError):
+    """The TLS handshake or the SASL login failed: the client's properties or credentials do
+    not fit the broker, and retrying the same thing changes nothing (Kafka's clients treat
+    authentication failures as fatal too), hence a configuration error: the tools and the
+    jobs (``pipelines.jobrun``) exit 2."""
 
 
 class KafkaConnection:
