@@ -13,15 +13,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from logstore.cli import main
-from tests.fixtures.tls import make_pki
+from tests.fixtures.tls import make_pki, secure_listeners
 from tests.integration.broker.clients import new_topic
 
 pytestmark = pytest.mark.integration
-
-JAAS = (
-    "org.apache.kafka.common.security.plain.PlainLoginModule required"
-    ' user_admin="admin-secret" user_carol="carol-secret";'
-)
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +28,7 @@ def pki(tmp_path_factory):
 def secure_broker(broker_factory, pki):
     return broker_factory(
         extra_listeners=("SASL_SSL", "SSL"),
-        **{
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(pki.server),
-            "listener.name.ssl.ssl.truststore.type": "PEM",
-            "listener.name.ssl.ssl.truststore.location": str(pki.ca),
-            "listener.name.ssl.ssl.client.auth": "required",
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
-            "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
-            "connection.failed.authentication.delay.ms": "20",
-        },
+        **secure_listeners(pki, plain_users={"admin": "admin-secret", "carol": "carol-secret"}),
     )
 
 

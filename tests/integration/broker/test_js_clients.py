@@ -29,7 +29,7 @@ from confluent_kafka.admin import UserScramCredentialUpsertion as Upsert
 
 from logstore.protocol.batch import iter_batches
 from tests.fixtures.broker import BrokerProcess
-from tests.fixtures.tls import make_pki
+from tests.fixtures.tls import make_pki, secure_listeners
 from tests.integration.broker.clients import new_topic, read_log
 
 pytestmark = pytest.mark.integration
@@ -155,9 +155,6 @@ def test_kafkajs_idempotent_producers_and_consumer(broker, tmp_path):
     _check(out, producers, broker, topic)
 
 
-JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_carol="carol-secret";'
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     return make_pki(tmp_path_factory.mktemp("pki"))
@@ -170,16 +167,7 @@ def secure_broker(tmp_path_factory, pki):
     b = BrokerProcess(
         tmp_path_factory.mktemp("js-secure"),
         extra_listeners=("SASL_SSL", "SSL"),
-        **{
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(pki.server),
-            "listener.name.ssl.ssl.truststore.type": "PEM",
-            "listener.name.ssl.ssl.truststore.location": str(pki.ca),
-            "listener.name.ssl.ssl.client.auth": "required",
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
-            "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
-            "connection.failed.authentication.delay.ms": "20",
-        },
+        **secure_listeners(pki, plain_users={"carol": "carol-secret"}),
     )
     b.start()
     try:
