@@ -23,6 +23,9 @@ Keys loglake's clients act on:
   (``TLSv1.2``, ``TLSv1.3``);
 - ``client.id``, ``request.timeout.ms``.
 
+:func:`librdkafka_config` gives the same settings in librdkafka's (confluent-kafka's) names,
+for loglake's own confluent-kafka clients (the demo's producers).
+
 Every other key of Kafka's producer, consumer and admin clients is accepted and has no effect
 (Kafka accepts a client file written for another client the same way); a key that is none of
 Kafka's is refused naming the nearest valid one. Every file is read and checked, PEM files
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,6 +56,7 @@ __all__ = [
     "ClientConfig",
     "ClientConfigError",
     "client_config",
+    "librdkafka_config",
     "load_client_config",
     "read_client_properties",
 ]
@@ -350,3 +355,33 @@ def _login(props: Mapping[str, str], source: str) -> tuple[str, str, str]:
             ' password="...";) or sasl.username and sasl.password'
         )
     return mechanism, user, password
+
+
+_PEM_CERT: Final = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
+
+
+def librdkafka_config(cfg: ClientConfig) -> dict[str, str]:
+    """``cfg`` as librdkafka's properties (PEM text inline: ``ssl.ca.pem``, ``ssl.key.pem``,
+    ``ssl.certificate.pem``; ``ssl.endpoint.identification.algorithm`` ``https`` or
+    ``none``); without a truststore librdkafka uses the system's CAs as loglake does."""
+    out = {"security.protocol": cfg.security_protocol.lower()}
+    if cfg.uses_sasl:
+        assert cfg.sasl_mechanism and cfg.username is not None and cfg.password is not None
+        out |= {
+            "sasl.mechanism": cfg.sasl_mechanism,
+            "sasl.username": cfg.username,
+            "sasl.password": cfg.password,
+        }
+    if cfg.uses_tls:
+        out["ssl.endpoint.identification.algorithm"] = "https" if cfg.check_hostname else "none"
+        if cfg.trust_pem is not None:
+            out["ssl.ca.pem"] = cfg.trust_pem
+        if cfg.key_pem is not None and cfg.chain_pem is not None:
+            # one keystore file holds both: librdkafka wants the certificates alone
+            out["ssl.key.pem"] = cfg.key_pem
+            out["ssl.certificate.pem"] = "\n".join(_PEM_CERT.findall(cfg.chain_pem))
+            if cfg.key_password is not None:
+                out["ssl.key.password"] = cfg.key_password
+    if cfg.client_id is not None:
+        out["client.id"] = cfg.client_id
+    return out

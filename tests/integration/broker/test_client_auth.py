@@ -10,9 +10,11 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism
+from confluent_kafka.admin import UserScramCredentialUpsertion as Upsert
 
 from logstore.cli import main
+from logstore.tools.client_config import librdkafka_config, load_client_config
 from tests.fixtures.tls import make_pki, secure_listeners
 from tests.integration.broker.clients import new_topic
 
@@ -250,3 +252,42 @@ def test_plain_over_tls_and_mtls_and_refusals(secure_broker, pki, tmp_path, caps
     # the broker served everyone else meanwhile
     md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=30)
     assert topic in md.topics
+
+
+def test_the_same_properties_drive_confluent_kafka(secure_broker, pki, tmp_path):
+    """librdkafka_config: one client.properties for loglake's tools and its confluent-kafka
+    clients (the demo's producers): SCRAM-SHA-512 over TLS and mTLS, produced and read back."""
+    b = secure_broker
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+    for fut in admin.alter_user_scram_credentials([Upsert("dan", info, b"dan-secret")]).values():
+        fut.result(30)
+    keystore = tmp_path / "alice.pem"  # key and certificate in one file, as Kafka's PEM keystore
+    keystore.write_text(pki.client_key.read_text() + pki.client_cert.read_text())
+    trust = {"ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca)}
+    cases = {
+        "SASL_SSL": {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                     "sasl.jaas.config": _scram_jaas("dan", "dan-secret"), **trust},
+        "SSL": {"security.protocol": "SSL", "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(keystore), **trust},
+    }  # fmt: skip
+    topic = new_topic(b.bootstrap, partitions=1, prefix="rdk")
+    sent = []
+    for listener, props in cases.items():
+        conf = librdkafka_config(load_client_config(_props(tmp_path / f"{listener}.p", **props)))
+        conf["bootstrap.servers"] = f"127.0.0.1:{b.ports[listener]}"
+        p = ck.Producer({**conf, "acks": "all"})
+        values = [f"{listener}-{i}".encode() for i in range(5)]
+        for v in values:
+            p.produce(topic, v, partition=0)
+        assert p.flush(30) == 0
+        sent += values
+        c = ck.Consumer({**conf, "group.id": f"rdk-{listener}", "enable.auto.commit": False})
+        c.assign([ck.TopicPartition(topic, 0, 0)])
+        got = []
+        while len(got) < len(sent):
+            m = c.poll(30)
+            assert m is not None and not m.error(), m and m.error()
+            got.append(m.value())
+        c.close()
+        assert got == sent
