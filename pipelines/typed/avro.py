@@ -167,9 +167,7 @@ class AvroDecoder:
                 out.extend(self._dummy(c, detached))
         return out
 
-    def decode(
-        self, data: pa.BinaryArray | pa.LargeBinaryArray, offsets_skip: int = 5
-    ) -> Decoded:
+    def decode(self, data: pa.BinaryArray | pa.LargeBinaryArray, offsets_skip: int = 5) -> Decoded:
         """Decode every value of ``data`` (``data[i][offsets_skip:]`` is the Avro payload)."""
         if not (pa.types.is_binary(data.type) or pa.types.is_large_binary(data.type)):
             raise TypeError(f"AvroDecoder.decode takes binary values, not {data.type}")
@@ -275,9 +273,7 @@ class AvroDecoder:
             else:
                 key, value = (self._build(ch, a) for ch in node.children)
                 entries = pa.struct([node.arrow.key_field, node.arrow.item_field])
-                child = pa.Array.from_buffers(
-                    entries, len(key), [None], 0, children=[key, value]
-                )
+                child = pa.Array.from_buffers(entries, len(key), [None], 0, children=[key, value])
             return pa.Array.from_buffers(node.arrow, c, [validity, obuf], nulls, children=[child])
         if node.kind == "enum":
             idx = numpy_array(vals.astype(np.int32), mask=valid == 0 if nulls else None)
@@ -338,7 +334,7 @@ def _default_array(node: Node, default: Any, length: int) -> pa.Array:
     return one.take(numpy_array(np.zeros(length, np.int32)))
 
 
-def _default_value(node: Node, d: Any) -> Any:  # noqa: PLR0911
+def _default_value(node: Node, d: Any) -> Any:
     """An Avro default (JSON form, for the first branch of a union) as Arrow's Python value."""
     if d is None:
         return None
@@ -348,7 +344,7 @@ def _default_value(node: Node, d: Any) -> Any:  # noqa: PLR0911
         fields = node.schema["fields"]
         return {
             f["name"]: _default_value(ch, d.get(f["name"], f.get("default")))
-            for f, ch in zip(fields, node.children)
+            for f, ch in zip(fields, node.children, strict=True)
         }
     if node.kind == "array":
         return [_default_value(node.children[0], v) for v in d]
@@ -395,7 +391,7 @@ def decode_reference(
             row = _py(root.children[0], value) if root.schema is None else _py(root, value)
             rows.append({"value": row} if root.schema is None else row)
             errors.append(None)
-        except Exception as exc:  # noqa: BLE001  (the reference records every failure)
+        except Exception as exc:
             rows.append(None)
             errors.append(f"{type(exc).__name__}: {exc}")
     values = pa.array(rows, root.arrow)
@@ -417,7 +413,7 @@ _PY_KINDS: list[tuple[type | tuple[type, ...], tuple[str, ...]]] = [
 ]
 
 
-def _py(node: Node, v: Any) -> Any:  # noqa: PLR0911
+def _py(node: Node, v: Any) -> Any:
     """fastavro's Python value as the Python value ``pa.array`` takes for ``node.arrow``."""
     if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):
         name, v = v  # a named type inside a union (return_named_type)
@@ -435,7 +431,9 @@ def _py(node: Node, v: Any) -> Any:  # noqa: PLR0911
                         return {f"member{i}": _py(ch, v)}
         raise TypeError(f"no branch of {node.path or '/'} for {type(v).__name__}")
     if node.kind == "record":
-        return {name: _py(ch, v.get(name)) for name, ch in zip(node.names, node.children)}
+        return {
+            name: _py(ch, v.get(name)) for name, ch in zip(node.names, node.children, strict=True)
+        }
     if node.kind == "array":
         return [_py(node.children[0], x) for x in v]
     if node.kind == "map":

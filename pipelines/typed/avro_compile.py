@@ -219,7 +219,9 @@ def _node(schema: Any, named: dict[str, Any], *, path: str, stack: tuple[str, ..
     raise UnsupportedSchemaError(f"unknown Avro type {kind!r} at {path or '/'}")
 
 
-def _union_node(branches: list[Any], named: dict[str, Any], *, path: str, stack: tuple[str, ...]) -> Node:
+def _union_node(
+    branches: list[Any], named: dict[str, Any], *, path: str, stack: tuple[str, ...]
+) -> Node:
     others = [b for b in branches if _kind(_resolve(b, named)) != "null"]
     has_null = len(others) < len(branches)
     if not others:
@@ -234,7 +236,9 @@ def _union_node(branches: list[Any], named: dict[str, Any], *, path: str, stack:
     for c in children:
         c.nullable = True  # one branch is set, the others are null
     names = [f"member{i}" for i in range(len(children))]
-    arrow = pa.struct([pa.field(n, c.arrow, nullable=True) for n, c in zip(names, children)])
+    arrow = pa.struct(
+        [pa.field(n, c.arrow, nullable=True) for n, c in zip(names, children, strict=True)]
+    )
     return Node(
         "union", arrow, others, path, nullable=has_null, names=names, children=children,
         has_null=has_null,
@@ -281,7 +285,7 @@ class _Emitter:
         self.op(k.OP_UNION, -1, len(w))
         jumps = [self.op(k.OP_JUMP) for _ in w]
         ends = []
-        for jump, branch in zip(jumps, w):
+        for jump, branch in zip(jumps, w, strict=True):
             self.code[jump][2] = len(self.code)
             self.value(_resolve(branch, self.wnamed), node, depth, stack)
             ends.append(self.op(k.OP_JUMP))
@@ -493,7 +497,9 @@ def _min_size(schema: Any, named: dict[str, Any], stack: tuple[str, ...]) -> int
     return 1
 
 
-def compile_program(writer: Any, wnamed: dict[str, Any], root: Node, rnamed: dict[str, Any]) -> Program:
+def compile_program(
+    writer: Any, wnamed: dict[str, Any], root: Node, rnamed: dict[str, Any]
+) -> Program:
     """The program reading ``writer`` values into the reader tree ``root`` (from
     :func:`reader_tree`; a non-record reader is wrapped by the caller as ``root``'s only
     child)."""

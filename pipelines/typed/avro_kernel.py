@@ -128,7 +128,7 @@ def _entry(counts: np.ndarray, ecap: np.ndarray, n: int) -> int:
 
 
 @njit(cache=True, nogil=True)
-def decode_rows(  # noqa: PLR0912, PLR0915, PLR0917, C901
+def decode_rows(  # noqa: PLR0917
     prog: np.ndarray,
     enum_maps: np.ndarray,
     buf: np.ndarray,
@@ -191,7 +191,7 @@ def decode_rows(  # noqa: PLR0912, PLR0915, PLR0917, C901
                 if p != end:
                     err = ERR_TRAILING
                 break
-            if op == OP_ENTRY or op == OP_NULLV:
+            if op in (OP_ENTRY, OP_NULLV):
                 slot = _entry(counts, ecap, node)
                 if slot < 0:
                     full = node
@@ -212,7 +212,7 @@ def decode_rows(  # noqa: PLR0912, PLR0915, PLR0917, C901
                     valid[vbase[node] + slot] = 1
                     vals[vbase[node] + slot] = 1 if b != 0 else 0
                 pc += 1
-            elif op == OP_INT or op == OP_LONG:
+            elif op in (OP_INT, OP_LONG):
                 v, q, ok = _varint(buf, p, end, 10)
                 if not ok:
                     err = ERR_TRUNCATED if q >= end else ERR_VARINT
@@ -232,7 +232,7 @@ def decode_rows(  # noqa: PLR0912, PLR0915, PLR0917, C901
                     else:
                         vals[vbase[node] + slot] = v
                 pc += 1
-            elif op == OP_FLOAT or op == OP_DOUBLE:
+            elif op in (OP_FLOAT, OP_DOUBLE):
                 size = 4 if op == OP_FLOAT else 8
                 if end - p < size:
                     err = ERR_TRUNCATED
@@ -251,7 +251,7 @@ def decode_rows(  # noqa: PLR0912, PLR0915, PLR0917, C901
                         fvals[vbase[node] + slot] = f64[0]
                 p += size
                 pc += 1
-            elif op == OP_BYTES or op == OP_DEC_BYTES:
+            elif op in (OP_BYTES, OP_DEC_BYTES):
                 ln, q, ok = _varint(buf, p, end, 10)
                 if not ok:
                     err = ERR_TRUNCATED if q >= end else ERR_VARINT
@@ -287,7 +287,7 @@ def decode_rows(  # noqa: PLR0912, PLR0915, PLR0917, C901
                     dcounts[node] += w
                 p = q + ln
                 pc += 1
-            elif op == OP_FIXED or op == OP_DEC_FIXED:
+            elif op in (OP_FIXED, OP_DEC_FIXED):
                 size = prog[pc, 2]
                 if end - p < size:
                     err = ERR_TRUNCATED
@@ -332,7 +332,7 @@ def decode_rows(  # noqa: PLR0912, PLR0915, PLR0917, C901
                     vals[vbase[node] + slot] = r
                 p = q
                 pc += 1
-            elif op == OP_ARRAY or op == OP_LOOP:
+            elif op in (OP_ARRAY, OP_LOOP):
                 if op == OP_LOOP:
                     remaining[depth] -= 1
                     if remaining[depth] > 0:
@@ -468,7 +468,7 @@ def _null(  # noqa: PLR0917
         if slot < 0:
             return n
         valid[vbase[n] + slot] = 0 if n == node else 1
-        if kind == STORE_VALS or kind == STORE_BIN or kind == STORE_LIST:
+        if kind in (STORE_VALS, STORE_BIN, STORE_LIST):
             vals[vbase[n] + slot] = 0
         elif kind == STORE_FIXED:
             d = dbase[n] + dcounts[n]
@@ -479,7 +479,9 @@ def _null(  # noqa: PLR0917
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _decimal(buf: np.ndarray, p: int, n: int, data: np.ndarray, d: int, w: int) -> bool:
+def _decimal(  # noqa: PLR0917
+    buf: np.ndarray, p: int, n: int, data: np.ndarray, d: int, w: int
+) -> bool:
     """Avro's big-endian two's complement ``buf[p:p+n]`` as ``w`` little-endian bytes at
     ``data[d]`` (sign-extended); False when the value needs more than ``w`` bytes."""
     negative = n > 0 and buf[p] >= 0x80
