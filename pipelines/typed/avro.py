@@ -328,6 +328,9 @@ class _Arenas:
             self.data[self.dbase[i] : self.dbase[i] + d] = odata[odb[i] : odb[i] + d]
 
 
+_CTX = decimal.Context(prec=100)  # scaleb rounds to the context (28 digits by default)
+
+
 def _default_array(node: Node, default: Any, length: int) -> pa.Array:
     """``length`` copies of a reader-only field's default (one Python value, then a take)."""
     one = pa.array([_default_value(node, default)], node.arrow)
@@ -354,7 +357,7 @@ def _default_value(node: Node, d: Any) -> Any:
         raw = d.encode("latin-1")
         if node.logical == "decimal":
             scale = node.schema.get("scale", 0)
-            return decimal.Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+            return decimal.Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale, _CTX)
         return raw
     return d
 

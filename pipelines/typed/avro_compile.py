@@ -183,7 +183,7 @@ def _node(schema: Any, named: dict[str, Any], *, path: str, stack: tuple[str, ..
             p, s = schema["precision"], schema.get("scale", 0)
             arrow = pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
             return Node(kind, arrow, schema, path, logical, width=16 if p <= 38 else 32)
-        return Node(kind, arrow, schema, path, logical)
+        return Node(kind, arrow, schema, path, logical, nullable=kind == "null")
     if kind == "fixed":
         if logical == "decimal":
             p, s = schema["precision"], schema.get("scale", 0)
