@@ -397,7 +397,16 @@ def decode_reference(
         except Exception as exc:
             rows.append(None)
             errors.append(f"{type(exc).__name__}: {exc}")
-    values = pa.array(rows, root.arrow)
+    try:
+        values = pa.array(rows, root.arrow)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        for i, row in enumerate(rows):  # find the rows Arrow refuses (an int beyond 32 bits)
+            try:
+                pa.array([row], root.arrow)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                rows[i] = None
+                errors[i] = f"{type(exc).__name__}: {exc}"
+        values = pa.array(rows, root.arrow)
     return Decoded(values, pa.array(errors, pa.string()))  # type: ignore[arg-type]
 
 

@@ -341,7 +341,7 @@ class _Emitter:
             else:
                 self.op(k.OP_DEC_FIXED, nid, int(w["size"]), node.width)
         elif rk in ("bytes", "string"):
-            self.op(k.OP_BYTES, nid, int(rk == "string" and wk != "string"))
+            self.op(k.OP_BYTES, nid, int(rk == "string"))
         elif rk == "fixed":
             self.op(k.OP_FIXED, nid, int(w["size"]))
         elif rk == "enum":
