@@ -97,7 +97,7 @@ class Decoded:
 
     @property
     def error_count(self) -> int:
-        return len(self.errors) - self.errors.null_count
+        return int(len(self.errors) - self.errors.null_count)
 
 
 def _parse(schema: str | dict[str, Any] | list[Any]) -> tuple[Any, dict[str, Any]]:
@@ -152,8 +152,8 @@ class AvroDecoder:
             starts.append(len(dummies))
         self._dummy_start = np.array(starts, np.int64)
         self._dummy_nodes = np.array(dummies or [0], np.int64)
-        for n in self._dummy(self.root, detached):
-            self._per_row[n] = True
+        for i in self._dummy(self.root, detached):
+            self._per_row[i] = True
         self._store = np.array([n.store for n in self.nodes], np.int64)
         self._width = np.array([n.width for n in self.nodes], np.int64)
 
@@ -204,7 +204,7 @@ class AvroDecoder:
             a.grow(int(full))
         values = self._build(self.root, a)
         errors = self._errors(err_code, err_pos, offsets, nulls)
-        return Decoded(values, errors)  # type: ignore[arg-type]
+        return Decoded(values, errors)
 
     def _errors(
         self, code: np.ndarray, pos: np.ndarray, offsets: np.ndarray, nulls: np.ndarray | None
@@ -282,8 +282,8 @@ class AvroDecoder:
             bits = pa.py_buffer(np.packbits(vals != 0, bitorder="little"))
             return pa.Array.from_buffers(pa.bool_(), c, [validity, bits], nulls)
         if node.kind in ("float", "double"):
-            raw = a.fvals[vb : vb + c]
-            raw = raw.astype(np.float32) if node.kind == "float" else raw
+            floats = a.fvals[vb : vb + c]
+            raw: np.ndarray = floats.astype(np.float32) if node.kind == "float" else floats
         else:
             raw = vals.astype(np.int32) if node.arrow.bit_width == 32 else vals
         return pa.Array.from_buffers(node.arrow, c, [validity, pa.py_buffer(raw)], nulls)
@@ -407,7 +407,7 @@ def decode_reference(
                 rows[i] = None
                 errors[i] = f"{type(exc).__name__}: {exc}"
         values = pa.array(rows, root.arrow)
-    return Decoded(values, pa.array(errors, pa.string()))  # type: ignore[arg-type]
+    return Decoded(values, pa.array(errors, pa.string()))
 
 
 _PY_KINDS: list[tuple[type | tuple[type, ...], tuple[str, ...]]] = [

@@ -124,7 +124,7 @@ def _entry(counts: np.ndarray, ecap: np.ndarray, n: int) -> int:
     if c >= ecap[n]:
         return -1
     counts[n] = c + 1
-    return c
+    return int(c)
 
 
 @njit(cache=True, nogil=True)
@@ -463,10 +463,10 @@ def _null(  # noqa: PLR0917
         kind = store[n]
         w = width[n]
         if kind == STORE_FIXED and dcounts[n] + w > dcap[n]:
-            return n
+            return int(n)
         slot = _entry(counts, ecap, n)
         if slot < 0:
-            return n
+            return int(n)
         valid[vbase[n] + slot] = 0 if n == node else 1
         if kind in (STORE_VALS, STORE_BIN, STORE_LIST):
             vals[vbase[n] + slot] = 0

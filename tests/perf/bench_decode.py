@@ -178,7 +178,7 @@ def measure_spark_map_in_pandas(values: pa.BinaryArray) -> float:
     )
 
     def decode(frames: Any) -> Any:
-        import pandas as pd
+        import pandas as pd  # type: ignore[import-untyped]
 
         parsed = fastavro.parse_schema(SCHEMA)
         for frame in frames:

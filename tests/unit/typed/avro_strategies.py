@@ -122,7 +122,8 @@ def _record(draw: Any, counter: Any, depth: int) -> dict[str, Any]:
 @st.composite
 def record_schemas(draw: Any) -> dict[str, Any]:
     """A random record schema (fresh names each draw)."""
-    return draw(_record(itertools.count(), 0))
+    schema: dict[str, Any] = draw(_record(itertools.count(), 0))
+    return schema
 
 
 def _kind(schema: Any) -> str:
@@ -130,7 +131,7 @@ def _kind(schema: Any) -> str:
         return "union"
     if isinstance(schema, str):
         return schema
-    return schema.get("logicalType") or schema["type"]
+    return str(schema.get("logicalType") or schema["type"])
 
 
 _UTC = datetime.UTC

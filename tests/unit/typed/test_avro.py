@@ -291,11 +291,12 @@ def test_input_forms() -> None:
 
 
 def test_non_record_values_are_wrapped() -> None:
-    for schema, values in [
+    cases: list[tuple[Any, list[Any]]] = [
         ("string", ["a", "bc"]),
         (["null", "long"], [None, 5]),
         ({"type": "map", "values": "int"}, [{"a": 1}, {}]),
-    ]:
+    ]
+    for schema, values in cases:
         data = frame(schema, values)
         out = decode(schema, data)
         want = decode_reference(data, json.dumps(schema))
