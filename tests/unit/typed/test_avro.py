@@ -19,6 +19,7 @@ from pipelines.typed.avro import (
     arrow_type,
     compile_decoder,
     decode_reference,
+    warm,
 )
 
 HEADER = b"\x00\x00\x00\x00\x01"
@@ -310,3 +311,7 @@ def test_type_mismatch_fails_rows_not_the_compile() -> None:
     assert out.errors.to_pylist() == [
         "writer string cannot be read as reader int at /v (at byte 5 of 7)"
     ]
+
+
+def test_warm_decodes_both_input_flavours() -> None:
+    assert warm() == 8
