@@ -182,13 +182,6 @@ class AvroDecoder:
         ).astype(np.int64)
         # Always a read-only view (numba compiles one specialisation per array flavour).
         buf = np.frombuffer(bufs[2] if bufs[2] is not None else b"", np.uint8)
-        nulls = None
-        if data.null_count:
-            nulls = ~np.unpackbits(
-                np.frombuffer(bufs[0], np.uint8), count=data.offset + n, bitorder="little"
-            )[data.offset :].astype(np.bool_)
-            offsets = offsets.copy()
-            offsets[1:][nulls] = offsets[:-1][nulls]  # an empty payload: too short, an error
         payload = int(offsets[-1] - offsets[0])
         a = _Arenas(self, n, payload)
         err_code = np.zeros(n, np.int64)
@@ -204,13 +197,21 @@ class AvroDecoder:
             if status == k.STATUS_DONE:
                 break
             a.grow(int(full))
+        if data.null_count:  # a null input is a failed row, whatever bytes its slot spans
+            nulls = np.flatnonzero(
+                np.unpackbits(
+                    np.frombuffer(bufs[0], np.uint8), count=data.offset + n, bitorder="little"
+                )[data.offset :]
+                == 0
+            )
+            err_code[nulls] = k.ERR_NULL
+            err_pos[nulls] = 0
+            a.valid[a.vbase[0] + nulls] = 0  # the root has one entry per row, in order
         values = self._build(self.root, a)
-        errors = self._errors(err_code, err_pos, offsets, nulls)
+        errors = self._errors(err_code, err_pos, offsets)
         return Decoded(values, errors)
 
-    def _errors(
-        self, code: np.ndarray, pos: np.ndarray, offsets: np.ndarray, nulls: np.ndarray | None
-    ) -> pa.Array:
+    def _errors(self, code: np.ndarray, pos: np.ndarray, offsets: np.ndarray) -> pa.Array:
         n = len(code)
         bad = np.flatnonzero(code)
         if not len(bad):
@@ -218,8 +219,8 @@ class AvroDecoder:
         texts = []
         for i in bad:  # failed rows only: their count is the dead-letter count
             c = int(code[i])
-            if nulls is not None and nulls[i]:
-                texts.append(b"value is null")
+            if c == k.ERR_NULL:
+                texts.append(k.ERRORS[c].encode())
                 continue
             what = self.program.messages[c - k.ERR_SCHEMA] if c >= k.ERR_SCHEMA else k.ERRORS[c]
             size = int(offsets[i + 1] - offsets[i])

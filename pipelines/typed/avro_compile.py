@@ -263,6 +263,7 @@ class _Emitter:
         self.enum_maps: list[int] = []
         self.messages: list[str] = []
         self.defaults: dict[int, Any] = {}
+        self.written: set[int] = set()  # reader fields some writer record fills
         self.max_depth = 0
 
     def op(self, op: int, a: int = -1, b: int = 0, c: int = 0) -> int:
@@ -398,6 +399,7 @@ class _Emitter:
                            "and has no default")  # fmt: skip
                 return
             self.defaults[node.children[i].id] = f["default"]
+        self.written.update(child.id for _, child in plan if child is not None)
         self.op(k.OP_ENTRY, node.id)
         for f, child in plan:
             self.emit(f["type"], child, depth, (*stack, w["name"]))
@@ -510,6 +512,12 @@ def compile_program(
         e.op(k.OP_ENTRY, root.id)
         e.emit(writer, root.children[0], 0, ())
     e.op(k.OP_END)
+    both = e.written & set(e.defaults)
+    if both:  # only with aliases: two writer records resolving to one reader record
+        raise UnsupportedSchemaError(
+            "two writer records resolve to one reader record with different fields"
+            f" (node ids {sorted(both)}): a default and a written value in one column"
+        )
     prog = np.array(e.code, dtype=np.int64).reshape(-1, 4)
     return Program(
         prog, np.array(e.enum_maps or [0], np.int64), e.messages, e.defaults, e.max_depth

@@ -37,6 +37,7 @@ from pipelines.decode._kernels import _copy, _varint, utf8_valid
 
 __all__ = [
     "ERRORS",
+    "ERR_NULL",
     "ERR_SCHEMA",
     "OPS",
     "STATUS_DONE",
@@ -95,6 +96,7 @@ ERR_DECIMAL_RANGE = 9
 ERR_BLOCK_COUNT = 10
 ERR_TRAILING = 11
 ERR_SHORT = 12
+ERR_NULL = 13  # set by the caller: a null input value
 ERR_SCHEMA = 100  # + the message index of an OP_ERROR
 
 ERRORS: dict[int, str] = {
@@ -110,6 +112,7 @@ ERRORS: dict[int, str] = {
     ERR_BLOCK_COUNT: "array/map block count larger than the payload can hold",
     ERR_TRAILING: "bytes left after the value",
     ERR_SHORT: "payload shorter than its header",
+    ERR_NULL: "value is null",
 }
 
 # Zero-size items (nulls, empty records) cost no bytes: their block counts are bounded apart.

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -315,3 +316,18 @@ def test_type_mismatch_fails_rows_not_the_compile() -> None:
 
 def test_warm_decodes_both_input_flavours() -> None:
     assert warm() == 8
+
+
+def test_null_inputs_fail_even_when_their_slot_has_bytes() -> None:
+    schema = record(("s", "string"))
+    good = frame(schema, [{"s": "a"}, {"s": "b"}]).to_pylist()
+    # An Arrow binary array whose null slot spans bytes (Arrow allows it).
+    raw = good[0] + good[1] + good[1]
+    offsets = np.array([0, len(good[0]), len(good[0]) + len(good[1]), len(raw)], np.int32)
+    validity = np.packbits(np.array([1, 0, 1], np.bool_), bitorder="little")
+    data = pa.Array.from_buffers(
+        pa.binary(), 3, [pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(raw)], 1
+    )
+    out = decode(schema, data)
+    assert out.values.to_pylist() == [{"s": "a"}, None, {"s": "b"}]
+    assert out.errors.to_pylist() == [None, "value is null", None]
