@@ -143,7 +143,6 @@ class AvroDecoder:
         self.arrow_type: pa.StructType = self.root.arrow
         self.program: Program = compile_program(wparsed, wnamed, self.root, rnamed)
         self.nodes = _nodes(self.root)
-        self._writer, self._reader = wparsed, rparsed
         detached = set(self.program.defaults)
         # Nodes filled per row (one entry per row): reached from the root through structs.
         self._per_row = np.zeros(len(self.nodes), np.bool_)
@@ -182,6 +181,8 @@ class AvroDecoder:
         ).astype(np.int64)
         # Always a read-only view (numba compiles one specialisation per array flavour).
         buf = np.frombuffer(bufs[2] if bufs[2] is not None else b"", np.uint8)
+        if n and (offsets.min() < 0 or offsets.max() > len(buf)):  # the kernel trusts these
+            raise ValueError("binary array offsets point outside its data buffer")
         payload = int(offsets[-1] - offsets[0])
         a = _Arenas(self, n, payload)
         err_code = np.zeros(n, np.int64)
