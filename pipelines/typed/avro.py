@@ -156,6 +156,11 @@ class AvroDecoder:
             self._per_row[i] = True
         self._store = np.array([n.store for n in self.nodes], np.int64)
         self._width = np.array([n.width for n in self.nodes], np.int64)
+        # Nodes that can hold a null: the root (failed rows) and the targets of OP_NULL.
+        self._track = np.zeros(len(self.nodes), np.uint8)
+        self._track[0] = 1
+        prog = self.program.prog
+        self._track[prog[prog[:, 0] == k.OP_NULL, 1]] = 1
 
     def _dummy(self, node: Node, detached: set[int]) -> list[int]:
         """``node`` and its struct descendants that the kernel writes (not the defaults)."""
@@ -192,7 +197,7 @@ class AvroDecoder:
             status, row, full = k.decode_rows(
                 self.program.prog, self.program.enum_maps, buf, offsets, offsets_skip, row,
                 a.counts, a.dcounts, a.ecap, a.dcap, a.vbase, a.dbase, self._store, self._width,
-                self._dummy_start, self._dummy_nodes, a.vals, a.fvals, a.valid, a.data,
+                self._track, self._dummy_start, self._dummy_nodes, a.vals, a.fvals, a.valid, a.data,
                 err_code, err_pos, self.program.max_depth,
             )  # fmt: skip
             if status == k.STATUS_DONE:
@@ -240,8 +245,8 @@ class AvroDecoder:
         i = node.id
         c = int(a.counts[i])
         vb = int(a.vbase[i])
-        valid = a.valid[vb : vb + c]
-        nulls = c - int(np.count_nonzero(valid))
+        valid = a.valid[vb : vb + c]  # written only for the nodes that can be null
+        nulls = c - int(np.count_nonzero(valid)) if self._track[i] else 0
         validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
         store = node.store
         if node.kind == "null":

@@ -18,6 +18,10 @@ how much is used. What a node writes per entry:
 - arrays and maps: the item count in ``vals`` (written when the last block ends);
 - records and unions-as-structs: only the validity byte.
 
+Validity bytes are written only for the nodes that can be null (``track[n]``: the root, and
+the targets of ``OP_NULL``); the others are valid by construction, and skipping their bytes
+saves a store and a memory stream per value (~15% of the kernel's time, measured).
+
 A null (a union's null branch, or a row that failed) is a validity byte 0 and a placeholder
 entry for the node and every struct-descendant (``dummy_*``), so that child arrays keep the
 length of their parent, as Arrow requires.
@@ -146,6 +150,7 @@ def decode_rows(  # noqa: PLR0917
     dbase: np.ndarray,
     store: np.ndarray,
     width: np.ndarray,
+    track: np.ndarray,
     dummy_start: np.ndarray,
     dummy_nodes: np.ndarray,
     vals: np.ndarray,
@@ -199,7 +204,8 @@ def decode_rows(  # noqa: PLR0917
                 if slot < 0:
                     full = node
                     break
-                valid[vbase[node] + slot] = 1
+                if track[node]:
+                    valid[vbase[node] + slot] = 1
                 pc += 1
             elif op == OP_BOOL:
                 if p >= end:
@@ -212,7 +218,8 @@ def decode_rows(  # noqa: PLR0917
                     if slot < 0:
                         full = node
                         break
-                    valid[vbase[node] + slot] = 1
+                    if track[node]:
+                        valid[vbase[node] + slot] = 1
                     vals[vbase[node] + slot] = 1 if b != 0 else 0
                 pc += 1
             elif op in (OP_INT, OP_LONG):
@@ -229,7 +236,8 @@ def decode_rows(  # noqa: PLR0917
                     if slot < 0:
                         full = node
                         break
-                    valid[vbase[node] + slot] = 1
+                    if track[node]:
+                        valid[vbase[node] + slot] = 1
                     if prog[pc, 2] == 1:
                         fvals[vbase[node] + slot] = np.float64(v)
                     else:
@@ -247,7 +255,8 @@ def decode_rows(  # noqa: PLR0917
                         break
                     for i in range(size):
                         scratch[i] = buf[p + i]
-                    valid[vbase[node] + slot] = 1
+                    if track[node]:
+                        valid[vbase[node] + slot] = 1
                     if op == OP_FLOAT:
                         fvals[vbase[node] + slot] = np.float64(f32[0])
                     else:
@@ -278,7 +287,8 @@ def decode_rows(  # noqa: PLR0917
                     if slot < 0:
                         full = node
                         break
-                    valid[vbase[node] + slot] = 1
+                    if track[node]:
+                        valid[vbase[node] + slot] = 1
                     d = dbase[node] + dcounts[node]
                     if op == OP_BYTES:
                         vals[vbase[node] + slot] = ln
@@ -304,7 +314,8 @@ def decode_rows(  # noqa: PLR0917
                     if slot < 0:
                         full = node
                         break
-                    valid[vbase[node] + slot] = 1
+                    if track[node]:
+                        valid[vbase[node] + slot] = 1
                     d = dbase[node] + dcounts[node]
                     if op == OP_FIXED:
                         _copy(data, d, buf, p, size)
@@ -331,7 +342,8 @@ def decode_rows(  # noqa: PLR0917
                     if slot < 0:
                         full = node
                         break
-                    valid[vbase[node] + slot] = 1
+                    if track[node]:
+                        valid[vbase[node] + slot] = 1
                     vals[vbase[node] + slot] = r
                 p = q
                 pc += 1
@@ -393,7 +405,8 @@ def decode_rows(  # noqa: PLR0917
                     if slot < 0:
                         full = node
                         break
-                    valid[vbase[node] + slot] = 1
+                    if track[node]:
+                        valid[vbase[node] + slot] = 1
                     vals[vbase[node] + slot] = n_items
                 pc = after
             elif op == OP_UNION:
@@ -410,7 +423,7 @@ def decode_rows(  # noqa: PLR0917
                 pc = prog[pc, 2]
             elif op == OP_NULL:
                 full = _null(
-                    node, counts, dcounts, ecap, dcap, vbase, dbase, store, width,
+                    node, counts, dcounts, ecap, dcap, vbase, dbase, store, width, track,
                     dummy_start, dummy_nodes, vals, valid, data,
                 )  # fmt: skip
                 if full >= 0:
@@ -431,7 +444,7 @@ def decode_rows(  # noqa: PLR0917
         err_code[row] = err
         err_pos[row] = p - start
         full = _null(
-            0, counts, dcounts, ecap, dcap, vbase, dbase, store, width,
+            0, counts, dcounts, ecap, dcap, vbase, dbase, store, width, track,
             dummy_start, dummy_nodes, vals, valid, data,
         )  # fmt: skip
         if full >= 0:
@@ -453,6 +466,7 @@ def _null(  # noqa: PLR0917
     dbase: np.ndarray,
     store: np.ndarray,
     width: np.ndarray,
+    track: np.ndarray,
     dummy_start: np.ndarray,
     dummy_nodes: np.ndarray,
     vals: np.ndarray,
@@ -470,7 +484,8 @@ def _null(  # noqa: PLR0917
         slot = _entry(counts, ecap, n)
         if slot < 0:
             return int(n)
-        valid[vbase[n] + slot] = 0 if n == node else 1
+        if track[n]:
+            valid[vbase[n] + slot] = 0 if n == node else 1
         if kind in (STORE_VALS, STORE_BIN, STORE_LIST):
             vals[vbase[n] + slot] = 0
         elif kind == STORE_FIXED:
