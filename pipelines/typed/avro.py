@@ -161,6 +161,18 @@ class AvroDecoder:
         self._track[0] = 1
         prog = self.program.prog
         self._track[prog[prog[:, 0] == k.OP_NULL, 1]] = 1
+        # Decimal nodes: the largest and the smallest value of their precision, in limbs.
+        self._bound_at = np.zeros(len(self.nodes), np.int64)
+        limbs: list[np.ndarray] = [np.zeros(1, np.uint64)]
+        at = 1
+        for n in self.nodes:
+            if n.logical == "decimal":
+                top = 10**n.arrow.precision - 1
+                for v in (top, -top):
+                    limbs.append(np.frombuffer(v.to_bytes(n.width, "little", signed=True), "<u8"))
+                self._bound_at[n.id] = at
+                at += 2 * (n.width // 8)
+        self._bounds = np.concatenate(limbs).astype(np.uint64)
 
     def _dummy(self, node: Node, detached: set[int]) -> list[int]:
         """``node`` and its struct descendants that the kernel writes (not the defaults)."""
@@ -197,7 +209,8 @@ class AvroDecoder:
             status, row, full = k.decode_rows(
                 self.program.prog, self.program.enum_maps, buf, offsets, offsets_skip, row,
                 a.counts, a.dcounts, a.ecap, a.dcap, a.vbase, a.dbase, self._store, self._width,
-                self._track, self._dummy_start, self._dummy_nodes, a.vals, a.fvals, a.valid, a.data,
+                self._track, self._bounds, self._bound_at, self._dummy_start, self._dummy_nodes,
+                a.vals, a.fvals, a.valid, a.data,
                 err_code, err_pos, self.program.max_depth,
             )  # fmt: skip
             if status == k.STATUS_DONE:

@@ -112,7 +112,7 @@ ERRORS: dict[int, str] = {
     ERR_ENUM_INDEX: "enum index out of range",
     ERR_ENUM_SYMBOL: "enum symbol unknown to the reader schema, which has no default",
     ERR_INT_RANGE: "int value outside 32 bits",
-    ERR_DECIMAL_RANGE: "decimal too large for its Arrow type",
+    ERR_DECIMAL_RANGE: "decimal has more digits than its precision",
     ERR_BLOCK_COUNT: "array/map block count larger than the payload can hold",
     ERR_TRAILING: "bytes left after the value",
     ERR_SHORT: "payload shorter than its header",
@@ -151,6 +151,8 @@ def decode_rows(  # noqa: PLR0917
     store: np.ndarray,
     width: np.ndarray,
     track: np.ndarray,
+    bounds: np.ndarray,
+    bound_at: np.ndarray,
     dummy_start: np.ndarray,
     dummy_nodes: np.ndarray,
     vals: np.ndarray,
@@ -293,7 +295,7 @@ def decode_rows(  # noqa: PLR0917
                     if op == OP_BYTES:
                         vals[vbase[node] + slot] = ln
                         _copy(data, d, buf, q, ln)
-                    elif not _decimal(buf, q, ln, data, d, w):
+                    elif not _decimal(buf, q, ln, data, d, w, bounds, bound_at[node]):
                         p = q
                         err = ERR_DECIMAL_RANGE
                         break
@@ -319,7 +321,7 @@ def decode_rows(  # noqa: PLR0917
                     d = dbase[node] + dcounts[node]
                     if op == OP_FIXED:
                         _copy(data, d, buf, p, size)
-                    elif not _decimal(buf, p, size, data, d, w):
+                    elif not _decimal(buf, p, size, data, d, w, bounds, bound_at[node]):
                         err = ERR_DECIMAL_RANGE
                         break
                     dcounts[node] += w
@@ -497,11 +499,41 @@ def _null(  # noqa: PLR0917
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _limb(data: np.ndarray, d: int, i: int) -> np.uint64:
+    v = np.uint64(0)
+    for j in range(8):
+        v |= np.uint64(data[d + 8 * i + j]) << np.uint64(8 * j)
+    return v
+
+
+@njit(cache=True, nogil=True)
+def _compare(data: np.ndarray, d: int, limbs: int, bounds: np.ndarray, at: int) -> int:
+    """Sign of (the ``limbs`` x 64-bit two's complement at ``data[d]``) - ``bounds[at:]``."""
+    for i in range(limbs - 1, -1, -1):
+        a = _limb(data, d, i)
+        b = bounds[at + i]
+        if a != b:
+            if i == limbs - 1:  # the top limb carries the sign
+                return -1 if np.int64(a) < np.int64(b) else 1
+            return -1 if a < b else 1
+    return 0
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _decimal(  # noqa: PLR0917
-    buf: np.ndarray, p: int, n: int, data: np.ndarray, d: int, w: int
+    buf: np.ndarray,
+    p: int,
+    n: int,
+    data: np.ndarray,
+    d: int,
+    w: int,
+    bounds: np.ndarray,
+    at: int,
 ) -> bool:
     """Avro's big-endian two's complement ``buf[p:p+n]`` as ``w`` little-endian bytes at
-    ``data[d]`` (sign-extended); False when the value needs more than ``w`` bytes."""
+    ``data[d]`` (sign-extended); False when the value needs more than ``w`` bytes or more
+    digits than the precision: ``bounds[at:at+w/8]`` is the largest value allowed (10^p - 1)
+    and the next ``w/8`` limbs the smallest, as 64-bit limbs, least significant first."""
     negative = n > 0 and buf[p] >= 0x80
     fill = 0xFF if negative else 0x00
     extra = n - w
@@ -513,4 +545,7 @@ def _decimal(  # noqa: PLR0917
     for i in range(w):
         src = p + n - 1 - i
         data[d + i] = buf[src] if src >= p else fill
-    return True
+    limbs = w // 8
+    if negative:
+        return _compare(data, d, limbs, bounds, at + limbs) >= 0
+    return _compare(data, d, limbs, bounds, at) <= 0

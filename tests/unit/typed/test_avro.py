@@ -260,7 +260,24 @@ def test_decimals_in_range_and_overflowing() -> None:
     )
     out = decode(wide, data, reader)
     assert out.values.to_pylist() == [None]
-    assert "decimal too large" in out.errors[0].as_py()
+    assert "decimal has more digits than its precision" in out.errors[0].as_py()
+
+
+@pytest.mark.parametrize("precision", [3, 18, 38, 40, 60])
+def test_decimals_beyond_their_precision_fail(precision: int) -> None:
+    writer = record(("d", {"type": "bytes", "logicalType": "decimal", "precision": 76}))
+    reader = record(("d", {"type": "bytes", "logicalType": "decimal", "precision": precision}))
+    top = 10**precision - 1
+    ints = [top, -top, top + 1, -top - 1, 0, -1, 2**63, -(2**63)]
+    data = frame(writer, [{"d": decimal.Decimal(i)} for i in ints])
+    out = decode(writer, data, reader)
+    fits = [abs(i) <= top for i in ints]
+    assert out.errors.is_null().to_pylist() == fits
+    assert out.values.to_pylist() == [
+        {"d": decimal.Decimal(i)} if ok else None for i, ok in zip(ints, fits, strict=True)
+    ]
+    ref = decode_reference(data, json.dumps(writer), json.dumps(reader))
+    assert ref.errors.is_null().to_pylist() == fits
 
 
 def test_buffers_grow_for_long_lists() -> None:
