@@ -177,18 +177,14 @@ def _node(schema: Any, named: dict[str, Any], *, path: str, stack: tuple[str, ..
     if kind == "union":
         return _union_node(schema, named, path=path, stack=stack)
     logical = _logical(schema)
+    if logical == "decimal":  # on bytes or fixed: 16 or 32 little-endian bytes per value
+        p, s = schema["precision"], schema.get("scale", 0)
+        arrow = pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
+        return Node(kind, arrow, schema, path, logical, width=16 if p <= 38 else 32)
     if kind in _SCALARS:
         arrow = _LOGICAL.get(logical or "", _SCALARS[kind])
-        if logical == "decimal":
-            p, s = schema["precision"], schema.get("scale", 0)
-            arrow = pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
-            return Node(kind, arrow, schema, path, logical, width=16 if p <= 38 else 32)
         return Node(kind, arrow, schema, path, logical, nullable=kind == "null")
     if kind == "fixed":
-        if logical == "decimal":
-            p, s = schema["precision"], schema.get("scale", 0)
-            arrow = pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
-            return Node(kind, arrow, schema, path, logical, width=16 if p <= 38 else 32)
         size = int(schema["size"])
         return Node(kind, pa.binary(size), schema, path, logical, width=size)
     if kind == "enum":
