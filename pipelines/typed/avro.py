@@ -34,7 +34,8 @@ Type mapping (Avro -> Arrow)::
     time-millis / time-micros       time32[ms] / time64[us]
     timestamp-millis / -micros      timestamp[ms, tz=UTC] / timestamp[us, tz=UTC]
     local-timestamp-millis / -micros timestamp[ms] / timestamp[us] (no time zone)
-    decimal(p, s) on bytes or fixed decimal128(p, s); decimal256(p, s) when p > 38
+    decimal(p, s) on bytes or fixed decimal128(p, s); decimal256(p, s) when p > 38;
+                                    the base type (binary / fixed) when p > 76
     uuid                            string (as written, not re-validated)
     duration (fixed 12)             fixed_size_binary(12): months, days, milliseconds as
                                     little-endian uint32s, Avro's own bytes

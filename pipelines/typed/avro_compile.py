@@ -122,6 +122,8 @@ def _logical(schema: Any) -> str | None:
         p, s = schema.get("precision"), schema.get("scale", 0)
         if not isinstance(p, int) or not isinstance(s, int) or p < 1 or not 0 <= s <= p:
             return None
+        if p > 76:  # beyond Arrow's widest decimal: the base type's column, bytes as written
+            return None
         if kind == "fixed" and schema["size"] * 8 - 1 < p * 3.32192809488736:
             return None  # the fixed cannot hold the precision: Avro ignores the logical type
     if lt == "duration" and schema.get("size") != 12:

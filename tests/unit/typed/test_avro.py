@@ -76,6 +76,7 @@ def test_type_mapping() -> None:
         ("uuid", {"type": "string", "logicalType": "uuid"}),
         ("dur", {"type": "fixed", "name": "Dur", "size": 12, "logicalType": "duration"}),
         ("bad", {"type": "string", "logicalType": "date"}),  # wrong base: ignored
+        ("huge", {"type": "bytes", "logicalType": "decimal", "precision": 77}),  # > Arrow's
         ("F2", "F"),  # a named type referenced by name
     )  # fmt: skip
     want = pa.struct([
@@ -102,7 +103,8 @@ def test_type_mapping() -> None:
         pa.field("dec40", pa.decimal256(40, 3), False),
         pa.field("decf", pa.decimal128(18, 4), False),
         pa.field("uuid", pa.string(), False), pa.field("dur", pa.binary(12), False),
-        pa.field("bad", pa.string(), False), pa.field("F2", pa.binary(4), False),
+        pa.field("bad", pa.string(), False), pa.field("huge", pa.binary(), False),
+        pa.field("F2", pa.binary(4), False),
     ])  # fmt: skip
     assert arrow_type(schema) == want
     assert compile_decoder(json.dumps(schema)).arrow_type == want
