@@ -197,7 +197,8 @@ def values_of(schema: Any) -> st.SearchStrategy[Any]:
 def with_evolution(draw: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """A record schema (the writer) and a compatible reader: fields added with defaults,
     fields dropped, ints promoted (int->long/float/double, long->float/double,
-    float->double, string->bytes), enums given more symbols, fields reordered."""
+    float->double, string->bytes), fields made nullable (read through a reader union), enums
+    given more symbols, fields reordered."""
     writer = draw(record_schemas())
     fields = [dict(f) for f in writer["fields"]]
     changes = []
@@ -207,7 +208,7 @@ def with_evolution(draw: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]
     }  # fmt: skip
     out = []
     for f in fields:
-        action = draw(st.sampled_from(["keep", "keep", "drop", "promote"]))
+        action = draw(st.sampled_from(["keep", "keep", "drop", "promote", "nullable"]))
         if action == "drop":
             changes.append(f"drop {f['name']}")
             continue
@@ -215,6 +216,9 @@ def with_evolution(draw: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]
             new = draw(st.sampled_from(promotions[f["type"]]))
             changes.append(f"{f['name']}: {f['type']} -> {new}")
             f["type"] = new
+        elif action == "nullable" and not isinstance(f["type"], list) and f["type"] != "null":
+            f["type"] = ["null", f["type"]]  # a writer value re-resolved into a reader union
+            changes.append(f"{f['name']}: nullable")
         elif action == "promote" and isinstance(f["type"], dict) and f["type"]["type"] == "enum":
             f["type"] = {**f["type"], "symbols": [*f["type"]["symbols"], "NEW"]}
             changes.append(f"{f['name']}: enum + NEW")
