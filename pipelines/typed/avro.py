@@ -50,6 +50,17 @@ not take part (as in Avro), except that decimals must keep their scale. A decima
 its Arrow type, an enum symbol the reader lacks (and no reader default), a writer union branch
 the reader cannot read, an int beyond 32 bits, invalid UTF-8 in a string, trailing bytes after
 the value and any truncation are errors of that row.
+
+Where this decoder and fastavro's ``schemaless_reader`` differ (the tests avoid these cases
+in the random cross-check and pin this side's behaviour by example):
+
+- a writer value goes to the reader union's branch of its own type before one a promotion
+  reaches (Java's Avro does the same); fastavro takes the first branch a promotion reaches;
+- ``bytes``/``fixed`` defaults are code points 0-255 taken as bytes (the specification, and
+  Java); fastavro encodes them as UTF-8; decimal defaults become decimals (fastavro returns
+  the JSON string);
+- bytes after the value, and ``int`` values beyond 32 bits, are errors (fastavro ignores the
+  first and returns the second).
 """
 
 from __future__ import annotations
