@@ -83,7 +83,9 @@ def test_confluent_serializer_values_decode_like_its_deserializer(broker_factory
     errors: list[Any] = [None] * len(values)
     for schema_id in np.unique(ids):
         pick = np.flatnonzero(ids == schema_id)
-        dec = compile_decoder(sr.get_schema(int(schema_id)).schema_str, latest)
+        writer = sr.get_schema(int(schema_id)).schema_str
+        assert writer is not None
+        dec = compile_decoder(writer, latest)
         out = dec.decode(data.take(pa.array(pick)))
         for k, i in enumerate(pick):
             rows[i], errors[i] = out.values[k].as_py(), out.errors[k].as_py()
