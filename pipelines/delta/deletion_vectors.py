@@ -96,8 +96,11 @@ def serialize_deletion_vector(positions: np.ndarray) -> bytes:
     high = (pos >> 16).astype(np.uint16)
     low = (pos & 0xFFFF).astype(np.uint16)
     # high is sorted: its runs are the containers (np.unique would hash it all again)
-    starts = np.flatnonzero(np.concatenate([[True], high[1:] != high[:-1]])) if len(high) else []
-    starts = np.asarray(starts, dtype=np.int64)
+    starts = (
+        np.flatnonzero(np.concatenate([[True], high[1:] != high[:-1]])).astype(np.int64)
+        if len(high)
+        else np.zeros(0, dtype=np.int64)
+    )
     keys = high[starts]
     counts = np.diff(np.append(starts, len(high)))
     n = len(keys)
