@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from pyspark.sql import SparkSession
 
 from logstore.objectstore import StorageSettings
+from pipelines.compaction.commit import with_deletion_vector
 from pipelines.delta.actions import CdcFile, FileRef, commit_actions
 from pipelines.delta.deletion_vectors import DV_PREFIX, write_deletion_vectors
 from pipelines.delta.errors import ConcurrentWriteError
@@ -82,7 +82,7 @@ def _commit(log: DeltaLog, tmp_path: Path) -> tuple[int | None, np.ndarray]:
         read_version=0,
         removes=[old],
         adds=[
-            FileRef(old.path, old.size, {}, None, int(time.time() * 1000), True, descriptor),
+            with_deletion_vector(old, descriptor),  # compaction's re-add (stats not tight)
             FileRef(new_name, size, {}),
         ],
         cdc=[CdcFile(f"_change_data/{cdc_name}", cdc_size, {})],
@@ -137,6 +137,7 @@ def test_a_stale_writer_loses_the_race_and_changes_nothing(table_uri: str) -> No
 _RACER = """
 import json, sys, time
 from pathlib import Path
+from pipelines.compaction.commit import with_deletion_vector
 from pipelines.delta.actions import commit_actions
 from pipelines.delta.errors import ConcurrentWriteError
 from pipelines.delta.log import DeltaLog
