@@ -16,7 +16,8 @@ Checks (what ``pipelines.delta.commit`` checks for its own commits): the table i
 version the write read (else ``ConcurrentWriteError``: the removes were chosen from that
 snapshot); app transactions never go backwards and, all already present, make the commit a
 no-op (``check_app_transactions``). Losing the put-if-absent race to another writer is a
-``ConcurrentWriteError`` too, and that writer's commit stands untouched. Every 100th version
+``ConcurrentWriteError`` too, and that writer's commit stands untouched; a put that the store
+retried after a lost response and that finds its own bytes there counts as won. Every 100th version
 a checkpoint is written with delta-rs.
 
 Crash behaviour: before the put nothing is visible; the put is the commit (atomic on both
@@ -187,7 +188,11 @@ def commit_actions(
     )
     version = read_version + 1
     data = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines).encode()
-    if not log.store.put_if_absent(f"{LOG_DIR}/{version:020d}.json", data):
+    key = f"{LOG_DIR}/{version:020d}.json"
+    # A put retried after a lost response may find its own first attempt there: the bytes
+    # (timestamps, app transactions, file names) are this commit's alone, so equal bytes mean
+    # this writer won.
+    if not log.store.put_if_absent(key, data) and log.store.read(key) != data:
         raise ConcurrentWriteError(
             f"another writer committed version {version} first; nothing committed, re-run",
             path=log.uri,
