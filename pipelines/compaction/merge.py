@@ -43,6 +43,18 @@ from pipelines.compaction.plan import VERSION, versions
 from pipelines.delta.deletion_vectors import write_deletion_vectors
 from pipelines.delta.files import PartitionedFileWriter
 
+__all__ = [
+    "DV_MAX_DELETED_SHARE",
+    "DV_MAX_FILES",
+    "TABLE_PARQUET_OPTIONS",
+    "TaskPlan",
+    "merge_bucket",
+    "merge_rows",
+    "read_table_file",
+    "task_ids",
+]
+
+
 # ---------------------------------------------------------------------------------------------
 # Executor side: merge one bucket
 

@@ -34,6 +34,17 @@ from pipelines.delta.files import WrittenFile, cleanup_write_files
 from pipelines.delta.log import DeltaLog
 from pipelines.delta.staging import _pid_start
 
+__all__ = [
+    "OWNER_STALE_AFTER_S",
+    "OWNER_SUFFIX",
+    "cleanup_run",
+    "clear_stale_staging",
+    "journal_dv_files",
+    "owner_path",
+    "reap_dead_runs",
+    "take_ownership",
+]
+
 
 def clear_stale_staging(root: str, max_age_s: float = 24 * 3600) -> None:
     """Remove staging directories without an owner marker (runs from before the markers)

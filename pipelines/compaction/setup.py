@@ -23,6 +23,9 @@ from pipelines.compaction.layout import (
 )
 from pipelines.compaction.model import Strategy
 from pipelines.delta.commit import load_table
+from pipelines.delta.errors import DeltaSinkError
+
+__all__ = ["ensure_table"]
 
 
 def _settings(strategy: Strategy, buckets: int) -> str:
@@ -69,7 +72,9 @@ def ensure_table(
     dt = load_table(path)
     if dt is None:
         _create_table(path, strategy, buckets, cdf)
-        dt = DeltaTable(path)
+        dt = load_table(path)
+        if dt is None:
+            raise DeltaSinkError("the table just created cannot be read", path=path)
     try:
         conf = json.loads(dt.metadata().description or "{}")
     except ValueError:

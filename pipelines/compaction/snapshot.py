@@ -24,6 +24,8 @@ from pipelines.delta.actions import FileRef
 from pipelines.delta.log import DeltaLog
 from pipelines.ingest import APP_PREFIX as INGEST_PREFIX
 
+__all__ = ["deleted_rows", "files_by_bucket", "ingest_progress", "record_files"]
+
 
 def ingest_progress(records_path: str, rec_dt: DeltaTable, topic: str) -> dict[int, int]:
     """Ingest's progress per partition of ``topic`` in the pinned ``records`` snapshot."""

@@ -39,6 +39,9 @@ from pipelines.delta.direct import run_in_job_group
 from pipelines.delta.files import WrittenFile
 from pipelines.worker import arrow_single_threaded, start_task, without_huge_pages
 
+__all__ = ["StageInput", "run_stages"]
+
+
 # Direct path (the run's two stages, both in the Python workers, no rows through the JVM):
 # stage 1, one task per core and group of input files: read them with pyarrow (only the rows of
 # the new offsets, keyed; the winners' columns but partition, offset and key only once the
@@ -56,6 +59,8 @@ _STAGED_SCHEMA = TABLE_SCHEMA.append(pa.field(SRC, pa.int32()))
 
 @dataclass(frozen=True)
 class StageInput:
+    """One input file of stage 1: a records file, or (``--full``) a table or tombstone file."""
+
     path: str
     src: int  # 0 records, 1 live rows, 2 tombstone rows (``--full``)
     deleted: np.ndarray | None = None  # a table file's deletion vector (deleted positions)

@@ -31,6 +31,11 @@ version (a later record with a smaller version must not bring it back), so those
 keep ``<lake>/topic_tombstones/<topic>`` (same layout, one row per deleted key); ``offset``
 does not need it (later records always have greater offsets).
 
+This module is the run's orchestration (``compact_topic``, ``run_compact``); its steps live in
+their own modules: ``snapshot`` (steps 1-2: progress, the files), ``stage`` (step 3 on Spark,
+stage 1), ``merge`` (stage 2: one bucket), ``commit`` (step 4), ``runs`` (run markers, leftovers,
+reaping), ``setup`` (table creation and settings), ``layout`` (names and the schema).
+
 A run, per topic:
 
 1. pins the ``records`` snapshot and reads ingest's progress ``E[p]`` in it, and the table's

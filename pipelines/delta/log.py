@@ -186,9 +186,10 @@ class DeltaLog:
         return [json.loads(line) for line in data.splitlines() if line.strip()]
 
     def _checkpoint_column(self, part: LogEntry, column: str) -> list[dict[str, Any] | None]:
-        table = pq.read_table(pa.BufferReader(self.store.read(part.key)))
-        if column not in table.column_names:
+        source = pa.BufferReader(self.store.read(part.key))
+        if column not in pq.read_schema(source).names:
             return []
+        table = pq.read_table(source, columns=[column])
         rows: list[dict[str, Any] | None] = table.column(column).to_pylist()
         return rows
 
