@@ -33,6 +33,7 @@ listed a commit fail with ``ObjectNotFoundError``: re-read. Thread-safe: no shar
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -110,9 +111,13 @@ class DeltaLog:
     def __init__(
         self, location: str | Path | LakeLocation, *, settings: StorageSettings | None = None
     ) -> None:
-        self.location = (
-            location if isinstance(location, LakeLocation) else LakeLocation.parse(location)
-        )
+        if isinstance(location, LakeLocation):
+            self.location = location
+        elif isinstance(location, Path) or "://" not in str(location):
+            # a local path as callers hold it (``a/../b`` included: normalised, not refused)
+            self.location = LakeLocation.parse(os.path.abspath(location))
+        else:
+            self.location = LakeLocation.parse(location)
         self.store = ObjectStore(self.location, settings=settings)
 
     def __repr__(self) -> str:
@@ -164,7 +169,8 @@ class DeltaLog:
 
     def listing(self) -> LogListing:
         """The commits and checkpoints present (empty when there is no log). One listing of
-        the store's filesystem (modification times come with it on disk and on S3)."""
+        the store's filesystem, for the modification times that come with it on disk and on S3
+        (``ObjectStore.list`` gives none); unlike the store's operations it is not retried."""
         base = self.location.join(LOG_DIR)
         selector = pafs.FileSelector(base.fs_path, recursive=False, allow_not_found=True)
         out = LogListing()
@@ -180,7 +186,7 @@ class DeltaLog:
                 out.checkpoints.setdefault(int(m.group(1)), []).append(entry)
         return out
 
-    def commit_actions(self, version: int) -> list[dict[str, Any]]:
+    def read_commit(self, version: int) -> list[dict[str, Any]]:
         """The actions of commit ``version`` (its JSON lines), in file order."""
         data = self.store.read(f"{LOG_DIR}/{version:020d}.json")
         return [json.loads(line) for line in data.splitlines() if line.strip()]
@@ -217,7 +223,7 @@ class DeltaLog:
                 files[(add["path"], dv_descriptor_id(add["deletionVector"]))] = add
         del start
         for v in commits:
-            for action in self.commit_actions(v):
+            for action in self.read_commit(v):
                 if "add" in action:
                     add = action["add"]
                     files[(add["path"], dv_descriptor_id(add.get("deletionVector")))] = add
@@ -239,7 +245,7 @@ class DeltaLog:
                 if row is not None and row.get("appId") is not None:
                     txns[row["appId"]] = int(row["version"])
         for v in commits:
-            for action in self.commit_actions(v):
+            for action in self.read_commit(v):
                 if "txn" in action:
                     txns[action["txn"]["appId"]] = int(action["txn"]["version"])
         return txns
@@ -263,7 +269,7 @@ class DeltaLog:
 
         listing = self.listing()
         for v in sorted(listing.commits):
-            for action in self.commit_actions(v):
+            for action in self.read_commit(v):
                 for kind in ("add", "remove", "cdc"):
                     note(action.get(kind))
         for parts in listing.checkpoints.values():

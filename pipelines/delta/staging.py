@@ -226,7 +226,7 @@ def _committed_paths(root: Path, write_id: str, since: float) -> set[str]:
     for version, entry in log.listing().commits.items():
         if entry.mtime < since - 60:
             continue
-        for action in log.commit_actions(version):
+        for action in log.read_commit(version):
             if "add" in action and tag in action["add"]["path"]:
                 out.add(unquote(action["add"]["path"]))
     return out

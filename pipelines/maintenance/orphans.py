@@ -100,7 +100,7 @@ def vacuum_orphans(
     for v in range(first, latest + 1):
         if v not in listing.commits:
             continue
-        for action in log.commit_actions(v):
+        for action in log.read_commit(v):
             for kind in ("add", "remove"):
                 if kind in action and v > first:
                     f = dv_file_name(root, action[kind].get("deletionVector"))
