@@ -21,6 +21,8 @@ from logstore.server.handlers.describe_configs import (
     topic_config_entries,
     validate_topic_configs,
 )
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized, authorized_cluster
 from logstore.server.topics import TopicExistsError
 from logstore.storage.files import validate_topic
 
@@ -91,7 +93,14 @@ def handle(ctx: RequestContext, request: Any) -> Any:
             error, message, n = ErrorCode.invalid_request, "topic listed twice", -1
         else:
             seen.add(topic.name)
-            error, message, n = _create_one(ctx, topic, request.validate_only)
+            if not (
+                authorized_cluster(ctx, AclOperation.CREATE)
+                or authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
+            ):
+                # Kafka: CREATE on the cluster or on the topic
+                error, message, n = ErrorCode.topic_authorization_failed, None, -1
+            else:
+                error, message, n = _create_one(ctx, topic, request.validate_only)
         configs = None
         if error == ErrorCode.none and ctx.api_version >= 5:
             configs = tuple(

@@ -17,6 +17,8 @@ from logstore.errors import LoglakeError
 from logstore.server.context import RequestContext
 from logstore.server.error_codes import error_code_for
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
@@ -42,8 +44,12 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for t in request.topics:
         parts = []
+        allowed = authorized(ctx, AclOperation.DELETE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
-            error, low = _delete(ctx, t.name, int(p.partition_index), int(p.offset))
+            if not allowed:  # Kafka: DELETE on the topic
+                error, low = ErrorCode.topic_authorization_failed, -1
+            else:
+                error, low = _delete(ctx, t.name, int(p.partition_index), int(p.offset))
             parts.append(
                 build(
                     mod.DeleteRecordsPartitionResult,

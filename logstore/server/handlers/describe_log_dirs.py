@@ -25,6 +25,8 @@ from kio.schema.errors import ErrorCode
 
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.security.acls import AclOperation
+from logstore.server.security.authorizer import authorized_cluster
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
@@ -44,6 +46,14 @@ def _volume(path: Path) -> tuple[int, int]:
 
 def handle(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
+    if not authorized_cluster(ctx, AclOperation.DESCRIBE):
+        # Kafka: DESCRIBE on the cluster; v3+ say so, older versions get nothing
+        return build(
+            mod.DescribeLogDirsResponse,
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results=(),
+        )
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {}

@@ -24,6 +24,8 @@ from kio.schema.errors import ErrorCode
 
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized
 from logstore.server.txn.schemas import TxnState
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
@@ -73,5 +75,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 transaction_state=state.kafka_name,
             )
             for txn_id, pid, state in listed
+            # Kafka lists only the transactional ids the principal may DESCRIBE
+            if authorized(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id)
         ),
     )
