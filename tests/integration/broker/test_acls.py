@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import subprocess
+import sys
 
 import confluent_kafka as ck
 import pytest
@@ -331,3 +333,127 @@ def test_bad_filters_and_no_authorizer(acl_broker, broker):
         plain.create_acls([grab])[grab].result(30)
     assert exc.value.args[0].code() == ck.KafkaError.SECURITY_DISABLED
     wait_for(lambda: acl_broker.running, 5)
+
+
+def test_loglake_acls_tool(acl_broker, broker):
+    b = acl_broker
+    admin, topic, _hidden = _setup(b)
+    boot = ["--bootstrap-server", b.bootstrap]
+
+    out = loglake(
+        "acls",
+        "--add",
+        "--allow-principal",
+        "User:carol",
+        "--producer",
+        "--topic",
+        "app-",
+        "--resource-pattern-type",
+        "prefixed",
+        "--idempotent",
+        *boot,
+    )
+    assert out.returncode == 0, out.stderr
+    added = "`ResourcePattern(resourceType=TOPIC, name=app-, patternType=PREFIXED)`"
+    assert f"Adding ACLs for resource {added}" in out.stdout
+    out = loglake(
+        "acls",
+        "--add",
+        "--deny-principal",
+        "User:carol",
+        "--deny-host",
+        "10.9.9.9",
+        "--operation",
+        "Read",
+        "--operation",
+        "describe_configs",
+        "--group",
+        "g1",
+        *boot,
+    )
+    assert out.returncode == 0, out.stderr
+    made = {
+        (
+            a.restype,
+            a.name,
+            a.resource_pattern_type,
+            a.principal,
+            a.host,
+            a.operation,
+            a.permission_type,
+        )
+        for a in admin.describe_acls(ANY_ACL).result(30)
+        if a.principal == "User:carol"
+    }
+    pre = ResourcePatternType.PREFIXED
+    lit = ResourcePatternType.LITERAL
+    allow, deny = AclPermissionType.ALLOW, AclPermissionType.DENY
+    assert made == {
+        (ResourceType.TOPIC, "app-", pre, "User:carol", "*", AclOperation.WRITE, allow),
+        (ResourceType.TOPIC, "app-", pre, "User:carol", "*", AclOperation.DESCRIBE, allow),
+        (ResourceType.TOPIC, "app-", pre, "User:carol", "*", AclOperation.CREATE, allow),
+        (
+            ResourceType.BROKER,
+            "kafka-cluster",
+            lit,
+            "User:carol",
+            "*",
+            AclOperation.IDEMPOTENT_WRITE,
+            allow,
+        ),
+        (ResourceType.GROUP, "g1", lit, "User:carol", "10.9.9.9", AclOperation.READ, deny),
+        (
+            ResourceType.GROUP,
+            "g1",
+            lit,
+            "User:carol",
+            "10.9.9.9",
+            AclOperation.DESCRIBE_CONFIGS,
+            deny,
+        ),
+    }
+
+    # --list: one resource (literal by default), or everything, or one principal's
+    out = loglake("acls", "--list", "--topic", topic, *boot)
+    assert out.returncode == 0, out.stderr
+    current = f"`ResourcePattern(resourceType=TOPIC, name={topic}, patternType=LITERAL)`"
+    assert f"Current ACLs for resource {current}:" in out.stdout
+    assert "(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)" in out.stdout
+    out = loglake("acls", "--list", "--principal", "User:carol", *boot)
+    assert out.stdout.count("(principal=User:carol") == 6 and "User:alice" not in out.stdout
+
+    # --remove asks first; "n" keeps them, --force removes what matches
+    out = subprocess.run(
+        [sys.executable, "-m", "logstore.cli", "acls", "--remove", "--group", "g1", *boot],
+        input="n\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 2 and "not confirmed" in out.stderr
+    out = loglake("acls", "--remove", "--force", "--group", "g1", *boot)
+    assert out.returncode == 0, out.stderr
+    assert "2 ACL(s) removed." in out.stdout
+    remaining = [a for a in admin.describe_acls(ANY_ACL).result(30) if a.name == "g1"]
+    assert remaining == []
+
+    # refusals: bad operation (2, before any request), no authorizer (SECURITY_DISABLED, 2)
+    out = loglake(
+        "acls", "--add", "--allow-principal", "User:x", "--operation", "Fly", "--topic", "t", *boot
+    )
+    assert out.returncode == 2 and "--operation 'Fly'" in out.stderr
+    out = loglake("acls", "--list", "--bootstrap-server", broker.bootstrap)
+    assert out.returncode == 2 and "SECURITY_DISABLED" in out.stderr
+
+
+def loglake(*args: str) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "logstore.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "Traceback" not in out.stderr, out.stderr
+    return out

@@ -130,8 +130,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("acls", "principal", "host", "op", "topic", "expected"), CASES)
-def test_decision(tmp_path, acls, principal, host, op, topic, expected):
+@pytest.mark.parametrize("case", CASES)
+def test_decision(tmp_path, case):
+    acls, principal, host, op, topic, expected = case
     auth = make(tmp_path, acls)
     assert auth.authorize(principal, host, op, Res.TOPIC, topic) is expected
 
@@ -180,7 +181,7 @@ STORED = [
 ]
 
 
-def _f(rtype=Res.ANY, name=None, pattern=Pat.ANY, principal=None, host=None, op=Op.ANY):
+def _f(*, rtype=Res.ANY, name=None, pattern=Pat.ANY, principal=None, host=None, op=Op.ANY):
     return AclFilter(rtype, name, pattern, principal, host, op, Perm.ANY)
 
 
