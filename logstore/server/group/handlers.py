@@ -44,7 +44,11 @@ from logstore.server.group.messages import (
     SyncResult,
 )
 from logstore.server.security.acls import AclOperation, ResourceType
-from logstore.server.security.authorizer import authorized, authorized_cluster
+from logstore.server.security.authorizer import (
+    authorized,
+    authorized_cluster,
+    authorized_operations,
+)
 
 __all__ = ["API_HANDLERS", "build"]
 
@@ -551,7 +555,9 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                         }
                         for m in d.members
                     ],
-                    "authorized_operations": _group_operations(ctx, d.group_id)
+                    "authorized_operations": authorized_operations(
+                        ctx, ResourceType.GROUP, d.group_id
+                    )
                     if getattr(request, "include_authorized_operations", False)
                     else -(2**31),
                 }
@@ -562,16 +568,6 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 
 
 # --- DeleteGroups (42) / OffsetDelete (47) ----------------------------------------------
-
-
-def _group_operations(ctx: RequestContext, group: str) -> int:
-    """Kafka's bit set of what the principal may do to a group (KIP-430): READ, DELETE,
-    DESCRIBE as the authorizer decides (all three without an authorizer)."""
-    bits = 0
-    for op in (AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE):
-        if _may(ctx, op, ResourceType.GROUP, group):
-            bits |= 1 << op
-    return bits
 
 
 def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:

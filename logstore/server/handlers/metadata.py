@@ -13,7 +13,8 @@ Authorization (with ``authorizer.class.name``), as Kafka's: a request for every 
 only the topics the principal may DESCRIBE; a named topic it may not DESCRIBE answers
 ``TOPIC_AUTHORIZATION_FAILED`` without partitions or id, whether it exists or not; an unknown
 topic is auto-created only with CREATE on the cluster or on the topic, else
-``TOPIC_AUTHORIZATION_FAILED``.
+``TOPIC_AUTHORIZATION_FAILED``. ``include_*_authorized_operations`` (v8+) get Kafka's bit
+sets of what the principal may do (every operation without an authorizer).
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ from kio.schema.errors import ErrorCode
 from logstore.errors import InvalidTopicError
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
-from logstore.server.security.acls import AclOperation, ResourceType
-from logstore.server.security.authorizer import authorized, authorized_cluster
+from logstore.server.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from logstore.server.security.authorizer import (
+    authorized,
+    authorized_cluster,
+    authorized_operations,
+)
 from logstore.storage.files import validate_topic
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
@@ -150,7 +155,9 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 topic_id=broker.log_manager.topic_id(name) if count else None,
                 is_internal=name in INTERNAL_TOPICS,
                 partitions=partitions,
-                topic_authorized_operations=-2147483648,
+                topic_authorized_operations=authorized_operations(ctx, ResourceType.TOPIC, name)
+                if getattr(request, "include_topic_authorized_operations", False)
+                else -2147483648,
             )
         )
     brokers = (
@@ -169,6 +176,8 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=tuple(results),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+        if getattr(request, "include_cluster_authorized_operations", False)
+        else -2147483648,
         error_code=ErrorCode.none,  # v13+ (KIP-1102: only REBOOTSTRAP_REQUIRED, never here)
     )

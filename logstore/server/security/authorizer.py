@@ -59,6 +59,7 @@ __all__ = [
     "authorized",
     "authorized_any",
     "authorized_cluster",
+    "authorized_operations",
     "parse_super_users",
 ]
 
@@ -162,7 +163,10 @@ class Authorizer:
             return hit
         result = self._decide(principal, host, op, resource_type, name)
         if len(cache) >= CACHE_ENTRIES:
-            cache = self._cache = {}
+            # emptied in place: replacing it here could undo an invalidation that raced us
+            cache.clear()
+        # into the dict read before deciding: if the ACLs changed meanwhile, that dict is
+        # already dropped and the decision with it
         cache[key] = result
         return result
 
@@ -188,11 +192,12 @@ class Authorizer:
         prefix of it) allows; with no ACL of the type at all,
         ``allow.everyone.if.no.acl.found`` decides."""
         key = (principal, host, op, resource_type, None)
-        hit = self._cache.get(key)
+        cache = self._cache
+        hit = cache.get(key)
         if hit is not None:
             return hit
         result = self._decide_any(principal, host, op, resource_type)
-        self._cache[key] = result
+        cache[key] = result
         return result
 
     def _decide_any(self, principal: str, host: str, op: int, resource_type: int) -> bool:
@@ -242,3 +247,38 @@ def authorized_any(ctx: RequestContext, op: AclOperation, resource_type: Resourc
 def authorized_cluster(ctx: RequestContext, op: AclOperation) -> bool:
     """:func:`authorized` on the CLUSTER resource (``kafka-cluster``)."""
     return authorized(ctx, op, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+# Kafka's "authorized operations" bit sets (KIP-430): what a principal may do to a resource.
+_OPERATIONS_OF: Final = {
+    ResourceType.TOPIC: (
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE),
+    ResourceType.CLUSTER: (
+        AclOperation.CREATE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+    ),
+}
+
+
+def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name: str) -> int:
+    """Kafka's bit set (``1 << operation``) of the operations the request's principal may do
+    to the resource, as Metadata and DescribeGroups answer when asked (KIP-430)."""
+    bits = 0
+    for op in _OPERATIONS_OF[resource_type]:
+        if authorized(ctx, op, resource_type, name):
+            bits |= 1 << op
+    return bits

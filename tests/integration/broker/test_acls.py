@@ -21,6 +21,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import GroupAuthorizationFailedError as AkGroupAuthFailed
 from aiokafka.errors import TopicAuthorizationFailedError as AkTopicAuthFailed
+from confluent_kafka import TopicCollection
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -211,6 +212,11 @@ def test_acls_decide_who_produces_and_consumes(acl_broker):
     assert named.error is not None
     assert named.error.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert not named.partitions
+    # what bob may do to the topic, as Metadata's authorized operations (KIP-430)
+    described = bob_admin.describe_topics(
+        TopicCollection([topic]), include_authorized_operations=True
+    )[topic].result(30)
+    assert set(described.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
     # no CREATE: auto-creation by Metadata is refused, nothing created
     ghost = f"ghost-{topic}"
     named = bob_admin.list_topics(topic=ghost, timeout=30).topics[ghost]
