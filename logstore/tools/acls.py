@@ -230,8 +230,6 @@ def _add(
     admin: Admin, args: argparse.Namespace, resources: Sequence[tuple[ResourceType, str]]
 ) -> None:
     entries = _entries(args)
-    if not entries:
-        raise ToolError("--add needs --allow-principal or --deny-principal")
     given = _pattern(args)
     for rtype, name in resources:
         # the cluster is always literal (kafka-cluster), as kafka-acls makes it
@@ -317,6 +315,13 @@ def run(args: argparse.Namespace) -> int:
             raise ToolError("--consumer needs --group (the group the consumer reads in)")
         if args.principal is not None and not args.list:
             raise ToolError("--principal goes with --list (use --allow-principal to add)")
+        # every argument rule before the first request
+        _pattern(args)
+        entries = _entries(args)
+        if args.add and not entries:
+            raise ToolError("--add needs --allow-principal or --deny-principal")
+        for rtype, _name in resources:
+            _ops_for(args, rtype)
         with Admin(bootstrap_of(args), client_id="loglake-acls") as admin:
             if args.add:
                 _add(admin, args, resources)

@@ -53,6 +53,7 @@ from kio.static.primitive import i8
 from tests.fixtures.broker import wait_for
 from tests.integration.broker.clients import new_topic
 from tests.integration.broker.rawclient import RawClient
+from tests.integration.broker.test_operator_tools import loglake
 
 pytestmark = pytest.mark.integration
 
@@ -451,15 +452,3 @@ def test_loglake_acls_tool(acl_broker, broker):
     assert out.returncode == 2 and "--operation 'Fly'" in out.stderr
     out = loglake("acls", "--list", "--bootstrap-server", broker.bootstrap)
     assert out.returncode == 2 and "SECURITY_DISABLED" in out.stderr
-
-
-def loglake(*args: str) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(
-        [sys.executable, "-m", "logstore.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert "Traceback" not in out.stderr, out.stderr
-    return out
