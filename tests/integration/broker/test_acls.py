@@ -35,6 +35,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpPartition
 from kafka.admin import ACLFilter as KpAclFilter
 from kafka.admin import ACLOperation as KpOp
 from kafka.admin import ACLPermissionType as KpPerm
@@ -329,6 +330,10 @@ def test_bad_filters_and_no_authorizer(acl_broker, broker):
         resp = raw.call(bad)
         assert resp.error_code == ErrorCode.invalid_request
         assert "UNKNOWN" in (resp.error_message or "")
+    # an ACL request before SASL authentication: the connection is closed, nothing answered
+    with RawClient(f"127.0.0.1:{acl_broker.ports['SASL_PLAINTEXT']}") as raw:
+        raw.send_frame(raw.request_bytes(dataclasses.replace(bad, resource_type_filter=i8(1))))
+        assert raw.is_closed_by_peer()
     # the session broker has no authorizer: Kafka's SECURITY_DISABLED (read raw: librdkafka
     # drops DescribeAcls' error, and its CreateAcls carries it per creation)
     with RawClient(broker.bootstrap) as raw:
@@ -452,3 +457,56 @@ def test_loglake_acls_tool(acl_broker, broker):
     assert out.returncode == 2 and "--operation 'Fly'" in out.stderr
     out = loglake("acls", "--list", "--bootstrap-server", broker.bootstrap)
     assert out.returncode == 2 and "SECURITY_DISABLED" in out.stderr
+
+
+def test_deny_read_refuses_fetch_but_not_describe(broker_factory):
+    """allow.everyone.if.no.acl.found, then ALLOW ALL and DENY READ on one topic: anonymous
+    clients use every other topic, see that one and its offsets (a DENY of READ does not deny
+    DESCRIBE) but cannot fetch it (deny wins), as Kafka decides."""
+    b = broker_factory(
+        authorizer_class_name=STANDARD,
+        allow_everyone_if_no_acl_found="true",
+    )
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    closed = new_topic(b.bootstrap, partitions=1, prefix="closed")
+    p = ck.Producer({"bootstrap.servers": b.bootstrap})
+    p.produce(closed, b"secret", partition=0)
+    assert p.flush(30) == 0
+    deny = AclBinding(
+        ResourceType.TOPIC,
+        closed,
+        ResourcePatternType.LITERAL,
+        "User:*",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.DENY,
+    )
+    assert admin.create_acls([deny])[deny].result(30) is None
+    # the topic has an ACL now: allow.everyone no longer applies to it, and no ACL allows
+    # DESCRIBE, so it leaves the listing (Kafka's rule: a resource with ACLs, none matching)
+    assert closed not in admin.list_topics(timeout=30).topics
+    everything = AclBinding(
+        ResourceType.TOPIC,
+        closed,
+        ResourcePatternType.LITERAL,
+        "User:*",
+        "*",
+        AclOperation.ALL,
+        AclPermissionType.ALLOW,
+    )
+    assert admin.create_acls([everything])[everything].result(30) is None
+    assert closed in admin.list_topics(timeout=30).topics  # ALL allows DESCRIBE, no DENY of it
+    consumer = KafkaConsumer(bootstrap_servers=b.bootstrap)
+    consumer.assign([KpPartition(closed, 0)])
+    assert consumer.end_offsets([KpPartition(closed, 0)]) == {KpPartition(closed, 0): 1}
+    consumer.seek(KpPartition(closed, 0), 0)
+    with pytest.raises(KpTopicAuthFailed):
+        for _ in range(40):
+            consumer.poll(500)
+    consumer.close()
+    # the denied topic's data was never sent; other topics are served as before
+    open_topic = new_topic(b.bootstrap, partitions=1, prefix="open")
+    p.produce(open_topic, b"public", partition=0)
+    assert p.flush(30) == 0
+    got, errors = _ck_consume({"bootstrap.servers": b.bootstrap}, open_topic, "g-any", 1)
+    assert not errors and got == [b"public"]
