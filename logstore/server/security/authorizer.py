@@ -185,38 +185,45 @@ class Authorizer:
         return allowed
 
     def authorize_any(self, principal: str, host: str, op: int, resource_type: int) -> bool:
-        """Kafka's ``authorizeByResourceType``: may the principal do ``op`` on at least one
-        resource of the type? (Kafka 4 lets an idempotent producer without IDEMPOTENT_WRITE
-        on the cluster in when it may WRITE some topic, KIP-679.) A DENY of ``*`` refuses; an
-        ALLOW on a pattern that no DENY pattern covers (the same literal name, or a denied
-        prefix of it) allows; with no ACL of the type at all,
-        ``allow.everyone.if.no.acl.found`` decides."""
+        """Kafka's ``authorizeByResourceType`` (its ``Authorizer`` default): may the principal
+        do ``op`` on at least one resource of the type? Kafka 4 lets an idempotent producer
+        without IDEMPOTENT_WRITE on the cluster in when it may WRITE some topic (KIP-679).
+
+        As Kafka: allowed if :meth:`authorize` allows a made-up name (a super user, ``*``,
+        or ``allow.everyone.if.no.acl.found`` where nothing covers it); else only ACLs of
+        exactly ``op`` or ALL count (no implied operations): a DENY of ``*`` refuses, an
+        ALLOW of ``*`` allows, and an ALLOW of a name or prefix allows unless a DENY of the
+        same literal name or of a prefix of it covers it."""
         key = (principal, host, op, resource_type, None)
         cache = self._cache
         hit = cache.get(key)
         if hit is not None:
             return hit
-        result = self._decide_any(principal, host, op, resource_type)
+        result = self.authorize(principal, host, op, resource_type, "hardcode") or self._decide_any(
+            principal, host, op, resource_type
+        )
         cache[key] = result
         return result
 
     def _decide_any(self, principal: str, host: str, op: int, resource_type: int) -> bool:
-        if principal in self.super_users:
-            return True
-        of_type = self.store.index.of_type(resource_type)
-        if not of_type:
-            return self.allow_if_no_acl
-        mine = [b for b in of_type if _applies(b, principal, host, op)]
+        mine = [
+            b
+            for b in self.store.index.of_type(resource_type)
+            if b.principal in (principal, WILDCARD_PRINCIPAL)
+            and b.host in (WILDCARD, host)
+            and b.operation in (op, AclOperation.ALL)
+        ]
         deny = [b for b in mine if b.permission == AclPermission.DENY]
         deny_literal = {b.resource_name for b in deny if b.pattern_type == PatternType.LITERAL}
         deny_prefix = [b.resource_name for b in deny if b.pattern_type == PatternType.PREFIXED]
         if WILDCARD in deny_literal:
             return False
-        for b in mine:
-            if b.permission != AclPermission.ALLOW:
-                continue
-            if b.pattern_type == PatternType.LITERAL and b.resource_name == WILDCARD:
-                return True
+        allow = [b for b in mine if b.permission == AclPermission.ALLOW]
+        if any(
+            b.pattern_type == PatternType.LITERAL and b.resource_name == WILDCARD for b in allow
+        ):
+            return True
+        for b in allow:
             if b.pattern_type == PatternType.LITERAL and b.resource_name in deny_literal:
                 continue
             if any(b.resource_name.startswith(p) for p in deny_prefix):

@@ -170,6 +170,19 @@ def test_authorize_any_topic_for_idempotent_producers(tmp_path):
         [acl("app-1", Op.WRITE), acl("app", Op.WRITE, perm=Perm.DENY, pattern=Pat.PREFIXED)],
     )
     assert not denied.authorize_any(ALICE, HOST, Op.WRITE, Res.TOPIC)
+    # only the operation itself or ALL counts here (Kafka: no implied operations)
+    assert not auth.authorize_any(ALICE, HOST, Op.DESCRIBE, Res.TOPIC)
+    (tmp_path / "w").mkdir()
+    wild = make(
+        tmp_path / "w",
+        [acl("*", Op.ALL), acl("secret", Op.WRITE, perm=Perm.DENY)],
+    )
+    assert wild.authorize_any(ALICE, HOST, Op.WRITE, Res.TOPIC)
+    (tmp_path / "e").mkdir()
+    everyone = make(tmp_path / "e", [acl("t", Op.READ, principal=BOB)], allow_if_no_acl=True)
+    assert everyone.authorize_any(ALICE, HOST, Op.WRITE, Res.TOPIC)  # "hardcode": no ACL
+    (tmp_path / "e2").mkdir()
+    assert not make(tmp_path / "e2", []).authorize_any(ALICE, HOST, Op.WRITE, Res.TOPIC)
 
 
 # (filter, names of the matching bindings)
