@@ -22,8 +22,10 @@ A decision (:meth:`Authorizer.authorize`), as ``StandardAuthorizerData.authorize
 Speed: decisions are cached per (principal, host, operation, resource type, name) in a dict
 that is replaced (emptied) whenever the ACLs change and cleared when it outgrows
 :data:`CACHE_ENTRIES`, so a produce with 10,000 ACLs costs one dict lookup per topic once
-warm. The cache and the index are swapped by reference: readers never lock, and a decision
-made while a change lands is the old or the new one, as in Kafka.
+warm. A denied decision is logged (``logstore.server.authorizer``, Kafka's authorizer log
+line) when it is made, so once per cache lifetime, not per request. The cache and the index
+are swapped by reference: readers never lock, and a decision made while a change lands is
+the old or the new one, as in Kafka.
 
 :func:`authorized` is the one check handlers call (a no-op True when no authorizer is on).
 """
@@ -64,6 +66,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+# Kafka's kafka.authorizer.logger: one line per denied decision
+denied_log = logging.getLogger("logstore.server.authorizer")
 
 STANDARD_AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 CACHE_ENTRIES: Final = 100_000
@@ -162,6 +166,16 @@ class Authorizer:
         if hit is not None:
             return hit
         result = self._decide(principal, host, op, resource_type, name)
+        if not result:
+            # Kafka's authorizer log line; once per decision until the ACLs change (cached)
+            denied_log.info(
+                "Principal = %s is Denied operation = %s from host = %s on resource = %s:%s",
+                principal,
+                AclOperation(op).name,
+                host,
+                ResourceType(resource_type).name,
+                name,
+            )
         if len(cache) >= CACHE_ENTRIES:
             # emptied in place: replacing it here could undo an invalidation that raced us
             cache.clear()

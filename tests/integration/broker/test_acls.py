@@ -510,3 +510,21 @@ def test_deny_read_refuses_fetch_but_not_describe(broker_factory):
     assert p.flush(30) == 0
     got, errors = _ck_consume({"bootstrap.servers": b.bootstrap}, open_topic, "g-any", 1)
     assert not errors and got == [b"public"]
+    # hosts: an ACL for another address does not apply to this client's (127.0.0.1)
+    hosted = new_topic(b.bootstrap, partitions=1, prefix="hosted")
+    for host, expected in (
+        ("10.1.2.3", ck.KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        ("127.0.0.1", None),
+    ):
+        only = AclBinding(
+            ResourceType.TOPIC,
+            hosted,
+            ResourcePatternType.LITERAL,
+            "User:ANONYMOUS",
+            host,
+            AclOperation.WRITE,
+            AclPermissionType.ALLOW,
+        )
+        assert admin.create_acls([only])[only].result(30) is None
+        err = _ck_produce_error({"bootstrap.servers": b.bootstrap}, hosted)
+        assert (None if err is None else err.code()) == expected, host
