@@ -202,6 +202,11 @@ def test_acls_decide_who_produces_and_consumes(acl_broker):
     # bob: may not write the topic; may read it but not use a group
     err = _ck_produce_error(_sasl(b, "bob"), topic)
     assert err is not None and err.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    denied = (
+        "Principal = User:bob is Denied operation = WRITE from host = 127.0.0.1"
+        f" on resource = TOPIC:{topic}"
+    )
+    assert b.log_text().count(denied) == 1  # logged once, not per retry (cached)
     _got, errors = _ck_consume(_sasl(b, "bob"), topic, "g-bob", 1)
     assert errors and errors[0].code() == ck.KafkaError.GROUP_AUTHORIZATION_FAILED
 
