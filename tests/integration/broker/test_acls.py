@@ -533,3 +533,31 @@ def test_deny_read_refuses_fetch_but_not_describe(broker_factory):
         assert admin.create_acls([only])[only].result(30) is None
         err = _ck_produce_error({"bootstrap.servers": b.bootstrap}, hosted)
         assert (None if err is None else err.code()) == expected, host
+
+
+def test_transactions_need_write_on_the_transactional_id(acl_broker):
+    b = acl_broker
+    admin, topic, _hidden = _setup(b)
+    conf = {**_sasl(b, "alice"), "transactional.id": "tx-alice-1"}
+    p = ck.Producer(conf)
+    with pytest.raises(ck.KafkaException) as exc:
+        p.init_transactions(30)
+    assert exc.value.args[0].code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    del p
+    grant = _allow(
+        ResourceType.TRANSACTIONAL_ID,
+        "tx-alice-",
+        "User:alice",
+        AclOperation.WRITE,
+        ResourcePatternType.PREFIXED,
+    )
+    assert admin.create_acls([grant])[grant].result(30) is None
+    p = ck.Producer(conf)
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, b"in-txn", partition=0)
+    p.commit_transaction(30)
+    got, errors = _ck_consume(
+        {**_sasl(b, "alice"), "isolation.level": "read_committed"}, topic, "g-txn", 1
+    )
+    assert not errors and got == [b"in-txn"]
