@@ -127,10 +127,6 @@ def _client_host(ctx: RequestContext) -> str:
     return host if host.startswith("/") else "/" + host
 
 
-def _may(ctx: RequestContext, op: AclOperation, rtype: ResourceType, name: str) -> bool:
-    return authorized(ctx, op, rtype, name)
-
-
 def _settle(deferred: Deferred[Any]) -> Any:
     """The response itself when the coordinator answered at once, else the Deferred."""
     return deferred.result() if deferred.done() else deferred
@@ -159,11 +155,11 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
                 "error_message": f"coordinator key type {key_type} is not supported",
             }
         # Kafka: DESCRIBE on the group / the transactional id
-        if key_type == _KEY_TYPE_GROUP and not _may(
+        if key_type == _KEY_TYPE_GROUP and not authorized(
             ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key
         ):
             denied = ErrorCode.group_authorization_failed
-        elif key_type == _KEY_TYPE_TRANSACTION and not _may(
+        elif key_type == _KEY_TYPE_TRANSACTION and not authorized(
             ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
         ):
             denied = ErrorCode.transactional_id_authorization_failed
@@ -217,7 +213,7 @@ def _join_response(request: Any, version: int, r: JoinResult) -> Any:
 
 def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     v = ctx.api_version
-    if not _may(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
+    if not authorized(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
         denied = JoinResult(ErrorCode.group_authorization_failed, member_id=request.member_id)
         return _join_response(request, v, denied)
     session_ms = _ms(request.session_timeout)
@@ -252,7 +248,7 @@ def _sync_response(request: Any, r: SyncResult) -> Any:
 
 
 def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
-    if not _may(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
+    if not authorized(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
         return _sync_response(request, SyncResult(ErrorCode.group_authorization_failed))
     sync = SyncRequest(
         group_id=str(request.group_id),
@@ -272,7 +268,7 @@ def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 
 
 def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
-    if not _may(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
+    if not authorized(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
         return _response(request, {"error_code": ErrorCode.group_authorization_failed})
     error = _coordinator(ctx).heartbeat(
         str(request.group_id),
@@ -284,7 +280,7 @@ def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 
 def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
-    if not _may(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
+    if not authorized(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
         return _response(
             request, {"error_code": ErrorCode.group_authorization_failed, "members": []}
         )
@@ -320,7 +316,7 @@ def _partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
 def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     commits: list[CommitRequest] = []
     slots: list[tuple[int, int, ErrorCode | None]] = []  # (topic index, partition, error)
-    if not _may(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
+    if not authorized(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
         denied = ErrorCode.group_authorization_failed
         return _response(
             request,
@@ -338,7 +334,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             },
         )
     for ti, topic in enumerate(request.topics):
-        topic_ok = _may(ctx, AclOperation.READ, ResourceType.TOPIC, str(topic.name))
+        topic_ok = authorized(ctx, AclOperation.READ, ResourceType.TOPIC, str(topic.name))
         for p in topic.partitions:
             if not topic_ok:
                 slots.append((ti, p.partition_index, ErrorCode.topic_authorization_failed))
@@ -391,7 +387,7 @@ def _fetch_group(
     results: list[OffsetFetchResult] = []
     if topics is not None:
         wanted = [(str(t.name), int(p)) for t in topics for p in t.partition_indexes]
-    if not _may(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+    if not authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         error = ErrorCode.group_authorization_failed
         if not per_partition_errors:
             return {"group_id": group_id, "error_code": error, "topics": []}
@@ -400,7 +396,9 @@ def _fetch_group(
         # TOPIC_AUTHORIZATION_FAILED, and "all topics" leaves the unseen ones out.
         if wanted is not None:
             denied = [
-                w for w in wanted if not _may(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, w[0])
+                w
+                for w in wanted
+                if not authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, w[0])
             ]
             wanted = [w for w in wanted if w not in denied]
         error, results = _coordinator(ctx).fetch_offsets(
@@ -408,7 +406,9 @@ def _fetch_group(
         )
         if topics is None:
             results = [
-                r for r in results if _may(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, r.topic)
+                r
+                for r in results
+                if authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, r.topic)
             ]
     if error is not ErrorCode.none and per_partition_errors and wanted:
         # v1 has no group-level error: every partition carries it.
@@ -492,7 +492,9 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     # Kafka: every group with DESCRIBE on the cluster, else those the principal may DESCRIBE
     if not authorized_cluster(ctx, AclOperation.DESCRIBE):
         groups = [
-            g for g in groups if _may(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)
+            g
+            for g in groups
+            if authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)
         ]
     if types_filter and "classic" not in types_filter:
         groups = []
@@ -518,7 +520,7 @@ def _describe_error(ctx: RequestContext, d: Any) -> tuple[ErrorCode, str | None]
     GroupMetadataManager's), where older versions describe it as an empty ``Dead`` group.
     A group the principal may not DESCRIBE is ``GROUP_AUTHORIZATION_FAILED``, described as
     nothing (``d`` is then an empty Dead description)."""
-    if not _may(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, d.group_id):
+    if not authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, d.group_id):
         return ErrorCode.group_authorization_failed, None
     if ctx.api_version >= 6 and d.error == ErrorCode.none and d.state == _DEAD:
         return ErrorCode.group_id_not_found, f"Group {d.group_id} not found."
@@ -528,7 +530,7 @@ def _describe_error(ctx: RequestContext, d: Any) -> tuple[ErrorCode, str | None]
 def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     described = [
         d
-        if _may(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, d.group_id)
+        if authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, d.group_id)
         else dataclasses.replace(d, state="", protocol_type="", protocol_data="", members=())
         for d in _coordinator(ctx).describe_groups(str(g) for g in request.groups)
     ]
@@ -572,7 +574,7 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 
 def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     names = [str(g) for g in request.groups_names]
-    allowed = [g for g in names if _may(ctx, AclOperation.DELETE, ResourceType.GROUP, g)]
+    allowed = [g for g in names if authorized(ctx, AclOperation.DELETE, ResourceType.GROUP, g)]
     results = dict(_coordinator(ctx).delete_groups(allowed)) if allowed else {}
     return _response(
         request,
@@ -586,12 +588,12 @@ def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
 
 
 def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
-    if not _may(ctx, AclOperation.DELETE, ResourceType.GROUP, str(request.group_id)):
+    if not authorized(ctx, AclOperation.DELETE, ResourceType.GROUP, str(request.group_id)):
         return _response(
             request, {"error_code": ErrorCode.group_authorization_failed, "topics": []}
         )
     wanted = [(str(t.name), int(p.partition_index)) for t in request.topics for p in t.partitions]
-    denied = [w for w in wanted if not _may(ctx, AclOperation.READ, ResourceType.TOPIC, w[0])]
+    denied = [w for w in wanted if not authorized(ctx, AclOperation.READ, ResourceType.TOPIC, w[0])]
     error, results = _coordinator(ctx).delete_offsets(
         str(request.group_id), [w for w in wanted if w not in denied]
     )
