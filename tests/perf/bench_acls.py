@@ -11,7 +11,9 @@ goes through a real decision (cached after the first). The first batch of ACLs i
 and CREATE on the cluster too, so that it can make the rest and its topics: no super user
 short-cuts a decision. Rounds alternate which broker goes
 first, so a shared machine's load falls on both alike; every run is printed, then one JSON
-object with the medians and the ratio authorizer / none (issue 23's target: >= 0.95).
+object with the medians and the ratio authorizer / none (issue 23's target: >= 0.95), and
+the cost of one decision of an in-process authorizer holding the same ACLs (uncached and
+cached), a figure the machine's load disturbs less than throughput.
 
 The producer is bench_security's (librdkafka, 100 B records, lz4, acks=all, idempotence,
 linger.ms=5), timed from the first ``produce()`` to the end of ``flush()``.
@@ -43,6 +45,8 @@ from confluent_kafka.admin import (  # noqa: E402
     ResourceType,
 )
 
+from logstore.server.security import acls as store  # noqa: E402
+from logstore.server.security.authorizer import Authorizer  # noqa: E402
 from tests.fixtures.broker import BrokerProcess  # noqa: E402
 from tests.perf.bench_security import produce  # noqa: E402
 
@@ -110,6 +114,38 @@ def _load_acls(b: BrokerProcess, n: int) -> int:
     return len(admin.describe_acls(every).result(60))
 
 
+def _decision_cost(n: int, tmp: Path) -> dict[str, float]:
+    """Microseconds per decision of an in-process authorizer holding the same ACLs: uncached
+    (the index walk: literal, ``*``, prefixes) and cached (what a produce pays once warm)."""
+    st = store.AclStore(tmp / "decisions.json")
+    st.create(
+        [
+            store.AclBinding(
+                b.restype.value,
+                b.name,
+                b.resource_pattern_type.value,
+                b.principal,
+                b.host,
+                b.operation.value,
+                b.permission_type.value,
+            )
+            for b in _bindings(n)
+        ]
+    )
+    auth = Authorizer(st, super_users=frozenset(), allow_if_no_acl=False)
+    write, topic = store.AclOperation.WRITE, store.ResourceType.TOPIC
+    calls = 100_000
+    start = time.perf_counter()
+    for i in range(calls):
+        auth._decide("User:ANONYMOUS", "127.0.0.1", write, topic, f"bench-{i % 1000}")
+    uncached = (time.perf_counter() - start) / calls * 1e6
+    start = time.perf_counter()
+    for _ in range(calls):
+        auth.authorize("User:ANONYMOUS", "127.0.0.1", write, topic, "bench-1")
+    cached = (time.perf_counter() - start) / calls * 1e6
+    return {"uncached us": uncached, "cached us": cached}
+
+
 def _topic(b: BrokerProcess, name: str) -> str:
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
@@ -138,6 +174,12 @@ def main() -> None:
             start = time.perf_counter()
             count = _load_acls(brokers["acls"], args.acls)
             print(f"{count} ACLs made in {time.perf_counter() - start:.1f} s", flush=True)
+            cost = _decision_cost(args.acls, Path(tmp))
+            print(
+                f"one decision: {cost['uncached us']:.2f} us uncached,"
+                f" {cost['cached us']:.2f} us cached",
+                flush=True,
+            )
             for r in range(args.rounds):
                 order = ("none", "acls") if r % 2 == 0 else ("acls", "none")
                 for variant in order:
@@ -152,6 +194,7 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in runs.items()}
     result = {
         "acls": count,
+        "decision": cost,
         "runs": runs,
         "median": med,
         "ratio authorizer/none": med["acls"] / med["none"],
