@@ -17,6 +17,16 @@ turns lists of dicts into the version's nested types, so one handler serves ever
 A JoinGroup/SyncGroup that waits for the rest of the group returns a
 :class:`~logstore.server.context.Deferred` completed by the coordinator.
 
+Authorization (with ``authorizer.class.name``, :mod:`logstore.server.security.authorizer`),
+as Kafka's ``KafkaApis``: FindCoordinator DESCRIBE on the group or transactional id;
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup READ on the group; OffsetCommit READ on the group
+and each topic; OffsetFetch DESCRIBE on the group and each topic (an all-topics fetch leaves
+out what the principal may not see); DescribeGroups DESCRIBE, DeleteGroups and OffsetDelete
+DELETE on the group (OffsetDelete READ on each topic); ListGroups every group with DESCRIBE
+on the cluster, else the groups the principal may DESCRIBE. Refusals are
+``GROUP_AUTHORIZATION_FAILED`` / ``TOPIC_AUTHORIZATION_FAILED`` /
+``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``, decided before the coordinator is asked.
+
 Thread-safety: handlers hold no state; the coordinator serialises.
 """
 

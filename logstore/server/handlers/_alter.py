@@ -4,6 +4,10 @@ Topic resources go to the API's own ``alter_topic`` (unknown topics answered her
 resources are static (``INVALID_REQUEST``); any other type is ``INVALID_REQUEST``. Errors
 raised by ``alter_topic`` map to Kafka codes through the one table
 (:func:`~logstore.server.error_codes.error_code_for`).
+
+Authorization (with ``authorizer.class.name``): ALTER_CONFIGS on the topic
+(``TOPIC_AUTHORIZATION_FAILED``) or, for a broker, on the cluster
+(``CLUSTER_AUTHORIZATION_FAILED``), before anything else.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ in one request: ``INVALID_REQUEST``. Internal topics (``__consumer_offsets``) ke
 count: the group coordinator maps a group to a partition by that count, so a change would
 move every group's offsets (``INVALID_REQUEST``). ``validate_only`` checks without creating.
 New partitions start empty with the topic's config (``Broker.create_partitions``).
+
+Authorization (with ``authorizer.class.name``): ALTER on the topic, else
+``TOPIC_AUTHORIZATION_FAILED``, as Kafka.
 """
 
 from __future__ import annotations

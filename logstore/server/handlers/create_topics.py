@@ -6,6 +6,9 @@ default ``num.partitions``), ``INVALID_REPLICATION_FACTOR`` (anything but 1 or -
 single node), ``INVALID_CONFIG`` for an unknown or bad topic config, ``INVALID_REQUEST`` for
 manual replica assignments other than this node. ``validate_only`` checks without creating.
 Configs are persisted under ``<log_dir>/topic-configs/<topic>.properties``.
+
+Authorization (with ``authorizer.class.name``): CREATE on the cluster or on the topic, else
+``TOPIC_AUTHORIZATION_FAILED``, as Kafka.
 """
 
 from __future__ import annotations

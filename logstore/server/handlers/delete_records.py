@@ -5,6 +5,9 @@
 The partition (``Partition.delete_records_before``) deletes whole segments below the new
 start offset and makes the producer state forget batches below it; its typed errors become
 codes through ``logstore.server.error_codes``.
+
+Authorization (with ``authorizer.class.name``): DELETE on the topic, else
+``TOPIC_AUTHORIZATION_FAILED`` for its partitions, as Kafka.
 """
 
 from __future__ import annotations

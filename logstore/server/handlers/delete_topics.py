@@ -3,6 +3,9 @@
 By name (v1-v5 ``topic_names``, v6 ``topics[].name``) or, v6, by topic id. Errors per topic:
 ``UNKNOWN_TOPIC_OR_PARTITION`` / ``UNKNOWN_TOPIC_ID``, ``TOPIC_DELETION_DISABLED`` when
 ``delete.topic.enable`` is false, ``INVALID_TOPIC_EXCEPTION`` for internal topics.
+
+Authorization (with ``authorizer.class.name``): DELETE on the topic, else
+``TOPIC_AUTHORIZATION_FAILED`` (a topic named by id keeps its name unsaid), as Kafka.
 """
 
 from __future__ import annotations

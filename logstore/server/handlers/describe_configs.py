@@ -8,6 +8,10 @@ Topic keys are every key of Kafka 4.x's LogConfig plus loglake's
 them (KIP-569 ``config_type``); with ``include_synonyms`` a topic key lists its override, the
 broker keys set behind it (``log.roll.ms`` before ``log.roll.hours``) and the default, most
 specific first.
+
+Authorization (with ``authorizer.class.name``): DESCRIBE_CONFIGS on the topic
+(``TOPIC_AUTHORIZATION_FAILED``) or, for a broker, on the cluster
+(``CLUSTER_AUTHORIZATION_FAILED``), as Kafka.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ available to unprivileged users, times the fragment size; -1 when the call fails
 left out of the answer, as Kafka leaves it out. v0 is not served: Kafka 4.0 removed it
 (KIP-896). Read-only: sizes are read without the logs' locks, so a size may be a segment
 roll behind; Kafka's answer is equally a snapshot.
+
+Authorization (with ``authorizer.class.name``): DESCRIBE on the cluster, else
+``CLUSTER_AUTHORIZATION_FAILED`` with no results, as Kafka.
 """
 
 from __future__ import annotations

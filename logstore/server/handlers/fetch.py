@@ -36,13 +36,11 @@ purgatory (a :class:`Deferred`), woken by appends to any of its partitions, answ
 deadline otherwise. Fetch sessions (KIP-227) are not kept: ``session_id`` is always 0, so
 clients send full fetch requests.
 
-Authorization (with ``authorizer.class.name``): READ on each topic, else its partitions
-answer ``TOPIC_AUTHORIZATION_FAILED`` (an id of no topic stays ``UNKNOWN_TOPIC_ID``), as
-Kafka's consumer fetch; the decision is a cached dict read, fit for the inline path.
-
-Each region owns a file descriptor opened by path right after ``Log.read`` and checked
-against the file size, so retention deleting the segment meanwhile cannot redirect the
-send to another file.
+Authorization (with ``authorizer.class.name``): READ on each topic, else its partitions answer
+``TOPIC_AUTHORIZATION_FAILED`` (an id of no topic stays ``UNKNOWN_TOPIC_ID``), as Kafka's
+consumer fetch; the decision is a cached dict read, fit for the inline path. Each region owns a
+file descriptor opened by path right after ``Log.read`` and checked against the file size, so
+retention deleting the segment meanwhile cannot redirect the send to another file.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ Kafka's answers (``KafkaApis.handleInitProducerIdRequest`` and
 
 v5 has v4's fields (KIP-890 only lets the client receive ``TRANSACTION_ABORTABLE``, which
 this broker never sends).
+
+Authorization (with ``authorizer.class.name``): WRITE on the transactional id (else
+``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``); without one, IDEMPOTENT_WRITE on the cluster or
+WRITE on any topic (Kafka 4, KIP-679; else ``CLUSTER_AUTHORIZATION_FAILED``).
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ Ids being expired (Dead) are never listed. ``COORDINATOR_NOT_AVAILABLE`` when th
 is not running; ``COORDINATOR_LOAD_IN_PROGRESS`` cannot arise (it loads before the listener
 opens). v2 (KIP-1152's transactional id regular expression, a Java regex) is not
 implemented, so not advertised: clients that need the pattern refuse to send it to v0-v1.
+
+Authorization (with ``authorizer.class.name``): only the transactional ids the principal may
+DESCRIBE are listed, as Kafka.
 """
 
 from __future__ import annotations

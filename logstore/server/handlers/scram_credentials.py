@@ -12,6 +12,10 @@ change of the request (UNKNOWN_SERVER_ERROR) and changes nothing.
 Describe: the named users (null: all) with their mechanisms and iterations, never salts or
 keys; a user without credentials is RESOURCE_NOT_FOUND, a user named twice
 DUPLICATE_RESOURCE.
+
+Authorization (with ``authorizer.class.name``): Describe needs DESCRIBE on the cluster, Alter
+ALTER on it (``CLUSTER_AUTHORIZATION_FAILED``: the whole Describe, every user of an Alter), as
+Kafka.
 """
 
 from __future__ import annotations

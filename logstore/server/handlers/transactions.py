@@ -19,6 +19,11 @@ AddPartitionsToTxn naming a partition that does not exist: ``UNKNOWN_TOPIC_OR_PA
 it and ``OPERATION_NOT_ATTEMPTED`` for the others (Kafka's answer); nothing is added. An
 internal topic (which no client produces to; AddOffsetsToTxn adds ``__consumer_offsets``)
 is answered the same way with ``INVALID_TOPIC_EXCEPTION``, Produce's answer for it.
+
+Authorization (with ``authorizer.class.name``): WRITE on the transactional id for each of them
+(else ``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``); AddPartitionsToTxn WRITE on each topic,
+AddOffsetsToTxn and TxnOffsetCommit READ on the group (and TxnOffsetCommit READ on each topic):
+``TOPIC_`` / ``GROUP_AUTHORIZATION_FAILED``, as Kafka's ``KafkaApis``.
 """
 
 from __future__ import annotations
