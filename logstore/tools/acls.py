@@ -88,10 +88,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TYPE",
         help="literal (default), prefixed; to filter (--list, --remove) also match or any",
     )
-    parser.add_argument("--allow-principal", action="append", default=[], metavar="User:NAME")
-    parser.add_argument("--deny-principal", action="append", default=[], metavar="User:NAME")
-    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST")
-    parser.add_argument("--deny-host", action="append", default=[], metavar="HOST")
+    for kind in ("allow", "deny"):
+        parser.add_argument(
+            f"--{kind}-principal",
+            action="append",
+            default=[],
+            metavar="User:NAME",
+            help=f"a principal the {kind.upper()} ACLs are for (repeatable; User:* = everyone)",
+        )
+        parser.add_argument(
+            f"--{kind}-host",
+            action="append",
+            default=[],
+            metavar="HOST",
+            help=f"a client address the {kind.upper()} ACLs apply from (repeatable; default *)",
+        )
     parser.add_argument(
         "--operation",
         action="append",
