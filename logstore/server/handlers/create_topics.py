@@ -8,7 +8,8 @@ manual replica assignments other than this node. ``validate_only`` checks withou
 Configs are persisted under ``<log_dir>/topic-configs/<topic>.properties``.
 
 Authorization (with ``authorizer.class.name``): CREATE on the cluster or on the topic, else
-``TOPIC_AUTHORIZATION_FAILED``, as Kafka.
+``TOPIC_AUTHORIZATION_FAILED``, as Kafka; the created topic's configs (v5+) only with
+DESCRIBE_CONFIGS on it, else ``topic_config_error_code`` TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -105,7 +106,15 @@ def handle(ctx: RequestContext, request: Any) -> Any:
             else:
                 error, message, n = _create_one(ctx, topic, request.validate_only)
         configs = None
-        if error == ErrorCode.none and ctx.api_version >= 5:
+        config_error = ErrorCode.none
+        if (
+            error == ErrorCode.none
+            and ctx.api_version >= 5
+            and not authorized(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name)
+        ):
+            # Kafka: the created topic's configs only with DESCRIBE_CONFIGS on it
+            config_error = ErrorCode.topic_authorization_failed
+        elif error == ErrorCode.none and ctx.api_version >= 5:
             configs = tuple(
                 build(
                     mod.CreatableTopicConfigs,
@@ -126,7 +135,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 ),
                 error_code=error,
                 error_message=message,
-                topic_config_error_code=0,
+                topic_config_error_code=config_error,
                 num_partitions=n,
                 replication_factor=1 if error == ErrorCode.none else -1,
                 configs=configs,

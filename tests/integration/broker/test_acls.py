@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import subprocess
 import sys
 
@@ -47,9 +48,10 @@ from kafka.errors import ClusterAuthorizationFailedError as KpClusterAuthFailed
 from kafka.errors import GroupAuthorizationFailedError as KpGroupAuthFailed
 from kafka.errors import KafkaError as KpKafkaError
 from kafka.errors import TopicAuthorizationFailedError as KpTopicAuthFailed
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8
+from kio.static.primitive import i8, i16, i32
 
 from tests.fixtures.broker import wait_for
 from tests.integration.broker.clients import new_topic
@@ -561,3 +563,29 @@ def test_transactions_need_write_on_the_transactional_id(acl_broker):
         {**_sasl(b, "alice"), "isolation.level": "read_committed"}, topic, "g-txn", 1
     )
     assert not errors and got == [b"in-txn"]
+    # CreateTopics: CREATE on the prefix creates; the configs need DESCRIBE_CONFIGS, which
+    # nothing grants on these topics now that they have ACLs (Kafka's topic_config_error_code)
+    grant = _allow(
+        ResourceType.TOPIC, "cfg-", "User:*", AclOperation.CREATE, ResourcePatternType.PREFIXED
+    )
+    assert admin.create_acls([grant])[grant].result(30) is None
+    with RawClient(b.bootstrap) as raw:
+        resp = raw.call(
+            CreateTopicsRequest(
+                topics=(
+                    CreatableTopic(
+                        name="cfg-1",
+                        num_partitions=i32(1),
+                        replication_factor=i16(1),
+                        assignments=(),
+                        configs=(),
+                    ),
+                ),
+                timeout=datetime.timedelta(seconds=30),
+                validate_only=False,
+            )
+        )
+    (created,) = resp.topics
+    assert created.error_code == ErrorCode.none and created.num_partitions == 1
+    assert created.topic_config_error_code == ErrorCode.topic_authorization_failed
+    assert created.configs is None
