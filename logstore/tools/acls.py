@@ -22,7 +22,8 @@ unless ``--force``. Output is kafka-acls' (``Current ACLs for resource `Resource
 then one ``(principal=..., host=..., operation=..., permissionType=...)`` line per ACL).
 
 Only the Kafka protocol (CreateAcls, DescribeAcls, DeleteAcls v3 through the tools'
-:class:`~logstore.tools.admin.Admin` connection), so the tool manages Apache Kafka's ACLs too.
+:class:`~logstore.tools.admin.Admin` connection, authenticated with ``--command-config`` as
+every tool), so the tool manages Apache Kafka's ACLs too.
 """
 
 from __future__ import annotations
@@ -46,7 +47,14 @@ from logstore.server.security.acls import (
     PatternType,
     ResourceType,
 )
-from logstore.tools.admin import Admin, ToolError, add_bootstrap_argument, bootstrap_of, error_name
+from logstore.tools.admin import (
+    Admin,
+    ToolError,
+    add_bootstrap_argument,
+    bootstrap_of,
+    client_config_of,
+    error_name,
+)
 
 __all__ = ["EPILOG", "add_arguments", "run"]
 
@@ -333,7 +341,8 @@ def run(args: argparse.Namespace) -> int:
             raise ToolError("--add needs --allow-principal or --deny-principal")
         for rtype, _name in resources:
             _ops_for(args, rtype)
-        with Admin(bootstrap_of(args), client_id="loglake-acls") as admin:
+        config = client_config_of(args)
+        with Admin(bootstrap_of(args), client_id="loglake-acls", config=config) as admin:
             if args.add:
                 _add(admin, args, resources)
             elif args.remove:

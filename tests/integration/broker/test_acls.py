@@ -356,7 +356,7 @@ def test_bad_filters_and_no_authorizer(acl_broker, broker):
         assert raw.call(every).error_code == ErrorCode.none
 
 
-def test_loglake_acls_tool(acl_broker, broker):
+def test_loglake_acls_tool(acl_broker, broker, tmp_path):
     b = acl_broker
     admin, topic, _hidden = _setup(b)
     boot = ["--bootstrap-server", b.bootstrap]
@@ -466,6 +466,15 @@ def test_loglake_acls_tool(acl_broker, broker):
     assert out.returncode == 2 and "--operation 'Fly'" in out.stderr
     out = loglake("acls", "--list", "--bootstrap-server", broker.bootstrap)
     assert out.returncode == 2 and "SECURITY_DISABLED" in out.stderr
+    # over SASL with --command-config: bob is no super user, and the tool says so (exit 2)
+    props = tmp_path / "bob.properties"
+    props.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.username=bob\nsasl.password=bob-pw\n"
+    )
+    sasl = f"127.0.0.1:{b.ports['SASL_PLAINTEXT']}"
+    out = loglake("acls", "--list", "--bootstrap-server", sasl, "--command-config", str(props))
+    assert out.returncode == 2 and "CLUSTER_AUTHORIZATION_FAILED" in out.stderr
 
 
 def test_anonymous_clients_under_allow_everyone(broker_factory):
