@@ -218,6 +218,22 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             " from one host (at most 16 times)",
             low=0,
         ),
+        # ACLs (logstore.server.security.authorizer): Kafka's keys and semantics
+        _d(
+            "authorizer.class.name",
+            "string",
+            "",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACLs on (empty: off;"
+            " Kafka 4 removed kafka.security.authorizer.AclAuthorizer, refused here too)",
+            choices=("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
+        ),
+        _d("super.users", "string", "", "principals allowed everything: User:alice;User:bob"),
+        _d(
+            "allow.everyone.if.no.acl.found",
+            "bool",
+            "false",
+            "allow an action on a resource that no ACL names (with the authorizer on)",
+        ),
         _d("message.max.bytes", "int", "1048588", "largest record batch accepted", low=0),
         _d("num.partitions", "int", "1", "partitions of an auto-created topic", low=1),
         _d("default.replication.factor", "int", "1", "single node: must be 1", low=1, high=1),
