@@ -32,9 +32,12 @@ EXIT_CODES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = job_parser("spark-submit jobs/decode.py", __doc__ or "", exit_codes=EXIT_CODES,
-                        log_dirs_help="broker log dir (repeatable; unused by decode); "
-                        "overrides [paths]")  # fmt: skip
+    parser = job_parser(
+        "spark-submit jobs/decode.py",
+        __doc__ or "",
+        exit_codes=EXIT_CODES,
+        log_dirs_help="broker log dir (repeatable; unused by decode); overrides [paths]",
+    )
     parser.add_argument("--topic", action="append", help="decode only this topic (repeatable)")
     parser.add_argument(
         "--schema-registry-url", help="the registry; overrides [decode] schema_registry_url"
@@ -49,13 +52,20 @@ def _decode(args: argparse.Namespace) -> int:
     from pipelines.typed.config import load_decode_config  # noqa: PLC0415
     from pipelines.typed.job import run_decode  # noqa: PLC0415
 
-    config = load_decode_config(args.config, log_dirs=args.log_dirs, lake=args.lake,
-                                registry_url=args.schema_registry_url)  # fmt: skip
+    config = load_decode_config(
+        args.config, log_dirs=args.log_dirs, lake=args.lake, registry_url=args.schema_registry_url
+    )
+    if not config.registry_url:
+        # no registry, nothing to decode: no Spark session either (the DAG runs decode always)
+        print("decode: [decode] schema_registry_url is not set: nothing to decode", file=sys.stderr)
+        print(json.dumps({"topics": []}))
+        return EXIT_OK
     spark = job_spark(
         config.app_name, master=config.master, spark_conf=config.spark_conf, verbose=args.verbose
     )
-    summary = run_decode(spark, config, topics=args.topic,
-                         log=lambda m: print(m, file=sys.stderr, flush=True))  # fmt: skip
+    summary = run_decode(
+        spark, config, topics=args.topic, log=lambda m: print(m, file=sys.stderr, flush=True)
+    )
     print(summary.describe(), file=sys.stderr)
     print(json.dumps(summary.to_json()))
     return EXIT_OK

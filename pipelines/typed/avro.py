@@ -182,7 +182,7 @@ class AvroDecoder:
                     )
                 rows.append(self._convert(value))
                 errors.append(None)
-            except Exception as exc:  # noqa: BLE001 (any failure is this record's error)
+            except Exception as exc:
                 rows.append(None)
                 errors.append(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
         try:

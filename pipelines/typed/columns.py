@@ -67,7 +67,9 @@ def conform(arr: pa.Array, target: pa.DataType) -> pa.Array:
             raise SchemaChangeError(f"a {t} column cannot become {target}")
         names = {t.field(i).name: i for i in range(t.num_fields)}
         children = [
-            conform(arr.field(names[f.name]), f.type) if f.name in names else pa.nulls(len(arr), f.type)
+            conform(arr.field(names[f.name]), f.type)
+            if f.name in names
+            else pa.nulls(len(arr), f.type)
             for f in target
         ]
         return pa.StructArray.from_arrays(

@@ -70,7 +70,8 @@ def load_decode_config(
     common = job_settings(data, p, "decode", log_dirs=log_dirs, lake=lake, need_log_dirs=False)
     return DecodeConfig(
         lake=common.lake,
-        registry_url=registry_url if registry_url is not None
+        registry_url=registry_url
+        if registry_url is not None
         else str(decode.get("schema_registry_url", "")),
         log_dirs=common.log_dirs,
         app_name=common.app_name,
@@ -83,4 +84,4 @@ def load_decode_config(
         compression=str(decode.get("compression", "zstd")),
         max_rows_per_file=int(decode.get("max_rows_per_file", 5_000_000)),
         max_dead_letter_rate=float(decode.get("max_dead_letter_rate", 0.01)),
-    )  # fmt: skip
+    )

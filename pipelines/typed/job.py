@@ -53,7 +53,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
-from deltalake.transaction import CommitProperties
 from pyspark.sql import SparkSession
 
 from logstore.errors import CorruptRecordError, InvalidConfigError
@@ -79,8 +78,13 @@ __all__ = [
 ]
 
 APP_PREFIX = "loglake-decode"
-_HEADERS = pa.list_(pa.field("element", pa.struct([pa.field("key", pa.string(), False),
-                                                   pa.field("value", pa.binary())]), False))  # fmt: skip
+_HEADERS = pa.list_(
+    pa.field(
+        "element",
+        pa.struct([pa.field("key", pa.string(), False), pa.field("value", pa.binary())]),
+        False,
+    )
+)
 KAFKA_TYPE = pa.struct(
     [
         pa.field("partition", pa.int32()),
@@ -148,15 +152,20 @@ class DecodeSummary:
             return "decode: no topic to decode"
         lines = [
             f"decode {r.topic}: {r.rows} rows, {r.dead_letters} dead letters, {r.tombstones} "
-            f"tombstones" + (f", added columns {r.added_columns}" if r.added_columns else "")
+            f"tombstones"
+            + (f", added columns {r.added_columns}" if r.added_columns else "")
             + (f" ({r.note})" if r.note else "")
             for r in self.topics
-        ]  # fmt: skip
+        ]
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        return {"topics": [vars(r) | {"progress": {str(k): v for k, v in r.progress.items()}}
-                           for r in self.topics]}  # fmt: skip
+        return {
+            "topics": [
+                vars(r) | {"progress": {str(k): v for k, v in r.progress.items()}}
+                for r in self.topics
+            ]
+        }
 
 
 @dataclass(frozen=True)
@@ -192,8 +201,9 @@ def _in_ranges(part: pa.Array, offset: pa.Array, ranges: Mapping[int, tuple[int,
 
 def _read_records(path: str, ranges: Mapping[int, tuple[int, int]]) -> pa.Table:
     table = pq.ParquetFile(path).read(columns=_RECORD_COLUMNS)
-    return table.filter(_in_ranges(table["partition"].combine_chunks(),
-                                   table["offset"].combine_chunks(), ranges))  # fmt: skip
+    return table.filter(
+        _in_ranges(table["partition"].combine_chunks(), table["offset"].combine_chunks(), ranges)
+    )
 
 
 def _kafka_column(rows: pa.Table, key_ids: pa.Array, value_ids: pa.Array) -> pa.StructArray:
@@ -212,8 +222,15 @@ def _kafka_column(rows: pa.Table, key_ids: pa.Array, value_ids: pa.Array) -> pa.
     )
 
 
-def _dead_rows(rows: pa.Table, mask: pa.Array, part: pa.Array, ids: pa.Array,
-               errors: pa.Array, dead_from: Mapping[int, int]) -> list[dict[str, Any]]:  # fmt: skip
+def _dead_rows(
+    rows: pa.Table,
+    mask: pa.Array,
+    *,
+    part: pa.Array,
+    ids: pa.Array,
+    errors: pa.Array,
+    dead_from: Mapping[int, int],
+) -> list[dict[str, Any]]:
     """The rows of ``mask`` not yet in dead_letters, as JSON-able reports (rare: per row)."""
     picked = rows.append_column("_part", part).append_column("_id", ids)
     picked = picked.append_column("_error", errors).filter(mask)
@@ -223,20 +240,31 @@ def _dead_rows(rows: pa.Table, mask: pa.Array, part: pa.Array, ids: pa.Array,
     for r in picked.to_pylist():
         if r["offset"] < dead_from.get(r["partition"], 0):
             continue
-        out.append({
-            "partition": r["partition"], "offset": r["offset"],
-            "timestamp": r["timestamp"], "part": r["_part"], "schema_id": r["_id"],
-            "error": r["_error"],
-            "key": None if r["key"] is None else base64.b64encode(r["key"]).decode(),
-            "value": None if r["value"] is None else base64.b64encode(r["value"]).decode(),
-            "headers": [[h["key"], None if h["value"] is None else
-                         base64.b64encode(h["value"]).decode()] for h in r["headers"]],
-        })  # fmt: skip
+        out.append(
+            {
+                "partition": r["partition"],
+                "offset": r["offset"],
+                "timestamp": r["timestamp"],
+                "part": r["_part"],
+                "schema_id": r["_id"],
+                "error": r["_error"],
+                "key": None if r["key"] is None else base64.b64encode(r["key"]).decode(),
+                "value": None if r["value"] is None else base64.b64encode(r["value"]).decode(),
+                "headers": [
+                    [
+                        h["key"],
+                        None if h["value"] is None else base64.b64encode(h["value"]).decode(),
+                    ]
+                    for h in r["headers"]
+                ],
+            }
+        )
     return out
 
 
-def _decode_rows(task: _Task, rows: pa.Table, value_dec: Decoders,
-                 key_dec: Decoders | None) -> Iterator[Any]:  # fmt: skip
+def _decode_rows(
+    task: _Task, rows: pa.Table, value_dec: Decoders, key_dec: Decoders | None
+) -> Iterator[Any]:
     """Decoded rows of ``rows`` (no tombstones) in ``task.target``'s shape, then reports."""
     n = rows.num_rows
     value = decode_column(rows["value"].combine_chunks(), value_dec)
@@ -251,19 +279,23 @@ def _decode_rows(task: _Task, rows: pa.Table, value_dec: Decoders,
         decoded = decode_column(keys.fill_null(b""), key_dec)
         key_ids = pc.if_else(has_key, decoded.schema_ids, pa.scalar(None, pa.int32()))
         key_err = pc.if_else(has_key, decoded.errors, pa.scalar(None, pa.string()))
-        columns["_key"] = pc.if_else(has_key, decoded.values,
-                                     pa.scalar(None, decoded.values.type))  # fmt: skip
+        columns["_key"] = pc.if_else(has_key, decoded.values, pa.scalar(None, decoded.values.type))
         use_key = pc.and_(errors.is_null(), key_err.is_valid())
         if pc.any(use_key).as_py():
             errors = pc.if_else(use_key, key_err, errors)
             ids = pc.if_else(use_key, key_ids, ids)
-            part = pc.if_else(use_key, pa.scalar("key"), part if part is not None
-                              else pa.scalar("value"))  # fmt: skip
+            part = pc.if_else(
+                use_key, pa.scalar("key"), part if part is not None else pa.scalar("value")
+            )
     failed = errors.is_valid()
     nfailed = pc.sum(failed).as_py() or 0
     if nfailed:
         assert part is not None
-        yield {"dead": _dead_rows(rows, failed, part, ids, errors, task.dead_from)}
+        yield {
+            "dead": _dead_rows(
+                rows, failed, part=part, ids=ids, errors=errors, dead_from=task.dead_from
+            )
+        }
     ok = pc.invert(failed)
     values = value.values
     for i, f in enumerate(values.type):
@@ -320,8 +352,9 @@ def _progress(dt: DeltaTable | None, topic: str, partitions: Sequence[int]) -> d
     return out
 
 
-def _record_files(records_path: str, rec_dt: DeltaTable, topic: str,
-                  ranges: Mapping[int, tuple[int, int]]) -> list[tuple[str, int]]:  # fmt: skip
+def _record_files(
+    records_path: str, rec_dt: DeltaTable, topic: str, ranges: Mapping[int, tuple[int, int]]
+) -> list[tuple[str, int]]:
     """(path, size) of the ``records`` files of ``topic`` whose stats may hold ``ranges``."""
     out = []
     for a in pa.table(rec_dt.get_add_actions(flatten=True)).to_pylist():
@@ -370,8 +403,13 @@ def _grow(root: str, dt: DeltaTable, target: pa.Schema, log: Log) -> list[str]:
     return added
 
 
-def _write_dead_letters(config: DecodeConfig, topic: str, rows: list[dict[str, Any]],
-                        apps: Mapping[str, int], expected: Mapping[str, int | None]) -> None:  # fmt: skip
+def _write_dead_letters(
+    config: DecodeConfig,
+    topic: str,
+    rows: list[dict[str, Any]],
+    apps: Mapping[str, int],
+    expected: Mapping[str, int | None],
+) -> None:
     """Append ``rows`` with progress ``apps`` to dead_letters in one commit (a no-op when the
     table already has that progress)."""
     root = config.dead_letters_path
@@ -383,23 +421,44 @@ def _write_dead_letters(config: DecodeConfig, topic: str, rows: list[dict[str, A
     table = pa.Table.from_pylist(
         [
             {
-                "topic": topic, "partition": r["partition"], "offset": r["offset"],
-                "timestamp": r["timestamp"], "part": r["part"], "schema_id": r["schema_id"],
-                "error": r["error"], "key": raw(r["key"]), "value": raw(r["value"]),
+                "topic": topic,
+                "partition": r["partition"],
+                "offset": r["offset"],
+                "timestamp": r["timestamp"],
+                "part": r["part"],
+                "schema_id": r["schema_id"],
+                "error": r["error"],
+                "key": raw(r["key"]),
+                "value": raw(r["value"]),
                 "headers": [{"key": k, "value": raw(v)} for k, v in r["headers"]],
             }
             for r in rows
         ],
-        schema=pa.schema([f if f.name != "timestamp" else pa.field("timestamp", pa.int64())
-                          for f in DEAD_LETTERS_SCHEMA]),
-    )  # fmt: skip
-    writer = PartitionedFileWriter(root, write_id=uuid.uuid4().hex, task_id=0, attempt=0,
-                                   partition_by=[], compression=config.compression)  # fmt: skip
+        schema=pa.schema(
+            [
+                f if f.name != "timestamp" else pa.field("timestamp", pa.int64())
+                for f in DEAD_LETTERS_SCHEMA
+            ]
+        ),
+    )
+    writer = PartitionedFileWriter(
+        root,
+        write_id=uuid.uuid4().hex,
+        task_id=0,
+        attempt=0,
+        partition_by=[],
+        compression=config.compression,
+    )
     try:
         if table.num_rows:
             writer.write(table.cast(DEAD_LETTERS_SCHEMA))
-        commit_files(root, writer.close(), schema=DEAD_LETTERS_SCHEMA,
-                     app_transactions=apps, expected_versions=expected)  # fmt: skip
+        commit_files(
+            root,
+            writer.close(),
+            schema=DEAD_LETTERS_SCHEMA,
+            app_transactions=apps,
+            expected_versions=expected,
+        )
     except BaseException:
         writer.abort()
         raise
@@ -456,12 +515,20 @@ def decode_topic(
     files = _record_files(config.records_path, records, topic, ranges)
     parallelism = spark.sparkContext.defaultParallelism
     tasks = [
-        _Task(group, topic, ranges, dead_from, config.registry_url, value_schema, key_schema, target)
+        _Task(
+            group, topic, ranges, dead_from, config.registry_url, value_schema, key_schema, target
+        )
         for group in _groups(files, parallelism)
     ]
-    staged = stage_files(spark, root, tasks, _produce, schema=target,
-                         compression=config.compression,
-                         max_rows_per_file=config.max_rows_per_file)  # fmt: skip
+    staged = stage_files(
+        spark,
+        root,
+        tasks,
+        _produce,
+        schema=target,
+        compression=config.compression,
+        max_rows_per_file=config.max_rows_per_file,
+    )
     dead: list[dict[str, Any]] = []
     failed = 0
     for report in staged.reports:
@@ -481,8 +548,9 @@ def decode_topic(
     apps = {app_id(topic, p): e for p, e in ingested.items()}
     try:
         failpoint("decode.before_dead_letters", kill=kill_session)
-        _write_dead_letters(config, topic, dead, apps,
-                            {app_id(topic, p): dead_done.get(p) for p in ingested})  # fmt: skip
+        _write_dead_letters(
+            config, topic, dead, apps, {app_id(topic, p): dead_done.get(p) for p in ingested}
+        )
         failpoint("decode.before_commit", kill=kill_session)
     except BaseException:
         staged.abort()
@@ -518,15 +586,19 @@ def run_decode(
     if named:
         chosen = named
     else:
-        chosen = [t for t in sorted(ingest) if not t.startswith("_")
-                  and client.latest(config.subject(t)) is not None]  # fmt: skip
+        chosen = [
+            t
+            for t in sorted(ingest)
+            if not t.startswith("_") and client.latest(config.subject(t)) is not None
+        ]
     for topic in chosen:
         if topic not in ingest:
             summary.topics.append(TopicResult(topic, note="not ingested yet"))
             continue
         summary.topics.append(
-            decode_topic(spark, config, client, topic, records=records,
-                         ingested=ingest[topic], log=say)  # fmt: skip
+            decode_topic(
+                spark, config, client, topic, records=records, ingested=ingest[topic], log=say
+            )
         )
     return summary
 

@@ -43,7 +43,7 @@ def _resolve(node: Any, root: Any) -> Any:
         return node
     for prefix in ("#/definitions/", "#/$defs/"):
         if ref.startswith(prefix):
-            return _resolve(root[prefix[2:-1]][ref[len(prefix):]], root)
+            return _resolve(root[prefix[2:-1]][ref[len(prefix) :]], root)
     raise _Unsupported(f"$ref {ref!r}: only local #/definitions/ and #/$defs/ references")
 
 
@@ -70,8 +70,13 @@ def _arrow(node: Any, root: Any) -> pa.DataType:
         return pa.list_(_arrow(node.get("items", {"type": "string"}), root))
     if kind == "string":
         fmt = node.get("format")
-        return (pa.timestamp("us", tz="UTC") if fmt == "date-time"
-                else pa.date32() if fmt == "date" else pa.string())  # fmt: skip
+        return (
+            pa.timestamp("us", tz="UTC")
+            if fmt == "date-time"
+            else pa.date32()
+            if fmt == "date"
+            else pa.string()
+        )
     simple = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
     if kind in simple:
         return simple[kind]
@@ -101,15 +106,20 @@ class JsonDecoder:
     def __init__(self, schema: str) -> None:
         self.arrow_type: pa.DataType = arrow_type(schema)
         self._schema = pa.schema(list(self.arrow_type))
-        self._options = pj.ParseOptions(explicit_schema=self._schema,
-                                        unexpected_field_behavior="ignore")  # fmt: skip
+        self._options = pj.ParseOptions(
+            explicit_schema=self._schema, unexpected_field_behavior="ignore"
+        )
 
     def _read(self, buf: bytes | pa.Buffer) -> pa.StructArray:
-        table = pj.read_json(io.BytesIO(buf), parse_options=self._options,
-                             read_options=pj.ReadOptions(use_threads=False))  # fmt: skip
+        table = pj.read_json(
+            io.BytesIO(buf),
+            parse_options=self._options,
+            read_options=pj.ReadOptions(use_threads=False),
+        )
         table = table.select(self._schema.names).cast(self._schema)
-        return pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],
-                                          fields=list(self.arrow_type))  # fmt: skip
+        return pa.StructArray.from_arrays(
+            [c.combine_chunks() for c in table.columns], fields=list(self.arrow_type)
+        )
 
     def _joined(self, payloads: pa.BinaryArray) -> pa.Buffer:
         lines = pc.binary_join_element_wise(payloads, pa.scalar(b"\n"), pa.scalar(b""))

@@ -80,7 +80,7 @@ class RegistryClient:
         if self._auth is not None:
             request.add_header("Authorization", f"Basic {self._auth}")
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as resp:  # noqa: S310
+            with urllib.request.urlopen(request, timeout=self._timeout) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             body = exc.read().decode("utf-8", "replace")[:300]
@@ -107,8 +107,9 @@ class RegistryClient:
     def by_id(self, schema_id: int) -> RegisteredSchema:
         """The schema with id ``schema_id`` (:class:`SchemaNotFoundError` when unknown)."""
         if schema_id not in self._by_id:
-            self._by_id[schema_id] = self._schema(self._get(f"/schemas/ids/{schema_id}"),
-                                                  id=schema_id)  # fmt: skip
+            self._by_id[schema_id] = self._schema(
+                self._get(f"/schemas/ids/{schema_id}"), id=schema_id
+            )
         return self._by_id[schema_id]
 
     def version(self, subject: str, version: int | str) -> RegisteredSchema:

@@ -88,7 +88,7 @@ class Decoders:
                 return self._by_id[schema_id]
             try:
                 self._by_id[schema_id] = self.compile(writer, self.reader)
-            except Exception as exc:  # noqa: BLE001 (the schema's problem, told per record)
+            except Exception as exc:
                 self._by_id[schema_id] = f"incompatible change: schema id {schema_id}: {exc}"
         return self._by_id[schema_id]
 
@@ -111,7 +111,9 @@ def _headers(arr: pa.BinaryArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=bool), empty, empty
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1]
     data_buf = arr.buffers()[2]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    )
     starts = offsets[:-1].astype(np.int64)
     lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
     valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
@@ -146,11 +148,13 @@ def decode_column(arr: pa.Array, decoders: Decoders) -> WireDecoded:
         # rows without a header are rare: one message each
         lengths = pc.binary_length(arr.take(pa.array(bad))).fill_null(-1).to_pylist()
         why = [
-            "null value" if length == -1
-            else f"no magic byte: first byte is 0x{int(b):02x}, not 0x00" if b > 0
+            "null value"
+            if length == -1
+            else f"no magic byte: first byte is 0x{int(b):02x}, not 0x00"
+            if b > 0
             else f"truncated: {length} bytes, shorter than the {HEADER_BYTES}-byte header"
             for b, length in zip(first[bad].tolist(), lengths, strict=True)
-        ]  # fmt: skip
+        ]
         pieces.append(pa.nulls(len(bad), target))
         errors.append(pa.array(why, type=pa.string()))
         order.append(bad)

@@ -33,22 +33,37 @@ ORDER_V1 = {
     "fields": [
         {"name": "id", "type": "long"},
         {"name": "customer", "type": "string"},
-        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
-                                    "scale": 2}},
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+        },
         {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
         {"name": "day", "type": {"type": "int", "logicalType": "date"}},
         {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
         {"name": "tags", "type": {"type": "array", "items": "string"}},
         {"name": "attrs", "type": {"type": "map", "values": "int"}},
         {"name": "note", "type": ["null", "string"], "default": None},
-        {"name": "ship", "type": {"type": "record", "name": "Ship", "fields": [
-            {"name": "city", "type": "string"}, {"name": "zip", "type": ["null", "int"]}]}},
+        {
+            "name": "ship",
+            "type": {
+                "type": "record",
+                "name": "Ship",
+                "fields": [
+                    {"name": "city", "type": "string"},
+                    {"name": "zip", "type": ["null", "int"]},
+                ],
+            },
+        },
     ],
-}  # fmt: skip
+}
 # BACKWARD-compatible: a new nullable field
-ORDER_V2 = {**ORDER_V1, "fields": [*ORDER_V1["fields"],
-                                   {"name": "coupon", "type": ["null", "string"],
-                                    "default": None}]}  # fmt: skip
+ORDER_V2 = {
+    **ORDER_V1,
+    "fields": [
+        *ORDER_V1["fields"],
+        {"name": "coupon", "type": ["null", "string"], "default": None},
+    ],
+}
 
 
 def _order(i: int) -> dict[str, Any]:

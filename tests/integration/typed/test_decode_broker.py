@@ -89,8 +89,11 @@ def test_serializers_broker_ingest_decode(
 
     assert broker.stop() == 0
     lake = tmp_path / "lake"
-    run_ingest(spark, IngestConfig(log_dirs=(str(broker.log_dir),), lake=str(lake),
-                                   progress_interval_s=0), log=lambda _m: None)  # fmt: skip
+    run_ingest(
+        spark,
+        IngestConfig(log_dirs=(str(broker.log_dir),), lake=str(lake), progress_interval_s=0),
+        log=lambda _m: None,
+    )
     broker.start()  # the registry is the broker's: it serves again, from _schemas
 
     conf = tmp_path / "pipeline.toml"
