@@ -5,13 +5,21 @@ Which topics are decoded (:func:`DecodeConfig.named_topics`): the topics of ``[d
 topics``, ``[decode.subject]`` and ``[decode.cdc]``; with none named, every topic ingested
 into ``records`` whose value subject ``<topic>-value`` the registry holds (the subject
 Confluent's serializers register under by default, TopicNameStrategy).
+
+Which typed tables are upsert tables: the compacted topics as ``jobs/compact.py`` sees them
+(``pipelines.compaction.config.compacted_topics``: ``cleanup.policy=compact`` in the log dirs'
+topic configs, ``[compact] topics``; each with its strategy), and the CDC topics of
+``[decode.cdc]``. Log dirs that do not exist are skipped here (decode reads no log).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.compaction.config import compacted_topics, load_compact_config
+from pipelines.compaction.model import Strategy
 from pipelines.config import job_settings, read_pipeline_toml
 
 __all__ = ["DecodeConfig", "load_decode_config"]
@@ -30,6 +38,7 @@ class DecodeConfig:
     topics: tuple[str, ...] = ()
     subjects: dict[str, str] = field(default_factory=dict)
     cdc: dict[str, str] = field(default_factory=dict)
+    compacted: dict[str, Strategy] = field(default_factory=dict)
     on_error: str = "dead_letter"
     compression: str = "zstd"
     max_rows_per_file: int = 5_000_000
@@ -68,6 +77,10 @@ def load_decode_config(
     data = read_pipeline_toml(p)
     decode = data.get("decode", {})
     common = job_settings(data, p, "decode", log_dirs=log_dirs, lake=lake, need_log_dirs=False)
+    compact = load_compact_config(p, log_dirs=log_dirs, lake=lake)
+    compact = dataclasses.replace(
+        compact, log_dirs=tuple(d for d in compact.log_dirs if Path(d).is_dir())
+    )
     return DecodeConfig(
         lake=common.lake,
         registry_url=registry_url
@@ -80,6 +93,7 @@ def load_decode_config(
         topics=tuple(str(t) for t in decode.get("topics", [])),
         subjects={str(k): str(v) for k, v in decode.get("subject", {}).items()},
         cdc={str(k): str(v) for k, v in decode.get("cdc", {}).items()},
+        compacted=compacted_topics(compact),
         on_error=str(decode.get("on_error", "dead_letter")),
         compression=str(decode.get("compression", "zstd")),
         max_rows_per_file=int(decode.get("max_rows_per_file", 5_000_000)),

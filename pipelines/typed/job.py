@@ -57,6 +57,7 @@ from pyspark.sql import SparkSession
 
 from logstore.errors import CorruptRecordError, InvalidConfigError
 from logstore.failpoints import failpoint, kill_session
+from pipelines.compaction.model import Strategy
 from pipelines.delta.commit import commit_files, ensure_table, load_table, read_app_transactions
 from pipelines.delta.direct import stage_files
 from pipelines.delta.files import PartitionedFileWriter
@@ -64,6 +65,14 @@ from pipelines.ingest import read_progress
 from pipelines.typed.columns import conform, merge_schemas
 from pipelines.typed.config import DecodeConfig
 from pipelines.typed.registry import RegisteredSchema, RegistryClient
+from pipelines.typed.upsert import (
+    CDF,
+    DELETED,
+    VERSION,
+    collect_tasks,
+    envelope_version,
+    merge_winners,
+)
 from pipelines.typed.wire import Decoders, decode_column, reader_type
 
 __all__ = [
@@ -180,6 +189,8 @@ class _Task:
     value_schema: RegisteredSchema
     key_schema: RegisteredSchema | None
     target: pa.Schema
+    upsert: bool = False  # keep tombstones, add _deleted (and _version for a CDC field)
+    cdc_order: str | None = None  # a CDC topic: "offset" or the envelope's version field
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,6 +309,14 @@ def _decode_rows(
         }
     ok = pc.invert(failed)
     values = value.values
+    deleted = pa.nulls(n, pa.bool_()).fill_null(False)
+    version = pa.nulls(n, pa.int64())
+    if task.cdc_order is not None:
+        envelope = values
+        values = pc.struct_field(envelope, "after")
+        deleted = pc.fill_null(pc.equal(pc.struct_field(envelope, "op"), "d"), False)
+        if task.cdc_order != "offset":
+            version = envelope_version(envelope, task.cdc_order)
     for i, f in enumerate(values.type):
         columns[f.name] = values.field(i)
     columns["_kafka"] = _kafka_column(rows, key_ids, value.schema_ids)
@@ -305,9 +324,26 @@ def _decode_rows(
         conform(columns[f.name], f.type) if f.name in columns else pa.nulls(n, f.type)
         for f in task.target
     ]
-    out = pa.Table.from_arrays(arrays, schema=task.target).filter(ok)
+    out = pa.Table.from_arrays(arrays, schema=task.target)
+    if task.upsert:
+        out = out.append_column(DELETED, deleted)
+        out = out.set_column(out.schema.get_field_index(VERSION), VERSION, version)
+    out = out.filter(ok)
     yield {"rows": out.num_rows, "failed": nfailed}
     yield from out.to_batches(max_chunksize=65536)
+
+
+def _tombstone_rows(task: _Task, rows: pa.Table) -> Iterator[pa.RecordBatch]:
+    """Tombstones of an upsert topic: rows that delete their key."""
+    n = rows.num_rows
+    nulls = pa.nulls(n, pa.int32())
+    arrays = [
+        _kafka_column(rows, nulls, nulls) if f.name == "_kafka" else pa.nulls(n, f.type)
+        for f in task.target
+    ]
+    out = pa.Table.from_arrays(arrays, schema=task.target)
+    out = out.append_column(DELETED, pa.array(np.ones(n, dtype=bool)))
+    yield from out.to_batches()
 
 
 def _produce(task: _Task) -> Iterator[Any]:
@@ -322,6 +358,8 @@ def _produce(task: _Task) -> Iterator[Any]:
         tombstones = rows.num_rows - (pc.sum(live).as_py() or 0)
         if tombstones:
             yield {"tombstones": tombstones}
+            if task.upsert:
+                yield from _tombstone_rows(task, rows.filter(pc.invert(live)))
             rows = rows.filter(live)
         if rows.num_rows:
             yield from _decode_rows(task, rows, value_dec, key_dec)
@@ -492,7 +530,18 @@ def decode_topic(
         )
     result.schema_version = value_schema.version
     key_schema = client.latest(f"{topic}-key")
+    cdc_order = config.cdc.get(topic)
+    strategy = config.compacted.get(topic)
+    upsert = cdc_order is not None or strategy is not None
     values = reader_type(value_schema)
+    if cdc_order is not None:
+        after = values.get_field_index("after")
+        if after < 0 or not pa.types.is_struct(values.field(after).type):
+            raise InvalidConfigError(
+                f"topic {topic!r} is declared CDC ([decode.cdc]) but its value schema has no "
+                "record field 'after' (a Debezium envelope: before, after, op, source, ts_ms)"
+            )
+        values = values.field(after).type
     clash = [f.name for f in values if f.name in _RESERVED]
     if clash:
         raise InvalidConfigError(f"topic {topic!r}: value fields {clash} clash with loglake's")
@@ -500,8 +549,13 @@ def decode_topic(
     if key_schema is not None:
         fields.append(pa.field("_key", reader_type(key_schema)))
     fields.append(pa.field("_kafka", KAFKA_TYPE))
+    if upsert:
+        fields.append(pa.field(VERSION, pa.int64()))
     target = pa.schema(fields)
-    if dt is None:
+    if dt is None and upsert:
+        DeltaTable.create(root, target, configuration=CDF)
+        dt = DeltaTable(root)
+    elif dt is None:
         ensure_table(root, target, [])
         dt = load_table(root)
         assert dt is not None
@@ -515,11 +569,13 @@ def decode_topic(
     files = _record_files(config.records_path, records, topic, ranges)
     parallelism = spark.sparkContext.defaultParallelism
     tasks = [
-        _Task(
-            group, topic, ranges, dead_from, config.registry_url, value_schema, key_schema, target
-        )
+        _Task(group, topic, ranges, dead_from, config.registry_url, value_schema, key_schema,
+              target, upsert=upsert, cdc_order=cdc_order)
         for group in _groups(files, parallelism)
-    ]
+    ]  # fmt: skip
+    if upsert:
+        return _decode_upsert(config, topic, tasks, spark, result, strategy=strategy,
+                              done=done, dead_done=dead_done, ingested=ingested)  # fmt: skip
     staged = stage_files(
         spark,
         root,
@@ -529,22 +585,10 @@ def decode_topic(
         compression=config.compression,
         max_rows_per_file=config.max_rows_per_file,
     )
-    dead: list[dict[str, Any]] = []
-    failed = 0
-    for report in staged.reports:
-        dead.extend(report.get("dead", ()))
-        failed += int(report.get("failed", 0))
-        result.tombstones += int(report.get("tombstones", 0))
-    result.rows = staged.num_rows
-    result.dead_letters = len(dead)
+    dead, failed = _tally(result, staged.reports)
     if failed and config.on_error == "fail":
         staged.abort()
-        first = dead[0] if dead else {}
-        raise DecodeFailedError(
-            f"topic {topic!r}: {failed} records did not decode (first: partition "
-            f"{first.get('partition')} offset {first.get('offset')}: {first.get('error')}); "
-            'nothing committed ([decode] on_error = "dead_letter" sends them to dead_letters)'
-        )
+        _fail(topic, failed, dead)
     apps = {app_id(topic, p): e for p, e in ingested.items()}
     try:
         failpoint("decode.before_dead_letters", kill=kill_session)
@@ -560,6 +604,65 @@ def decode_topic(
         expected_versions={app_id(topic, p): done.get(p) for p in ingested},
     )
     result.committed = committed.committed
+    return result
+
+
+def _tally(result: TopicResult, reports: Sequence[Any]) -> tuple[list[dict[str, Any]], int]:
+    """Dead letters and the count of failed records of the tasks' reports; counts into
+    ``result``."""
+    dead: list[dict[str, Any]] = []
+    failed = 0
+    for report in reports:
+        dead.extend(report.get("dead", ()))
+        failed += int(report.get("failed", 0))
+        result.tombstones += int(report.get("tombstones", 0))
+        result.rows += int(report.get("rows", 0))
+    result.dead_letters = len(dead)
+    return dead, failed
+
+
+def _fail(topic: str, failed: int, dead: list[dict[str, Any]]) -> None:
+    first = dead[0] if dead else {}
+    raise DecodeFailedError(
+        f"topic {topic!r}: {failed} records did not decode (first: partition "
+        f"{first.get('partition')} offset {first.get('offset')}: {first.get('error')}); "
+        'nothing committed ([decode] on_error = "dead_letter" sends them to dead_letters)'
+    )
+
+
+def _decode_upsert(
+    config: DecodeConfig,
+    topic: str,
+    tasks: Sequence[_Task],
+    spark: SparkSession,
+    result: TopicResult,
+    *,
+    strategy: Strategy | None,
+    done: Mapping[int, int],
+    dead_done: Mapping[int, int],
+    ingested: Mapping[int, int],
+) -> TopicResult:
+    """Steps 3-4 for a compacted or CDC topic (:mod:`pipelines.typed.upsert`)."""
+    rows, reports = collect_tasks(spark, tasks, _produce)
+    dead, failed = _tally(result, reports)
+    if failed and config.on_error == "fail":
+        _fail(topic, failed, dead)
+    apps = {app_id(topic, p): e for p, e in ingested.items()}
+    failpoint("decode.before_dead_letters", kill=kill_session)
+    _write_dead_letters(
+        config, topic, dead, apps, {app_id(topic, p): dead_done.get(p) for p in ingested}
+    )
+    failpoint("decode.before_commit", kill=kill_session)
+    root = config.table_path(topic)
+    result.committed = merge_winners(
+        root,
+        rows,
+        schema=_table_schema(DeltaTable(root)),
+        strategy=strategy if topic not in config.cdc else None,
+        by_key_only=topic in config.cdc,
+        apps=apps,
+        expected={app_id(topic, p): done.get(p) for p in ingested},
+    )
     return result
 
 
