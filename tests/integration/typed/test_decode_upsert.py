@@ -102,7 +102,7 @@ def test_debezium_cdc_by_source_lsn(spark: SparkSession, tmp_path: Path, registr
         tmp_path, "customers",
         [change("c", 1, "a@x", 10), change("c", 2, "b@x", 11), change("u", 1, "a2@x", 20),
          change("u", 1, "stale@x", 15),  # a later offset but an older lsn: loses
-         change("c", 3, "c@x", 12), change("d", 2, None, 30), None],  # delete + Debezium's tombstone
+         change("c", 3, "c@x", 12), change("d", 2, None, 30), None],  # a delete, its tombstone
         keys=[b"1", b"2", b"1", b"1", b"3", b"2", b"2"],
     )  # fmt: skip
     res = run_decode(spark, config).topics[0]
