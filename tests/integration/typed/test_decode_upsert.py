@@ -118,3 +118,34 @@ def test_debezium_cdc_by_source_lsn(spark: SparkSession, tmp_path: Path, registr
            keys=[b"1", b"3"], start=7)  # fmt: skip
     run_decode(spark, config)
     assert {k: r["email"] for k, r in _live(table).items()} == {b"1": "a2@x", b"3": "c2@x"}
+
+
+def test_quality_suites_of_typed_tables(
+    spark: SparkSession, tmp_path: Path, registry_url: str
+) -> None:
+    """jobs/quality.py's typed_<topic> suites: the dead-letter rate against
+    [decode] max_dead_letter_rate, one row per key of an upsert table."""
+    from pipelines.ingest import IngestConfig
+    from pipelines.quality.config import QualityConfig
+    from pipelines.quality.run import run_quality
+
+    sr = SchemaRegistryClient({"url": registry_url})
+    ser = AvroSerializer(sr, json.dumps(USER))
+    for topic in ("clean", "dirty"):
+        ctx = SerializationContext(topic, MessageField.VALUE)
+        values = [ser({"name": f"n{i}", "age": i}, ctx) for i in range(9)]
+        ingest(tmp_path, topic, [*values, b"junk" if topic == "dirty" else values[0]],
+               keys=[bytes([i % 4]) for i in range(10)])  # fmt: skip
+    config = decode_config(tmp_path, registry_url, compacted={"clean": Strategy("offset")})
+    run_decode(spark, config)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    report = run_quality(
+        spark, IngestConfig(log_dirs=(str(logs),), lake=str(tmp_path)),
+        QualityConfig(docs=False, max_dead_letter_rate=0.05), log=lambda _m: None,
+    )  # fmt: skip
+    assert report.suites["typed_clean"] is True  # no dead letter, one row per key
+    assert report.suites["typed_dirty"] is False  # 1 in 10 > 0.05
+    assert "typed_dirty.dead_letter_rate" in report.failed
+    rules = {(r.suite, r.rule) for r in report.results}
+    assert ("typed_clean", "key_unique") in rules and ("typed_dirty", "key_unique") not in rules
