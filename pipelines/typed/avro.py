@@ -105,7 +105,8 @@ def arrow_type(schema: str | dict[str, Any] | list[Any]) -> pa.DataType:
 def _converter(schema: Any, named: dict[str, Any]) -> Callable[[Any], Any]:
     """Python value from fastavro -> what ``pa.array`` takes for :func:`arrow_type`."""
     if isinstance(schema, str):
-        return named.get(schema.rsplit(".", 1)[-1], _same)
+        found: Callable[[Any], Any] = named.get(schema.rsplit(".", 1)[-1], _same)
+        return found
     if isinstance(schema, list):
         rest = [s for s in schema if s != "null"]
         if len(rest) == 1:

@@ -420,7 +420,7 @@ def _groups(files: list[tuple[str, int]], parallelism: int) -> list[tuple[str, .
 
 
 def _table_schema(dt: DeltaTable) -> pa.Schema:
-    return pa.schema(dt.schema().to_arrow())  # type: ignore[arg-type]
+    return pa.schema(dt.schema().to_arrow())
 
 
 def _grow(root: str, dt: DeltaTable, target: pa.Schema, log: Log) -> list[str]:

@@ -146,7 +146,7 @@ def _pool(reader: RegisteredSchema) -> tuple[descriptor_pool.DescriptorPool, Any
 
 
 def _is_map(field: Any) -> bool:
-    return field.type == _F.TYPE_MESSAGE and field.message_type.GetOptions().map_entry
+    return bool(field.type == _F.TYPE_MESSAGE and field.message_type.GetOptions().map_entry)
 
 
 def _repeated(field: Any) -> bool:
