@@ -33,7 +33,9 @@ Crash behaviour: a kill before step 4's first commit leaves both tables as they 
 files are referenced by nothing and removed by the next write); between the two commits, the
 next run finds ``D = E_old`` and writes no dead letter twice; after the second, the run is done.
 A kill during the schema change of step 2 leaves nullable columns and no rows: harmless, the
-next run finds the table's schema already grown. Failpoints (``LOGLAKE_FAILPOINT``):
+next run finds the table's schema already grown. A topic's first run creates its table (empty)
+before step 3, as every loglake table exists from its job's first run on: a kill then leaves
+it empty, with no progress. Failpoints (``LOGLAKE_FAILPOINT``):
 ``decode.before_dead_letters``, ``decode.before_commit``, ``delta.before_commit``.
 """
 
@@ -58,7 +60,7 @@ from pyspark.sql import SparkSession
 from logstore.errors import CorruptRecordError, InvalidConfigError
 from logstore.failpoints import failpoint, kill_session
 from pipelines.compaction.model import Strategy
-from pipelines.delta.commit import commit_files, ensure_table, load_table, read_app_transactions
+from pipelines.delta.commit import commit_files, ensure_table, load_table
 from pipelines.delta.direct import stage_files
 from pipelines.delta.files import PartitionedFileWriter
 from pipelines.ingest import read_progress
@@ -83,6 +85,7 @@ __all__ = [
     "DecodeSummary",
     "TopicResult",
     "app_id",
+    "decode_topic",
     "run_decode",
 ]
 
@@ -704,8 +707,3 @@ def run_decode(
             )
         )
     return summary
-
-
-def dead_letter_progress(config: DecodeConfig) -> dict[str, int]:
-    """The dead_letters table's app transactions (for tests and tools)."""
-    return read_app_transactions(config.dead_letters_path)
