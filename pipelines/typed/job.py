@@ -125,6 +125,7 @@ DEAD_LETTERS_SCHEMA = pa.schema(
 )
 _RECORD_COLUMNS = ["partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers"]
 _RESERVED = ("_key", "_kafka")
+_BATCH_ROWS = 65536
 
 Log = Callable[[str], None]
 
@@ -213,11 +214,14 @@ def _in_ranges(part: pa.Array, offset: pa.Array, ranges: Mapping[int, tuple[int,
     return pa.array((offs >= lo[parts]) & (offs < hi[parts]))
 
 
-def _read_records(path: str, ranges: Mapping[int, tuple[int, int]]) -> pa.Table:
-    table = pq.ParquetFile(path).read(columns=_RECORD_COLUMNS)
-    return table.filter(
-        _in_ranges(table["partition"].combine_chunks(), table["offset"].combine_chunks(), ranges)
-    )
+def _read_records(path: str, ranges: Mapping[int, tuple[int, int]]) -> Iterator[pa.Table]:
+    """The rows of ``path`` in ``ranges``, a batch at a time (a data file of ``records`` may
+    hold millions of rows: never all of them in memory at once)."""
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS, columns=_RECORD_COLUMNS):
+        keep = _in_ranges(batch.column("partition"), batch.column("offset"), ranges)
+        table = pa.Table.from_batches([batch]).filter(keep)
+        if table.num_rows:
+            yield table
 
 
 def _kafka_column(rows: pa.Table, key_ids: pa.Array, value_ids: pa.Array) -> pa.StructArray:
@@ -354,18 +358,23 @@ def _produce(task: _Task) -> Iterator[Any]:
     value_dec = Decoders(client, task.value_schema)
     key_dec = Decoders(client, task.key_schema) if task.key_schema is not None else None
     for path in task.files:
-        rows = _read_records(path, task.ranges)
-        if not rows.num_rows:
-            continue
-        live = rows["value"].is_valid()
-        tombstones = rows.num_rows - (pc.sum(live).as_py() or 0)
-        if tombstones:
-            yield {"tombstones": tombstones}
-            if task.upsert:
-                yield from _tombstone_rows(task, rows.filter(pc.invert(live)))
-            rows = rows.filter(live)
-        if rows.num_rows:
-            yield from _decode_rows(task, rows, value_dec, key_dec)
+        for rows in _read_records(path, task.ranges):
+            yield from _decode_batch(task, rows, value_dec, key_dec)
+
+
+def _decode_batch(
+    task: _Task, rows: pa.Table, value_dec: Decoders, key_dec: Decoders | None
+) -> Iterator[Any]:
+    """One batch of records: tombstones counted (kept for an upsert table), the rest decoded."""
+    live = rows["value"].is_valid()
+    tombstones = rows.num_rows - (pc.sum(live).as_py() or 0)
+    if tombstones:
+        yield {"tombstones": tombstones}
+        if task.upsert:
+            yield from _tombstone_rows(task, rows.filter(pc.invert(live)))
+        rows = rows.filter(live)
+    if rows.num_rows:
+        yield from _decode_rows(task, rows, value_dec, key_dec)
 
 
 # ---------------------------------------------------------------------------------------------

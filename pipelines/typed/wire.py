@@ -16,6 +16,7 @@ letters. Pure but for the registry look-ups of :class:`Decoders`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -68,8 +69,9 @@ class Decoders:
     compile: Callable[[RegisteredSchema, RegisteredSchema], _Decoder] = compile_for
     _by_id: dict[int, _Decoder | str] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def arrow_type(self) -> pa.DataType:
+        """The Delta-compatible struct type of the reader's values (computed once)."""
         return reader_type(self.reader)
 
     def get(self, schema_id: int) -> _Decoder | str:
