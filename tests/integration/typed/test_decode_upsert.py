@@ -149,3 +149,45 @@ def test_quality_suites_of_typed_tables(
     assert "typed_dirty.dead_letter_rate" in report.failed
     rules = {(r.suite, r.rule) for r in report.results}
     assert ("typed_clean", "key_unique") in rules and ("typed_dirty", "key_unique") not in rules
+
+
+@pytest.mark.parametrize("strategy", ["offset", "timestamp", "header:v"])
+def test_upsert_table_has_the_keys_and_winners_of_the_topic_table(
+    spark: SparkSession, tmp_path: Path, registry_url: str, strategy: str
+) -> None:
+    """The typed table of a compacted topic and ``topics/<topic>`` (jobs/compact.py) built
+    from the same records hold the same live (partition, key)s with the same winning offsets,
+    under each strategy."""
+    import random
+
+    from pipelines.compaction.config import CompactConfig
+    from pipelines.compaction.model import Rec, parse_strategy
+    from pipelines.compaction.table import run_compact
+    from tests.fixtures.compaction import append_records, read_topic_table
+
+    sr = SchemaRegistryClient({"url": registry_url})
+    ser = AvroSerializer(sr, json.dumps(USER))
+    ctx = SerializationContext("t", MessageField.VALUE)
+    rng = random.Random(22)
+    recs = []
+    for offset in range(60):
+        partition = offset % 2
+        value = None if rng.random() < 0.2 else ser({"name": f"n{offset}", "age": offset}, ctx)
+        headers = () if rng.random() < 0.3 else (("v", rng.randrange(5).to_bytes(1, "big")),)
+        recs.append(Rec(partition, offset // 2, 1000 + rng.randrange(20), bytes([rng.randrange(6)]),
+                        value, headers))  # fmt: skip
+    append_records(tmp_path, "t", recs, {0: 30, 1: 30})
+    parsed = parse_strategy(strategy)
+    run_decode(spark, decode_config(tmp_path, registry_url, compacted={"t": parsed}))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    compact = CompactConfig(
+        log_dirs=(str(logs),), lake=str(tmp_path), topics=("t",), strategies={"t": parsed},
+        buckets=2,
+    )  # fmt: skip
+    run_compact(spark, compact, log=lambda _m: None)
+    topic_table = read_topic_table(tmp_path / "topics" / "t")
+    typed = read_table_rows(tmp_path / "tables" / "t")
+    got = {(r["_kafka"]["partition"], r["_kafka"]["key"]): r["_kafka"]["offset"] for r in typed}
+    assert len(got) == len(typed)
+    assert got == {pk: offset for pk, (offset, _v, _h) in topic_table.items()}
