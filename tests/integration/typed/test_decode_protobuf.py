@@ -110,13 +110,18 @@ def _expected(m: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
+@pytest.mark.parametrize("skip_known_types", [True, False])
 def test_protobuf_values_decode_into_typed_columns(
-    spark: SparkSession, tmp_path: Path, registry_url: str
+    spark: SparkSession, tmp_path: Path, registry_url: str, skip_known_types: bool
 ) -> None:
+    """With ``skip.known.types`` off, timestamp.proto and wrappers.proto are registered as
+    referenced subjects, which the decoder resolves through the registry."""
     order_cls = _order_class()
     sr = SchemaRegistryClient({"url": registry_url})
     ctx = SerializationContext("pb", MessageField.VALUE)
-    ser = ProtobufSerializer(order_cls, sr, {"use.deprecated.format": False})
+    ser = ProtobufSerializer(
+        order_cls, sr, {"use.deprecated.format": False, "skip.known.types": skip_known_types}
+    )
     messages = []
     for i in range(12):
         m = order_cls(id=i, status=i % 2, tags=["a"] * (i % 3))
@@ -144,3 +149,8 @@ def test_protobuf_values_decode_into_typed_columns(
     for r in got:
         r["attrs"] = sorted(r["attrs"])
     assert got == [_expected(de(v, ctx)) for v in values]
+    refs = sr.get_latest_version("pb-value").schema.references
+    assert sorted(r.name for r in refs) == (
+        [] if skip_known_types
+        else ["google/protobuf/timestamp.proto", "google/protobuf/wrappers.proto"]
+    )  # fmt: skip
