@@ -174,3 +174,27 @@ def test_evolution_and_dead_letters(spark: SparkSession, tmp_path: Path, registr
         run_decode(spark, strict)
     assert DeltaTable(config.table_path("orders")).transaction_version(app_id("orders", 0)) == 11
     assert len(read_table_rows(config.dead_letters_path)) == 4
+
+
+def test_a_subject_named_in_the_config(
+    spark: SparkSession, tmp_path: Path, registry_url: str
+) -> None:
+    """A producer with RecordNameStrategy registers under ``shop.Order``: [decode.subject]
+    names it; a topic with no subject is not decoded unless named (then: exit 2's error)."""
+    from confluent_kafka.schema_registry import record_subject_name_strategy
+
+    from logstore.errors import InvalidConfigError
+
+    sr = SchemaRegistryClient({"url": registry_url})
+    ser = AvroSerializer(
+        sr, json.dumps(ORDER_V1), conf={"subject.name.strategy": record_subject_name_strategy}
+    )
+    ctx = SerializationContext("orders2", MessageField.VALUE)
+    ingest(tmp_path, "orders2", [ser(_order(1), ctx)])
+    assert sr.get_subjects() == ["shop.Order"]
+    assert run_decode(spark, decode_config(tmp_path, registry_url)).topics == []
+    with pytest.raises(InvalidConfigError, match="no subject 'orders2-value'"):
+        run_decode(spark, decode_config(tmp_path, registry_url, topics=("orders2",)))
+    named = decode_config(tmp_path, registry_url, subjects={"orders2": "shop.Order"})
+    [res] = run_decode(spark, named).topics
+    assert res.rows == 1 and res.schema_version == 1
