@@ -44,6 +44,7 @@ from logstore.tools.client_config import (
 from pipelines.exit_codes import EXIT_USAGE, epilog
 
 __all__ = [
+    "DECODE_ON_ERROR",
     "EXIT_MISSING_TOPICS",
     "ISOLATION_LEVELS",
     "ON_DIVERGENCE",
@@ -144,6 +145,23 @@ def _servers_rule(value: str) -> str | None:
 
 def _not_empty(value: str) -> str | None:
     return None if value.strip() else "a non-empty string"
+
+
+# [decode] on_error: a record that does not decode goes to <lake>/dead_letters, or fails the run.
+DECODE_ON_ERROR = ("dead_letter", "fail")
+
+
+def _url_rule(value: str) -> str | None:
+    if value == "" or re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        return None
+    return 'an http:// or https:// URL (or "" for none)'
+
+
+def _cdc_order_rule(value: str) -> str | None:
+    # "offset", or a dotted field path of the Debezium envelope (e.g. source.lsn)
+    if re.fullmatch(r"offset|[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", value):
+        return None
+    return "offset, or a field path of the envelope such as source.lsn"
 
 
 @dataclass(frozen=True)
@@ -293,6 +311,17 @@ SECTIONS: dict[str, dict[str, Key] | FreeForm] = {
         "zorder": Key("boolean"),
         "delete_records_chunk": Key("integer", minimum=1),
     },
+    # [decode]: jobs/decode.py, typed tables (pipelines.typed.config)
+    "decode": {
+        "schema_registry_url": Key("string", rule=_url_rule),
+        "topics": _TOPICS,
+        "on_error": Key("string", choices=DECODE_ON_ERROR),
+        "compression": _CODEC,
+        "max_rows_per_file": _ROWS,
+        "max_dead_letter_rate": Key("number", minimum=0, maximum=1),
+    },
+    "decode.subject": FreeForm(Key("string", rule=_not_empty), key=_topic_rule, what="topic"),
+    "decode.cdc": FreeForm(Key("string", rule=_cdc_order_rule), key=_topic_rule, what="topic"),
     "quality": {
         "max_future_skew_s": Key("number", minimum=0),
         "max_past_skew_s": Key("number", minimum=0),
