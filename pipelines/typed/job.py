@@ -356,7 +356,7 @@ def _tombstone_rows(task: _Task, rows: pa.Table) -> Iterator[pa.RecordBatch]:
 def _produce(task: _Task) -> Iterator[Any]:
     client = RegistryClient(task.registry_url)
     value_dec = Decoders(client, task.value_schema)
-    key_dec = Decoders(client, task.key_schema) if task.key_schema is not None else None
+    key_dec = Decoders(client, task.key_schema, bare=True) if task.key_schema is not None else None
     for path in task.files:
         for rows in _read_records(path, task.ranges):
             yield from _decode_batch(task, rows, value_dec, key_dec)
@@ -559,7 +559,7 @@ def decode_topic(
         raise InvalidConfigError(f"topic {topic!r}: value fields {clash} clash with loglake's")
     fields = [pa.field(f.name, f.type, nullable=True) for f in values]
     if key_schema is not None:
-        fields.append(pa.field("_key", reader_type(key_schema)))
+        fields.append(pa.field("_key", reader_type(key_schema, bare=True)))
     fields.append(pa.field("_kafka", KAFKA_TYPE))
     if upsert:
         fields.append(pa.field(VERSION, pa.int64()))

@@ -17,6 +17,7 @@ letters. Pure but for the registry look-ups of :class:`Decoders`.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -54,9 +55,24 @@ def compile_for(writer: RegisteredSchema, reader: RegisteredSchema) -> _Decoder:
     return compile_protobuf(writer, reader)
 
 
-def reader_type(reader: RegisteredSchema) -> pa.DataType:
-    """The Delta-compatible struct type of ``reader``'s values (one column per field)."""
-    return delta_type(compile_for(reader, reader).arrow_type)
+def wrapped(reader: RegisteredSchema) -> bool:
+    """Whether ``reader``'s decoded values come wrapped in ``struct<value: T>``: the Avro
+    decoder wraps a top-level schema that is not a record (a primitive, array, map, enum,
+    fixed or union), so that a value is always a struct of columns."""
+    if reader.schema_type != "AVRO":
+        return False
+    doc = json.loads(reader.text)
+    return not (isinstance(doc, dict) and doc.get("type") == "record")
+
+
+def reader_type(reader: RegisteredSchema, *, bare: bool = False) -> pa.DataType:
+    """The Delta-compatible type of ``reader``'s values: a struct (one column per field), or
+    with ``bare`` the value itself where the decoder wraps a non-record schema (a key
+    ``"string"`` is a string column ``_key``, not ``struct<value: string>``)."""
+    t = compile_for(reader, reader).arrow_type
+    if bare and wrapped(reader):
+        t = t.field(0).type
+    return delta_type(t)
 
 
 @dataclass
@@ -67,12 +83,18 @@ class Decoders:
     client: RegistryClient
     reader: RegisteredSchema
     compile: Callable[[RegisteredSchema, RegisteredSchema], _Decoder] = compile_for
+    bare: bool = False  # keys: a non-record schema's values unwrapped (see reader_type)
     _by_id: dict[int, _Decoder | str] = field(default_factory=dict)
 
     @functools.cached_property
+    def unwrap(self) -> bool:
+        """Whether decoded values are unwrapped from ``struct<value: T>``."""
+        return self.bare and wrapped(self.reader)
+
+    @functools.cached_property
     def arrow_type(self) -> pa.DataType:
-        """The Delta-compatible struct type of the reader's values (computed once)."""
-        return reader_type(self.reader)
+        """The Delta-compatible type of the reader's values (computed once)."""
+        return reader_type(self.reader, bare=self.bare)
 
     def get(self, schema_id: int) -> _Decoder | str:
         """The decoder of ``schema_id``, or why there is none."""
@@ -169,7 +191,9 @@ def decode_column(arr: pa.Array, decoders: Decoders) -> WireDecoded:
             errors.append(pa.array([decoder] * len(rows), type=pa.string()))
         else:
             out = decoder.decode(arr.take(pa.array(rows)), offsets_skip=HEADER_BYTES)
-            pieces.append(conform(out.values, target))
+            # flatten() carries the wrapper's nulls (failed rows) into its only child
+            values = out.values.flatten()[0] if decoders.unwrap else out.values
+            pieces.append(conform(values, target))
             errors.append(out.errors.cast(pa.string()))
         order.append(rows)
     ids_arr = pa.array(ids.astype(np.int32), mask=~ok)
