@@ -125,6 +125,7 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 from logstore.errors import LoglakeError
+from logstore.failpoints import FAILPOINT_ENV, kill_session
 from pipelines.compaction._hash import latest_indices, xxhash64
 from pipelines.compaction._match import KeyIndex
 from pipelines.compaction.config import CompactConfig, compacted_topics
@@ -141,7 +142,6 @@ from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import VERSION, versions
 from pipelines.delta import read_app_transactions
 from pipelines.delta.commit import load_table
-from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
 from pipelines.delta.direct import run_in_job_group
 from pipelines.delta.errors import DeltaSinkError, first_error_line
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
