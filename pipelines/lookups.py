@@ -62,6 +62,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstore.errors import LoglakeError
+from logstore.objectstore import LakeLocation
 from logstore.protocol.records import decode_batch
 from pipelines.config import log_dir_topics
 from pipelines.sources.plan import (
@@ -655,7 +656,7 @@ def build_lookups(
     rows: dict[str, int] = {}
     progress: dict[str, dict[str, int]] = {}
     for table in (OFFSET_LOOKUP, TIME_LOOKUP):
-        path = str(Path(lake) / table)
+        path = LakeLocation.parse(lake).join(table).uri
         _evolve(path, table)
         done = read_app_transactions(path)
         starting: dict[str, dict[str, int]] = {}

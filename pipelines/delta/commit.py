@@ -52,12 +52,13 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 
-from logstore.objectstore import LakeLocation, StorageSettings, delta_target
+from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings, delta_target
 from pipelines.delta.errors import (
     ConcurrentWriteError,
     DeltaSinkError,
     SchemaMismatchError,
     StaleTransactionError,
+    first_error_line,
 )
 from pipelines.delta.files import WrittenFile, table_location
 
@@ -123,6 +124,10 @@ def load_table(
         return DeltaTable(uri, storage_options=options or None)
     except TableNotFoundError:
         return None
+    except DeltaError as exc:  # the store unreachable, refusing, or the log unreadable
+        raise DeltaSinkError(
+            f"cannot read the Delta table: {first_error_line(exc)}", path=uri
+        ) from exc
 
 
 def ensure_table(
@@ -362,37 +367,37 @@ def _commit_info(mode: str, predicate: str | None) -> dict[str, Any]:
     return info
 
 
-def read_app_transactions(path: str | Path) -> dict[str, int]:
+def read_app_transactions(
+    path: str | Path | LakeLocation, *, settings: StorageSettings | None = None
+) -> dict[str, int]:
     """Every app id's latest transaction version in the table at ``path`` (empty: no table).
 
-    Reads ``_delta_log`` directly (the newest classic checkpoint, then later JSON commits),
-    because delta-rs only answers for an app id one already knows.
+    Reads ``_delta_log`` directly through the table's store (the newest classic checkpoint,
+    then later JSON commits), because delta-rs only answers for an app id one already knows.
     """
-    log = Path(path) / "_delta_log"
-    if not log.is_dir():
-        return {}
-    checkpoints: dict[int, list[Path]] = {}
-    commits: dict[int, Path] = {}
-    for p in log.iterdir():
-        if m := _CHECKPOINT.match(p.name):
-            checkpoints.setdefault(int(m.group(1)), []).append(p)
-        elif m := _COMMIT.match(p.name):
-            commits[int(m.group(1))] = p
+    store = ObjectStore(table_location(path), settings=settings)
+    checkpoints: dict[int, list[str]] = {}
+    commits: dict[int, str] = {}
+    for obj in store.list("_delta_log", recursive=False):
+        name = obj.path.rsplit("/", 1)[-1]
+        if m := _CHECKPOINT.match(name):
+            checkpoints.setdefault(int(m.group(1)), []).append(obj.path)
+        elif m := _COMMIT.match(name):
+            commits[int(m.group(1))] = obj.path
     txns: dict[str, int] = {}
     start = -1
     if checkpoints:
         start = max(checkpoints)
         for part in sorted(checkpoints[start]):
-            table = pq.read_table(part, columns=["txn"])
+            table = pq.read_table(pa.BufferReader(store.read(part)), columns=["txn"])
             for row in table.column("txn").to_pylist():
                 if row is not None and row.get("appId") is not None:
                     txns[row["appId"]] = int(row["version"])
     for version in sorted(v for v in commits if v > start):
-        with commits[version].open(encoding="utf-8") as fh:
-            for line in fh:
-                if '"txn"' not in line:
-                    continue
-                action = json.loads(line)
-                if "txn" in action:
-                    txns[action["txn"]["appId"]] = int(action["txn"]["version"])
+        for line in store.read(commits[version]).decode("utf-8").splitlines():
+            if '"txn"' not in line:
+                continue
+            action = json.loads(line)
+            if "txn" in action:
+                txns[action["txn"]["appId"]] = int(action["txn"]["version"])
     return txns

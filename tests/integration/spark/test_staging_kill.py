@@ -89,7 +89,7 @@ def test_a_killed_writers_uncommitted_files_go_with_the_next_write(
     referenced = {u.rsplit("/", 1)[-1] for u in _table(uri).file_uris()}
     data = [k for k in _listing(uri, bucket) if k.endswith(".parquet")]
     assert {k.rsplit("/", 1)[-1] for k in data} == referenced  # no leftover of the killed run
-    assert len(referenced) == 4  # its committed two, and this write's two
+    assert len(referenced) == 6  # its committed two, and this write's four (2 tasks x 2 parts)
     leases = [k for k in _listing(uri, bucket) if k.endswith(".json") and STAGING_DIR in k]
     assert leases == []  # the dead write's lease reaped, the new write's released
     assert _rows(uri) == [*range(10), *range(1000, 1005), *range(2000, 2003)]

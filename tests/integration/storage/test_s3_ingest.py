@@ -1,0 +1,102 @@
+"""``spark-submit jobs/ingest.py --lake s3://...``: the jobs on a lake in a real S3 server (moto).
+
+Records come from the real broker and confluent-kafka; the lake is read back with deltalake's
+DataFusion reader (an independent reader) and listed with boto3. A re-run adds nothing; the
+store stopped makes the run fail with exit 1 (transient, retried by Airflow) and a clear
+error, and the run after it, the store back, ingests exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+from deltalake import DeltaTable, QueryBuilder
+
+from logstore.objectstore import delta_target
+from tests.fixtures.broker import ROOT
+from tests.fixtures.s3 import S3Bucket
+from tests.integration.broker.clients import new_topic
+
+pytestmark = pytest.mark.integration
+
+
+def _ingest(lake: str, log_dir: Path) -> subprocess.CompletedProcess[str]:
+    submit = Path(sys.executable).parent.parent / "lib" / "python3.11" / "site-packages"
+    cmd = [
+        str(submit / "pyspark" / "bin" / "spark-submit"),
+        "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+        str(ROOT / "jobs" / "ingest.py"),
+        "--config", str(ROOT / "conf" / "pipeline.toml"),
+        "--log-dirs", str(log_dir), "--lake", lake,
+    ]  # fmt: skip
+    env = {
+        **os.environ,  # the s3 fixture's AWS_ENDPOINT_URL, keys and region
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    return subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=600, start_new_session=True,
+        check=False,
+    )  # fmt: skip
+
+
+def _records(lake: str) -> list[tuple[int, int, bytes, bytes]]:
+    uri, options = delta_target(f"{lake}/records")
+    dt = DeltaTable(uri, storage_options=options)
+    got = (
+        QueryBuilder()
+        .register("r", dt)
+        .execute('select "partition", "offset", key, value from r')
+        .read_all()
+        .to_pylist()
+    )
+    return sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in got)
+
+
+def test_ingest_into_an_s3_lake_exactly_once_and_a_stopped_store_fails_cleanly(
+    broker_factory: Any, s3: S3Bucket
+) -> None:
+    b = broker_factory()
+    topic = new_topic(b.bootstrap, partitions=2, prefix="s3lake")
+    producer = ck.Producer({"bootstrap.servers": b.bootstrap, "acks": "all"})
+    for i in range(300):
+        producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2)
+    assert producer.flush(60) == 0
+    b.stop()
+    lake = s3.uri("lake")
+    want = sorted((i % 2, i // 2, b"k%d" % i, b"v%d" % i) for i in range(300))
+
+    s3.server.stop()
+    down = _ingest(lake, b.log_dir)
+    s3.server.start()
+    assert down.returncode == 1, down.stderr[-3000:]
+    said = down.stdout + down.stderr
+    assert "ingest failed:" in said and "the store is unreachable" in said, said[-3000:]
+    assert "Traceback" not in said
+    assert [k for k in s3.keys("lake/") if "_delta_log/" in k] == []  # nothing committed
+
+    first = _ingest(lake, b.log_dir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = json.loads(first.stdout.strip().splitlines()[-1])
+    assert summary["records"] == 300 and summary["committed"] is True
+    assert _records(lake) == want
+    data = [k for k in s3.keys("lake/records/") if k.endswith(".parquet")]
+    uri, options = delta_target(f"{lake}/records")
+    referenced = {
+        u.rsplit("/", 1)[-1] for u in DeltaTable(uri, storage_options=options).file_uris()
+    }
+    assert {k.rsplit("/", 1)[-1] for k in data} == referenced  # no leftover file
+    assert not [k for k in s3.keys("lake/records/_loglake_staging/") if k.endswith(".json")]
+
+    again = _ingest(lake, b.log_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["records"] == 0
+    assert _records(lake) == want  # nothing twice
