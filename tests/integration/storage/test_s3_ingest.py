@@ -12,10 +12,12 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 
@@ -51,13 +53,10 @@ def _ingest(lake: str, log_dir: Path) -> subprocess.CompletedProcess[str]:
 def _records(lake: str) -> list[tuple[int, int, bytes, bytes]]:
     uri, options = delta_target(f"{lake}/records")
     dt = DeltaTable(uri, storage_options=options)
-    got = (
-        QueryBuilder()
-        .register("r", dt)
-        .execute('select "partition", "offset", key, value from r')
-        .read_all()
-        .to_pylist()
+    query = (
+        QueryBuilder().register("r", dt).execute('select "partition", "offset", key, value from r')
     )
+    got = pa.table(query.read_all()).to_pylist()
     return sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in got)
 
 
@@ -100,3 +99,33 @@ def test_ingest_into_an_s3_lake_exactly_once_and_a_stopped_store_fails_cleanly(
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["records"] == 0
     assert _records(lake) == want  # nothing twice
+
+
+def test_two_ingest_runs_racing_on_one_s3_lake_never_lose_or_duplicate(
+    broker_factory: Any, s3: S3Bucket
+) -> None:
+    """Two real ``spark-submit`` processes ingest the same log into one S3 lake at once: the
+    commits go through put-if-absent, so the table holds every record exactly once (row for row
+    against what was produced); a run that lost the race on progress ends with exit 1 and
+    a re-run afterwards adds nothing."""
+    b = broker_factory()
+    topic = new_topic(b.bootstrap, partitions=2, prefix="s3race")
+    producer = ck.Producer({"bootstrap.servers": b.bootstrap, "acks": "all"})
+    for i in range(400):
+        producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2)
+    assert producer.flush(60) == 0
+    b.stop()
+    lake = s3.uri("race")
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda _: _ingest(lake, b.log_dir), range(2)))
+    codes = sorted(r.returncode for r in runs)
+    assert codes in ([0, 0], [0, 1]), [r.stderr[-2000:] for r in runs]
+    for r in runs:
+        if r.returncode == 1:
+            assert "ingest failed:" in r.stdout + r.stderr
+    want = sorted((i % 2, i // 2, b"k%d" % i, b"v%d" % i) for i in range(400))
+    assert _records(lake) == want
+    again = _ingest(lake, b.log_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["records"] == 0
+    assert _records(lake) == want
