@@ -697,7 +697,7 @@ def build_lookups(
         rows[table] = staged.num_rows
         if apps:
             staged.commit(app_transactions=apps, expected_versions={a: done.get(a) for a in apps})
-        elif tasks:
+        else:  # nothing to commit: remove what was staged, release the lease
             staged.abort()
         progress[table] = apps
     problems: list[IndexProblem] = []
