@@ -3,7 +3,7 @@
 A write (:func:`pipelines.delta.direct.stage_files`) names every data file it produces with
 its write id (``part-<task>-<write_id>-<attempt>-c<n>...``). Before any file is written, the
 driver takes a *lease* (:meth:`Lease.take`): the object ``<table>/_loglake_staging/<write_id>.json``
-(write id, host, pid, ``ttl_s``), written put-if-absent, then rewritten every ``ttl_s / 4`` by a
+(write id, host, pid, ``ttl_s``), written put-if-absent, then rewritten every ``ttl_s / 6`` by a
 heartbeat thread of the driver until the write committed or aborted and its leftovers are
 removed (:meth:`Lease.release` deletes it). No ``flock``, no process ids: the same objects on
 local disk and on S3, seen the same way by every host.
@@ -81,7 +81,8 @@ __all__ = [
 ]
 
 STAGING_DIR = "_loglake_staging"
-# A lease's lifetime without renewal; renewed every LEASE_TTL_S / 4.
+# A lease's lifetime without renewal; renewed every LEASE_TTL_S / 6 (three tries before
+# the owner stops trusting it at LEASE_TTL_S / 2).
 LEASE_TTL_S = 60.0
 # The environment variable that overrides LEASE_TTL_S (seconds, 0 < t <= 3600).
 LEASE_TTL_ENV = "LOGLAKE_LEASE_TTL_S"
@@ -186,7 +187,7 @@ class Lease:
         ).encode()
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(self.ttl_s / 4):
+        while not self._stop.wait(self.ttl_s / 6):
             started = time.monotonic()
             try:
                 if self.store.exists(_takeover_key(self.write_id)):

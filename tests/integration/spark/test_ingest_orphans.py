@@ -63,7 +63,7 @@ def test_killed_run_files_removed_by_next_run_never_a_live_writers(
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
-        LEASE_TTL_ENV: "1",  # leases of 1 s: a dead run's expire within seconds
+        LEASE_TTL_ENV: "3",  # leases of 3 s: a dead run's expire within seconds
     }
     args = ["--config", str(ROOT / "conf" / "pipeline.toml"), "--log-dirs", str(b.log_dir)]
     args += ["--lake", str(lake)]
@@ -85,7 +85,7 @@ def test_killed_run_files_removed_by_next_run_never_a_live_writers(
         assert live.stdout is not None and live.stdout.readline().startswith("ready ")
         live_files = sorted(records.rglob(f"part-*-{live_id}-*.parquet"))
         assert live_files
-        time.sleep(1 + 2 + 1.5)  # the killed run's lease expires (ttl + margin, whole seconds)
+        time.sleep(3 + 2 + 1.5)  # the killed run's lease expires (ttl + margin, whole seconds)
 
         ok = _spark_submit(args, env)
         assert ok.returncode == 0, ok.stderr[-3000:]
@@ -109,7 +109,7 @@ def test_killed_run_files_removed_by_next_run_never_a_live_writers(
         live.kill()
         live.wait()
     # the live writer died without committing: once its lease expired, its files go too
-    time.sleep(1 + 2 + 1.5)
+    time.sleep(3 + 2 + 1.5)
     assert reap_crashed_writes(records) == len(live_files)
     assert sorted(records.rglob("part-*.parquet")) == sorted(
         Path(u) for u in DeltaTable(str(records)).file_uris()

@@ -70,7 +70,7 @@ def test_a_killed_writers_uncommitted_files_go_with_the_next_write(
     killed = "9" * 32
     writer = subprocess.Popen(
         [sys.executable, "-m", "tests.fixtures.staging_writer", uri, killed, "--commit-first"],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, LEASE_TTL_ENV: "1"},
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, LEASE_TTL_ENV: "3"},
     )  # fmt: skip
     try:
         assert writer.stdout is not None and writer.stdout.readline().startswith("ready ")
@@ -81,7 +81,7 @@ def test_a_killed_writers_uncommitted_files_go_with_the_next_write(
     staged = [k for k in _listing(uri, bucket) if f"-{killed}-" in k]
     assert len(staged) == 4 and f"{STAGING_DIR}/{killed}.json" in _listing(uri, bucket)
 
-    time.sleep(1 + 2 + 1.5)  # its lease's ttl + margin, and S3's whole-second Last-Modified
+    time.sleep(3 + 2 + 1.5)  # its lease's ttl + margin, and S3's whole-second Last-Modified
     result = write_direct(
         spark, uri, [(1000, 1005), (2000, 2003)], _produce, schema=SCHEMA, partition_by=["part"]
     )
@@ -102,8 +102,8 @@ def test_a_running_writes_files_survive_another_writes_reaper(
     with its reaper: the first write's files stay, and it commits afterwards."""
     uri, bucket = where
     first = stage_files(spark, uri, [(0, 3)], _produce, schema=SCHEMA, partition_by=["part"],
-                        lease_ttl_s=1.0)  # fmt: skip
-    time.sleep(1 + 2 + 1.5)  # longer than its ttl + margin: only the heartbeat keeps it
+                        lease_ttl_s=3.0)  # fmt: skip
+    time.sleep(3 + 2 + 1.5)  # longer than its ttl + margin: only the heartbeat keeps it
     second = write_direct(spark, uri, [(10, 12)], _produce, schema=SCHEMA, partition_by=["part"])
     assert second.committed
     assert all(f"-{first.write_id}-" in k for k in (f.path for f in first.files))

@@ -32,7 +32,7 @@ from tests.conftest import ROOT
 from tests.fixtures.s3 import S3Bucket
 from tests.fixtures.staging_writer import write_rows
 
-TTL = 1.0  # the writers' lease; the reaper's margin is then 2 s (its lower bound)
+TTL = 3.0  # the writers' lease; the reaper's margin is then 2 s (its lower bound)
 
 
 @dataclass
