@@ -217,7 +217,7 @@ class Lease:
         delete the lease. A store that is away leaves the lease to expire."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout=self.ttl_s)  # a renewal stuck on a store that is away
         # a store that is away: the lease expires, the next reaper finds no file to remove
         with contextlib.suppress(ObjectStoreError):
             self.store.delete(_lease_key(self.write_id), missing_ok=True)
