@@ -6,7 +6,8 @@ exactly what is installed. The operators' tools follow Kafka's scripts (``kafka-
 ``kafka-consumer-groups.sh``, ``kafka-configs.sh``, ``kafka-delete-records.sh``,
 ``kafka-get-offsets.sh``, ``kafka-dump-log.sh``): the same flags, the same output, and only
 the Kafka protocol, so they work against Apache Kafka too. ``--bootstrap-server`` is accepted
-before the subcommand as well as after it; ``loglake --version`` prints the version.
+before the subcommand as well as after it, and so is ``--command-config`` (Kafka's
+client properties: TLS, SASL); ``loglake --version`` prints the version.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "get-offsets": (
         "logstore.tools.get_offsets",
         "partitions' earliest, latest or by-timestamp offsets (kafka-get-offsets)",
+    ),
+    "users": (
+        "logstore.tools.users",
+        "add, delete and describe users' SCRAM credentials (kafka-configs --entity-type users)",
     ),
     "dump-log": (
         "logstore.tools.dump_log",

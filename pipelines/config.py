@@ -36,6 +36,12 @@ from typing import Any, Literal
 from logstore.errors import InvalidConfigError, InvalidTopicError, LoglakeError
 from logstore.objectstore import LakeLocation
 from logstore.storage.files import parse_partition_dir, validate_topic
+from logstore.tools.client_config import (
+    KAFKA_CLIENT_KEYS,
+    ClientConfig,
+    client_config,
+    read_client_properties,
+)
 from pipelines.exit_codes import EXIT_USAGE, epilog
 
 __all__ = [
@@ -52,6 +58,7 @@ __all__ = [
     "check_topics",
     "job_parser",
     "job_settings",
+    "kafka_client_config",
     "log_dir_topics",
     "option_type",
     "read_pipeline_toml",
@@ -228,6 +235,20 @@ class FreeForm:
     what: str = "key"
 
 
+_KAFKA_FILE_KEY = "command_config"
+
+
+def _kafka_key_rule(key: str) -> str | None:
+    if key == _KAFKA_FILE_KEY or key in KAFKA_CLIENT_KEYS:
+        return None
+    near = difflib.get_close_matches(key, [_KAFKA_FILE_KEY, *sorted(KAFKA_CLIENT_KEYS)], n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return (
+        f'{_KAFKA_FILE_KEY!r} or a Kafka client property, quoted ("security.protocol" ='
+        f' "SASL_SSL"){hint}'
+    )
+
+
 _TOPICS = Key("list", item="string", rule=_topic_rule)
 _CODEC = Key("string", choices=PARQUET_CODECS)
 _ROWS = Key("integer", minimum=1)
@@ -282,6 +303,8 @@ SECTIONS: dict[str, dict[str, Key] | FreeForm] = {
         # fields); their shape is checked by pipelines.quality.config
         "actions": Key("list", item="table"),
     },
+    # [kafka]: the jobs' connection to the broker (kafka_client_config below)
+    "kafka": FreeForm(Key("scalar"), key=_kafka_key_rule, what="client property"),
 }
 
 
@@ -307,6 +330,7 @@ def check_config(data: Mapping[str, Any], path: str) -> None:
                 f"unknown section [{section}]" + _nearest(section, top), path=path
             )
         _check_table(section, table, path)
+    kafka_client_config(data, path)  # [kafka]'s values and files, checked as a whole
 
 
 def _check_table(name: str, table: Any, path: str) -> None:
@@ -531,3 +555,32 @@ def job_parser(
             f"log dirs: a warning on stderr instead of an error (exit {EXIT_MISSING_TOPICS})",
         )
     return parser
+
+
+# -- [kafka]: the jobs' Kafka client properties ------------------------------------------------
+#
+# Every job that talks to the broker (ingest's lake-group commit, retention's DeleteRecords)
+# connects with these, as Kafka's tools do with --command-config: ``command_config`` names a
+# client.properties file, and Kafka's client keys may also be written here (quoted: TOML would
+# read security.protocol unquoted as a table), overriding the file's. Validated as the tools'
+# files are (logstore.tools.client_config), when the job reads its config: exit 2 before Spark.
+
+
+def kafka_client_config(data: Mapping[str, Any], path: str | Path) -> ClientConfig | None:
+    """The validated ``[kafka]`` section of a checked pipeline TOML (None: no section, the
+    jobs connect in PLAINTEXT); :class:`InvalidConfigError` naming the file."""
+    section = data.get("kafka")
+    if not section:
+        return None
+    props: dict[str, str] = {}
+    if _KAFKA_FILE_KEY in section:
+        try:
+            props.update(read_client_properties(Path(str(section[_KAFKA_FILE_KEY])).absolute()))
+        except InvalidConfigError as exc:
+            raise InvalidConfigError(
+                f"[kafka] command_config: {exc.message}", path=str(path)
+            ) from None
+    for key, value in section.items():
+        if key != _KAFKA_FILE_KEY:
+            props[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return client_config(props, source=f"{path} [kafka]")

@@ -77,11 +77,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from logstore.errors import LoglakeError
-from logstore.objectstore import LakeLocation, ObjectStore
 from logstore.storage.files import offset_from_file_name
 from pipelines.config import ON_DIVERGENCE
 from pipelines.delta.commit import RemovedFile, commit_files, load_table
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, partition_value_string
+from pipelines.delta.log import DeltaLog
 from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
 
 __all__ = [
@@ -326,32 +326,22 @@ def read_fingerprints(
     """
     if not progress:
         return {}
-    store = ObjectStore(LakeLocation.parse(records_path))
-    commits = {
-        int(name[:20]): o.path
-        for o in store.list("_delta_log", recursive=False)
-        if (name := o.path.rsplit("/", 1)[-1]).endswith(".json") and name[:20].isdigit()
-    }
     seen: set[TopicPartition] = set()
     out: dict[TopicPartition, BatchId | None] = {}
-    for version in sorted(commits, reverse=True):
-        for line in store.read(commits[version]).decode("utf-8").splitlines():
-            if '"commitInfo"' not in line:
+    for info in DeltaLog(records_path).commit_infos():
+        raw = info.get(COMMIT_INFO_KEY)
+        if raw is None:
+            continue
+        entries = json.loads(raw).get("batches", {})
+        for key, entry in entries.items():
+            topic, _, part = key.rpartition("/")
+            tp = (topic, int(part))
+            if tp in seen:
                 continue
-            raw = json.loads(line)["commitInfo"].get(COMMIT_INFO_KEY)
-            if raw is None:
-                break
-            entries = json.loads(raw).get("batches", {})
-            for key, entry in entries.items():
-                topic, _, part = key.rpartition("/")
-                tp = (topic, int(part))
-                if tp in seen:
-                    continue
-                seen.add(tp)
-                if tp in progress and entry.get("next") == progress[tp]:
-                    batch = entry.get("batch")
-                    out[tp] = BatchId(**batch) if batch else None
-            break
+            seen.add(tp)
+            if tp in progress and entry.get("next") == progress[tp]:
+                batch = entry.get("batch")
+                out[tp] = BatchId(**batch) if batch else None
         if seen >= set(progress):
             break
     return out

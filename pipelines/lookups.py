@@ -682,7 +682,7 @@ def build_lookups(
 
         # retention may delete a segment under the run (the lake group holds what ingest has
         # not read, not what lookups has not indexed): plan again from the new log start
-        tasks, staged = replanned(stage, what=f"build_lookups {table}", log=log)
+        _tasks, staged = replanned(stage, what=f"build_lookups {table}", log=log)
         ends: dict[tuple[str, int], int] = {}
         for report in staged.reports:
             tp_key = (report["topic"], report["partition"])

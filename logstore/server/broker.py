@@ -228,7 +228,7 @@ class Broker:
         from logstore.registry import start_registry  # noqa: PLC0415
 
         self.registry, host, port = start_registry(self, host=listener.host, port=listener.port)
-        log.info("schema registry at http://%s:%d", host, port)
+        log.info("schema registry at %s://%s:%d", listener.name, host, port)
 
     def _set_lake_bound(self, groups: GroupCoordinator) -> None:
         """``log.retention.lake.group``: the periodic retention keeps what that group (the

@@ -30,9 +30,7 @@ log, which is what the conflict handling is for. Crash behaviour: a commit is on
 
 from __future__ import annotations
 
-import json
 import random
-import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,10 +38,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import (
     AddAction,
     CommitProperties,
@@ -52,7 +49,7 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 
-from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings, delta_target
+from logstore.objectstore import LakeLocation, StorageSettings, delta_target
 from pipelines.delta.errors import (
     ConcurrentWriteError,
     DeltaSinkError,
@@ -61,6 +58,7 @@ from pipelines.delta.errors import (
     first_error_line,
 )
 from pipelines.delta.files import WrittenFile, table_location
+from pipelines.delta.log import DeltaLog
 
 __all__ = [
     "CommitResult",
@@ -75,8 +73,6 @@ __all__ = [
 ]
 
 Mode = Literal["append", "overwrite"]
-_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d{10}\.\d{10})?\.parquet$")
-_COMMIT = re.compile(r"^(\d{20})\.json$")
 
 
 @dataclass(frozen=True)
@@ -118,15 +114,14 @@ class CommitResult:
 def load_table(
     path: str | Path | LakeLocation, *, settings: StorageSettings | None = None
 ) -> DeltaTable | None:
-    """The table at ``path`` at its latest version, or None when there is no Delta table."""
-    uri, options = delta_target(table_location(path), settings=settings)
+    """The table at ``path`` (a local path or an object-store URI) at its latest version, or
+    None when there is no Delta table; ``DeltaSinkError`` when the store cannot be read."""
+    log = DeltaLog(table_location(path), settings=settings)
     try:
-        return DeltaTable(uri, storage_options=options or None)
-    except TableNotFoundError:
-        return None
+        return log.table()
     except DeltaError as exc:  # the store unreachable, refusing, or the log unreadable
         raise DeltaSinkError(
-            f"cannot read the Delta table: {first_error_line(exc)}", path=uri
+            f"cannot read the Delta table: {first_error_line(exc)}", path=log.uri
         ) from exc
 
 
@@ -370,34 +365,6 @@ def _commit_info(mode: str, predicate: str | None) -> dict[str, Any]:
 def read_app_transactions(
     path: str | Path | LakeLocation, *, settings: StorageSettings | None = None
 ) -> dict[str, int]:
-    """Every app id's latest transaction version in the table at ``path`` (empty: no table).
-
-    Reads ``_delta_log`` directly through the table's store (the newest classic checkpoint,
-    then later JSON commits), because delta-rs only answers for an app id one already knows.
-    """
-    store = ObjectStore(table_location(path), settings=settings)
-    checkpoints: dict[int, list[str]] = {}
-    commits: dict[int, str] = {}
-    for obj in store.list("_delta_log", recursive=False):
-        name = obj.path.rsplit("/", 1)[-1]
-        if m := _CHECKPOINT.match(name):
-            checkpoints.setdefault(int(m.group(1)), []).append(obj.path)
-        elif m := _COMMIT.match(name):
-            commits[int(m.group(1))] = obj.path
-    txns: dict[str, int] = {}
-    start = -1
-    if checkpoints:
-        start = max(checkpoints)
-        for part in sorted(checkpoints[start]):
-            table = pq.read_table(pa.BufferReader(store.read(part)), columns=["txn"])
-            for row in table.column("txn").to_pylist():
-                if row is not None and row.get("appId") is not None:
-                    txns[row["appId"]] = int(row["version"])
-    for version in sorted(v for v in commits if v > start):
-        for line in store.read(commits[version]).decode("utf-8").splitlines():
-            if '"txn"' not in line:
-                continue
-            action = json.loads(line)
-            if "txn" in action:
-                txns[action["txn"]["appId"]] = int(action["txn"]["version"])
-    return txns
+    """Every app id's latest transaction version in the table at ``path`` (empty: no table);
+    see :meth:`pipelines.delta.log.DeltaLog.app_transactions`."""
+    return DeltaLog(table_location(path), settings=settings).app_transactions()

@@ -37,10 +37,10 @@ of a dead driver writes nothing once the lease is gone (a cluster kills tasks wi
 driver; maintain's orphan removal takes any file a task was still writing).
 
 **What a commit names.** Committed files are never removed: the reaper keeps every file of the
-write that the table's current snapshot adds (delta-rs's add actions), and removes none at all
-when a recent commit's ``commitInfo`` names the write id (``loglake.writeId``: the write
-committed, then its files may have been removed by a later commit; the leftovers of its failed
-task attempts are left to maintain's orphan removal).
+write that any version still in the log names (``DeltaLog.referenced_files`` of
+:mod:`pipelines.delta.log`: added, removed by a later commit, change data; time travel may
+read any of them). Commits also
+carry the write id in their ``commitInfo`` (``loglake.writeId``), for people reading the log.
 
 Crash behaviour: the lease exists before any data file and is deleted last, so no file of a
 write exists without its lease (or its tombstone). A driver killed at any point leaves its lease
@@ -60,12 +60,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from deltalake.exceptions import DeltaError
-
 from logstore.errors import InvalidConfigError, ObjectNotFoundError, ObjectStoreError
 from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings
 from pipelines.delta.errors import DeltaSinkError
 from pipelines.delta.files import cleanup_write_files, table_location
+from pipelines.delta.log import DeltaLog
 
 __all__ = [
     "LEASE_TTL_ENV",
@@ -93,8 +92,6 @@ REAP_MARGIN_S = (2.0, 30.0)
 TOMBSTONE_S = 24 * 3600.0
 # The commitInfo key naming the write id of a commit (StagedWrite.commit writes it).
 WRITE_ID_KEY = "loglake.writeId"
-# How many recent commits the reaper looks through for the write id.
-_HISTORY = 200
 
 
 class LeaseLostError(DeltaSinkError):
@@ -247,25 +244,12 @@ def _store_now(store: ObjectStore) -> float:
         store.delete(key, missing_ok=True)
 
 
-def _committed(loc: LakeLocation, write_id: str, settings: StorageSettings) -> set[str] | None:
-    """The paths (as written, not URI-encoded) of ``write_id``'s files in the current snapshot;
-    None when a recent commit names the write id (it committed: remove nothing)."""
-    from urllib.parse import unquote  # noqa: PLC0415
-
-    from pipelines.delta.commit import load_table  # noqa: PLC0415 (commit imports files too)
-
-    dt = load_table(loc, settings=settings)
-    if dt is None:
-        return set()
-    try:
-        history = dt.history(_HISTORY)
-    except DeltaError:
-        history = []
-    if any(h.get(WRITE_ID_KEY) == write_id for h in history):
-        return None
+def _committed(loc: LakeLocation, write_id: str, settings: StorageSettings) -> set[str]:
+    """The paths (relative, decoded as stored) of ``write_id``'s files that any version still
+    in the table's log names (added, removed, change data: time travel may read them)."""
     tag = f"-{write_id}-"
-    paths = dt.get_add_actions(flatten=True).column("path").to_pylist()
-    return {unquote(p) for p in paths if tag in p}
+    referenced = DeltaLog(loc, settings=settings).referenced_files()
+    return {p for p in referenced if tag in p}
 
 
 def _reap_one(
@@ -297,9 +281,7 @@ def _reap_one(
     except ObjectNotFoundError:
         return 0  # released: the owner finished
     keep = _committed(store.root, write_id, settings)
-    removed = 0
-    if keep is not None:
-        removed = cleanup_write_files(store.root, write_id, keep=keep, settings=settings)
+    removed = cleanup_write_files(store.root, write_id, keep=keep, settings=settings)
     store.delete(key, missing_ok=True)
     return removed
 
