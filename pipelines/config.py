@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from logstore.errors import InvalidConfigError, InvalidTopicError, LoglakeError
+from logstore.objectstore import LakeLocation
 from logstore.storage.files import parse_partition_dir, validate_topic
 from logstore.tools.client_config import (
     KAFKA_CLIENT_KEYS,
@@ -466,7 +467,7 @@ def job_settings(
         raise InvalidConfigError(f"[paths] {what} must be set (or {flags})", path=str(path))
     return JobSettings(
         log_dirs=tuple(str(Path(d).absolute()) for d in dirs),
-        lake=str(Path(lake_dir).absolute()),
+        lake=LakeLocation.parse(lake_dir).uri,  # local: absolute; s3://... as given
         app_name=f"{spark.get('app_name', 'loglake')}-{job}",
         master=spark.get("master"),
         spark_conf={str(k): _spark_value(v) for k, v in spark.get("conf", {}).items()},

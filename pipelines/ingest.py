@@ -81,6 +81,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from logstore.errors import CorruptRecordError, LoglakeError
+from logstore.objectstore import LakeLocation
 from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.files import offset_from_file_name, parse_partition_dir
 from logstore.tools.client_config import ClientConfig
@@ -175,15 +176,15 @@ class IngestConfig:
 
     @property
     def records_path(self) -> str:
-        return str(Path(self.lake) / RECORDS_TABLE)
+        return LakeLocation.parse(self.lake).join(RECORDS_TABLE).uri
 
     @property
     def quarantine_path(self) -> str:
-        return str(Path(self.lake) / QUARANTINE_TABLE)
+        return LakeLocation.parse(self.lake).join(QUARANTINE_TABLE).uri
 
     @property
     def diverged_path(self) -> str:
-        return str(Path(self.lake) / DIVERGED_TABLE)
+        return LakeLocation.parse(self.lake).join(DIVERGED_TABLE).uri
 
 
 def load_config(

@@ -62,6 +62,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstore.errors import LoglakeError
+from logstore.objectstore import LakeLocation
 from logstore.protocol.records import decode_batch
 from pipelines.config import log_dir_topics
 from pipelines.sources.plan import (
@@ -655,7 +656,7 @@ def build_lookups(
     rows: dict[str, int] = {}
     progress: dict[str, dict[str, int]] = {}
     for table in (OFFSET_LOOKUP, TIME_LOOKUP):
-        path = str(Path(lake) / table)
+        path = LakeLocation.parse(lake).join(table).uri
         _evolve(path, table)
         done = read_app_transactions(path)
         starting: dict[str, dict[str, int]] = {}
@@ -681,7 +682,7 @@ def build_lookups(
 
         # retention may delete a segment under the run (the lake group holds what ingest has
         # not read, not what lookups has not indexed): plan again from the new log start
-        tasks, staged = replanned(stage, what=f"build_lookups {table}", log=log)
+        _tasks, staged = replanned(stage, what=f"build_lookups {table}", log=log)
         ends: dict[tuple[str, int], int] = {}
         for report in staged.reports:
             tp_key = (report["topic"], report["partition"])
@@ -696,7 +697,7 @@ def build_lookups(
         rows[table] = staged.num_rows
         if apps:
             staged.commit(app_transactions=apps, expected_versions={a: done.get(a) for a in apps})
-        elif tasks:
+        else:  # nothing to commit: remove what was staged, release the lease
             staged.abort()
         progress[table] = apps
     problems: list[IndexProblem] = []

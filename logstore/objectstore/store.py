@@ -175,6 +175,16 @@ class ObjectStore:
             raise ObjectNotFoundError("no such object", path=loc.uri)
         return int(info.size or 0)
 
+    def modified(self, path: str) -> float:
+        """When the object was last written, in seconds since the epoch, by the *store's*
+        clock (S3's ``Last-Modified``, whole seconds; the file system's mtime on disk).
+        Comparing two such times needs no agreement between the clocks of the writers."""
+        loc = self.location(path)
+        info = self._retry("stat", loc, lambda: self.filesystem.get_file_info(loc.fs_path))
+        if info.type != pafs.FileType.File or info.mtime_ns is None:
+            raise ObjectNotFoundError("no such object", path=loc.uri)
+        return int(info.mtime_ns) / 1e9
+
     def list(self, prefix: str = "", *, recursive: bool = True) -> list[ObjectInfo]:
         """Objects whose key lies below directory ``prefix`` (``""``: the whole root),
         sorted by key; directories (local disk) and temporary files of :meth:`write` are left

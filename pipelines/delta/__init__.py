@@ -1,10 +1,11 @@
-"""Delta sink of loglake: Spark DataFrames to Delta tables, exactly once.
+"""Delta engine of loglake: Spark tasks' Arrow data to Delta tables, exactly once.
 
-The embedded default binds delta-rs (``deltalake``) to Spark through Spark 4's Python Data
-Source API: executors write Parquet files, the driver commits them in one Delta transaction
-with app transactions for idempotence. With Delta's jars on the session, ``delta-spark`` is
-used natively instead (``pipelines.session.delta_engine``). Reading: ``pipelines.delta.sql``;
-``format("delta")`` without Delta's jars: ``pipelines.delta.source``.
+Executors write Parquet files through the table's store (local disk or ``s3://``,
+``pipelines.delta.files``), the driver commits them in one Delta transaction with delta-rs and
+app transactions for idempotence (``pipelines.delta.direct`` + ``commit``); leases in the
+store let the next write remove the files of a dead one (``pipelines.delta.staging``).
+Reading: ``pipelines.delta.sql``; ``format("delta")`` without Delta's jars:
+``pipelines.delta.source``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from pipelines.delta.sql import (
     register_delta_view,
     register_lake_views,
 )
-from pipelines.delta.writer import write_delta
 
 __all__ = [
     "CommitResult",
@@ -35,5 +35,4 @@ __all__ = [
     "read_delta",
     "register_delta_view",
     "register_lake_views",
-    "write_delta",
 ]

@@ -15,6 +15,14 @@ Invariants a commit keeps (delta-rs alone does not):
   equivalent to running after the winner); an overwrite by predicate, whose removed files were
   chosen from an older snapshot, fails with ``ConcurrentWriteError``.
 
+Where: a table is a local directory or an object-store prefix (``s3://bucket/prefix/table``);
+every function takes either form (or a :class:`~logstore.objectstore.LakeLocation`) and
+reaches delta-rs with the ``storage_options`` of :class:`~logstore.objectstore.StorageSettings`
+(``settings``; the standard AWS environment when not given). On S3 those carry
+``conditional_put="etag"``: delta-rs writes each ``_delta_log`` entry with ``If-None-Match: *``,
+so two writers racing for one version get one winner and one ``CommitFailedError`` (handled
+as a conflict below), never an unsafe copy-then-delete rename.
+
 Thread-safety: functions here share no state; concurrent calls race only through the table's
 log, which is what the conflict handling is for. Crash behaviour: a commit is one atomic
 ``_delta_log`` entry; a crash before it leaves only unreferenced data files.
@@ -41,13 +49,15 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 
+from logstore.objectstore import LakeLocation, StorageSettings, delta_target
 from pipelines.delta.errors import (
     ConcurrentWriteError,
     DeltaSinkError,
     SchemaMismatchError,
     StaleTransactionError,
+    first_error_line,
 )
-from pipelines.delta.files import WrittenFile
+from pipelines.delta.files import WrittenFile, table_location
 from pipelines.delta.log import DeltaLog
 
 __all__ = [
@@ -101,13 +111,27 @@ class CommitResult:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-def load_table(path: str | Path) -> DeltaTable | None:
+def load_table(
+    path: str | Path | LakeLocation, *, settings: StorageSettings | None = None
+) -> DeltaTable | None:
     """The table at ``path`` (a local path or an object-store URI) at its latest version, or
-    None when there is no Delta table."""
-    return DeltaLog(path).table()
+    None when there is no Delta table; ``DeltaSinkError`` when the store cannot be read."""
+    log = DeltaLog(table_location(path), settings=settings)
+    try:
+        return log.table()
+    except DeltaError as exc:  # the store unreachable, refusing, or the log unreadable
+        raise DeltaSinkError(
+            f"cannot read the Delta table: {first_error_line(exc)}", path=log.uri
+        ) from exc
 
 
-def ensure_table(path: str | Path, schema: pa.Schema, partition_by: Sequence[str]) -> bool:
+def ensure_table(
+    path: str | Path | LakeLocation,
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    *,
+    settings: StorageSettings | None = None,
+) -> bool:
     """Create an empty Delta table at ``path`` unless one is there; True when created.
 
     Every loglake table exists from its job's first run on, empty if nothing went there, so
@@ -115,20 +139,22 @@ def ensure_table(path: str | Path, schema: pa.Schema, partition_by: Sequence[str
     match ``schema`` and ``partition_by`` (``SchemaMismatchError`` otherwise). Two runs racing
     to create it: the loser finds the winner's table.
     """
-    root = str(Path(str(path).removeprefix("file://")).absolute())
-    dt = load_table(root)
+    loc = table_location(path)
+    uri, options = delta_target(loc, settings=settings)
+    dt = load_table(loc, settings=settings)
     if dt is None:
         try:
             create_table_with_add_actions(
-                root,
+                uri,
                 DeltaSchema.from_arrow(schema),
                 [],
                 mode="error",
                 partition_by=list(partition_by) or None,
+                storage_options=options or None,
             )
             return True
         except DeltaError:
-            dt = load_table(root)
+            dt = load_table(loc, settings=settings)
             if dt is None:
                 raise
     check_schema(dt, schema, partition_by)
@@ -204,7 +230,7 @@ def check_app_transactions(
 
 
 def commit_files(
-    table_path: str | Path,
+    table_path: str | Path | LakeLocation,
     files: Sequence[WrittenFile],
     *,
     schema: pa.Schema,
@@ -219,6 +245,7 @@ def commit_files(
     before_attempt: Callable[[int], None] | None = None,
     commit_info: Mapping[str, str] | None = None,
     rewind_apps: Collection[str] = (),
+    settings: StorageSettings | None = None,
 ) -> CommitResult:
     """Commit ``files`` to the table at ``table_path`` in one transaction (see module docstring).
 
@@ -228,9 +255,11 @@ def commit_files(
     created when absent. ``before_attempt(n)`` is called before attempt ``n`` (tests use it to
     inject a concurrent commit). ``commit_info``: extra ``commitInfo`` fields (strings) written
     in the same commit; ``rewind_apps``: app ids whose version may go down (see
-    :func:`check_app_transactions`).
+    :func:`check_app_transactions`). ``settings``: how to reach an object store.
     """
-    root = str(Path(table_path))
+    loc = table_location(table_path)
+    resolved = settings if settings is not None else StorageSettings.from_environment()
+    root, options = delta_target(loc, settings=resolved)
     apps = dict(app_transactions or {})
     txns = [Transaction(app, int(v)) for app, v in apps.items()]
     num_rows = sum(f.num_rows for f in files)
@@ -241,7 +270,7 @@ def commit_files(
         attempt += 1
         if before_attempt is not None:
             before_attempt(attempt)
-        dt = load_table(root)
+        dt = load_table(loc, settings=resolved)
         if dt is not None:
             check_schema(dt, schema, partition_by)
         if not check_app_transactions(dt, apps, expected_versions, rewind=rewind_apps):
@@ -270,9 +299,10 @@ def commit_files(
                     adds,
                     mode="error",
                     partition_by=list(partition_by) or None,
+                    storage_options=options or None,
                     commit_properties=props,
                 )
-                created = load_table(root)
+                created = load_table(loc, settings=resolved)
                 version = created.version() if created is not None else 0
                 return CommitResult(
                     root, version, True, mode, len(files), num_rows, num_bytes, 0, attempt, apps
@@ -300,7 +330,7 @@ def commit_files(
                 commit_properties=props,
             )
         except (CommitFailedError, DeltaError) as exc:
-            now_dt = load_table(root)
+            now_dt = load_table(loc, settings=resolved)
             moved = now_dt is not None and (dt is None or now_dt.version() > dt.version())
             if not moved:
                 raise DeltaSinkError(f"commit failed: {exc}", path=root) from exc
@@ -332,7 +362,9 @@ def _commit_info(mode: str, predicate: str | None) -> dict[str, Any]:
     return info
 
 
-def read_app_transactions(path: str | Path) -> dict[str, int]:
+def read_app_transactions(
+    path: str | Path | LakeLocation, *, settings: StorageSettings | None = None
+) -> dict[str, int]:
     """Every app id's latest transaction version in the table at ``path`` (empty: no table);
     see :meth:`pipelines.delta.log.DeltaLog.app_transactions`."""
-    return DeltaLog(path).app_transactions()
+    return DeltaLog(table_location(path), settings=settings).app_transactions()

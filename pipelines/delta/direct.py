@@ -1,8 +1,7 @@
 """Direct writes: tasks that produce Arrow data in the Python worker and write it there.
 
-``write_delta`` takes a DataFrame, so rows produced by a Python data source cross Python ->
-JVM -> Python before the sink's executor writer sees them; for nested columns that conversion
-costs more than producing and writing the data together. :func:`stage_files` skips it: the
+Rows produced in Python never cross into the JVM and back (for nested columns that
+conversion costs more than producing and writing the data together). :func:`stage_files`: the
 driver hands small picklable *tasks* (one Spark partition each) to ``produce``, which runs in
 the Python worker and yields ``pyarrow.RecordBatch``es that go straight to the sink's own
 executor writer (:class:`~pipelines.delta.files.PartitionedFileWriter`: same file names,
@@ -11,25 +10,29 @@ partition directories, stats, ``max_rows_per_file``). Only the written files' me
 ``produce`` yields (JSON-able values that are not record batches: what a task saw, e.g. the
 offsets it covered and the damage it found). The result is a :class:`StagedWrite`: the caller
 looks at the reports, then commits every file in one Delta transaction
-(:meth:`StagedWrite.commit`, carrying app transactions and expected versions exactly as the
-``loglake_delta`` sink does) or aborts. :func:`write_direct` is stage + commit in one call.
+(:meth:`StagedWrite.commit`, carrying app transactions and expected versions,
+:mod:`pipelines.delta.commit`) or aborts. :func:`write_direct` is stage + commit in one call.
+
+The table is a local directory or an object-store prefix (``s3://...``): tasks write their
+files through the store (:class:`~pipelines.delta.files.PartitionedFileWriter` with the
+driver's :class:`~logstore.objectstore.StorageSettings`, shipped inside the task) and the
+driver commits through delta-rs with put-if-absent (:mod:`pipelines.delta.commit`).
 
 Crash tests: ``LOGLAKE_FAILPOINT=delta.before_commit`` kills every process of the session
-(SIGKILL) after every file is written, just before the commit, as the sink's ``commit()`` does.
+(SIGKILL) after every file is written, just before the commit.
 
 Crash behaviour: a failing task removes its own files; a failed job, an abort or a refused
 commit removes every file carrying the write id; after a committed write, files of failed or
 duplicate task attempts are removed. A process killed before the commit leaves only files no
-snapshot references; the next :func:`stage_files` on the table removes them, as it does the
-leftovers of any write whose driver died (its run marker, :mod:`pipelines.delta.staging`),
-never those of a write still running. Errors raised by ``produce`` reach the
+snapshot references; the next :func:`stage_files` on the table removes them once the dead
+write's lease expired (:mod:`pipelines.delta.staging`), never those of a write still running
+(its lease is renewed by a heartbeat of its driver). Errors raised by ``produce`` reach the
 caller inside the ``DeltaSinkError`` (as its cause), so their text can still be recognised.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 import time
 import uuid
@@ -43,6 +46,8 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
+from logstore.failpoints import failpoint, kill_session
+from logstore.objectstore import LakeLocation, StorageSettings
 from pipelines.delta.commit import (
     CommitResult,
     RemovedFile,
@@ -51,15 +56,14 @@ from pipelines.delta.commit import (
     commit_files,
     load_table,
 )
-from pipelines.delta.datasource import FAILPOINT_ENV, kill_session
 from pipelines.delta.errors import DeltaSinkError, first_error_line
-from pipelines.delta.files import PartitionedFileWriter, WrittenFile, cleanup_write_files
-from pipelines.delta.staging import (
-    hold_run_marker,
-    reap_crashed_writes,
-    release_run_marker,
-    write_run_marker,
+from pipelines.delta.files import (
+    PartitionedFileWriter,
+    WrittenFile,
+    cleanup_write_files,
+    table_location,
 )
+from pipelines.delta.staging import WRITE_ID_KEY, Lease, check_lease, reap_crashed_writes
 from pipelines.worker import start_task
 
 __all__ = ["StagedWrite", "append_table", "run_in_job_group", "stage_files", "write_direct"]
@@ -104,8 +108,9 @@ def run_in_job_group(spark: SparkSession, group: str, action: Callable[[], T]) -
 
 
 def _task_writer(
-    root: str,
+    root: LakeLocation,
     *,
+    settings: StorageSettings,
     write_id: str,
     produce: Callable[[T], Iterable[Any]],
     schema: pa.Schema,
@@ -119,8 +124,11 @@ def _task_writer(
         start_task()  # no full GC of the worker's modules between tasks
         ctx = TaskContext.get()
         attempt = ctx.attemptNumber() if ctx is not None else 0
+        # the lease gone: the driver is over or died, and a reaper may be at its files
+        check_lease(root, write_id, settings=settings)
         out = PartitionedFileWriter(
             root,
+            settings=settings,
             write_id=write_id,
             task_id=index,
             attempt=attempt,
@@ -128,23 +136,21 @@ def _task_writer(
             **writer_options,
         )
         reports: list[Any] = []
-        # sharing the driver's lock on the run marker: no reaper takes these files for a
-        # dead write's while they are written, even if the driver died meanwhile
-        with hold_run_marker(root, write_id):
-            try:
-                for item in items:
-                    for batch in produce(item):
-                        if not isinstance(batch, pa.RecordBatch):
-                            reports.append(batch)
-                            continue
-                        table = pa.Table.from_batches([batch])
-                        if table.schema.types != schema.types:
-                            table = table.cast(schema)
-                        out.write(table)
-                files = out.close()
-            except BaseException:
-                out.abort()
-                raise
+        try:
+            for item in items:
+                for batch in produce(item):
+                    if not isinstance(batch, pa.RecordBatch):
+                        reports.append(batch)
+                        continue
+                    table = pa.Table.from_batches([batch])
+                    if table.schema.types != schema.types:
+                        table = table.cast(schema)
+                    out.write(table)
+            files = out.close()
+            check_lease(root, write_id, settings=settings)  # still the driver's to commit
+        except BaseException:
+            out.abort()
+            raise
         for f in files:
             yield json.dumps({"file": asdict(f)})
         for r in reports:
@@ -161,13 +167,20 @@ class StagedWrite:
     order. Call :meth:`commit` or :meth:`abort` exactly once.
     """
 
-    root: str
+    location: LakeLocation
     write_id: str
     schema: pa.Schema
     partition_by: list[str]
+    settings: StorageSettings
+    lease: Lease | None = None
     files: list[WrittenFile] = field(default_factory=list)
     reports: list[Any] = field(default_factory=list)
     reaped: int = 0  # files of earlier crashed writes removed before this one started
+
+    @property
+    def root(self) -> str:
+        """The table's URI (an absolute path on local disk)."""
+        return self.location.uri
 
     @property
     def num_rows(self) -> int:
@@ -191,13 +204,14 @@ class StagedWrite:
         (files of snapshot ``read_version``) are removed in the same commit, which then fails
         if the table moved since. ``commit_info`` and ``rewind_apps``: see ``commit_files``.
         """
-        if os.environ.get(FAILPOINT_ENV) == "delta.before_commit":
-            kill_session()
+        failpoint("delta.before_commit", kill=kill_session)
         apps = {str(k): int(v) for k, v in (app_transactions or {}).items()}
         files = [*self.files, *extra_files]
         try:
+            if self.lease is not None:
+                self.lease.check()  # a reaper never removes files of a commit that starts now
             result = commit_files(
-                self.root,
+                self.location,
                 files,
                 schema=self.schema,
                 partition_by=self.partition_by,
@@ -207,8 +221,9 @@ class StagedWrite:
                 read_version=read_version,
                 app_transactions=apps,
                 expected_versions=expected_versions,
-                commit_info=commit_info,
+                commit_info={WRITE_ID_KEY: self.write_id, **(commit_info or {})},
                 rewind_apps=rewind_apps,
+                settings=self.settings,
             )
         except BaseException:
             self.abort()
@@ -217,23 +232,31 @@ class StagedWrite:
         # Leftovers of failed or duplicate task attempts sit beside the files they duplicate:
         # only those partition directories are listed, not the whole (growing) table.
         cleanup_write_files(
-            self.root,
+            self.location,
             self.write_id,
             keep=staged if result.committed else set(),
             dirs={posixpath.dirname(p) for p in staged},
+            settings=self.settings,
         )
-        release_run_marker(self.root, self.write_id)
+        self._release()
         return result
 
     def abort(self) -> None:
         """Remove every file of this write (nothing was committed)."""
-        cleanup_write_files(self.root, self.write_id)
-        release_run_marker(self.root, self.write_id)
+        try:
+            cleanup_write_files(self.location, self.write_id, settings=self.settings)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
 
 
 def stage_files(
     spark: SparkSession,
-    path: str | Path,
+    path: str | Path | LakeLocation,
     tasks: Sequence[T],
     produce: Callable[[T], Iterable[Any]],
     *,
@@ -242,6 +265,8 @@ def stage_files(
     compression: str = "zstd",
     max_rows_per_file: int | None = None,
     writer_options: Mapping[str, Any] | None = None,
+    settings: StorageSettings | None = None,
+    lease_ttl_s: float | None = None,
 ) -> StagedWrite:
     """Run ``produce(task)`` for every task in the executors and write what it yields.
 
@@ -252,19 +277,22 @@ def stage_files(
     ``writer_options`` are further keyword arguments of
     :class:`~pipelines.delta.files.PartitionedFileWriter` (Parquet encodings and the like).
     Raises ``DeltaSinkError`` (wrapping the task's error) when a task fails; nothing is left
-    on disk then.
+    on disk then. ``path``: a local directory or an object-store URI; ``settings``: how to
+    reach the store (the AWS environment when not given); ``lease_ttl_s``: the write's lease
+    (:func:`~pipelines.delta.staging.lease_ttl_s` when not given).
     """
     parts = list(partition_by or [])
     missing = [c for c in parts if c not in schema.names]
     if missing:
         raise DeltaSinkError(f"partition columns {missing} are not in the data")
-    root = str(Path(str(path).removeprefix("file://")).absolute())
-    dt = load_table(root)
+    loc = table_location(path)
+    resolved = settings if settings is not None else StorageSettings.from_environment()
+    dt = load_table(loc, settings=resolved)
     if dt is not None:
         check_schema(dt, schema, parts)
-    staged = StagedWrite(root, uuid.uuid4().hex, schema, parts)
-    staged.reaped = reap_crashed_writes(root)
-    write_run_marker(root, staged.write_id)
+    staged = StagedWrite(loc, uuid.uuid4().hex, schema, parts, resolved)
+    staged.reaped = reap_crashed_writes(loc, settings=resolved)
+    staged.lease = Lease.take(loc, staged.write_id, settings=resolved, ttl_s=lease_ttl_s)
     if not tasks:
         return staged
     options: dict[str, Any] = {
@@ -273,7 +301,8 @@ def stage_files(
         **(writer_options or {}),
     }
     run = _task_writer(
-        root,
+        loc,
+        settings=resolved,
         write_id=staged.write_id,
         produce=produce,
         schema=schema,
@@ -287,10 +316,13 @@ def stage_files(
             spark, f"loglake-direct-{staged.write_id}", rdd.mapPartitionsWithIndex(run).collect
         )
     except Exception as exc:
-        cleanup_write_files(root, staged.write_id, prune_dirs=True)
-        release_run_marker(root, staged.write_id)
+        try:
+            cleanup_write_files(loc, staged.write_id, prune_dirs=True, settings=resolved)
+        finally:
+            staged._release()
         raise DeltaSinkError(
-            f"write to {root} failed, nothing committed: {first_error_line(exc)}", path=root
+            f"write to {loc.uri} failed, nothing committed: {first_error_line(exc)}",
+            path=loc.uri,
         ) from exc
     for line in rows:
         item = json.loads(line)
@@ -303,7 +335,7 @@ def stage_files(
 
 def write_direct(
     spark: SparkSession,
-    path: str | Path,
+    path: str | Path | LakeLocation,
     tasks: Sequence[T],
     produce: Callable[[T], Iterable[pa.RecordBatch]],
     *,
@@ -314,22 +346,24 @@ def write_direct(
     compression: str = "zstd",
     max_rows_per_file: int | None = None,
     writer_options: Mapping[str, Any] | None = None,
+    settings: StorageSettings | None = None,
 ) -> CommitResult:
     """Append what ``produce(task)`` yields for every task to the Delta table at ``path``.
 
     :func:`stage_files` then :meth:`StagedWrite.commit`. ``app_transactions`` and
-    ``expected_versions`` mean what they mean for ``write_delta``: a write whose versions are
+    ``expected_versions`` mean what they mean for ``commit_files``: a write whose versions are
     all already in the table is a no-op (checked before any task runs, and again at the
     commit), a stale one is refused (``StaleTransactionError``, ...).
     """
     apps = {str(k): int(v) for k, v in (app_transactions or {}).items()}
-    root = str(Path(str(path).removeprefix("file://")).absolute())
-    dt = load_table(root)
+    loc = table_location(path)
+    resolved = settings if settings is not None else StorageSettings.from_environment()
+    dt = load_table(loc, settings=resolved)
     if dt is not None and not check_app_transactions(dt, apps, expected_versions):
-        return CommitResult(root, dt.version(), False, "append", 0, 0, 0, 0, 0, apps)
+        return CommitResult(loc.uri, dt.version(), False, "append", 0, 0, 0, 0, 0, apps)
     staged = stage_files(
         spark,
-        root,
+        loc,
         tasks,
         produce,
         schema=schema,
@@ -337,27 +371,30 @@ def write_direct(
         compression=compression,
         max_rows_per_file=max_rows_per_file,
         writer_options=writer_options,
+        settings=resolved,
     )
     return staged.commit(app_transactions=apps, expected_versions=expected_versions)
 
 
 def append_table(
-    path: str | Path,
+    path: str | Path | LakeLocation,
     table: pa.Table,
     *,
     schema: pa.Schema,
     partition_by: Sequence[str] = (),
     compression: str = "zstd",
+    settings: StorageSettings | None = None,
 ) -> CommitResult:
     """Append a small Arrow ``table`` to the Delta table at ``path`` from the driver (created
     when absent): the same file writer and commit as the Spark paths, without a Spark job.
     For the handful of rows a job records about itself (quarantined batches, quality results).
     """
-    root = str(Path(str(path).removeprefix("file://")).absolute())
-    dt = load_table(root)
-    Path(root).mkdir(parents=True, exist_ok=True)
+    loc = table_location(path)
+    resolved = settings if settings is not None else StorageSettings.from_environment()
+    dt = load_table(loc, settings=resolved)
     writer = PartitionedFileWriter(
-        root,
+        loc,
+        settings=resolved,
         write_id=uuid.uuid4().hex,
         task_id=0,
         attempt=0,
@@ -368,11 +405,12 @@ def append_table(
         if table.num_rows:
             writer.write(table.select(schema.names).cast(schema))
         return commit_files(
-            root,
+            loc,
             writer.close(),
             schema=schema,
             partition_by=partition_by,
             read_version=dt.version() if dt is not None else None,
+            settings=resolved,
         )
     except BaseException:
         writer.abort()

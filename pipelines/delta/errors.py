@@ -1,8 +1,7 @@
 """Errors of the Delta sink: one branch of ``LoglakeError`` per kind of refusal.
 
-They cross the Spark boundary by name: ``commit()`` runs in a Python worker that the driver's
-JVM starts, so the sink records the class name and message in its result file and
-``write_delta`` raises the same class again in the driver (see ``pipelines.delta.writer``).
+:func:`error_class` finds a class by its name, for errors that crossed a process boundary as
+text (a job's result file).
 """
 
 from __future__ import annotations

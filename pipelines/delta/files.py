@@ -13,8 +13,17 @@ Stats follow the Delta protocol's per-file statistics: ``numRecords``, ``minValu
 Bounds are only ever looser, never tighter, than the data: long strings get no max, timestamps
 are written with millisecond precision (min floored, max ceiled), floats with NaN get no bounds.
 
+Where: the table's location is a local directory or an object-store prefix
+(:class:`~logstore.objectstore.LakeLocation`); files are written through the pyarrow
+filesystem of that location (:meth:`~logstore.objectstore.StorageSettings.filesystem`), so an
+executor writes straight to S3 (a multipart upload streamed while the Parquet writer runs, no
+local copy) exactly as it writes to disk. The settings travel to executors inside the task (a
+frozen dataclass): an executor's environment is the JVM's, not the driver's.
+
 Crash behaviour: a file is written in place and is invisible until a commit references it; a
-killed task leaves a partial file that no snapshot contains (``cleanup_write_files`` removes it).
+killed task leaves a partial file that no snapshot contains (``cleanup_write_files`` removes it;
+on S3 an upload that never completed leaves no object at all, only an incomplete multipart
+upload that the bucket's lifecycle rule ``AbortIncompleteMultipartUpload`` expires).
 Thread-safety: one ``PartitionedFileWriter`` per task; not shared between threads.
 """
 
@@ -36,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings
 from pipelines.decode.arrow import same_bytes
 
 if TYPE_CHECKING:
@@ -52,6 +62,7 @@ __all__ = [
     "parquet_column_paths",
     "partition_value_string",
     "split_by_partition",
+    "table_location",
 ]
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -92,6 +103,12 @@ RECORDS_PARQUET_OPTIONS: Mapping[str, Any] = {
     },
     "parquet_writer": "loglake",
 }
+
+
+def table_location(path: str | Path | LakeLocation) -> LakeLocation:
+    """A table's location from what callers hold: a location, a local path (``file://`` or
+    plain, made absolute) or an object-store URI (``s3://bucket/prefix``)."""
+    return path if isinstance(path, LakeLocation) else LakeLocation.parse(path)
 
 
 @dataclass(frozen=True)
@@ -338,7 +355,7 @@ def _bound(t: pa.DataType, value: Any, upper: bool) -> Any:
 @dataclass
 class _OpenFile:
     rel_path: str
-    abs_path: Path
+    fs_path: str
     values: dict[str, str | None]
     writer: pq.ParquetWriter | FastParquetWriter
     sink: pa.NativeFile
@@ -368,8 +385,9 @@ class PartitionedFileWriter:
 
     def __init__(
         self,
-        root: str | Path,
+        root: str | Path | LakeLocation,
         *,
+        settings: StorageSettings | None = None,
         write_id: str,
         task_id: int,
         attempt: int,
@@ -383,7 +401,9 @@ class PartitionedFileWriter:
         row_group_bytes: int = 64 << 20,
         parquet_writer: str = "pyarrow",
     ) -> None:
-        self.root = Path(root)
+        self.location = table_location(root)
+        self.settings = settings if settings is not None else StorageSettings.from_environment()
+        self._fs = self.settings.filesystem(self.location)
         self.write_id = write_id
         self.task_id = task_id
         self.attempt = attempt
@@ -413,7 +433,7 @@ class PartitionedFileWriter:
         self.row_group_bytes = row_group_bytes
         self._open: dict[tuple[str | None, ...], _OpenFile] = {}
         self._done: list[WrittenFile] = []
-        self._all_paths: list[Path] = []
+        self._all_paths: list[str] = []
         self._seq = 0
 
     def write(self, table: pa.Table) -> None:
@@ -454,7 +474,8 @@ class PartitionedFileWriter:
                 pass
         self._open.clear()
         for p in self._all_paths:
-            p.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # never created, or the store is away
+                self._fs.delete_file(p)
 
     def _new_file(self, values: dict[str, str | None], schema: pa.Schema) -> _OpenFile:
         if self._named_columns:
@@ -466,16 +487,20 @@ class PartitionedFileWriter:
         self._seq += 1
         rel_dir = _partition_dir(self.partition_by, values)
         rel = f"{rel_dir}/{name}" if rel_dir else name
-        abs_path = self.root / rel
-        abs_path.parent.mkdir(parents=True, exist_ok=True)
-        self._all_paths.append(abs_path)
-        sink = pa.OSFile(str(abs_path), "wb")
+        fs_path = self.location.join(rel).fs_path
+        self._all_paths.append(fs_path)
+        sink: pa.NativeFile
+        if self.location.is_local:
+            Path(fs_path).parent.mkdir(parents=True, exist_ok=True)
+            sink = pa.OSFile(fs_path, "wb")
+        else:  # object stores have no directories to make
+            sink = self._fs.open_output_stream(fs_path)
         writer: pq.ParquetWriter | FastParquetWriter
         if self.parquet_writer == "loglake" and _fast_writer().fast_writer_supports(schema):
             writer = _fast_writer().FastParquetWriter(sink, schema, **self.parquet_options)
         else:
             writer = pq.ParquetWriter(sink, schema, **self.parquet_options)
-        return _OpenFile(rel, abs_path, values, writer, sink, _Stats(schema))
+        return _OpenFile(rel, fs_path, values, writer, sink, _Stats(schema))
 
     def _check_column_names(self, schema: pa.Schema) -> None:
         """Refuse option names that are no Parquet column of ``schema`` (pyarrow ignores them)."""
@@ -499,16 +524,16 @@ class PartitionedFileWriter:
         f = self._open.pop(key)
         self._flush(f)
         f.writer.close()
-        f.sink.close()
-        st = os.stat(f.abs_path)
+        size = f.sink.tell()  # every byte of the file went through this stream
+        f.sink.close()  # on S3: completes the upload; the object exists from here on
         self._done.append(
             WrittenFile(
                 path=quote(f.rel_path, safe="/=-_.~"),
-                size=st.st_size,
+                size=size,
                 num_rows=f.stats.num_records,
                 partition_values=dict(f.values),
                 stats=f.stats.to_json(),
-                modification_time=int(st.st_mtime * 1000) or int(time.time() * 1000),
+                modification_time=int(time.time() * 1000),
             )
         )
 
@@ -543,62 +568,46 @@ def _names_or_bool(value: bool | Sequence[str]) -> bool | list[str]:
 
 
 def cleanup_write_files(
-    root: str | Path,
+    root: str | Path | LakeLocation,
     write_id: str,
     *,
     keep: set[str] | None = None,
     prune_dirs: bool = False,
     dirs: Iterable[str] | None = None,
+    settings: StorageSettings | None = None,
 ) -> int:
     """Remove the files of write ``write_id`` under ``root`` except the relative paths in ``keep``.
 
-    ``keep`` holds paths as written on disk (not URI-encoded). ``_delta_log`` is never touched.
+    ``keep`` holds paths as written (not URI-encoded). ``_delta_log`` is never touched.
     ``dirs``: look only in these directories (relative to ``root``, not recursively), e.g. the
-    partition directories of the files a write staged, instead of walking the whole table, which
-    grows with every run. ``prune_dirs`` also removes partition directories left empty (only
-    safe when no other writer is adding files to the table at the same time). Returns the
-    number of files removed.
+    partition directories of the files a write staged, instead of listing the whole table,
+    which grows with every run. ``prune_dirs`` also removes partition directories left empty
+    on local disk (only safe when no other writer is adding files to the table at the same
+    time; an object store has no directories). Returns the number of files removed. Local
+    disk and object stores alike, through :class:`~logstore.objectstore.ObjectStore`.
     """
-    root = Path(root)
+    store = ObjectStore(table_location(root), settings=settings)
     marker = f"-{write_id}-"
     keep = keep or set()
-    removed = 0
-    if not root.is_dir():
+    if store.root.is_local and not store.root.local_path.is_dir():
         return 0
     if dirs is None:
-        listing: Iterable[tuple[str, list[str]]] = (
-            (d, names) for d, _sub, names in _walk_data(root)
-        )
+        names = [o.path for o in store.list()]
     else:
-        listing = ((str(root / d), _file_names(root / d)) for d in sorted(set(dirs)))
-    for dirpath, filenames in listing:
-        for name in filenames:
-            if marker not in name:
-                continue
-            p = Path(dirpath) / name
-            if p.relative_to(root).as_posix() in keep:
-                continue
-            p.unlink(missing_ok=True)
-            removed += 1
-    if prune_dirs:
-        for dirpath, _dirnames, _filenames in os.walk(root, topdown=False):
+        names = [o.path for d in sorted(set(dirs)) for o in store.list(d, recursive=False)]
+    removed = 0
+    for rel in names:
+        if marker not in rel.rsplit("/", 1)[-1] or rel.split("/", 1)[0] == "_delta_log":
+            continue
+        if rel in keep:
+            continue
+        store.delete(rel, missing_ok=True)
+        removed += 1
+    if prune_dirs and store.root.is_local:
+        base = store.root.local_path
+        for dirpath, _dirnames, _filenames in os.walk(base, topdown=False):
             d = Path(dirpath)
-            if d != root and "_delta_log" not in d.relative_to(root).parts:
+            if d != base and "_delta_log" not in d.relative_to(base).parts:
                 with contextlib.suppress(OSError):  # not empty: holds other data
                     d.rmdir()
     return removed
-
-
-def _walk_data(root: Path) -> Iterator[tuple[str, list[str], list[str]]]:
-    """``os.walk`` of a table directory without its ``_delta_log``."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        if Path(dirpath) == root and "_delta_log" in dirnames:
-            dirnames.remove("_delta_log")
-        yield dirpath, dirnames, filenames
-
-
-def _file_names(directory: Path) -> list[str]:
-    try:
-        return [e.name for e in os.scandir(directory) if e.is_file(follow_symlinks=False)]
-    except FileNotFoundError:
-        return []

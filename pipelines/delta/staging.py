@@ -1,302 +1,339 @@
-"""Run markers: find and remove the data files of an earlier write whose driver was killed.
+"""Leases: find and remove the data files of an earlier write whose driver died, on any store.
 
 A write (:func:`pipelines.delta.direct.stage_files`) names every data file it produces with
 its write id (``part-<task>-<write_id>-<attempt>-c<n>...``). Before any file is written, the
-driver records a *run marker* ``<table>/_loglake_staging/<write_id>.json``: the write id, the
-driver's host, pid and the pid's start time (``/proc/<pid>/stat``, so a reused pid is not
-mistaken for the owner), the start time and ``"lock": "flock"``. The driver holds a shared
-``flock`` on the marker file itself from before it exists under its name (it is created as a
-locked temporary file, then renamed) until the write committed or aborted, its leftover
-files were removed and the marker unlinked (:func:`release_run_marker`). A marker that is
-still there when the next write starts belongs to a write that is either still running or
-was killed.
+driver takes a *lease* (:meth:`Lease.take`): the object ``<table>/_loglake_staging/<write_id>.json``
+(write id, host, pid, ``ttl_s``), written put-if-absent, then rewritten every ``ttl_s / 6`` by a
+heartbeat thread of the driver until the write committed or aborted and its leftovers are
+removed (:meth:`Lease.release` deletes it). No ``flock``, no process ids: the same objects on
+local disk and on S3, seen the same way by every host.
 
-:func:`reap_crashed_writes` (run by every write before its own marker) takes, for every
-marker, a non-blocking exclusive ``flock`` on it: if anyone holds the marker's lock (its
-live driver, in this process or another, or another reaper), the marker and its files are
-left alone, whatever its pid says. With the lock taken (and the marker checked to still be
-the file under that name), the owner counts as dead when
+**Expiry by the store's clock.** A lease has expired when the store's *current* time is past
+the lease object's last-modified time plus ``ttl_s`` plus a margin (``ttl_s / 2``, between 2
+and 30 s). The reaper learns the store's current time by writing a small probe object and
+reading back its last-modified time: both times come from one clock (S3's, or the file
+system's), so clock skew between the driver's and the reaper's hosts does not enter; the
+margin covers S3's whole-second ``Last-Modified`` and the latency of a renewal in flight.
+``ttl_s`` is :data:`LEASE_TTL_S` (60 s) unless the environment variable
+``LOGLAKE_LEASE_TTL_S`` says otherwise (crash tests use a few seconds); each lease records its
+own, so writers with different settings reap each other correctly.
 
-* this host: its pid is gone, a zombie, or reused (another start time) — the lock alone is
-  not trusted when the pid still runs (a file system that grants every ``flock``);
-* another host: the marker is older than ``stale_after_s``. An ``flock`` is not reliable
-  across hosts (a network file system may grant it locally only), so a free lock does not
-  prove another host's driver dead; a held one still keeps its files;
-* a marker without ``"lock"`` (written before the locks, or by an older version): the same
-  pid and age rules, without the lock's protection (a killed driver whose threads still
-  exit — a zombie pid — counts as dead).
+**Taking over.** A reaper that finds a lease expired writes the *takeover* object
+``<write_id>.takeover`` (put-if-absent: one of several reapers creates it; reaping is
+idempotent, so the others may proceed too), checks that the lease was not renewed meanwhile,
+then removes the write's files that no commit added and the lease. The takeover object stays
+as a tombstone for ``TOMBSTONE_S`` (a day): a driver that was only paused (GC, a stopped VM)
+and wakes up finds it and refuses to commit.
 
-The reaper then removes, still holding the lock, the files of that write id that no commit
-added (a run killed after its commit keeps its committed files; Delta's ``_delta_log`` is
-read for adds carrying the write id, only commits written since the marker), then the
-marker. Files of writes without a marker (other writers, writes older than this mechanism)
-are never touched.
+**The owner's side.** The driver commits only while its lease is safely live
+(:meth:`Lease.check`, called right before the commit): no takeover object, and its last
+successful renewal *started* less than ``ttl_s / 2`` ago by its own monotonic clock. The
+lease's last-modified time is at or after that start, and a reaper acts only ``ttl_s +
+margin_s`` after it, so a commit that starts in time lands before any reaper could act unless
+it stays in flight for more than ``ttl_s / 2`` plus the margin (60 s by default) while every renewal
+fails: the one window left, and why the commit is the only step after the check. Tasks check
+the lease before writing and again before reporting their files (:func:`check_lease`): a task
+of a dead driver writes nothing once the lease is gone (a cluster kills tasks with their
+driver; maintain's orphan removal takes any file a task was still writing).
 
-The write's tasks (``stage_files``' task writer, the ``loglake_delta`` sink's when
-``write_delta`` chose the write id) share the marker's lock while they write
-(:func:`hold_run_marker`, a shared ``flock``): a task that still runs after its driver died
-keeps the write's files from any reaper on its host until it stops. A task that finds the
-marker gone (the write is over, or was reaped; it waits while a reaper holds the lock) writes
-nothing and fails. Tasks on other hosts are covered only as far as ``flock`` works there (a
-cluster kills them with the driver; VACUUM removes any file left).
+**What a commit names.** Committed files are never removed: the reaper keeps every file of the
+write that any version still in the log names (``DeltaLog.referenced_files`` of
+:mod:`pipelines.delta.log`: added, removed by a later commit, change data; time travel may
+read any of them). Commits also
+carry the write id in their ``commitInfo`` (``loglake.writeId``), for people reading the log.
 
-Crash behaviour: the marker is in place (locked) before any data file and removed last, so no
-file of a write exists without its marker. A driver killed while creating its marker leaves
-at most a temporary ``.<write_id>.json.tmp``, which a reaper removes once its lock is free and
-it is a minute old. A reaper killed midway leaves the marker (its lock goes with the reaper):
-the next write finishes the job. Two reapers at once: one takes the marker's lock, the other
-skips it (or finds it gone once it gets the lock).
+Crash behaviour: the lease exists before any data file and is deleted last, so no file of a
+write exists without its lease (or its tombstone). A driver killed at any point leaves its lease
+to expire; a reaper killed midway leaves the takeover object and the lease, and the next reaper
+finishes the job (deletions are idempotent).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
+import threading
 import time
-from collections.abc import Iterator
+import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
+from logstore.errors import InvalidConfigError, ObjectNotFoundError, ObjectStoreError
+from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings
 from pipelines.delta.errors import DeltaSinkError
-from pipelines.delta.files import cleanup_write_files
+from pipelines.delta.files import cleanup_write_files, table_location
 from pipelines.delta.log import DeltaLog
 
 __all__ = [
+    "LEASE_TTL_ENV",
+    "LEASE_TTL_S",
+    "REAP_MARGIN_S",
     "STAGING_DIR",
-    "hold_run_marker",
+    "WRITE_ID_KEY",
+    "Lease",
+    "LeaseLostError",
+    "check_lease",
+    "lease_ttl_s",
     "reap_crashed_writes",
-    "release_run_marker",
-    "write_run_marker",
 ]
 
 STAGING_DIR = "_loglake_staging"
-# A marker of another host (whose pid cannot be checked) is stale after this long.
-STALE_AFTER_S = 24 * 3600.0
-# A temporary marker (its driver killed between creating and renaming it) goes after this long.
-_TMP_GRACE_S = 60.0
-# How long a task waits for a reaper that holds its write's marker (checking it, or reaping it).
-_TASK_LOCK_WAIT_S = 300.0
-# Markers of this process's writes, by path: the descriptor holding the marker's lock.
-_HELD: dict[str, int] = {}
+# A lease's lifetime without renewal; renewed every LEASE_TTL_S / 6 (three tries before
+# the owner stops trusting it at LEASE_TTL_S / 2).
+LEASE_TTL_S = 60.0
+# The environment variable that overrides LEASE_TTL_S (seconds, 0 < t <= 3600).
+LEASE_TTL_ENV = "LOGLAKE_LEASE_TTL_S"
+# Added to the expiry before a reaper acts (S3's whole-second Last-Modified, requests in
+# flight): ttl_s / 2, within these bounds.
+REAP_MARGIN_S = (2.0, 30.0)
+# How long a takeover object stays, so that a driver that wakes up late finds it.
+TOMBSTONE_S = 24 * 3600.0
+# The commitInfo key naming the write id of a commit (StagedWrite.commit writes it).
+WRITE_ID_KEY = "loglake.writeId"
 
 
-def _pid_start(pid: int) -> int | None:
-    """The start time (clock ticks since boot) of process ``pid``; None if it does not exist
-    or is a zombie."""
+class LeaseLostError(DeltaSinkError):
+    """The write's lease expired or was taken over: nothing of this write may be committed."""
+
+
+def lease_ttl_s() -> float:
+    """The lease lifetime new leases get: ``LOGLAKE_LEASE_TTL_S`` or :data:`LEASE_TTL_S`."""
+    text = os.environ.get(LEASE_TTL_ENV, "").strip()
+    if not text:
+        return LEASE_TTL_S
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            stat = fh.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # field 2 (comm) may hold spaces and parentheses: split after the last ')'
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        return None  # killed, not yet reaped by its parent: dead all the same
-    return int(fields[19])  # field 22 of the whole line
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 3600:
+        raise InvalidConfigError(f"{LEASE_TTL_ENV} must be seconds in (0, 3600], got {text!r}")
+    return value
 
 
-def _marker_path(root: str | Path, write_id: str) -> Path:
-    return Path(root) / STAGING_DIR / f"{write_id}.json"
+def _margin(ttl_s: float) -> float:
+    lo, hi = REAP_MARGIN_S
+    return min(hi, max(lo, ttl_s / 2))
 
 
-def write_run_marker(root: str | Path, write_id: str) -> Path:
-    """Record that this process is writing files of ``write_id`` under table ``root``; the
-    marker stays locked (shared ``flock``) by this process until :func:`release_run_marker`."""
-    directory = Path(root) / STAGING_DIR
-    directory.mkdir(parents=True, exist_ok=True)
-    path = _marker_path(root, write_id)
-    tmp = directory / f".{write_id}.json.tmp"
-    pid = os.getpid()
-    marker = {
-        "write_id": write_id,
-        "host": socket.gethostname(),
-        "pid": pid,
-        "pid_start": _pid_start(pid),
-        "started_at": time.time(),
-        "lock": "flock",
-    }
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        # Locked before it has its name: no reaper can find the marker with its lock free.
-        with contextlib.suppress(OSError):  # no flock here: the pid or the age decides
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        os.write(fd, json.dumps(marker).encode())
-        os.replace(tmp, path)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    old = _HELD.pop(str(path), None)
-    if old is not None:  # the same write id marked twice: keep the newer marker's lock
-        os.close(old)
-    _HELD[str(path)] = fd
-    return path
+def _lease_key(write_id: str) -> str:
+    return f"{STAGING_DIR}/{write_id}.json"
 
 
-def release_run_marker(root: str | Path, write_id: str) -> None:
-    """The write is over (committed or aborted, leftovers removed): drop its marker, then its
-    lock (in that order: a reaper that gets the lock then finds no marker)."""
-    path = _marker_path(root, write_id)
-    path.unlink(missing_ok=True)
-    fd = _HELD.pop(str(path), None)
-    if fd is not None:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def hold_run_marker(root: str | Path, write_id: str) -> Iterator[None]:
-    """In a task writing files of ``write_id`` under ``root``: share its driver's lock on the
-    write's marker while the files are written, so that no reaper deems the write dead while
-    this task still writes (even if its driver died). Raises ``DeltaSinkError`` (and the task
-    writes nothing) when the marker is gone — the write is over, or its driver died and a
-    reaper removed its files."""
-    path = _marker_path(root, write_id)
-    gone = DeltaSinkError(
-        f"run marker {path} is gone: write {write_id} is over or its driver died;"
-        " this task writes none of its files",
-        path=str(root),
-    )
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise gone from None
-    try:
-        deadline = time.monotonic() + _TASK_LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:  # a reaper checks it (and lets go) or reaps it (unlinks it)
-                if time.monotonic() >= deadline:
-                    raise DeltaSinkError(
-                        f"run marker {path} stayed locked by a reaper for"
-                        f" {_TASK_LOCK_WAIT_S:.0f} s",
-                        path=str(root),
-                    ) from None
-                time.sleep(0.05)
-            except OSError:
-                break  # no flock on this file system
-        try:
-            if not os.path.samestat(os.fstat(fd), os.stat(path)):
-                raise gone
-        except FileNotFoundError:
-            raise gone from None
-        yield
-    finally:
-        os.close(fd)
-
-
-def _pid_dead(marker: dict[str, Any]) -> bool:
-    """The marker's driver (on this host) is gone, a zombie, or its pid was reused."""
-    pid = int(marker.get("pid", -1))
-    start = _pid_start(pid) if pid > 0 else None
-    recorded = marker.get("pid_start")
-    return start is None or (recorded is not None and start != recorded)
-
-
-def _owner_dead(marker: dict[str, Any], now: float, stale_after_s: float) -> bool:
-    """Whether the marker's driver is dead, its lock (if any) already taken by the caller."""
-    if marker.get("host") == socket.gethostname():
-        return _pid_dead(marker)
-    return now - float(marker.get("started_at", now)) > stale_after_s
-
-
-def _lock(fd: int) -> bool:
-    """Take the exclusive lock of a marker; False if someone holds it (its live driver or
-    another reaper). True as well on a file system without ``flock`` (the rules decide)."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    except OSError:
-        pass  # no flock on this file system
-    return True
-
-
-def _committed_paths(root: Path, write_id: str, since: float) -> set[str]:
-    """Relative paths (as on disk) of the files of ``write_id`` that any commit since added."""
-    log = DeltaLog(root)
-    tag = f"-{write_id}-"
-    out: set[str] = set()
-    for version, entry in log.listing().commits.items():
-        if entry.mtime < since - 60:
-            continue
-        for action in log.read_commit(version):
-            if "add" in action and tag in action["add"]["path"]:
-                out.add(unquote(action["add"]["path"]))
-    return out
+def _takeover_key(write_id: str) -> str:
+    return f"{STAGING_DIR}/{write_id}.takeover"
 
 
 def _is_write_id(text: str) -> bool:
     return bool(text) and all(c in "0123456789abcdef" for c in text)
 
 
-def _reap_one(root: Path, path: str, now: float, stale_after_s: float) -> int:
-    """Reap the write of marker ``path`` if its driver is dead; the files removed."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return 0  # released or reaped meanwhile
-    try:
-        if not _lock(fd):
-            return 0  # its driver lives (or another reaper is at it)
-        try:
-            if not os.path.samestat(os.fstat(fd), os.stat(path)):
-                return 0  # reaped meanwhile, and the name reused
-        except FileNotFoundError:
-            return 0  # released (or reaped) before we got its lock
-        with os.fdopen(os.dup(fd), encoding="utf-8") as fh:
+class Lease:
+    """A driver's lease on one write id of one table (see the module docstring).
+
+    Thread-safe: the heartbeat thread and the caller share only floats and an event.
+    """
+
+    def __init__(self, store: ObjectStore, write_id: str, *, ttl_s: float) -> None:
+        if not 0 < ttl_s <= 3600:
+            raise ValueError(f"lease ttl_s must be in (0, 3600], got {ttl_s}")
+        self.store = store
+        self.write_id = write_id
+        self.ttl_s = ttl_s
+        self._renewed_at = time.monotonic()
+        self._lost: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def take(
+        cls,
+        table: str | Path | LakeLocation,
+        write_id: str,
+        *,
+        settings: StorageSettings | None = None,
+        ttl_s: float | None = None,
+    ) -> Lease:
+        """Write the lease of ``write_id`` (a fresh id: put-if-absent refuses a reused one)
+        and start renewing it; ``ttl_s``: :func:`lease_ttl_s` when not given."""
+        store = ObjectStore(table_location(table), settings=settings)
+        lease = cls(store, write_id, ttl_s=lease_ttl_s() if ttl_s is None else ttl_s)
+        started = time.monotonic()
+        if not lease.store.put_if_absent(_lease_key(write_id), lease._body()):
+            raise DeltaSinkError(
+                f"write id {write_id} already has a lease",
+                path=lease.store.uri(_lease_key(write_id)),
+            )
+        lease._renewed_at = started
+        lease._thread = threading.Thread(
+            target=lease._heartbeat, name=f"loglake-lease-{write_id[:8]}", daemon=True
+        )
+        lease._thread.start()
+        return lease
+
+    def _body(self) -> bytes:
+        return json.dumps(
+            {
+                "write_id": self.write_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "ttl_s": self.ttl_s,
+                "renewed_at": time.time(),  # for people reading it; expiry uses the store's clock
+            }
+        ).encode()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.ttl_s / 6):
+            started = time.monotonic()
             try:
-                marker = json.loads(fh.read())
-            except ValueError:
-                return 0  # not a marker of ours
-        write_id = Path(path).name.removesuffix(".json")
-        if not isinstance(marker, dict) or marker.get("write_id") != write_id:
-            return 0  # not a marker of ours
-        if not _owner_dead(marker, now, stale_after_s):
-            return 0
-        keep = _committed_paths(root, write_id, float(marker.get("started_at", 0)))
-        removed = cleanup_write_files(root, write_id, keep=keep)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return removed
-    finally:
-        os.close(fd)  # the lock goes with it
+                if self.store.exists(_takeover_key(self.write_id)):
+                    self._lost = "a reaper took the lease over"
+                    return
+                self.store.write(_lease_key(self.write_id), self._body())
+            except ObjectStoreError:
+                continue  # the store is away: check() refuses once the lease is too old
+            self._renewed_at = started
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLostError` unless the write may still commit: no takeover, and
+        the last renewal started less than ``ttl_s / 2`` ago."""
+        age = time.monotonic() - self._renewed_at
+        if self._lost is None and age >= self.ttl_s / 2:
+            self._lost = f"its last renewal is {age:.1f} s old (ttl {self.ttl_s:g} s)"
+        if self._lost is None and self.store.exists(_takeover_key(self.write_id)):
+            self._lost = "a reaper took the lease over"
+        if self._lost is not None:
+            raise LeaseLostError(
+                f"lease of write {self.write_id} lost: {self._lost}; nothing committed, re-run",
+                path=self.store.uri(_lease_key(self.write_id)),
+            )
+
+    def release(self) -> None:
+        """The write is over (committed or aborted, leftovers removed): stop renewing and
+        delete the lease. A store that is away leaves the lease to expire."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.ttl_s)  # a renewal stuck on a store that is away
+        # a store that is away: the lease expires, the next reaper finds no file to remove
+        with contextlib.suppress(ObjectStoreError):
+            self.store.delete(_lease_key(self.write_id), missing_ok=True)
 
 
-def _reap_tmp(path: str, now: float) -> None:
-    """Remove a temporary marker whose driver died before renaming it."""
+def check_lease(
+    table: str | Path | LakeLocation, write_id: str, *, settings: StorageSettings | None = None
+) -> None:
+    """In a task writing files of ``write_id``: raise :class:`LeaseLostError` when the write's
+    lease is gone or taken over (its driver is over or dead; the task must write nothing)."""
+    store = ObjectStore(table_location(table), settings=settings)
+    if not store.exists(_lease_key(write_id)) or store.exists(_takeover_key(write_id)):
+        raise LeaseLostError(
+            f"the lease of write {write_id} is gone or taken over: its driver is over or died;"
+            " this task writes none of its files",
+            path=store.uri(_lease_key(write_id)),
+        )
+
+
+def _store_now(store: ObjectStore) -> float:
+    """The store's current time: the last-modified time of a probe object written now."""
+    key = f"{STAGING_DIR}/clock-{uuid.uuid4().hex}.probe"
+    store.write(key, b"")
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        if _lock(fd) and now - os.fstat(fd).st_mtime > _TMP_GRACE_S:
-            with contextlib.suppress(FileNotFoundError):
-                if os.path.samestat(os.fstat(fd), os.stat(path)):
-                    os.unlink(path)
+        return store.modified(key)
     finally:
-        os.close(fd)
+        store.delete(key, missing_ok=True)
 
 
-def reap_crashed_writes(root: str | Path, *, stale_after_s: float = STALE_AFTER_S) -> int:
-    """Remove the uncommitted files of writes under ``root`` whose driver died; returns how
-    many files were removed (see the module docstring)."""
-    directory = Path(root) / STAGING_DIR
-    if not directory.is_dir():
-        return 0
-    now = time.time()
-    removed = 0
-    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-        name = entry.name
-        if name.startswith(".") and name.endswith(".json.tmp"):
-            if _is_write_id(name[1 : -len(".json.tmp")]):
-                _reap_tmp(entry.path, now)
-        elif name.endswith(".json") and _is_write_id(name[: -len(".json")]):
-            removed += _reap_one(Path(root), entry.path, now, stale_after_s)
+def _committed(loc: LakeLocation, write_id: str, settings: StorageSettings) -> set[str]:
+    """The paths (relative, decoded as stored) of ``write_id``'s files that any version still
+    in the table's log names (added, removed, change data: time travel may read them)."""
+    tag = f"-{write_id}-"
+    referenced = DeltaLog(loc, settings=settings).referenced_files()
+    return {p for p in referenced if tag in p}
+
+
+def _reap_one(
+    store: ObjectStore,
+    write_id: str,
+    *,
+    now: float,
+    margin_s: float | None,
+    settings: StorageSettings,
+) -> int:
+    """Reap write ``write_id`` if its lease expired by the store's clock; the files removed."""
+    key = _lease_key(write_id)
+    try:
+        modified = store.modified(key)
+        lease: Any = json.loads(store.read(key))
+        ttl = float(lease["ttl_s"])
+    except ObjectNotFoundError:
+        return 0  # released meanwhile
+    except (ValueError, KeyError, TypeError):
+        return 0  # not a lease of ours: leave it alone
+    if now < modified + ttl + (_margin(ttl) if margin_s is None else margin_s):
+        return 0  # live (or too recently silent to tell)
+    store.put_if_absent(
+        _takeover_key(write_id), json.dumps({"reaper": socket.gethostname()}).encode()
+    )
+    try:
+        if store.modified(key) != modified:
+            return 0  # renewed after all: the owner finds the takeover and does not commit
+    except ObjectNotFoundError:
+        return 0  # released: the owner finished
+    keep = _committed(store.root, write_id, settings)
+    removed = cleanup_write_files(store.root, write_id, keep=keep, settings=settings)
+    store.delete(key, missing_ok=True)
     return removed
+
+
+def reap_crashed_writes(
+    table: str | Path | LakeLocation,
+    *,
+    settings: StorageSettings | None = None,
+    margin_s: float | None = None,
+) -> int:
+    """Remove the uncommitted files of writes under ``table`` whose lease expired; returns how
+    many files were removed (see the module docstring). Cheap when no lease is there: one
+    listing. ``margin_s`` overrides each lease's margin (tests)."""
+    resolved = settings if settings is not None else StorageSettings.from_environment()
+    store = ObjectStore(table_location(table), settings=resolved)
+    objects = store.list(STAGING_DIR, recursive=False)
+    if not objects:
+        return 0
+    now = _store_now(store)
+    leases: set[str] = set()
+    takeovers: dict[str, str] = {}
+    for obj in objects:
+        name = obj.path.rsplit("/", 1)[-1]
+        stem, _, suffix = name.partition(".")
+        if not _is_write_id(stem):
+            continue
+        if suffix == "json":
+            leases.add(stem)
+        elif suffix == "takeover":
+            takeovers[stem] = obj.path
+    removed = 0
+    for write_id in sorted(leases):
+        removed += _reap_one(store, write_id, now=now, margin_s=margin_s, settings=resolved)
+    for write_id, path in takeovers.items():
+        try:
+            if write_id not in leases and now - store.modified(path) > TOMBSTONE_S:
+                store.delete(path, missing_ok=True)
+        except ObjectNotFoundError:
+            continue
+    return removed
+
+
+def _pid_start(pid: int) -> int | None:
+    """The start time (clock ticks since boot) of process ``pid``; None if it does not exist
+    or is a zombie. Kept for compaction's own run markers (``compaction/table.py``) until they
+    move onto :class:`Lease`; nothing in this module uses it."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            stat = fh.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])

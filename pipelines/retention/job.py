@@ -95,7 +95,7 @@ RETENTION_LOG_TABLE = "retention_log"
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BROKER_CONFIG = ROOT / "conf" / "broker.properties"
 _DELETE_RECORDS_CHUNK = 1000  # partitions per DeleteRecords request ([retention] default)
-FAILPOINT_ENV = "LOGLAKE_FAILPOINT"  # pipelines.delta.datasource's, read here without PySpark
+FAILPOINT_ENV = "LOGLAKE_FAILPOINT"  # logstore.failpoints.FAILPOINT_ENV
 FAILPOINT_AFTER_CHUNK = "retention.after_delete_chunk"
 _TIMEOUT: Any = datetime.timedelta(seconds=30)
 Log = Callable[[str], None]
@@ -391,7 +391,7 @@ def delete_records_online(
                     else:
                         out[key] = p.error_code.name.upper()
             if i == 0 and os.environ.get(FAILPOINT_ENV) == FAILPOINT_AFTER_CHUNK:
-                from pipelines.delta.datasource import kill_session  # noqa: PLC0415 (PySpark)
+                from logstore.failpoints import kill_session  # noqa: PLC0415
 
                 kill_session()
     return out

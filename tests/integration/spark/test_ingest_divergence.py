@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from pyspark.sql import SparkSession
 
 from jobs.ingest import main
 from pipelines import ingest as ingest_mod
+from pipelines.delta.staging import LEASE_TTL_ENV
 from pipelines.divergence import DivergenceError, batch_at, rewind_id
 from pipelines.ingest import IngestConfig, read_progress, run_ingest
 from tests.fixtures.broker import ROOT
@@ -233,6 +235,7 @@ def test_rewind_killed_before_the_records_commit_then_rerun_is_exact(
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "LOGLAKE_FAILPOINT": "delta.before_commit",
+        LEASE_TTL_ENV: "3",  # its lease expires 3 s (+ the reaper's margin) after the kill
     }
     killed = _spark_submit(args, env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
@@ -245,8 +248,9 @@ def test_rewind_killed_before_the_records_commit_then_rerun_is_exact(
     live = {Path(u).resolve() for u in DeltaTable(str(records_dir)).file_uris()}
     orphans = [p for p in records_dir.rglob("part-*.parquet") if p.resolve() not in live]
     assert orphans  # the killed run's re-ingested and rewritten files
-    assert len(list((records_dir / "_loglake_staging").glob("*.json"))) == 1  # its run marker
+    assert len(list((records_dir / "_loglake_staging").glob("*.json"))) == 1  # its lease
 
+    time.sleep(3 + 2 + 1)  # the killed run's lease expires: the next run removes its files
     summary = run_ingest(spark, _config(b, lake, "rewind"), log=_quiet)
     assert summary.committed and summary.diverged_rows == 200 - cut
     assert _records(lake) == old[:cut] + new

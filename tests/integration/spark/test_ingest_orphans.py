@@ -1,6 +1,7 @@
 """A ``spark-submit jobs/ingest.py`` killed between writing its data files and committing
-leaves ``part-*.parquet`` files no commit references; the next run removes them (and only
-them: a live writer's in-flight files stay), and the table is exact.
+leaves ``part-*.parquet`` files no commit references; the next run removes them once the
+killed run's lease expired (and only them: a live writer's in-flight files, its lease renewed
+by its heartbeat, stay), and the table is exact.
 
 Records come from the real broker and confluent-kafka; the kill is the real failpoint
 (``LOGLAKE_FAILPOINT=delta.before_commit``: SIGKILL of the whole spark-submit session).
@@ -10,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import confluent_kafka as ck
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.delta.staging import STAGING_DIR, reap_crashed_writes
+from pipelines.delta.staging import LEASE_TTL_ENV, STAGING_DIR, reap_crashed_writes
 from tests.fixtures.broker import ROOT
 from tests.integration.broker.clients import new_topic
 
@@ -47,21 +46,6 @@ def _spark_submit(args: list[str], env: dict[str, str]) -> subprocess.CompletedP
     )  # fmt: skip
 
 
-def _pid_start(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[19])
-
-
-def _fake_write(records: Path, template: Path, write_id: str, marker: dict[str, Any]) -> Path:
-    """Another writer's in-flight write: its run marker and one data file of its write id."""
-    data = template.parent / f"part-00000-{write_id}-0-c000.snappy.parquet"
-    shutil.copyfile(template, data)
-    (records / STAGING_DIR / f"{write_id}.json").write_text(
-        json.dumps({"write_id": write_id, **marker})
-    )
-    return data
-
-
 def test_killed_run_files_removed_by_next_run_never_a_live_writers(
     broker_factory: Any, tmp_path: Path
 ) -> None:
@@ -79,6 +63,7 @@ def test_killed_run_files_removed_by_next_run_never_a_live_writers(
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
+        LEASE_TTL_ENV: "3",  # leases of 3 s: a dead run's expire within seconds
     }
     args = ["--config", str(ROOT / "conf" / "pipeline.toml"), "--log-dirs", str(b.log_dir)]
     args += ["--lake", str(lake)]
@@ -87,21 +72,20 @@ def test_killed_run_files_removed_by_next_run_never_a_live_writers(
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     orphans = sorted(records.rglob("part-*.parquet"))
     assert orphans, "the killed run had written its data files"
-    markers = list((records / STAGING_DIR).glob("*.json"))
-    assert len(markers) == 1 and markers[0].stem in orphans[0].name
+    leases = list((records / STAGING_DIR).glob("*.json"))
+    assert len(leases) == 1 and leases[0].stem in orphans[0].name
 
-    # Two writers still in flight: a live process on this host, and a fresh one elsewhere.
-    live = subprocess.Popen(["sleep", "600"])
+    # A writer still in flight: a live driver (another process) renewing its lease.
+    live_id = "a" * 32
+    live = subprocess.Popen(
+        [sys.executable, "-m", "tests.fixtures.staging_writer", str(records), live_id],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
     try:
-        here = {
-            "host": socket.gethostname(),
-            "pid": live.pid,
-            "pid_start": _pid_start(live.pid),
-            "started_at": time.time(),
-        }
-        live_file = _fake_write(records, orphans[0], "a" * 32, here)
-        away = {"host": "elsewhere.invalid", "pid": 1, "pid_start": 1, "started_at": time.time()}
-        away_file = _fake_write(records, orphans[0], "b" * 32, away)
+        assert live.stdout is not None and live.stdout.readline().startswith("ready ")
+        live_files = sorted(records.rglob(f"part-*-{live_id}-*.parquet"))
+        assert live_files
+        time.sleep(3 + 2 + 1.5)  # the killed run's lease expires (ttl + margin, whole seconds)
 
         ok = _spark_submit(args, env)
         assert ok.returncode == 0, ok.stderr[-3000:]
@@ -109,10 +93,10 @@ def test_killed_run_files_removed_by_next_run_never_a_live_writers(
         assert summary["records"] == 400 and summary["committed"] is True
         assert "data files of earlier runs that were killed before commit" in ok.stdout + ok.stderr
         assert not any(p.exists() for p in orphans)  # the killed run's files are gone
-        assert not markers[0].exists()
-        assert live_file.exists() and away_file.exists()  # in-flight writers untouched
-        left = sorted(p.name for p in (records / STAGING_DIR).iterdir())
-        assert left == [f"{'a' * 32}.json", f"{'b' * 32}.json"]
+        assert not leases[0].exists()
+        assert all(p.exists() for p in live_files)  # the in-flight writer's stay
+        left = sorted(p.name for p in (records / STAGING_DIR).iterdir() if p.suffix == ".json")
+        assert left == [f"{live_id}.json"]
         table = DeltaTable(str(records))
         rows = table.to_pyarrow_table(columns=["partition", "offset", "key"]).to_pylist()
         assert sorted((r["partition"], r["offset"]) for r in rows) == sorted(
@@ -120,18 +104,13 @@ def test_killed_run_files_removed_by_next_run_never_a_live_writers(
         )
         on_disk = {str(p.relative_to(records)) for p in records.rglob("part-*.parquet")}
         referenced = {str(Path(u).relative_to(records)) for u in table.file_uris()}
-        assert on_disk - referenced == {
-            str(live_file.relative_to(records)),
-            str(away_file.relative_to(records)),
-        }
+        assert on_disk - referenced == {str(p.relative_to(records)) for p in live_files}
     finally:
         live.kill()
         live.wait()
-    # the live writer died without committing: now its files go too (the other host's not yet)
-    assert reap_crashed_writes(records) == 1
-    assert not live_file.exists() and away_file.exists()
-    assert reap_crashed_writes(records, stale_after_s=0.0) == 1
-    assert not away_file.exists()
+    # the live writer died without committing: once its lease expired, its files go too
+    time.sleep(3 + 2 + 1.5)
+    assert reap_crashed_writes(records) == len(live_files)
     assert sorted(records.rglob("part-*.parquet")) == sorted(
         Path(u) for u in DeltaTable(str(records)).file_uris()
     )

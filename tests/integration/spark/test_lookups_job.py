@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from logstore.protocol.records import build_batch
 from pipelines.decode.reference import reference_decode
-from pipelines.delta import write_delta
 from pipelines.lookups import LOOKUP_SCHEMAS, build_lookups, build_offset_lookup, build_time_lookup
 from pipelines.sources import read_segments
 from pipelines.sources.synthetic import write_batches, write_high_watermarks
@@ -109,7 +108,14 @@ def test_tables_written_through_the_data_source_sink_keep_working(
         ends = df.groupBy("topic", "partition").agg({"last_offset": "max"}).collect()
         apps = {f"{table}:{r[0]}-{r[1]}": int(r[2]) + 1 for r in ends}
         assert apps == {f"{table}:a-0": 15, f"{table}:b-1": 12}
-        write_delta(df, str(lake / table), partition_by=["topic"], app_transactions=apps)
+        write_deltalake(
+            str(lake / table),
+            df.toArrow().cast(LOOKUP_SCHEMAS[table]),
+            partition_by=["topic"],
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app, v) for app, v in apps.items()]
+            ),
+        )
     before = {t: DeltaTable(str(lake / t)) for t in ("offset_lookup", "time_lookup")}
 
     summary = build_lookups(spark, log_dirs=[str(log_dir)], lake=str(lake))

@@ -1,29 +1,29 @@
-"""A write's driver SIGKILLed (a real process: ``tests/fixtures/staging_writer.py``, which
-committed part of its rows, then staged more) leaves files no commit names; the next real
-write (``write_direct`` on the shared Spark session) removes them, keeps what the killed run
-committed, and leaves exactly the files the Delta log names (read back with deltalake)."""
+"""The staged write on local disk and on a real S3 server (moto), through the shared Spark
+session: a write's driver SIGKILLed (a real process: ``tests/fixtures/staging_writer.py``,
+which committed part of its rows, then staged more) leaves files no commit names; the next
+real write (``write_direct``) removes them once the dead write's lease expired, keeps what the
+killed run committed, and the table holds exactly the rows committed (read back with
+deltalake's DataFusion reader and listed with boto3 / ``os.walk``, independently)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql import SparkSession
 
-from pipelines.delta import staging
-from pipelines.delta.direct import StagedWrite, stage_files, write_direct
-from pipelines.delta.staging import STAGING_DIR, reap_crashed_writes
+from logstore.objectstore import delta_target
+from pipelines.delta.direct import stage_files, write_direct
+from pipelines.delta.staging import LEASE_TTL_ENV, STAGING_DIR
 from tests.conftest import ROOT
-from tests.fixtures.jobs import unreferenced_files
+from tests.fixtures.s3 import S3Bucket
 from tests.fixtures.staging_writer import SCHEMA
 
 pytestmark = pytest.mark.integration
@@ -37,85 +37,77 @@ def _produce(task: tuple[int, int]) -> Iterator[pa.RecordBatch]:
     )
 
 
+@pytest.fixture(params=["local", "s3"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, S3Bucket | None]:
+    """The table: a local directory, or a prefix in a fresh bucket of the moto server."""
+    if request.param == "local":
+        return str(tmp_path / "t"), None
+    bucket: S3Bucket = request.getfixturevalue("s3")
+    return bucket.uri("lake", "t"), bucket
+
+
+def _listing(uri: str, bucket: S3Bucket | None) -> list[str]:
+    if bucket is not None:
+        prefix = uri.removeprefix(f"s3://{bucket.name}/") + "/"
+        return [k[len(prefix) :] for k in bucket.keys(prefix) if not k.endswith("/")]
+    return sorted(str(Path(d, n).relative_to(uri)) for d, _, names in os.walk(uri) for n in names)
+
+
+def _table(uri: str) -> DeltaTable:
+    target, options = delta_target(uri)
+    return DeltaTable(target, storage_options=options or None)
+
+
+def _rows(uri: str) -> list[int]:
+    got = QueryBuilder().register("t", _table(uri)).execute("select n from t").read_all()
+    return sorted(got.column("n").to_pylist())
+
+
 def test_a_killed_writers_uncommitted_files_go_with_the_next_write(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, where: tuple[str, S3Bucket | None]
 ) -> None:
-    root = tmp_path / "t"
+    uri, bucket = where
     killed = "9" * 32
     writer = subprocess.Popen(
-        [sys.executable, "-m", "tests.fixtures.staging_writer", str(root), killed,
-         "--commit-first"],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "tests.fixtures.staging_writer", uri, killed, "--commit-first"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, LEASE_TTL_ENV: "3"},
     )  # fmt: skip
     try:
         assert writer.stdout is not None and writer.stdout.readline().startswith("ready ")
     finally:
         writer.kill()
         writer.wait()
-    assert DeltaTable(str(root)).version() == 0  # its first part committed
-    leftovers = unreferenced_files(root)
-    assert leftovers and all(f"-{killed}-" in p for p in leftovers if "part-" in p)
-    assert f"{STAGING_DIR}/{killed}.json" in leftovers  # its marker
+    assert _table(uri).version() == 0  # its first part committed
+    staged = [k for k in _listing(uri, bucket) if f"-{killed}-" in k]
+    assert len(staged) == 4 and f"{STAGING_DIR}/{killed}.json" in _listing(uri, bucket)
 
+    time.sleep(3 + 2 + 1.5)  # its lease's ttl + margin, and S3's whole-second Last-Modified
     result = write_direct(
-        spark, root, [(1000, 1005), (2000, 2003)], _produce, schema=SCHEMA, partition_by=["part"]
+        spark, uri, [(1000, 1005), (2000, 2003)], _produce, schema=SCHEMA, partition_by=["part"]
     )
     assert result.committed
-    assert unreferenced_files(root) == []  # the killed run's staged files and marker are gone
-    assert not list((root / STAGING_DIR).iterdir())  # the new write released its own marker
-    rows = DeltaTable(str(root)).to_pyarrow_table().to_pylist()
-    want = [*range(10), *range(1000, 1005), *range(2000, 2003)]
-    assert sorted(r["n"] for r in rows) == want
-    assert all(r["part"] == ("a" if r["n"] % 2 else "b") for r in rows)
+    referenced = {u.rsplit("/", 1)[-1] for u in _table(uri).file_uris()}
+    data = [k for k in _listing(uri, bucket) if k.endswith(".parquet")]
+    assert {k.rsplit("/", 1)[-1] for k in data} == referenced  # no leftover of the killed run
+    assert len(referenced) == 6  # its committed two, and this write's four (2 tasks x 2 parts)
+    leases = [k for k in _listing(uri, bucket) if k.endswith(".json") and STAGING_DIR in k]
+    assert leases == []  # the dead write's lease reaped, the new write's released
+    assert _rows(uri) == [*range(10), *range(1000, 1005), *range(2000, 2003)]
 
 
-def _produce_then_wait(task: tuple[int, str]) -> Iterator[pa.RecordBatch]:
-    """Three rows (files of two rows roll: one finished, one open), then wait for ``flag``."""
-    lo, flag = task
-    yield pa.record_batch([pa.array(["a"] * 3), pa.array(range(lo, lo + 3), pa.int64())], SCHEMA)
-    while not Path(flag).exists():
-        time.sleep(0.02)
-
-
-def test_a_task_still_writing_after_its_driver_died_keeps_the_writes_files(
-    spark: SparkSession, tmp_path: Path
+def test_a_running_writes_files_survive_another_writes_reaper(
+    spark: SparkSession, where: tuple[str, S3Bucket | None]
 ) -> None:
-    """A real Spark task still writing when its driver counts as dead (its marker says so, and
-    the driver's lock is gone): the reaper leaves the write alone until the task is done."""
-    root = tmp_path / "t"
-    flag = tmp_path / "go"
-    done = subprocess.Popen(["true"])
-    done.wait()
-    result: list[StagedWrite] = []
-    stager = threading.Thread(
-        target=lambda: result.append(
-            stage_files(
-                spark, root, [(0, str(flag))], _produce_then_wait, schema=SCHEMA,
-                partition_by=["part"], max_rows_per_file=2,
-            )
-        )
-    )  # fmt: skip
-    stager.start()
-    try:
-        deadline = time.monotonic() + 120
-        while len(list(root.rglob("part-*.parquet"))) < 2:
-            assert stager.is_alive() and time.monotonic() < deadline
-            time.sleep(0.05)
-        (marker,) = (root / STAGING_DIR).glob("*.json")
-        # the driver "dies": its lock goes, its pid is an exited process's
-        os.close(staging._HELD.pop(str(marker)))
-        body = {**json.loads(marker.read_text()), "pid": done.pid, "pid_start": 1}
-        with open(marker, "r+", encoding="utf-8") as fh:  # in place: the task's lock stays
-            fh.write(json.dumps(body))
-            fh.truncate()
-        files = set(root.rglob("part-*.parquet"))
-        assert reap_crashed_writes(root) == 0  # the task shares the lock
-        assert set(root.rglob("part-*.parquet")) == files and marker.exists()
-    finally:
-        flag.touch()
-        stager.join(timeout=120)
-    (staged,) = result
-    assert staged.commit().committed
-    assert unreferenced_files(root) == []
-    rows = DeltaTable(str(root)).to_pyarrow_table().to_pylist()
-    assert sorted(r["n"] for r in rows) == [0, 1, 2]
+    """A write staged (its lease renewed by its heartbeat) while another write runs to the end
+    with its reaper: the first write's files stay, and it commits afterwards."""
+    uri, bucket = where
+    first = stage_files(spark, uri, [(0, 3)], _produce, schema=SCHEMA, partition_by=["part"],
+                        lease_ttl_s=3.0)  # fmt: skip
+    time.sleep(3 + 2 + 1.5)  # longer than its ttl + margin: only the heartbeat keeps it
+    second = write_direct(spark, uri, [(10, 12)], _produce, schema=SCHEMA, partition_by=["part"])
+    assert second.committed
+    assert all(f"-{first.write_id}-" in k for k in (f.path for f in first.files))
+    assert first.commit().committed
+    assert _rows(uri) == [0, 1, 2, 10, 11]
+    data = {k.rsplit("/", 1)[-1] for k in _listing(uri, bucket) if k.endswith(".parquet")}
+    assert data == {u.rsplit("/", 1)[-1] for u in _table(uri).file_uris()}

@@ -1,343 +1,197 @@
-"""Run markers: the files of a write whose driver died go, a live writer's never do.
-
-Liveness is real: markers name the pid of a real process (this one, a child that exited, or
-this pid with another start time, as after pid reuse).
-"""
+"""Leases (``pipelines.delta.staging``) on local disk and on a real S3 server (moto): a driver
+killed with SIGKILL (a real process, ``tests/fixtures/staging_writer.py``) leaves its files
+until its lease expired by the store's clock, then the reaper removes exactly the files no
+commit added; a live driver's files are never removed; a driver whose lease was taken over
+never commits. Files are listed independently of the code under test (``os.walk`` / boto3)
+and tables read back with deltalake."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+from deltalake import DeltaTable, QueryBuilder
+
+from logstore.objectstore import ObjectStore, StorageSettings, delta_target, open_store
 from pipelines.delta.staging import (
+    LEASE_TTL_ENV,
     STAGING_DIR,
+    Lease,
+    LeaseLostError,
+    check_lease,
+    lease_ttl_s,
     reap_crashed_writes,
-    release_run_marker,
-    write_run_marker,
 )
 from tests.conftest import ROOT
+from tests.fixtures.s3 import S3Bucket
+from tests.fixtures.staging_writer import write_rows
+
+TTL = 3.0  # the writers' lease; the reaper's margin is then 2 s (its lower bound)
 
 
-def _files(root: Path, write_id: str, n: int) -> list[Path]:
-    out = []
-    for i in range(n):
-        p = root / "topic=t" / f"date=2024-0{i + 1}-01" / f"part-{i:05d}-{write_id}-0-c000.parquet"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(b"x")
-        out.append(p)
-    return out
+@dataclass
+class Table:
+    """A table location and an independent view of the keys below it."""
+
+    uri: str
+    bucket: S3Bucket | None
+    local: Path | None
+
+    def listing(self) -> list[str]:
+        if self.bucket is not None:
+            prefix = self.uri.removeprefix(f"s3://{self.bucket.name}/") + "/"
+            return [k[len(prefix) :] for k in self.bucket.keys(prefix)]
+        assert self.local is not None
+        return sorted(
+            str(Path(d, n).relative_to(self.local))
+            for d, _, names in os.walk(self.local)
+            for n in names
+        )
+
+    def data(self, write_id: str) -> list[str]:
+        return [k for k in self.listing() if f"-{write_id}-" in k and k.endswith(".parquet")]
+
+    def rows(self) -> list[int]:
+        uri, options = delta_target(self.uri)
+        dt = DeltaTable(uri, storage_options=options or None)
+        got = QueryBuilder().register("t", dt).execute("select n from t").read_all()
+        return sorted(got.column("n").to_pylist())
 
 
-def _marker(root: Path, write_id: str, **fields: object) -> None:
-    (root / STAGING_DIR).mkdir(parents=True, exist_ok=True)
-    body = {"write_id": write_id, "host": socket.gethostname(), "started_at": time.time()}
-    (root / STAGING_DIR / f"{write_id}.json").write_text(json.dumps({**body, **fields}))
+@pytest.fixture(params=["local", "s3"])
+def table(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Table]:
+    if request.param == "local":
+        yield Table(str(tmp_path / "t"), None, tmp_path / "t")
+    else:
+        bucket: S3Bucket = request.getfixturevalue("s3")
+        yield Table(bucket.uri("lake", "t"), bucket, None)
 
 
-def test_own_marker_written_then_released(tmp_path: Path) -> None:
-    path = write_run_marker(tmp_path, "ab12")
-    marker = json.loads(path.read_text())
-    assert marker["pid"] == os.getpid() and marker["host"] == socket.gethostname()
-    assert reap_crashed_writes(tmp_path) == 0 and path.exists()  # our own: alive
-    release_run_marker(tmp_path, "ab12")
-    assert not path.exists()
-
-
-def test_dead_owner_files_removed_committed_and_unmarked_kept(tmp_path: Path) -> None:
-    child = subprocess.Popen(["true"])
-    child.wait()
-    dead = "d" * 32
-    files = _files(tmp_path, dead, 3)
-    _marker(tmp_path, dead, pid=child.pid, pid_start=1)
-    # the dead run's commit landed for its first file before it died
-    log = tmp_path / "_delta_log"
-    log.mkdir()
-    add = {"add": {"path": files[0].relative_to(tmp_path).as_posix(), "size": 1}}
-    (log / "00000000000000000000.json").write_text(json.dumps(add) + "\n")
-    unmarked = _files(tmp_path, "e" * 32, 1)  # a write without a marker: not ours to judge
-    assert reap_crashed_writes(tmp_path) == 2
-    assert [p.exists() for p in files] == [True, False, False]
-    assert unmarked[0].exists()
-    assert not (tmp_path / STAGING_DIR / f"{dead}.json").exists()
-    assert reap_crashed_writes(tmp_path) == 0
-
-
-def test_live_owner_kept_reused_pid_and_stale_other_host_reaped(tmp_path: Path) -> None:
-    stat = Path(f"/proc/{os.getpid()}/stat").read_text()
-    start = int(stat[stat.rindex(")") + 2 :].split()[19])
-    live, reused, away, old = "1" * 32, "2" * 32, "3" * 32, "4" * 32
-    for write_id in (live, reused, away, old):
-        _files(tmp_path, write_id, 1)
-    _marker(tmp_path, live, pid=os.getpid(), pid_start=start)
-    _marker(tmp_path, reused, pid=os.getpid(), pid_start=start - 1)
-    _marker(tmp_path, away, host="elsewhere.invalid", pid=1, pid_start=1)
-    _marker(tmp_path, old, host="elsewhere.invalid", pid=1, started_at=time.time() - 90_000)
-    assert reap_crashed_writes(tmp_path) == 2
-    left = sorted(p.name.split("-")[2] for p in tmp_path.rglob("part-*"))
-    assert left == sorted([live, away])
-    assert sorted(p.stem for p in (tmp_path / STAGING_DIR).glob("*.json")) == sorted([live, away])
-
-
-def test_a_killed_owner_not_yet_reaped_by_its_parent_is_dead(tmp_path: Path) -> None:
-    child = subprocess.Popen(["sleep", "60"])
-    try:
-        stat = Path(f"/proc/{child.pid}/stat").read_text()
-        start = int(stat[stat.rindex(")") + 2 :].split()[19])
-        _files(tmp_path, "5" * 32, 1)
-        _marker(tmp_path, "5" * 32, pid=child.pid, pid_start=start)
-        assert reap_crashed_writes(tmp_path) == 0  # alive
-        child.kill()
-        deadline = time.monotonic() + 10
-        while Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] != "Z":
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        assert reap_crashed_writes(tmp_path) == 1  # a zombie: its files go
-    finally:
-        child.kill()
-        child.wait()
-
-
-# --- locked markers: a real writer in another process (tests/fixtures/staging_writer.py) ---
-
-
-def _start_writer(root: Path, write_id: str, *flags: str) -> tuple[subprocess.Popen[str], int]:
-    """A write's driver in its own process; returns it and the pid its ``ready`` names."""
+def _writer(table: Table, write_id: str, *flags: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fixtures.staging_writer", str(root), write_id, *flags],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+        [sys.executable, "-m", "tests.fixtures.staging_writer", table.uri, write_id, *flags],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, LEASE_TTL_ENV: str(TTL)},
+    )  # fmt: skip
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    assert line.startswith("ready "), f"writer did not start (exit {proc.poll()})"
-    return proc, int(line.split()[1])
+    assert line.startswith("ready "), line
+    return proc
 
 
-def _write_files(root: Path, write_id: str) -> set[Path]:
-    return set(root.rglob(f"part-*-{write_id}-*"))
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.kill()  # SIGKILL: no clean-up of any kind
+    proc.wait()
 
 
-def _rewrite_in_place(path: Path, **fields: object) -> None:
-    """Change a marker's fields without replacing its file (its lock stays with it)."""
-    body = {**json.loads(path.read_text()), **fields}
-    with open(path, "r+", encoding="utf-8") as fh:
-        fh.write(json.dumps(body))
-        fh.truncate()
-
-
-def _gone(pid: int) -> None:
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{pid}").exists():
-        assert time.monotonic() < deadline, f"process {pid} still there"
-        time.sleep(0.01)
-
-
-def test_a_live_writer_holding_its_lock_is_never_reaped_whatever_its_marker_says(
-    tmp_path: Path,
+def test_a_killed_drivers_files_go_once_its_lease_expired_committed_ones_stay(
+    table: Table,
 ) -> None:
-    done = subprocess.Popen(["true"])
-    done.wait()
-    write_id = "6" * 32
-    writer, _ = _start_writer(tmp_path, write_id)
+    killed = "9" * 32
+    _stop(_writer(table, killed, "--commit-first"))
+    uri, options = _target(table)
+    committed = set(DeltaTable(uri, storage_options=options).file_uris())
+    staged = table.data(killed)
+    assert len(staged) == 4 and f"{STAGING_DIR}/{killed}.json" in table.listing()
+    # right after the kill the lease has not expired by the store's clock: nothing goes
+    assert reap_crashed_writes(table.uri) == 0
+    assert table.data(killed) == staged
+    time.sleep(TTL + 2.0 + 1.5)  # ttl + margin + S3's whole-second Last-Modified
+    assert reap_crashed_writes(table.uri) == 2  # the two uncommitted files
+    left = table.data(killed)
+    assert len(left) == 2 and {k.rsplit("/", 1)[-1] for k in left} == {
+        u.rsplit("/", 1)[-1] for u in committed
+    }
+    assert table.rows() == list(range(10))
+    assert f"{STAGING_DIR}/{killed}.json" not in table.listing()
+    assert f"{STAGING_DIR}/{killed}.takeover" in table.listing()  # the tombstone stays
+    assert reap_crashed_writes(table.uri) == 0  # idempotent
+
+
+def test_a_live_drivers_files_are_never_reaped(table: Table) -> None:
+    live = "a" * 32
+    writer = _writer(table, live)
     try:
-        marker = tmp_path / STAGING_DIR / f"{write_id}.json"
-        assert json.loads(marker.read_text())["lock"] == "flock"
-        files = _write_files(tmp_path, write_id)
-        assert files
-        # its pid looks dead (an exited process) ...
-        _rewrite_in_place(marker, pid=done.pid, pid_start=1)
-        assert reap_crashed_writes(tmp_path) == 0
-        # ... or it looks like another host's, long stale
-        _rewrite_in_place(marker, host="elsewhere.invalid", started_at=0.0)
-        assert reap_crashed_writes(tmp_path, stale_after_s=0.0) == 0
-        assert _write_files(tmp_path, write_id) == files and marker.exists()
-        _rewrite_in_place(marker, host=socket.gethostname())
+        staged = table.data(live)
+        assert len(staged) == 2
+        for _ in range(3):  # well past ttl + margin: the heartbeat keeps the lease
+            time.sleep(TTL + 2.0)
+            assert reap_crashed_writes(table.uri) == 0
+        assert table.data(live) == staged
+        check_lease(table.uri, live)  # its tasks may go on writing
     finally:
-        writer.kill()
-        writer.wait()
-    # killed: its lock is free and its (recorded) pid dead, so the next reaper removes it all
-    assert reap_crashed_writes(tmp_path) == len(files)
-    assert not _write_files(tmp_path, write_id) and not marker.exists()
-    assert not list((tmp_path / STAGING_DIR).iterdir())
+        _stop(writer)
+    time.sleep(TTL + 2.0 + 1.5)
+    assert reap_crashed_writes(table.uri) == 2
+    assert table.data(live) == []
+    with pytest.raises(LeaseLostError, match="gone or taken over"):
+        check_lease(table.uri, live)  # a task of the dead driver writes nothing
 
 
-def test_a_killed_driver_whose_files_are_still_written_is_not_reaped_until_they_stop(
-    tmp_path: Path,
+def test_a_taken_over_lease_refuses_the_commit(table: Table) -> None:
+    """A driver paused past its lease (here: its heartbeat never ran, the lease expired) finds
+    the reaper's takeover and refuses to commit; its files were removed."""
+    write_id = "b" * 32
+    lease = Lease(_store(table), write_id, ttl_s=TTL)
+    assert lease.store.put_if_absent(f"{STAGING_DIR}/{write_id}.json", lease._body())
+    write_rows(table.uri, write_id, 0, 0, 4)
+    time.sleep(TTL + 2.0 + 1.5)
+    assert reap_crashed_writes(table.uri) == 2
+    lease._renewed_at = time.monotonic()  # as if it had just renewed: the takeover decides
+    with pytest.raises(LeaseLostError, match="took the lease over"):
+        lease.check()
+
+
+def test_a_lease_not_renewed_for_half_its_ttl_refuses_the_commit(
+    s3: S3Bucket,
 ) -> None:
-    """The driver killed, not yet reaped by its parent (a zombie: dead by its pid), while a
-    process it started, holding its lock, still writes files of the write."""
-    write_id = "7" * 32
-    writer, lingering = _start_writer(tmp_path, write_id, "--linger")
+    """The store away: renewals fail, and the driver stops trusting its lease after ttl / 2
+    by its own clock, long before any reaper (ttl + margin by the store's clock) acts."""
+    lease = Lease.take(s3.uri("t"), "c" * 32, ttl_s=2.0)
     try:
-        marker = tmp_path / STAGING_DIR / f"{write_id}.json"
-        writer.kill()
-        deadline = time.monotonic() + 10
-        while Path(f"/proc/{writer.pid}/stat").read_text().split(") ")[1][0] != "Z":
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        before = len(_write_files(tmp_path, write_id))
-        assert reap_crashed_writes(tmp_path) == 0 and marker.exists()
-        time.sleep(0.2)
-        assert len(_write_files(tmp_path, write_id)) > before  # still being written
-        os.kill(lingering, signal.SIGKILL)
-        _gone(lingering)
-        files = _write_files(tmp_path, write_id)
-        assert reap_crashed_writes(tmp_path) == len(files)
-        assert not _write_files(tmp_path, write_id) and not marker.exists()
+        lease.check()
+        s3.server.stop()
+        time.sleep(1.2)
+        with pytest.raises(LeaseLostError, match="last renewal"):
+            lease.check()
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(lingering, signal.SIGKILL)
-        writer.kill()
-        writer.wait()
+        s3.server.start()
+        lease.release()
+    # (pyarrow leaves an empty "directory" marker where it deleted the last object)
+    assert [k for k in s3.keys("t/") if not k.endswith("/")] == []
 
 
-_REAPER = """
-import sys, time
-from pathlib import Path
-from pipelines.delta.staging import reap_crashed_writes
-root, go = sys.argv[1:3]
-print("waiting", flush=True)
-while not Path(go).exists():
-    time.sleep(0.0005)
-print(reap_crashed_writes(root), flush=True)
-"""
+def test_release_deletes_the_lease_and_a_reused_write_id_is_refused(table: Table) -> None:
+    lease = Lease.take(table.uri, "d" * 32, ttl_s=30.0)
+    assert f"{STAGING_DIR}/{'d' * 32}.json" in table.listing()
+    with pytest.raises(Exception, match="already has a lease"):
+        Lease.take(table.uri, "d" * 32, ttl_s=30.0)
+    lease.check()
+    lease.release()
+    assert [k for k in table.listing() if not k.endswith("/")] == []
 
 
-def test_two_reapers_at_once_one_removes_the_dead_write_the_other_nothing(
-    tmp_path: Path,
-) -> None:
-    write_id = "8" * 32
-    writer, _ = _start_writer(tmp_path, write_id)
-    writer.kill()
-    writer.wait()
-    for i in range(3000):  # enough that the two reapers' work overlaps
-        extra = tmp_path / f"part={i % 30}" / f"part-{i:05d}-{write_id}-0-c000.parquet"
-        extra.parent.mkdir(exist_ok=True)
-        extra.write_bytes(b"x")
-    files = _write_files(tmp_path, write_id)
-    go = tmp_path / "go"
-    reapers = [
-        subprocess.Popen(
-            [sys.executable, "-c", _REAPER, str(tmp_path), str(go)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    for r in reapers:
-        assert r.stdout is not None and r.stdout.readline() == "waiting\n"
-    go.touch()  # both are polling for it
-    counts = sorted(int(r.communicate(timeout=120)[0]) for r in reapers)
-    assert [r.returncode for r in reapers] == [0, 0]
-    assert counts == [0, len(files)]  # one took the marker's lock, the other skipped it
-    assert not _write_files(tmp_path, write_id)
-    assert not (tmp_path / STAGING_DIR / f"{write_id}.json").exists()
+def test_lease_ttl_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(LEASE_TTL_ENV, raising=False)
+    assert lease_ttl_s() == 60.0
+    monkeypatch.setenv(LEASE_TTL_ENV, "2.5")
+    assert lease_ttl_s() == 2.5
+    for bad in ("0", "-1", "x", "4000"):
+        monkeypatch.setenv(LEASE_TTL_ENV, bad)
+        with pytest.raises(Exception, match=LEASE_TTL_ENV):
+            lease_ttl_s()
 
 
-def test_a_task_still_writing_keeps_its_dead_drivers_files_until_it_stops(
-    tmp_path: Path,
-) -> None:
-    write_id = "a" * 32
-    driver, _ = _start_writer(tmp_path, write_id)
-    task, _ = _start_writer(tmp_path, write_id, "--task")  # its files are written
-    try:
-        driver.kill()
-        driver.wait()
-        files = _write_files(tmp_path, write_id)
-        assert reap_crashed_writes(tmp_path) == 0  # the driver is dead, its task is not
-        assert _write_files(tmp_path, write_id) == files
-    finally:
-        task.kill()
-        task.wait()
-    assert reap_crashed_writes(tmp_path) == len(files)
-    assert not _write_files(tmp_path, write_id)
+def _target(table: Table) -> tuple[str, dict[str, str] | None]:
+    uri, options = delta_target(table.uri)
+    return uri, options or None
 
 
-def _has_open(pid: int, path: Path) -> bool:
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(FileNotFoundError):
-            if os.readlink(fd) == str(path):
-                return True
-    return False
-
-
-def test_a_task_writes_nothing_once_its_write_is_reaped_or_over(tmp_path: Path) -> None:
-    def task(write_id: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.fixtures.staging_writer", str(tmp_path), write_id,
-             "--task"],
-            cwd=ROOT, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-
-    over = "b" * 32
-    write_run_marker(tmp_path, over)
-    release_run_marker(tmp_path, over)
-    late = task(over)
-    out, _ = late.communicate(timeout=60)
-    assert late.returncode == 3 and "is gone" in out
-    assert not _write_files(tmp_path, over)
-
-    # a reaper holds the marker (reaping it) when the task starts: the task waits, then finds
-    # the marker gone and writes nothing
-    reaped = "c" * 32
-    driver, _ = _start_writer(tmp_path, reaped)
-    driver.kill()
-    driver.wait()
-    marker = tmp_path / STAGING_DIR / f"{reaped}.json"
-    fd = os.open(marker, os.O_RDONLY)
-    waiting: subprocess.Popen[str] | None = None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as reap_crashed_writes does
-        written = _write_files(tmp_path, reaped)
-        waiting = task(reaped)
-        deadline = time.monotonic() + 60
-        while not _has_open(waiting.pid, marker):  # it opened the marker: now it waits
-            assert waiting.poll() is None and time.monotonic() < deadline
-            time.sleep(0.01)
-        time.sleep(0.3)
-        assert waiting.poll() is None  # waits for the reaper
-        for path in written:
-            path.unlink()
-        marker.unlink()
-        os.close(fd)  # the reaper is done
-        fd = -1
-        out, _ = waiting.communicate(timeout=60)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        if waiting is not None and waiting.poll() is None:
-            waiting.kill()
-            waiting.wait()
-    assert waiting.returncode == 3 and "is gone" in out
-    assert not _write_files(tmp_path, reaped)
-
-
-def test_a_temporary_marker_left_by_a_killed_driver_goes_once_unlocked_and_old(
-    tmp_path: Path,
-) -> None:
-    staging = tmp_path / STAGING_DIR
-    staging.mkdir()
-    old, fresh, held = (staging / f".{c * 32}.json.tmp" for c in "def")
-    for path in (old, fresh, held):
-        path.write_text("{")
-    for path in (old, held):
-        os.utime(path, (time.time() - 120, time.time() - 120))
-    fd = os.open(held, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # a driver still creating its marker
-        assert reap_crashed_writes(tmp_path) == 0
-        assert not old.exists() and fresh.exists() and held.exists()
-    finally:
-        os.close(fd)
-    assert reap_crashed_writes(tmp_path) == 0
-    assert not held.exists() and fresh.exists()
+def _store(table: Table) -> ObjectStore:
+    return open_store(table.uri, settings=StorageSettings.from_environment())

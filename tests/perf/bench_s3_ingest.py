@@ -1,0 +1,164 @@
+"""Benchmark: ingest into a lake on a local S3 server (moto) vs the I/O floor, in one run.
+
+A log dir of ``--records`` records of ``--value-bytes`` (``bench_ingest.UniqueBatches``:
+every key and value distinct, lz4 batches, one partition per ``--partitions``) is ingested
+by the real job (``pipelines.ingest.run_ingest``, ``conf/pipeline.toml``'s ``[ingest]``)
+into ``s3://<bucket>/run-<n>`` on a moto server started here (a child process, as the tests'
+``tests/fixtures/s3.py``). Figures:
+
+- ``ingest_s``: the best of ``--runs`` timed runs after one untimed warm-up run (each into a
+  fresh prefix; the table's row count, read back with deltalake, must equal the records);
+- ``floor_s``: the I/O floor measured right after each timed run: the Parquet files that run
+  wrote (the same bytes) written again by pyarrow's ``S3FileSystem`` to a fresh prefix of the
+  same server, with as many threads as Spark has cores (the job's tasks write in parallel),
+  best of the runs;
+- ``ratio`` = ``floor_s / ingest_s`` (ingest's throughput as a fraction of the floor's);
+  target (issue 21) >= 0.7.
+
+The server is on this machine, so the floor is its request handling (moto is Python) rather
+than a network: a ratio against AWS S3 would be measured the same way with
+``AWS_ENDPOINT_URL`` unset. Last line: one JSON object.
+
+    .venv/bin/python tests/perf/bench_s3_ingest.py [--records 10000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from logstore.objectstore import LakeLocation, StorageSettings, delta_target  # noqa: E402
+from logstore.protocol.batch import Codec  # noqa: E402
+from pipelines.ingest import load_config, run_ingest  # noqa: E402
+from pipelines.sources.synthetic import write_high_watermarks  # noqa: E402
+from tests.fixtures.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server  # noqa: E402
+from tests.perf.bench_ingest import write_topic  # noqa: E402
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def timed_ingest(spark: Any, args: Any, log_dir: Path, lake: str, expected: int) -> float:
+    from deltalake import DeltaTable
+
+    config = load_config(args.config, log_dirs=[str(log_dir)], lake=lake)
+    config = dataclasses.replace(config, topics=("bench",), progress_interval_s=0.0)
+    t = time.perf_counter()
+    summary = run_ingest(spark, config, log=lambda _msg: None)
+    seconds = time.perf_counter() - t
+    uri, options = delta_target(config.records_path)
+    rows = DeltaTable(uri, storage_options=options).to_pyarrow_dataset().count_rows()
+    if not (summary.committed and summary.records == expected and rows == expected):
+        raise SystemExit(f"ingest landed {summary.records} records ({rows} rows), not {expected}")
+    return seconds
+
+
+def floor(settings: StorageSettings, lake: str, threads: int) -> tuple[float, int, int]:
+    """Copy the Parquet bytes of ``lake``'s records table to a fresh prefix, timed: the seconds,
+    the files and the bytes. The bytes are read first (untimed)."""
+    loc = LakeLocation.parse(lake).join("records")
+    fs = settings.filesystem(loc)
+    import pyarrow.fs as pafs
+
+    infos = fs.get_file_info(pafs.FileSelector(loc.fs_path, recursive=True))
+    blobs = []
+    for info in infos:
+        if info.type == pafs.FileType.File and info.path.endswith(".parquet"):
+            with fs.open_input_stream(info.path) as f:
+                blobs.append(f.read())
+    target = f"{loc.bucket}/floor-{uuid.uuid4().hex[:8]}"
+
+    def put(i: int) -> None:
+        with fs.open_output_stream(f"{target}/part-{i:05d}.parquet") as out:
+            out.write(blobs[i])
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(put, range(len(blobs))))
+    return time.perf_counter() - t, len(blobs), sum(len(b) for b in blobs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--batch-records", type=int, default=200)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--segment-bytes", type=int, default=128 << 20)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--config", default=str(ROOT / "conf" / "pipeline.toml"))
+    args = parser.parse_args()
+    from pipelines.session import get_spark
+
+    server = S3Server()
+    try:
+        os.environ.update(
+            AWS_ENDPOINT_URL=server.endpoint,
+            AWS_ACCESS_KEY_ID=ACCESS_KEY,
+            AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+            AWS_REGION=REGION,
+        )
+        bucket = f"bench-{uuid.uuid4().hex[:8]}"
+        server.client().create_bucket(Bucket=bucket)
+        settings = StorageSettings.from_environment()
+        per_part = args.records // args.partitions // args.batch_records * args.batch_records
+        total = per_part * args.partitions
+        with TemporaryDirectory() as tmp:
+            log_dir = Path(tmp) / "logs"
+            for p in range(args.partitions):
+                write_topic(log_dir, "bench", per_part, Codec.LZ4, args, partition=p)
+            write_high_watermarks(log_dir, {("bench", p): per_part for p in range(args.partitions)})
+            spark = get_spark(
+                "bench-s3-ingest",
+                master="local[2]",
+                conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
+            )
+            spark.sparkContext.setLogLevel("ERROR")
+            cores = spark.sparkContext.defaultParallelism
+            timed_ingest(spark, args, log_dir, f"s3://{bucket}/warmup", total)
+            runs = []
+            for i in range(args.runs):
+                lake = f"s3://{bucket}/run-{i}"
+                seconds = timed_ingest(spark, args, log_dir, lake, total)
+                floor_s, files, size = floor(settings, lake, cores)
+                runs.append(
+                    {"ingest_s": seconds, "floor_s": floor_s, "files": files, "bytes": size}
+                )
+                print(json.dumps(runs[-1]), flush=True)
+            spark.stop()
+        best_ingest = min(r["ingest_s"] for r in runs)
+        best_floor = min(r["floor_s"] for r in runs)
+        print(
+            json.dumps(
+                {
+                    "records": total,
+                    "value_bytes": args.value_bytes,
+                    "ingest_s": round(best_ingest, 3),
+                    "ingest_records_per_s": round(total / best_ingest),
+                    "floor_s": round(best_floor, 4),
+                    "parquet_bytes": runs[0]["bytes"],
+                    "files": runs[0]["files"],
+                    "ratio": round(best_floor / best_ingest, 3),
+                    "target": 0.7,
+                }
+            )
+        )
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    main()
