@@ -1,0 +1,225 @@
+"""Tiered storage (KIP-405): a real broker tiers closed segments to a real S3 server (moto) in
+the Aiven plugin's layout; real clients (confluent-kafka, kafka-python) read the whole history.
+
+Each test starts its own broker with a short tier interval, produces enough to roll many small
+segments, waits for them to be tiered and for the local ones to go (``local.retention.ms=0``),
+then reads from offset 0."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.list_offsets.v11.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.static.primitive import i8, i32, i64
+
+from logstore.protocol.batch import iter_batches
+from logstore.protocol.records import decode_batch
+from logstore.tier.metadata import METADATA_TOPIC, SegmentState, decode_record
+from tests.fixtures.broker import wait_for
+from tests.integration.broker.clients import (
+    by_partition,
+    ck_consume,
+    ck_produce,
+    expected,
+    kp_consume,
+    make_records,
+    new_topic,
+)
+from tests.integration.broker.rawclient import RawClient
+
+N = 400
+PREFIX = "tiered/"
+UUID = r"[A-Za-z0-9_-]{22}"
+KAFKA_STORAGE_ERROR = 56
+
+
+def _tier_broker(broker_factory, s3, **more):
+    return broker_factory(
+        remote_log_storage_system_enable="true",
+        **{
+            "remote.log.manager.task.interval.ms": "200",
+            "rsm.config.storage.s3.bucket.name": s3.name,
+            "rsm.config.key.prefix": PREFIX,
+            "rsm.config.chunk.size": "1000",
+            "log.segment.delete.delay.ms": "0",
+            **more,
+        },
+    )
+
+
+def _produce(bootstrap: str):
+    topic = new_topic(
+        bootstrap,
+        partitions=1,
+        prefix="tier",
+        **{
+            "remote.storage.enable": "true",
+            "segment.bytes": "4096",
+            "local.retention.ms": "0",
+        },
+    )
+    records = make_records(N, partitions=1, seed=24)
+    ck_produce(bootstrap, topic, records, codec="none", acks="all", idempotent=True, flush_every=10)
+    return topic, records
+
+
+def _local_bases(b, topic: str) -> list[int]:
+    return sorted(int(p.stem) for p in (b.log_dir / f"{topic}-0").glob("*.log"))
+
+
+def _list_offset(bootstrap: str, topic: str, ts: int) -> int:
+    req = ListOffsetsRequest(
+        replica_id=i32(-1),
+        isolation_level=i8(0),
+        topics=(
+            ListOffsetsTopic(
+                name=topic,
+                partitions=(ListOffsetsPartition(partition_index=i32(0), timestamp=i64(ts)),),
+            ),
+        ),
+        timeout=datetime.timedelta(seconds=10),
+    )
+    with RawClient(bootstrap) as c:
+        resp = c.call(req)
+    part = resp.topics[0].partitions[0]
+    assert part.error_code == 0, part
+    return int(part.offset)
+
+
+def _fetch(bootstrap: str, topic: str, offset: int):
+    req = FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=100),
+        min_bytes=i32(1),
+        max_bytes=i32(1 << 20),
+        isolation_level=i8(0),
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(
+                        partition=i32(0), fetch_offset=i64(offset), partition_max_bytes=i32(1 << 16)
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    with RawClient(bootstrap) as c:
+        return c.call(req).responses[0].partitions[0]
+
+
+def _tiered(b, topic: str) -> None:
+    """Wait until every closed segment is tiered and only the active one is local."""
+    wait_for(lambda: len(_local_bases(b, topic)) == 1, 90)
+    assert _local_bases(b, topic)[0] > 0
+
+
+def _assert_reads_all(bootstrap: str, topic: str, records) -> None:
+    want = expected(records)[0]
+    for consume in (ck_consume, kp_consume):
+        got = by_partition(consume(bootstrap, topic, {0: N}, timeout=60))[0]
+        assert got == want, consume.__name__
+
+
+def test_segments_tier_local_ones_go_and_clients_read_from_offset_zero(broker_factory, s3):
+    b = _tier_broker(broker_factory, s3)
+    topic, records = _produce(b.bootstrap)
+    _tiered(b, topic)
+    local_start = _local_bases(b, topic)[0]
+
+    # object keys: the plugin's layout, three objects per segment
+    keys = s3.keys(PREFIX)
+    pattern = re.compile(
+        rf"^{PREFIX}{re.escape(topic)}-({UUID})/0/(\d{{20}})-({UUID})\.(log|indexes|rsm-manifest)$"
+    )
+    parsed = [pattern.match(k) for k in keys]
+    assert all(parsed), [k for k, m in zip(keys, parsed, strict=True) if not m]
+    starts = sorted({int(m.group(2)) for m in parsed if m})
+    assert starts[0] == 0 and len(keys) == 3 * len(starts)
+    # each .log is whole batches from its start offset; its manifest gives its size and chunks
+    next_start = 0
+    for m in parsed:
+        if m is None or m.group(4) != "log":
+            continue
+        data = s3.get(m.group(0))
+        headers = [h for _pos, h in iter_batches(data)]
+        assert headers[0].base_offset == int(m.group(2))
+        manifest = json.loads(s3.get(m.group(0)[: -len("log")] + "rsm-manifest"))
+        assert manifest["version"] == "1" and manifest["compression"] is False
+        assert manifest["chunkIndex"]["type"] == "fixed"
+        assert manifest["chunkIndex"]["originalFileSize"] == len(data)
+        assert manifest["chunkIndex"]["originalChunkSize"] == 1000
+        offsets = manifest["segmentIndexes"]["offset"]
+        indexes = s3.get(m.group(0)[: -len("log")] + "indexes")
+        assert offsets["position"] == 0 and offsets["size"] % 8 == 0
+        assert len(indexes) >= offsets["size"]
+        next_start = max(next_start, headers[-1].last_offset + 1)
+    assert next_start == local_start
+
+    # Kafka's metadata records: COPY_SEGMENT_STARTED then _FINISHED for every segment
+    meta_dirs = list(b.log_dir.glob(f"{METADATA_TOPIC}-*"))
+    assert meta_dirs
+    states = {}
+    for d in meta_dirs:
+        for lf in d.glob("*.log"):
+            data = lf.read_bytes()
+            for pos, _h in iter_batches(data):
+                for rec in decode_batch(data, pos)[1]:
+                    found = decode_record(rec.value)
+                    states.setdefault(found.segment_id, []).append(found.state)
+    assert len(states) == len(starts)
+    assert all(
+        s == [SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED]
+        for s in states.values()
+    )
+
+    # ListOffsets as Kafka 4.x answers on a tiered topic
+    assert _list_offset(b.bootstrap, topic, -2) == 0
+    assert _list_offset(b.bootstrap, topic, -4) == local_start
+    assert _list_offset(b.bootstrap, topic, -5) == local_start - 1
+    assert _list_offset(b.bootstrap, topic, -6) == local_start
+    assert _list_offset(b.bootstrap, topic, -1) == N
+
+    _assert_reads_all(b.bootstrap, topic, records)
+
+    # a restart keeps everything (the metadata is read back from __remote_log_metadata)
+    b.restart()
+    assert _list_offset(b.bootstrap, topic, -2) == 0
+    _assert_reads_all(b.bootstrap, topic, records)
+
+
+def test_a_missing_object_is_an_error_to_the_consumer_and_a_log_line(broker_factory, s3):
+    b = _tier_broker(broker_factory, s3)
+    topic, _records = _produce(b.bootstrap)
+    _tiered(b, topic)
+    first_log = next(k for k in s3.keys(PREFIX) if k.endswith(".log"))
+    s3.client.delete_object(Bucket=s3.name, Key=first_log)
+    part = _fetch(b.bootstrap, topic, 0)
+    assert part.error_code == KAFKA_STORAGE_ERROR
+    assert part.records is None or len(part.records) == 0
+    assert "remote read of offset 0 failed" in b.log_text()
+    # local reads are unaffected
+    local = _fetch(b.bootstrap, topic, _local_bases(b, topic)[0])
+    assert local.error_code == 0 and local.records
+
+
+def test_store_stopped_keeps_produce_and_local_fetch_working_and_uploads_resume(broker_factory, s3):
+    b = _tier_broker(broker_factory, s3)
+    s3.server.stop()
+    try:
+        topic, records = _produce(b.bootstrap)
+        # nothing can be tiered, so nothing local goes: every record is still served
+        got = by_partition(ck_consume(b.bootstrap, topic, {0: N}, timeout=60))[0]
+        assert got == expected(records)[0]
+        assert _local_bases(b, topic)[0] == 0
+    finally:
+        s3.server.start()
+    _tiered(b, topic)
+    _assert_reads_all(b.bootstrap, topic, records)
