@@ -317,12 +317,12 @@ class RemoteLogManager:
         return self._pool.submit(fn)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        # the first pass after one interval, as Kafka's RLM tasks: the broker serves first
+        while not self._stop.wait(self.config.interval_ms / 1000):
             try:
                 self.run_once()
             except Exception:  # the thread must survive anything; the next pass retries
                 _log.exception("tier pass failed")
-            self._stop.wait(self.config.interval_ms / 1000)
 
     def run_once(self, now_ms: int | None = None) -> None:
         """One pass: clean interrupted work, copy, local retention, remote retention."""

@@ -7,10 +7,23 @@ then reads from offset 0."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
+import os
 import re
+import signal
+import time
 
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v11.request import (
     ListOffsetsPartition,
@@ -19,11 +32,13 @@ from kio.schema.list_offsets.v11.request import (
 )
 from kio.static.primitive import i8, i32, i64
 
+from logstore.failpoints import FAILPOINT_ENV
 from logstore.protocol.batch import iter_batches
 from logstore.protocol.records import decode_batch
-from logstore.tier.metadata import METADATA_TOPIC, SegmentState, decode_record
+from logstore.tier.metadata import METADATA_TOPIC, SegmentState, decode_record, kafka_uuid
 from tests.fixtures.broker import wait_for
 from tests.integration.broker.clients import (
+    Got,
     by_partition,
     ck_consume,
     ck_produce,
@@ -223,3 +238,117 @@ def test_store_stopped_keeps_produce_and_local_fetch_working_and_uploads_resume(
         s3.server.start()
     _tiered(b, topic)
     _assert_reads_all(b.bootstrap, topic, records)
+
+
+COPY_STEPS = (
+    "tier.metadata_appended",
+    "tier.copy_started",
+    "tier.log_uploaded",
+    "tier.indexes_uploaded",
+    "tier.manifest_uploaded",
+    "tier.copy_finished",
+)
+DELETE_STEPS = ("tier.delete_started", "tier.objects_deleted", "tier.delete_finished")
+
+
+def _metadata_states(b) -> dict[str, tuple[int, SegmentState]]:
+    """segment id (Kafka's string form) -> (start offset, latest state), from the log files."""
+    out: dict[str, tuple[int, SegmentState]] = {}
+    for d in b.log_dir.glob(f"{METADATA_TOPIC}-*"):
+        for lf in sorted(d.glob("*.log")):
+            data = lf.read_bytes()
+            for pos, _h in iter_batches(data, allow_torn_tail=True):
+                for rec in decode_batch(data, pos)[1]:
+                    found = decode_record(rec.value)
+                    key = kafka_uuid(found.segment_id)
+                    start = getattr(found, "start_offset", out.get(key, (-1,))[0])
+                    out[key] = (start, found.state)
+    return out
+
+
+def _consistent(b, s3) -> bool:
+    """Every object belongs to a live segment and every live segment has its 3 objects."""
+    live = {
+        k for k, (_s, st) in _metadata_states(b).items() if st == SegmentState.COPY_SEGMENT_FINISHED
+    }
+    ids = [m.group(1) for k in s3.keys(PREFIX) if (m := re.search(rf"\d{{20}}-({UUID})\.", k))]
+    return set(ids) == live and len(ids) == 3 * len(live)
+
+
+@pytest.mark.parametrize("step", COPY_STEPS + DELETE_STEPS)
+def test_kill_at_every_tier_step_then_restart_completes_the_work(broker_factory, s3, step):
+    # the records first, on the same log dir with the tier off (nothing runs the retention)
+    b = broker_factory()
+    deleting = step in DELETE_STEPS
+    topic, records = _produce(b.bootstrap)
+    if deleting:  # remote retention by size: the older remote segments go
+        _alter(b.bootstrap, topic, {"retention.bytes": "40000", "local.retention.ms": "0"})
+    b.stop()
+    tier = {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.manager.task.interval.ms": "200",
+        "rsm.config.storage.s3.bucket.name": s3.name,
+        "rsm.config.key.prefix": PREFIX,
+        "rsm.config.chunk.size": "1000",
+        "log.segment.delete.delay.ms": "0",
+    }
+    b.overrides.update(tier)
+    os.environ[FAILPOINT_ENV] = step
+    try:
+        with contextlib.suppress(RuntimeError):  # it may die before it reports ready
+            b.start()
+        wait_for(lambda: b.proc is not None and b.proc.poll() is not None, 90)
+    finally:
+        del os.environ[FAILPOINT_ENV]
+    assert b.proc.returncode == -signal.SIGKILL
+    assert f"failpoint {step}: killing the process" in b.log_text()
+    b.start()
+    _tiered(b, topic)
+    wait_for(lambda: _consistent(b, s3), 60)
+    if deleting:  # remote retention has done all it will: the log start stays put
+        seen: list[int] = []
+        wait_for(
+            lambda: seen.append(_list_offset(b.bootstrap, topic, -2)) or seen[-5:] == [seen[-1]] * 5
+        )
+        wait_for(lambda: _consistent(b, s3), 60)
+    start = _list_offset(b.bootstrap, topic, -2)
+    if not deleting:
+        assert start == 0
+        _assert_reads_all(b.bootstrap, topic, records)
+        return
+    assert start > 0
+    got = by_partition(ck_consume_from(b.bootstrap, topic, start, N - start))[0]
+    assert got == expected(records)[0][start:]
+
+
+def _alter(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    for k, v in configs.items():
+        res.add_incremental_config(ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET))
+    for fut in admin.incremental_alter_configs([res]).values():
+        fut.result(30)
+
+
+def ck_consume_from(bootstrap: str, topic: str, offset: int, count: int):
+    c = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tier-test",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+        }
+    )
+    c.assign([ck.TopicPartition(topic, 0, offset)])
+    got: list[Got] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if m.error():
+                    raise AssertionError(f"consume error: {m.error()}")
+                hdrs = tuple((k, v) for k, v in (m.headers() or []))
+                got.append(Got(0, m.offset(), m.key(), m.value(), hdrs, m.timestamp()[1]))
+    finally:
+        c.close()
+    return got
