@@ -67,6 +67,7 @@ from logstore.failpoints import failpoint
 from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings
 from logstore.protocol.batch import iter_batches
 from logstore.protocol.records import build_batch
+from logstore.storage.checkpoints import read_checkpoint_lines, write_checkpoint_lines
 from logstore.storage.files import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_path
 from logstore.storage.log import Log
 from logstore.storage.log_manager import LogManager
@@ -90,6 +91,7 @@ _log = logging.getLogger(__name__)
 T = TypeVar("T")
 _OFFSET_ENTRY = struct.Struct(">ii")
 _READ_AHEAD = 64 * 1024
+FLOOR_FILE = "remote-log-start-offset"
 _UNFINISHED = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_STARTED)
 
 
@@ -204,6 +206,7 @@ class RemoteLogManager:
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="tier-reader")
         self._warned: set[str] = set()
+        self._floors: dict[tuple[str, int], int] = {}
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -220,10 +223,32 @@ class RemoteLogManager:
         return live[-1].end_offset if live else -1
 
     def log_start_offset(self, topic: str, partition: int, local_start: int) -> int:
-        """The partition's log start offset: the earliest live remote segment's start, else
-        the local one."""
+        """The partition's log start offset: the earliest live remote segment's start (else
+        the local one), at least the DeleteRecords floor (:meth:`delete_records`)."""
         live = self.live_segments(topic, partition)
-        return min(live[0].start_offset, local_start) if live else local_start
+        start = min(live[0].start_offset, local_start) if live else local_start
+        return max(start, self._floor(topic, partition))
+
+    def _floor(self, topic: str, partition: int) -> int:
+        key = (topic, partition)
+        found = self._floors.get(key)
+        if found is None:
+            lg = self._logs.get_log(topic, partition)
+            lines = [] if lg is None else read_checkpoint_lines(lg.dir / FLOOR_FILE, fields=1)
+            found = int(lines[0][0]) if lines else 0
+            self._floors[key] = found
+        return found
+
+    def delete_records(self, log: Log, offset: int) -> int:
+        """Kafka's DeleteRecords on a tiered partition: the log start offset becomes
+        ``offset`` (kept durable in ``remote-log-start-offset`` in the partition directory, the
+        local log start being only the local part's), reads below it are out of range, and
+        the next tier pass deletes the remote segments wholly below it. The new start."""
+        with self._lock:
+            if offset > self._floor(log.topic, log.partition):
+                write_checkpoint_lines(log.dir / FLOOR_FILE, [str(offset)])
+                self._floors[(log.topic, log.partition)] = offset
+        return self.log_start_offset(log.topic, log.partition, log.log_start_offset)
 
     def is_tiered(self, log: Log) -> bool:
         return log.config.tiered and not log.topic.startswith("__")
@@ -457,11 +482,14 @@ class RemoteLogManager:
         tiered = live[-1].end_offset
         local_only = sum(s.size for s in lg.segments if s.base_offset > tiered)
         excess = sum(s.segment_size for s in live) + local_only - cfg.retention_bytes
+        floor = self._floor(lg.topic, lg.partition)
         doomed: list[RemoteSegment] = []
         for seg in live:
-            if time_breached(now, seg.max_timestamp_ms, cfg.retention_ms) or (
-                cfg.retention_bytes >= 0 and size_breached(excess, seg.segment_size)
-            ):
+            # Kafka's order of rules: the log start offset, retention.ms, retention.bytes
+            below_start = seg.end_offset < floor
+            by_time = time_breached(now, seg.max_timestamp_ms, cfg.retention_ms)
+            by_size = cfg.retention_bytes >= 0 and size_breached(excess, seg.segment_size)
+            if below_start or by_time or by_size:
                 doomed.append(seg)
                 excess -= seg.segment_size
             else:
@@ -471,9 +499,9 @@ class RemoteLogManager:
             failpoint("tier.delete_started")
             self._delete_remote(seg)
         if doomed:
-            floor = doomed[-1].end_offset + 1
-            if lg.log_start_offset < floor <= lg.high_watermark:
-                lg.delete_records(floor)
+            new_start = doomed[-1].end_offset + 1
+            if lg.log_start_offset < new_start <= lg.high_watermark:
+                lg.delete_records(new_start)
 
     def _delete_remote(self, seg: RemoteSegment) -> None:
         if seg.state != SegmentState.DELETE_SEGMENT_STARTED:

@@ -63,6 +63,8 @@ def _lookup(
             -1,
         )
     if ts == EARLIEST_PENDING_UPLOAD:
+        if ctx.api_version < 11:  # a v11 value: Kafka refuses it in older versions
+            return ErrorCode.invalid_request, -1, -1
         if tier is None:
             return ErrorCode.none, -1, -1
         tiered = tier.highest_tiered_offset(topic, partition)

@@ -22,6 +22,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewTopic,
     ResourceType,
 )
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
@@ -352,3 +353,35 @@ def ck_consume_from(bootstrap: str, topic: str, offset: int, count: int):
     finally:
         c.close()
     return got
+
+
+def test_delete_records_below_the_local_start_deletes_remote_segments(broker_factory, s3):
+    b = _tier_broker(broker_factory, s3)
+    topic, records = _produce(b.bootstrap)
+    _tiered(b, topic)
+    before = len(s3.keys(PREFIX))
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    futures = admin.delete_records([ck.TopicPartition(topic, 0, 150)])
+    low = next(iter(futures.values())).result(30)
+    assert low.low_watermark == 150
+    assert _list_offset(b.bootstrap, topic, -2) == 150
+    # offsets below the new start are gone for consumers; from it on everything reads
+    assert _fetch(b.bootstrap, topic, 100).error_code == 1  # OFFSET_OUT_OF_RANGE
+    got = by_partition(ck_consume_from(b.bootstrap, topic, 150, N - 150))[0]
+    assert got == expected(records)[0][150:]
+    # the remote segments wholly below 150 go (their objects and their metadata)
+    wait_for(lambda: len(s3.keys(PREFIX)) < before and _consistent(b, s3), 60)
+    starts = sorted(int(m.group(1)) for k in s3.keys(PREFIX) if (m := re.search(r"/(\d{20})-", k)))
+    assert starts[0] <= 150 < starts[0] + 40
+    # the start survives a restart
+    b.restart()
+    assert _list_offset(b.bootstrap, topic, -2) == 150
+
+
+def test_compacted_topics_cannot_enable_remote_storage(broker_factory, s3):
+    b = _tier_broker(broker_factory, s3)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    configs = {"remote.storage.enable": "true", "cleanup.policy": "compact"}
+    fut = admin.create_topics([NewTopic("tier-compacted", 1, 1, config=configs)])["tier-compacted"]
+    with pytest.raises(ck.KafkaException, match="compacted"):
+        fut.result(30)
