@@ -45,7 +45,9 @@ the store; readers (the pool) read the state through snapshots.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
+import os
 import struct
 import threading
 import time
@@ -342,6 +344,10 @@ class RemoteLogManager:
         return self._pool.submit(fn)
 
     def _run(self) -> None:
+        # Uploads are background work: on a loaded machine the request threads go first
+        # (Linux schedules threads as tasks, so a thread can have its own nice value).
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         # the first pass after one interval, as Kafka's RLM tasks: the broker serves first
         while not self._stop.wait(self.config.interval_ms / 1000):
             try:
