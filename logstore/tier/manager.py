@@ -203,6 +203,7 @@ class RemoteLogManager:
         self._lock = threading.RLock()
         # (topic, partition) -> {segment id: metadata with its latest state}
         self._segments: dict[tuple[str, int], dict[uuid.UUID, RemoteSegment]] = {}
+        self._live: dict[tuple[str, int], list[RemoteSegment]] = {}
         self._cache = _Cache(config.cache_bytes)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -213,11 +214,9 @@ class RemoteLogManager:
     # -- state ----------------------------------------------------------------------------------
 
     def live_segments(self, topic: str, partition: int) -> list[RemoteSegment]:
-        """The COPY_SEGMENT_FINISHED segments of a partition, by start offset."""
-        with self._lock:
-            found = self._segments.get((topic, partition), {}).values()
-            live = [s for s in found if s.state == SegmentState.COPY_SEGMENT_FINISHED]
-        return sorted(live, key=lambda s: s.start_offset)
+        """The COPY_SEGMENT_FINISHED segments of a partition, by start offset (a snapshot,
+        rebuilt on each metadata change: Fetch reads it on the network threads)."""
+        return self._live.get((topic, partition), [])
 
     def highest_tiered_offset(self, topic: str, partition: int) -> int:
         """The last offset of the newest tiered segment, -1 when none (Kafka's copy progress)."""
@@ -280,19 +279,21 @@ class RemoteLogManager:
         self._apply(record)
 
     def _apply(self, record: RemoteSegment | SegmentUpdate) -> None:
+        key = (record.topic, record.partition)
         with self._lock:
-            segs = self._segments.setdefault((record.topic, record.partition), {})
+            segs = self._segments.setdefault(key, {})
             if isinstance(record, RemoteSegment):
                 segs[record.segment_id] = record
-                return
-            old = segs.get(record.segment_id)
-            if old is None:
+            elif (old := segs.get(record.segment_id)) is None:
                 _log.warning("remote log metadata: update of unknown segment %s", record)
                 return
-            if record.state == SegmentState.DELETE_SEGMENT_FINISHED:
+            elif record.state == SegmentState.DELETE_SEGMENT_FINISHED:
                 segs.pop(record.segment_id, None)
             else:
                 segs[record.segment_id] = replace(old, state=record.state)
+            live = [s for s in segs.values() if s.state == SegmentState.COPY_SEGMENT_FINISHED]
+            # a new list each time: readers hold the one they got
+            self._live[key] = sorted(live, key=lambda s: s.start_offset)
 
     def load(self) -> None:
         """Read ``__remote_log_metadata`` back (every partition, in offset order)."""
