@@ -61,6 +61,7 @@ from typing import Any, TypeVar
 from logstore.errors import (
     CorruptRecordError,
     InvalidConfigError,
+    LoglakeError,
     ObjectStoreError,
     OffsetOutOfRangeError,
     StorageError,
@@ -596,7 +597,7 @@ class RemoteLogManager:
                     break
                 want *= 2
             txn = self._index_part(seg, manifest, "transaction")
-        except ObjectStoreError as exc:
+        except LoglakeError as exc:  # the store, a manifest or bytes that do not parse
             _log.error(
                 "%s-%d: remote read of offset %d failed (segment %s): %s",
                 topic,
