@@ -30,6 +30,19 @@ objects deleted (``objects_deleted``), ``DELETE_SEGMENT_FINISHED`` (``delete_fin
 Metadata writes fsync the metadata partition before the step after them (``metadata_appended``
 is the failpoint between append and fsync).
 
+DeleteRecords on a tiered partition (:meth:`delete_records`) moves the partition's log start
+below or above the local part: kept durable in ``remote-log-start-offset`` (a checkpoint file
+in the partition directory, since the log's own log start offset is the local part's); the
+next pass deletes the remote segments wholly below it (Kafka's first retention rule).
+
+Reads (:meth:`read`): the remote segment holding the offset (the live list is a snapshot
+sorted by start offset), its manifest and offset index (the floor entry gives the position),
+then the ``.log`` chunks covering the bytes wanted, all through a byte-bounded LRU
+(``rsm.config.fetch.chunk.cache.size``); whole batches only, at least one (KIP-74), and the
+aborted transactions of the segment's transaction index for READ_COMMITTED. Every failure is
+logged with the segment and becomes the partition's error code (``KAFKA_STORAGE_ERROR`` for a
+store error or a missing object), never an empty answer.
+
 Crash behaviour: at start the metadata is read back from ``__remote_log_metadata``. A segment
 whose last record is COPY_SEGMENT_STARTED (a copy cut short) or DELETE_SEGMENT_STARTED (a
 delete cut short) is cleaned: DELETE_SEGMENT_STARTED, its objects deleted (absent ones are

@@ -186,8 +186,9 @@ def _read(
                     r.length = sl.length
                     total += sl.length
                     remaining -= sl.length
-            if getattr(broker, "tier", None) is not None and t.name is not None:
-                r.log_start_offset = broker.tier.log_start_offset(t.name, pid, r.log_start_offset)
+            tier = getattr(broker, "tier", None)
+            if tier is not None and t.name is not None and tier.is_tiered(part.log):
+                r.log_start_offset = tier.log_start_offset(t.name, pid, r.log_start_offset)
             parts.append(r)
         out.append((t.key, parts))
     return out, total, errors

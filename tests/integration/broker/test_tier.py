@@ -485,3 +485,53 @@ def test_a_throttling_store_slows_uploads_and_loses_nothing(broker_factory, s3):
         _assert_reads_all(b.bootstrap, topic, records)
     finally:
         proxy.close()
+
+
+def test_read_committed_from_the_tier_drops_aborted_transactions(broker_factory, s3):
+    b = _tier_broker(broker_factory, s3)
+    topic = new_topic(
+        b.bootstrap,
+        partitions=1,
+        prefix="tier-txn",
+        **{"remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.ms": "0"},
+    )
+    p = ck.Producer({"bootstrap.servers": b.bootstrap, "transactional.id": f"tx-{topic}"})
+    p.init_transactions(30)
+    committed: list[bytes] = []
+    every: list[bytes] = []
+    for t in range(20):
+        p.begin_transaction()
+        values = [f"txn{t}-rec{i}-".encode() + b"v" * 200 for i in range(10)]
+        for v in values:
+            p.produce(topic, value=v, partition=0)
+        every += values
+        if t % 4 == 1:
+            p.abort_transaction(30)
+        else:
+            p.commit_transaction(30)
+            committed += values
+    p.flush(30)
+    _tiered(b, topic)
+    c = ck.Consumer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": "tier-txn",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "isolation.level": "read_committed",
+        }
+    )
+    c.assign([ck.TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < len(committed) and time.monotonic() < deadline:
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                assert not m.error(), m.error()
+                got.append(m.value())
+    finally:
+        c.close()
+    assert got == committed
+    # read_uncommitted (kafka-python's default) sees the aborted records too
+    seen = [g.value for g in kp_consume(b.bootstrap, topic, {0: len(every)}, timeout=60)]
+    assert seen == every
