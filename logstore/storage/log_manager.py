@@ -419,6 +419,13 @@ class LogManager:
         self._lake_bound = (committed, max_bytes, max_ms)
         self._lake_unheld_since.clear()
 
+    def lake_bound(self, log: Log, now_ms: int) -> tuple[int | None, int]:
+        """``(lake_offset, lake_max_bytes)`` of :func:`~logstore.storage.retention.retention_plan`
+        for ``log`` (``(None, -1)``: no bound), for retention run elsewhere (the tier's local
+        retention)."""
+        args = self._lake_args(log, now_ms)
+        return args.get("lake_offset"), int(args.get("lake_max_bytes", -1))
+
     def _lake_args(self, log: Log, now_ms: int) -> dict[str, Any]:
         committed, max_bytes, max_ms = self._lake_bound
         if committed is None:

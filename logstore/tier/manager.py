@@ -19,7 +19,8 @@ tiered offset, oldest first (steps, each a failpoint ``tier.<step>``):
 Local retention (Kafka's ``local.retention.*``, -2 meaning ``retention.*``): the broker's periodic
 retention skips tiered logs (:meth:`LogManager.cleanup_logs`); here local segments go by the
 local rules, and only those wholly at or below the highest tiered offset, i.e. only after their
-FINISHED record is durable. The local log start then moves; the partition's log start offset
+FINISHED record is durable, and (with ``log.retention.lake.group``) only those the lake has
+ingested, as for any log (the jobs read the log dirs). The local log start then moves; the partition's log start offset
 (:meth:`log_start_offset`, what Fetch and ListOffsets report) is the earliest live remote
 segment's start offset.
 
@@ -480,6 +481,9 @@ class RemoteLogManager:
         if tiered < 0:
             return
         cfg = lg.config
+        # log.retention.lake.group holds local segments the lake has not ingested, as for
+        # untiered logs: the jobs read the log dirs
+        lake_offset, lake_max_bytes = self._logs.lake_bound(lg, now)
         rules = retention_plan(
             lg.segments,
             retention_ms=cfg.effective_local_retention_ms,
@@ -489,6 +493,8 @@ class RemoteLogManager:
             # only segments wholly tiered (their FINISHED record is durable) may go
             high_watermark=min(lg.high_watermark, tiered + 1),
             now_ms=now,
+            lake_offset=lake_offset,
+            lake_max_bytes=lake_max_bytes,
         )
         if rules:
             keep_from = lg.segments[len(rules)].base_offset

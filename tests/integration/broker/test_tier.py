@@ -538,3 +538,24 @@ def _values(bootstrap: str, topic: str, isolation: str, count: int) -> list[byte
     finally:
         c.close()
     return got
+
+
+def test_the_lake_bound_holds_tiered_segments_locally_until_ingested(broker_factory, s3):
+    group = "loglake-ingest"
+    b = _tier_broker(broker_factory, s3, **{"log.retention.lake.group": group})
+    topic, _records = _produce(b.bootstrap)
+    local = _local_bases(b, topic)
+    # every closed segment is tiered, none leaves the disk: the lake has committed nothing
+    wait_for(lambda: len(s3.keys(PREFIX)) == 3 * (len(local) - 1), 90)
+    assert _list_offset(b.bootstrap, topic, -5) == local[-1] - 1
+    time.sleep(1)  # several tier passes
+    assert _local_bases(b, topic) == local
+    c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": group})
+    try:
+        c.commit(offsets=[ck.TopicPartition(topic, 0, 200)], asynchronous=False)
+    finally:
+        c.close()
+    # now the segments wholly below 200 go, the one holding 200 stays
+    wait_for(lambda: _local_bases(b, topic)[0] > 0, 60)
+    first = _local_bases(b, topic)[0]
+    assert first <= 200 and max(x for x in local if x <= 200) == first
