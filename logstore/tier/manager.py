@@ -20,9 +20,9 @@ Local retention (Kafka's ``local.retention.*``, -2 meaning ``retention.*``): the
 retention skips tiered logs (:meth:`LogManager.cleanup_logs`); here local segments go by the
 local rules, and only those wholly at or below the highest tiered offset, i.e. only after their
 FINISHED record is durable, and (with ``log.retention.lake.group``) only those the lake has
-ingested, as for any log (the jobs read the log dirs). The local log start then moves; the partition's log start offset
-(:meth:`log_start_offset`, what Fetch and ListOffsets report) is the earliest live remote
-segment's start offset.
+ingested, as for any log (the jobs read the log dirs). The local log start then moves; the
+partition's log start offset (:meth:`log_start_offset`, what Fetch and ListOffsets report)
+is the earliest live remote segment's start offset.
 
 Remote retention by the total ``retention.ms``/``retention.bytes`` (size = live remote segments
 + local bytes not tiered yet): ``DELETE_SEGMENT_STARTED`` (``delete_started``), the three
