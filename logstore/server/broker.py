@@ -81,6 +81,7 @@ from logstore.storage.topic_config import (
     topic_config_path,
 )
 from logstore.storage.topic_config_defs import validate_topic_properties
+from logstore.tier import RemoteLogManager, TierConfig
 
 __all__ = ["Broker", "TopicExistsError"]
 
@@ -136,6 +137,12 @@ class Broker:
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._partitions_lock = threading.Lock()
         self.purgatory = Purgatory("fetch")
+        # remote.log.storage.system.enable: tiered storage (KIP-405; None: off)
+        self.tier: RemoteLogManager | None = None
+        tier_config = TierConfig.from_broker(config)
+        if tier_config is not None:
+            self.tier = RemoteLogManager(self.log_manager, tier_config, broker_id=self.node_id)
+            self.log_manager.retention_owner = self.tier.is_tiered
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
         self._txn_tasks: list[ScheduledTask] = []
@@ -163,6 +170,8 @@ class Broker:
         self.group_coordinator.start()
         self._set_lake_bound(self.group_coordinator)
         self._start_txn_coordinator(self.group_coordinator)
+        if self.tier is not None:
+            self.tier.start()
         if self.config.metrics_listener is not None:
             self.metrics = BrokerMetrics(self)
         dispatcher = Dispatcher(self)
@@ -363,6 +372,8 @@ class Broker:
             self.registry.stop()
         for task in self._txn_tasks:
             task.cancel()
+        if self.tier is not None:
+            self.tier.shutdown()
         if self.group_coordinator is not None:
             try:
                 self.group_coordinator.shutdown()

@@ -512,6 +512,95 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
         _d("compression.zstd.level", "int", "3", "compression.zstd.level default"),
         _d("min.insync.replicas", "int", "1", "no-op on one node (topic default)", low=1),
         _d("unclean.leader.election.enable", "bool", "false", "no-op on one node (topic default)"),
+        # --- tiered storage (KIP-405; logstore.tier): Kafka's broker keys, then the Aiven
+        # tiered-storage plugin's rsm.config.* keys (its object layout; see logstore.tier.layout)
+        _d(
+            "remote.log.storage.system.enable",
+            "bool",
+            "false",
+            "tier closed segments of topics with remote.storage.enable=true to object storage",
+        ),
+        _d(
+            "remote.log.manager.task.interval.ms",
+            "long",
+            "30000",
+            "how often the tier thread looks for segments to copy and remote segments to expire",
+            low=1,
+        ),
+        _d(
+            "log.local.retention.ms",
+            "long",
+            "-2",
+            "local.retention.ms default (-2: retention.ms)",
+            low=-2,
+        ),
+        _d(
+            "log.local.retention.bytes",
+            "long",
+            "-2",
+            "local.retention.bytes default (-2: retention.bytes)",
+            low=-2,
+        ),
+        _d(
+            "rlmm.config.remote.log.metadata.topic.num.partitions",
+            "int",
+            "50",
+            "__remote_log_metadata partitions (Kafka's default)",
+            low=1,
+        ),
+        _d("rsm.config.storage.s3.bucket.name", "string", "", "the tier's S3 bucket"),
+        _d(
+            "rsm.config.storage.s3.endpoint.url",
+            "string",
+            "",
+            "S3 endpoint (empty: AWS_ENDPOINT_URL, else AWS)",
+        ),
+        _d("rsm.config.storage.s3.region", "string", "", "S3 region (empty: AWS_REGION)"),
+        _d(
+            "rsm.config.storage.s3.path.style.access.enabled",
+            "bool",
+            "true",
+            "path-style requests (the only style used with an endpoint URL)",
+        ),
+        _d(
+            "rsm.config.storage.aws.access.key.id",
+            "password",
+            None,
+            "S3 access key id (default: AWS_ACCESS_KEY_ID)",
+        ),
+        _d(
+            "rsm.config.storage.aws.secret.access.key",
+            "password",
+            None,
+            "S3 secret key (default: AWS_SECRET_ACCESS_KEY)",
+        ),
+        _d("rsm.config.key.prefix", "string", "", "prefix of every object key (e.g. tiered/)"),
+        _d(
+            "rsm.config.chunk.size",
+            "int",
+            "4194304",
+            "chunk size of the .log objects' chunk index, bytes",
+            low=1,
+        ),
+        _d(
+            "rsm.config.compression.enabled",
+            "bool",
+            "false",
+            "zstd chunks (the plugin's option): not supported yet, must be false",
+        ),
+        _d(
+            "rsm.config.encryption.enabled",
+            "bool",
+            "false",
+            "the plugin's encryption: not supported, must be false",
+        ),
+        _d(
+            "rsm.config.fetch.chunk.cache.size",
+            "long",
+            "67108864",
+            "bytes of remote .log chunks cached for fetches",
+            low=0,
+        ),
     )
 }
 

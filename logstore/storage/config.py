@@ -49,6 +49,10 @@ TOPIC_KEYS: dict[str, str] = {
     "preallocate": "preallocate",
     # loglake's (KIP-280's name): which record of a key wins in compaction (pipelines.compaction)
     "compaction.strategy": "compaction_strategy",
+    # tiered storage (KIP-405; logstore.tier)
+    "remote.storage.enable": "remote_storage_enable",
+    "local.retention.ms": "local_retention_ms",
+    "local.retention.bytes": "local_retention_bytes",
 }
 
 # broker key -> (topic key, multiplier to the topic key's unit), from the registry's synonyms
@@ -107,6 +111,9 @@ class LogConfig:
     compression_zstd_level: int = 3
     preallocate: bool = False
     compaction_strategy: str = "offset"
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
 
     def __post_init__(self) -> None:
         for key, field in TOPIC_KEYS.items():
@@ -133,6 +140,24 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in {p.strip() for p in self.cleanup_policy.split(",")}
+
+    @property
+    def tiered(self) -> bool:
+        """Whether segments of this topic go to the tier (KIP-405): ``remote.storage.enable``
+        and not compacted (Kafka never tiers compacted topics)."""
+        return self.remote_storage_enable and not self.compact
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """``local.retention.ms``, ``retention.ms`` for -2 (Kafka's rule)."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """``local.retention.bytes``, ``retention.bytes`` for -2 (Kafka's rule)."""
+        if self.local_retention_bytes == -2:
+            return self.retention_bytes
+        return self.local_retention_bytes
 
     @property
     def log_append_time(self) -> bool:

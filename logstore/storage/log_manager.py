@@ -143,6 +143,8 @@ class LogManager:
         # checkpoint file -> the error last logged for it (logged once per error)
         self._checkpoint_errors: dict[Path, str] = {}
         # set_lake_bound: (committed lookup, max bytes, max ms)
+        # tiered storage (logstore.tier): logs whose retention the tier runs instead
+        self.retention_owner: Callable[[Log], bool] | None = None
         self._lake_bound: tuple[Callable[[str, int], tuple[int, int] | None] | None, int, int] = (
             None,
             -1,
@@ -417,6 +419,13 @@ class LogManager:
         self._lake_bound = (committed, max_bytes, max_ms)
         self._lake_unheld_since.clear()
 
+    def lake_bound(self, log: Log, now_ms: int) -> tuple[int | None, int]:
+        """``(lake_offset, lake_max_bytes)`` of :func:`~logstore.storage.retention.retention_plan`
+        for ``log`` (``(None, -1)``: no bound), for retention run elsewhere (the tier's local
+        retention)."""
+        args = self._lake_args(log, now_ms)
+        return args.get("lake_offset"), int(args.get("lake_max_bytes", -1))
+
     def _lake_args(self, log: Log, now_ms: int) -> dict[str, Any]:
         committed, max_bytes, max_ms = self._lake_bound
         if committed is None:
@@ -445,7 +454,7 @@ class LogManager:
         total = 0
         now = _now_ms() if now_ms is None else now_ms
         for log in self.all_logs():
-            if log.closed:
+            if log.closed or (self.retention_owner is not None and self.retention_owner(log)):
                 continue
             try:
                 total += log.delete_old_segments(now, **self._lake_args(log, now))

@@ -388,15 +388,16 @@ TOPIC_CONFIGS: Final[dict[str, TopicConfigDef]] = {
             "remote.storage.enable",
             "boolean",
             "false",
-            _N,
-            "Kafka's tiered storage (KIP-405) switch; loglake tiers by its own jobs",
+            _I,
+            "tier closed segments to object storage (KIP-405; needs the broker's"
+            " remote.log.storage.system.enable; not for compacted topics)",
         ),
         _c(
             "local.retention.ms",
             "long",
             "-2",
-            _N,
-            "tiered storage: local part retention",
+            _I,
+            "tiered topics: how long tiered segments stay on local disk (-2: retention.ms)",
             "log.local.retention.ms",
             low=-2,
         ),
@@ -404,8 +405,8 @@ TOPIC_CONFIGS: Final[dict[str, TopicConfigDef]] = {
             "local.retention.bytes",
             "long",
             "-2",
-            _N,
-            "tiered storage: local part retention",
+            _I,
+            "tiered topics: local bytes kept of tiered segments (-2: retention.bytes)",
             "log.local.retention.bytes",
             low=-2,
         ),
@@ -510,5 +511,28 @@ def _parse_text(d: TopicConfigDef, text: str, bad: str) -> str:
 
 def validate_topic_properties(props: Mapping[str, str]) -> dict[str, object]:
     """Every ``key=value`` of ``props`` parsed (:func:`parse_topic_value`); the first bad one
-    raises :class:`InvalidConfigError`."""
-    return {key: parse_topic_value(key, value) for key, value in props.items()}
+    raises :class:`InvalidConfigError`. Kafka's cross-key rules of tiered storage
+    (``LogConfig.validateRemoteStorage*``) hold among the keys given: no
+    ``remote.storage.enable=true`` on a compacted topic, and ``local.retention.*`` (when not
+    ``-2``) within ``retention.*`` (when not ``-1``)."""
+    parsed = {key: parse_topic_value(key, value) for key, value in props.items()}
+    if parsed.get("remote.storage.enable") is True:
+        policy = str(parsed.get("cleanup.policy", ""))
+        if "compact" in {p.strip() for p in policy.split(",")}:
+            raise InvalidConfigError(
+                f"remote.storage.enable=true: remote log storage is not supported for "
+                f"compacted topics (cleanup.policy={policy})"
+            )
+    for unit in ("ms", "bytes"):
+        local, total = parsed.get(f"local.retention.{unit}"), parsed.get(f"retention.{unit}")
+        if (
+            isinstance(local, int)
+            and isinstance(total, int)
+            and local != -2
+            and total != -1
+            and (local == -1 or local > total)
+        ):
+            raise InvalidConfigError(
+                f"local.retention.{unit}={local}: must be -2 or at most retention.{unit}={total}"
+            )
+    return parsed

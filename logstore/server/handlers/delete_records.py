@@ -4,7 +4,8 @@
 (the answer is the current low watermark); above the high watermark ``OFFSET_OUT_OF_RANGE``.
 The partition (``Partition.delete_records_before``) deletes whole segments below the new
 start offset and makes the producer state forget batches below it; its typed errors become
-codes through ``logstore.server.error_codes``.
+codes through ``logstore.server.error_codes``. On a tiered topic the tier moves the
+partition's log start offset too and deletes the remote segments below it (``logstore.tier``).
 
 Authorization (with ``authorizer.class.name``): DELETE on the topic, else
 ``TOPIC_AUTHORIZATION_FAILED`` for its partitions, as Kafka.
@@ -36,6 +37,9 @@ def _delete(ctx: RequestContext, topic: str, partition: int, offset: int) -> tup
         return ErrorCode.unknown_topic_or_partition, -1
     try:
         low = part.delete_records_before(offset)
+        tier = ctx.broker.tier
+        if tier is not None and tier.is_tiered(part.log):  # the remote part too (KIP-405)
+            low = tier.delete_records(part.log, part.log.high_watermark if offset == -1 else offset)
     except LoglakeError as exc:
         return error_code_for(exc), -1
     ctx.broker.purgatory.check_and_complete((topic, partition))

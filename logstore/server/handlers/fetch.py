@@ -54,7 +54,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from logstore.errors import LoglakeError
+from logstore.errors import LoglakeError, OffsetOutOfRangeError
 from logstore.protocol.varint import encode_unsigned_varint as _uvarint
 from logstore.server.context import Deferred, FileRegion, RawResponse, RequestContext
 from logstore.server.error_codes import error_code_for
@@ -114,6 +114,10 @@ class _PartitionRead:
     length: int = 0
     last_stable_offset: int = -1
     aborted: list[tuple[int, int]] | None = None  # (producer_id, first_offset)
+    # tiered storage: records read from the tier (bytes, not a file region), and the read
+    # still to do on the tier's reader pool: (topic, fetch offset, max bytes, max offset)
+    data: bytes | None = None
+    remote: tuple[str, int, int, int] | None = None
 
 
 def _read(
@@ -165,6 +169,11 @@ def _read(
                 rd = part.read(
                     int(p.fetch_offset), limit, isolation=isolation, min_one_batch=total == 0
                 )
+            except OffsetOutOfRangeError as exc:
+                r = _remote_or_error(broker, str(t.name), part, p, limit, isolation, exc)
+                errors = errors or r.remote is None
+                if r.remote is not None:
+                    total += max(int(getattr(request, "min_bytes", 1)), 1)  # answer now
             except LoglakeError as exc:
                 # offsets as the partition has them now, as before the read
                 r = _PartitionRead(
@@ -192,9 +201,90 @@ def _read(
                     r.length = sl.length
                     total += sl.length
                     remaining -= sl.length
+            tier = getattr(broker, "tier", None)
+            if tier is not None and t.name is not None and tier.is_tiered(part.log):
+                r.log_start_offset = tier.log_start_offset(t.name, pid, r.log_start_offset)
             parts.append(r)
         out.append((t.key, parts))
     return out, total, errors
+
+
+def _remote_or_error(  # noqa: PLR0917
+    broker: Any,
+    topic: str,
+    part: Any,
+    p: Any,
+    limit: int,
+    isolation: IsolationLevel,
+    exc: OffsetOutOfRangeError,
+) -> _PartitionRead:
+    """A fetch below the local log start: a read for the tier's pool when the tier holds the
+    offset (KIP-405), else ``OFFSET_OUT_OF_RANGE``."""
+    pid = int(p.partition)
+    offset = int(p.fetch_offset)
+    committed = isolation == IsolationLevel.READ_COMMITTED
+    r = _PartitionRead(
+        pid,
+        error_code_for(exc),
+        part.high_watermark,
+        part.log_start_offset,
+        last_stable_offset=part.last_stable_offset,
+    )
+    tier = getattr(broker, "tier", None)
+    if tier is None or not tier.is_tiered(part.log):
+        return r
+    start = tier.log_start_offset(topic, pid, part.log_start_offset)
+    if start <= offset < part.log_start_offset:
+        r.error = ErrorCode.none
+        r.aborted = [] if committed else None
+        bound = part.last_stable_offset if committed else part.high_watermark
+        r.remote = (topic, offset, limit, bound)
+    return r
+
+
+def _read_remote(broker: Any, results: list[tuple[str | uuid.UUID, list[_PartitionRead]]]) -> None:
+    """Do the pending tier reads of ``results`` (on the tier's reader pool: waits for the
+    store). A failure is the partition's error code (a missing object or an unreachable
+    store: ``KAFKA_STORAGE_ERROR``), logged by the tier; never an empty answer."""
+    for _key, parts in results:
+        for r in parts:
+            if r.remote is None:
+                continue
+            topic, offset, max_bytes, bound = r.remote
+            r.remote = None
+            try:
+                data, aborted = broker.tier.read(
+                    topic, r.partition, offset, max_bytes, max_offset=bound
+                )
+            except LoglakeError as exc:
+                r.error = error_code_for(exc)
+                r.aborted = None
+                continue
+            r.data = data
+            r.length = len(data)
+            if r.aborted is not None:
+                r.aborted = aborted
+
+
+def _answer_remote(
+    ctx: RequestContext,
+    topics: list[_Topic],
+    results: list[tuple[str | uuid.UUID, list[_PartitionRead]]],
+    deferred: Deferred[Any],
+) -> None:
+    def run() -> None:
+        try:
+            _read_remote(ctx.broker, results)
+            _count(ctx, topics, results)
+            deferred.complete(_encode(ctx.api_version, results))
+        except Exception as exc:
+            deferred.fail(exc)
+
+    ctx.broker.tier.submit(run)
+
+
+def _has_remote(results: list[tuple[str | uuid.UUID, list[_PartitionRead]]]) -> bool:
+    return any(r.remote is not None for _key, parts in results for r in parts)
 
 
 def _open_region(r: _PartitionRead) -> FileRegion | None:
@@ -247,7 +337,10 @@ def _encode(
             if version >= 11:
                 buf += _I32.pack(-1)  # preferred_read_replica
             region = _open_region(r)
-            if region is None:
+            if r.data:
+                buf += _uvarint(len(r.data) + 1) if flexible else _I32.pack(len(r.data))
+                buf += r.data
+            elif region is None:
                 buf += _uvarint(1) if flexible else _I32.pack(0)  # empty records
             else:
                 buf += _uvarint(region.length + 1) if flexible else _I32.pack(region.length)
@@ -287,6 +380,9 @@ class _DelayedFetch(DelayedOperation):
     def complete(self, *, expired: bool) -> None:
         try:
             results, _total, _errors = _read(self.ctx, self.request, self.topics)
+            if _has_remote(results):
+                _answer_remote(self.ctx, self.topics, results, self.result)
+                return
             _count(self.ctx, self.topics, results)
             self.result.complete(_encode(self.ctx.api_version, results))
         except Exception as exc:
@@ -332,6 +428,10 @@ def runs_inline(broker: Any, request: Any) -> bool:
 def handle(ctx: RequestContext, request: Any) -> Any:
     topics = _topics(ctx.broker, request)
     results, total, errors = _read(ctx, request, topics)
+    if _has_remote(results):
+        remote: Deferred[Any] = Deferred()
+        _answer_remote(ctx, topics, results, remote)
+        return remote
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     if errors or total >= int(request.min_bytes) or max_wait_ms <= 0 or not request.topics:
         _count(ctx, topics, results)

@@ -8,10 +8,13 @@ record timestamp is at or after it, found through the time index
 ``fetchOffsetForTimestamp``); none -> offset -1, timestamp -1, as Kafka answers. Unknown
 partitions get ``UNKNOWN_TOPIC_OR_PARTITION``.
 
-Tiered storage (KIP-405) values, as Kafka answers them for a topic without remote storage:
--4 earliest local (v8+): the log start offset, every segment being local; -5 latest tiered
-(v9+): offset -1, leader epoch -1 (nothing is tiered). v10 adds ``timeout_ms`` for remote
-lookups, which never happen here.
+Tiered storage (KIP-405), as Kafka 4.x answers: -2 is the partition's log start offset, the
+earliest remote segment's start on a tiered topic (``logstore.tier``); -4 earliest local
+(v8+, KIP-1005): the local log start offset; -5 latest tiered (v9+): the highest tiered
+offset, -1 when nothing is tiered; -6 earliest pending upload (v11, KIP-1023): the offset
+after the highest tiered one (the local log start when nothing is tiered yet), -1 on a topic
+without remote storage. v10 adds ``timeout_ms`` for remote lookups; timestamp lookups search
+the local segments only.
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
 API_KEY: Final = 2
 MIN_VERSION: Final = 1
-MAX_VERSION: Final = 10
+MAX_VERSION: Final = 11
 
 EARLIEST: Final = -2
 LATEST: Final = -1
 MAX_TIMESTAMP: Final = -3
 EARLIEST_LOCAL: Final = -4
 LATEST_TIERED: Final = -5
+EARLIEST_PENDING_UPLOAD: Final = -6
 
 
 def _lookup(
@@ -47,13 +51,29 @@ def _lookup(
     if part is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1
     lg = part.log
-    if ts in (EARLIEST, EARLIEST_LOCAL):
+    tier = (
+        ctx.broker.tier if ctx.broker.tier is not None and ctx.broker.tier.is_tiered(lg) else None
+    )
+    if ts == EARLIEST_LOCAL or (ts == EARLIEST and tier is None):
         return ErrorCode.none, lg.log_start_offset, -1
+    if ts == EARLIEST and tier is not None:
+        return ErrorCode.none, tier.log_start_offset(topic, partition, lg.log_start_offset), -1
     if ts == LATEST_TIERED:
-        return ErrorCode.none, -1, -1
+        return (
+            ErrorCode.none,
+            -1 if tier is None else tier.highest_tiered_offset(topic, partition),
+            -1,
+        )
+    if ts == EARLIEST_PENDING_UPLOAD:
+        if ctx.api_version < 11:  # a v11 value: Kafka refuses it in older versions
+            return ErrorCode.invalid_request, -1, -1
+        if tier is None:
+            return ErrorCode.none, -1, -1
+        tiered = tier.highest_tiered_offset(topic, partition)
+        return ErrorCode.none, lg.log_start_offset if tiered < 0 else tiered + 1, -1
     if ts == LATEST:
         return ErrorCode.none, part.fetch_limit(isolation), -1
-    if ts < LATEST_TIERED:
+    if ts < EARLIEST_PENDING_UPLOAD:
         return ErrorCode.invalid_request, -1, -1
     try:
         found = lg.offset_for_timestamp(ts)

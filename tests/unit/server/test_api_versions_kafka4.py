@@ -63,6 +63,7 @@ KAFKA_4_0: dict[int, tuple[str, int, int]] = {
 # Versions Kafka 4.1 added to the APIs above: api key -> its 4.1 maximum.
 KAFKA_4_1_ADDED: dict[int, int] = {
     0: 13,  # Produce v13: topic ids (KIP-516)
+    2: 11,  # ListOffsets v11: -6 earliest pending upload (KIP-1023)
     8: 10,  # OffsetCommit v10: topic ids
     9: 10,  # OffsetFetch v10: topic ids
     66: 2,  # ListTransactions v2: transactional id pattern (KIP-1152)
@@ -70,6 +71,12 @@ KAFKA_4_1_ADDED: dict[int, int] = {
 
 # Where loglake serves another range than Kafka 4.0: (min, max, why).
 DIFFERENCES: dict[int, tuple[int, int, str]] = {
+    2: (
+        1,
+        11,
+        "ListOffsets v11 (Kafka 4.1, KIP-1023): timestamp -6, the earliest offset pending upload"
+        " to the tier (logstore.tier); the same schema as v10",
+    ),
     0: (
         3,
         11,

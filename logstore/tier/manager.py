@@ -1,0 +1,695 @@
+"""The broker's remote log manager (KIP-405): copy closed segments to the tier, expire them, read.
+
+One tier thread (never a network thread) runs :meth:`RemoteLogManager.run_once` every
+``remote.log.manager.task.interval.ms``; remote reads run on a small worker pool
+(:meth:`RemoteLogManager.submit`), so a Fetch below the local log start never blocks the
+network threads on the store.
+
+Copy, per partition of a topic with ``remote.storage.enable=true`` (never a compacted one), for
+each rolled segment whose offsets are all below the high watermark and above the highest
+tiered offset, oldest first (steps, each a failpoint ``tier.<step>``):
+
+1. ``COPY_SEGMENT_STARTED`` appended to ``__remote_log_metadata`` (``copy_started``);
+2. ``.log`` uploaded (``log_uploaded``), 3. ``.indexes`` (``indexes_uploaded``),
+4. ``.rsm-manifest`` (``manifest_uploaded``) — :mod:`logstore.tier.layout`;
+5. ``COPY_SEGMENT_FINISHED`` appended and fsynced (``copy_finished``): only now is the segment
+   remote, the highest tiered offset (Kafka's copy progress: the end offset of the newest
+   COPY_SEGMENT_FINISHED segment, rebuilt from the metadata at start) moves to its end.
+
+Local retention (Kafka's ``local.retention.*``, -2 meaning ``retention.*``): the broker's periodic
+retention skips tiered logs (:meth:`LogManager.cleanup_logs`); here local segments go by the
+local rules, and only those wholly at or below the highest tiered offset, i.e. only after their
+FINISHED record is durable, and (with ``log.retention.lake.group``) only those the lake has
+ingested, as for any log (the jobs read the log dirs). The local log start then moves; the
+partition's log start offset (:meth:`log_start_offset`, what Fetch and ListOffsets report)
+is the earliest live remote segment's start offset.
+
+Remote retention by the total ``retention.ms``/``retention.bytes`` (size = live remote segments
++ local bytes not tiered yet): ``DELETE_SEGMENT_STARTED`` (``delete_started``), the three
+objects deleted (``objects_deleted``), ``DELETE_SEGMENT_FINISHED`` (``delete_finished``).
+
+Metadata writes fsync the metadata partition before the step after them (``metadata_appended``
+is the failpoint between append and fsync).
+
+DeleteRecords on a tiered partition (:meth:`delete_records`) moves the partition's log start
+below or above the local part: kept durable in ``remote-log-start-offset`` (a checkpoint file
+in the partition directory, since the log's own log start offset is the local part's); the
+next pass deletes the remote segments wholly below it (Kafka's first retention rule).
+
+Reads (:meth:`read`): the remote segment holding the offset (the live list is a snapshot
+sorted by start offset), its manifest and offset index (the floor entry gives the position),
+then the ``.log`` chunks covering the bytes wanted, all through a byte-bounded LRU
+(``rsm.config.fetch.chunk.cache.size``); whole batches only, at least one (KIP-74), and the
+aborted transactions of the segment's transaction index for READ_COMMITTED. Every failure is
+logged with the segment and becomes the partition's error code (``KAFKA_STORAGE_ERROR`` for a
+store error or a missing object), never an empty answer.
+
+Crash behaviour: at start the metadata is read back from ``__remote_log_metadata``. A segment
+whose last record is COPY_SEGMENT_STARTED (a copy cut short) or DELETE_SEGMENT_STARTED (a
+delete cut short) is cleaned: DELETE_SEGMENT_STARTED, its objects deleted (absent ones are
+fine), DELETE_SEGMENT_FINISHED; an interrupted copy is then done again under a new segment id,
+because the highest tiered offset did not move. Nothing local was deleted for it (step 5 came
+first). Store failures (unreachable, throttling after the store's retries) stop the partition's
+pass, logged; the next pass resumes. Produce and local fetch never wait for the tier.
+
+Thread-safety: :attr:`_lock` guards the metadata state; the tier thread is the only writer of
+the store; readers (the pool) read the state through snapshots.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import struct
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from logstore.errors import (
+    CorruptRecordError,
+    InvalidConfigError,
+    LoglakeError,
+    ObjectStoreError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
+from logstore.failpoints import failpoint
+from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings
+from logstore.protocol.batch import iter_batches
+from logstore.protocol.records import build_batch
+from logstore.storage.checkpoints import read_checkpoint_lines, write_checkpoint_lines
+from logstore.storage.files import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_path
+from logstore.storage.log import Log
+from logstore.storage.log_manager import LogManager
+from logstore.storage.producer_snapshot import snapshot_path
+from logstore.storage.retention import retention_plan, size_breached, time_breached
+from logstore.tier import layout
+from logstore.tier.metadata import (
+    METADATA_TOPIC,
+    RemoteSegment,
+    SegmentState,
+    SegmentUpdate,
+    decode_record,
+    encode_segment,
+    encode_update,
+    metadata_partition,
+)
+
+__all__ = ["RemoteLogManager", "TierConfig"]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+_OFFSET_ENTRY = struct.Struct(">ii")
+_READ_AHEAD = 64 * 1024
+FLOOR_FILE = "remote-log-start-offset"
+_UNFINISHED = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_STARTED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TierConfig:
+    """The broker's tier settings (``remote.log.*``, ``rsm.config.*``, ``rlmm.config.*``)."""
+
+    bucket: str
+    settings: StorageSettings
+    key_prefix: str = ""
+    chunk_size: int = 4 * 1024 * 1024
+    interval_ms: int = 30_000
+    metadata_partitions: int = 50
+    cache_bytes: int = 64 * 1024 * 1024
+    reader_threads: int = 2
+
+    @classmethod
+    def from_broker(cls, config: Any) -> TierConfig | None:
+        """From a :class:`~logstore.server.config.BrokerConfig`; None when
+        ``remote.log.storage.system.enable`` is false. :class:`InvalidConfigError` for a
+        missing bucket or an option the plugin has and this tier does not."""
+        if not config.get_bool("remote.log.storage.system.enable"):
+            return None
+        bucket = config.get_str("rsm.config.storage.s3.bucket.name")
+        if not bucket:
+            raise InvalidConfigError(
+                "remote.log.storage.system.enable=true needs rsm.config.storage.s3.bucket.name"
+            )
+        for key in ("rsm.config.compression.enabled", "rsm.config.encryption.enabled"):
+            if config.get_bool(key):
+                raise InvalidConfigError(f"{key}=true is not supported by loglake's tier yet")
+        overrides: dict[str, Any] = {}
+        for key, name in (
+            ("rsm.config.storage.s3.endpoint.url", "endpoint_url"),
+            ("rsm.config.storage.s3.region", "region"),
+        ):
+            if config.get_str(key):
+                overrides[name] = config.get_str(key)
+        for key, name in (
+            ("rsm.config.storage.aws.access.key.id", "access_key_id"),
+            ("rsm.config.storage.aws.secret.access.key", "secret_access_key"),
+        ):
+            value = config.values.get(key)
+            if value:
+                overrides[name] = str(value)
+        return cls(
+            bucket=bucket,
+            settings=StorageSettings.from_environment(overrides),
+            key_prefix=config.get_str("rsm.config.key.prefix"),
+            chunk_size=config.get_int("rsm.config.chunk.size"),
+            interval_ms=config.get_int("remote.log.manager.task.interval.ms"),
+            metadata_partitions=config.get_int(
+                "rlmm.config.remote.log.metadata.topic.num.partitions"
+            ),
+            cache_bytes=config.get_int("rsm.config.fetch.chunk.cache.size"),
+        )
+
+
+class _Cache:
+    """A byte-bounded LRU of immutable remote bytes (chunks, manifests, offset indexes)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max = max_bytes
+        self._size = 0
+        self._items: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[Any, ...], load: Callable[[], T], size: Callable[[T], int]) -> T:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return self._items[key][0]  # type: ignore[no-any-return]
+        value = load()
+        n = size(value)
+        with self._lock:
+            self.misses += 1
+            if n <= self._max and key not in self._items:
+                self._items[key] = (value, n)
+                self._size += n
+                while self._size > self._max:
+                    _, (_, old) = self._items.popitem(last=False)
+                    self._size -= old
+        return value
+
+
+class RemoteLogManager:
+    """See the module docstring. ``partition_log(topic, partition)`` gives a user partition's
+    log (None when gone); ``topic_id(topic)`` its id."""
+
+    def __init__(
+        self,
+        log_manager: LogManager,
+        config: TierConfig,
+        *,
+        broker_id: int,
+        store: ObjectStore | None = None,
+    ) -> None:
+        self._logs = log_manager
+        self.config = config
+        self.broker_id = broker_id
+        self.store = store or ObjectStore(
+            LakeLocation("s3", config.bucket, "", config.bucket), settings=config.settings
+        )
+        self._lock = threading.RLock()
+        # (topic, partition) -> {segment id: metadata with its latest state}
+        self._segments: dict[tuple[str, int], dict[uuid.UUID, RemoteSegment]] = {}
+        self._live: dict[tuple[str, int], list[RemoteSegment]] = {}
+        self._cache = _Cache(config.cache_bytes)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="tier-reader")
+        self._warned: set[str] = set()
+        self._floors: dict[tuple[str, int], int] = {}
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def live_segments(self, topic: str, partition: int) -> list[RemoteSegment]:
+        """The COPY_SEGMENT_FINISHED segments of a partition, by start offset (a snapshot,
+        rebuilt on each metadata change: Fetch reads it on the network threads)."""
+        return self._live.get((topic, partition), [])
+
+    def highest_tiered_offset(self, topic: str, partition: int) -> int:
+        """The last offset of the newest tiered segment, -1 when none (Kafka's copy progress)."""
+        live = self.live_segments(topic, partition)
+        return live[-1].end_offset if live else -1
+
+    def log_start_offset(self, topic: str, partition: int, local_start: int) -> int:
+        """The partition's log start offset: the earliest live remote segment's start (else
+        the local one), at least the DeleteRecords floor (:meth:`delete_records`)."""
+        live = self.live_segments(topic, partition)
+        start = min(live[0].start_offset, local_start) if live else local_start
+        return max(start, self._floor(topic, partition))
+
+    def _floor(self, topic: str, partition: int) -> int:
+        key = (topic, partition)
+        found = self._floors.get(key)
+        if found is None:
+            lg = self._logs.get_log(topic, partition)
+            lines = [] if lg is None else read_checkpoint_lines(lg.dir / FLOOR_FILE, fields=1)
+            found = int(lines[0][0]) if lines else 0
+            self._floors[key] = found
+        return found
+
+    def delete_records(self, log: Log, offset: int) -> int:
+        """Kafka's DeleteRecords on a tiered partition: the log start offset becomes
+        ``offset`` (kept durable in ``remote-log-start-offset`` in the partition directory, the
+        local log start being only the local part's), reads below it are out of range, and
+        the next tier pass deletes the remote segments wholly below it. The new start."""
+        with self._lock:
+            if offset > self._floor(log.topic, log.partition):
+                write_checkpoint_lines(log.dir / FLOOR_FILE, [str(offset)])
+                self._floors[(log.topic, log.partition)] = offset
+        return self.log_start_offset(log.topic, log.partition, log.log_start_offset)
+
+    def is_tiered(self, log: Log) -> bool:
+        return log.config.tiered and not log.topic.startswith("__")
+
+    # -- metadata log ---------------------------------------------------------------------------
+
+    def _metadata_log(self, topic_id: uuid.UUID, partition: int) -> Log:
+        p = metadata_partition(topic_id, partition, self.config.metadata_partitions)
+        lg = self._logs.get_log(METADATA_TOPIC, p)
+        if lg is None:
+            # Kafka's remote.log.metadata.topic.retention.ms default: keep every record
+            self._logs.set_topic_config(METADATA_TOPIC, {"retention.ms": "-1"})
+            lg = self._logs.get_or_create_log(METADATA_TOPIC, p)
+        return lg
+
+    def _append(self, record: RemoteSegment | SegmentUpdate) -> None:
+        value = (
+            encode_segment(record) if isinstance(record, RemoteSegment) else encode_update(record)
+        )
+        lg = self._metadata_log(record.topic_id, record.partition)
+        now = int(time.time() * 1000)
+        with lg.lock:
+            lg.append(build_batch([(None, value, (), now)], base_timestamp=now), now_ms=now)
+            lg.high_watermark = lg.log_end_offset
+        failpoint("tier.metadata_appended")
+        lg.flush()
+        self._apply(record)
+
+    def _apply(self, record: RemoteSegment | SegmentUpdate) -> None:
+        key = (record.topic, record.partition)
+        with self._lock:
+            segs = self._segments.setdefault(key, {})
+            if isinstance(record, RemoteSegment):
+                segs[record.segment_id] = record
+            elif (old := segs.get(record.segment_id)) is None:
+                _log.warning("remote log metadata: update of unknown segment %s", record)
+                return
+            elif record.state == SegmentState.DELETE_SEGMENT_FINISHED:
+                segs.pop(record.segment_id, None)
+            else:
+                segs[record.segment_id] = replace(old, state=record.state)
+            live = [s for s in segs.values() if s.state == SegmentState.COPY_SEGMENT_FINISHED]
+            # a new list each time: readers hold the one they got
+            self._live[key] = sorted(live, key=lambda s: s.start_offset)
+
+    def load(self) -> None:
+        """Read ``__remote_log_metadata`` back (every partition, in offset order)."""
+        from logstore.server.internal_log import iter_records  # noqa: PLC0415 (server leaf)
+
+        for lg in self._logs.all_logs():
+            if lg.topic != METADATA_TOPIC:
+                continue
+            for _header, rec in iter_records(lg):
+                if rec.value is None:
+                    continue
+                try:
+                    found = decode_record(bytes(rec.value))
+                except CorruptRecordError as exc:
+                    _log.error("%s-%d: skipped a bad record: %s", lg.topic, lg.partition, exc)
+                    continue
+                if found is not None:
+                    self._apply(found)
+
+    def _update(self, seg: RemoteSegment, state: SegmentState) -> None:
+        self._append(
+            SegmentUpdate(
+                seg.topic,
+                seg.topic_id,
+                seg.partition,
+                seg.segment_id,
+                state,
+                self.broker_id,
+                int(time.time() * 1000),
+            )
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the metadata, clean interrupted copies and deletes, start the tier thread."""
+        self.load()
+        self._thread = threading.Thread(target=self._run, name="tier-copier", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Run ``fn`` (a remote read) on the reader pool."""
+        return self._pool.submit(fn)
+
+    def _run(self) -> None:
+        # Uploads are background work: on a loaded machine the request threads go first
+        # (Linux schedules threads as tasks, so a thread can have its own nice value).
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        # the first pass after one interval, as Kafka's RLM tasks: the broker serves first
+        while not self._stop.wait(self.config.interval_ms / 1000):
+            try:
+                self.run_once()
+            except Exception:  # the thread must survive anything; the next pass retries
+                _log.exception("tier pass failed")
+
+    def run_once(self, now_ms: int | None = None) -> None:
+        """One pass: clean interrupted work, copy, local retention, remote retention."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        self._clean_dangling()
+        for lg in self._logs.all_logs():
+            if lg.closed or lg.topic == METADATA_TOPIC:
+                continue
+            if lg.config.remote_storage_enable and lg.config.compact:
+                if lg.topic not in self._warned:
+                    self._warned.add(lg.topic)
+                    _log.warning("%s: compacted topics are not tiered (Kafka's rule)", lg.topic)
+                continue
+            if not self.is_tiered(lg):
+                continue
+            try:
+                self._copy(lg)
+                self._local_retention(lg, now)
+                self._remote_retention(lg, now)
+            except (ObjectStoreError, StorageError) as exc:
+                _log.error("%s: tier pass stopped, retried next pass: %s", lg.dir.name, exc)
+
+    # -- copy -----------------------------------------------------------------------------------
+
+    def _clean_dangling(self) -> None:
+        with self._lock:
+            dangling = [
+                s
+                for segs in self._segments.values()
+                for s in segs.values()
+                if s.state
+                in (SegmentState.COPY_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_STARTED)
+            ]
+        for seg in dangling:
+            try:
+                self._delete_remote(seg)
+            except (ObjectStoreError, StorageError) as exc:
+                _log.error("cleaning %s failed, retried next pass: %s", seg.segment_id, exc)
+
+    def _copy(self, lg: Log) -> None:
+        topic_id = self._logs.topic_id(lg.topic)
+        if topic_id is None:
+            return
+        segments = lg.segments
+        hw = lg.high_watermark
+        tiered = self.highest_tiered_offset(lg.topic, lg.partition)
+        for i, seg in enumerate(segments[:-1]):
+            next_base = segments[i + 1].base_offset
+            if next_base > hw:
+                return  # holds offsets not committed yet (Kafka copies below the HW only)
+            if next_base - 1 > tiered:
+                self._copy_segment(lg, topic_id, seg, next_base)
+
+    def _copy_segment(self, lg: Log, topic_id: uuid.UUID, seg: Any, next_base: int) -> None:
+        base = seg.base_offset
+        epochs = [(e, o) for e, o in lg.leader_epoch_cache.entries() if o < next_base]
+        first = [e for e in epochs if e[1] <= base]
+        epochs = ([(first[-1][0], base)] if first else []) + [e for e in epochs if e[1] > base]
+        txn = _read_file(segment_path(lg.dir, base, TXN_INDEX_SUFFIX))
+        data = _read_file(seg.path)
+        meta = RemoteSegment(
+            topic=lg.topic,
+            topic_id=topic_id,
+            partition=lg.partition,
+            segment_id=uuid.uuid4(),
+            start_offset=base,
+            end_offset=next_base - 1,
+            max_timestamp_ms=seg.max_timestamp_so_far,
+            broker_id=self.broker_id,
+            event_timestamp_ms=int(time.time() * 1000),
+            segment_size=len(data),
+            leader_epochs=tuple(epochs),
+            txn_index_empty=not txn,
+        )
+        keys = layout.segment_keys(self.config.key_prefix, meta)
+        self._append(meta)
+        failpoint("tier.copy_started")
+        self.store.write(keys[layout.LOG], data)
+        failpoint("tier.log_uploaded")
+        blob, where = layout.build_indexes(
+            {
+                "offset": _read_file(segment_path(lg.dir, base, INDEX_SUFFIX)),
+                "timestamp": _read_file(segment_path(lg.dir, base, TIME_INDEX_SUFFIX)),
+                "producerSnapshot": _read_file(snapshot_path(lg.dir, next_base)),
+                "leaderEpoch": layout.leader_epoch_bytes(epochs),
+                "transaction": txn,
+            }
+        )
+        self.store.write(keys[layout.INDEXES], blob)
+        failpoint("tier.indexes_uploaded")
+        manifest = layout.build_manifest(meta, chunk_size=self.config.chunk_size, indexes=where)
+        self.store.write(keys[layout.MANIFEST], manifest)
+        failpoint("tier.manifest_uploaded")
+        self._update(meta, SegmentState.COPY_SEGMENT_FINISHED)
+        failpoint("tier.copy_finished")
+        _log.info(
+            "%s: tiered segment %d-%d (%d bytes) as %s",
+            lg.dir.name,
+            base,
+            next_base - 1,
+            len(data),
+            keys[layout.LOG],
+        )
+
+    # -- retention ------------------------------------------------------------------------------
+
+    def _local_retention(self, lg: Log, now: int) -> None:
+        tiered = self.highest_tiered_offset(lg.topic, lg.partition)
+        if tiered < 0:
+            return
+        cfg = lg.config
+        # log.retention.lake.group holds local segments the lake has not ingested, as for
+        # untiered logs: the jobs read the log dirs
+        lake_offset, lake_max_bytes = self._logs.lake_bound(lg, now)
+        rules = retention_plan(
+            lg.segments,
+            retention_ms=cfg.effective_local_retention_ms,
+            retention_bytes=cfg.effective_local_retention_bytes,
+            delete_policy=True,
+            log_start_offset=lg.log_start_offset,
+            # only segments wholly tiered (their FINISHED record is durable) may go
+            high_watermark=min(lg.high_watermark, tiered + 1),
+            now_ms=now,
+            lake_offset=lake_offset,
+            lake_max_bytes=lake_max_bytes,
+        )
+        if rules:
+            keep_from = lg.segments[len(rules)].base_offset
+            lg.delete_records(keep_from)
+            _log.info("%s: local log start moved to %d (tiered)", lg.dir.name, keep_from)
+
+    def _remote_retention(self, lg: Log, now: int) -> None:
+        cfg = lg.config
+        live = self.live_segments(lg.topic, lg.partition)
+        if not live:
+            return
+        tiered = live[-1].end_offset
+        local_only = sum(s.size for s in lg.segments if s.base_offset > tiered)
+        excess = sum(s.segment_size for s in live) + local_only - cfg.retention_bytes
+        floor = self._floor(lg.topic, lg.partition)
+        doomed: list[RemoteSegment] = []
+        for seg in live:
+            # Kafka's order of rules: the log start offset, retention.ms, retention.bytes
+            below_start = seg.end_offset < floor
+            by_time = time_breached(now, seg.max_timestamp_ms, cfg.retention_ms)
+            by_size = cfg.retention_bytes >= 0 and size_breached(excess, seg.segment_size)
+            if below_start or by_time or by_size:
+                doomed.append(seg)
+                excess -= seg.segment_size
+            else:
+                break
+        for seg in doomed:
+            self._update(seg, SegmentState.DELETE_SEGMENT_STARTED)
+            failpoint("tier.delete_started")
+            self._delete_remote(seg)
+        if doomed:
+            new_start = doomed[-1].end_offset + 1
+            if lg.log_start_offset < new_start <= lg.high_watermark:
+                lg.delete_records(new_start)
+
+    def _delete_remote(self, seg: RemoteSegment) -> None:
+        if seg.state != SegmentState.DELETE_SEGMENT_STARTED:
+            self._update(seg, SegmentState.DELETE_SEGMENT_STARTED)
+        for key in layout.segment_keys(self.config.key_prefix, seg).values():
+            self.store.delete(key, missing_ok=True)
+        failpoint("tier.objects_deleted")
+        self._update(seg, SegmentState.DELETE_SEGMENT_FINISHED)
+        failpoint("tier.delete_finished")
+        _log.info(
+            "%s-%d: remote segment %d-%d deleted",
+            seg.topic,
+            seg.partition,
+            seg.start_offset,
+            seg.end_offset,
+        )
+
+    # -- reads (reader pool only: they wait for the store) ---------------------------------------
+
+    def _manifest(self, seg: RemoteSegment) -> layout.Manifest:
+        key = layout.segment_keys(self.config.key_prefix, seg)[layout.MANIFEST]
+        return self._cache.get(
+            ("manifest", seg.segment_id),
+            lambda: layout.parse_manifest(self.store.read(key), path=self.store.uri(key)),
+            lambda _m: 512,
+        )
+
+    def _index_part(self, seg: RemoteSegment, manifest: layout.Manifest, name: str) -> bytes:
+        where = manifest.indexes.get(name)
+        if where is None or where[1] == 0:
+            return b""
+        key = layout.segment_keys(self.config.key_prefix, seg)[layout.INDEXES]
+        return self._cache.get(
+            (name, seg.segment_id),
+            lambda: self.store.read_range(key, offset=where[0], length=where[1]),
+            len,
+        )
+
+    def _chunk(self, seg: RemoteSegment, manifest: layout.Manifest, i: int) -> bytes:
+        key = layout.segment_keys(self.config.key_prefix, seg)[layout.LOG]
+        start, length = manifest.chunks.chunk_range(i)
+        return self._cache.get(
+            ("chunk", seg.segment_id, i),
+            lambda: self.store.read_range(key, offset=start, length=length),
+            len,
+        )
+
+    def _bytes(self, seg: RemoteSegment, manifest: layout.Manifest, pos: int, n: int) -> bytes:
+        chunks = manifest.chunks
+        n = min(n, chunks.file_size - pos)
+        if n <= 0:
+            return b""
+        parts = [self._chunk(seg, manifest, i) for i in chunks.chunks_for(pos, n)]
+        first = chunks.chunk_range(chunks.chunks_for(pos, n)[0])[0]
+        joined = b"".join(parts)
+        return joined[pos - first : pos - first + n]
+
+    def read(
+        self, topic: str, partition: int, offset: int, max_bytes: int, *, max_offset: int
+    ) -> tuple[bytes, list[tuple[int, int]]]:
+        """Whole batches from ``offset`` (at least one, then up to ``max_bytes``) out of the
+        remote segment holding it, none at or above ``max_offset``; and the aborted
+        transactions ``(producer id, first offset)`` of that segment overlapping them.
+        :class:`OffsetOutOfRangeError` when no live remote segment holds ``offset``;
+        :class:`ObjectStoreError` (``ObjectNotFoundError`` for a missing object) from the
+        store. Waits for the store: call on the reader pool."""
+        live = self.live_segments(topic, partition)
+        starts = [s.start_offset for s in live]
+        i = bisect.bisect_right(starts, offset) - 1
+        if i < 0 or offset > live[i].end_offset:
+            raise OffsetOutOfRangeError(
+                f"{topic}-{partition}: offset {offset} is in no remote segment"
+            )
+        seg = live[i]
+        try:
+            manifest = self._manifest(seg)
+            index = self._index_part(seg, manifest, "offset")
+            position = _floor_position(index, offset - seg.start_offset)
+            want = max(max_bytes, _READ_AHEAD)
+            while True:
+                data = self._bytes(seg, manifest, position, want)
+                out = _select(data, offset, max_bytes, max_offset)
+                at_end = position + len(data) >= manifest.chunks.file_size
+                if out is not None or at_end:
+                    break
+                want *= 2
+            txn = self._index_part(seg, manifest, "transaction")
+        except LoglakeError as exc:  # the store, a manifest or bytes that do not parse
+            _log.error(
+                "%s-%d: remote read of offset %d failed (segment %s): %s",
+                topic,
+                partition,
+                offset,
+                seg.segment_id,
+                exc,
+            )
+            raise
+        if out is None:
+            return b"", []
+        body, first, last = out
+        aborted = _aborted(txn, first, last)
+        return body, aborted
+
+
+def _read_file(path: Any) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return b""
+
+
+def _floor_position(index: bytes, relative: int) -> int:
+    """The position of the greatest offset-index entry at or below ``relative`` (0 if none)."""
+    n = len(index) // 8
+    lo, hi, found = 0, n - 1, 0
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        rel, pos = _OFFSET_ENTRY.unpack_from(index, mid * 8)
+        if rel <= relative:
+            found = pos
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return found
+
+
+def _select(
+    data: bytes, offset: int, max_bytes: int, max_offset: int
+) -> tuple[bytes, int, int] | None:
+    """The whole batches of ``data`` from the one holding ``offset``: at least one, then while
+    within ``max_bytes``, none starting at or above ``max_offset``; None when the first one is
+    not whole in ``data``."""
+    begin = end = -1
+    first = last = -1
+    try:
+        for pos, header in iter_batches(data, allow_torn_tail=True):
+            if header.last_offset < offset:
+                continue
+            if header.base_offset >= max_offset:
+                break
+            size = header.size
+            if begin >= 0 and pos + size - begin > max_bytes:
+                break
+            if begin < 0:
+                begin, first = pos, header.base_offset
+            end, last = pos + size, header.last_offset
+    except CorruptRecordError as exc:
+        raise StorageError(f"remote segment bytes do not parse: {exc}") from exc
+    if begin < 0:
+        return None
+    return data[begin:end], first, last
+
+
+def _aborted(txn: bytes, first: int, last: int) -> list[tuple[int, int]]:
+    if not txn:
+        return []
+    from logstore.storage.txn_index import decode_entries  # noqa: PLC0415
+
+    return [
+        (e.producer_id, e.first_offset)
+        for e in decode_entries(txn)
+        if e.last_offset >= first and e.first_offset <= last
+    ]
