@@ -28,20 +28,22 @@ replaced segments, in order (so the offsets are a subsequence of the originals: 
 only ever removed from a batch that keeps its offsets), and nothing at or past the replaced
 range's end.
 
-The swap of one group, Kafka's ``LocalLog.replaceSegments`` (``failpoint`` names in brackets;
-tests crash the process at each):
+The swap of one group, Kafka's ``LocalLog.replaceSegments`` (step names of
+:func:`logstore.failpoints.failpoint` in brackets, each ``cleaner.<name>``; crash tests SIGKILL
+the process at each):
 
-a. rename the three ``.cleaned`` files to ``.swap``, fsync the directory [``before-swap``,
+a. rename the three ``.cleaned`` files to ``.swap``, fsync the directory [``before_swap``,
    ``swapped``]. From the moment no ``.cleaned`` is left the swap is committed;
 b. rename the replaced segments to ``.deleted`` and, in memory, put the new segment in their
    place (one list assignment: readers see the old list or the new one) [``retiring`` after
    the first rename (offline path), ``retired``]. Open
    descriptors of the old files stay valid, so fetches in flight finish; the files go after
    ``file.delete.delay.ms``;
-c. rename ``.swap`` to the live names, fsync the directory [``live-partial`` after the
+c. rename ``.swap`` to the live names, fsync the directory [``live_partial`` after the
    ``.log``'s rename, ``live``].
 
-After every group: ``cleaner-offset-checkpoint`` updated, then the manifest deleted.
+After every group: ``cleaner-offset-checkpoint`` updated [``checkpointed``], then the manifest
+deleted.
 
 Crash at any step, recovery on load (:mod:`logstore.storage.loader`, Kafka's rules; by the
 broker's next start, or with no broker by the next job run,
@@ -71,6 +73,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from logstore.errors import LoglakeError
+from logstore.failpoints import armed, failpoint
 from logstore.protocol.batch import validate_batch
 from logstore.storage.cleaner import SegmentRef, scan_segment, update_cleaner_checkpoint
 from logstore.storage.config import LogConfig
@@ -100,7 +103,6 @@ __all__ = [
     "apply_manifest",
     "apply_offline",
     "discard_cleaned",
-    "failpoint",
     "manifest_end_offset",
     "read_manifest",
     "remove_manifest",
@@ -112,19 +114,11 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 MANIFEST_FILE = "cleaner-manifest.json"
-_FAILPOINT_ENV = "LOGLAKE_CLEANER_FAILPOINT"
 _checkpoint_lock = threading.Lock()
 
 
 class SwapRejectedError(LoglakeError):
     """A cleaner manifest failed its checks; nothing was swapped for that group."""
-
-
-def failpoint(name: str) -> None:
-    """Tests: exit at once (as a kill -9 would: no clean-up) when the environment variable
-    ``LOGLAKE_CLEANER_FAILPOINT`` names this step."""
-    if os.environ.get(_FAILPOINT_ENV) == name:
-        os._exit(137)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +350,7 @@ def swap_group(
     """Steps a-c of the module docstring for one validated group. ``retire(new)`` does step b
     (renames the replaced segments ``.deleted`` and puts ``new`` in their place)."""
     root = Path(dir)
-    failpoint("before-swap")
+    failpoint("cleaner.before_swap")
     new = LogSegment.open(
         root,
         group.base_offset,
@@ -368,19 +362,19 @@ def swap_group(
     try:
         new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
         fsync_dir(root)
-        failpoint("swapped")
+        failpoint("cleaner.swapped")
         retire(new)
-        failpoint("retired")
-        if os.environ.get(_FAILPOINT_ENV) == "live-partial":
+        failpoint("cleaner.retired")
+        if armed("cleaner.live_partial"):
             # tests: die after the first of step c's three renames (the .log's, which
             # change_file_suffixes does first), the indexes still .swap
             live = segment_path(root, group.base_offset, LOG_SUFFIX)
             os.replace(segment_path(root, group.base_offset, LOG_SUFFIX + SWAP_SUFFIX), live)
             fsync_dir(root)
-            failpoint("live-partial")
+            failpoint("cleaner.live_partial")
         new.change_file_suffixes(SWAP_SUFFIX, "")
         fsync_dir(root)
-        failpoint("live")
+        failpoint("cleaner.live")
     except BaseException:
         new.close_handlers()
         raise
@@ -393,7 +387,7 @@ def _finish(root: Path, manifest: CleanerManifest) -> None:
         raise LoglakeError("not a partition directory", path=str(root))
     with _checkpoint_lock:
         update_cleaner_checkpoint(root.parent, parsed[0], parsed[1], manifest.checkpoint_offset)
-    failpoint("checkpointed")
+    failpoint("cleaner.checkpointed")
     remove_manifest(root)
 
 
@@ -502,7 +496,7 @@ def apply_offline(dir: str | os.PathLike[str], config: LogConfig) -> bool | None
                 def retire(new: LogSegment, old: list[LogSegment] = replaced) -> None:
                     for seg in old:
                         seg.change_file_suffixes("", DELETED_SUFFIX)
-                        failpoint("retiring")
+                        failpoint("cleaner.retiring")
                     fsync_dir(root)
                     for seg in old:
                         seg.delete()

@@ -36,7 +36,8 @@ version) -> row indices`` over a table with ``partition``, ``key``, ``offset``,
 Crash behaviour: see :mod:`logstore.storage.swap`; a job killed anywhere leaves the log as it
 was or swapped, never in between after the broker's next load or, with no broker, the next
 job run (:func:`recover_pending`, the loader's rules under ``.lock``), and a re-run redoes the
-pass.
+pass. Crash tests: ``LOGLAKE_FAILPOINT=cleaner.rewritten`` kills the executor after the
+``.cleaned`` files, before the manifest; the swap's steps are ``cleaner.*`` too.
 Executors must see the broker's log dirs at the same paths (one host, or a shared mount).
 """
 
@@ -57,6 +58,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstore.errors import LogDirLockedError, LoglakeError
+from logstore.failpoints import failpoint
 from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.cleaner import (
     CleanerSettings,
@@ -83,7 +85,6 @@ from logstore.storage.swap import (
     CleanerManifest,
     ManifestGroup,
     apply_offline,
-    failpoint,
     write_manifest,
 )
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
@@ -495,7 +496,7 @@ def clean_partition(
         result.bytes_in += sum(r.size for r in cleaned.replaced)
         result.bytes_out += cleaned.size
     clock.lap("rewrite", result.extra)
-    failpoint("rewritten")
+    failpoint("cleaner.rewritten")
     write_manifest(root, CleanerManifest(topic, partition, tuple(groups), plan.end_offset))
     clock.lap("manifest", result.extra)
     result.end_offset = plan.end_offset

@@ -53,6 +53,7 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i32, i64
 
 from logstore.errors import LogDirLockedError, LoglakeError
+from logstore.failpoints import failpoint, kill_session
 from logstore.server.config import BrokerConfig
 from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.config import LogConfig
@@ -94,7 +95,6 @@ RETENTION_LOG_TABLE = "retention_log"
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BROKER_CONFIG = ROOT / "conf" / "broker.properties"
 _DELETE_RECORDS_CHUNK = 1000  # partitions per DeleteRecords request ([retention] default)
-FAILPOINT_ENV = "LOGLAKE_FAILPOINT"  # pipelines.delta.datasource's, read here without PySpark
 FAILPOINT_AFTER_CHUNK = "retention.after_delete_chunk"
 _TIMEOUT: Any = datetime.timedelta(seconds=30)
 Log = Callable[[str], None]
@@ -385,10 +385,8 @@ def delete_records_online(
                         out[key] = int(p.low_watermark)
                     else:
                         out[key] = p.error_code.name.upper()
-            if i == 0 and os.environ.get(FAILPOINT_ENV) == FAILPOINT_AFTER_CHUNK:
-                from pipelines.delta.datasource import kill_session  # noqa: PLC0415 (PySpark)
-
-                kill_session()
+            if i == 0:
+                failpoint(FAILPOINT_AFTER_CHUNK, kill=kill_session)
     return out
 
 
