@@ -55,14 +55,8 @@ from kio.static.primitive import i32, i64
 from logstore.errors import LogDirLockedError, LoglakeError
 from logstore.failpoints import failpoint, kill_session
 from logstore.server.config import BrokerConfig
-from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.config import LogConfig
 from logstore.storage.dirlock import DirLock
-from logstore.storage.files import (
-    LOG_START_OFFSET_CHECKPOINT,
-    REPLICATION_OFFSET_CHECKPOINT,
-    parse_partition_dir,
-)
 from logstore.storage.log_manager import LogManager
 from logstore.storage.retention import RULES
 from logstore.storage.topic_config import read_topic_configs
@@ -70,6 +64,12 @@ from logstore.tools.topics import KafkaConnection
 from pipelines.config import job_settings, read_pipeline_toml
 from pipelines.delta.commit import ensure_table
 from pipelines.ingest import INTERNAL_TOPIC_PREFIX, RECORDS_TABLE, read_progress
+from pipelines.logdir import (
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    partition_dirs,
+    read_checkpoint,
+)
 from pipelines.retention.journal import clear_pending, settle_pending, write_pending
 from pipelines.retention.plan import (
     PartitionPlan,
@@ -223,42 +223,32 @@ def build_tasks(
     topics = tuple(ingest_topics) if ingest_topics else None
     tasks: list[PartitionTask] = []
     for d in log_dirs:
-        root = Path(d)
-        if not root.is_dir():
-            raise LoglakeError("log dir does not exist", path=str(root))
-        overrides = read_topic_configs(root)
-        starts = _checkpoint(root / LOG_START_OFFSET_CHECKPOINT)
-        hws = _checkpoint(root / REPLICATION_OFFSET_CHECKPOINT)
+        parts = partition_dirs(d)
+        overrides = read_topic_configs(d)
+        starts = read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT) or {}
+        hws = read_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT) or {}
         configs: dict[str, LogConfig] = {}
-        with os.scandir(root) as entries:
-            for entry in entries:
-                tp = parse_partition_dir(entry.name)
-                if tp is None or not entry.is_dir():
-                    continue
-                topic, partition = tp
-                cfg = configs.get(topic)
-                if cfg is None:
-                    cfg = LogConfig.from_properties(overrides.get(topic, {}), defaults=defaults)
-                    configs[topic] = cfg
-                tasks.append(
-                    PartitionTask(
-                        entry.path,
-                        topic,
-                        partition,
-                        cfg.retention_ms,
-                        cfg.retention_bytes,
-                        cfg.delete,
-                        starts.get(tp, 0),
-                        hws.get(tp),
-                        progress.get(tp, 0) if lake_protected(topic, topics) else None,
-                    )
+        for part in parts:
+            topic, partition, path = part
+            cfg = configs.get(topic)
+            if cfg is None:
+                cfg = LogConfig.from_properties(overrides.get(topic, {}), defaults=defaults)
+                configs[topic] = cfg
+            tasks.append(
+                PartitionTask(
+                    str(path),
+                    topic,
+                    partition,
+                    cfg.retention_ms,
+                    cfg.retention_bytes,
+                    cfg.delete,
+                    starts.get(part.tp, 0),
+                    hws.get(part.tp),
+                    progress.get(part.tp, 0) if lake_protected(topic, topics) else None,
                 )
+            )
     tasks.sort(key=lambda t: (t.topic, t.partition))
     return tasks
-
-
-def _checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    return read_offset_checkpoint(path) if path.is_file() else {}
 
 
 def plan_local(tasks: list[PartitionTask], *, now_ms: int, force: bool) -> list[PartitionPlan]:
