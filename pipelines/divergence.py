@@ -500,7 +500,7 @@ def divergence_point(records_path: str, part_dir: Path, div: Divergence, log_sta
         i = _first_difference(lake, log)
         if i is None:
             return bound
-        offsets = [t.column("offset")[i].as_py() for t in (lake, log) if i < t.num_rows]
+        offsets: list[int] = [t.column("offset")[i].as_py() for t in (lake, log) if i < t.num_rows]
         point = min(offsets)
         if point > lo or idx <= 0 or point >= bound:
             return min(point, bound)
@@ -680,4 +680,5 @@ def write_diverged(diverged_path: str, rewind: Rewind, *, compression: str) -> i
     except BaseException:
         writer.abort()
         raise
-    return rewind.moved.num_rows
+    moved: int = rewind.moved.num_rows
+    return moved

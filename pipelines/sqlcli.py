@@ -376,7 +376,7 @@ def _readable_bytes(value: bytes) -> str:
 
 
 def _timestamp(value: Any) -> str:
-    text = value.strftime("%Y-%m-%d %H:%M:%S")
+    text: str = value.strftime("%Y-%m-%d %H:%M:%S")
     if value.microsecond:
         us = f"{value.microsecond:06d}"
         text += "." + (us[:3] if us.endswith("000") else us)
@@ -446,8 +446,8 @@ def _print_result(reader: pa.RecordBatchReader, fmt: str, max_width: int, out: T
         ]
         cells.extend(map(list, zip(*cols, strict=True)))
     widths = [len(n) for n in names]
-    for row in cells:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    for cells_row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, cells_row, strict=True)]
 
     def line(row: list[str]) -> str:
         parts = [
@@ -459,8 +459,8 @@ def _print_result(reader: pa.RecordBatchReader, fmt: str, max_width: int, out: T
     print(rule, file=out)
     print(line(list(names)), file=out)
     print(rule, file=out)
-    for row in cells:
-        print(line(row), file=out)
+    for cells_row in cells:
+        print(line(cells_row), file=out)
     print(rule, file=out)
     print(f"({len(cells)} row{'s' if len(cells) != 1 else ''})", file=out)
 
