@@ -114,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from logstore.errors import LoglakeError  # noqa: PLC0415
+    from logstore.errors import InvalidConfigError, LoglakeError  # noqa: PLC0415
     from pipelines.catalog import find_tables, parse_timestamps, parse_versions  # noqa: PLC0415
 
     try:
@@ -122,13 +122,13 @@ def run(args: argparse.Namespace) -> int:
         versions: dict[str, Pin] = {**parse_versions(args.as_of_version, tables)}
         for name, when in parse_timestamps(args.as_of_timestamp, tables).items():
             if name in versions:
-                raise LoglakeError(f"table {name!r} is pinned twice (--as-of-version and "
+                raise InvalidConfigError(f"table {name!r} is pinned twice (--as-of-version and "
                                    "--as-of-timestamp): choose one")  # fmt: skip
             versions[name] = when
         session = _Session(tables, versions, args.format, args.max_width, sys.stdout)
         if args.history is not None:
             if args.query is not None:
-                raise LoglakeError("--history takes no QUERY (it lists the table's versions)")
+                raise InvalidConfigError("--history takes no QUERY (it lists the table's versions)")
             return 0 if session.history(args.history) else 2
         session.builder()  # opens every table now: a missing version is a usage error
     except LoglakeError as exc:

@@ -52,7 +52,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 from kio.static.primitive import i32, i64
 
-from logstore.errors import LogDirLockedError, LoglakeError
+from logstore.errors import InvalidConfigError, LogDirLockedError, LoglakeError
 from logstore.failpoints import failpoint, kill_session
 from logstore.server.config import BrokerConfig
 from logstore.storage.config import LogConfig
@@ -159,16 +159,18 @@ def load_retention_config(
     try:
         parse_records_retention(records)
     except ValueError as exc:
-        raise LoglakeError(f"[retention] records: {exc}", path=str(p)) from None
+        raise InvalidConfigError(f"[retention] records: {exc}", path=str(p)) from None
     try:
         vacuum_hours = float(retention.get("vacuum_hours", 168))
     except (TypeError, ValueError):
-        raise LoglakeError("[retention] vacuum_hours must be a number", path=str(p)) from None
+        raise InvalidConfigError("[retention] vacuum_hours must be a number", path=str(p)) from None
     if vacuum_hours < 0:
-        raise LoglakeError("[retention] vacuum_hours must be >= 0", path=str(p))
+        raise InvalidConfigError("[retention] vacuum_hours must be >= 0", path=str(p))
     chunk = retention.get("delete_records_chunk", _DELETE_RECORDS_CHUNK)
     if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
-        raise LoglakeError("[retention] delete_records_chunk must be an integer >= 1", path=str(p))
+        raise InvalidConfigError(
+            "[retention] delete_records_chunk must be an integer >= 1", path=str(p)
+        )
     return RetentionConfig(
         log_dirs=common.log_dirs,
         lake=common.lake,
@@ -386,7 +388,7 @@ def _check_unlocked(log_dirs: Iterable[str]) -> None:
         try:
             lock.acquire()
         except LogDirLockedError as exc:
-            raise LoglakeError(
+            raise LogDirLockedError(
                 f"{exc}: a broker is running on the log dir; give --bootstrap-server to delete "
                 "through it"
             ) from None
@@ -401,7 +403,7 @@ def delete_records_offline(
     try:
         manager = LogManager(list(log_dirs), default_config=defaults, background=False)
     except LogDirLockedError as exc:
-        raise LoglakeError(
+        raise LogDirLockedError(
             f"{exc}: a broker is running on the log dir; give --bootstrap-server to delete "
             "through it"
         ) from None

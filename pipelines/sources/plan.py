@@ -44,7 +44,7 @@ from typing import Literal, TypeVar
 
 import numpy as np
 
-from logstore.errors import LoglakeError
+from logstore.errors import InvalidConfigError
 from pipelines.logdir import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -194,7 +194,7 @@ def _offsets_json(text: str, name: str) -> dict[str, dict[int, int]]:
             str(topic): {int(p): int(o) for p, o in parts.items()} for topic, parts in raw.items()
         }
     except (ValueError, TypeError, AttributeError) as exc:
-        raise LoglakeError(
+        raise InvalidConfigError(
             f'option {name} must be JSON like {{"topic": {{"0": 42}}}}, got {text!r}: {exc}'
         ) from None
 
@@ -206,7 +206,7 @@ def _int_option(opts: Mapping[str, str], name: str, default: int) -> int:
     try:
         return int(value)
     except ValueError:
-        raise LoglakeError(f"option {name} must be an integer, got {value!r}") from None
+        raise InvalidConfigError(f"option {name} must be an integer, got {value!r}") from None
 
 
 def _get(opts: Mapping[str, str], name: str) -> str | None:
@@ -221,11 +221,11 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
     """Options of ``spark.read.format("logsegments")`` (``path`` = comma-separated log dirs)."""
     path = _get(opts, "path") or _get(opts, "logDirs")
     if not path:
-        raise LoglakeError("logsegments needs a log dir: .load(<log.dirs>) or option path")
+        raise InvalidConfigError("logsegments needs a log dir: .load(<log.dirs>) or option path")
     log_dirs = tuple(p.strip() for p in path.split(",") if p.strip())
     kind = (_get(opts, "kind") or "records").lower()
     if kind not in ("records", "batches"):
-        raise LoglakeError(f"option kind must be records or batches, got {kind!r}")
+        raise InvalidConfigError(f"option kind must be records or batches, got {kind!r}")
     topics_opt = _get(opts, "topics")
     topics = None
     if topics_opt:
@@ -244,13 +244,15 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         until = _offsets_json(until_opt, "until")
     verify = (_get(opts, "verify") or "crc").lower()
     if verify not in ("crc", "full"):
-        raise LoglakeError(f"option verify must be crc or full, got {verify!r}")
+        raise InvalidConfigError(f"option verify must be crc or full, got {verify!r}")
     on_decode_error = (_get(opts, "onDecodeError") or "skip").lower()
     if on_decode_error not in ("skip", "fail"):
-        raise LoglakeError(f"option onDecodeError must be skip or fail, got {on_decode_error!r}")
+        raise InvalidConfigError(
+            f"option onDecodeError must be skip or fail, got {on_decode_error!r}"
+        )
     max_bytes = _int_option(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
     if max_bytes < 1:
-        raise LoglakeError(f"option maxPartitionBytes must be positive, got {max_bytes}")
+        raise InvalidConfigError(f"option maxPartitionBytes must be positive, got {max_bytes}")
     return SourceOptions(
         log_dirs=log_dirs,
         kind=kind,  # type: ignore[arg-type]
