@@ -67,6 +67,12 @@ from logstore.storage.cleaner import (
     read_cleaner_checkpoint,
     rewrite_group,
 )
+from logstore.storage.cleaner_manifest import (
+    MANIFEST_FILE,
+    CleanerManifest,
+    ManifestGroup,
+    write_manifest,
+)
 from logstore.storage.cleaner_txn import TransactionFilter
 from logstore.storage.config import LogConfig
 from logstore.storage.dirlock import DirLock
@@ -80,13 +86,7 @@ from logstore.storage.files import (
     segment_path,
 )
 from logstore.storage.log import Log
-from logstore.storage.swap import (
-    MANIFEST_FILE,
-    CleanerManifest,
-    ManifestGroup,
-    apply_offline,
-    write_manifest,
-)
+from logstore.storage.swap import apply_offline
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
 from pipelines.compaction._keymap import record_keys
 from pipelines.compaction._select import last_per_key, last_per_key_into, make_selector

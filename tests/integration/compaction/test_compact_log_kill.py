@@ -28,8 +28,8 @@ from logstore.failpoints import FAILPOINT_ENV
 from logstore.protocol.batch import Codec
 from logstore.storage.checkpoints import write_offset_checkpoint
 from logstore.storage.cleaner import read_cleaner_checkpoint
+from logstore.storage.cleaner_manifest import MANIFEST_FILE, read_manifest
 from logstore.storage.files import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
-from logstore.storage.swap import MANIFEST_FILE, read_manifest
 from pipelines.compaction.log import clean_partition, hand_over, winners
 from pipelines.compaction.model import Rec, Strategy
 from tests.conftest import ROOT

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from logstore.protocol.batch import Codec
+from logstore.storage.cleaner_manifest import MANIFEST_FILE, read_manifest
 from logstore.storage.config import LogConfig
 from logstore.storage.files import CLEANED_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX
 from logstore.storage.log import Log
 from logstore.storage.log_manager import LogManager
-from logstore.storage.swap import MANIFEST_FILE, read_manifest
 from logstore.storage.topic_config import read_topic_config, write_topic_config
 from pipelines.compaction.log import clean_partition, hand_over
 from pipelines.compaction.model import Strategy
