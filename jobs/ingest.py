@@ -25,7 +25,8 @@ group [ingest] lake_group (default loglake-ingest): Kafka tools show the lake's 
 broker with log.retention.lake.group set to it keeps what the lake has not ingested from its
 time/size retention. A broker that cannot be reached is one line on stderr, never a failed
 run; the summary's "lake_group_partitions" says how many partitions were committed (null:
-none).
+none). The connection uses [kafka] (Kafka's client properties: TLS, SASL PLAIN/SCRAM); a
+refused login is such a line too.
 
 Missing topics: a topic of [ingest] topics that is in none of the log dirs exits 2, nothing
 ingested; with --allow-missing-topics it is a warning on stderr and the others are ingested.

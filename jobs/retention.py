@@ -13,8 +13,10 @@ Lake-aware: a segment of an ingested topic ([ingest] topics, or every topic not 
 and counted (held_segments). --force deletes them anyway (the next ingest reports the gap).
 Topics that are not ingested get Kafka's retention alone.
 
-Deletion: with --bootstrap-server through Kafka's DeleteRecords on the running broker; without
-it directly on the log dirs under their .lock (refused while a broker holds it). --dry-run
+Deletion: with --bootstrap-server through Kafka's DeleteRecords on the running broker
+(connecting with [kafka]: Kafka's client properties, TLS and SASL PLAIN/SCRAM; a refused login
+exits 2); without it directly on the log dirs under their .lock (refused while a broker holds
+it). --dry-run
 prints the plan as a table and deletes nothing. What went is appended to <lake>/retention_log.
 Online, [retention] delete_records_chunk partitions go per DeleteRecords request (default
 1000). Before deleting, the run journals its intended rows in <lake>/_retention_pending/; a run

@@ -3,10 +3,11 @@
 Each subcommand lives in its own module and exposes ``add_arguments(parser)`` and
 ``run(args) -> int``; this module only wires them together, so ``loglake --help`` lists
 exactly what is installed. The operators' tools follow Kafka's scripts (``kafka-topics.sh``,
-``kafka-consumer-groups.sh``, ``kafka-configs.sh``, ``kafka-delete-records.sh``,
+``kafka-consumer-groups.sh``, ``kafka-configs.sh``, ``kafka-acls.sh``, ``kafka-delete-records.sh``,
 ``kafka-get-offsets.sh``, ``kafka-dump-log.sh``): the same flags, the same output, and only
 the Kafka protocol, so they work against Apache Kafka too. ``--bootstrap-server`` is accepted
-before the subcommand as well as after it; ``loglake --version`` prints the version.
+before the subcommand as well as after it, and so is ``--command-config`` (Kafka's
+client properties: TLS, SASL); ``loglake --version`` prints the version.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "logstore.tools.configs",
         "describe and alter topic and broker configs (kafka-configs)",
     ),
+    "acls": (
+        "logstore.tools.acls",
+        "add, remove and list ACLs over the Kafka protocol (kafka-acls)",
+    ),
     "delete-records": (
         "logstore.tools.delete_records",
         "advance partitions' log start offsets from Kafka's offset JSON (kafka-delete-records)",
@@ -46,6 +51,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "get-offsets": (
         "logstore.tools.get_offsets",
         "partitions' earliest, latest or by-timestamp offsets (kafka-get-offsets)",
+    ),
+    "users": (
+        "logstore.tools.users",
+        "add, delete and describe users' SCRAM credentials (kafka-configs --entity-type users)",
     ),
     "dump-log": (
         "logstore.tools.dump_log",

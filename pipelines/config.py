@@ -35,9 +35,16 @@ from typing import Any, Literal
 
 from logstore.errors import InvalidConfigError, InvalidTopicError, LoglakeError
 from logstore.storage.files import parse_partition_dir, validate_topic
+from logstore.tools.client_config import (
+    KAFKA_CLIENT_KEYS,
+    ClientConfig,
+    client_config,
+    read_client_properties,
+)
 from pipelines.exit_codes import EXIT_USAGE, epilog
 
 __all__ = [
+    "DECODE_ON_ERROR",
     "EXIT_MISSING_TOPICS",
     "ISOLATION_LEVELS",
     "ON_DIVERGENCE",
@@ -51,6 +58,7 @@ __all__ = [
     "check_topics",
     "job_parser",
     "job_settings",
+    "kafka_client_config",
     "log_dir_topics",
     "option_type",
     "read_pipeline_toml",
@@ -137,6 +145,23 @@ def _servers_rule(value: str) -> str | None:
 
 def _not_empty(value: str) -> str | None:
     return None if value.strip() else "a non-empty string"
+
+
+# [decode] on_error: a record that does not decode goes to <lake>/dead_letters, or fails the run.
+DECODE_ON_ERROR = ("dead_letter", "fail")
+
+
+def _url_rule(value: str) -> str | None:
+    if value == "" or re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        return None
+    return 'an http:// or https:// URL (or "" for none)'
+
+
+def _cdc_order_rule(value: str) -> str | None:
+    # "offset", or a dotted field path of the Debezium envelope (e.g. source.lsn)
+    if re.fullmatch(r"offset|[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", value):
+        return None
+    return "offset, or a field path of the envelope such as source.lsn"
 
 
 @dataclass(frozen=True)
@@ -227,6 +252,20 @@ class FreeForm:
     what: str = "key"
 
 
+_KAFKA_FILE_KEY = "command_config"
+
+
+def _kafka_key_rule(key: str) -> str | None:
+    if key == _KAFKA_FILE_KEY or key in KAFKA_CLIENT_KEYS:
+        return None
+    near = difflib.get_close_matches(key, [_KAFKA_FILE_KEY, *sorted(KAFKA_CLIENT_KEYS)], n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return (
+        f'{_KAFKA_FILE_KEY!r} or a Kafka client property, quoted ("security.protocol" ='
+        f' "SASL_SSL"){hint}'
+    )
+
+
 _TOPICS = Key("list", item="string", rule=_topic_rule)
 _CODEC = Key("string", choices=PARQUET_CODECS)
 _ROWS = Key("integer", minimum=1)
@@ -272,6 +311,17 @@ SECTIONS: dict[str, dict[str, Key] | FreeForm] = {
         "zorder": Key("boolean"),
         "delete_records_chunk": Key("integer", minimum=1),
     },
+    # [decode]: jobs/decode.py, typed tables (pipelines.typed.config)
+    "decode": {
+        "schema_registry_url": Key("string", rule=_url_rule),
+        "topics": _TOPICS,
+        "on_error": Key("string", choices=DECODE_ON_ERROR),
+        "compression": _CODEC,
+        "max_rows_per_file": _ROWS,
+        "max_dead_letter_rate": Key("number", minimum=0, maximum=1),
+    },
+    "decode.subject": FreeForm(Key("string", rule=_not_empty), key=_topic_rule, what="topic"),
+    "decode.cdc": FreeForm(Key("string", rule=_cdc_order_rule), key=_topic_rule, what="topic"),
     "quality": {
         "max_future_skew_s": Key("number", minimum=0),
         "max_past_skew_s": Key("number", minimum=0),
@@ -281,6 +331,8 @@ SECTIONS: dict[str, dict[str, Key] | FreeForm] = {
         # fields); their shape is checked by pipelines.quality.config
         "actions": Key("list", item="table"),
     },
+    # [kafka]: the jobs' connection to the broker (kafka_client_config below)
+    "kafka": FreeForm(Key("scalar"), key=_kafka_key_rule, what="client property"),
 }
 
 
@@ -306,6 +358,7 @@ def check_config(data: Mapping[str, Any], path: str) -> None:
                 f"unknown section [{section}]" + _nearest(section, top), path=path
             )
         _check_table(section, table, path)
+    kafka_client_config(data, path)  # [kafka]'s values and files, checked as a whole
 
 
 def _check_table(name: str, table: Any, path: str) -> None:
@@ -530,3 +583,32 @@ def job_parser(
             f"log dirs: a warning on stderr instead of an error (exit {EXIT_MISSING_TOPICS})",
         )
     return parser
+
+
+# -- [kafka]: the jobs' Kafka client properties ------------------------------------------------
+#
+# Every job that talks to the broker (ingest's lake-group commit, retention's DeleteRecords)
+# connects with these, as Kafka's tools do with --command-config: ``command_config`` names a
+# client.properties file, and Kafka's client keys may also be written here (quoted: TOML would
+# read security.protocol unquoted as a table), overriding the file's. Validated as the tools'
+# files are (logstore.tools.client_config), when the job reads its config: exit 2 before Spark.
+
+
+def kafka_client_config(data: Mapping[str, Any], path: str | Path) -> ClientConfig | None:
+    """The validated ``[kafka]`` section of a checked pipeline TOML (None: no section, the
+    jobs connect in PLAINTEXT); :class:`InvalidConfigError` naming the file."""
+    section = data.get("kafka")
+    if not section:
+        return None
+    props: dict[str, str] = {}
+    if _KAFKA_FILE_KEY in section:
+        try:
+            props.update(read_client_properties(Path(str(section[_KAFKA_FILE_KEY])).absolute()))
+        except InvalidConfigError as exc:
+            raise InvalidConfigError(
+                f"[kafka] command_config: {exc.message}", path=str(path)
+            ) from None
+    for key, value in section.items():
+        if key != _KAFKA_FILE_KEY:
+            props[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return client_config(props, source=f"{path} [kafka]")

@@ -30,6 +30,15 @@ while it serves (ingest stops at the checkpointed high watermark), and retention
 through it (Kafka's DeleteRecords, Airflow connection ``loglake_broker``) because a running
 broker holds the log dirs' ``.lock``, which offline retention would need.
 
+``--secure``: the broker's only listener is ``SASL_PLAINTEXT`` (PLAIN for an ``admin`` user of
+its JAAS config, SCRAM-SHA-512), the demo user is made with ``loglake users`` (as ``admin``),
+and every client authenticates as that user with one ``client.properties``
+(``var/demo/client.properties``, Kafka's client properties, random passwords): the producers,
+the admin client and the watermark consumer (:func:`logstore.tools.client_config.
+librdkafka_config`), and the jobs through ``[kafka] command_config`` of the demo's pipeline
+TOML (ingest's lake-group commit, retention's DeleteRecords). Without TLS: the demo makes no
+certificates.
+
 Each run starts from an empty ``var/demo``. Exit codes: 0 done; 1 a stage failed (the stage
 and the paths of its logs are printed); 2 bad arguments.
 """
@@ -40,6 +49,7 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -51,6 +61,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from logstore.tools.client_config import librdkafka_config, load_client_config
 
 __all__ = ["Demo", "DemoError", "main"]
 
@@ -90,6 +102,7 @@ class Demo:
     timings: list[tuple[str, float]] = field(default_factory=list)
     sent: dict[str, int] = field(default_factory=dict)
     midpoint_ms: int = 0  # a timestamp between the two halves of the orders topic
+    secure: bool = False  # SASL_PLAINTEXT only, every client logs in (module docstring)
 
     @property
     def log_dir(self) -> Path:
@@ -110,6 +123,18 @@ class Demo:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def client_properties(self) -> Path:
+        return self.work / "client.properties"
+
+    def client_conf(self) -> dict[str, Any]:
+        """confluent-kafka settings of the demo's clients: the bootstrap server, and with
+        ``secure`` the login of ``client.properties``."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap}
+        if self.secure:
+            conf |= librdkafka_config(load_client_config(self.client_properties))
+        return conf
 
     # ------------------------------------------------------------------ stages
 
@@ -133,9 +158,11 @@ class Demo:
         self.log_dir.mkdir(parents=True)
         self.port = _free_port()
         log_file = self.work / "broker.log"
+        protocol = "SASL_PLAINTEXT" if self.secure else "PLAINTEXT"
+        admin_password = secrets.token_urlsafe(16)
         overrides = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"{protocol}://127.0.0.1:{self.port}",
+            "advertised.listeners": f"{protocol}://127.0.0.1:{self.port}",
             "log.dirs": str(self.log_dir),
             # Checkpoints every second, so the jobs see what was produced without waiting 5 s
             # (high watermarks) or 60 s (log start offsets, after retention).
@@ -148,6 +175,14 @@ class Demo:
             # would then take clicks' ingested segments before the retention job the demo shows.
             "log.retention.check.interval.ms": "86400000",
         }
+        if self.secure:
+            overrides |= {
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required"
+                    f' user_admin="{admin_password}";'
+                ),
+            }
         cmd = [
             str(VENV_BIN / "loglake"),
             "broker",
@@ -167,9 +202,33 @@ class Demo:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
             ):
                 _say(f"   broker on {self.bootstrap}, log.dirs={self.log_dir}, log: {log_file}")
+                if self.secure:
+                    self._make_user(admin_password)
                 return
             time.sleep(0.2)
         raise DemoError(f"the broker did not listen on {self.port} within 60 s; see {log_file}")
+
+    def _make_user(self, admin_password: str) -> None:
+        """``loglake users`` (logged in as the JAAS config's admin) gives the demo user a
+        SCRAM-SHA-512 credential; ``client.properties`` holds that user's login."""
+        password = secrets.token_urlsafe(16)
+        admin = self.work / "admin.properties"
+        login = "security.protocol=SASL_PLAINTEXT\nsasl.mechanism={}\nsasl.jaas.config={}\n"
+        module = 'org.apache.kafka.common.security.{} required username="{}" password="{}";'
+        admin.write_text(
+            login.format("PLAIN", module.format("plain.PlainLoginModule", "admin", admin_password))
+        )
+        log = self.work / "users.log"
+        _run(
+            [str(VENV_BIN / "loglake"), "users", "--bootstrap-server", self.bootstrap,
+             "--command-config", str(admin), "--alter", "--entity-name", "demo",
+             "--add-config", f"SCRAM-SHA-512=[iterations=8192,password={password}]"],
+            dict(os.environ), log, "loglake users",
+        )  # fmt: skip
+        self.client_properties.write_text(
+            login.format("SCRAM-SHA-512", module.format("scram.ScramLoginModule", "demo", password))
+        )
+        _say(f"   SASL_PLAINTEXT only; user demo (SCRAM-SHA-512): {self.client_properties}")
 
     def stop_broker(self) -> None:
         if self.broker is None or self.broker.poll() is not None:
@@ -190,7 +249,7 @@ class Demo:
         from confluent_kafka import Producer  # noqa: PLC0415
         from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient(self.client_conf())
         futures = admin.create_topics(
             [NewTopic(name, num_partitions=parts, replication_factor=1, config=conf)
              for name, (parts, _, conf) in TOPICS.items()]
@@ -200,7 +259,7 @@ class Demo:
         for topic, (_, codec, _) in TOPICS.items():
             producer = Producer(
                 {
-                    "bootstrap.servers": self.bootstrap,
+                    **self.client_conf(),
                     "compression.type": codec,
                     "enable.idempotence": True,
                     "acks": "all",
@@ -289,7 +348,12 @@ class Demo:
             '[spark.conf]\n"spark.sql.shuffle.partitions" = "4"\n'
             '"spark.ui.enabled" = "false"\n'
             f"[retention]\nbroker_config = {json.dumps(str(ROOT / 'conf' / 'broker.properties'))}\n"
-            "[quality]\nmax_quarantined_batches = 0\n",
+            "[quality]\nmax_quarantined_batches = 0\n"
+            + (
+                f"[kafka]\ncommand_config = {json.dumps(str(self.client_properties))}\n"
+                if self.secure
+                else ""
+            ),
             encoding="utf-8",
         )
 
@@ -393,7 +457,7 @@ class Demo:
         """(log start, high watermark) of ``topic`` partition 0, from the broker."""
         from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "loglake-demo"})
+        consumer = Consumer({**self.client_conf(), "group.id": "loglake-demo"})
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
         finally:
@@ -623,10 +687,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--records", type=int, default=20_000, help="records of the orders topic")
     parser.add_argument("--dir", type=Path, default=ROOT / "var" / "demo", help="work directory")
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="the broker takes SASL_PLAINTEXT (SCRAM-SHA-512) only; every client logs in",
+    )
     args = parser.parse_args(argv)
     if args.records < 4:
         parser.error("--records must be at least 4")
-    demo = Demo(work=args.dir.resolve(), records=args.records)
+    demo = Demo(work=args.dir.resolve(), records=args.records, secure=args.secure)
     shutil.rmtree(demo.work, ignore_errors=True)
     demo.work.mkdir(parents=True)
     started = time.monotonic()

@@ -80,6 +80,7 @@ from logstore.errors import LoglakeError
 from pipelines.config import ON_DIVERGENCE
 from pipelines.delta.commit import RemovedFile, commit_files, load_table
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, partition_value_string
+from pipelines.delta.log import DeltaLog
 from pipelines.logdir import log_segments, segment_bases
 from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
 
@@ -313,34 +314,24 @@ def read_fingerprints(
 
     Partitions absent from the result have no entry matching their progress (see module doc).
     """
-    log = Path(records_path) / "_delta_log"
-    if not progress or not log.is_dir():
+    if not progress:
         return {}
-    names = [p.name for p in log.iterdir()]
-    versions = sorted(
-        (int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()), reverse=True
-    )
     seen: set[TopicPartition] = set()
     out: dict[TopicPartition, BatchId | None] = {}
-    for version in versions:
-        with (log / f"{version:020d}.json").open(encoding="utf-8") as fh:
-            for line in fh:
-                if '"commitInfo"' not in line:
-                    continue
-                raw = json.loads(line)["commitInfo"].get(COMMIT_INFO_KEY)
-                if raw is None:
-                    break
-                entries = json.loads(raw).get("batches", {})
-                for key, entry in entries.items():
-                    topic, _, part = key.rpartition("/")
-                    tp = (topic, int(part))
-                    if tp in seen:
-                        continue
-                    seen.add(tp)
-                    if tp in progress and entry.get("next") == progress[tp]:
-                        batch = entry.get("batch")
-                        out[tp] = BatchId(**batch) if batch else None
-                break
+    for info in DeltaLog(records_path).commit_infos():
+        raw = info.get(COMMIT_INFO_KEY)
+        if raw is None:
+            continue
+        entries = json.loads(raw).get("batches", {})
+        for key, entry in entries.items():
+            topic, _, part = key.rpartition("/")
+            tp = (topic, int(part))
+            if tp in seen:
+                continue
+            seen.add(tp)
+            if tp in progress and entry.get("next") == progress[tp]:
+                batch = entry.get("batch")
+                out[tp] = BatchId(**batch) if batch else None
         if seen >= set(progress):
             break
     return out

@@ -80,7 +80,14 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from logstore.errors import CorruptRecordError, LoglakeError
-from pipelines.config import ISOLATION_LEVELS, PARQUET_CODECS, job_settings, read_pipeline_toml
+from logstore.tools.client_config import ClientConfig
+from pipelines.config import (
+    ISOLATION_LEVELS,
+    PARQUET_CODECS,
+    job_settings,
+    kafka_client_config,
+    read_pipeline_toml,
+)
 from pipelines.delta import read_app_transactions
 from pipelines.delta.commit import ensure_table, load_table
 from pipelines.delta.direct import StagedWrite, append_table, stage_files
@@ -169,6 +176,7 @@ class IngestConfig:
     isolation: str = "read_committed"
     bootstrap_servers: str = ""  # "": the lake group is not committed (pipelines.lake_group)
     lake_group: str = "loglake-ingest"
+    kafka: ClientConfig | None = None  # [kafka]: how to connect to bootstrap_servers
 
     @property
     def records_path(self) -> str:
@@ -242,6 +250,7 @@ def load_config(
         if bootstrap_servers is not None
         else str(ingest.get("bootstrap_servers", "")),
         lake_group=lake_group,
+        kafka=kafka_client_config(data, p),
     )
 
 
@@ -568,6 +577,7 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
             config.lake_group,
             {tp: v for tp, v in progress.items() if tp in taken},
             log=log,
+            client=config.kafka,
         )
     return summary
 

@@ -35,7 +35,8 @@ from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
 
 from logstore.errors import LoglakeError
-from logstore.tools.topics import KafkaConnection
+from logstore.tools.client_config import ClientConfig
+from logstore.tools.connection import KafkaConnection
 
 __all__ = ["commit_lake_offsets"]
 
@@ -48,10 +49,12 @@ def commit_lake_offsets(
     offsets: Mapping[tuple[str, int], int],
     *,
     log: Callable[[str], None],
+    client: ClientConfig | None = None,
 ) -> int | None:
     """Commit ``offsets`` (``{(topic, partition): next offset}``) to ``group`` on the broker at
-    ``bootstrap`` (``host:port``). Returns how many partitions were committed, None when the
-    commit failed (logged in one line, never raised)."""
+    ``bootstrap`` (``host:port``), connecting with ``client`` (``[kafka]``; None: PLAINTEXT).
+    Returns how many partitions were committed, None when the commit failed (logged in one
+    line, never raised: a refused login too)."""
     if not offsets:
         return 0
     by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
@@ -74,7 +77,9 @@ def commit_lake_offsets(
     )
     first = bootstrap.split(",", maxsplit=1)[0].strip()  # a single-node broker: its coordinator too
     try:
-        with KafkaConnection(first, client_id="loglake-ingest", timeout=_TIMEOUT_S) as conn:
+        with KafkaConnection(
+            first, client_id="loglake-ingest", timeout=_TIMEOUT_S, config=client
+        ) as conn:
             response = conn.call(request)
     except (LoglakeError, OSError) as exc:
         log(f"lake group {group!r} not committed to {bootstrap}: {exc}")

@@ -1,8 +1,9 @@
 """loglake's DAGs: each task is one ``spark-submit jobs/<job>.py``, nothing else.
 
-- ``loglake_ingest`` (hourly): ingest -> lookups -> compact -> quality; its tasks declare the
-  tables they update as Airflow assets (``loglake_records``, ``loglake_offset_lookup``,
-  ``loglake_time_lookup``, ``loglake_topics``), so other DAGs can be scheduled on them
+- ``loglake_ingest`` (hourly): ingest -> lookups -> compact -> decode -> quality; its tasks
+  declare the tables they update as Airflow assets (``loglake_records``,
+  ``loglake_offset_lookup``, ``loglake_time_lookup``, ``loglake_topics``, ``loglake_tables``:
+  the typed tables), so other DAGs can be scheduled on them
 - ``loglake_maintenance`` (daily): retention -> maintain -> quality
 - ``loglake_log_cleaning`` (hourly): ``jobs/compact.py --log``, the broker's log cleaner: every
   topic whose ``cleanup.policy`` contains ``compact``; the job itself decides which partitions
@@ -74,7 +75,7 @@ _CONFIG = f"params.config or var.value.get('loglake_config', {_ROOT} ~ '/conf/pi
 
 ASSETS = {
     name: Asset(name=f"loglake_{name}", uri=f"loglake://lake/{name}", group="loglake")
-    for name in ("records", "offset_lookup", "time_lookup", "topics")
+    for name in ("records", "offset_lookup", "time_lookup", "topics", "tables")
 }
 
 
@@ -218,7 +219,7 @@ _HOUR = dt.timedelta(hours=1)
 ingest_dag = build_dag(
     "loglake_ingest",
     schedule="@hourly",
-    doc="Broker log dirs to the lake: ingest, lookups, compaction, quality.",
+    doc="Broker log dirs to the lake: ingest, lookups, compaction, typed tables, quality.",
     timeout=4 * _HOUR,
     params={"full": _switch("compact --full: rebuild the compacted tables from records")},
     tasks=[
@@ -228,6 +229,8 @@ ingest_dag = build_dag(
          "outlets": [ASSETS["offset_lookup"], ASSETS["time_lookup"]]},
         {"task_id": "compact", "job": "compact.py", "switches": {"full": "--full"},
          "execution_timeout": 2 * _HOUR, "outlets": [ASSETS["topics"]]},
+        {"task_id": "decode", "job": "decode.py", "execution_timeout": 2 * _HOUR,
+         "outlets": [ASSETS["tables"]]},
         {"task_id": "quality", "job": "quality.py", "args": ["--run-id", "{{ run_id }}"],
          "execution_timeout": _HOUR},
     ],

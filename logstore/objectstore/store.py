@@ -276,7 +276,9 @@ def _write_local(target: Path, data: bytes) -> None:
 
 def _link_local(target: Path, data: bytes) -> bool:
     """Put-if-absent on disk: the data is complete in a temporary file before ``link`` makes
-    it visible under the target name, and ``link`` fails if the name exists (atomic)."""
+    it visible under the target name, and ``link`` fails if the name exists (atomic). The
+    directory is synced after a link, so a written object (a Delta commit) survives a power
+    cut once this returns True."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_sibling(target)
     try:
@@ -288,6 +290,11 @@ def _link_local(target: Path, data: bytes) -> bool:
             os.link(tmp, target)
         except FileExistsError:
             return False
-        return True
     finally:
         tmp.unlink(missing_ok=True)
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return True

@@ -5,13 +5,26 @@ threads); a request body above :data:`MAX_BODY` answers 413 unread, a socket idl
 :data:`SOCKET_TIMEOUT_S` is closed. Every answer is JSON with content type
 ``application/vnd.schemaregistry.v1+json``; every failure is Confluent's
 ``{"error_code", "message"}`` (an unexpected exception: 500/50001, logged, never a crash).
+
+Security (``schema.registry.*`` broker keys, :mod:`logstore.registry`): with a TLS context the
+listening socket is wrapped (``https``); the handshake runs lazily in the connection's own
+thread on its first read (``do_handshake_on_connect=False``), so a client that never finishes
+it holds only its thread, for at most :data:`SOCKET_TIMEOUT_S`, never the accept loop. With an
+``authenticate(user, password) -> bool`` every request needs an ``Authorization: Basic``
+header naming a user it accepts, checked before the body is read; otherwise 401 with
+``WWW-Authenticate: Basic realm="SchemaRegistry"`` and Confluent's ``{"error_code": 401,
+"message": "Unauthorized"}``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import re
+import ssl
+import sys
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -31,6 +44,8 @@ MAX_BODY = 16 * 1024 * 1024
 SOCKET_TIMEOUT_S = 30.0
 
 Route = Callable[["_Request"], Any]
+Authenticate = Callable[[str, str], bool]
+REALM = "SchemaRegistry"
 
 
 class _Request:
@@ -179,18 +194,40 @@ def _routes(store: SchemaStore) -> list[tuple[str, str, Route]]:
     ]
 
 
-class RegistryServer:
-    """The HTTP server; :meth:`start` binds (port 0: the OS chooses) and serves in a thread."""
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A failed TLS handshake (plaintext on the https port, a client certificate the
+        # truststore refuses) or a reset connection: that connection only, one log line.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            log.info("schema registry: connection from %s closed: %s", client_address, exc)
+        else:
+            super().handle_error(request, client_address)
 
-    def __init__(self, store: SchemaStore) -> None:
+
+class RegistryServer:
+    """The HTTP server; :meth:`start` binds (port 0: the OS chooses) and serves in a thread.
+
+    ``tls``: a server context (https); ``authenticate``: HTTP basic auth (module docstring)."""
+
+    def __init__(
+        self,
+        store: SchemaStore,
+        *,
+        tls: ssl.SSLContext | None = None,
+        authenticate: Authenticate | None = None,
+    ) -> None:
         self._routes = [
             (method, re.compile(pattern + r"/?\Z"), fn) for method, pattern, fn in _routes(store)
         ]
+        self._tls = tls
+        self._authenticate = authenticate
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     def start(self, host: str, port: int) -> tuple[str, int]:
         routes = self._routes
+        authenticate = self._authenticate
 
         class Handler(BaseHTTPRequestHandler):
             timeout = SOCKET_TIMEOUT_S
@@ -210,7 +247,35 @@ class RegistryServer:
             def _error(self, status: int, code: int, message: str) -> None:
                 self._send(status, {"error_code": code, "message": message})
 
+            def _authorized(self) -> bool:
+                """HTTP basic auth (RFC 7617) when required; False: 401 sent, connection
+                closed (the body, if any, is not read)."""
+                if authenticate is None:
+                    return True
+                scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+                try:
+                    user, sep, password = (
+                        base64.b64decode(token.strip(), validate=True)
+                        .decode("utf-8")
+                        .partition(":")
+                    )
+                except (binascii.Error, UnicodeDecodeError):
+                    sep = ""
+                if scheme.lower() == "basic" and sep and user and authenticate(user, password):
+                    return True
+                self.close_connection = True
+                data = json.dumps({"error_code": 401, "message": "Unauthorized"}).encode()
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", f'Basic realm="{REALM}"')
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return False
+
             def _handle(self) -> None:
+                if not self._authorized():
+                    return
                 try:
                     length = int(self.headers.get("Content-Length") or 0)
                 except ValueError:
@@ -255,8 +320,12 @@ class RegistryServer:
 
             do_GET = do_POST = do_PUT = do_DELETE = _handle  # noqa: N815
 
-        httpd = ThreadingHTTPServer((host, port), Handler)
+        httpd = _Server((host, port), Handler)
         httpd.daemon_threads = True
+        if self._tls is not None:
+            httpd.socket = self._tls.wrap_socket(
+                httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._httpd = httpd
         self._thread = threading.Thread(
             target=httpd.serve_forever, name="schema-registry", daemon=True

@@ -10,6 +10,7 @@
   the log, its producer state and the lock that makes producer-state check -> append ->
   update atomic; the log's rules (``append_as_leader``, ``read``) live there;
 - ``purgatory``: Fetch long-polls waiting for data, woken by appends;
+- ``authorizer``: ACL decisions (``logstore.server.security.authorizer``; None: off);
 - ``group_coordinator``: the consumer-group coordinator (``logstore.server.group``);
 - ``txn_coordinator``: the transaction coordinator (``logstore.server.txn``), whose markers
   go to the partitions (``Partition.write_txn_marker``) and, for ``__consumer_offsets``, to
@@ -58,6 +59,8 @@ from logstore.server.group.offset_store import OFFSETS_TOPIC
 from logstore.server.memory_pool import MemoryPool
 from logstore.server.metrics import BrokerMetrics
 from logstore.server.purgatory import Purgatory
+from logstore.server.security.acls import FILE_NAME as ACL_FILE
+from logstore.server.security.authorizer import Authorizer
 from logstore.server.security.sasl import SaslSessions
 from logstore.server.security.scram import FILE_NAME as SCRAM_FILE
 from logstore.server.security.scram import ScramCredentials
@@ -95,6 +98,12 @@ class Broker:
             d.mkdir(parents=True, exist_ok=True)
         # before any log loads: a directory of another cluster or node is refused untouched
         self.cluster_id = ensure_meta_properties(config.log_dirs, node_id=self.node_id)
+        # before the logs open (a bad super.users or ACL file stops the start, holding no lock)
+        # authorizer.class.name: ACLs (CreateAcls...), durable beside the first log dir's logs;
+        # None: every request is allowed, and the ACL APIs answer SECURITY_DISABLED
+        self.authorizer: Authorizer | None = Authorizer.from_config(
+            self.config, path=self.config.log_dirs[0] / ACL_FILE
+        )
         flush_check = min(config.get_int("log.flush.scheduler.interval.ms"), config.flush_ms, 1000)
         checkpoint_ms = min(
             config.get_int("log.flush.offset.checkpoint.interval.ms"),
@@ -228,7 +237,7 @@ class Broker:
         from logstore.registry import start_registry  # noqa: PLC0415
 
         self.registry, host, port = start_registry(self, host=listener.host, port=listener.port)
-        log.info("schema registry at http://%s:%d", host, port)
+        log.info("schema registry at %s://%s:%d", listener.name, host, port)
 
     def _set_lake_bound(self, groups: GroupCoordinator) -> None:
         """``log.retention.lake.group``: the periodic retention keeps what that group (the

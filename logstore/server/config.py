@@ -43,6 +43,7 @@ from logstore.storage.topic_config_defs import nearest_key, parse_topic_value
 
 __all__ = [
     "BROKER_CONFIG_DEFS",
+    "REGISTRY_SSL_KEYS",
     "SUPPORTED_PROTOCOLS",
     "TOPIC_KEY_FOR_BROKER_KEY",
     "BrokerConfig",
@@ -118,8 +119,17 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "schema.registry.listeners",
             "string",
             "",
-            "serve a Confluent-compatible schema registry at http://HOST:PORT (port 0: chosen"
-            " by the OS; empty: off); schemas kept in the compacted topic _schemas",
+            "serve a Confluent-compatible schema registry at http://HOST:PORT or, with TLS"
+            " (schema.registry.ssl.* over the broker's ssl.*), https://HOST:PORT (port 0:"
+            " chosen by the OS; empty: off); schemas kept in the compacted topic _schemas",
+        ),
+        _d(
+            "schema.registry.authentication.method",
+            "string",
+            "NONE",
+            "NONE, or BASIC: every registry request needs HTTP basic auth of a broker user"
+            " (PLAIN users of the SASL listeners' JAAS configs, SCRAM users); 401 otherwise",
+            choices=("NONE", "BASIC"),
         ),
         _d("log.dirs", "list", None, "log directories (comma-separated); default log.dir"),
         _d("log.dir", "string", "/tmp/loglake-logs", "log directory when log.dirs is not set"),
@@ -208,6 +218,22 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "delay of the answer to a failed SASL authentication, doubled per repeated failure"
             " from one host (at most 16 times)",
             low=0,
+        ),
+        # ACLs (logstore.server.security.authorizer): Kafka's keys and semantics
+        _d(
+            "authorizer.class.name",
+            "string",
+            "",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACLs on (empty: off;"
+            " Kafka 4 removed kafka.security.authorizer.AclAuthorizer, refused here too)",
+            choices=("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
+        ),
+        _d("super.users", "string", "", "principals allowed everything: User:alice;User:bob"),
+        _d(
+            "allow.everyone.if.no.acl.found",
+            "bool",
+            "false",
+            "allow an action on a resource that no ACL names (with the authorizer on)",
         ),
         _d("message.max.bytes", "int", "1048588", "largest record batch accepted", low=0),
         _d("num.partitions", "int", "1", "partitions of an auto-created topic", low=1),
@@ -624,6 +650,14 @@ def _renamed(props: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+# The schema registry's own TLS keys (schema.registry.ssl.<Kafka's ssl key>), not shown by
+# DescribeConfigs (they may hold a key password or PEM text).
+_REGISTRY_SSL: Final = "schema.registry.ssl."
+REGISTRY_SSL_KEYS: Final = frozenset(
+    _REGISTRY_SSL + k for k in SSL_KEYS if k != "principal.mapping.rules"
+)
+
+
 class BrokerConfig:
     """Validated broker configuration; typed accessors for the keys the broker reads.
 
@@ -633,7 +667,7 @@ class BrokerConfig:
 
     def __init__(self, props: Mapping[str, str]) -> None:
         props = _renamed(props)
-        unknown = [k for k in props if k not in BROKER_CONFIG_DEFS]
+        unknown = [k for k in props if k not in BROKER_CONFIG_DEFS and k not in REGISTRY_SSL_KEYS]
         refused = sorted(k for k in unknown if not is_ignored_kafka_key(k))
         if refused:
             raise ConfigError(
@@ -651,6 +685,7 @@ class BrokerConfig:
         if broker_id is not None and "node.id" in props and broker_id != self.values["node.id"]:
             raise ConfigError(f"broker.id={broker_id} and node.id={self.values['node.id']} differ")
         self._set_listeners()
+        self._set_registry()
         # Kafka's keys that mean nothing on this broker: accepted, named once at start-up
         # (the ssl.* keys of TLS listeners are read by logstore.server.security.tls)
         self.ignored: list[str] = sorted(k for k in unknown if not self._tls_key(k))
@@ -661,10 +696,6 @@ class BrokerConfig:
         metrics = self.get_str("metrics.listeners")
         self.metrics_listener: Listener | None = (
             _parse_metrics_listener(metrics) if metrics else None
-        )
-        registry = self.get_str("schema.registry.listeners")
-        self.registry_listener: Listener | None = (
-            _parse_metrics_listener(registry, "schema.registry.listeners") if registry else None
         )
         dirs = self.values["log.dirs"]
         if dirs is None:
@@ -756,7 +787,7 @@ class BrokerConfig:
     def _tls_key(self, key: str) -> bool:
         """True for an ``ssl.*``/``sasl.*`` key (or a listener's override) that TLS or SASL
         of a listener reads."""
-        keys = [f"ssl.{k}" for k in SSL_KEYS] if self.tls else []
+        keys = [f"ssl.{k}" for k in SSL_KEYS] if self.tls or self.registry_tls else []
         if self.sasl:
             keys += ["sasl.enabled.mechanisms", "plain.sasl.jaas.config"]
         if key in keys:
@@ -764,6 +795,35 @@ class BrokerConfig:
         names = {*self.tls, *self.sasl}
         names |= {n.lower() for n in names}
         return any(key == f"listener.name.{n}.{k}" for n in names for k in keys)
+
+    def _set_registry(self) -> None:
+        """``schema.registry.listeners`` (http or https) and, for https, its TLS settings:
+        ``schema.registry.ssl.<key>`` over the broker-wide ``ssl.<key>`` (Kafka's PEM keys,
+        :mod:`.security.tls`), loaded and checked now."""
+        key = "schema.registry.listeners"
+        text = self.get_str(key)
+        self.registry_listener: Listener | None = None
+        self.registry_tls: TlsSettings | None = None
+        if not text:
+            return
+        m = _LISTENER.match(text)
+        scheme = m.group("name").lower() if m is not None else ""
+        if m is None or scheme not in ("http", "https"):
+            raise ConfigError(f"{key}={text!r}: expected http://host:port or https://host:port")
+        listener = _parse_metrics_listener("http" + text[len(scheme) :], key)
+        self.registry_listener = Listener(scheme, listener.host, listener.port)
+        if scheme == "https":
+            view = {k: v for k, v in self.originals.items() if k.startswith("ssl.")}
+            view |= {"ssl." + k[len(_REGISTRY_SSL) :]: v for k, v in self.originals.items()
+                     if k in REGISTRY_SSL_KEYS}  # fmt: skip
+            try:
+                self.registry_tls = tls_settings(view, "schema.registry")
+            except TlsConfigError as exc:
+                raise ConfigError(
+                    f"{key}={text!r} (TLS from schema.registry.ssl.* or ssl.*): {exc}"
+                ) from None
+        elif any(k in REGISTRY_SSL_KEYS for k in self.originals):
+            raise ConfigError(f"schema.registry.ssl.* is set but {key}={text!r} is not https")
 
     def _set_listeners(self) -> None:
         """``listeners`` (the client listeners), their protocols and advertised addresses.

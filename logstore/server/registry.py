@@ -23,6 +23,7 @@ from typing import Any, Final
 from logstore.server.context import RequestContext
 from logstore.server.group import handlers as group_handlers
 from logstore.server.handlers import (
+    acls,
     alter_configs,
     create_partitions,
     create_topics,
@@ -75,7 +76,7 @@ def _build() -> dict[int, tuple[int, int, Handler]]:
         describe_log_dirs,
     ):
         add(int(mod.API_KEY), int(mod.MIN_VERSION), int(mod.MAX_VERSION), mod.handle, mod.__name__)
-    for family in (transactions, group_handlers, sasl, scram_credentials):
+    for family in (transactions, group_handlers, sasl, scram_credentials, acls):
         for key, (lo, hi, fn) in family.API_HANDLERS.items():
             add(int(key), int(lo), int(hi), fn, family.__name__)
     return dict(sorted(table.items()))

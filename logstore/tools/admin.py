@@ -55,6 +55,7 @@ from kio.schema.types import BrokerId, GroupId, TopicName
 from kio.static.primitive import i8, i32, i64
 
 from logstore.errors import LoglakeError
+from logstore.tools.client_config import ClientConfig, load_client_config
 from logstore.tools.connection import KafkaConnection
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "ToolError",
     "add_bootstrap_argument",
     "bootstrap_of",
+    "client_config_of",
     "error_name",
     "raise_for",
     "table",
@@ -124,11 +126,21 @@ def raise_for(code: ErrorCode, what: str, message: str | None = None) -> None:
 
 
 class Admin:
-    """Routes the tools' requests (see the module docstring). Not thread-safe."""
+    """Routes the tools' requests (see the module docstring). Not thread-safe.
 
-    def __init__(self, bootstrap: str, *, client_id: str = "loglake-admin") -> None:
+    ``config``: the client properties every connection uses (``--command-config``; None:
+    PLAINTEXT)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "loglake-admin",
+        config: ClientConfig | None = None,
+    ) -> None:
         self._client_id = client_id
-        self._bootstrap = KafkaConnection(bootstrap, client_id=client_id)
+        self._config = config
+        self._bootstrap = KafkaConnection(bootstrap, client_id=client_id, config=config)
         self._conns: dict[int, KafkaConnection] = {}
         self._brokers: dict[int, str] = {}
 
@@ -159,7 +171,9 @@ class Admin:
                 raise ToolError(
                     f"broker {node_id} is not in the cluster's metadata", retriable=True
                 )
-            conn = self._conns[node_id] = KafkaConnection(address, client_id=self._client_id)
+            conn = self._conns[node_id] = KafkaConnection(
+                address, client_id=self._client_id, config=self._config
+            )
         return conn
 
     # -- metadata -----------------------------------------------------------------------------
@@ -429,20 +443,35 @@ DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9092"
 
 
 def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
-    """``--bootstrap-server``, accepted on any parser level of the line (``loglake
-    --bootstrap-server B groups --list`` and ``loglake groups --list --bootstrap-server B``):
-    each level declares it with a suppressed default, so the level that got it sets it and
-    :func:`bootstrap_of` supplies the default when none did."""
+    """``--bootstrap-server`` and ``--command-config``, accepted on any parser level of the
+    line (``loglake --bootstrap-server B groups --list`` and ``loglake groups --list
+    --bootstrap-server B``): each level declares them with a suppressed default, so the level
+    that got one sets it and :func:`bootstrap_of` / :func:`client_config_of` supply the
+    default when none did."""
     parser.add_argument(
         "--bootstrap-server",
         default=argparse.SUPPRESS,
         metavar="HOST:PORT",
         help=f"the broker to connect to (default {DEFAULT_BOOTSTRAP})",
     )
+    parser.add_argument(
+        "--command-config",
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help="Kafka client properties (security.protocol, sasl.mechanism, sasl.jaas.config,"
+        " ssl.truststore.location, ...) for the connection to the broker",
+    )
 
 
 def bootstrap_of(args: argparse.Namespace) -> str:
     return str(getattr(args, "bootstrap_server", DEFAULT_BOOTSTRAP))
+
+
+def client_config_of(args: argparse.Namespace) -> ClientConfig | None:
+    """The validated ``--command-config`` file, None when not given (PLAINTEXT);
+    :class:`~logstore.tools.client_config.ClientConfigError` (the tools exit 2) when bad."""
+    path = getattr(args, "command_config", None)
+    return None if path is None else load_client_config(path)
 
 
 def table(rows: Sequence[Sequence[object]]) -> list[str]:

@@ -35,6 +35,7 @@ from logstore.tools.admin import (
     ToolError,
     add_bootstrap_argument,
     bootstrap_of,
+    client_config_of,
 )
 
 __all__ = ["EPILOG", "add_arguments", "parse_add_config", "run"]
@@ -166,7 +167,9 @@ def run(args: argparse.Namespace) -> int:
             both = sorted(set(to_set) & set(to_delete))
             if both:
                 raise ToolError(f"configs both added and deleted: {', '.join(both)}")
-        with Admin(bootstrap_of(args), client_id="loglake-configs") as admin:
+        with Admin(
+            bootstrap_of(args), client_id="loglake-configs", config=client_config_of(args)
+        ) as admin:
             if args.describe:
                 _describe(admin, resource, kind, name, every=bool(args.all))
                 return 0

@@ -33,6 +33,7 @@ from logstore.tools.admin import (
     ToolError,
     add_bootstrap_argument,
     bootstrap_of,
+    client_config_of,
     error_name,
     raise_for,
 )
@@ -102,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ToolError(f"cannot read {path}: {exc.strerror or exc}") from None
         offsets = parse_offset_json(text, source=str(path))
-        with Admin(bootstrap_of(args), client_id="loglake-delete-records") as admin:
+        with Admin(
+            bootstrap_of(args), client_id="loglake-delete-records", config=client_config_of(args)
+        ) as admin:
             print("Executing records delete operation")
             results = admin.delete_records(offsets)
         print("Records delete operation completed:")

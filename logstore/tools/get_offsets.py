@@ -33,6 +33,7 @@ from logstore.tools.admin import (
     ToolError,
     add_bootstrap_argument,
     bootstrap_of,
+    client_config_of,
     error_name,
 )
 
@@ -96,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
             pattern = re.compile(args.topic or ".*")
         except re.error as exc:
             raise ToolError(f"--topic {args.topic!r}: not a regular expression: {exc}") from None
-        with Admin(bootstrap_of(args), client_id="loglake-get-offsets") as admin:
+        with Admin(
+            bootstrap_of(args), client_id="loglake-get-offsets", config=client_config_of(args)
+        ) as admin:
             md = admin.metadata(None)
             spec = {
                 (str(t.name), int(p.partition_index)): timestamp

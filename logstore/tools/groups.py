@@ -45,6 +45,7 @@ from logstore.tools.admin import (
     ToolError,
     add_bootstrap_argument,
     bootstrap_of,
+    client_config_of,
     error_name,
     table,
 )
@@ -204,7 +205,9 @@ def _check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         _check(args)
-        with Admin(bootstrap_of(args), client_id="loglake-groups") as admin:
+        with Admin(
+            bootstrap_of(args), client_id="loglake-groups", config=client_config_of(args)
+        ) as admin:
             if args.list:
                 for group, _protocol, _state in admin.list_groups():
                     print(group)

@@ -52,6 +52,7 @@ from logstore.tools.admin import (
     ToolError,
     add_bootstrap_argument,
     bootstrap_of,
+    client_config_of,
 )
 from logstore.tools.connection import KafkaConnection
 
@@ -238,7 +239,7 @@ def _alter(bootstrap: str, args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        with Admin(bootstrap, client_id="loglake-topics") as admin:
+        with Admin(bootstrap, client_id="loglake-topics", config=client_config_of(args)) as admin:
             try:
                 admin.partitions([args.name])
             except ToolError:
@@ -262,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "alter":
             return _alter(bootstrap, args)
-        with KafkaConnection(bootstrap) as conn:
+        with KafkaConnection(bootstrap, config=client_config_of(args)) as conn:
             if args.action == "create":
                 return _create(conn, args)
             if args.action == "list":

@@ -2,8 +2,10 @@
 
 - ``model``: the rules in plain Python (the specification the tests hold the job to);
 - ``plan``: the same rule column at a time (``winner_indices``), shared by every output;
-- ``table``: ``<lake>/topics/<topic>``, one row per live key, merged incrementally by Spark;
-- ``deltalog``: the Delta commit with change-data files that delta-rs's Python API lacks;
+- ``table``: ``<lake>/topics/<topic>``, one row per live key, merged incrementally by Spark
+  (the run's orchestration); its steps: ``snapshot`` (plan: progress and files), ``stage``
+  (stage 1 and the Spark jobs), ``merge`` (one bucket), ``commit``, ``runs`` (run markers,
+  leftovers, reaping), ``setup`` (table creation and settings), ``layout`` (names);
 - ``config``: ``[compact]`` of ``conf/pipeline.toml`` and the topics to compact.
 """
 

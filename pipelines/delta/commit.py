@@ -22,9 +22,7 @@ log, which is what the conflict handling is for. Crash behaviour: a commit is on
 
 from __future__ import annotations
 
-import json
 import random
-import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,10 +30,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import (
     AddAction,
     CommitProperties,
@@ -51,6 +48,7 @@ from pipelines.delta.errors import (
     StaleTransactionError,
 )
 from pipelines.delta.files import WrittenFile
+from pipelines.delta.log import DeltaLog
 
 __all__ = [
     "CommitResult",
@@ -65,8 +63,6 @@ __all__ = [
 ]
 
 Mode = Literal["append", "overwrite"]
-_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d{10}\.\d{10})?\.parquet$")
-_COMMIT = re.compile(r"^(\d{20})\.json$")
 
 
 @dataclass(frozen=True)
@@ -106,11 +102,9 @@ class CommitResult:
 
 
 def load_table(path: str | Path) -> DeltaTable | None:
-    """The table at ``path`` at its latest version, or None when there is no Delta table."""
-    try:
-        return DeltaTable(str(path))
-    except TableNotFoundError:
-        return None
+    """The table at ``path`` (a local path or an object-store URI) at its latest version, or
+    None when there is no Delta table."""
+    return DeltaLog(path).table()
 
 
 def ensure_table(path: str | Path, schema: pa.Schema, partition_by: Sequence[str]) -> bool:
@@ -339,36 +333,6 @@ def _commit_info(mode: str, predicate: str | None) -> dict[str, Any]:
 
 
 def read_app_transactions(path: str | Path) -> dict[str, int]:
-    """Every app id's latest transaction version in the table at ``path`` (empty: no table).
-
-    Reads ``_delta_log`` directly (the newest classic checkpoint, then later JSON commits),
-    because delta-rs only answers for an app id one already knows.
-    """
-    log = Path(path) / "_delta_log"
-    if not log.is_dir():
-        return {}
-    checkpoints: dict[int, list[Path]] = {}
-    commits: dict[int, Path] = {}
-    for p in log.iterdir():
-        if m := _CHECKPOINT.match(p.name):
-            checkpoints.setdefault(int(m.group(1)), []).append(p)
-        elif m := _COMMIT.match(p.name):
-            commits[int(m.group(1))] = p
-    txns: dict[str, int] = {}
-    start = -1
-    if checkpoints:
-        start = max(checkpoints)
-        for part in sorted(checkpoints[start]):
-            table = pq.read_table(part, columns=["txn"])
-            for row in table.column("txn").to_pylist():
-                if row is not None and row.get("appId") is not None:
-                    txns[row["appId"]] = int(row["version"])
-    for version in sorted(v for v in commits if v > start):
-        with commits[version].open(encoding="utf-8") as fh:
-            for line in fh:
-                if '"txn"' not in line:
-                    continue
-                action = json.loads(line)
-                if "txn" in action:
-                    txns[action["txn"]["appId"]] = int(action["txn"]["version"])
-    return txns
+    """Every app id's latest transaction version in the table at ``path`` (empty: no table);
+    see :meth:`pipelines.delta.log.DeltaLog.app_transactions`."""
+    return DeltaLog(path).app_transactions()

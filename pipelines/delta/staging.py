@@ -59,9 +59,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from pipelines.delta.errors import DeltaSinkError
 from pipelines.delta.files import cleanup_write_files
+from pipelines.delta.log import DeltaLog
 
 __all__ = [
     "STAGING_DIR",
@@ -218,23 +220,15 @@ def _lock(fd: int) -> bool:
 
 def _committed_paths(root: Path, write_id: str, since: float) -> set[str]:
     """Relative paths (as on disk) of the files of ``write_id`` that any commit since added."""
-    log = root / "_delta_log"
+    log = DeltaLog(root)
     tag = f"-{write_id}-"
     out: set[str] = set()
-    if not log.is_dir():
-        return out
-    from urllib.parse import unquote  # noqa: PLC0415
-
-    for entry in os.scandir(log):
-        if not entry.name.endswith(".json") or entry.stat().st_mtime < since - 60:
+    for version, entry in log.listing().commits.items():
+        if entry.mtime < since - 60:
             continue
-        with open(entry.path, encoding="utf-8") as fh:
-            for line in fh:
-                if tag not in line or '"add"' not in line:
-                    continue
-                action = json.loads(line)
-                if "add" in action and tag in action["add"]["path"]:
-                    out.add(unquote(action["add"]["path"]))
+        for action in log.read_commit(version):
+            if "add" in action and tag in action["add"]["path"]:
+                out.add(unquote(action["add"]["path"]))
     return out
 
 

@@ -2,7 +2,7 @@
 
 delta-rs's default ("lite") vacuum removes only the data files that ``remove`` actions name: the
 deletion vector files of the topic tables (``<table>/dv/deletion_vector_<uuid>.bin``, written
-by incremental compaction, :mod:`pipelines.compaction.deltalog`) and their change-data files
+by incremental compaction, :mod:`pipelines.delta.deletion_vectors`) and their change-data files
 (``<table>/_change_data/...``) are never named there, so they pile up forever. Its "full"
 vacuum is worse: it lists *every* file the current state does not name as a data file,
 **live deletion vector files included** (deleting them would bring deleted rows back or make
@@ -27,14 +27,13 @@ name files already listed as live or files younger than the horizon.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.compaction.deltalog import dv_relative_path, live_adds
-from pipelines.delta.commit import _CHECKPOINT, _COMMIT
+from pipelines.delta.deletion_vectors import dv_relative_path
+from pipelines.delta.log import DeltaLog, LogListing
 
 __all__ = ["dv_file_name", "vacuum_orphans"]
 
@@ -56,21 +55,11 @@ def dv_file_name(root: Path, descriptor: dict[str, Any] | None) -> Path | None:
     return None
 
 
-def _log_versions(root: Path) -> tuple[dict[int, Path], set[int]]:
-    commits: dict[int, Path] = {}
-    checkpoints: set[int] = set()
-    for p in (root / "_delta_log").iterdir():
-        if m := _COMMIT.match(p.name):
-            commits[int(m.group(1))] = p
-        elif m := _CHECKPOINT.match(p.name):
-            checkpoints.add(int(m.group(1)))
-    return commits, checkpoints
-
-
-def _first_kept(commits: dict[int, Path], checkpoints: set[int], horizon: float) -> int:
+def _first_kept(listing: LogListing, horizon: float) -> int:
     """The oldest version readable within the horizon (see the module docstring)."""
+    commits, checkpoints = listing.commits, listing.checkpoints
     oldest = 0 if 0 in commits else min(checkpoints) if checkpoints else min(commits)
-    at_horizon = [v for v, p in commits.items() if p.stat().st_mtime <= horizon]
+    at_horizon = [v for v, entry in commits.items() if entry.mtime <= horizon]
     return max(oldest, *at_horizon)
 
 
@@ -98,29 +87,27 @@ def vacuum_orphans(
     candidates = _old_files(dv_files, horizon) + _old_files(cdc_files, horizon)
     if not candidates:
         return []
-    commits, checkpoints = _log_versions(root)
-    if not commits and not checkpoints:
+    log = DeltaLog(root)
+    listing = log.listing()
+    latest = listing.latest
+    if latest is None:
         return []
-    latest = max([*commits, *checkpoints])
-    first = _first_kept(commits, checkpoints, horizon)
+    first = _first_kept(listing, horizon)
     keep: set[Path] = set()
-    for add in live_adds(root, first):
+    for add in log.live_adds(first, listing):
         if (f := dv_file_name(root, add.get("deletionVector"))) is not None:
             keep.add(f)
     for v in range(first, latest + 1):
-        commit = commits.get(v)
-        if commit is None:
+        if v not in listing.commits:
             continue
-        with commit.open(encoding="utf-8") as fh:
-            for line in fh:
-                action = json.loads(line)
-                for kind in ("add", "remove"):
-                    if kind in action and v > first:
-                        f = dv_file_name(root, action[kind].get("deletionVector"))
-                        if f is not None:
-                            keep.add(f)
-                if "cdc" in action:
-                    keep.add((root / _unquote(action["cdc"]["path"])).resolve())
+        for action in log.read_commit(v):
+            for kind in ("add", "remove"):
+                if kind in action and v > first:
+                    f = dv_file_name(root, action[kind].get("deletionVector"))
+                    if f is not None:
+                        keep.add(f)
+            if "cdc" in action:
+                keep.add((root / _unquote(action["cdc"]["path"])).resolve())
     removed: list[str] = []
     for p in candidates:
         if p in keep:

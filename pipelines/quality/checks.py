@@ -89,6 +89,7 @@ __all__ = [
     "lower_bounds",
     "offset_gaps",
     "records_checked",
+    "typed_check",
 ]
 
 EXPLAINED = ("retention", "transaction_marker", "aborted_transaction", "quarantine", "compaction")
@@ -433,3 +434,28 @@ def lookup_progress_frame(spark: SparkSession, apps: Mapping[str, int]) -> DataF
         if name == "offset_lookup" and topic and part.isdigit():
             rows.append((topic, int(part), int(version)))
     return local_frame(spark, rows, "topic string, partition int, next_offset long")
+
+
+def typed_check(
+    table: DataFrame, records: DataFrame, dead_letters: DataFrame | None, topic: str,
+    progress: Mapping[int, int],
+) -> DataFrame:  # fmt: skip
+    """A typed table's rows (``partition``, ``key`` from ``_kafka``) with the topic's
+    ``dead_letter_rate``: its dead letters per record of ``records`` below the table's progress
+    (``progress``: partition -> next offset); one row of nulls but the rate when the table is
+    empty, so that the rate is checked anyway."""
+    spark = table.sparkSession
+    bounds = local_frame(spark, list(progress.items()), "partition int, next_offset long")
+    decoded = (
+        records.where(sf.col("topic") == topic).join(bounds, "partition")
+        .where(sf.col("offset") < sf.col("next_offset")).count()
+    )  # fmt: skip
+    dead = dead_letters.where(sf.col("topic") == topic).count() if dead_letters is not None else 0
+    rate = dead / decoded if decoded else 0.0
+    rows = table.select(
+        sf.col("_kafka.partition").alias("partition"), sf.col("_kafka.key").alias("key")
+    )
+    empty = local_frame(spark, [(None,)], "partition int").withColumn(
+        "key", sf.lit(None).cast("binary")
+    )
+    return (rows if not rows.isEmpty() else empty).withColumn("dead_letter_rate", sf.lit(rate))

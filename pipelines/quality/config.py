@@ -34,6 +34,8 @@ class QualityConfig:
     ``message.timestamp.before.max.ms`` defaults to unbounded: old data is normal).
     ``max_quarantined_batches``: rows the ``quarantine`` table may hold.
     ``docs``: build the Data Docs site under ``<lake>/_quality/data_docs``.
+    ``max_dead_letter_rate``: ``[decode] max_dead_letter_rate``, dead letters per record
+    decoded of each typed table's topic.
     ``actions``: the users' Actions (``class`` and fields), checked for shape only here: the
     classes are imported by the run (importing them loads Great Expectations).
     """
@@ -43,6 +45,7 @@ class QualityConfig:
     max_quarantined_batches: int = 0
     docs: bool = True
     actions: tuple[dict[str, Any], ...] = ()
+    max_dead_letter_rate: float = 0.01
 
 
 _CLASS_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*$")
@@ -100,4 +103,5 @@ def load_quality_config(path: str | Path) -> QualityConfig:
         max_quarantined_batches=int(quarantined),
         docs=docs,
         actions=_actions(section, p),
+        max_dead_letter_rate=float(data.get("decode", {}).get("max_dead_letter_rate", 0.01)),
     )

@@ -17,7 +17,8 @@
 
 Suites: ``records`` and ``records_gaps`` always (the ``records`` table must exist);
 ``lookups`` when ``offset_lookup`` exists; ``quarantine`` always (no table = no rows);
-``topic_<name>`` for every compacted table ``<lake>/topics/<name>``.
+``topic_<name>`` for every compacted table ``<lake>/topics/<name>``; ``typed_<name>`` for
+every typed table ``<lake>/tables/<name>`` (dead-letter rate; one row per key when upserted).
 
 Not safe to run twice at once on one lake (the file context is shared); a crashed run leaves
 the rows and pages of the suites validated before the crash, and at most one suite's
@@ -51,6 +52,7 @@ from pipelines.quality.checks import (
     lookup_progress_frame,
     offset_gaps,
     records_checked,
+    typed_check,
 )
 from pipelines.quality.config import QualityConfig
 from pipelines.quality.results import RuleResult, rule_results
@@ -209,6 +211,33 @@ def _table(spark: SparkSession, lake: Path, name: str) -> DataFrame | None:
     return read_delta(spark, lake / name) if load_table(lake / name) is not None else None
 
 
+def _typed_jobs(
+    spark: SparkSession, lake: Path, records: DataFrame, quality: QualityConfig
+) -> list[tuple[Any, DataFrame]]:
+    """A ``typed_<topic>`` suite per typed table ``tables/<topic>`` (jobs/decode.py)."""
+    from pipelines.quality import suites  # noqa: PLC0415
+
+    tables_dir = lake / "tables"
+    dead_letters = _table(spark, lake, "dead_letters")
+    jobs: list[tuple[Any, DataFrame]] = []
+    for table_dir in sorted(tables_dir.iterdir()) if tables_dir.is_dir() else []:
+        table = _table(spark, tables_dir, table_dir.name)
+        if table is None:
+            continue
+        prefix = f"loglake-decode/{table_dir.name}/"
+        progress = {
+            int(app[len(prefix):]): v
+            for app, v in read_app_transactions(table_dir).items()
+            if app.startswith(prefix) and app[len(prefix):].isdigit()
+        }  # fmt: skip
+        upsert = "_version" in table.columns
+        jobs.append((
+            suites.typed_suite(table_dir.name, quality.max_dead_letter_rate, upsert=upsert),
+            typed_check(table, records, dead_letters, table_dir.name, progress),
+        ))  # fmt: skip
+    return jobs
+
+
 def run_quality(
     spark: SparkSession,
     config: IngestConfig,
@@ -273,6 +302,7 @@ def run_quality(
                 (suites.compacted_suite(table_dir.name),
                  compacted_check(table, records, table_dir.name))
             )  # fmt: skip
+    jobs += _typed_jobs(spark, lake, records, quality)
 
     # 2. validate. Great Expectations runs several Spark jobs per expectation (its metrics,
     # the unexpected values) over each DataFrame: each is computed once first, and its plan

@@ -23,6 +23,7 @@ __all__ = [
     "lookups_suite",
     "quarantine_suite",
     "records_suite",
+    "typed_suite",
 ]
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -114,3 +115,17 @@ def compacted_suite(topic: str) -> gx.ExpectationSuite:
         ("offset_is_latest", "offset equals the latest offset of the key in records",
          gxe.ExpectColumnPairValuesToBeEqual(column_A="offset", column_B="latest_offset")),
     ])  # fmt: skip
+
+
+def typed_suite(name: str, max_dead_letter_rate: float, *, upsert: bool) -> gx.ExpectationSuite:
+    """``tables/<topic>`` (rows of ``checks.typed_check``): the topic's dead-letter rate, and
+    for an upsert table (compacted or CDC topic) one row per key."""
+    rules: list[tuple[str, str, Any]] = [
+        ("dead_letter_rate", f"dead letters per record decoded <= {max_dead_letter_rate}",
+         gxe.ExpectColumnValuesToBeBetween(column="dead_letter_rate", min_value=0,
+                                           max_value=max_dead_letter_rate)),
+    ]  # fmt: skip
+    if upsert:
+        unique = gxe.ExpectCompoundColumnsToBeUnique(column_list=["partition", "key"])
+        rules.append(("key_unique", "one row per (partition, key)", unique))
+    return _suite(f"typed_{name}", rules)

@@ -60,8 +60,9 @@ from logstore.storage.dirlock import DirLock
 from logstore.storage.log_manager import LogManager
 from logstore.storage.retention import RULES
 from logstore.storage.topic_config import read_topic_configs
-from logstore.tools.topics import KafkaConnection
-from pipelines.config import job_settings, read_pipeline_toml
+from logstore.tools.client_config import ClientConfig
+from logstore.tools.connection import KafkaConnection
+from pipelines.config import job_settings, kafka_client_config, read_pipeline_toml
 from pipelines.delta.commit import ensure_table
 from pipelines.ingest import INTERNAL_TOPIC_PREFIX, RECORDS_TABLE, read_progress
 from pipelines.logdir import (
@@ -132,6 +133,7 @@ class RetentionConfig:
     vacuum_hours: float = 168.0
     zorder: bool = False
     delete_records_chunk: int = _DELETE_RECORDS_CHUNK
+    kafka: ClientConfig | None = None  # [kafka]: how DeleteRecords connects to the broker
 
     @property
     def records_path(self) -> str:
@@ -185,6 +187,7 @@ def load_retention_config(
         vacuum_hours=vacuum_hours,
         zorder=bool(retention.get("zorder", False)),
         delete_records_chunk=chunk,
+        kafka=kafka_client_config(data, p),
     )
 
 
@@ -348,12 +351,14 @@ def delete_records_online(
     starts: Mapping[tuple[str, int], int],
     *,
     chunk_size: int = _DELETE_RECORDS_CHUNK,
+    client: ClientConfig | None = None,
 ) -> dict[Any, Any]:
     """DeleteRecords on the broker, ``chunk_size`` partitions per request (in topic, partition
-    order): ``{(topic, partition): low watermark or error name}``."""
+    order), connecting with ``client`` (``[kafka]``; None: PLAINTEXT): ``{(topic, partition):
+    low watermark or error name}``."""
     out: dict[tuple[str, int], int | str] = {}
     items = sorted(starts.items())
-    with KafkaConnection(bootstrap, client_id="loglake-retention") as conn:
+    with KafkaConnection(bootstrap, client_id="loglake-retention", config=client) as conn:
         for i in range(0, len(items), chunk_size):
             chunk = items[i : i + chunk_size]
             by_topic: dict[str, list[DeleteRecordsPartition]] = {}
@@ -539,7 +544,9 @@ def run_retention(
     )
     log(f"deleting below new log starts in {len(starts)} partitions ({summary.mode})")
     if bootstrap:
-        results = delete_records_online(bootstrap, starts, chunk_size=config.delete_records_chunk)
+        results = delete_records_online(
+            bootstrap, starts, chunk_size=config.delete_records_chunk, client=config.kafka
+        )
     else:
         results = delete_records_offline(config.log_dirs, defaults, starts)
     removed_at = datetime.datetime.now(datetime.UTC)

@@ -27,9 +27,9 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder
 
 from pipelines.compaction.config import CompactConfig
-from pipelines.compaction.deltalog import live_adds
 from pipelines.compaction.model import Rec, Strategy, compact
 from pipelines.compaction.table import run_compact, table_path
+from pipelines.delta.log import DeltaLog
 from pipelines.maintenance.orphans import vacuum_orphans
 from pipelines.maintenance.tables import maintain_table
 from tests.fixtures.compaction import append_records, read_topic_table
@@ -71,7 +71,7 @@ def _dv_count(path: str) -> int:
 
 def _live_descriptors(path: str) -> list[dict]:
     """The deletion vector descriptors of the current state, as the log holds them."""
-    adds = live_adds(path, DeltaTable(path).version())
+    adds = DeltaLog(path).live_adds(DeltaTable(path).version())
     return [a["deletionVector"] for a in adds if a.get("deletionVector")]
 
 

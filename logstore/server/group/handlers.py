@@ -17,6 +17,16 @@ turns lists of dicts into the version's nested types, so one handler serves ever
 A JoinGroup/SyncGroup that waits for the rest of the group returns a
 :class:`~logstore.server.context.Deferred` completed by the coordinator.
 
+Authorization (with ``authorizer.class.name``, :mod:`logstore.server.security.authorizer`),
+as Kafka's ``KafkaApis``: FindCoordinator DESCRIBE on the group or transactional id;
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup READ on the group; OffsetCommit READ on the group
+and each topic; OffsetFetch DESCRIBE on the group and each topic (an all-topics fetch leaves
+out what the principal may not see); DescribeGroups DESCRIBE, DeleteGroups and OffsetDelete
+DELETE on the group (OffsetDelete READ on each topic); ListGroups every group with DESCRIBE
+on the cluster, else the groups the principal may DESCRIBE. Refusals are
+``GROUP_AUTHORIZATION_FAILED`` / ``TOPIC_AUTHORIZATION_FAILED`` /
+``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``, decided before the coordinator is asked.
+
 Thread-safety: handlers hold no state; the coordinator serialises.
 """
 
@@ -39,8 +49,15 @@ from logstore.server.group.messages import (
     CommitRequest,
     JoinRequest,
     JoinResult,
+    OffsetFetchResult,
     SyncRequest,
     SyncResult,
+)
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import (
+    authorized,
+    authorized_cluster,
+    authorized_operations,
 )
 
 __all__ = ["API_HANDLERS", "build"]
@@ -147,6 +164,26 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
                 "error_code": ErrorCode.invalid_request,
                 "error_message": f"coordinator key type {key_type} is not supported",
             }
+        # Kafka: DESCRIBE on the group / the transactional id
+        if key_type == _KEY_TYPE_GROUP and not authorized(
+            ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key
+        ):
+            denied = ErrorCode.group_authorization_failed
+        elif key_type == _KEY_TYPE_TRANSACTION and not authorized(
+            ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+        ):
+            denied = ErrorCode.transactional_id_authorization_failed
+        else:
+            denied = None
+        if denied is not None:
+            return {
+                "key": key,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": denied,
+                "error_message": None,
+            }
         return {
             "key": key,
             "node_id": node_id,
@@ -186,6 +223,9 @@ def _join_response(request: Any, version: int, r: JoinResult) -> Any:
 
 def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     v = ctx.api_version
+    if not authorized(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
+        denied = JoinResult(ErrorCode.group_authorization_failed, member_id=request.member_id)
+        return _join_response(request, v, denied)
     session_ms = _ms(request.session_timeout)
     join = JoinRequest(
         group_id=str(request.group_id),
@@ -218,6 +258,8 @@ def _sync_response(request: Any, r: SyncResult) -> Any:
 
 
 def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    if not authorized(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
+        return _sync_response(request, SyncResult(ErrorCode.group_authorization_failed))
     sync = SyncRequest(
         group_id=str(request.group_id),
         generation_id=int(request.generation_id),
@@ -236,6 +278,8 @@ def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 
 
 def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    if not authorized(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
+        return _response(request, {"error_code": ErrorCode.group_authorization_failed})
     error = _coordinator(ctx).heartbeat(
         str(request.group_id),
         member_id=request.member_id,
@@ -246,6 +290,10 @@ def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 
 def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    if not authorized(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
+        return _response(
+            request, {"error_code": ErrorCode.group_authorization_failed, "members": []}
+        )
     if ctx.api_version >= 3:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
@@ -278,8 +326,29 @@ def _partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
 def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     commits: list[CommitRequest] = []
     slots: list[tuple[int, int, ErrorCode | None]] = []  # (topic index, partition, error)
+    if not authorized(ctx, AclOperation.READ, ResourceType.GROUP, str(request.group_id)):
+        denied = ErrorCode.group_authorization_failed
+        return _response(
+            request,
+            {
+                "topics": [
+                    {
+                        "name": t.name,
+                        "partitions": [
+                            {"partition_index": p.partition_index, "error_code": denied}
+                            for p in t.partitions
+                        ],
+                    }
+                    for t in request.topics
+                ]
+            },
+        )
     for ti, topic in enumerate(request.topics):
+        topic_ok = authorized(ctx, AclOperation.READ, ResourceType.TOPIC, str(topic.name))
         for p in topic.partitions:
+            if not topic_ok:
+                slots.append((ti, p.partition_index, ErrorCode.topic_authorization_failed))
+                continue
             if not _partition_exists(ctx, topic.name, p.partition_index):
                 slots.append((ti, p.partition_index, ErrorCode.unknown_topic_or_partition))
                 continue
@@ -324,11 +393,33 @@ def _fetch_group(
     require_stable: bool = False,
 ) -> dict[str, Any]:
     wanted = None
+    denied: list[tuple[str, int]] = []
+    results: list[OffsetFetchResult] = []
     if topics is not None:
         wanted = [(str(t.name), int(p)) for t in topics for p in t.partition_indexes]
-    error, results = _coordinator(ctx).fetch_offsets(
-        group_id, wanted, require_stable=require_stable
-    )
+    if not authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        error = ErrorCode.group_authorization_failed
+        if not per_partition_errors:
+            return {"group_id": group_id, "error_code": error, "topics": []}
+    else:
+        # Kafka: DESCRIBE on each topic; a named one the principal may not see answers
+        # TOPIC_AUTHORIZATION_FAILED, and "all topics" leaves the unseen ones out.
+        if wanted is not None:
+            denied = [
+                w
+                for w in wanted
+                if not authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, w[0])
+            ]
+            wanted = [w for w in wanted if w not in denied]
+        error, results = _coordinator(ctx).fetch_offsets(
+            group_id, wanted, require_stable=require_stable
+        )
+        if topics is None:
+            results = [
+                r
+                for r in results
+                if authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, r.topic)
+            ]
     if error is not ErrorCode.none and per_partition_errors and wanted:
         # v1 has no group-level error: every partition carries it.
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -356,6 +447,16 @@ def _fetch_group(
                 "committed_leader_epoch": r.leader_epoch,
                 "metadata": r.metadata,
                 "error_code": r.error,
+            }
+        )
+    for t, p in denied:
+        grouped.setdefault(t, []).append(
+            {
+                "partition_index": p,
+                "committed_offset": -1,
+                "committed_leader_epoch": -1,
+                "metadata": "",
+                "error_code": ErrorCode.topic_authorization_failed,
             }
         )
     return {
@@ -398,6 +499,13 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
 def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     types_filter = {t.lower() for t in getattr(request, "types_filter", ())}
     error, groups = _coordinator(ctx).list_groups(states=getattr(request, "states_filter", ()))
+    # Kafka: every group with DESCRIBE on the cluster, else those the principal may DESCRIBE
+    if not authorized_cluster(ctx, AclOperation.DESCRIBE):
+        groups = [
+            g
+            for g in groups
+            if authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)
+        ]
     if types_filter and "classic" not in types_filter:
         groups = []
     return _response(
@@ -419,14 +527,23 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
 
 def _describe_error(ctx: RequestContext, d: Any) -> tuple[ErrorCode, str | None]:
     """v6+ (KIP-1043): an unknown group is ``GROUP_ID_NOT_FOUND`` with Kafka's message (its
-    GroupMetadataManager's), where older versions describe it as an empty ``Dead`` group."""
+    GroupMetadataManager's), where older versions describe it as an empty ``Dead`` group.
+    A group the principal may not DESCRIBE is ``GROUP_AUTHORIZATION_FAILED``, described as
+    nothing (``d`` is then an empty Dead description)."""
+    if not authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, d.group_id):
+        return ErrorCode.group_authorization_failed, None
     if ctx.api_version >= 6 and d.error == ErrorCode.none and d.state == _DEAD:
         return ErrorCode.group_id_not_found, f"Group {d.group_id} not found."
     return d.error, None
 
 
 def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
-    described = _coordinator(ctx).describe_groups(str(g) for g in request.groups)
+    described = [
+        d
+        if authorized(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, d.group_id)
+        else dataclasses.replace(d, state="", protocol_type="", protocol_data="", members=())
+        for d in _coordinator(ctx).describe_groups(str(g) for g in request.groups)
+    ]
     errors = [_describe_error(ctx, d) for d in described]
     return _response(
         request,
@@ -450,9 +567,9 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                         }
                         for m in d.members
                     ],
-                    # No ACLs here: every operation is allowed (Kafka's bit set for a group:
-                    # READ, DELETE, DESCRIBE).
-                    "authorized_operations": (1 << 3) | (1 << 6) | (1 << 8)
+                    "authorized_operations": authorized_operations(
+                        ctx, ResourceType.GROUP, d.group_id
+                    )
                     if getattr(request, "include_authorized_operations", False)
                     else -(2**31),
                 }
@@ -466,13 +583,31 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 
 
 def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
-    results = _coordinator(ctx).delete_groups(str(g) for g in request.groups_names)
-    return _response(request, {"results": [{"group_id": g, "error_code": e} for g, e in results]})
+    names = [str(g) for g in request.groups_names]
+    allowed = [g for g in names if authorized(ctx, AclOperation.DELETE, ResourceType.GROUP, g)]
+    results = dict(_coordinator(ctx).delete_groups(allowed)) if allowed else {}
+    return _response(
+        request,
+        {
+            "results": [
+                {"group_id": g, "error_code": results.get(g, ErrorCode.group_authorization_failed)}
+                for g in names
+            ]
+        },
+    )
 
 
 def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
+    if not authorized(ctx, AclOperation.DELETE, ResourceType.GROUP, str(request.group_id)):
+        return _response(
+            request, {"error_code": ErrorCode.group_authorization_failed, "topics": []}
+        )
     wanted = [(str(t.name), int(p.partition_index)) for t in request.topics for p in t.partitions]
-    error, results = _coordinator(ctx).delete_offsets(str(request.group_id), wanted)
+    denied = [w for w in wanted if not authorized(ctx, AclOperation.READ, ResourceType.TOPIC, w[0])]
+    error, results = _coordinator(ctx).delete_offsets(
+        str(request.group_id), [w for w in wanted if w not in denied]
+    )
+    results = [*results, *((t, p, ErrorCode.topic_authorization_failed) for t, p in denied)]
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for t, p, e in results:
         by_topic.setdefault(t, []).append({"partition_index": p, "error_code": e})

@@ -4,6 +4,10 @@ Topic resources go to the API's own ``alter_topic`` (unknown topics answered her
 resources are static (``INVALID_REQUEST``); any other type is ``INVALID_REQUEST``. Errors
 raised by ``alter_topic`` map to Kafka codes through the one table
 (:func:`~logstore.server.error_codes.error_code_for`).
+
+Authorization (with ``authorizer.class.name``): ALTER_CONFIGS on the topic
+(``TOPIC_AUTHORIZATION_FAILED``) or, for a broker, on the cluster
+(``CLUSTER_AUTHORIZATION_FAILED``), before anything else.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from logstore.server.context import RequestContext
 from logstore.server.error_codes import error_code_for
 from logstore.server.handlers._util import build
 from logstore.server.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized, authorized_cluster
 
 __all__ = ["resource_results"]
 
@@ -26,6 +32,15 @@ AlterTopic = Callable[[str, Any], tuple[ErrorCode, str | None]]
 
 
 def _one(ctx: RequestContext, res: Any, alter_topic: AlterTopic) -> tuple[ErrorCode, str | None]:
+    # Kafka: ALTER_CONFIGS on the topic / the cluster (for a broker), before anything else
+    if res.resource_type == RESOURCE_BROKER and not authorized_cluster(
+        ctx, AclOperation.ALTER_CONFIGS
+    ):
+        return ErrorCode.cluster_authorization_failed, None
+    if res.resource_type == RESOURCE_TOPIC and not authorized(
+        ctx, AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, res.resource_name
+    ):
+        return ErrorCode.topic_authorization_failed, None
     if res.resource_type == RESOURCE_BROKER:
         return ErrorCode.invalid_request, "broker configs are static"
     if res.resource_type != RESOURCE_TOPIC:

@@ -9,6 +9,9 @@ in one request: ``INVALID_REQUEST``. Internal topics (``__consumer_offsets``) ke
 count: the group coordinator maps a group to a partition by that count, so a change would
 move every group's offsets (``INVALID_REQUEST``). ``validate_only`` checks without creating.
 New partitions start empty with the topic's config (``Broker.create_partitions``).
+
+Authorization (with ``authorizer.class.name``): ALTER on the topic, else
+``TOPIC_AUTHORIZATION_FAILED``, as Kafka.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from logstore.server.context import RequestContext
 from logstore.server.error_codes import error_code_for
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 from logstore.server.handlers.metadata import INTERNAL_TOPICS
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
@@ -74,6 +79,8 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         message: str | None
         if names.count(t.name) > 1:
             error, message = ErrorCode.invalid_request, "Duplicate topic in request."
+        elif not authorized(ctx, AclOperation.ALTER, ResourceType.TOPIC, t.name):
+            error, message = ErrorCode.topic_authorization_failed, None  # Kafka: ALTER on it
         else:
             error, message = _create(ctx, t, bool(request.validate_only))
         results.append(

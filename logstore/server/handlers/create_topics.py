@@ -6,6 +6,10 @@ default ``num.partitions``), ``INVALID_REPLICATION_FACTOR`` (anything but 1 or -
 single node), ``INVALID_CONFIG`` for an unknown or bad topic config, ``INVALID_REQUEST`` for
 manual replica assignments other than this node. ``validate_only`` checks without creating.
 Configs are persisted under ``<log_dir>/topic-configs/<topic>.properties``.
+
+Authorization (with ``authorizer.class.name``): CREATE on the cluster or on the topic, else
+``TOPIC_AUTHORIZATION_FAILED``, as Kafka; the created topic's configs (v5+) only with
+DESCRIBE_CONFIGS on it, else ``topic_config_error_code`` TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from logstore.server.handlers.describe_configs import (
     topic_config_entries,
     validate_topic_configs,
 )
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized, authorized_cluster
 from logstore.storage.files import validate_topic
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
@@ -85,9 +91,24 @@ def handle(ctx: RequestContext, request: Any) -> Any:
             error, message, n = ErrorCode.invalid_request, "topic listed twice", -1
         else:
             seen.add(topic.name)
-            error, message, n = _create_one(ctx, topic, request.validate_only)
+            if not (
+                authorized_cluster(ctx, AclOperation.CREATE)
+                or authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
+            ):
+                # Kafka: CREATE on the cluster or on the topic
+                error, message, n = ErrorCode.topic_authorization_failed, None, -1
+            else:
+                error, message, n = _create_one(ctx, topic, request.validate_only)
         configs = None
-        if error == ErrorCode.none and ctx.api_version >= 5:
+        config_error = ErrorCode.none
+        if (
+            error == ErrorCode.none
+            and ctx.api_version >= 5
+            and not authorized(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name)
+        ):
+            # Kafka: the created topic's configs only with DESCRIBE_CONFIGS on it
+            config_error = ErrorCode.topic_authorization_failed
+        elif error == ErrorCode.none and ctx.api_version >= 5:
             configs = tuple(
                 build(
                     mod.CreatableTopicConfigs,
@@ -108,7 +129,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 ),
                 error_code=error,
                 error_message=message,
-                topic_config_error_code=0,
+                topic_config_error_code=config_error,
                 num_partitions=n,
                 replication_factor=1 if error == ErrorCode.none else -1,
                 configs=configs,

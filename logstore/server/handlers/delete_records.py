@@ -5,6 +5,9 @@
 The partition (``Partition.delete_records_before``) deletes whole segments below the new
 start offset and makes the producer state forget batches below it; its typed errors become
 codes through ``logstore.server.error_codes``.
+
+Authorization (with ``authorizer.class.name``): DELETE on the topic, else
+``TOPIC_AUTHORIZATION_FAILED`` for its partitions, as Kafka.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from logstore.errors import LoglakeError
 from logstore.server.context import RequestContext
 from logstore.server.error_codes import error_code_for
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
@@ -42,8 +47,12 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for t in request.topics:
         parts = []
+        allowed = authorized(ctx, AclOperation.DELETE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
-            error, low = _delete(ctx, t.name, int(p.partition_index), int(p.offset))
+            if not allowed:  # Kafka: DELETE on the topic
+                error, low = ErrorCode.topic_authorization_failed, -1
+            else:
+                error, low = _delete(ctx, t.name, int(p.partition_index), int(p.offset))
             parts.append(
                 build(
                     mod.DeleteRecordsPartitionResult,

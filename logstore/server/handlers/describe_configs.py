@@ -8,6 +8,10 @@ Topic keys are every key of Kafka 4.x's LogConfig plus loglake's
 them (KIP-569 ``config_type``); with ``include_synonyms`` a topic key lists its override, the
 broker keys set behind it (``log.roll.ms`` before ``log.roll.hours``) and the default, most
 specific first.
+
+Authorization (with ``authorizer.class.name``): DESCRIBE_CONFIGS on the topic
+(``TOPIC_AUTHORIZATION_FAILED``) or, for a broker, on the cluster
+(``CLUSTER_AUTHORIZATION_FAILED``), as Kafka.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from kio.schema.errors import ErrorCode
 from logstore.server.config import BROKER_CONFIG_DEFS
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized, authorized_cluster
 from logstore.storage.config import LogConfig, format_value
 from logstore.storage.topic_config_defs import (
     TOPIC_CONFIGS,
@@ -123,7 +129,16 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         error = ErrorCode.none
         message = None
         entries: list[ConfigEntry] = []
-        if res.resource_type == RESOURCE_TOPIC:
+        # Kafka: DESCRIBE_CONFIGS on the topic / the cluster (for a broker)
+        if res.resource_type == RESOURCE_TOPIC and not authorized(
+            ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, res.resource_name
+        ):
+            error = ErrorCode.topic_authorization_failed
+        elif res.resource_type == RESOURCE_BROKER and not authorized_cluster(
+            ctx, AclOperation.DESCRIBE_CONFIGS
+        ):
+            error = ErrorCode.cluster_authorization_failed
+        elif res.resource_type == RESOURCE_TOPIC:
             if broker.partition_count(res.resource_name) is None:
                 error = ErrorCode.unknown_topic_or_partition
                 message = f"unknown topic {res.resource_name!r}"

@@ -13,6 +13,9 @@ available to unprivileged users, times the fragment size; -1 when the call fails
 left out of the answer, as Kafka leaves it out. v0 is not served: Kafka 4.0 removed it
 (KIP-896). Read-only: sizes are read without the logs' locks, so a size may be a segment
 roll behind; Kafka's answer is equally a snapshot.
+
+Authorization (with ``authorizer.class.name``): DESCRIBE on the cluster, else
+``CLUSTER_AUTHORIZATION_FAILED`` with no results, as Kafka.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from kio.schema.errors import ErrorCode
 
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.security.acls import AclOperation
+from logstore.server.security.authorizer import authorized_cluster
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
@@ -44,6 +49,14 @@ def _volume(path: Path) -> tuple[int, int]:
 
 def handle(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
+    if not authorized_cluster(ctx, AclOperation.DESCRIBE):
+        # Kafka: DESCRIBE on the cluster; v3+ say so, older versions get nothing
+        return build(
+            mod.DescribeLogDirsResponse,
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results=(),
+        )
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {}

@@ -26,6 +26,8 @@ from kio.schema.errors import ErrorCode
 
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
 
@@ -40,7 +42,7 @@ def _ms(ms: int) -> datetime.datetime:
     return _EPOCH_0 + datetime.timedelta(milliseconds=ms)
 
 
-def _describe_one(mod: Any, coordinator: Any, transactional_id: str) -> Any:
+def _describe_one(ctx: RequestContext, mod: Any, coordinator: Any, transactional_id: str) -> Any:
     def failed(error: ErrorCode) -> Any:
         # Kafka's defaults for the fields it leaves unset.
         return build(
@@ -57,6 +59,8 @@ def _describe_one(mod: Any, coordinator: Any, transactional_id: str) -> Any:
 
     if coordinator is None:
         return failed(ErrorCode.coordinator_not_available)
+    if not authorized(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return failed(ErrorCode.transactional_id_authorization_failed)  # Kafka: DESCRIBE
     if not transactional_id:
         return failed(ErrorCode.invalid_request)
     v = coordinator.describe(transactional_id)
@@ -74,6 +78,8 @@ def _describe_one(mod: Any, coordinator: Any, transactional_id: str) -> Any:
         topics=tuple(
             build(mod.TopicData, topic=topic, partitions=partitions)
             for topic, partitions in v.partitions
+            # Kafka leaves out the topics the principal may not DESCRIBE
+            if authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
         ),
     )
 
@@ -85,6 +91,6 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         mod.DescribeTransactionsResponse,
         throttle_time=ZERO_MS,
         transaction_states=tuple(
-            _describe_one(mod, coordinator, str(t)) for t in request.transactional_ids
+            _describe_one(ctx, mod, coordinator, str(t)) for t in request.transactional_ids
         ),
     )

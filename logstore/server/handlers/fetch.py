@@ -36,9 +36,11 @@ purgatory (a :class:`Deferred`), woken by appends to any of its partitions, answ
 deadline otherwise. Fetch sessions (KIP-227) are not kept: ``session_id`` is always 0, so
 clients send full fetch requests.
 
-Each region owns a file descriptor opened by path right after ``Log.read`` and checked
-against the file size, so retention deleting the segment meanwhile cannot redirect the
-send to another file.
+Authorization (with ``authorizer.class.name``): READ on each topic, else its partitions answer
+``TOPIC_AUTHORIZATION_FAILED`` (an id of no topic stays ``UNKNOWN_TOPIC_ID``), as Kafka's
+consumer fetch; the decision is a cached dict read, fit for the inline path. Each region owns a
+file descriptor opened by path right after ``Log.read`` and checked against the file size, so
+retention deleting the segment meanwhile cannot redirect the send to another file.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ from logstore.protocol.varint import encode_unsigned_varint as _uvarint
 from logstore.server.context import Deferred, FileRegion, RawResponse, RequestContext
 from logstore.server.error_codes import error_code_for
 from logstore.server.purgatory import DelayedOperation
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized
 from logstore.storage.partition import IsolationLevel
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle", "runs_inline"]
@@ -130,6 +134,17 @@ def _read(
     )
     for t in topics:
         parts: list[_PartitionRead] = []
+        if t.name is not None and not authorized(
+            ctx, AclOperation.READ, ResourceType.TOPIC, t.name
+        ):
+            # Kafka: TOPIC_AUTHORIZATION_FAILED, existing or not (nothing leaks)
+            parts = [
+                _PartitionRead(int(p.partition), ErrorCode.topic_authorization_failed, -1, -1)
+                for p in t.partitions
+            ]
+            errors = errors or bool(parts)
+            out.append((t.key, parts))
+            continue
         for p in t.partitions:
             pid = int(p.partition)
             part = None if t.name is None else broker.partition(t.name, pid)

@@ -21,6 +21,10 @@ Kafka's answers (``KafkaApis.handleInitProducerIdRequest`` and
 
 v5 has v4's fields (KIP-890 only lets the client receive ``TRANSACTION_ABORTABLE``, which
 this broker never sends).
+
+Authorization (with ``authorizer.class.name``): WRITE on the transactional id (else
+``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``); without one, IDEMPOTENT_WRITE on the cluster or
+WRITE on any topic (Kafka 4, KIP-679; else ``CLUSTER_AUTHORIZATION_FAILED``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from kio.schema.errors import ErrorCode
 
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized, authorized_any, authorized_cluster
 from logstore.server.txn.producer_ids import next_producer_id
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
@@ -49,7 +55,17 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     pid = int(getattr(request, "producer_id", _NO_PRODUCER_ID))
     epoch = int(getattr(request, "producer_epoch", _NO_PRODUCER_EPOCH))
     new_pid, new_epoch = _NO_PRODUCER_ID, _NO_PRODUCER_EPOCH
-    if (pid == _NO_PRODUCER_ID) != (epoch == _NO_PRODUCER_EPOCH):
+    if request.transactional_id is not None and not authorized(
+        ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, str(request.transactional_id)
+    ):
+        error = ErrorCode.transactional_id_authorization_failed
+    elif request.transactional_id is None and not (
+        authorized_cluster(ctx, AclOperation.IDEMPOTENT_WRITE)
+        or authorized_any(ctx, AclOperation.WRITE, ResourceType.TOPIC)
+    ):
+        # Kafka 4 (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on any topic
+        error = ErrorCode.cluster_authorization_failed
+    elif (pid == _NO_PRODUCER_ID) != (epoch == _NO_PRODUCER_EPOCH):
         error = ErrorCode.invalid_request
     elif request.transactional_id is None:
         error, new_pid, new_epoch = ErrorCode.none, next_producer_id(), 0

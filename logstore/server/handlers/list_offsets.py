@@ -24,6 +24,8 @@ from logstore.errors import LoglakeError
 from logstore.server.context import RequestContext
 from logstore.server.error_codes import error_code_for
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized
 from logstore.storage.partition import IsolationLevel
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
@@ -77,10 +79,15 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for t in request.topics:
         parts = []
+        # Kafka: DESCRIBE on the topic, else TOPIC_AUTHORIZATION_FAILED (existing or not)
+        allowed = authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
-            error, offset, ts = _lookup(
-                ctx, t.name, int(p.partition_index), int(p.timestamp), isolation
-            )
+            if not allowed:
+                error, offset, ts = ErrorCode.topic_authorization_failed, -1, -1
+            else:
+                error, offset, ts = _lookup(
+                    ctx, t.name, int(p.partition_index), int(p.timestamp), isolation
+                )
             parts.append(
                 build(
                     mod.ListOffsetsPartitionResponse,

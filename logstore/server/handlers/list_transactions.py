@@ -14,6 +14,9 @@ Ids being expired (Dead) are never listed. ``COORDINATOR_NOT_AVAILABLE`` when th
 is not running; ``COORDINATOR_LOAD_IN_PROGRESS`` cannot arise (it loads before the listener
 opens). v2 (KIP-1152's transactional id regular expression, a Java regex) is not
 implemented, so not advertised: clients that need the pattern refuse to send it to v0-v1.
+
+Authorization (with ``authorizer.class.name``): only the transactional ids the principal may
+DESCRIBE are listed, as Kafka.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from kio.schema.errors import ErrorCode
 
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized
 from logstore.server.txn.schemas import TxnState
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
@@ -73,5 +78,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 transaction_state=state.kafka_name,
             )
             for txn_id, pid, state in listed
+            # Kafka lists only the transactional ids the principal may DESCRIBE
+            if authorized(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id)
         ),
     )

@@ -22,6 +22,11 @@ become error codes through the one table of :mod:`logstore.server.error_codes`:
   partition offline for appends (``logstore.storage.log``; logged there, once), it stays
   readable, and it takes appends again once the disk has room. Clients retry this error.
 
+Authorization (with ``authorizer.class.name``), before anything else, as Kafka: a
+transactional request needs WRITE on its transactional id (else every partition answers
+``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``), each topic WRITE (else its partitions answer
+``TOPIC_AUTHORIZATION_FAILED``, whether the topic exists or not: nothing leaks).
+
 Decided here, before the partition: ``UNKNOWN_TOPIC_OR_PARTITION`` /
 ``INVALID_TOPIC_EXCEPTION`` (also for internal topics such as ``__consumer_offsets``, which
 only the group coordinator writes).
@@ -63,6 +68,8 @@ from logstore.server.context import NO_RESPONSE, RequestContext
 from logstore.server.error_codes import error_code_for
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 from logstore.server.handlers.metadata import INTERNAL_TOPICS
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized
 from logstore.storage.files import validate_topic
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "append_records", "handle"]
@@ -145,12 +152,22 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     bad_acks = acks not in (0, 1, -1)
     mod = response_module(ctx)
     forced: ErrorCode | None = ErrorCode.invalid_required_acks if bad_acks else None
+    txn_id = getattr(request, "transactional_id", None)
+    if txn_id is not None and not authorized(
+        ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id
+    ):
+        forced = ErrorCode.transactional_id_authorization_failed
     topics = []
     for t in request.topic_data:
         parts = []
+        topic_forced = forced
+        if topic_forced is None and not authorized(
+            ctx, AclOperation.WRITE, ResourceType.TOPIC, t.name
+        ):
+            topic_forced = ErrorCode.topic_authorization_failed
         for p in t.partition_data:
-            if forced is not None:
-                r = _PartitionResult(forced)
+            if topic_forced is not None:
+                r = _PartitionResult(topic_forced)
             else:
                 r = append_records(ctx, t.name, int(p.index), p.records)
             leader = None

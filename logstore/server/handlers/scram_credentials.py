@@ -12,6 +12,10 @@ change of the request (UNKNOWN_SERVER_ERROR) and changes nothing.
 Describe: the named users (null: all) with their mechanisms and iterations, never salts or
 keys; a user without credentials is RESOURCE_NOT_FOUND, a user named twice
 DUPLICATE_RESOURCE.
+
+Authorization (with ``authorizer.class.name``): Describe needs DESCRIBE on the cluster, Alter
+ALTER on it (``CLUSTER_AUTHORIZATION_FAILED``: the whole Describe, every user of an Alter), as
+Kafka.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from kio.schema.errors import ErrorCode
 
 from logstore.server.context import RequestContext
 from logstore.server.handlers._util import ZERO_MS, build, response_module
+from logstore.server.security.acls import AclOperation
+from logstore.server.security.authorizer import authorized_cluster
 from logstore.server.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_IDS,
@@ -41,6 +47,15 @@ _IDS: Final = {name: i for i, name in MECHANISM_IDS.items()}
 
 def handle_describe(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
+    if not authorized_cluster(ctx, AclOperation.DESCRIBE):
+        # Kafka: DESCRIBE on the cluster, else the whole request fails
+        return build(
+            mod.DescribeUserScramCredentialsResponse,
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=None,
+            results=(),
+        )
     store = ctx.broker.scram_credentials
     names = None if request.users is None else [str(u.name) for u in request.users]
     found = store.describe(None if names is None else set(names))
@@ -83,16 +98,19 @@ def handle_alter(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
     store = ctx.broker.scram_credentials
     errors: dict[str, tuple[ErrorCode, str]] = {}
+    if not authorized_cluster(ctx, AclOperation.ALTER):
+        # Kafka: ALTER on the cluster, else every user of the request is refused
+        for item in (*request.deletions, *request.upsertions):
+            errors[str(item.name)] = (ErrorCode.cluster_authorization_failed, "")
+        return _alter_response(mod, request, errors)
     seen: dict[tuple[str, int], int] = {}
     for item in (*request.deletions, *request.upsertions):
         key = (str(item.name), int(item.mechanism))
         seen[key] = seen.get(key, 0) + 1
     upserts = []
     deletes = []
-    order: list[str] = []
     for item in request.deletions:
         user, mech_id = str(item.name), int(item.mechanism)
-        order.append(user)
         mech = MECHANISM_IDS.get(mech_id)
         if seen[(user, mech_id)] > 1:
             errors[user] = (ErrorCode.duplicate_resource, "user and mechanism named twice")
@@ -107,7 +125,6 @@ def handle_alter(ctx: RequestContext, request: Any) -> Any:
             deletes.append((user, mech))
     for item in request.upsertions:
         user, mech_id = str(item.name), int(item.mechanism)
-        order.append(user)
         mech = MECHANISM_IDS.get(mech_id)
         iterations = int(item.iterations)
         if seen[(user, mech_id)] > 1:
@@ -136,6 +153,11 @@ def handle_alter(ctx: RequestContext, request: Any) -> Any:
             log.error("cannot write SCRAM credentials %s: %s", store.path, exc)
             for failed in {u[0] for u in upserts} | {d[0] for d in deletes}:
                 errors[failed] = (ErrorCode.unknown_server_error, "credentials not written")
+    return _alter_response(mod, request, errors)
+
+
+def _alter_response(mod: Any, request: Any, errors: dict[str, tuple[ErrorCode, str]]) -> Any:
+    order = [str(i.name) for i in (*request.deletions, *request.upsertions)]
     results = []
     for user in dict.fromkeys(order):
         error, message = errors.get(user, (ErrorCode.none, ""))

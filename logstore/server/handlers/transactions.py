@@ -19,6 +19,11 @@ AddPartitionsToTxn naming a partition that does not exist: ``UNKNOWN_TOPIC_OR_PA
 it and ``OPERATION_NOT_ATTEMPTED`` for the others (Kafka's answer); nothing is added. An
 internal topic (which no client produces to; AddOffsetsToTxn adds ``__consumer_offsets``)
 is answered the same way with ``INVALID_TOPIC_EXCEPTION``, Produce's answer for it.
+
+Authorization (with ``authorizer.class.name``): WRITE on the transactional id for each of them
+(else ``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``); AddPartitionsToTxn WRITE on each topic,
+AddOffsetsToTxn and TxnOffsetCommit READ on the group (and TxnOffsetCommit READ on each topic):
+``TOPIC_`` / ``GROUP_AUTHORIZATION_FAILED``, as Kafka's ``KafkaApis``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from logstore.server.context import RequestContext
 from logstore.server.group.messages import CommitRequest
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 from logstore.server.handlers.metadata import INTERNAL_TOPICS
+from logstore.server.security.acls import AclOperation, ResourceType
+from logstore.server.security.authorizer import authorized
 
 __all__ = ["API_HANDLERS"]
 
@@ -45,10 +52,29 @@ def _exists(ctx: RequestContext, topic: str, partition: int) -> bool:
     return ctx.log_manager.get_log(topic, partition) is not None
 
 
+def _txn_id_ok(ctx: RequestContext, transactional_id: str) -> bool:
+    """Kafka: every transactional API needs WRITE on the transactional id."""
+    return authorized(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _group_ok(ctx: RequestContext, group_id: str) -> bool:
+    return authorized(ctx, AclOperation.READ, ResourceType.GROUP, group_id)
+
+
 def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
     wanted = [(str(t.name), int(p)) for t in request.v3_and_below_topics for p in t.partitions]
-    refused = {
+    refused: dict[tuple[str, int], ErrorCode]
+    if not _txn_id_ok(ctx, str(request.v3_and_below_transactional_id)):
+        refused = dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+    else:
+        # Kafka: WRITE on each topic, checked before existence (nothing leaks)
+        refused = {
+            tp: ErrorCode.topic_authorization_failed
+            for tp in wanted
+            if not authorized(ctx, AclOperation.WRITE, ResourceType.TOPIC, tp[0])
+        }
+    refused = refused or {
         tp: ErrorCode.invalid_topic_exception
         if tp[0] in INTERNAL_TOPICS
         else ErrorCode.unknown_topic_or_partition
@@ -88,12 +114,17 @@ def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
 
 
 def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
-    error = ctx.broker.txn_coordinator.add_offsets(
-        str(request.transactional_id),
-        int(request.producer_id),
-        int(request.producer_epoch),
-        str(request.group_id),
-    )
+    if not _txn_id_ok(ctx, str(request.transactional_id)):
+        error = ErrorCode.transactional_id_authorization_failed
+    elif not _group_ok(ctx, str(request.group_id)):
+        error = ErrorCode.group_authorization_failed
+    else:
+        error = ctx.broker.txn_coordinator.add_offsets(
+            str(request.transactional_id),
+            int(request.producer_id),
+            int(request.producer_epoch),
+            str(request.group_id),
+        )
     return build(
         response_module(ctx).AddOffsetsToTxnResponse,
         throttle_time=ZERO_MS,
@@ -102,12 +133,15 @@ def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
 
 
 def end_txn(ctx: RequestContext, request: Any) -> Any:
-    error = ctx.broker.txn_coordinator.end_txn(
-        str(request.transactional_id),
-        int(request.producer_id),
-        int(request.producer_epoch),
-        commit=bool(request.committed),
-    )
+    if not _txn_id_ok(ctx, str(request.transactional_id)):
+        error = ErrorCode.transactional_id_authorization_failed
+    else:
+        error = ctx.broker.txn_coordinator.end_txn(
+            str(request.transactional_id),
+            int(request.producer_id),
+            int(request.producer_epoch),
+            commit=bool(request.committed),
+        )
     return build(
         response_module(ctx).EndTxnResponse,
         throttle_time=ZERO_MS,
@@ -118,18 +152,26 @@ def end_txn(ctx: RequestContext, request: Any) -> Any:
 def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(ctx)
     group_id = str(request.group_id)
-    error = ctx.broker.txn_coordinator.check_offset_commit(
-        str(request.transactional_id),
-        int(request.producer_id),
-        int(request.producer_epoch),
-        group_id,
-    )
+    if not _txn_id_ok(ctx, str(request.transactional_id)):
+        error = ErrorCode.transactional_id_authorization_failed
+    elif not _group_ok(ctx, group_id):
+        error = ErrorCode.group_authorization_failed
+    else:
+        error = ctx.broker.txn_coordinator.check_offset_commit(
+            str(request.transactional_id),
+            int(request.producer_id),
+            int(request.producer_epoch),
+            group_id,
+        )
     slots: list[tuple[int, int, ErrorCode | None]] = []  # (topic index, partition, error)
     commits: list[CommitRequest] = []
     for ti, t in enumerate(request.topics):
+        topic_ok = authorized(ctx, AclOperation.READ, ResourceType.TOPIC, str(t.name))
         for p in t.partitions:
             if error is not ErrorCode.none:
                 slots.append((ti, int(p.partition_index), error))
+            elif not topic_ok:
+                slots.append((ti, int(p.partition_index), ErrorCode.topic_authorization_failed))
             elif not _exists(ctx, str(t.name), int(p.partition_index)):
                 slots.append((ti, int(p.partition_index), ErrorCode.unknown_topic_or_partition))
             else:

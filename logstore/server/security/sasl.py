@@ -42,6 +42,7 @@ __all__ = [
     "SaslListener",
     "SaslSession",
     "SaslSessions",
+    "parse_jaas",
     "parse_plain_users",
     "plain_authenticate",
     "sasl_settings",
@@ -57,6 +58,29 @@ class SaslConfigError(LoglakeError):
     """A SASL key of a listener is missing or malformed."""
 
 
+def parse_jaas(text: str, *, key: str) -> tuple[str, dict[str, str]]:
+    """One JAAS entry in Kafka's syntax, ``<LoginModule class> required k="v" ...;``: the
+    module's class name and its options (quotes and backslash escapes removed). Brokers read
+    PLAIN's users from it, clients (:mod:`logstore.tools.client_config`) their login."""
+    head = _JAAS_HEAD.match(text)
+    if head is None:
+        raise SaslConfigError(f"{key}: expected '<LoginModule class> required name=\"value\" ...;'")
+    body = text[head.end() :].strip()
+    if not body.endswith(";"):
+        raise SaslConfigError(f"{key}: the JAAS entry must end with ';'")
+    body = body[:-1]
+    options: dict[str, str] = {}
+    pos = 0
+    for m in _JAAS_OPTION.finditer(body):
+        if body[pos : m.start()].strip():
+            raise SaslConfigError(f"{key}: cannot parse {body[pos : m.start()].strip()!r}")
+        pos = m.end()
+        options[m.group(1)] = re.sub(r"\\(.)", r"\1", m.group(2))
+    if body[pos:].strip():
+        raise SaslConfigError(f"{key}: cannot parse {body[pos:].strip()!r}")
+    return head.group(1), options
+
+
 def parse_plain_users(text: str, *, key: str) -> dict[str, str]:
     """``user_<name>="<password>"`` options of a PlainLoginModule JAAS entry."""
     head = _JAAS_HEAD.match(text)
@@ -64,22 +88,12 @@ def parse_plain_users(text: str, *, key: str) -> dict[str, str]:
         raise SaslConfigError(
             f"{key}: expected '{PLAIN_MODULE} required user_<name>=\"<password>\" ...;'"
         )
-    body = text[head.end() :].strip()
-    if not body.endswith(";"):
-        raise SaslConfigError(f"{key}: the JAAS entry must end with ';'")
-    body = body[:-1]
-    users: dict[str, str] = {}
-    pos = 0
-    for m in _JAAS_OPTION.finditer(body):
-        if body[pos : m.start()].strip():
-            raise SaslConfigError(f"{key}: cannot parse {body[pos : m.start()].strip()!r}")
-        pos = m.end()
-        name, value = m.group(1), re.sub(r"\\(.)", r"\1", m.group(2))
-        if name.startswith("user_") and len(name) > 5:
-            users[name[5:]] = value
-    if body[pos:].strip():
-        raise SaslConfigError(f"{key}: cannot parse {body[pos:].strip()!r}")
-    return users
+    _module, options = parse_jaas(text, key=key)
+    return {
+        name[5:]: value
+        for name, value in options.items()
+        if name.startswith("user_") and len(name) > 5
+    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,6 +22,11 @@ p=<proof>`` -> server-final ``v=<server signature>``. An unknown user, a nonce t
 the one sent, a channel binding that is not the client-first header, or a proof that does
 not verify raises :class:`ScramAuthError` (the caller answers SASL_AUTHENTICATION_FAILED and
 closes). Thread-safety: the store locks its map; an exchange belongs to one connection.
+
+Client (:class:`ScramClient`): the other side of the same exchange, for loglake's own clients
+(``logstore.tools.connection``), on the same primitives (one implementation of the maths); it
+refuses fewer than :data:`MIN_ITERATIONS` iterations and a server signature that does not
+verify, as Kafka's ScramSaslClient does.
 """
 
 from __future__ import annotations
@@ -45,11 +50,14 @@ __all__ = [
     "MECHANISM_IDS",
     "MIN_ITERATIONS",
     "ScramAuthError",
+    "ScramClient",
     "ScramCredential",
     "ScramCredentials",
     "ScramExchange",
     "ScramStoreError",
+    "credential_from_salted",
     "salted_password",
+    "verify_password",
 ]
 
 # KIP-554's mechanism ids on the wire.
@@ -251,3 +259,59 @@ class ScramExchange:
             raise ScramAuthError("bad proof")
         server_sig = _hmac(self.mechanism, cred.server_key, auth)
         return b"v=" + base64.b64encode(server_sig)
+
+
+class ScramClient:
+    """The client side of one SCRAM exchange: :meth:`first`, :meth:`final`, :meth:`verify`."""
+
+    def __init__(self, mechanism: str, user: str, password: str, *, nonce: str | None = None):
+        if mechanism not in _HASH:
+            raise ScramAuthError(f"unknown SCRAM mechanism {mechanism!r}")
+        self.mechanism = mechanism
+        self._password = password
+        self._cnonce = nonce or secrets.token_urlsafe(24)
+        name = user.replace("=", "=3D").replace(",", "=2C")
+        self._first_bare = f"n={name},r={self._cnonce}"
+        self._server_signature = b""
+
+    def first(self) -> bytes:
+        return f"n,,{self._first_bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        try:
+            text = server_first.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScramAuthError("server-first message is not UTF-8") from None
+        attrs = _attrs(text)
+        nonce, salt_b64, iters = attrs.get("r", ""), attrs.get("s", ""), attrs.get("i", "")
+        if not nonce.startswith(self._cnonce) or len(nonce) == len(self._cnonce):
+            raise ScramAuthError("the server's nonce does not extend the client's")
+        if not iters.isdigit() or int(iters) < MIN_ITERATIONS:
+            raise ScramAuthError(f"iterations {iters!r}: at least {MIN_ITERATIONS} expected")
+        try:
+            salt = base64.b64decode(salt_b64, validate=True)
+        except ValueError:
+            raise ScramAuthError("the salt is not base64") from None
+        salted = salted_password(self.mechanism, self._password, salt, int(iters))
+        cred = credential_from_salted(self.mechanism, salted, salt, int(iters))
+        head = f"c={base64.b64encode(b'n,,').decode()},r={nonce}"
+        auth = f"{self._first_bare},{text},{head}".encode()
+        client_key = _hmac(self.mechanism, salted, b"Client Key")
+        signature = _hmac(self.mechanism, cred.stored_key, auth)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        self._server_signature = _hmac(self.mechanism, cred.server_key, auth)
+        return f"{head},p={base64.b64encode(proof).decode()}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        """Check the server's signature (it proves the server holds the credential)."""
+        want = b"v=" + base64.b64encode(self._server_signature)
+        if not self._server_signature or not hmac.compare_digest(server_final, want):
+            raise ScramAuthError("the server's signature does not verify")
+
+
+def verify_password(mechanism: str, password: str, cred: ScramCredential) -> bool:
+    """Whether ``password`` is the one ``cred`` was made from (recomputed with its salt and
+    iterations; constant-time compare). For HTTP basic auth against SCRAM users."""
+    salted = salted_password(mechanism, password, cred.salt, cred.iterations)
+    mine = credential_from_salted(mechanism, salted, cred.salt, cred.iterations)
+    return hmac.compare_digest(mine.stored_key, cred.stored_key)

@@ -35,7 +35,14 @@ from typing import Final, Literal
 from logstore.errors import LoglakeError
 from logstore.server.security.principal import MappingRule, PrincipalError, parse_mapping_rules
 
-__all__ = ["SSL_KEYS", "TlsConfigError", "TlsSettings", "build_server_context", "tls_settings"]
+__all__ = [
+    "SSL_KEYS",
+    "TlsConfigError",
+    "TlsSettings",
+    "build_server_context",
+    "load_key_and_chain",
+    "tls_settings",
+]
 
 ClientAuth = Literal["none", "requested", "required"]
 
@@ -192,29 +199,23 @@ def tls_settings(props: Mapping[str, str], listener: str) -> TlsSettings:
 
 
 def build_server_context(settings: TlsSettings) -> ssl.SSLContext:
-    """A server-side context for ``settings``; :class:`TlsConfigError` if OpenSSL refuses.
-
-    The key and chain are PEM text; ``load_cert_chain`` only takes a path, so they go
-    through a private (0600) temporary file removed at once.
-    """
+    """A server-side context for ``settings``; :class:`TlsConfigError` if OpenSSL refuses."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     versions = sorted(_PROTOCOLS[p] for p in settings.protocols)
     ctx.minimum_version = versions[0]
     ctx.maximum_version = versions[-1]
-    fd, path = tempfile.mkstemp(prefix="loglake-tls-", suffix=".pem")
     try:
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(settings.key_pem)
-            if settings.chain_pem is not settings.key_pem:
-                fh.write("\n" + settings.chain_pem)
-        ctx.load_cert_chain(path, password=settings.key_password)
+        load_key_and_chain(
+            ctx,
+            key_pem=settings.key_pem,
+            chain_pem=settings.chain_pem,
+            password=settings.key_password,
+        )
     except (ssl.SSLError, OSError, ValueError) as exc:
         raise TlsConfigError(
             f"listener {settings.listener}: the keystore's key and certificate chain do not"
             f" load: {exc}"
         ) from exc
-    finally:
-        os.unlink(path)
     if settings.trust_pem is not None:
         try:
             ctx.load_verify_locations(cadata=settings.trust_pem)
@@ -228,3 +229,20 @@ def build_server_context(settings: TlsSettings) -> ssl.SSLContext:
         "required": ssl.CERT_REQUIRED,
     }[settings.client_auth]
     return ctx
+
+
+def load_key_and_chain(
+    ctx: ssl.SSLContext, *, key_pem: str, chain_pem: str, password: str | None
+) -> None:
+    """Load a PEM private key and certificate chain (the same text when one file holds both)
+    into ``ctx``; OpenSSL's errors propagate. ``load_cert_chain`` only takes a path, so the PEM
+    goes through a private (0600) temporary file removed at once."""
+    fd, path = tempfile.mkstemp(prefix="loglake-tls-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(key_pem)
+            if chain_pem is not key_pem:
+                fh.write("\n" + chain_pem)
+        ctx.load_cert_chain(path, password=password)
+    finally:
+        os.unlink(path)

@@ -4,7 +4,10 @@
 // Usage: node produce_consume.mjs <spec.json>
 //   spec: {"client": "platformatic" | "kafkajs", "bootstrap": "127.0.0.1:9092",
 //          "topic": "t", "partition": 0, "expect": 20,
-//          "producers": [[{"key": hex|null, "value": hex, "headers": [[name, hex]]}, ...], ...]}
+//          "producers": [[{"key": hex|null, "value": hex, "headers": [[name, hex]]}, ...], ...],
+//          "security": {"ca": path, "cert": path, "key": path,           (optional, kafkajs:
+//                       "sasl": {"mechanism": "plain" | "scram-sha-512",  TLS, mTLS, SASL)
+//                                "username": u, "password": p}}}
 // Prints one JSON line: {"acked": [[first offset of each send, count], ...],
 //                        "consumed": [{"offset", "key", "value", "headers"}, ...],
 //                        "fetchVersion": <the Fetch version the consumer used, or null>}
@@ -85,9 +88,25 @@ async function platformatic () {
   return { acked, consumed, fetchVersion }
 }
 
+// kafkajs's ssl and sasl options from spec.security (TLS with the test CA, a client
+// certificate for mTLS, a SASL login); none: plaintext.
+function kafkajsSecurity () {
+  const sec = spec.security
+  if (!sec) return {}
+  const out = {
+    ssl: {
+      ca: [readFileSync(sec.ca, 'utf8')],
+      ...(sec.cert ? { cert: readFileSync(sec.cert, 'utf8'), key: readFileSync(sec.key, 'utf8') } : {}),
+      rejectUnauthorized: true
+    }
+  }
+  if (sec.sasl) out.sasl = sec.sasl
+  return out
+}
+
 async function kafkajs () {
   const { Kafka, logLevel } = await import('kafkajs')
-  const kafka = new Kafka({ clientId: 'loglake-kafkajs', brokers: [spec.bootstrap], logLevel: logLevel.ERROR })
+  const kafka = new Kafka({ clientId: 'loglake-kafkajs', brokers: [spec.bootstrap], logLevel: logLevel.ERROR, ...kafkajsSecurity() })
   const acked = []
   for (const records of spec.producers) {
     const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false })

@@ -90,6 +90,7 @@ EXPECTED = {
         ("lookups", "build_lookups.py", [], {}, False,
          ["loglake_offset_lookup", "loglake_time_lookup"]),
         ("compact", "compact.py", [], {"full": "--full"}, False, ["loglake_topics"]),
+        ("decode", "decode.py", [], {}, False, ["loglake_tables"]),
         ("quality", "quality.py", ["--run-id", "{{ run_id }}"], {}, False, []),
     ],
     "loglake_maintenance": [
@@ -346,7 +347,7 @@ def test_a_transient_exit_is_retried_and_settings_are_read_when_the_task_runs(
     Variable, the ``loglake_broker`` connection gives ingest its ``--bootstrap-server``."""
     root = tmp_path / "checkout"
     (root / "jobs").mkdir(parents=True)
-    for job in ("ingest", "build_lookups", "compact", "quality"):
+    for job in ("ingest", "build_lookups", "compact", "decode", "quality"):
         (root / "jobs" / f"{job}.py").write_text(_FAKE_JOB)
     (root / "conf").mkdir()
     shutil.copy(ROOT / "conf" / "spark-defaults.conf", root / "conf")
@@ -360,7 +361,8 @@ def test_a_transient_exit_is_retried_and_settings_are_read_when_the_task_runs(
     )  # fmt: skip
     assert code != 0
     assert states == {"ingest": "success", "lookups": "success", "compact": "failed",
-                      "quality": "upstream_failed"}, (states, output[-3000:])  # fmt: skip
+                      "decode": "upstream_failed", "quality": "upstream_failed"}, (
+        states, output[-3000:])  # fmt: skip
     assert tries["compact"] == 3, tries
     calls = [json.loads(line) for line in (root / "calls.jsonl").read_text().splitlines()]
     assert calls == [

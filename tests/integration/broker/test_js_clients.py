@@ -6,6 +6,11 @@ ids (Fetch v13+, KIP-516). Each test runs one node process
 (``tests/clients/js/produce_consume.mjs``): two idempotent producers, one after the other,
 then a consumer from the earliest offset. The clients are pinned in
 ``tests/clients/js/package-lock.json`` and installed by ``tools/bootstrap.sh`` (``npm ci``).
+
+kafkajs also runs against the security listeners (issue 23's client matrix): SCRAM-SHA-512
+over TLS (the user made with confluent-kafka's AdminClient, KIP-554), PLAIN over TLS (a user
+of the listener's JAAS config) and mTLS (the client certificate from the test CA), each
+producing and consuming byte for byte; a wrong password is refused.
 """
 
 from __future__ import annotations
@@ -19,8 +24,12 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
+from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism
+from confluent_kafka.admin import UserScramCredentialUpsertion as Upsert
 
 from logstore.protocol.batch import iter_batches
+from tests.fixtures.broker import BrokerProcess
+from tests.fixtures.tls import make_pki, secure_listeners
 from tests.integration.broker.clients import new_topic, read_log
 
 pytestmark = pytest.mark.integration
@@ -49,7 +58,15 @@ def _records(rng: random.Random, n: int, tag: str, *, null_headers: bool) -> lis
     return out
 
 
-def _run(client: str, bootstrap: str, topic: str, producers: list[list[dict[str, Any]]], tmp: Path):
+def _run(
+    client: str,
+    bootstrap: str,
+    topic: str,
+    producers: list[list[dict[str, Any]]],
+    tmp: Path,
+    *,
+    security: dict[str, Any] | None = None,
+):
     node = shutil.which("node")
     assert node is not None, "node (20+) is required for the JavaScript client tests"
     assert (JS_DIR / "node_modules" / "@platformatic" / "kafka").is_dir(), (
@@ -67,6 +84,7 @@ def _run(client: str, bootstrap: str, topic: str, producers: list[list[dict[str,
                 "expect": expect,
                 "timeoutMs": 60_000,
                 "producers": producers,
+                "security": security,
             }
         )
     )
@@ -135,3 +153,65 @@ def test_kafkajs_idempotent_producers_and_consumer(broker, tmp_path):
     producers = [_records(rng, 10, tag, null_headers=False) for tag in ("a", "b")]
     out = _run("kafkajs", broker.bootstrap, topic, producers, tmp_path)
     _check(out, producers, broker, topic)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def secure_broker(tmp_path_factory, pki):
+    """A broker with SASL_SSL (PLAIN, SCRAM-SHA-512) and SSL (mTLS: client certificates
+    required) listeners beside PLAINTEXT; user ``alice`` has a SCRAM-SHA-512 credential."""
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("js-secure"),
+        extra_listeners=("SASL_SSL", "SSL"),
+        **secure_listeners(pki, plain_users={"carol": "carol-secret"}),
+    )
+    b.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+        for fut in admin.alter_user_scram_credentials(
+            [Upsert("alice", info, b"alice-secret")]
+        ).values():
+            fut.result(30)
+        yield b
+    finally:
+        assert b.stop() == 0, b.log_tail()
+
+
+@pytest.mark.parametrize("how", ["scram-sha-512", "plain", "mtls"])
+def test_kafkajs_over_tls_with_sasl_and_mtls(secure_broker, pki, tmp_path, how):
+    b = secure_broker
+    security: dict[str, Any] = {"ca": str(pki.ca)}
+    if how == "mtls":
+        listener = "SSL"
+        security |= {"cert": str(pki.client_cert), "key": str(pki.client_key)}
+    else:
+        listener = "SASL_SSL"
+        user, password = ("alice", "alice-secret") if how != "plain" else ("carol", "carol-secret")
+        security["sasl"] = {"mechanism": how, "username": user, "password": password}
+    topic = new_topic(b.bootstrap, partitions=1, prefix=f"js-{how}")
+    rng = random.Random(f"js-{how}")
+    producers = [_records(rng, 10, tag, null_headers=False) for tag in ("a", "b")]
+    out = _run(
+        "kafkajs", f"127.0.0.1:{b.ports[listener]}", topic, producers, tmp_path, security=security
+    )
+    _check(out, producers, b, topic)
+
+
+def test_kafkajs_wrong_password_is_refused(secure_broker, pki, tmp_path):
+    b = secure_broker
+    topic = new_topic(b.bootstrap, partitions=1, prefix="js-bad")
+    security = {
+        "ca": str(pki.ca),
+        "sasl": {"mechanism": "scram-sha-512", "username": "alice", "password": "wrong"},
+    }
+    with pytest.raises(AssertionError, match="node exited 1") as info:
+        _run(
+            "kafkajs", f"127.0.0.1:{b.ports['SASL_SSL']}", topic, [[]], tmp_path, security=security
+        )
+    assert "KafkaJSSASLAuthenticationError" in str(info.value)
+    assert _log_end(b.bootstrap, topic) == 0

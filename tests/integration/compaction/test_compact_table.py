@@ -296,7 +296,7 @@ def test_incremental_runs_mark_replaced_rows_with_deletion_vectors(
 
 
 def test_an_incremental_run_reads_only_files_with_new_offsets(tmp_path: Path) -> None:
-    from pipelines.compaction.table import _record_files
+    from pipelines.compaction.snapshot import record_files
 
     append_records(tmp_path, "t", [Rec(0, o, 1, b"k", b"v") for o in range(5)], {0: 5})
     append_records(tmp_path, "t", [Rec(1, o, 1, b"k", b"v") for o in range(3)], {0: 5, 1: 3})
@@ -309,10 +309,10 @@ def test_an_incremental_run_reads_only_files_with_new_offsets(tmp_path: Path) ->
         got = pa.concat_tables([pa.parquet.read_table(f) for f in files]).to_pylist()
         return sorted({(r["partition"], r["offset"]) for r in got})
 
-    everything = _record_files(records, dt, "t", {0: (0, 9), 1: (0, 3)})
+    everything = record_files(records, dt, "t", {0: (0, 9), 1: (0, 3)})
     assert len(everything) == 3
-    assert rows(_record_files(records, dt, "t", {0: (5, 9)})) == [(0, o) for o in range(5, 9)]
-    assert _record_files(records, dt, "t", {}) == []
+    assert rows(record_files(records, dt, "t", {0: (5, 9)})) == [(0, o) for o in range(5, 9)]
+    assert record_files(records, dt, "t", {}) == []
 
 
 def test_job_help_and_bad_config(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable, QueryBuilder
@@ -161,16 +161,16 @@ def config_of(lake: Path) -> CompactConfig:  # the settings of _workload's pipel
 _HOLDER = """
 import json, sys, time
 from pathlib import Path
-from pipelines.compaction import table
+from pipelines.compaction import runs
 path = sys.argv[1]
-write_id = table._take_ownership(path)
+write_id = runs.take_ownership(path)
 data = Path(path, "bucket=0", f"part-00000-{write_id}-0-c000.snappy.parquet")
 data.parent.mkdir(parents=True, exist_ok=True)
 data.write_bytes(b"in flight")
 dv = Path(path, "dv", "deletion_vector_00000000-0000-0000-0000-%012d.bin" % int(sys.argv[2]))
 dv.parent.mkdir(parents=True, exist_ok=True)
 dv.write_bytes(b"in flight")
-with open(table._owner_path(path, write_id), "a") as fh:
+with open(runs.owner_path(path, write_id), "a") as fh:
     fh.write(f"dv {dv.name}\\n")
 print(json.dumps([write_id, str(data), str(dv)]), flush=True)
 time.sleep(600)
@@ -244,21 +244,21 @@ def test_two_runs_at_once_the_later_commit_fails_cleanly(
     reach their commit having read the same snapshot (a barrier at the before_commit
     failpoint); one commits, the other fails with ConcurrentWriteError, removing its own
     files, not the winner's; the table equals the model and holds no leftover."""
-    from pipelines.compaction import table as table_mod
+    from pipelines.compaction import commit as commit_mod
     from pipelines.delta.errors import ConcurrentWriteError
 
     recs, _conf = _workload(tmp_path, spark)
     path, tombs = table_path(tmp_path, "t"), tombstones_path(tmp_path, "t")
     barrier = threading.Barrier(2, timeout=120)
-    failpoint = table_mod._failpoint
+    failpoint = commit_mod.failpoint
 
-    def meet(name: str) -> None:
+    def meet(name: str, **kwargs: Any) -> None:
         if name == "compact.before_commit":
             barrier.wait()  # both runs hold their marker and their files now
             assert len(list((Path(path) / STAGING).glob("*.owner"))) == 2
-        failpoint(name)
+        failpoint(name, **kwargs)
 
-    monkeypatch.setattr(table_mod, "_failpoint", meet)
+    monkeypatch.setattr(commit_mod, "failpoint", meet)
     outcomes: list[object] = []
 
     def run() -> None:

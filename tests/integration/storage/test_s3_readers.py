@@ -19,12 +19,9 @@ from pyspark.sql import SparkSession
 from logstore.cli import main
 from logstore.objectstore import LakeLocation, StorageSettings
 from pipelines.catalog import find_tables
-from pipelines.compaction.deltalog import (
-    FileRef,
-    commit_actions,
-    live_adds,
-    write_deletion_vectors,
-)
+from pipelines.delta.actions import FileRef, commit_actions
+from pipelines.delta.deletion_vectors import write_deletion_vectors
+from pipelines.delta.log import DeltaLog
 from pipelines.delta.source import STORAGE_OPTION_PREFIX
 from pipelines.delta.sql import query_delta, read_delta, register_lake_views
 from tests.fixtures.s3 import S3Bucket
@@ -60,7 +57,7 @@ def _dv_table(local: Path, s3: S3Bucket, key: str) -> np.ndarray:
         pa.table({"offset": np.arange(N, dtype=np.int64)}),
         configuration={"delta.enableDeletionVectors": "true"},
     )
-    (add,) = live_adds(local, 0)
+    (add,) = DeltaLog(local).live_adds(0)
     deleted = np.arange(0, N, 7)
     _, (descriptor,) = write_deletion_vectors(local / "dv", [deleted])
     ref = FileRef(add["path"], add["size"], add["partitionValues"], add.get("stats"))

@@ -21,7 +21,7 @@ from pipelines.config import (
 from tests.fixtures.jobs import load_job
 
 ROOT = Path(__file__).resolve().parents[3]
-JOBS = ["ingest", "build_lookups", "compact", "quality", "retention", "maintain"]
+JOBS = ["ingest", "build_lookups", "compact", "quality", "retention", "maintain", "decode"]
 # The jobs that take topic names ([ingest] topics, [compact] topics, --topic).
 TOPIC_JOBS = ["ingest", "build_lookups", "compact", "quality", "retention"]
 

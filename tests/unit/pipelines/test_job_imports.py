@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-JOBS = ["ingest", "build_lookups", "compact", "quality", "retention", "maintain"]
+JOBS = ["ingest", "build_lookups", "compact", "quality", "retention", "maintain", "decode"]
 HEAVY = ["pyspark", "deltalake", "great_expectations", "numba", "pandas", "polars"]
 
 # Runs the script at argv[1] as __main__ with the rest as its arguments, then prints the exit

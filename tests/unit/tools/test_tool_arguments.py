@@ -87,6 +87,7 @@ def test_bootstrap_server_anywhere_on_the_line() -> None:
         ["topics", "list", "--bootstrap-server", "h:1"],
         ["topics", "alter", "t", "--partitions", "2", "--bootstrap-server", "h:1"],
         ["configs", "--describe", "--topic", "t", "--bootstrap-server", "h:1"],
+        ["acls", "--list", "--bootstrap-server", "h:1"],
         ["get-offsets", "--bootstrap-server=h:1"],
         ["delete-records", "--offset-json-file", "f", "--bootstrap-server", "h:1"],
     ):
@@ -115,6 +116,7 @@ def test_version_and_unreachable_broker() -> None:
         ("--bootstrap-server", "127.0.0.1:1", "groups", "--list"),
         ("configs", "--describe", "--topic", "t", "--bootstrap-server", "127.0.0.1:1"),
         ("get-offsets", "--bootstrap-server", "127.0.0.1:1"),
+        ("acls", "--list", "--bootstrap-server", "127.0.0.1:1"),
     ):
         out = loglake(*args)
         assert out.returncode == 2 and "cannot connect to 127.0.0.1:1" in out.stderr, args
@@ -126,3 +128,9 @@ def test_version_and_unreachable_broker() -> None:
     assert out.returncode == 2 and "go with --reset-offsets" in out.stderr
     out = loglake("configs", "--alter", "--topic", "t", "--bootstrap-server", "127.0.0.1:1")
     assert out.returncode == 2 and "--alter needs --add-config" in out.stderr
+    out = loglake("acls", "--add", "--topic", "t", "--bootstrap-server", "127.0.0.1:1")
+    assert out.returncode == 2 and "--add needs --allow-principal" in out.stderr
+    out = loglake("acls", "--add", "--allow-principal", "alice", "--topic", "t")
+    assert out.returncode == 2 and "expected Type:name" in out.stderr
+    out = loglake("acls", "--list", "--resource-pattern-type", "glob", "--bootstrap-server", "x:1")
+    assert out.returncode == 2 and "expected one of any, literal, match, prefixed" in out.stderr

@@ -1,4 +1,4 @@
-"""One bucket's incremental merge (``table._merge_bucket``, in this process, no Spark) against
+"""One bucket's incremental merge (``merge.merge_bucket``, in this process, no Spark) against
 the reference model, over many random batches: the live rows, the tombstone rows, and the
 change feed (insert / update pre+post / delete) after every batch.
 
@@ -23,14 +23,13 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipelines.compaction.merge import TaskPlan, merge_bucket
 from pipelines.compaction.model import Rec, Strategy, latest, parse_strategy
 from pipelines.compaction.table import (
     BUCKET,
     CHANGE_TYPE,
     SRC,
     TABLE_SCHEMA,
-    _merge_bucket,
-    _TaskPlan,
 )
 from pipelines.delta.files import PartitionedFileWriter
 from pipelines.sources import RECORDS_ARROW_SCHEMA
@@ -73,7 +72,7 @@ class _Bucket:
         self.deleted: dict[str, np.ndarray] = {}  # a main file's deletion vector
 
     def merge(self, recs: list[Rec]) -> tuple[dict, list[dict]]:
-        plan = _TaskPlan(
+        plan = TaskPlan(
             root=self.root,
             tomb_root=self.tomb_root,
             write_id=uuid.uuid4().hex,
@@ -98,7 +97,7 @@ class _Bucket:
         if self.tomb_root is not None:
             roots["tomb"] = self.tomb_root
         writers = {k: PartitionedFileWriter(r, **common) for k, r in roots.items()}
-        report = _merge_bucket(0, _rows(recs), plan, writers)
+        report = merge_bucket(0, _rows(recs), plan, writers)
         files = {k: [os.path.join(roots[k], unquote(f.path)) for f in w.close()]
                  for k, w in writers.items()}  # fmt: skip
         if "dv" in report:

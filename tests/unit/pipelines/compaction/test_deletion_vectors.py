@@ -1,5 +1,6 @@
-"""Deletion vectors written by ``deltalog`` read back by delta-rs (its own Roaring reader) and
-polars: the rows each reader returns are exactly the file's rows minus the deleted ones."""
+"""Deletion vectors written by ``pipelines.delta.deletion_vectors`` read back by delta-rs (its
+own Roaring reader) and polars: the rows each reader returns are exactly the file's rows minus
+the deleted ones."""
 
 from __future__ import annotations
 
@@ -14,13 +15,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
-from pipelines.compaction.deltalog import (
-    FileRef,
-    commit_actions,
-    live_adds,
-    serialize_deletion_vector,
-    write_deletion_vectors,
-)
+from pipelines.delta.actions import FileRef, commit_actions
+from pipelines.delta.deletion_vectors import serialize_deletion_vector, write_deletion_vectors
+from pipelines.delta.log import DeltaLog
 
 N = 200_000
 
@@ -35,7 +32,7 @@ def _table(root: Path, files: int) -> list[FileRef]:
             mode="append",
             configuration={"delta.enableDeletionVectors": "true"} if i == 0 else None,
         )
-    adds = live_adds(root, DeltaTable(root).version())
+    adds = DeltaLog(root).live_adds(DeltaTable(root).version())
     return [
         FileRef(a["path"], a["size"], a["partitionValues"], a.get("stats"))
         for a in sorted(adds, key=lambda a: json.loads(a["stats"])["minValues"]["k"])
@@ -74,7 +71,7 @@ def test_deletion_vectors_are_read_by_delta_rs_and_polars(
     assert np.array_equal(np.sort(got.column("k").to_numpy()), keep)
     assert np.array_equal(np.sort(pl.read_delta(str(root))["k"].to_numpy()), keep)
     # the log replay gives each file once, with its vector
-    adds = live_adds(root, version)
+    adds = DeltaLog(root).live_adds(version)
     assert sorted(a["deletionVector"]["cardinality"] for a in adds) == sorted(
         len(np.unique(d)) for d in deleted
     )

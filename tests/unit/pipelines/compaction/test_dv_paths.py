@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.compaction.deltalog import DV_PREFIX, _z85, dv_relative_path, z85_decode
+from pipelines.delta.deletion_vectors import DV_PREFIX, dv_relative_path, z85_decode
+from pipelines.delta.deletion_vectors import z85_encode as _z85
 
 
 @given(st.binary(min_size=0, max_size=64).map(lambda b: b[: len(b) - len(b) % 4]))

@@ -1,4 +1,4 @@
-"""Stage 1 of the table merge (``table._stage_inputs``, in this process, no Spark) against the
+"""Stage 1 of the table merge (``stage._stage_inputs``, in this process, no Spark) against the
 reference model: several ``records`` files, offset ranges, null keys, tombstones, keys on both
 sides of the hash table's 15 bytes, every strategy; and, for ``--full``, table files (with a
 deletion vector) that go through unchanged.
@@ -25,10 +25,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.compaction import table
+from pipelines.compaction import stage
 from pipelines.compaction._hash import buckets_of
 from pipelines.compaction.model import Rec, Strategy, latest, parse_strategy
-from pipelines.compaction.table import BUCKET, SRC, TABLE_SCHEMA, VERSION, _StageInput
+from pipelines.compaction.stage import StageInput
+from pipelines.compaction.table import BUCKET, SRC, TABLE_SCHEMA, VERSION
 from pipelines.sources import RECORDS_ARROW_SCHEMA
 
 _HEADERS = RECORDS_ARROW_SCHEMA.field("headers").type
@@ -111,7 +112,7 @@ def _staged(folder: str, lines: list[str], buckets: int) -> list[dict[str, Any]]
         assert os.path.dirname(os.path.dirname(item["path"])) == folder
         with pa.memory_map(item["path"]) as source:
             rows = pa.ipc.open_file(source).read_all()
-        assert rows.schema == table._STAGED_SCHEMA
+        assert rows.schema == stage._STAGED_SCHEMA
         assert rows.num_rows == item["rows"] > 0
         assert set(rows.column(BUCKET).to_pylist()) == {item["bucket"]}
         assert buckets_of(rows.column("key"), buckets).tolist() == [item["bucket"]] * len(rows)
@@ -158,7 +159,7 @@ def test_stage_one_stages_the_models_winners(  # noqa: PLR0917
         for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
             path = os.path.join(folder, f"records-{i}.parquet")
             pq.write_table(_records_table(recs[lo:hi]), path)
-            inputs.append(_StageInput(path, 0))
+            inputs.append(StageInput(path, 0))
         read = [
             r
             for r in recs
@@ -169,7 +170,7 @@ def test_stage_one_stages_the_models_winners(  # noqa: PLR0917
             live, live_rows = _table_file(folder, "live", 7, len(recs))
             tomb, tomb_rows = _table_file(folder, "tomb", 3, len(recs) + 1)
             deleted = np.array([1, 4], np.int64)
-            inputs += [_StageInput(live, 1, deleted), _StageInput(tomb, 2)]
+            inputs += [StageInput(live, 1, deleted), StageInput(tomb, 2)]
             for src, rows in ((1, live_rows), (2, tomb_rows)):
                 for i, row in enumerate(rows):
                     if not (src == 1 and i in deleted):
@@ -177,9 +178,9 @@ def test_stage_one_stages_the_models_winners(  # noqa: PLR0917
         staging = os.path.join(folder, "staging")
         with pytest.MonkeyPatch.context() as mp:
             if small_batches:
-                mp.setattr(table, "_PAYLOAD_BATCH", 2)
-                mp.setattr(table, "_STAGED_BATCH", 3)
-            lines = list(table._stage_inputs(inputs, 3, 1, staging, ranges, buckets, strategy))
+                mp.setattr(stage, "_PAYLOAD_BATCH", 2)
+                mp.setattr(stage, "_STAGED_BATCH", 3)
+            lines = list(stage._stage_inputs(inputs, 3, 1, staging, ranges, buckets, strategy))
         got = _staged(staging, lines, buckets)
         assert all(os.path.basename(json.loads(line)["path"]) == "3-1.arrow" for line in lines)
     assert sorted(got, key=_sort_key) == sorted(want, key=_sort_key)
@@ -191,11 +192,11 @@ def test_stage_groups_one_task_per_core_balanced_by_size(tmp_path: Any) -> None:
     for i, size in enumerate(sizes):
         path = tmp_path / f"f{i}"
         path.write_bytes(b"x" * size)
-        inputs.append(_StageInput(str(path), 0))
-    groups = table._stage_groups(inputs, 2)
+        inputs.append(StageInput(str(path), 0))
+    groups = stage._stage_groups(inputs, 2)
     assert len(groups) == 2
     assert sorted(i.path for g in groups for i in g) == sorted(i.path for i in inputs)
     loads = [sum(os.path.getsize(i.path) for i in g) for g in groups]
     assert max(loads) - min(loads) <= 130
-    assert len(table._stage_groups(inputs[:1], 4)) == 1
-    assert len(table._stage_groups(inputs, 16)) == len(inputs)
+    assert len(stage._stage_groups(inputs[:1], 4)) == 1
+    assert len(stage._stage_groups(inputs, 16)) == len(inputs)

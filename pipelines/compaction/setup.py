@@ -1,0 +1,92 @@
+"""Table set-up: a compacted topic's table (and tombstone table) created empty when absent,
+its settings (strategy, buckets) checked against the config, changed only by ``--full``.
+
+delta-rs refuses table properties it does not know, so the settings live in the table's
+description as JSON; the topic table takes the change data feed and deletion vectors.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+from deltalake.transaction import create_table_with_add_actions
+
+from logstore.errors import LoglakeError
+from pipelines.compaction.layout import (
+    BUCKET,
+    CONF_BUCKETS,
+    CONF_STRATEGY,
+    TABLE_SCHEMA,
+)
+from pipelines.compaction.model import Strategy
+from pipelines.delta.commit import load_table
+from pipelines.delta.errors import DeltaSinkError
+
+__all__ = ["ensure_table"]
+
+
+def _settings(strategy: Strategy, buckets: int) -> str:
+    return json.dumps({CONF_STRATEGY: str(strategy), CONF_BUCKETS: str(buckets)}, sort_keys=True)
+
+
+def _create_table(path: str, strategy: Strategy, buckets: int, cdf: bool) -> None:
+    # delta-rs refuses table properties it does not know: the settings go in the description.
+    # The topic table (cdf) takes deletion vectors too (incremental runs, merge._merge_incremental).
+    create_table_with_add_actions(
+        path,
+        DeltaSchema.from_arrow(TABLE_SCHEMA),
+        [],
+        mode="error",
+        partition_by=[BUCKET],
+        description=_settings(strategy, buckets),
+        configuration=(
+            {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
+            if cdf
+            else None
+        ),
+    )
+
+
+def _metadata_action(dt: DeltaTable, strategy: Strategy, buckets: int) -> dict[str, Any]:
+    meta = dt.metadata()
+    return {
+        "id": meta.id,
+        "name": meta.name,
+        "description": _settings(strategy, buckets),
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": dt.schema().to_json(),
+        "partitionColumns": list(meta.partition_columns),
+        "createdTime": meta.created_time,
+        "configuration": dict(meta.configuration),
+    }
+
+
+def ensure_table(
+    path: str, strategy: Strategy, buckets: int, *, full: bool, cdf: bool
+) -> tuple[DeltaTable, int, dict[str, Any] | None]:
+    """The table (created empty when absent), its bucket count, and a metaData action when a
+    ``--full`` run changes the settings."""
+    dt = load_table(path)
+    if dt is None:
+        _create_table(path, strategy, buckets, cdf)
+        dt = load_table(path)
+        if dt is None:
+            raise DeltaSinkError("the table just created cannot be read", path=path)
+    try:
+        conf = json.loads(dt.metadata().description or "{}")
+    except ValueError:
+        conf = {}
+    have = (conf.get(CONF_STRATEGY), conf.get(CONF_BUCKETS))
+    want = (str(strategy), str(buckets))
+    if have == want:
+        return dt, buckets, None
+    if not full:
+        raise LoglakeError(
+            f"table was built with strategy {have[0]!r} and {have[1]} buckets, the config says "
+            f"{want[0]!r} and {want[1]}: re-run with --full to rebuild it",
+            path=path,
+        )
+    return dt, buckets, _metadata_action(dt, strategy, buckets)

@@ -1,0 +1,718 @@
+"""The typed tables job: ``records`` -> ``<lake>/tables/<topic>`` and ``<lake>/dead_letters``.
+
+Table ``tables/<topic>`` (Delta, append-only): one column per field of the topic's newest
+value schema (``pipelines.typed.wire``, types as Delta holds them: ``pipelines.typed.columns``),
+``_key`` (the key decoded, when the registry has ``<topic>-key``; else absent), and ``_kafka``:
+struct<partition int, offset long, timestamp timestamp, timestamp_type int, key binary,
+headers array<struct<key string, value binary>>, key_schema_id int, value_schema_id int>.
+Tombstones (null values) have nothing to decode and are counted, not written.
+
+Table ``dead_letters`` (Delta, append-only): topic, partition, offset, timestamp, part
+(``value`` or ``key``: which did not decode), schema_id (null without a header), error, key,
+value (the raw bytes), headers.
+
+Progress: app transactions ``loglake-decode/<topic>/<partition>`` = the next offset of
+``records`` the table reflects (ingest's progress at the ``records`` snapshot read), in the
+typed table's commit; the same ids in ``dead_letters`` say up to where its rows of that topic
+go. A run, per topic:
+
+1. pins the ``records`` snapshot, reads ingest's progress ``E[p]`` in it and the table's ``S[p]``
+   (and ``D[p] >= S[p]`` of dead_letters); nothing to do when ``E == S`` (a re-run is a no-op);
+2. asks the registry for the subject's newest version (the reader schema) and the key subject;
+   a schema that adds fields grows the table first (one commit adding nullable columns, in the
+   table's history; older versions' records decode into the newest shape through the schema
+   type's resolution rules);
+3. Spark tasks (one per group of ``records`` files that may hold offsets ``[S[p], E[p])``) read
+   those files with pyarrow, decode keys and values by schema id (each task asks the registry
+   for the writer schemas it meets), write the decoded rows as Parquet files of the table
+   (``pipelines.delta.direct.stage_files``) and report the rows that did not decode;
+4. the driver commits the dead letters (rows at offsets ``>= D[p]``, progress ``E``) and then
+   the typed table's files with progress ``E``, each in one Delta commit.
+
+Crash behaviour: a kill before step 4's first commit leaves both tables as they were (the staged
+files are referenced by nothing and removed by the next write); between the two commits, the
+next run finds ``D = E_old`` and writes no dead letter twice; after the second, the run is done.
+A kill during the schema change of step 2 leaves nullable columns and no rows: harmless, the
+next run finds the table's schema already grown. A topic's first run creates its table (empty)
+before step 3, as every loglake table exists from its job's first run on: a kill then leaves
+it empty, with no progress. Failpoints (``LOGLAKE_FAILPOINT``):
+``decode.before_dead_letters``, ``decode.before_commit``, ``delta.before_commit``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+from pyspark.sql import SparkSession
+
+from logstore.errors import CorruptRecordError, InvalidConfigError
+from logstore.failpoints import failpoint, kill_session
+from pipelines.compaction.model import Strategy
+from pipelines.delta.commit import commit_files, ensure_table, load_table
+from pipelines.delta.direct import stage_files
+from pipelines.delta.files import PartitionedFileWriter
+from pipelines.ingest import read_progress
+from pipelines.typed.columns import conform, merge_schemas
+from pipelines.typed.config import DecodeConfig
+from pipelines.typed.registry import RegisteredSchema, RegistryClient
+from pipelines.typed.upsert import (
+    CDF,
+    DELETED,
+    VERSION,
+    collect_tasks,
+    envelope_version,
+    merge_winners,
+)
+from pipelines.typed.wire import Decoders, decode_column, reader_type
+
+__all__ = [
+    "APP_PREFIX",
+    "DEAD_LETTERS_SCHEMA",
+    "KAFKA_TYPE",
+    "DecodeFailedError",
+    "DecodeSummary",
+    "TopicResult",
+    "app_id",
+    "decode_topic",
+    "run_decode",
+]
+
+APP_PREFIX = "loglake-decode"
+_HEADERS = pa.list_(
+    pa.field(
+        "element",
+        pa.struct([pa.field("key", pa.string(), False), pa.field("value", pa.binary())]),
+        False,
+    )
+)
+KAFKA_TYPE = pa.struct(
+    [
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestamp_type", pa.int32()),
+        pa.field("key", pa.binary()),
+        pa.field("headers", _HEADERS),
+        pa.field("key_schema_id", pa.int32()),
+        pa.field("value_schema_id", pa.int32()),
+    ]
+)
+DEAD_LETTERS_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("part", pa.string()),
+        pa.field("schema_id", pa.int32()),
+        pa.field("error", pa.string()),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", _HEADERS),
+    ]
+)
+_RECORD_COLUMNS = ["partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers"]
+_RESERVED = ("_key", "_kafka")
+_BATCH_ROWS = 65536
+
+Log = Callable[[str], None]
+
+
+class DecodeFailedError(CorruptRecordError):
+    """Records did not decode under ``on_error = "fail"`` (nothing committed)."""
+
+
+def app_id(topic: str, partition: int) -> str:
+    """The app transaction id of ``topic``'s ``partition`` in the typed tables."""
+    return f"{APP_PREFIX}/{topic}/{partition}"
+
+
+@dataclass
+class TopicResult:
+    """What one topic's run did."""
+
+    topic: str
+    committed: bool = False
+    rows: int = 0
+    dead_letters: int = 0
+    tombstones: int = 0
+    schema_version: int | None = None
+    added_columns: list[str] = field(default_factory=list)
+    progress: dict[int, int] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass
+class DecodeSummary:
+    """What a run did, per topic."""
+
+    topics: list[TopicResult] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if not self.topics:
+            return "decode: no topic to decode"
+        lines = [
+            f"decode {r.topic}: {r.rows} rows, {r.dead_letters} dead letters, {r.tombstones} "
+            f"tombstones"
+            + (f", added columns {r.added_columns}" if r.added_columns else "")
+            + (f" ({r.note})" if r.note else "")
+            for r in self.topics
+        ]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topics": [
+                vars(r) | {"progress": {str(k): v for k, v in r.progress.items()}}
+                for r in self.topics
+            ]
+        }
+
+
+@dataclass(frozen=True)
+class _Task:
+    """One Spark task: ``records`` files to read, the offsets of each partition to take."""
+
+    files: tuple[str, ...]
+    topic: str
+    ranges: Mapping[int, tuple[int, int]]
+    dead_from: Mapping[int, int]
+    registry_url: str
+    value_schema: RegisteredSchema
+    key_schema: RegisteredSchema | None
+    target: pa.Schema
+    upsert: bool = False  # keep tombstones, add _deleted (and _version for a CDC field)
+    cdc_order: str | None = None  # a CDC topic: "offset" or the envelope's version field
+
+
+# ---------------------------------------------------------------------------------------------
+# Executor side
+
+
+def _in_ranges(part: pa.Array, offset: pa.Array, ranges: Mapping[int, tuple[int, int]]) -> pa.Array:
+    """Rows whose (partition, offset) is in ``ranges`` (vectorised: a lookup by partition)."""
+    top = max(ranges) + 1
+    lo = np.full(top + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.zeros(top + 1, dtype=np.int64)
+    for p, (s, e) in ranges.items():
+        lo[p], hi[p] = s, e
+    parts = np.asarray(part.to_numpy(zero_copy_only=False), dtype=np.int64)
+    parts = np.where((parts >= 0) & (parts < top), parts, top)
+    offs = np.asarray(offset.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return pa.array((offs >= lo[parts]) & (offs < hi[parts]))
+
+
+def _read_records(path: str, ranges: Mapping[int, tuple[int, int]]) -> Iterator[pa.Table]:
+    """The rows of ``path`` in ``ranges``, a batch at a time (a data file of ``records`` may
+    hold millions of rows: never all of them in memory at once)."""
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS, columns=_RECORD_COLUMNS):
+        keep = _in_ranges(batch.column("partition"), batch.column("offset"), ranges)
+        table = pa.Table.from_batches([batch]).filter(keep)
+        if table.num_rows:
+            yield table
+
+
+def _kafka_column(rows: pa.Table, key_ids: pa.Array, value_ids: pa.Array) -> pa.StructArray:
+    return pa.StructArray.from_arrays(
+        [
+            rows["partition"].combine_chunks().cast(pa.int32()),
+            rows["offset"].combine_chunks().cast(pa.int64()),
+            rows["timestamp"].combine_chunks().cast(pa.timestamp("us", tz="UTC")),
+            rows["timestamp_type"].combine_chunks().cast(pa.int32()),
+            rows["key"].combine_chunks().cast(pa.binary()),
+            rows["headers"].combine_chunks().cast(_HEADERS),
+            key_ids,
+            value_ids,
+        ],
+        fields=list(KAFKA_TYPE),
+    )
+
+
+def _dead_rows(
+    rows: pa.Table,
+    mask: pa.Array,
+    *,
+    part: pa.Array,
+    ids: pa.Array,
+    errors: pa.Array,
+    dead_from: Mapping[int, int],
+) -> list[dict[str, Any]]:
+    """The rows of ``mask`` not yet in dead_letters, as JSON-able reports (rare: per row)."""
+    picked = rows.append_column("_part", part).append_column("_id", ids)
+    picked = picked.append_column("_error", errors).filter(mask)
+    micros = picked["timestamp"].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    picked = picked.set_column(picked.schema.get_field_index("timestamp"), "timestamp", micros)
+    out = []
+    for r in picked.to_pylist():
+        if r["offset"] < dead_from.get(r["partition"], 0):
+            continue
+        out.append(
+            {
+                "partition": r["partition"],
+                "offset": r["offset"],
+                "timestamp": r["timestamp"],
+                "part": r["_part"],
+                "schema_id": r["_id"],
+                "error": r["_error"],
+                "key": None if r["key"] is None else base64.b64encode(r["key"]).decode(),
+                "value": None if r["value"] is None else base64.b64encode(r["value"]).decode(),
+                "headers": [
+                    [
+                        h["key"],
+                        None if h["value"] is None else base64.b64encode(h["value"]).decode(),
+                    ]
+                    for h in r["headers"]
+                ],
+            }
+        )
+    return out
+
+
+def _decode_rows(
+    task: _Task, rows: pa.Table, value_dec: Decoders, key_dec: Decoders | None
+) -> Iterator[Any]:
+    """Decoded rows of ``rows`` (no tombstones) in ``task.target``'s shape, then reports."""
+    n = rows.num_rows
+    value = decode_column(rows["value"].combine_chunks(), value_dec)
+    errors = value.errors
+    part = pa.array(["value"] * n, type=pa.string()) if errors.null_count < n else None
+    ids = value.schema_ids
+    key_ids = pa.nulls(n, pa.int32())
+    columns: dict[str, pa.Array] = {}
+    if key_dec is not None:
+        keys = rows["key"].combine_chunks()
+        has_key = keys.is_valid()
+        decoded = decode_column(keys.fill_null(b""), key_dec)
+        key_ids = pc.if_else(has_key, decoded.schema_ids, pa.scalar(None, pa.int32()))
+        key_err = pc.if_else(has_key, decoded.errors, pa.scalar(None, pa.string()))
+        columns["_key"] = pc.if_else(has_key, decoded.values, pa.scalar(None, decoded.values.type))
+        use_key = pc.and_(errors.is_null(), key_err.is_valid())
+        if pc.any(use_key).as_py():
+            errors = pc.if_else(use_key, key_err, errors)
+            ids = pc.if_else(use_key, key_ids, ids)
+            part = pc.if_else(
+                use_key, pa.scalar("key"), part if part is not None else pa.scalar("value")
+            )
+    failed = errors.is_valid()
+    nfailed = pc.sum(failed).as_py() or 0
+    if nfailed:
+        assert part is not None
+        yield {
+            "dead": _dead_rows(
+                rows, failed, part=part, ids=ids, errors=errors, dead_from=task.dead_from
+            )
+        }
+    ok = pc.invert(failed)
+    values = value.values
+    deleted = pa.nulls(n, pa.bool_()).fill_null(False)
+    version = pa.nulls(n, pa.int64())
+    if task.cdc_order is not None:
+        envelope = values
+        values = pc.struct_field(envelope, "after")
+        deleted = pc.fill_null(pc.equal(pc.struct_field(envelope, "op"), "d"), False)
+        if task.cdc_order != "offset":
+            version = envelope_version(envelope, task.cdc_order)
+    for i, f in enumerate(values.type):
+        columns[f.name] = values.field(i)
+    columns["_kafka"] = _kafka_column(rows, key_ids, value.schema_ids)
+    arrays = [
+        conform(columns[f.name], f.type) if f.name in columns else pa.nulls(n, f.type)
+        for f in task.target
+    ]
+    out = pa.Table.from_arrays(arrays, schema=task.target)
+    if task.upsert:
+        out = out.append_column(DELETED, deleted)
+        out = out.set_column(out.schema.get_field_index(VERSION), VERSION, version)
+    out = out.filter(ok)
+    yield {"rows": out.num_rows, "failed": nfailed}
+    yield from out.to_batches(max_chunksize=65536)
+
+
+def _tombstone_rows(task: _Task, rows: pa.Table) -> Iterator[pa.RecordBatch]:
+    """Tombstones of an upsert topic: rows that delete their key."""
+    n = rows.num_rows
+    nulls = pa.nulls(n, pa.int32())
+    arrays = [
+        _kafka_column(rows, nulls, nulls) if f.name == "_kafka" else pa.nulls(n, f.type)
+        for f in task.target
+    ]
+    out = pa.Table.from_arrays(arrays, schema=task.target)
+    out = out.append_column(DELETED, pa.array(np.ones(n, dtype=bool)))
+    yield from out.to_batches()
+
+
+def _produce(task: _Task) -> Iterator[Any]:
+    client = RegistryClient(task.registry_url)
+    value_dec = Decoders(client, task.value_schema)
+    key_dec = Decoders(client, task.key_schema) if task.key_schema is not None else None
+    for path in task.files:
+        for rows in _read_records(path, task.ranges):
+            yield from _decode_batch(task, rows, value_dec, key_dec)
+
+
+def _decode_batch(
+    task: _Task, rows: pa.Table, value_dec: Decoders, key_dec: Decoders | None
+) -> Iterator[Any]:
+    """One batch of records: tombstones counted (kept for an upsert table), the rest decoded."""
+    live = rows["value"].is_valid()
+    tombstones = rows.num_rows - (pc.sum(live).as_py() or 0)
+    if tombstones:
+        yield {"tombstones": tombstones}
+        if task.upsert:
+            yield from _tombstone_rows(task, rows.filter(pc.invert(live)))
+        rows = rows.filter(live)
+    if rows.num_rows:
+        yield from _decode_rows(task, rows, value_dec, key_dec)
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver side
+
+
+def _ingest_progress(records_path: str, rec_dt: DeltaTable) -> dict[str, dict[int, int]]:
+    """Ingest's progress per topic and partition in the pinned ``records`` snapshot."""
+    out: dict[str, dict[int, int]] = {}
+    for topic, partition in read_progress(records_path):
+        version = rec_dt.transaction_version(f"loglake-ingest/{topic}/{partition}")
+        if version is not None:
+            out.setdefault(topic, {})[partition] = int(version)
+    return out
+
+
+def _progress(dt: DeltaTable | None, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+    if dt is None:
+        return {}
+    out = {}
+    for p in partitions:
+        v = dt.transaction_version(app_id(topic, p))
+        if v is not None:
+            out[p] = int(v)
+    return out
+
+
+def _record_files(
+    records_path: str, rec_dt: DeltaTable, topic: str, ranges: Mapping[int, tuple[int, int]]
+) -> list[tuple[str, int]]:
+    """(path, size) of the ``records`` files of ``topic`` whose stats may hold ``ranges``."""
+    out = []
+    for a in pa.table(rec_dt.get_add_actions(flatten=True)).to_pylist():
+        if a.get("partition.topic") != topic:
+            continue
+        lo, hi, top = a.get("min.partition"), a.get("max.partition"), a.get("max.offset")
+        if lo is not None and hi is not None and top is not None:
+            starts = [s for p, (s, _e) in ranges.items() if lo <= p <= hi]
+            if not starts or top < min(starts):
+                continue
+        out.append((os.path.join(records_path, unquote(a["path"])), int(a.get("size_bytes") or 0)))
+    return out
+
+
+def _groups(files: list[tuple[str, int]], parallelism: int) -> list[tuple[str, ...]]:
+    """Files spread over ``2 * parallelism`` tasks at most, by size (largest first)."""
+    n = max(1, min(len(files), 2 * parallelism))
+    groups: list[list[str]] = [[] for _ in range(n)]
+    sizes = [0] * n
+    for path, size in sorted(files, key=lambda f: -f[1]):
+        i = sizes.index(min(sizes))
+        groups[i].append(path)
+        sizes[i] += size
+    return [tuple(g) for g in groups if g]
+
+
+def _table_schema(dt: DeltaTable) -> pa.Schema:
+    return pa.schema(dt.schema().to_arrow())
+
+
+def _grow(root: str, dt: DeltaTable, target: pa.Schema, log: Log) -> list[str]:
+    """Give the table ``target``'s added columns (and nested fields): one commit."""
+    current = _table_schema(dt)
+    added = [f.name for f in target if f.name not in current.names]
+    nested = any(target.field(n).type != current.field(n).type for n in current.names)
+    if nested:
+        # delta-rs's merge-schema append (no rows) evolves nested structs too
+        from deltalake import write_deltalake  # noqa: PLC0415
+
+        write_deltalake(root, target.empty_table(), mode="append", schema_mode="merge")
+    elif added:
+        fields = DeltaSchema.from_arrow(pa.schema([target.field(n) for n in added])).fields
+        dt.alter.add_columns(list(fields))
+    if added or nested:
+        log(f"decode: {root}: schema grown ({', '.join(added) or 'nested fields'})")
+    return added
+
+
+def _write_dead_letters(
+    config: DecodeConfig,
+    topic: str,
+    rows: list[dict[str, Any]],
+    apps: Mapping[str, int],
+    expected: Mapping[str, int | None],
+) -> None:
+    """Append ``rows`` with progress ``apps`` to dead_letters in one commit (a no-op when the
+    table already has that progress)."""
+    root = config.dead_letters_path
+    ensure_table(root, DEAD_LETTERS_SCHEMA, [])
+
+    def raw(text: str | None) -> bytes | None:
+        return None if text is None else base64.b64decode(text)
+
+    table = pa.Table.from_pylist(
+        [
+            {
+                "topic": topic,
+                "partition": r["partition"],
+                "offset": r["offset"],
+                "timestamp": r["timestamp"],
+                "part": r["part"],
+                "schema_id": r["schema_id"],
+                "error": r["error"],
+                "key": raw(r["key"]),
+                "value": raw(r["value"]),
+                "headers": [{"key": k, "value": raw(v)} for k, v in r["headers"]],
+            }
+            for r in rows
+        ],
+        schema=pa.schema(
+            [
+                f if f.name != "timestamp" else pa.field("timestamp", pa.int64())
+                for f in DEAD_LETTERS_SCHEMA
+            ]
+        ),
+    )
+    writer = PartitionedFileWriter(
+        root,
+        write_id=uuid.uuid4().hex,
+        task_id=0,
+        attempt=0,
+        partition_by=[],
+        compression=config.compression,
+    )
+    try:
+        if table.num_rows:
+            writer.write(table.cast(DEAD_LETTERS_SCHEMA))
+        commit_files(
+            root,
+            writer.close(),
+            schema=DEAD_LETTERS_SCHEMA,
+            app_transactions=apps,
+            expected_versions=expected,
+        )
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def decode_topic(
+    spark: SparkSession,
+    config: DecodeConfig,
+    client: RegistryClient,
+    topic: str,
+    *,
+    records: DeltaTable,
+    ingested: Mapping[int, int],
+    log: Log,
+) -> TopicResult:
+    """One topic's run (module docstring, steps 1-4)."""
+    result = TopicResult(topic)
+    root = config.table_path(topic)
+    dt = load_table(root)
+    done = _progress(dt, topic, list(ingested))
+    ranges = {p: (done.get(p, 0), e) for p, e in ingested.items() if e > done.get(p, 0)}
+    result.progress = dict(ingested)
+    if not ranges and dt is not None:
+        result.note = "up to date"
+        return result
+    value_schema = client.latest(config.subject(topic))
+    if value_schema is None:
+        raise InvalidConfigError(
+            f"topic {topic!r}: the registry at {config.registry_url} has no subject "
+            f"{config.subject(topic)!r} ([decode.subject] names another)"
+        )
+    result.schema_version = value_schema.version
+    key_schema = client.latest(f"{topic}-key")
+    cdc_order = config.cdc.get(topic)
+    strategy = config.compacted.get(topic)
+    upsert = cdc_order is not None or strategy is not None
+    values = reader_type(value_schema)
+    if cdc_order is not None:
+        after = values.get_field_index("after")
+        if after < 0 or not pa.types.is_struct(values.field(after).type):
+            raise InvalidConfigError(
+                f"topic {topic!r} is declared CDC ([decode.cdc]) but its value schema has no "
+                "record field 'after' (a Debezium envelope: before, after, op, source, ts_ms)"
+            )
+        values = values.field(after).type
+    clash = [f.name for f in values if f.name in _RESERVED]
+    if clash:
+        raise InvalidConfigError(f"topic {topic!r}: value fields {clash} clash with loglake's")
+    fields = [pa.field(f.name, f.type, nullable=True) for f in values]
+    if key_schema is not None:
+        fields.append(pa.field("_key", reader_type(key_schema)))
+    fields.append(pa.field("_kafka", KAFKA_TYPE))
+    if upsert:
+        fields.append(pa.field(VERSION, pa.int64()))
+    target = pa.schema(fields)
+    if dt is None and upsert:
+        DeltaTable.create(root, target, configuration=CDF)
+        dt = DeltaTable(root)
+    elif dt is None:
+        ensure_table(root, target, [])
+        dt = load_table(root)
+        assert dt is not None
+    else:
+        target = merge_schemas(_table_schema(dt), target)
+        result.added_columns = _grow(root, dt, target, log)
+    target = _table_schema(DeltaTable(root))
+    dead_dt = load_table(config.dead_letters_path)
+    dead_done = _progress(dead_dt, topic, list(ingested))
+    dead_from = {p: max(dead_done.get(p, 0), s) for p, (s, _e) in ranges.items()}
+    files = _record_files(config.records_path, records, topic, ranges)
+    parallelism = spark.sparkContext.defaultParallelism
+    tasks = [
+        _Task(group, topic, ranges, dead_from, config.registry_url, value_schema, key_schema,
+              target, upsert=upsert, cdc_order=cdc_order)
+        for group in _groups(files, parallelism)
+    ]  # fmt: skip
+    if upsert:
+        return _decode_upsert(config, topic, tasks, spark, result, strategy=strategy,
+                              done=done, dead_done=dead_done, ingested=ingested)  # fmt: skip
+    staged = stage_files(
+        spark,
+        root,
+        tasks,
+        _produce,
+        schema=target,
+        compression=config.compression,
+        max_rows_per_file=config.max_rows_per_file,
+    )
+    dead, failed = _tally(result, staged.reports)
+    if failed and config.on_error == "fail":
+        staged.abort()
+        _fail(topic, failed, dead)
+    apps = {app_id(topic, p): e for p, e in ingested.items()}
+    try:
+        failpoint("decode.before_dead_letters", kill=kill_session)
+        _write_dead_letters(
+            config, topic, dead, apps, {app_id(topic, p): dead_done.get(p) for p in ingested}
+        )
+        failpoint("decode.before_commit", kill=kill_session)
+    except BaseException:
+        staged.abort()
+        raise
+    committed = staged.commit(
+        app_transactions=apps,
+        expected_versions={app_id(topic, p): done.get(p) for p in ingested},
+    )
+    result.committed = committed.committed
+    return result
+
+
+def _tally(result: TopicResult, reports: Sequence[Any]) -> tuple[list[dict[str, Any]], int]:
+    """Dead letters and the count of failed records of the tasks' reports; counts into
+    ``result``."""
+    dead: list[dict[str, Any]] = []
+    failed = 0
+    for report in reports:
+        dead.extend(report.get("dead", ()))
+        failed += int(report.get("failed", 0))
+        result.tombstones += int(report.get("tombstones", 0))
+        result.rows += int(report.get("rows", 0))
+    result.dead_letters = len(dead)
+    return dead, failed
+
+
+def _fail(topic: str, failed: int, dead: list[dict[str, Any]]) -> None:
+    first = dead[0] if dead else {}
+    raise DecodeFailedError(
+        f"topic {topic!r}: {failed} records did not decode (first: partition "
+        f"{first.get('partition')} offset {first.get('offset')}: {first.get('error')}); "
+        'nothing committed ([decode] on_error = "dead_letter" sends them to dead_letters)'
+    )
+
+
+def _decode_upsert(
+    config: DecodeConfig,
+    topic: str,
+    tasks: Sequence[_Task],
+    spark: SparkSession,
+    result: TopicResult,
+    *,
+    strategy: Strategy | None,
+    done: Mapping[int, int],
+    dead_done: Mapping[int, int],
+    ingested: Mapping[int, int],
+) -> TopicResult:
+    """Steps 3-4 for a compacted or CDC topic (:mod:`pipelines.typed.upsert`)."""
+    rows, reports = collect_tasks(spark, tasks, _produce)
+    dead, failed = _tally(result, reports)
+    if failed and config.on_error == "fail":
+        _fail(topic, failed, dead)
+    apps = {app_id(topic, p): e for p, e in ingested.items()}
+    failpoint("decode.before_dead_letters", kill=kill_session)
+    _write_dead_letters(
+        config, topic, dead, apps, {app_id(topic, p): dead_done.get(p) for p in ingested}
+    )
+    failpoint("decode.before_commit", kill=kill_session)
+    root = config.table_path(topic)
+    result.committed = merge_winners(
+        root,
+        rows,
+        schema=_table_schema(DeltaTable(root)),
+        strategy=strategy if topic not in config.cdc else None,
+        by_key_only=topic in config.cdc,
+        apps=apps,
+        expected={app_id(topic, p): done.get(p) for p in ingested},
+    )
+    return result
+
+
+def run_decode(
+    spark: SparkSession,
+    config: DecodeConfig,
+    *,
+    topics: Sequence[str] | None = None,
+    log: Log | None = None,
+) -> DecodeSummary:
+    """Decode every topic to decode (``topics``: only those) into its typed table."""
+    say = log or (lambda m: None)
+    summary = DecodeSummary()
+    records = load_table(config.records_path)
+    if not config.registry_url:
+        say("decode: [decode] schema_registry_url is not set: nothing to decode")
+        return summary
+    if records is None:
+        say(f"decode: no records table at {config.records_path}: nothing to decode")
+        return summary
+    ingest = _ingest_progress(config.records_path, records)
+    client = RegistryClient(config.registry_url)
+    named = list(topics or config.named_topics())
+    if named:
+        chosen = named
+    else:
+        chosen = [
+            t
+            for t in sorted(ingest)
+            if not t.startswith("_") and client.latest(config.subject(t)) is not None
+        ]
+    for topic in chosen:
+        if topic not in ingest:
+            summary.topics.append(TopicResult(topic, note="not ingested yet"))
+            continue
+        summary.topics.append(
+            decode_topic(
+                spark, config, client, topic, records=records, ingested=ingest[topic], log=say
+            )
+        )
+    return summary

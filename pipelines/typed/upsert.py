@@ -1,0 +1,147 @@
+"""Typed tables of compacted topics and Debezium CDC topics: one row per live key, upserted.
+
+Which record of a key wins is decided by :mod:`pipelines.compaction.plan` (``versions``,
+``winner_indices``: the rule of ``topics/<topic>``, so the typed table and the topic table
+agree): under the topic's compaction strategy (``offset``, ``timestamp``, ``header:<name>``),
+or for a CDC topic by offset or by a field of the Debezium envelope (``source.lsn``: the
+version). Rows with a version beat rows without, then the greater version, then the greater
+offset. Keys: ``(partition, key bytes)`` for compacted topics as in ``topics/<topic>``; the key
+bytes alone for CDC (the message key is the row's primary key, whatever partition it went to).
+
+Table: the typed columns, ``_key``, ``_kafka``, and ``_version`` (the winner's version; null
+under ``offset``); change data feed on (``delta.enableChangeDataFeed``). A run's winners are
+merged in **one** Delta commit (delta-rs ``merge``, with the run's progress as app
+transactions): a winner replaces the key's row when it ranks higher, a tombstone (null value)
+or a CDC delete (``op = "d"``) that ranks higher deletes it.
+
+Known gap: a deleted key does not remember its tombstone's version (``topics/<topic>`` keeps
+``topic_tombstones/`` for that), so under ``timestamp``/``header:`` or a CDC field a later
+record with a smaller version brings a deleted key back. The decoded rows of a run are
+collected on the driver (one Arrow IPC buffer per task) before the merge: the change of one
+run must fit in the driver's memory.
+
+Crash behaviour: the merge is one commit; a kill before it leaves files no version references
+(removed by ``jobs/maintain.py``'s vacuum) and the table as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.transaction import CommitProperties, Transaction
+from pyspark.sql import SparkSession
+
+from pipelines.compaction.model import Strategy
+from pipelines.compaction.plan import versions, winner_indices
+from pipelines.delta.commit import check_app_transactions, commit_files
+from pipelines.delta.direct import run_in_job_group
+
+__all__ = ["CDF", "DELETED", "VERSION", "collect_tasks", "envelope_version", "merge_winners"]
+
+DELETED = "_deleted"  # in the decoded rows only: a tombstone or a CDC delete
+VERSION = "_version"
+CDF = {"delta.enableChangeDataFeed": "true"}
+
+
+def envelope_version(envelope: pa.StructArray, path: str) -> pa.Array:
+    """The int64 value of the dotted field ``path`` (``source.lsn``) of each envelope."""
+    column: pa.Array = envelope
+    for name in path.split("."):
+        if not pa.types.is_struct(column.type) or column.type.get_field_index(name) < 0:
+            raise ValueError(f"the CDC envelope has no field {path!r}")
+        column = pc.struct_field(column, name)
+    return column.cast(pa.int64())
+
+
+def collect_tasks(
+    spark: SparkSession, tasks: Sequence[Any], produce: Callable[[Any], Iterable[Any]]
+) -> tuple[pa.Table | None, list[Any]]:
+    """Run ``produce`` over ``tasks`` in the executors; its record batches come back to the
+    driver as one table (Arrow IPC), its other items as reports."""
+
+    def run(task: Any) -> tuple[bytes, list[Any]]:
+        batches: list[pa.RecordBatch] = []
+        reports: list[Any] = []
+        for item in produce(task):
+            (batches if isinstance(item, pa.RecordBatch) else reports).append(item)
+        if not batches:
+            return b"", reports
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+            for b in batches:
+                writer.write_batch(b)
+        return sink.getvalue().to_pybytes(), reports
+
+    if not tasks:
+        return None, []
+    rdd = spark.sparkContext.parallelize(list(tasks), len(tasks)).map(run)
+    results = run_in_job_group(spark, f"loglake-decode-{id(rdd)}", rdd.collect)
+    tables = [pa.ipc.open_stream(buf).read_all() for buf, _ in results if buf]
+    reports = [r for _, rs in results for r in rs]
+    return (pa.concat_tables(tables) if tables else None), reports
+
+
+def _rank_table(rows: pa.Table, *, by_key_only: bool) -> pa.Table:
+    kafka = rows.column("_kafka").combine_chunks()
+    part = pc.struct_field(kafka, "partition")
+    return pa.table(
+        {
+            "partition": pa.nulls(len(part), pa.int32()).fill_null(0) if by_key_only else part,
+            "key": pc.struct_field(kafka, "key"),
+            "offset": pc.struct_field(kafka, "offset"),
+            "timestamp": pc.struct_field(kafka, "timestamp"),
+            "headers": pc.struct_field(kafka, "headers"),
+        }
+    )
+
+
+def merge_winners(
+    root: str,
+    rows: pa.Table | None,
+    *,
+    schema: pa.Schema,
+    strategy: Strategy | None,
+    by_key_only: bool,
+    apps: Mapping[str, int],
+    expected: Mapping[str, int | None],
+) -> bool:
+    """Merge the winners of ``rows`` (decoded rows with ``_deleted``, and ``_version`` for a
+    CDC field) into the table at ``root`` in one commit with ``apps``; False: nothing to do
+    (the table already has ``apps``). ``strategy`` None: CDC (versions from ``_version``)."""
+    dt = DeltaTable(root)
+    if not check_app_transactions(dt, apps, expected):
+        return False
+    txns = [Transaction(a, int(v)) for a, v in apps.items()]
+    if rows is None or rows.num_rows == 0:
+        commit_files(root, [], schema=schema, app_transactions=apps, expected_versions=expected)
+        return True
+    ranked = _rank_table(rows, by_key_only=by_key_only)
+    version = rows.column(VERSION) if strategy is None else versions(ranked, strategy)
+    picked = pa.array(winner_indices(ranked, version), type=pa.int64())
+    source = rows.take(picked)
+    source = source.set_column(source.schema.get_field_index(VERSION), VERSION,
+                               pc.take(version, picked).cast(pa.int64()))  # fmt: skip
+    columns = [f.name for f in schema]
+    source = source.select([*columns, DELETED])
+    updates = {c: f"s.`{c}`" for c in columns}
+    match = "t._kafka.key = s._kafka.key" + (
+        "" if by_key_only else " AND t._kafka.partition = s._kafka.partition"
+    )
+    ranks = (
+        "((s._version IS NOT NULL AND t._version IS NULL) OR s._version > t._version OR "
+        "((s._version = t._version OR (s._version IS NULL AND t._version IS NULL)) AND "
+        "s._kafka.offset > t._kafka.offset))"
+    )
+    (
+        dt.merge(source, predicate=match, source_alias="s", target_alias="t",
+                 commit_properties=CommitProperties(app_transactions=txns))
+        .when_matched_delete(predicate=f"s._deleted AND {ranks}")
+        .when_matched_update(updates=updates, predicate=f"NOT s._deleted AND {ranks}")
+        .when_not_matched_insert(updates=updates, predicate="NOT s._deleted")
+        .execute()
+    )  # fmt: skip
+    return True
