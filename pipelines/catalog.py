@@ -39,7 +39,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from logstore.errors import LoglakeError
+from logstore.errors import InvalidConfigError, LoglakeError
 from logstore.objectstore import LakeLocation, StorageSettings, delta_target, open_store
 
 __all__ = [
@@ -147,9 +147,9 @@ def _split_spec(spec: str, tables: Sequence[LakeTable], flag: str, what: str) ->
     name, sep, value = spec.partition("=")
     name = name.strip().lower()
     if not sep or not value.strip():
-        raise LoglakeError(f"{flag} takes TABLE={what}, got {spec!r}")
+        raise InvalidConfigError(f"{flag} takes TABLE={what}, got {spec!r}")
     if name not in names:
-        raise LoglakeError(
+        raise InvalidConfigError(
             f"{flag} names table {name!r}, which is not in the lake "
             f"(tables: {', '.join(sorted(names)) or 'none'})"
         )
@@ -165,7 +165,7 @@ def parse_versions(
     for spec in specs:
         name, number = _split_spec(spec, tables, flag, "N")
         if not number.isdigit():
-            raise LoglakeError(f"{flag} takes TABLE=N (N a version number), got {spec!r}")
+            raise InvalidConfigError(f"{flag} takes TABLE=N (N a version number), got {spec!r}")
         out[name] = int(number)
     return out
 
@@ -176,7 +176,7 @@ def parse_timestamp(text: str) -> datetime.datetime:
     try:
         when = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
-        raise LoglakeError(
+        raise InvalidConfigError(
             f"{text!r} is not an ISO-8601 timestamp (e.g. 2026-11-27T14:00:00Z)"
         ) from None
     return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
@@ -204,7 +204,7 @@ def _version_as_of(table: LakeTable, dt: DeltaTable, when: datetime.datetime) ->
     before = [v for v, ts in commits if ts <= ms]
     if not before:
         first = datetime.datetime.fromtimestamp(commits[0][1] / 1000, datetime.UTC)
-        raise LoglakeError(
+        raise InvalidConfigError(
             f"table {table.name!r} has no version as of {when.isoformat()}: its first "
             f"version {commits[0][0]} was committed at {first.isoformat()}",
             path=str(table.path),
@@ -225,7 +225,7 @@ def open_table(
         if pin is not None:
             latest = dt.version()
             if not 0 <= pin <= latest:
-                raise LoglakeError(
+                raise InvalidConfigError(
                     f"table {table.name!r} has versions 0..{latest}, not {pin}",
                     path=str(table.path),
                 )

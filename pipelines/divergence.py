@@ -77,11 +77,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from logstore.errors import LoglakeError
-from logstore.storage.files import offset_from_file_name
 from pipelines.config import ON_DIVERGENCE
 from pipelines.delta.commit import RemovedFile, commit_files, load_table
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, partition_value_string
 from pipelines.delta.log import DeltaLog
+from pipelines.logdir import log_segments, segment_bases
 from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
 
 __all__ = [
@@ -195,16 +195,6 @@ class Divergence:
 # --------------------------------------------------------------------------- the log side
 
 
-def _segments(part_dir: Path) -> list[tuple[int, Path]]:
-    out = []
-    for entry in os.scandir(part_dir):
-        parsed = offset_from_file_name(entry.name)
-        if parsed is not None and parsed[1] == ".log" and entry.is_file():
-            out.append((parsed[0], Path(entry.path)))
-    out.sort()
-    return out
-
-
 def _header(fd: int, position: int, size: int, base: int) -> BatchId | None:
     """The whole v2 batch at ``position`` of a segment of ``size`` bytes, else None."""
     raw = os.pread(fd, _HEADER.size, position)
@@ -278,7 +268,7 @@ def _scan(path: Path, base: int, offset: int | None) -> tuple[BatchId | None, in
 
 def batch_at(part_dir: Path, offset: int) -> BatchId | None:
     """The whole batch of the partition's log holding ``offset`` (header walk), or None."""
-    candidates = [(b, p) for b, p in _segments(part_dir) if b <= offset]
+    candidates = [(b, p) for b, p in log_segments(part_dir) if b <= offset]
     if not candidates:
         return None
     base, path = candidates[-1]
@@ -292,7 +282,7 @@ def log_end(part_dir: Path, high_watermark: int | None) -> int:
     fill) has not found the end of the log: ingest quarantines such a byte range and moves
     past it (``pipelines.sources.damage``), so the log still reaches its high watermark there.
     """
-    segments = _segments(part_dir)
+    segments = log_segments(part_dir)
     if not segments:
         return 0
     base, path = segments[-1]
@@ -429,7 +419,7 @@ def _log_records(part_dir: Path, tp: TopicPartition, lo: int, hi: int) -> pa.Tab
     from pipelines.sources.plan import SegmentRange  # noqa: PLC0415
     from pipelines.sources.read import read_records  # noqa: PLC0415
 
-    segments = _segments(part_dir)
+    segments = log_segments(part_dir)
     batches: list[pa.RecordBatch] = []
     for n, (base, path) in enumerate(segments):
         nxt = segments[n + 1][0] if n + 1 < len(segments) else None
@@ -492,7 +482,7 @@ def divergence_point(records_path: str, part_dir: Path, div: Divergence, log_sta
     bound = min(div.progress, div.log_end)
     if div.lake_batch is not None and div.log_end >= div.progress:
         bound = min(bound, div.lake_batch.base_offset)  # that batch changed
-    bases = [b for b, _ in _segments(part_dir) if b < max(bound, log_start + 1)]
+    bases = [b for b in segment_bases(part_dir) if b < max(bound, log_start + 1)]
     idx = len(bases) - 1
     while True:
         lo = max(log_start, bases[idx] if idx >= 0 else log_start)
@@ -501,7 +491,7 @@ def divergence_point(records_path: str, part_dir: Path, div: Divergence, log_sta
         i = _first_difference(lake, log)
         if i is None:
             return bound
-        offsets = [t.column("offset")[i].as_py() for t in (lake, log) if i < t.num_rows]
+        offsets: list[int] = [t.column("offset")[i].as_py() for t in (lake, log) if i < t.num_rows]
         point = min(offsets)
         if point > lo or idx <= 0 or point >= bound:
             return min(point, bound)
@@ -681,4 +671,5 @@ def write_diverged(diverged_path: str, rewind: Rewind, *, compression: str) -> i
     except BaseException:
         writer.abort()
         raise
-    return rewind.moved.num_rows
+    moved: int = rewind.moved.num_rows
+    return moved

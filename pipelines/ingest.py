@@ -67,7 +67,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 import sys
 import threading
 import time
@@ -82,8 +81,6 @@ from pyspark.sql import SparkSession
 
 from logstore.errors import CorruptRecordError, LoglakeError
 from logstore.objectstore import LakeLocation
-from logstore.storage.checkpoints import read_offset_checkpoint
-from logstore.storage.files import offset_from_file_name, parse_partition_dir
 from logstore.tools.client_config import ClientConfig
 from pipelines.config import (
     ISOLATION_LEVELS,
@@ -111,6 +108,14 @@ from pipelines.divergence import (
     write_diverged,
 )
 from pipelines.lake_group import commit_lake_offsets
+from pipelines.logdir import (
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    PartitionDir,
+    log_start_offset,
+    merged_checkpoint,
+    partition_dirs,
+)
 from pipelines.sources import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 from pipelines.sources.damage import Skipped, skipped_offsets
 from pipelines.sources.plan import (
@@ -337,40 +342,15 @@ def _partitions(
     wanted = set(topics) if topics else None
     out: dict[TopicPartition, Path] = {}
     for d in log_dirs:
-        root = Path(d)
-        if not root.is_dir():
-            raise LoglakeError("log dir does not exist", path=str(root))
-        for entry in os.scandir(root):
-            parsed = parse_partition_dir(entry.name)
-            if parsed is None or not entry.is_dir():
+        for part in partition_dirs(d, topics=wanted):
+            if wanted is None and part.topic.startswith(INTERNAL_TOPIC_PREFIX):
                 continue
-            if wanted is None and parsed[0].startswith(INTERNAL_TOPIC_PREFIX):
-                continue
-            if wanted is not None and parsed[0] not in wanted:
-                continue
-            out[parsed] = Path(entry.path)
+            out[part.tp] = part.path
     return out
 
 
-def _checkpoints(log_dirs: Iterable[str], name: str) -> dict[TopicPartition, int] | None:
-    merged: dict[TopicPartition, int] = {}
-    found = False
-    for d in log_dirs:
-        path = Path(d) / name
-        if path.is_file():
-            found = True
-            merged.update(read_offset_checkpoint(path))
-    return merged if found else None
-
-
 def _log_start(part_dir: Path, checkpoint: Mapping[TopicPartition, int], tp: TopicPartition) -> int:
-    bases = [
-        parsed[0]
-        for name in os.listdir(part_dir)
-        if (parsed := offset_from_file_name(name)) is not None and parsed[1] == ".log"
-    ]
-    first = min(bases) if bases else 0
-    return max(checkpoint.get(tp, 0), first)
+    return log_start_offset(PartitionDir(tp[0], tp[1], part_dir), checkpoint)
 
 
 class _ProgressReporter:
@@ -609,8 +589,8 @@ def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> Inges
     records_path = config.records_path
     parts = _partitions(config.log_dirs, config.topics)
     progress = read_progress(records_path)
-    log_starts = _checkpoints(config.log_dirs, "log-start-offset-checkpoint") or {}
-    high_watermarks = _checkpoints(config.log_dirs, "replication-offset-checkpoint")
+    log_starts = merged_checkpoint(config.log_dirs, LOG_START_OFFSET_CHECKPOINT) or {}
+    high_watermarks = merged_checkpoint(config.log_dirs, REPLICATION_OFFSET_CHECKPOINT)
     log(
         f"{len(parts)} partitions in {', '.join(config.log_dirs)}; "
         f"progress known for {len(progress)}; lake {config.lake}"
@@ -837,7 +817,7 @@ def _check_divergence(  # noqa: PLR0917
     """
     # every partition's entry, also of topics this run does not read: carried to the commit
     out = _Divergences(parts=parts, fingerprints=read_fingerprints(config.records_path, progress))
-    cleaned = _checkpoints(config.log_dirs, "cleaner-offset-checkpoint") or {}
+    cleaned = merged_checkpoint(config.log_dirs, "cleaner-offset-checkpoint") or {}
     found = []
     for tp, part_dir in sorted(parts.items()):
         check = functools.partial(

@@ -21,7 +21,7 @@ from typing import Literal
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from logstore.errors import LoglakeError
+from logstore.errors import InvalidConfigError, LoglakeError
 
 __all__ = [
     "DEFAULTS_FILE",
@@ -63,7 +63,9 @@ def read_spark_defaults(path: Path | str = DEFAULTS_FILE) -> dict[str, str]:
             continue
         parts = line.split(None, 1)
         if len(parts) != 2:
-            raise LoglakeError(f"line {lineno}: expected 'key value', got {line!r}", path=str(p))
+            raise InvalidConfigError(
+                f"line {lineno}: expected 'key value', got {line!r}", path=str(p)
+            )
         out[parts[0]] = parts[1].strip()
     return out
 
@@ -113,7 +115,7 @@ def get_spark(
         launched.get(DELTA_ENGINE_KEY, "auto") if launched is not None else "auto"
     )
     if engine not in _ENGINES:
-        raise LoglakeError(f"{DELTA_ENGINE_KEY} must be one of {_ENGINES}, got {engine!r}")
+        raise InvalidConfigError(f"{DELTA_ENGINE_KEY} must be one of {_ENGINES}, got {engine!r}")
     if engine == "delta-spark":
         settings.setdefault("spark.sql.extensions", DELTA_EXTENSION)
         settings.setdefault("spark.sql.catalog.spark_catalog", _DELTA_CATALOG)
@@ -168,7 +170,7 @@ def delta_engine(spark: SparkSession) -> DeltaEngine:
     """
     engine = spark.conf.get(DELTA_ENGINE_KEY, "auto") or "auto"
     if engine not in _ENGINES:
-        raise LoglakeError(f"{DELTA_ENGINE_KEY} must be one of {_ENGINES}, got {engine!r}")
+        raise InvalidConfigError(f"{DELTA_ENGINE_KEY} must be one of {_ENGINES}, got {engine!r}")
     if engine == "delta-rs":
         return "delta-rs"
     available = delta_spark_available(spark)

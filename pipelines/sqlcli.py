@@ -114,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from logstore.errors import LoglakeError  # noqa: PLC0415
+    from logstore.errors import InvalidConfigError, LoglakeError  # noqa: PLC0415
     from pipelines.catalog import find_tables, parse_timestamps, parse_versions  # noqa: PLC0415
 
     try:
@@ -122,13 +122,13 @@ def run(args: argparse.Namespace) -> int:
         versions: dict[str, Pin] = {**parse_versions(args.as_of_version, tables)}
         for name, when in parse_timestamps(args.as_of_timestamp, tables).items():
             if name in versions:
-                raise LoglakeError(f"table {name!r} is pinned twice (--as-of-version and "
+                raise InvalidConfigError(f"table {name!r} is pinned twice (--as-of-version and "
                                    "--as-of-timestamp): choose one")  # fmt: skip
             versions[name] = when
         session = _Session(tables, versions, args.format, args.max_width, sys.stdout)
         if args.history is not None:
             if args.query is not None:
-                raise LoglakeError("--history takes no QUERY (it lists the table's versions)")
+                raise InvalidConfigError("--history takes no QUERY (it lists the table's versions)")
             return 0 if session.history(args.history) else 2
         session.builder()  # opens every table now: a missing version is a usage error
     except LoglakeError as exc:
@@ -376,7 +376,7 @@ def _readable_bytes(value: bytes) -> str:
 
 
 def _timestamp(value: Any) -> str:
-    text = value.strftime("%Y-%m-%d %H:%M:%S")
+    text: str = value.strftime("%Y-%m-%d %H:%M:%S")
     if value.microsecond:
         us = f"{value.microsecond:06d}"
         text += "." + (us[:3] if us.endswith("000") else us)
@@ -446,8 +446,8 @@ def _print_result(reader: pa.RecordBatchReader, fmt: str, max_width: int, out: T
         ]
         cells.extend(map(list, zip(*cols, strict=True)))
     widths = [len(n) for n in names]
-    for row in cells:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    for cells_row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, cells_row, strict=True)]
 
     def line(row: list[str]) -> str:
         parts = [
@@ -459,8 +459,8 @@ def _print_result(reader: pa.RecordBatchReader, fmt: str, max_width: int, out: T
     print(rule, file=out)
     print(line(list(names)), file=out)
     print(rule, file=out)
-    for row in cells:
-        print(line(row), file=out)
+    for cells_row in cells:
+        print(line(cells_row), file=out)
     print(rule, file=out)
     print(f"({len(cells)} row{'s' if len(cells) != 1 else ''})", file=out)
 

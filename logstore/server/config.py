@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from logstore.errors import InvalidConfigError, LoglakeError
+from logstore.errors import InvalidConfigError
 from logstore.server.kafka_keys import is_ignored_kafka_key
 from logstore.server.security.sasl import SaslConfigError, SaslListener, sasl_settings
 from logstore.server.security.tls import SSL_KEYS, TlsConfigError, TlsSettings, tls_settings
@@ -64,8 +64,9 @@ _log = logging.getLogger(__name__)
 SUPPORTED_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
-class ConfigError(LoglakeError):
-    """An unknown configuration key or an invalid value."""
+class ConfigError(InvalidConfigError):
+    """An unknown broker configuration key or an invalid value (an :class:`InvalidConfigError`:
+    one branch of the tree for every bad setting, so a job reading the broker's file exits 2)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from logstore.errors import CorruptIndexError, LoglakeError, StorageError
+from logstore.storage.cleaner_manifest import manifest_end_offset, remove_manifest
 from logstore.storage.config import LogConfig
 from logstore.storage.files import (
     CLEANED_SUFFIX,
@@ -59,7 +60,6 @@ from logstore.storage.files import (
     segment_path,
 )
 from logstore.storage.segment import IndexRebuildError, LogSegment
-from logstore.storage.swap import manifest_end_offset, remove_manifest
 
 __all__ = ["LoadResult", "load_segments"]
 

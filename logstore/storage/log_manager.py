@@ -57,6 +57,7 @@ from typing import Any
 
 from logstore.errors import LoglakeError, StorageError
 from logstore.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from logstore.storage.cleaner_manifest import MANIFEST_FILE
 from logstore.storage.config import LogConfig
 from logstore.storage.dirlock import DirLock
 from logstore.storage.files import (
@@ -78,7 +79,7 @@ from logstore.storage.partition_metadata import (
     write_partition_metadata,
 )
 from logstore.storage.scheduler import Scheduler
-from logstore.storage.swap import MANIFEST_FILE, apply_manifest
+from logstore.storage.swap import apply_manifest
 from logstore.storage.topic_config import read_topic_configs, write_topic_config
 
 __all__ = ["LogManager"]

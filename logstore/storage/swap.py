@@ -5,7 +5,8 @@ per partition directory:
 
 1. ``<base>.log.cleaned`` + ``<base>.index.cleaned`` + ``<base>.timeindex.cleaned`` for each
    segment group (:func:`logstore.storage.cleaner.rewrite_group`, fsynced);
-2. then ``cleaner-manifest.json`` (write-temp, fsync, rename, fsync dir): per group its base
+2. then ``cleaner-manifest.json`` (:mod:`logstore.storage.cleaner_manifest`; write-temp, fsync,
+   rename, fsync dir): per group its base
    offset, the ``.cleaned`` size, and the replaced segments as the job read them
    (:class:`~logstore.storage.cleaner.SegmentRef`: base offset, size, position and CRC of the
    last batch, next offset, mtime); plus the offset the ``cleaner-offset-checkpoint`` gets.
@@ -28,20 +29,22 @@ replaced segments, in order (so the offsets are a subsequence of the originals: 
 only ever removed from a batch that keeps its offsets), and nothing at or past the replaced
 range's end.
 
-The swap of one group, Kafka's ``LocalLog.replaceSegments`` (``failpoint`` names in brackets;
-tests crash the process at each):
+The swap of one group, Kafka's ``LocalLog.replaceSegments`` (step names of
+:func:`logstore.failpoints.failpoint` in brackets, each ``cleaner.<name>``; crash tests SIGKILL
+the process at each):
 
-a. rename the three ``.cleaned`` files to ``.swap``, fsync the directory [``before-swap``,
+a. rename the three ``.cleaned`` files to ``.swap``, fsync the directory [``before_swap``,
    ``swapped``]. From the moment no ``.cleaned`` is left the swap is committed;
 b. rename the replaced segments to ``.deleted`` and, in memory, put the new segment in their
    place (one list assignment: readers see the old list or the new one) [``retiring`` after
    the first rename (offline path), ``retired``]. Open
    descriptors of the old files stay valid, so fetches in flight finish; the files go after
    ``file.delete.delay.ms``;
-c. rename ``.swap`` to the live names, fsync the directory [``live-partial`` after the
+c. rename ``.swap`` to the live names, fsync the directory [``live_partial`` after the
    ``.log``'s rename, ``live``].
 
-After every group: ``cleaner-offset-checkpoint`` updated, then the manifest deleted.
+After every group: ``cleaner-offset-checkpoint`` updated [``checkpointed``], then the manifest
+deleted.
 
 Crash at any step, recovery on load (:mod:`logstore.storage.loader`, Kafka's rules; by the
 broker's next start, or with no broker by the next job run,
@@ -61,18 +64,23 @@ are serialised by a module lock.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from logstore.errors import LoglakeError
+from logstore.failpoints import armed, failpoint
 from logstore.protocol.batch import validate_batch
 from logstore.storage.cleaner import SegmentRef, scan_segment, update_cleaner_checkpoint
+from logstore.storage.cleaner_manifest import (
+    CleanerManifest,
+    ManifestGroup,
+    read_manifest,
+    remove_manifest,
+)
 from logstore.storage.config import LogConfig
 from logstore.storage.files import (
     CLEANED_SUFFIX,
@@ -85,7 +93,6 @@ from logstore.storage.files import (
     offset_from_file_name,
     parse_partition_dir,
     segment_path,
-    write_atomically,
 )
 from logstore.storage.segment import LogSegment
 
@@ -93,142 +100,21 @@ if TYPE_CHECKING:
     from logstore.storage.log import Log
 
 __all__ = [
-    "MANIFEST_FILE",
-    "CleanerManifest",
-    "ManifestGroup",
     "SwapRejectedError",
     "apply_manifest",
     "apply_offline",
     "discard_cleaned",
-    "failpoint",
-    "manifest_end_offset",
-    "read_manifest",
-    "remove_manifest",
     "swap_group",
     "validate_cleaned",
     "validate_group",
-    "write_manifest",
 ]
 
 _log = logging.getLogger(__name__)
-MANIFEST_FILE = "cleaner-manifest.json"
-_FAILPOINT_ENV = "LOGLAKE_CLEANER_FAILPOINT"
 _checkpoint_lock = threading.Lock()
 
 
 class SwapRejectedError(LoglakeError):
     """A cleaner manifest failed its checks; nothing was swapped for that group."""
-
-
-def failpoint(name: str) -> None:
-    """Tests: exit at once (as a kill -9 would: no clean-up) when the environment variable
-    ``LOGLAKE_CLEANER_FAILPOINT`` names this step."""
-    if os.environ.get(_FAILPOINT_ENV) == name:
-        os._exit(137)
-
-
-@dataclass(frozen=True, slots=True)
-class ManifestGroup:
-    base_offset: int
-    size: int  # of the .log.cleaned
-    replaced: tuple[SegmentRef, ...]
-
-    @property
-    def end_offset(self) -> int:
-        return self.replaced[-1].next_offset
-
-
-@dataclass(frozen=True, slots=True)
-class CleanerManifest:
-    topic: str
-    partition: int
-    groups: tuple[ManifestGroup, ...]
-    checkpoint_offset: int
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "version": 1,
-            "topic": self.topic,
-            "partition": self.partition,
-            "checkpoint_offset": self.checkpoint_offset,
-            "groups": [
-                {
-                    "base_offset": g.base_offset,
-                    "size": g.size,
-                    "replaced": [r.to_json() for r in g.replaced],
-                }
-                for g in self.groups
-            ],
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object], where: str) -> CleanerManifest:
-        try:
-            if data.get("version") != 1:
-                raise ValueError(f"version {data.get('version')!r}, expected 1")
-            groups = []
-            for g in data["groups"]:  # type: ignore[attr-defined]
-                replaced = tuple(SegmentRef.from_json(r) for r in g["replaced"])
-                if not replaced or replaced[0].base_offset != int(g["base_offset"]):
-                    raise ValueError("a group must start at its first replaced segment")
-                groups.append(ManifestGroup(int(g["base_offset"]), int(g["size"]), replaced))
-            return cls(
-                str(data["topic"]),
-                int(data["partition"]),  # type: ignore[call-overload]
-                tuple(groups),
-                int(data["checkpoint_offset"]),  # type: ignore[call-overload]
-            )
-        except (KeyError, TypeError, ValueError, LoglakeError) as exc:
-            raise LoglakeError(f"bad cleaner manifest: {exc}", path=where) from None
-
-
-def write_manifest(dir: str | os.PathLike[str], manifest: CleanerManifest) -> Path:
-    """Write ``<dir>/cleaner-manifest.json`` atomically and durably."""
-    path = Path(dir) / MANIFEST_FILE
-    write_atomically(path, json.dumps(manifest.to_json(), indent=1).encode())
-    return path
-
-
-def read_manifest(dir: str | os.PathLike[str]) -> CleanerManifest | None:
-    """The manifest of a partition directory; None when there is none."""
-    path = Path(dir) / MANIFEST_FILE
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise LoglakeError(f"cleaner manifest is not JSON: {exc}", path=str(path)) from None
-    if not isinstance(data, dict):
-        raise LoglakeError("cleaner manifest is not a JSON object", path=str(path))
-    return CleanerManifest.from_json(data, str(path))
-
-
-def remove_manifest(dir: str | os.PathLike[str]) -> None:
-    root = Path(dir)
-    (root / (MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
-    try:
-        (root / MANIFEST_FILE).unlink()
-    except FileNotFoundError:
-        return
-    fsync_dir(root)
-
-
-def manifest_end_offset(dir: str | os.PathLike[str], base_offset: int) -> int | None:
-    """For the loader: the end of the range the group starting at ``base_offset`` replaces,
-    if a readable manifest names one; None otherwise."""
-    try:
-        manifest = read_manifest(dir)
-    except LoglakeError as exc:
-        _log.warning("%s", exc)
-        return None
-    if manifest is None:
-        return None
-    for g in manifest.groups:
-        if g.base_offset == base_offset:
-            return g.end_offset
-    return None
 
 
 def discard_cleaned(dir: str | os.PathLike[str]) -> list[str]:
@@ -356,7 +242,7 @@ def swap_group(
     """Steps a-c of the module docstring for one validated group. ``retire(new)`` does step b
     (renames the replaced segments ``.deleted`` and puts ``new`` in their place)."""
     root = Path(dir)
-    failpoint("before-swap")
+    failpoint("cleaner.before_swap")
     new = LogSegment.open(
         root,
         group.base_offset,
@@ -368,19 +254,19 @@ def swap_group(
     try:
         new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
         fsync_dir(root)
-        failpoint("swapped")
+        failpoint("cleaner.swapped")
         retire(new)
-        failpoint("retired")
-        if os.environ.get(_FAILPOINT_ENV) == "live-partial":
+        failpoint("cleaner.retired")
+        if armed("cleaner.live_partial"):
             # tests: die after the first of step c's three renames (the .log's, which
             # change_file_suffixes does first), the indexes still .swap
             live = segment_path(root, group.base_offset, LOG_SUFFIX)
             os.replace(segment_path(root, group.base_offset, LOG_SUFFIX + SWAP_SUFFIX), live)
             fsync_dir(root)
-            failpoint("live-partial")
+            failpoint("cleaner.live_partial")
         new.change_file_suffixes(SWAP_SUFFIX, "")
         fsync_dir(root)
-        failpoint("live")
+        failpoint("cleaner.live")
     except BaseException:
         new.close_handlers()
         raise
@@ -393,7 +279,7 @@ def _finish(root: Path, manifest: CleanerManifest) -> None:
         raise LoglakeError("not a partition directory", path=str(root))
     with _checkpoint_lock:
         update_cleaner_checkpoint(root.parent, parsed[0], parsed[1], manifest.checkpoint_offset)
-    failpoint("checkpointed")
+    failpoint("cleaner.checkpointed")
     remove_manifest(root)
 
 
@@ -502,7 +388,7 @@ def apply_offline(dir: str | os.PathLike[str], config: LogConfig) -> bool | None
                 def retire(new: LogSegment, old: list[LogSegment] = replaced) -> None:
                     for seg in old:
                         seg.change_file_suffixes("", DELETED_SUFFIX)
-                        failpoint("retiring")
+                        failpoint("cleaner.retiring")
                     fsync_dir(root)
                     for seg in old:
                         seg.delete()

@@ -36,7 +36,8 @@ version) -> row indices`` over a table with ``partition``, ``key``, ``offset``,
 Crash behaviour: see :mod:`logstore.storage.swap`; a job killed anywhere leaves the log as it
 was or swapped, never in between after the broker's next load or, with no broker, the next
 job run (:func:`recover_pending`, the loader's rules under ``.lock``), and a re-run redoes the
-pass.
+pass. Crash tests: ``LOGLAKE_FAILPOINT=cleaner.rewritten`` kills the executor after the
+``.cleaned`` files, before the manifest; the swap's steps are ``cleaner.*`` too.
 Executors must see the broker's log dirs at the same paths (one host, or a shared mount).
 """
 
@@ -57,6 +58,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstore.errors import LogDirLockedError, LoglakeError
+from logstore.failpoints import failpoint
 from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.cleaner import (
     CleanerSettings,
@@ -64,6 +66,12 @@ from logstore.storage.cleaner import (
     plan_cleaning,
     read_cleaner_checkpoint,
     rewrite_group,
+)
+from logstore.storage.cleaner_manifest import (
+    MANIFEST_FILE,
+    CleanerManifest,
+    ManifestGroup,
+    write_manifest,
 )
 from logstore.storage.cleaner_txn import TransactionFilter
 from logstore.storage.config import LogConfig
@@ -78,14 +86,7 @@ from logstore.storage.files import (
     segment_path,
 )
 from logstore.storage.log import Log
-from logstore.storage.swap import (
-    MANIFEST_FILE,
-    CleanerManifest,
-    ManifestGroup,
-    apply_offline,
-    failpoint,
-    write_manifest,
-)
+from logstore.storage.swap import apply_offline
 from logstore.storage.topic_config import read_topic_config, read_topic_configs
 from pipelines.compaction._keymap import record_keys
 from pipelines.compaction._select import last_per_key, last_per_key_into, make_selector
@@ -95,6 +96,7 @@ from pipelines.compaction.plan import versions, winner_indices
 from pipelines.decode import BatchScan, decode_records, scan_batches, verify_batches
 from pipelines.decode._kernels import ERROR_REASONS
 from pipelines.decode.batches import ATTR_CODEC_MASK, ATTR_CONTROL
+from pipelines.logdir import as_partition_dir, partition_dirs
 from pipelines.worker import start_task, without_huge_pages
 
 if TYPE_CHECKING:
@@ -451,10 +453,7 @@ def clean_partition(
     configs; Kafka's when None."""
     started = time.perf_counter()
     root = Path(dir)
-    parsed = parse_partition_dir(root.name)
-    if parsed is None:
-        raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
-    topic, partition = parsed
+    topic, partition, _ = as_partition_dir(root)
     _, settings = _settings(root.parent, topic, defaults)
     if strategy is None:
         strategy = strategy_of(root.parent, topic)
@@ -495,7 +494,7 @@ def clean_partition(
         result.bytes_in += sum(r.size for r in cleaned.replaced)
         result.bytes_out += cleaned.size
     clock.lap("rewrite", result.extra)
-    failpoint("rewritten")
+    failpoint("cleaner.rewritten")
     write_manifest(root, CleanerManifest(topic, partition, tuple(groups), plan.end_offset))
     clock.lap("manifest", result.extra)
     result.end_offset = plan.end_offset
@@ -514,9 +513,7 @@ def hand_over(
     """Get a written manifest applied: by this process under the log dir's ``.lock`` when no
     broker holds it, else by the broker (waits up to ``timeout_s``). ``(swapped, how)``."""
     root = Path(dir)
-    parsed = parse_partition_dir(root.name)
-    if parsed is None:
-        raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
+    as_partition_dir(root)
     lock = DirLock(root.parent)
     try:
         lock.acquire()
@@ -549,9 +546,7 @@ def recover_pending(
     holds the lock and does this itself (its load, then its ``cleaner-swaps`` task).
     What was done, or None when nothing was pending or the broker owns the log dir."""
     root = Path(dir)
-    parsed = parse_partition_dir(root.name)
-    if parsed is None:
-        raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
+    part = as_partition_dir(root)
     if not _pending(root):
         return None
     lock = DirLock(root.parent)
@@ -562,15 +557,15 @@ def recover_pending(
     try:
         if not _pending(root):
             return None
-        config, _ = _settings(root.parent, parsed[0], defaults)
+        config, _ = _settings(root.parent, part.topic, defaults)
         log = Log.open(
             root,
             config,
             recovery_point=read_offset_checkpoint(root.parent / RECOVERY_POINT_CHECKPOINT).get(
-                parsed, 0
+                part.tp, 0
             ),
             log_start_offset=read_offset_checkpoint(root.parent / LOG_START_OFFSET_CHECKPOINT).get(
-                parsed, 0
+                part.tp, 0
             ),
         )
         swapped = log.load_result.swapped_segments
@@ -598,10 +593,8 @@ def compacted_partitions(
         for topic, props in configs.items():
             if "compact" in {p.strip() for p in props.get("cleanup.policy", "").split(",")}:
                 wanted.add(topic)
-        for name in sorted(os.listdir(log_dir)):
-            parsed = parse_partition_dir(name)
-            if parsed is not None and parsed[0] in wanted and (log_dir / name).is_dir():
-                out.append((str(log_dir / name), strategy_of(log_dir, parsed[0])))
+        for part in partition_dirs(log_dir, topics=wanted):
+            out.append((str(part.path), strategy_of(log_dir, part.topic)))
     return out
 
 
@@ -637,7 +630,7 @@ def run_log_compaction(
         recover_pending(dir, defaults)  # a killed run's pass, finished or discarded (no broker)
     items = []
     for dir, from_config in parts:
-        topic = Path(dir).name.rsplit("-", 1)[0]
+        topic = as_partition_dir(dir).topic
         chosen = strategies[topic] if strategies and topic in strategies else from_config
         items.append((dir, chosen, now, force, defaults))
     if not items:
@@ -664,10 +657,7 @@ def run_log_compaction(
 def _apply_locked(dir: str, defaults: CleanerDefaults | None = None) -> tuple[bool, str]:
     """:func:`hand_over`'s offline branch, the caller holding the log dir's ``.lock``."""
     root = Path(dir)
-    parsed = parse_partition_dir(root.name)
-    if parsed is None:
-        raise LoglakeError("not a <topic>-<partition> directory", path=str(root))
-    config, _ = _settings(root.parent, parsed[0], defaults)
+    config, _ = _settings(root.parent, as_partition_dir(root).topic, defaults)
     done = apply_offline(root, config)
     return bool(done), "swapped offline" if done else "rejected offline"
 

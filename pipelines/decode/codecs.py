@@ -96,7 +96,7 @@ class Lz4Frames(NamedTuple):
 
 
 def _le(buf: np.ndarray, at: np.ndarray, width: int, dtype: type) -> np.ndarray:
-    out = np.zeros(at.shape[0], dtype)
+    out: np.ndarray = np.zeros(at.shape[0], dtype)
     for k in range(width):
         out |= buf[at + k].astype(dtype) << dtype(8 * k)
     return out
@@ -197,7 +197,7 @@ def decompress_lz4_blocks_into(
             filled += len(block)
             continue
         try:
-            filled += int(cramjam.lz4.decompress_block_into(block, room))
+            filled += int(cramjam.lz4.decompress_block_into(block, room))  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on 3.12+ only
         except cramjam.DecompressionError as exc:
             raise CorruptRecordError(f"lz4 decompression failed: {exc}") from exc
     return filled
@@ -208,7 +208,7 @@ def decompress_lz4_into(data: memoryview, out: np.ndarray) -> None:
     declares (:func:`lz4_frames`): a frame holding more or less is corrupt. liblz4
     checks the header, block and content checksums the frame carries."""
     try:
-        n = cramjam.lz4.decompress_into(data, out)
+        n = cramjam.lz4.decompress_into(data, out)  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on 3.12+ only
     except cramjam.DecompressionError as exc:
         raise CorruptRecordError(f"lz4 decompression failed: {exc}") from exc
     if n != out.shape[0]:
@@ -240,7 +240,7 @@ def decompress_snappy_blocks_into(
     for start, end, size in blocks:
         try:
             n = int(
-                cramjam.snappy.decompress_raw_into(data[start:end], out[filled : filled + size])
+                cramjam.snappy.decompress_raw_into(data[start:end], out[filled : filled + size])  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on 3.12+ only
             )
         except cramjam.DecompressionError as exc:
             raise CorruptRecordError(f"snappy decompression failed: {exc}") from exc

@@ -20,7 +20,7 @@ import time
 import pyarrow as pa
 
 from logstore.protocol.batch import Codec
-from logstore.protocol.records import build_batch
+from logstore.protocol.records import RecordLike, build_batch
 from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
 from pipelines.delta.parquet import FastParquetWriter
 from pipelines.sources.plan import parse_options, plan_ranges
@@ -30,7 +30,7 @@ from pipelines.sources.synthetic import write_batches
 
 def warm() -> int:
     """Decode both batch kinds once and write them; returns the number of records read (4)."""
-    records = [
+    records: list[RecordLike] = [
         (b"k0", b"", [("h", b"x")], 1_700_000_000_000),
         (None, b"v", [("h", None)], 1_700_000_000_001),
     ]

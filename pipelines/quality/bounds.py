@@ -9,18 +9,19 @@ Only reads files; never writes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from logstore.errors import LoglakeError
-from logstore.storage.checkpoints import read_offset_checkpoint
-from logstore.storage.files import offset_from_file_name, parse_partition_dir
+from pipelines.logdir import (
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    TopicPartition,
+    log_start_offset,
+    merged_checkpoint,
+    partition_dirs,
+)
 
 __all__ = ["PartitionBounds", "partition_bounds"]
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,15 +35,6 @@ class PartitionBounds:
     progress: int | None
 
 
-def _checkpoint(log_dirs: Iterable[str], name: str) -> dict[TopicPartition, int]:
-    merged: dict[TopicPartition, int] = {}
-    for d in log_dirs:
-        path = Path(d) / name
-        if path.is_file():
-            merged.update(read_offset_checkpoint(path))
-    return merged
-
-
 def partition_bounds(
     log_dirs: Iterable[str],
     progress: Mapping[TopicPartition, int],
@@ -53,22 +45,12 @@ def partition_bounds(
     partitions that only the progress knows (their directory is gone: log start = progress)."""
     dirs = list(log_dirs)
     wanted = set(topics) if topics else None
-    starts = _checkpoint(dirs, "log-start-offset-checkpoint")
-    hws = _checkpoint(dirs, "replication-offset-checkpoint")
+    starts = merged_checkpoint(dirs, LOG_START_OFFSET_CHECKPOINT) or {}
+    hws = merged_checkpoint(dirs, REPLICATION_OFFSET_CHECKPOINT) or {}
     found: dict[TopicPartition, int] = {}
     for d in dirs:
-        if not Path(d).is_dir():
-            raise LoglakeError("log dir does not exist", path=str(d))
-        for entry in os.scandir(d):
-            tp = parse_partition_dir(entry.name)
-            if tp is None or not entry.is_dir() or (wanted is not None and tp[0] not in wanted):
-                continue
-            bases = [
-                parsed[0]
-                for name in os.listdir(entry.path)
-                if (parsed := offset_from_file_name(name)) is not None and parsed[1] == ".log"
-            ]
-            found[tp] = max(starts.get(tp, 0), min(bases) if bases else 0)
+        for part in partition_dirs(d, topics=wanted):
+            found[part.tp] = log_start_offset(part, starts)
     for tp, next_offset in progress.items():
         if tp not in found and (wanted is None or tp[0] in wanted):
             found[tp] = next_offset

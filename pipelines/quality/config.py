@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logstore.errors import InvalidConfigError, LoglakeError
+from logstore.errors import InvalidConfigError
 from pipelines.config import read_pipeline_toml
 
 __all__ = ["QualityConfig", "load_quality_config"]
@@ -76,7 +76,9 @@ def _number(section: dict[str, Any], key: str, path: Path, default: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise LoglakeError(f"[quality] {key} must be a number >= 0, got {value!r}", path=str(path))
+        raise InvalidConfigError(
+            f"[quality] {key} must be a number >= 0, got {value!r}", path=str(path)
+        )
     return value
 
 
@@ -87,10 +89,10 @@ def load_quality_config(path: str | Path) -> QualityConfig:
     section = data.get("quality", {})
     docs = section.get("docs", True)
     if not isinstance(docs, bool):
-        raise LoglakeError(f"[quality] docs must be true or false, got {docs!r}", path=str(p))
+        raise InvalidConfigError(f"[quality] docs must be true or false, got {docs!r}", path=str(p))
     quarantined = _number(section, "max_quarantined_batches", p, 0)
     if int(quarantined) != quarantined:
-        raise LoglakeError(
+        raise InvalidConfigError(
             f"[quality] max_quarantined_batches must be an integer, got {quarantined!r}",
             path=str(p),
         )

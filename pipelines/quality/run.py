@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -56,6 +56,9 @@ from pipelines.quality.checks import (
 )
 from pipelines.quality.config import QualityConfig
 from pipelines.quality.results import RuleResult, rule_results
+
+if TYPE_CHECKING:
+    from great_expectations.data_context.store.store import DataDocsSiteConfigTypedDict
 
 __all__ = [
     "QUALITY_DIR",
@@ -112,7 +115,7 @@ def _context(root: Path, docs: bool) -> Any:
     if docs:
         # The site's directory is an absolute path: a lake that was moved or copied gets its
         # own again (else its Data Docs would be written under the lake it came from).
-        site = {
+        site: DataDocsSiteConfigTypedDict = {
             "class_name": "SiteBuilder",
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
             "store_backend": {
@@ -120,7 +123,8 @@ def _context(root: Path, docs: bool) -> Any:
                 "base_directory": str(root / "data_docs"),
             },
         }
-        current = (context.get_config().data_docs_sites or {}).get(DOCS_SITE)
+        # a file context's config is a DataContextConfig (declared: that, a dict or a str)
+        current = (context.get_config().data_docs_sites or {}).get(DOCS_SITE)  # type: ignore[union-attr]
         if current is None:
             context.add_data_docs_site(site_name=DOCS_SITE, site_config=site)
         elif (current.get("store_backend") or {}).get("base_directory") != str(root / "data_docs"):

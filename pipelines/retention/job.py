@@ -52,16 +52,11 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 from kio.static.primitive import i32, i64
 
-from logstore.errors import LogDirLockedError, LoglakeError
+from logstore.errors import InvalidConfigError, LogDirLockedError, LoglakeError
+from logstore.failpoints import failpoint, kill_session
 from logstore.server.config import BrokerConfig
-from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.config import LogConfig
 from logstore.storage.dirlock import DirLock
-from logstore.storage.files import (
-    LOG_START_OFFSET_CHECKPOINT,
-    REPLICATION_OFFSET_CHECKPOINT,
-    parse_partition_dir,
-)
 from logstore.storage.log_manager import LogManager
 from logstore.storage.retention import RULES
 from logstore.storage.topic_config import read_topic_configs
@@ -70,6 +65,12 @@ from logstore.tools.connection import KafkaConnection
 from pipelines.config import job_settings, kafka_client_config, read_pipeline_toml
 from pipelines.delta.commit import ensure_table
 from pipelines.ingest import INTERNAL_TOPIC_PREFIX, RECORDS_TABLE, read_progress
+from pipelines.logdir import (
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    partition_dirs,
+    read_checkpoint,
+)
 from pipelines.retention.journal import clear_pending, settle_pending, write_pending
 from pipelines.retention.plan import (
     PartitionPlan,
@@ -95,7 +96,6 @@ RETENTION_LOG_TABLE = "retention_log"
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BROKER_CONFIG = ROOT / "conf" / "broker.properties"
 _DELETE_RECORDS_CHUNK = 1000  # partitions per DeleteRecords request ([retention] default)
-FAILPOINT_ENV = "LOGLAKE_FAILPOINT"  # logstore.failpoints.FAILPOINT_ENV
 FAILPOINT_AFTER_CHUNK = "retention.after_delete_chunk"
 _TIMEOUT: Any = datetime.timedelta(seconds=30)
 Log = Callable[[str], None]
@@ -161,16 +161,18 @@ def load_retention_config(
     try:
         parse_records_retention(records)
     except ValueError as exc:
-        raise LoglakeError(f"[retention] records: {exc}", path=str(p)) from None
+        raise InvalidConfigError(f"[retention] records: {exc}", path=str(p)) from None
     try:
         vacuum_hours = float(retention.get("vacuum_hours", 168))
     except (TypeError, ValueError):
-        raise LoglakeError("[retention] vacuum_hours must be a number", path=str(p)) from None
+        raise InvalidConfigError("[retention] vacuum_hours must be a number", path=str(p)) from None
     if vacuum_hours < 0:
-        raise LoglakeError("[retention] vacuum_hours must be >= 0", path=str(p))
+        raise InvalidConfigError("[retention] vacuum_hours must be >= 0", path=str(p))
     chunk = retention.get("delete_records_chunk", _DELETE_RECORDS_CHUNK)
     if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
-        raise LoglakeError("[retention] delete_records_chunk must be an integer >= 1", path=str(p))
+        raise InvalidConfigError(
+            "[retention] delete_records_chunk must be an integer >= 1", path=str(p)
+        )
     return RetentionConfig(
         log_dirs=common.log_dirs,
         lake=common.lake,
@@ -226,42 +228,32 @@ def build_tasks(
     topics = tuple(ingest_topics) if ingest_topics else None
     tasks: list[PartitionTask] = []
     for d in log_dirs:
-        root = Path(d)
-        if not root.is_dir():
-            raise LoglakeError("log dir does not exist", path=str(root))
-        overrides = read_topic_configs(root)
-        starts = _checkpoint(root / LOG_START_OFFSET_CHECKPOINT)
-        hws = _checkpoint(root / REPLICATION_OFFSET_CHECKPOINT)
+        parts = partition_dirs(d)
+        overrides = read_topic_configs(d)
+        starts = read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT) or {}
+        hws = read_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT) or {}
         configs: dict[str, LogConfig] = {}
-        with os.scandir(root) as entries:
-            for entry in entries:
-                tp = parse_partition_dir(entry.name)
-                if tp is None or not entry.is_dir():
-                    continue
-                topic, partition = tp
-                cfg = configs.get(topic)
-                if cfg is None:
-                    cfg = LogConfig.from_properties(overrides.get(topic, {}), defaults=defaults)
-                    configs[topic] = cfg
-                tasks.append(
-                    PartitionTask(
-                        entry.path,
-                        topic,
-                        partition,
-                        cfg.retention_ms,
-                        cfg.retention_bytes,
-                        cfg.delete,
-                        starts.get(tp, 0),
-                        hws.get(tp),
-                        progress.get(tp, 0) if lake_protected(topic, topics) else None,
-                    )
+        for part in parts:
+            topic, partition, path = part
+            cfg = configs.get(topic)
+            if cfg is None:
+                cfg = LogConfig.from_properties(overrides.get(topic, {}), defaults=defaults)
+                configs[topic] = cfg
+            tasks.append(
+                PartitionTask(
+                    str(path),
+                    topic,
+                    partition,
+                    cfg.retention_ms,
+                    cfg.retention_bytes,
+                    cfg.delete,
+                    starts.get(part.tp, 0),
+                    hws.get(part.tp),
+                    progress.get(part.tp, 0) if lake_protected(topic, topics) else None,
                 )
+            )
     tasks.sort(key=lambda t: (t.topic, t.partition))
     return tasks
-
-
-def _checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    return read_offset_checkpoint(path) if path.is_file() else {}
 
 
 def plan_local(tasks: list[PartitionTask], *, now_ms: int, force: bool) -> list[PartitionPlan]:
@@ -390,10 +382,8 @@ def delete_records_online(
                         out[key] = int(p.low_watermark)
                     else:
                         out[key] = p.error_code.name.upper()
-            if i == 0 and os.environ.get(FAILPOINT_ENV) == FAILPOINT_AFTER_CHUNK:
-                from logstore.failpoints import kill_session  # noqa: PLC0415
-
-                kill_session()
+            if i == 0:
+                failpoint(FAILPOINT_AFTER_CHUNK, kill=kill_session)
     return out
 
 
@@ -403,7 +393,7 @@ def _check_unlocked(log_dirs: Iterable[str]) -> None:
         try:
             lock.acquire()
         except LogDirLockedError as exc:
-            raise LoglakeError(
+            raise LogDirLockedError(
                 f"{exc}: a broker is running on the log dir; give --bootstrap-server to delete "
                 "through it"
             ) from None
@@ -418,7 +408,7 @@ def delete_records_offline(
     try:
         manager = LogManager(list(log_dirs), default_config=defaults, background=False)
     except LogDirLockedError as exc:
-        raise LoglakeError(
+        raise LogDirLockedError(
             f"{exc}: a broker is running on the log dir; give --bootstrap-server to delete "
             "through it"
         ) from None

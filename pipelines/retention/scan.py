@@ -34,13 +34,12 @@ the retention job and by the single-process scan alike.
 from __future__ import annotations
 
 import os
-import re
 import struct
 
 from logstore.storage.config import LONG_MAX
 from logstore.storage.files import LOG_SUFFIX, TIME_INDEX_SUFFIX
 from logstore.storage.index import TIME_ENTRY_SIZE
-from pipelines.sources.plan import SegmentVanishedError
+from pipelines.logdir import SegmentVanishedError, segment_bases
 
 __all__ = [
     "UNKNOWN_TIMESTAMP",
@@ -53,10 +52,6 @@ __all__ = [
 UNKNOWN_TIMESTAMP = LONG_MAX
 _TIME_ENTRY = struct.Struct(">qi")
 _ZERO_ENTRY = bytes(TIME_ENTRY_SIZE)
-
-
-# A whole "<20 digits>.log" name in names joined by "/" (the one character no name holds).
-_SEGMENT_LOG = re.compile(r"(?<![^/])([0-9]{20})\.log(?![^/])")
 
 
 class SegmentScan:
@@ -146,9 +141,8 @@ def _last_time_entry(path: str) -> tuple[int, str]:
 def list_segments(part_dir: str) -> list[SegmentScan]:
     """The segments of ``part_dir``, oldest first (the last one is active), nothing read yet.
 
-    One ``listdir``; a segment is a ``<20 digits>.log`` name (one regex pass over them all)."""
-    names = "/".join(os.listdir(part_dir))
-    segments = [SegmentScan(part_dir, b) for b in sorted(map(int, _SEGMENT_LOG.findall(names)))]
+    One ``listdir`` (:func:`pipelines.logdir.segment_bases`)."""
+    segments = [SegmentScan(part_dir, b) for b in segment_bases(part_dir)]
     if segments:
         active = segments[-1]
         active._source, active._ts = "active", -1

@@ -44,9 +44,17 @@ from typing import Literal, TypeVar
 
 import numpy as np
 
-from logstore.errors import LoglakeError
-from logstore.storage.checkpoints import read_offset_checkpoint
-from logstore.storage.files import offset_from_file_name, parse_partition_dir
+from logstore.errors import InvalidConfigError
+from pipelines.logdir import (
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    SEGMENT_VANISHED,
+    SegmentVanishedError,
+    log_segments,
+    partition_dirs,
+    read_checkpoint,
+    segment_bases,
+)
 
 __all__ = [
     "DEFAULT_MAX_PARTITION_BYTES",
@@ -72,20 +80,12 @@ MAX_OFFSET = 2**63 - 1
 # can recognise it inside Spark's wrapping (a Py4J/Python exception whose text holds it).
 UNDECODABLE_BATCH = "undecodable batch (CRC valid)"
 _HEADER = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
-# Starts the message of SegmentVanishedError: found again in the text of the Spark/Py4J error
-# that carries it from an executor to the driver.
-SEGMENT_VANISHED = "segment file vanished between planning and reading"
 # Plan-and-read attempts of one job run (replanned): retention racing a run deletes a segment
 # under it now and then; five tries in a row all losing that race means something else.
 REPLAN_ATTEMPTS = 5
 # Files of a segment whose FileNotFoundError means retention took the segment.
 _SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".deleted")
 _T = TypeVar("_T")
-
-
-class SegmentVanishedError(LoglakeError):
-    """A segment's ``.log`` went away (retention deleted it) between the listing and a read of
-    it; planning again sees the partition as it is now."""
 
 
 def segment_vanished(exc: BaseException) -> bool:
@@ -119,8 +119,8 @@ def deleted_from_front(rng: SegmentRange) -> bool:
     after it. A segment gone from the middle (a cleaner's swap) is not."""
     if rng.next_base_offset is None:
         return False  # the active segment is never deleted by retention
-    remaining = _segments(Path(rng.path).parent)
-    return bool(remaining) and remaining[0][0] > rng.segment_base_offset
+    remaining = segment_bases(Path(rng.path).parent)
+    return bool(remaining) and remaining[0] > rng.segment_base_offset
 
 
 def replanned(
@@ -194,7 +194,7 @@ def _offsets_json(text: str, name: str) -> dict[str, dict[int, int]]:
             str(topic): {int(p): int(o) for p, o in parts.items()} for topic, parts in raw.items()
         }
     except (ValueError, TypeError, AttributeError) as exc:
-        raise LoglakeError(
+        raise InvalidConfigError(
             f'option {name} must be JSON like {{"topic": {{"0": 42}}}}, got {text!r}: {exc}'
         ) from None
 
@@ -206,7 +206,7 @@ def _int_option(opts: Mapping[str, str], name: str, default: int) -> int:
     try:
         return int(value)
     except ValueError:
-        raise LoglakeError(f"option {name} must be an integer, got {value!r}") from None
+        raise InvalidConfigError(f"option {name} must be an integer, got {value!r}") from None
 
 
 def _get(opts: Mapping[str, str], name: str) -> str | None:
@@ -221,11 +221,11 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
     """Options of ``spark.read.format("logsegments")`` (``path`` = comma-separated log dirs)."""
     path = _get(opts, "path") or _get(opts, "logDirs")
     if not path:
-        raise LoglakeError("logsegments needs a log dir: .load(<log.dirs>) or option path")
+        raise InvalidConfigError("logsegments needs a log dir: .load(<log.dirs>) or option path")
     log_dirs = tuple(p.strip() for p in path.split(",") if p.strip())
     kind = (_get(opts, "kind") or "records").lower()
     if kind not in ("records", "batches"):
-        raise LoglakeError(f"option kind must be records or batches, got {kind!r}")
+        raise InvalidConfigError(f"option kind must be records or batches, got {kind!r}")
     topics_opt = _get(opts, "topics")
     topics = None
     if topics_opt:
@@ -244,13 +244,15 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         until = _offsets_json(until_opt, "until")
     verify = (_get(opts, "verify") or "crc").lower()
     if verify not in ("crc", "full"):
-        raise LoglakeError(f"option verify must be crc or full, got {verify!r}")
+        raise InvalidConfigError(f"option verify must be crc or full, got {verify!r}")
     on_decode_error = (_get(opts, "onDecodeError") or "skip").lower()
     if on_decode_error not in ("skip", "fail"):
-        raise LoglakeError(f"option onDecodeError must be skip or fail, got {on_decode_error!r}")
+        raise InvalidConfigError(
+            f"option onDecodeError must be skip or fail, got {on_decode_error!r}"
+        )
     max_bytes = _int_option(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
     if max_bytes < 1:
-        raise LoglakeError(f"option maxPartitionBytes must be positive, got {max_bytes}")
+        raise InvalidConfigError(f"option maxPartitionBytes must be positive, got {max_bytes}")
     return SourceOptions(
         log_dirs=log_dirs,
         kind=kind,  # type: ignore[arg-type]
@@ -263,16 +265,6 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         verify=verify,  # type: ignore[arg-type]
         on_decode_error=on_decode_error,  # type: ignore[arg-type]
     )
-
-
-def _segments(part_dir: Path) -> list[tuple[int, Path]]:
-    out = []
-    for entry in os.scandir(part_dir):
-        parsed = offset_from_file_name(entry.name)
-        if parsed is not None and parsed[1] == ".log" and entry.is_file():
-            out.append((parsed[0], Path(entry.path)))
-    out.sort()
-    return out
 
 
 def _index_positions(path: Path, size: int) -> np.ndarray:
@@ -343,31 +335,15 @@ def _cuts(fd: int, positions: np.ndarray, size: int, target: int) -> list[tuple[
     return cuts
 
 
-def _checkpoint(log_dir: Path, name: str) -> dict[tuple[str, int], int] | None:
-    path = log_dir / name
-    if not path.is_file():
-        return None
-    return read_offset_checkpoint(path)
-
-
 def plan_ranges(options: SourceOptions) -> list[SegmentRange]:
     """Every input range of ``options``, ordered by log dir, topic, partition, position."""
     out: list[SegmentRange] = []
     for log_dir_text in options.log_dirs:
         log_dir = Path(log_dir_text).resolve()
-        if not log_dir.is_dir():
-            raise LoglakeError("log dir does not exist", path=str(log_dir))
-        high_watermarks = _checkpoint(log_dir, "replication-offset-checkpoint")
-        log_starts = _checkpoint(log_dir, "log-start-offset-checkpoint") or {}
-        parts = []
-        for entry in os.scandir(log_dir):
-            parsed = parse_partition_dir(entry.name)
-            if parsed is None or not entry.is_dir():
-                continue
-            if options.topics is not None and parsed[0] not in options.topics:
-                continue
-            parts.append((parsed, Path(entry.path)))
-        for (topic, partition), part_dir in sorted(parts):
+        parts = partition_dirs(log_dir, topics=options.topics)
+        high_watermarks = read_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
+        log_starts = read_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT) or {}
+        for topic, partition, part_dir in parts:
             start_offset = log_starts.get((topic, partition), 0)
             if options.starting_offsets is not None:
                 wanted = options.starting_offsets.get(topic, {}).get(partition)
@@ -403,7 +379,7 @@ def _plan_partition(  # noqa: PLR0917
     start_offset: int,
     until: int,
 ) -> Iterable[SegmentRange]:
-    segments = _segments(part_dir)
+    segments = log_segments(part_dir)
     for n, (base, path) in enumerate(segments):
         is_last = n == len(segments) - 1
         next_base = None if is_last else segments[n + 1][0]

@@ -64,6 +64,7 @@ from pipelines.decode.batches import ATTR_CODEC_MASK, BatchScan, scan_batches, v
 from pipelines.decode.codecs import CODEC_LABELS
 from pipelines.decode.records import BatchError, decode_records
 from pipelines.decode.transactions import txn_frames
+from pipelines.sources.aborted import AbortedRanges
 from pipelines.sources.plan import (
     SEGMENT_VANISHED,
     UNDECODABLE_BATCH,
@@ -71,7 +72,6 @@ from pipelines.sources.plan import (
     SegmentVanishedError,
 )
 from pipelines.sources.schema import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
-from pipelines.sources.transactions import AbortedRanges
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",

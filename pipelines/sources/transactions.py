@@ -73,10 +73,11 @@ import numpy as np
 
 from logstore.errors import LoglakeError
 from pipelines.delta.errors import first_error_line
+from pipelines.sources.aborted import AbortedRanges, as_int64
 from pipelines.sources.plan import SegmentRange
 
 __all__ = [
-    "AbortedRanges",
+    "AbortedRanges",  # defined in pipelines.sources.aborted; part of PartitionTxns
     "PartitionTxns",
     "TxnEvents",
     "resolve",
@@ -88,10 +89,6 @@ KIND_DATA = 0
 KIND_COMMIT = 1
 KIND_ABORT = 2
 _NONE = -9  # no next event of the same producer
-
-
-def _i64(values: Iterable[int] | np.ndarray) -> np.ndarray:
-    return np.asarray(values if isinstance(values, np.ndarray) else list(values), np.int64)
 
 
 @dataclass(frozen=True)
@@ -111,7 +108,9 @@ class TxnEvents:
         first: Iterable[int] | np.ndarray,
         last: Iterable[int] | np.ndarray,
     ) -> TxnEvents:
-        out = TxnEvents(_i64(producer_id), np.asarray(kind, np.int8), _i64(first), _i64(last))
+        out = TxnEvents(
+            as_int64(producer_id), np.asarray(kind, np.int8), as_int64(first), as_int64(last)
+        )
         n = out.producer_id.shape[0]
         if not out.kind.shape[0] == out.first.shape[0] == out.last.shape[0] == n:
             raise ValueError("TxnEvents columns differ in length")
@@ -156,65 +155,6 @@ class TxnEvents:
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> TxnEvents:
         return TxnEvents.of(data["producer_id"], data["kind"], data["first"], data["last"])
-
-
-@dataclass(frozen=True)
-class AbortedRanges:
-    """Aborted transactions of one partition: producer ``producer_id[i]``'s transactional
-    batches with base offsets in ``[first[i], last[i]]`` are aborted (``first``: the
-    transaction's first batch in the window read; ``last``: its ABORT marker). Sorted by
-    ``(producer, first)``; one producer's ranges never overlap. Picklable (numpy arrays)."""
-
-    producer_id: np.ndarray
-    first: np.ndarray
-    last: np.ndarray
-
-    @staticmethod
-    def of(
-        producer_id: Iterable[int] | np.ndarray,
-        first: Iterable[int] | np.ndarray,
-        last: Iterable[int] | np.ndarray,
-    ) -> AbortedRanges:
-        pid, lo, hi = _i64(producer_id), _i64(first), _i64(last)
-        order = np.lexsort((lo, pid))
-        return AbortedRanges(pid[order], lo[order], hi[order])
-
-    def __len__(self) -> int:
-        return int(self.producer_id.shape[0])
-
-    def overlapping(self, low: int, high: int | None) -> AbortedRanges:
-        """The ranges that reach offsets ``[low, high)`` (``high`` None: no upper bound)."""
-        keep = self.last >= low
-        if high is not None:
-            keep &= self.first < high
-        return AbortedRanges(self.producer_id[keep], self.first[keep], self.last[keep])
-
-    def mask(
-        self, producer_id: np.ndarray, base_offset: np.ndarray, transactional: np.ndarray
-    ) -> np.ndarray:
-        """True for each batch (arrays of a chunk's headers) that is transactional and lies
-        in an aborted range of its producer. One merge sort of ranges and batches by
-        ``(producer, offset)``: each batch meets the last range that starts at or before it."""
-        n = producer_id.shape[0]
-        out = np.zeros(n, np.bool_)
-        idx = np.flatnonzero(transactional)
-        m = len(self)
-        if not idx.shape[0] or not m:
-            return out
-        pid = np.concatenate([self.producer_id, producer_id[idx].astype(np.int64)])
-        off = np.concatenate([self.first, base_offset[idx].astype(np.int64)])
-        tag = np.concatenate([np.zeros(m, np.int8), np.ones(idx.shape[0], np.int8)])
-        order = np.lexsort((tag, off, pid))  # a range sorts before a batch at its first offset
-        # ranges are already in (producer, first) order: their indexes grow along ``order``
-        latest = np.maximum.accumulate(np.where(order < m, order, -1))
-        where = np.empty_like(order)
-        where[order] = np.arange(order.shape[0])
-        r = latest[where[m:]]
-        has = r >= 0
-        rr = np.where(has, r, 0)
-        hit = has & (self.producer_id[rr] == pid[m:]) & (off[m:] <= self.last[rr])
-        out[idx] = hit
-        return out
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from logstore.errors import LoglakeError
+from logstore.errors import InvalidConfigError
 
 __all__ = ["PROPERTY_NAMES", "GroupConfig", "GroupConfigError"]
 
 
-class GroupConfigError(LoglakeError):
+class GroupConfigError(InvalidConfigError):
     """A group coordinator property is unknown to this module's keys or not a valid value."""
 
 

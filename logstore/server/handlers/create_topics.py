@@ -18,8 +18,9 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from logstore.errors import InvalidConfigError, InvalidTopicError, LoglakeError
+from logstore.errors import LoglakeError
 from logstore.server.context import RequestContext
+from logstore.server.error_codes import error_code_for
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 from logstore.server.handlers.describe_configs import (
     topic_config_entries,
@@ -27,7 +28,6 @@ from logstore.server.handlers.describe_configs import (
 )
 from logstore.server.security.acls import AclOperation, ResourceType
 from logstore.server.security.authorizer import authorized, authorized_cluster
-from logstore.server.topics import TopicExistsError
 from logstore.storage.files import validate_topic
 
 __all__ = ["API_KEY", "MAX_VERSION", "MIN_VERSION", "handle"]
@@ -44,8 +44,8 @@ def _create_one(
     name = topic.name
     try:
         validate_topic(name)
-    except InvalidTopicError as exc:
-        return ErrorCode.invalid_topic_exception, exc.message, -1
+    except LoglakeError as exc:
+        return error_code_for(exc), exc.message, -1
     n = int(topic.num_partitions)
     if n == -1:
         n = ctx.config.get_int("num.partitions")
@@ -68,22 +68,16 @@ def _create_one(
             configs[c.name] = c.value
     try:
         validate_topic_configs(configs)
-    except InvalidConfigError as exc:
-        return ErrorCode.invalid_config, exc.message, -1
+    except LoglakeError as exc:
+        return error_code_for(exc), exc.message, -1
     if broker.partition_count(name) is not None:
         return ErrorCode.topic_already_exists, f"topic {name!r} already exists", -1
     if validate_only:
         return ErrorCode.none, None, n
     try:
         broker.create_topic(name, n, configs)
-    except TopicExistsError as exc:
-        return ErrorCode.topic_already_exists, exc.message, -1
-    except InvalidTopicError as exc:
-        return ErrorCode.invalid_topic_exception, exc.message, -1
-    except InvalidConfigError as exc:
-        return ErrorCode.invalid_config, exc.message, -1
-    except LoglakeError as exc:
-        return ErrorCode.unknown_server_error, exc.message, -1
+    except LoglakeError as exc:  # exists, invalid topic or config, storage...
+        return error_code_for(exc), exc.message, -1
     return ErrorCode.none, None, n
 
 

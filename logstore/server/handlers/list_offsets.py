@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from logstore.errors import LoglakeError
 from logstore.server.context import RequestContext
+from logstore.server.error_codes import error_code_for
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 from logstore.server.security.acls import AclOperation, ResourceType
 from logstore.server.security.authorizer import authorized
@@ -77,8 +78,10 @@ def _lookup(
         return ErrorCode.invalid_request, -1, -1
     try:
         found = lg.offset_for_timestamp(ts)
-    except (OSError, LoglakeError):
+    except OSError:  # Kafka's KafkaStorageException: the client retries
         return ErrorCode.kafka_storage_error, -1, -1
+    except LoglakeError as exc:
+        return error_code_for(exc), -1, -1
     if found is None or found[0] >= part.fetch_limit(isolation):
         return ErrorCode.none, -1, -1
     return ErrorCode.none, found[0], found[1]

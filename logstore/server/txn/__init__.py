@@ -1,7 +1,6 @@
 """The transaction coordinator (KIP-98): state machine, ``__transaction_state`` log, ids."""
 
 from logstore.server.txn.coordinator import (
-    FAILPOINT_ENV,
     MarkerWriter,
     TransactionCoordinator,
     TxnConfig,
@@ -9,7 +8,6 @@ from logstore.server.txn.coordinator import (
 from logstore.server.txn.state_log import TRANSACTION_STATE_TOPIC, TxnStateLog
 
 __all__ = [
-    "FAILPOINT_ENV",
     "TRANSACTION_STATE_TOPIC",
     "MarkerWriter",
     "TransactionCoordinator",

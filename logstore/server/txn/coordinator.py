@@ -34,7 +34,7 @@ persisted start), or at once by the next InitProducerId of its id — what Kafka
 that cannot be written (a full disk) leaves the transaction in Prepare*; a scheduler task
 retries every second until every partition has its marker (or no longer exists).
 
-Failpoints (crash tests): ``LOGLAKE_TXN_FAILPOINT=txn.after_prepare`` SIGKILLs the process
+Failpoints (crash tests): ``LOGLAKE_FAILPOINT=txn.after_prepare`` SIGKILLs the process
 right after a PrepareCommit/PrepareAbort record is appended (and flushed), before any marker;
 ``txn.after_markers`` after the markers, before the Complete* record.
 
@@ -48,8 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -59,11 +57,11 @@ from typing import Protocol
 from kio.schema.errors import ErrorCode
 
 from logstore.errors import LoglakeError
+from logstore.failpoints import failpoint
 from logstore.server.txn.schemas import TxnLogValue, TxnState
 from logstore.server.txn.state_log import TxnStateLog
 
 __all__ = [
-    "FAILPOINT_ENV",
     "MarkerWriter",
     "TransactionCoordinator",
     "TxnConfig",
@@ -71,8 +69,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-FAILPOINT_ENV = "LOGLAKE_TXN_FAILPOINT"
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -194,13 +190,6 @@ class _Failed(Exception):
     def __init__(self, code: ErrorCode) -> None:
         super().__init__(code.name)
         self.code = code
-
-
-def _failpoint(name: str, flush: Callable[[], object]) -> None:
-    if os.environ.get(FAILPOINT_ENV) == name:
-        flush()
-        log.error("failpoint %s: killing the broker", name)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _wall_clock_ms() -> int:
@@ -536,7 +525,7 @@ class TransactionCoordinator:
             state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
             now=self._clock(),
         )
-        _failpoint("txn.after_prepare", self._state_log_flush(md))
+        failpoint("txn.after_prepare", before=self._state_log_flush(md))
         with contextlib.suppress(_Failed):  # decided and persisted: the retry task completes it
             self._complete(md)
 
@@ -587,7 +576,7 @@ class TransactionCoordinator:
                     partition,
                 )
             md.partitions.discard((topic, partition))
-        _failpoint("txn.after_markers", self._state_log_flush(md))
+        failpoint("txn.after_markers", before=self._state_log_flush(md))
         self._transit(
             md,
             state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,

@@ -4,7 +4,7 @@
   the restart the transaction is still Ongoing (``__transaction_state``) and is aborted —
   by the next producer of its id, or by the broker at its timeout — and everything
   committed before is still there.
-- between the decision and the markers (``LOGLAKE_TXN_FAILPOINT=txn.after_prepare``: the
+- between the decision and the markers (``LOGLAKE_FAILPOINT=txn.after_prepare``: the
   broker SIGKILLs itself right after appending PrepareCommit) and between the markers and
   CompleteCommit (``txn.after_markers``): the restarted broker writes the markers and
   completes the commit; the producer's retried ``commit_transaction`` succeeds and
@@ -18,7 +18,7 @@ import time
 import confluent_kafka as ck
 import pytest
 
-from logstore.server.txn.coordinator import FAILPOINT_ENV
+from logstore.failpoints import FAILPOINT_ENV
 from tests.integration.broker.clients import new_topic
 from tests.integration.broker.test_transactions import CONSUMERS, END, ck_read
 
@@ -108,7 +108,7 @@ def test_kill_during_commit_completes_the_commit_on_restart(broker_factory, monk
         p.commit_transaction(5)
     assert exc.value.args[0].retriable(), exc.value
     assert b.proc is not None and b.proc.wait(30) == -9
-    assert f"failpoint {failpoint}: killing the broker" in b.log_text()
+    assert f"failpoint {failpoint}: killing the process" in b.log_text()
     b.start()
     last_start = b.log_text().split("=== start")[-1]
     assert "loaded 1 transactional ids {'PREPARE_COMMIT': 1}" in last_start

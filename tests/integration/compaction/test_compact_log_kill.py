@@ -1,7 +1,7 @@
 """kill -9 during log compaction, with the real processes:
 
 - the **broker** (``python -m logstore.cli broker``) dies at each step of its swap
-  (``LOGLAKE_CLEANER_FAILPOINT``: ``os._exit`` at that point, no clean-up, as a kill -9);
+  (``LOGLAKE_FAILPOINT=cleaner.<step>``: SIGKILL at that point, no clean-up, as a kill -9);
   after a restart the log is exactly the old one (killed before the swap was committed) or
   exactly the cleaned one (after), no temporary file is left, confluent-kafka reads the
   reference model's records with their original offsets, every acknowledged record is there
@@ -24,11 +24,12 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
+from logstore.failpoints import FAILPOINT_ENV
 from logstore.protocol.batch import Codec
 from logstore.storage.checkpoints import write_offset_checkpoint
 from logstore.storage.cleaner import read_cleaner_checkpoint
+from logstore.storage.cleaner_manifest import MANIFEST_FILE, read_manifest
 from logstore.storage.files import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
-from logstore.storage.swap import MANIFEST_FILE, read_manifest
 from pipelines.compaction.log import clean_partition, hand_over, winners
 from pipelines.compaction.model import Rec, Strategy
 from tests.conftest import ROOT
@@ -38,7 +39,7 @@ from tests.unit.storage.test_cleaner import expected_after, read_log, write_log
 
 pytestmark = pytest.mark.integration
 
-ENV = "LOGLAKE_CLEANER_FAILPOINT"
+KILLED = -signal.SIGKILL  # what a failpoint leaves: the process SIGKILLed itself
 
 
 def _leftovers(d: Path) -> list[str]:
@@ -102,18 +103,27 @@ def _consume(bootstrap: str, topic: str, n: int) -> list[tuple[int, bytes | None
     return [(g.offset, g.key, g.value) for g in ck_consume(bootstrap, topic, {0: n}, timeout=60)]
 
 
-BROKER_STEPS = ["before-swap", "swapped", "retired", "live-partial", "live", "checkpointed"]
+BROKER_STEPS = [
+    "cleaner.before_swap",
+    "cleaner.swapped",
+    "cleaner.retired",
+    "cleaner.live_partial",
+    "cleaner.live",
+    "cleaner.checkpointed",
+]
 # what is on disk when the broker dies there (evidence that it died mid-swap)
 _STATE = {
-    "before-swap": lambda names: any(n.endswith(".log" + CLEANED_SUFFIX) for n in names),
-    "swapped": lambda names: any(n.endswith(".log" + SWAP_SUFFIX) for n in names),
-    "retired": lambda names: any(n.endswith(".log" + SWAP_SUFFIX) for n in names),
-    "live-partial": lambda names: (
+    "cleaner.before_swap": lambda names: any(n.endswith(".log" + CLEANED_SUFFIX) for n in names),
+    "cleaner.swapped": lambda names: any(n.endswith(".log" + SWAP_SUFFIX) for n in names),
+    "cleaner.retired": lambda names: any(n.endswith(".log" + SWAP_SUFFIX) for n in names),
+    "cleaner.live_partial": lambda names: (
         any(n.endswith(".index" + SWAP_SUFFIX) for n in names)
         and not any(n.endswith(".log" + SWAP_SUFFIX) for n in names)
     ),
-    "live": lambda names: MANIFEST_FILE in names and not any(SWAP_SUFFIX in n for n in names),
-    "checkpointed": lambda names: MANIFEST_FILE in names,
+    "cleaner.live": lambda names: (
+        MANIFEST_FILE in names and not any(SWAP_SUFFIX in n for n in names)
+    ),
+    "cleaner.checkpointed": lambda names: MANIFEST_FILE in names,
 }
 
 
@@ -121,9 +131,9 @@ _STATE = {
 def test_broker_killed_mid_swap(
     broker_factory: Any, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
-    monkeypatch.setenv(ENV, step)
+    monkeypatch.setenv(FAILPOINT_ENV, step)
     b = broker_factory()
-    monkeypatch.delenv(ENV)  # the broker has it; this process (the job's side) must not
+    monkeypatch.delenv(FAILPOINT_ENV)  # the broker has it; this process (the job's side) must not
     topic = new_topic(
         b.bootstrap,
         partitions=1,
@@ -141,24 +151,24 @@ def test_broker_killed_mid_swap(
     res = clean_partition(d, force=True, high_watermark=hw)
     assert res.groups >= 1 and res.records_out < res.records_in
     assert b.proc is not None
-    assert b.proc.wait(timeout=60) == 137, b.log_tail()  # died at the failpoint
+    assert b.proc.wait(timeout=60) == KILLED, b.log_tail()  # died at the failpoint
     names = os.listdir(d)
     assert _STATE[step](names), (step, sorted(names))
     manifest = read_manifest(d)
     assert manifest is not None and len(manifest.groups[0].replaced) > 1
     # Groups swap one at a time (as Kafka's): killed in the first group's swap, the first
     # group is committed from .swap on; killed at the end, all of them
-    if step == "checkpointed":
+    if step == "cleaner.checkpointed":
         assert read_cleaner_checkpoint(b.log_dir)[(topic, 0)] == res.end_offset
         cut = res.end_offset
     else:
-        cut = 0 if step == "before-swap" else manifest.groups[0].end_offset
+        cut = 0 if step == "cleaner.before_swap" else manifest.groups[0].end_offset
 
     b.start()  # recovery on load finishes or discards the swap
     assert _leftovers(d) == []
     # each group exactly old (its swap not committed: .cleaned left) or new (committed)
     want_now = _model(acked, res.end_offset, cut)
-    if step == "before-swap":
+    if step == "cleaner.before_swap":
         assert want_now == [(r.offset, r.key, r.value) for r in acked]
     else:
         assert len(want_now) < len(acked)
@@ -183,9 +193,7 @@ def test_broker_killed_mid_swap(
 
 
 def _spark_submit(args: list[str], step: str) -> subprocess.CompletedProcess[str]:
-    return spark_submit(
-        "compact.py", args, failpoint=step, failpoint_env=ENV, conf={"spark.task.maxFailures": "1"}
-    )
+    return spark_submit("compact.py", args, failpoint=step, conf={"spark.task.maxFailures": "1"})
 
 
 def _job_args(log_dir: Path) -> list[str]:
@@ -198,7 +206,7 @@ def _fields(records):
 
 
 # executor side (after the .cleaned files, before the manifest) and the driver's offline swap
-JOB_STEPS = ["rewritten", "swapped", "live-partial", "checkpointed"]
+JOB_STEPS = ["cleaner.rewritten", "cleaner.swapped", "cleaner.live_partial", "cleaner.checkpointed"]
 
 
 @pytest.mark.parametrize("step", JOB_STEPS)

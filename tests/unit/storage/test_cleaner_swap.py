@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from logstore.protocol.batch import Codec
+from logstore.storage.cleaner_manifest import MANIFEST_FILE, read_manifest
 from logstore.storage.config import LogConfig
 from logstore.storage.files import CLEANED_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX
 from logstore.storage.log import Log
 from logstore.storage.log_manager import LogManager
-from logstore.storage.swap import MANIFEST_FILE, read_manifest
 from logstore.storage.topic_config import read_topic_config, write_topic_config
 from pipelines.compaction.log import clean_partition, hand_over
 from pipelines.compaction.model import Strategy
@@ -30,6 +31,8 @@ _WORKLOAD = [
         (k, [Codec.NONE, Codec.GZIP, Codec.ZSTD][k % 3], [-1, 7, 8][k % 3]) for k in range(30)
     ]
 ]
+
+KILLED = -signal.SIGKILL  # the failpoint SIGKILLs the process, as a kill -9 would
 
 _SCRIPT = """
 import sys
@@ -52,9 +55,9 @@ else:
 
 def _run(mode: str, d: Path, hw: int, failpoint: str | None) -> int:
     env = dict(os.environ)
-    env.pop("LOGLAKE_CLEANER_FAILPOINT", None)
+    env.pop("LOGLAKE_FAILPOINT", None)
     if failpoint:
-        env["LOGLAKE_CLEANER_FAILPOINT"] = failpoint
+        env["LOGLAKE_FAILPOINT"] = failpoint
     root = Path(__file__).resolve().parents[3]
     env["PYTHONPATH"] = str(root)
     proc = subprocess.run(
@@ -64,7 +67,7 @@ def _run(mode: str, d: Path, hw: int, failpoint: str | None) -> int:
         timeout=120,
         check=False,
     )
-    assert proc.returncode in (0, 137), proc.stderr.decode()
+    assert proc.returncode in (0, KILLED), proc.stderr.decode()
     return proc.returncode
 
 
@@ -99,16 +102,23 @@ def _assert_consistent(now: list, before: list, want: list) -> None:
 
 
 JOB_STEPS = [
-    "rewritten",
-    "before-swap",
-    "swapped",
-    "retiring",
-    "retired",
-    "live-partial",
-    "live",
-    "checkpointed",
+    "cleaner.rewritten",
+    "cleaner.before_swap",
+    "cleaner.swapped",
+    "cleaner.retiring",
+    "cleaner.retired",
+    "cleaner.live_partial",
+    "cleaner.live",
+    "cleaner.checkpointed",
 ]
-BROKER_STEPS = ["before-swap", "swapped", "retired", "live-partial", "live", "checkpointed"]
+BROKER_STEPS = [
+    "cleaner.before_swap",
+    "cleaner.swapped",
+    "cleaner.retired",
+    "cleaner.live_partial",
+    "cleaner.live",
+    "cleaner.checkpointed",
+]
 
 
 @pytest.mark.parametrize(
@@ -121,7 +131,7 @@ def test_kill_at_every_step(tmp_path: Path, mode: str, step: str) -> None:
     hw = headers[-1].next_offset
     want = expected_after(before, hw, Strategy(), expired=set())
     assert len(want) < len(before)
-    assert _run(mode, d, hw, step) == 137
+    assert _run(mode, d, hw, step) == KILLED
     _reload(d)
     assert _leftovers(d) == []
     now = _triples(read_log(d)[0])
@@ -268,7 +278,7 @@ def test_swap_completed_on_load_covers_the_whole_replaced_range(tmp_path: Path) 
     assert len(sizes) == 4  # A, B, C and the empty active segment
     group_bytes = sizes[0][1] + sizes[1][1]
     write_topic_config(tmp_path, "t", {**_props(), "segment.bytes": str(group_bytes)})
-    assert _run("job", d, 4, "swapped") == 137
+    assert _run("job", d, 4, "cleaner.swapped") == KILLED
     manifest = read_manifest(d)
     assert manifest is not None
     assert len(manifest.groups[0].replaced) == 2
