@@ -39,11 +39,11 @@ from typing import Any, Literal
 
 import jsonschema  # type: ignore[import-untyped]
 from fastavro.schema import SchemaParseException, UnknownType, parse_schema
-from google.protobuf import (  # type: ignore[import-untyped]
+from google.protobuf import (
     descriptor_pb2,
     descriptor_pool,
 )
-from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+from google.protobuf.message import DecodeError
 
 from logstore.registry.errors import InvalidSchemaError
 
