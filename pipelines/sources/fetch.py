@@ -79,7 +79,6 @@ DEFAULT_FETCH_MAX_BYTES = 8 << 20
 DEFAULT_MAX_OFFSETS = 1_000_000
 RETRIES = 5
 _BACKOFF_S = 0.2
-_READ_COMMITTED = i8(1)
 _EARLIEST = -2
 _LATEST = -1
 MAX_OFFSET = 2**63 - 1
@@ -97,7 +96,7 @@ class FetchRange:
     """One task: offsets ``[start_offset, until)`` of ``topic``-``partition`` through Fetch.
 
     ``bootstrap``: where Metadata finds the leader; ``config``: the client's security
-    (``[kafka]``). Picklable (sent to an executor)."""
+    (``[kafka]``); ``isolation``: Fetch's isolation level. Picklable (sent to an executor)."""
 
     topic: str
     partition: int
@@ -105,6 +104,7 @@ class FetchRange:
     until: int
     bootstrap: str
     config: ClientConfig | None = None
+    isolation: int = 1  # 1: read_committed (aborted transactions left out), 0: uncommitted
 
 
 def fetch_path(bootstrap: str, topic: str, partition: int) -> str:
@@ -184,7 +184,7 @@ def _leader(rng: FetchRange) -> str:
 
 
 def _list_offsets(
-    conn: KafkaConnection, parts: list[tuple[str, int]], timestamp: int
+    conn: KafkaConnection, parts: list[tuple[str, int]], timestamp: int, isolation: int
 ) -> dict[tuple[str, int], int]:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in parts:
@@ -192,7 +192,7 @@ def _list_offsets(
     resp = conn.call(
         ListOffsetsRequest(
             replica_id=BrokerId(-1),
-            isolation_level=_READ_COMMITTED,
+            isolation_level=i8(isolation),
             topics=tuple(
                 ListOffsetsTopic(
                     name=TopicName(topic),
@@ -221,12 +221,15 @@ def plan_fetch_ranges(
     starts: Mapping[tuple[str, int], int] | None = None,
     config: ClientConfig | None = None,
     max_offsets: int = DEFAULT_MAX_OFFSETS,
+    isolation: int = 1,
 ) -> tuple[list[FetchRange], dict[tuple[str, int], tuple[int, int]]]:
-    """``(ranges, {(topic, partition): (log start, last stable offset)})`` of every partition
+    """``(ranges, {(topic, partition): (log start, end)})`` of every partition
     of ``topics`` (None: every non-internal topic) on the cluster at ``bootstrap``.
 
     A partition's ranges cover ``[max(starts[tp], log start), LSO)`` in pieces of at most
-    ``max_offsets`` offsets, in offset order. Planned from each partition's leader."""
+    ``max_offsets`` offsets, in offset order. The end is the last stable offset
+    (``isolation`` 1, read_committed) or the high watermark (0). Planned from each
+    partition's leader."""
     if max_offsets < 1:
         raise LoglakeError(f"max_offsets must be positive, got {max_offsets}")
     wanted = None if topics is None else sorted(set(topics))
@@ -241,8 +244,8 @@ def plan_fetch_ranges(
         bounds: dict[tuple[str, int], tuple[int, int]] = {}
         for leader, parts in by_leader.items():
             with _connect(brokers[leader], config) as conn:
-                earliest = _list_offsets(conn, parts, _EARLIEST)
-                stable = _list_offsets(conn, parts, _LATEST)
+                earliest = _list_offsets(conn, parts, _EARLIEST, isolation)
+                stable = _list_offsets(conn, parts, _LATEST, isolation)
             for tp in parts:
                 bounds[tp] = (earliest[tp], stable[tp])
         return bounds
@@ -253,7 +256,9 @@ def plan_fetch_ranges(
         low = max(log_start, (starts or {}).get((topic, partition), log_start))
         for a in range(low, lso, max_offsets):
             ranges.append(
-                FetchRange(topic, partition, a, min(a + max_offsets, lso), bootstrap, config)
+                FetchRange(
+                    topic, partition, a, min(a + max_offsets, lso), bootstrap, config, isolation
+                )
             )
     return ranges, bounds
 
@@ -270,7 +275,7 @@ def _fetch(conn: KafkaConnection, rng: FetchRange, offset: int, max_bytes: int) 
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=0)),
             min_bytes=i32(1),
             max_bytes=i32(max_bytes),
-            isolation_level=_READ_COMMITTED,
+            isolation_level=i8(rng.isolation),
             topics=(
                 FetchTopic(
                     topic=TopicName(rng.topic),

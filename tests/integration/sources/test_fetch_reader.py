@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import confluent_kafka as ck
 import pyarrow as pa
 import pytest
 
@@ -14,57 +13,17 @@ from pipelines.sources.fetch import FetchError, FetchRange, plan_fetch_ranges, r
 from pipelines.sources.plan import MAX_OFFSET, MIN_OFFSET, SourceOptions, plan_ranges
 from pipelines.sources.read import RangeReport, read_records, read_txn_frames
 from pipelines.sources.transactions import TxnEvents, resolve
-from tests.integration.broker.clients import ck_produce, make_records, new_topic
+from tests.integration.sources.traffic import CODECS, PARTITIONS, produce_all
 
 pytestmark = pytest.mark.integration
 
-CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-PARTITIONS = 3
 FILE_COLUMNS = ("segment_base_offset", "batch_position")
-
-
-def _txn_produce(bootstrap: str, topic: str) -> tuple[int, int]:
-    """Committed and aborted transactions on every partition: (committed, aborted) counts."""
-    p = ck.Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": f"fetch-{topic}",
-            "compression.type": "lz4",
-            "linger.ms": 5,
-        }
-    )
-    p.init_transactions(30)
-    committed = aborted = 0
-    for round_ in range(4):
-        p.begin_transaction()
-        for i in range(30):
-            p.produce(
-                topic, key=b"t%d" % i, value=None if i % 9 == 0 else b"txn-%d-%d" % (round_, i),
-                partition=i % PARTITIONS, headers=[("round", b"%d" % round_)],
-            )  # fmt: skip
-        p.flush(30)
-        if round_ % 2:
-            p.abort_transaction(30)
-            aborted += 30
-        else:
-            p.commit_transaction(30)
-            committed += 30
-    return committed, aborted
 
 
 @pytest.fixture(scope="module")
 def produced(broker: Any) -> tuple[Any, str, int]:
-    topic = new_topic(broker.bootstrap, partitions=PARTITIONS, prefix="fetchsrc")
-    n = 0
-    for seed, codec in enumerate(CODECS):
-        records = make_records(150, partitions=PARTITIONS, seed=seed)
-        ck_produce(broker.bootstrap, topic, records, codec=codec, acks="all", idempotent=True,
-                   flush_every=25)  # fmt: skip
-        n += len(records)
-    committed, _aborted = _txn_produce(broker.bootstrap, topic)
-    ck_produce(broker.bootstrap, topic, make_records(60, partitions=PARTITIONS, seed=99),
-               codec="zstd", acks="all", idempotent=False)  # fmt: skip
-    return broker, topic, n + committed + 60
+    topic, n = produce_all(broker.bootstrap)
+    return broker, topic, n
 
 
 def _from_log_dir(log_dir: str, topic: str, until: dict[int, int]) -> pa.Table:
