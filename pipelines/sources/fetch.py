@@ -58,7 +58,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
-from logstore.errors import InvalidConfigError, LoglakeError
+from logstore.errors import InvalidConfigError, InvalidTopicError, LoglakeError
 from logstore.tools.client_config import ClientConfig
 from logstore.tools.connection import KafkaConnection
 from pipelines.sources.plan import SegmentRange
@@ -123,7 +123,7 @@ def _retrying(what: str, attempt: Callable[[], _T]) -> _T:
     for n in range(RETRIES):
         try:
             return attempt()
-        except (FetchError, InvalidConfigError):
+        except (FetchError, InvalidConfigError, InvalidTopicError):
             raise  # for good: a refused login, an offset out of range...
         except (_Retriable, LoglakeError) as exc:
             last = exc
@@ -165,7 +165,8 @@ def _metadata(
     leaders: dict[tuple[str, int], int] = {}
     for t in resp.topics:
         if t.error_code == ErrorCode.unknown_topic_or_partition and topics is not None:
-            raise FetchError(f"topic {t.name!r} does not exist on {bootstrap}")
+            # as a topic missing from the log dirs: a configuration error (the jobs exit 2)
+            raise InvalidTopicError(f"topic {t.name!r} does not exist on {bootstrap}")
         _check(t.error_code, f"Metadata of topic {t.name}")
         if topics is None and t.is_internal:
             continue

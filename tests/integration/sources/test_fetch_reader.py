@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from logstore.errors import InvalidTopicError
 from pipelines.sources.fetch import FetchError, FetchRange, plan_fetch_ranges, read_fetch_range
 from pipelines.sources.plan import MAX_OFFSET, MIN_OFFSET, SourceOptions, plan_ranges
 from pipelines.sources.read import RangeReport, read_records, read_txn_frames
@@ -99,7 +100,7 @@ def test_fetch_from_an_offset_and_errors(produced: Any) -> None:
     table, _ = _through_fetch(first, max_bytes=1 << 20)
     assert min(table.column("offset").to_pylist()) == 40
     assert max(table.column("offset").to_pylist()) < bounds[(topic, 1)][1]
-    with pytest.raises(FetchError, match="does not exist"):
+    with pytest.raises(InvalidTopicError, match="does not exist"):
         plan_fetch_ranges(broker.bootstrap, topics=["no-such-topic-fetchsrc"])
     beyond = FetchRange(topic, 0, bounds[(topic, 0)][1] + 5, bounds[(topic, 0)][1] + 10,
                         broker.bootstrap)  # fmt: skip
