@@ -106,3 +106,13 @@ def test_fetch_from_an_offset_and_errors(produced: Any) -> None:
                         broker.bootstrap)  # fmt: skip
     with pytest.raises(FetchError, match="OFFSET_OUT_OF_RANGE"):
         list(read_fetch_range(beyond, min_timestamp=MIN_OFFSET, max_timestamp=MAX_OFFSET))
+
+
+def test_read_uncommitted_sees_the_aborted_transactions(produced: Any) -> None:
+    broker, topic, want = produced
+    ranges, _ = plan_fetch_ranges(broker.bootstrap, topics=[topic], isolation=0)
+    assert {r.isolation for r in ranges} == {0}
+    table, _ = _through_fetch(ranges, max_bytes=1 << 20)
+    assert table.num_rows == want + 60  # the two aborted transactions of 30 records
+    values = table.column("value").to_pylist()
+    assert sum(1 for v in values if v is not None and v.startswith(b"txn-1-")) == 26

@@ -74,6 +74,18 @@ def test_fetch_ingest_equals_log_dir_ingest(
     again = run_ingest(spark, fetch, log=lines.append)
     assert again.records == 0 and not again.committed
     assert _rows(tmp_path / "b").num_rows == want
+    # new records: the next run takes exactly them, from the progress on
+    p = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+    for i in range(90):
+        p.produce(topic, value=b"more-%d" % i, partition=i % PARTITIONS)
+    assert p.flush(30) == 0
+    more = run_ingest(spark, fetch, log=lines.append)
+    assert more.records == 90 and more.committed
+    values = _rows(tmp_path / "b").column("value").to_pylist()
+    assert len(values) == want + 90
+    assert sorted(v for v in values if v is not None and v.startswith(b"more-")) == sorted(
+        b"more-%d" % i for i in range(90)
+    )
 
 
 def test_fetch_ingest_logs_in_through_kafka_section(
