@@ -28,7 +28,8 @@ position; through Fetch no file is read, so both are ``-1`` (every other column 
 for row, to a read of the same offsets from the log dirs).
 
 Errors: retriable Fetch/ListOffsets/Metadata errors (a leader moving, a broker restarting, a
-socket failure) are retried ``RETRIES`` times with a short backoff, refreshing the leader
+socket failure) are retried ``RETRIES`` times, backing off from 0.2 s doubling (a broker
+restart of a few seconds is ridden out), refreshing the leader
 each time; then, and for any other error code (offset out of range: retention deleted the
 start), :class:`FetchError` names the partition, the offset and the code. A batch that cannot
 be decoded follows ``on_decode_error`` as in :mod:`pipelines.sources.read`; other damage is
@@ -127,7 +128,8 @@ def _retrying(what: str, attempt: Callable[[], _T]) -> _T:
             raise  # for good: a refused login, an offset out of range...
         except (_Retriable, LoglakeError) as exc:
             last = exc
-            time.sleep(_BACKOFF_S * (n + 1))
+            if n + 1 < RETRIES:
+                time.sleep(_BACKOFF_S * 2**n)  # 0.2 s doubling: 6 s in all
     raise FetchError(f"{what}: still failing after {RETRIES} attempts: {last}") from last
 
 

@@ -4,6 +4,7 @@ through Fetch equal, row for row, the records read from the same partitions' seg
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -116,3 +117,17 @@ def test_read_uncommitted_sees_the_aborted_transactions(produced: Any) -> None:
     assert table.num_rows == want + 60  # the two aborted transactions of 30 records
     values = table.column("value").to_pylist()
     assert sum(1 for v in values if v is not None and v.startswith(b"txn-1-")) == 26
+
+
+def test_a_broker_restart_during_a_read_is_retried(broker_factory: Any) -> None:
+    b = broker_factory()
+    topic, want = produce_all(b.bootstrap)
+    ranges, _ = plan_fetch_ranges(b.bootstrap, topics=[topic])
+    b.stop()
+    restarted = threading.Timer(0.5, b.start)
+    restarted.start()
+    try:
+        table, _ = _through_fetch(ranges, max_bytes=1 << 20)  # connection refused at first
+    finally:
+        restarted.join()
+    assert table.num_rows == want
