@@ -347,7 +347,7 @@ def read_fetch_range(
     ``report``: a :class:`~pipelines.sources.read.RangeReport` filled as the responses are
     read (one pass per response, like consecutive ranges of a segment)."""
     # Imported here: the driver plans without loading the decoder (numba).
-    from pipelines.sources.read import read_records  # noqa: PLC0415
+    from pipelines.sources.read import RangeReport, read_records  # noqa: PLC0415
 
     offset = rng.start_offset
     leader = _retrying(f"the leader of {rng.topic}-{rng.partition}", lambda: _leader(rng))
@@ -389,8 +389,6 @@ def read_fetch_range(
                 is_tail=True,  # a batch cut by max_bytes is in flight, not damage
             )
             aborted = _aborted_ranges(data, seg, fetched.aborted)
-            from pipelines.sources.read import RangeReport  # noqa: PLC0415
-
             part = RangeReport(rng.topic, rng.partition)
             for batch in read_records(
                 seg, min_timestamp=min_timestamp, max_timestamp=max_timestamp,
