@@ -30,6 +30,10 @@ refused login is such a line too.
 
 Missing topics: a topic of [ingest] topics that is in none of the log dirs exits 2, nothing
 ingested; with --allow-missing-topics it is a warning on stderr and the others are ingested.
+
+No log dirs (no --log-dirs, [paths] log_dirs = []) with --bootstrap-server: everything is
+read through Fetch from that cluster (any Kafka cluster; pipelines/sources/fetch_ingest.py),
+into the same table with the same exactly-once progress; a topic it does not have exits 2.
 """
 
 from __future__ import annotations
@@ -74,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="HOST:PORT",
         type=option_type("ingest", "bootstrap_servers"),
         help="commit the lake's progress to the consumer group [ingest] lake_group on this "
-        "broker after the run (never fails the run); overrides [ingest] bootstrap_servers",
+        "broker after the run (never fails the run); without log dirs (no --log-dirs, "
+        "[paths] log_dirs = []) read everything through Fetch from it; overrides [ingest] "
+        "bootstrap_servers",
     )
     args = parser.parse_args(argv)
     return run_job("ingest", args.config, lambda: _ingest(args))
@@ -93,11 +99,12 @@ def _ingest(args: argparse.Namespace) -> int:
         on_divergence=args.on_divergence,
         bootstrap_servers=args.bootstrap_server,
     )
-    check_topics(
-        {"[ingest] topics": config.topics or ()},
-        config.log_dirs,
-        allow_missing=args.allow_missing_topics,
-    )
+    if config.log_dirs:  # without log dirs the Fetch plan refuses a missing topic (exit 2)
+        check_topics(
+            {"[ingest] topics": config.topics or ()},
+            config.log_dirs,
+            allow_missing=args.allow_missing_topics,
+        )
     spark = job_spark(
         config.app_name, master=config.master, spark_conf=config.spark_conf, verbose=args.verbose
     )

@@ -208,7 +208,15 @@ def load_config(
     p = Path(path)
     data = read_pipeline_toml(p)
     ingest = data.get("ingest", {})
-    common = job_settings(data, p, "ingest", log_dirs=log_dirs, lake=lake)
+    bootstrap = (
+        bootstrap_servers
+        if bootstrap_servers is not None
+        else str(ingest.get("bootstrap_servers", ""))
+    )
+    # with a broker to Fetch from, no log dirs is allowed (pipelines.sources.fetch_ingest)
+    common = job_settings(
+        data, p, "ingest", log_dirs=log_dirs, lake=lake, need_log_dirs=not bootstrap
+    )
     compression = str(ingest.get("compression", "snappy"))
     if compression not in PARQUET_CODECS:
         raise LoglakeError(
@@ -247,9 +255,7 @@ def load_config(
         spark_conf=common.spark_conf,
         on_divergence=divergence,
         isolation=isolation,
-        bootstrap_servers=bootstrap_servers
-        if bootstrap_servers is not None
-        else str(ingest.get("bootstrap_servers", "")),
+        bootstrap_servers=bootstrap,
         lake_group=lake_group,
         kafka=kafka_client_config(data, p),
     )
@@ -571,8 +577,10 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
         # the run; see pipelines.lake_group)
         # only the partitions this run reads ([ingest] topics): a topic no longer ingested
         # is not held on the broker by a commit refreshed forever (its commit ages out)
-        taken = _partitions(config.log_dirs, config.topics)
         progress = read_progress(config.records_path)
+        taken = set(_partitions(config.log_dirs, config.topics))
+        if not config.log_dirs:  # read through Fetch: the partitions the lake has
+            taken = {tp for tp in progress if config.topics is None or tp[0] in config.topics}
         summary.lake_group_partitions = commit_lake_offsets(
             config.bootstrap_servers,
             config.lake_group,
@@ -584,6 +592,10 @@ def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr)
 
 
 def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> IngestSummary:
+    if not config.log_dirs:  # no log dirs: everything through Fetch from bootstrap_servers
+        from pipelines.sources.fetch_ingest import run_fetch_ingest  # noqa: PLC0415
+
+        return run_fetch_ingest(spark, config, log=log)
     started = time.monotonic()
     summary = IngestSummary()
     records_path = config.records_path

@@ -288,7 +288,9 @@ def _doubtful(crc_ok: np.ndarray) -> np.ndarray:
     return np.flatnonzero(~crc_ok)
 
 
-def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
+def _chunks(
+    rng: SegmentRange, chunk_bytes: int, data: bytes | memoryview | None = None
+) -> Iterator[_Chunk]:
     """The checked frames of ``rng``, a read of about ``chunk_bytes`` at a time, with the
     unreadable byte ranges between them.
 
@@ -297,7 +299,7 @@ def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
     wrong), the reader resynchronises on the next sound batch (:func:`_find_sync`) and the
     bytes skipped are a :class:`_Gap`. Only the end of the range (or of the file) ends it.
     """
-    fd = _open(rng.path)
+    fd = _open(rng.path) if data is None else -1
     # One read buffer for the whole range: every decoded column is a copy, so the next chunk
     # may overwrite it, and reusing it spares the page faults of a fresh buffer per chunk.
     area = np.empty(0, np.uint8)
@@ -320,7 +322,7 @@ def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
             need = 0
             if area.shape[0] < want:
                 area = np.empty(want, np.uint8)
-            got = os.preadv(fd, [area[:want].data], pos)
+            got = _pread(fd, data, area[:want], pos)
             shrunk = got < want
             final = pos + want >= rng.end or shrunk
             buf = area[:got]
@@ -427,7 +429,18 @@ def _chunks(rng: SegmentRange, chunk_bytes: int) -> Iterator[_Chunk]:
                 rng, area[:0], pos, gap_start, rng.end, gap_reason, gap_torn, tail=True
             )
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
+
+
+def _pread(fd: int, data: bytes | memoryview | None, into: np.ndarray, pos: int) -> int:
+    """Bytes from ``pos`` into ``into``: of the file ``fd``, or of ``data`` (bytes already
+    in memory, e.g. a Fetch response's records) when given; the count read."""
+    if data is None:
+        return int(os.preadv(fd, [into.data], pos))
+    got: int = max(0, min(int(into.shape[0]), len(data) - pos))
+    into[:got] = np.frombuffer(data, np.uint8, got, pos)
+    return got
 
 
 def _floor(
@@ -663,6 +676,7 @@ def read_records(
     on_decode_error: str = "skip",
     report: RangeReport | None = None,
     aborted: AbortedRanges | None = None,
+    data: bytes | memoryview | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``rng`` as :data:`RECORDS_ARROW_SCHEMA` batches (damage skipped).
 
@@ -670,8 +684,11 @@ def read_records(
     ``report``: filled as the range is read (complete once the iterator is exhausted).
     ``aborted``: the batches of these aborted transactions are not decoded (their offsets
     still count as read in ``report``: :mod:`pipelines.sources.transactions`).
+    ``data``: the range's bytes are these (positions ``rng.start``..``rng.end`` index into
+    them) instead of the file ``rng.path``: raw batches a Fetch returned
+    (:mod:`pipelines.sources.fetch`), walked, checked and decoded exactly like a segment's.
     """
-    for chunk in _chunks(rng, chunk_bytes):
+    for chunk in _chunks(rng, chunk_bytes, data):
         buf, base_position, scan, errors = chunk.buf, chunk.base_position, chunk.scan, chunk.errors
         select = np.fromiter((e is None for e in errors), np.bool_, len(errors))
         if aborted is not None and len(aborted):
@@ -723,14 +740,17 @@ def read_records(
 
 
 def read_txn_frames(
-    rng: SegmentRange, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    rng: SegmentRange,
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    data: bytes | memoryview | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(producer_id, kind, first_offset, last_offset)`` of the sound transactional data
     batches and ABORT/COMMIT markers of ``rng`` inside its offset window, in file order
     (:func:`pipelines.decode.transactions.txn_frames`), walked exactly as
-    :func:`read_records` walks the range; records are not decoded."""
+    :func:`read_records` walks the range (``data``: as there); records are not decoded."""
     parts = []
-    for chunk in _chunks(rng, chunk_bytes):
+    for chunk in _chunks(rng, chunk_bytes, data):
         if len(chunk.scan):
             sound = ~_has_error(chunk.errors)
             frames = txn_frames(

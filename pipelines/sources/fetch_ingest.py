@@ -1,0 +1,138 @@
+"""One ingest run through Fetch: ``[ingest] bootstrap_servers`` with no log dirs.
+
+The driver asks the cluster (Metadata, ListOffsets: :func:`~pipelines.sources.fetch.
+plan_fetch_ranges`) for each partition's log start and end (the last stable offset under
+``read_committed``, else the high watermark), starts each partition at its progress in the
+``records`` table (a progress below the log start is a :class:`~pipelines.ingest.Gap`, as
+from log dirs), cuts the offsets to read into pieces (at most ``max_offsets`` offsets, and
+at least one piece per core while there is that much to read), and the executors read them
+through Fetch (:func:`~pipelines.sources.fetch.read_fetch_range`) into the same staged Delta
+write. Quarantine, progress and the exactly-once commit are the log-dir run's
+(:func:`pipelines.ingest._finish`): a run killed before the commit leaves nothing, a re-run
+with nothing new commits nothing.
+
+Not done through Fetch (they need the broker's files): the divergence check of
+``on_divergence`` and ``max_partition_bytes`` (a piece is bounded by offsets; a Fetch response
+by :data:`~pipelines.sources.fetch.DEFAULT_FETCH_MAX_BYTES`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pipelines.sources.fetch import (
+    DEFAULT_FETCH_MAX_BYTES,
+    DEFAULT_MAX_OFFSETS,
+    FetchRange,
+    plan_fetch_ranges,
+    read_fetch_range,
+)
+from pipelines.sources.plan import MAX_OFFSET, MIN_OFFSET
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipelines.ingest import IngestConfig, IngestSummary, Log
+
+__all__ = ["run_fetch_ingest"]
+
+
+def _read(task: list[FetchRange], *, max_bytes: int) -> Iterator[Any]:
+    """Executor side: per range, its records then its report (JSON), as the log-dir path."""
+    from pipelines.sources.read import RangeReport  # noqa: PLC0415
+    from pipelines.worker import start_task  # noqa: PLC0415
+
+    start_task()
+    for rng in task:
+        report = RangeReport(rng.topic, rng.partition)
+        yield from read_fetch_range(
+            rng,
+            min_timestamp=MIN_OFFSET,
+            max_timestamp=MAX_OFFSET,
+            max_bytes=max_bytes,
+            report=report,
+        )
+        yield report.to_json()
+
+
+def run_fetch_ingest(
+    spark: SparkSession,
+    config: IngestConfig,
+    *,
+    log: Log,
+    max_offsets: int = DEFAULT_MAX_OFFSETS,
+    max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+) -> IngestSummary:
+    """One run (module docstring); raises ``LoglakeError`` on failure, committing nothing."""
+    # Imported here: pipelines.ingest imports this module's caller hook lazily too.
+    from pipelines.delta.direct import stage_files  # noqa: PLC0415
+    from pipelines.delta.files import RECORDS_PARQUET_OPTIONS  # noqa: PLC0415
+    from pipelines.ingest import (  # noqa: PLC0415
+        Gap,
+        IngestSummary,
+        _finish,
+        read_progress,
+    )
+    from pipelines.sources.schema import RECORDS_ARROW_SCHEMA  # noqa: PLC0415
+
+    started = time.monotonic()
+    summary = IngestSummary()
+    progress = read_progress(config.records_path)
+    isolation = 1 if config.isolation == "read_committed" else 0
+    _, bounds = plan_fetch_ranges(
+        config.bootstrap_servers, topics=config.topics, config=config.kafka, isolation=isolation
+    )
+    starts = {}
+    for (topic, partition), (begin, _end) in sorted(bounds.items()):
+        done = progress.get((topic, partition), 0)
+        if done < begin:
+            summary.gaps.append(Gap(topic, partition, done, begin))
+            log(
+                f"GAP {topic}/{partition}: offsets [{done}, {begin}) were removed from the log "
+                "before they were ingested; continuing at the log start offset"
+            )
+        starts[(topic, partition)] = max(done, begin)
+    limits = {tp: end for tp, (_begin, end) in bounds.items()}
+    left = sum(max(0, limits[tp] - s) for tp, s in starts.items())
+    cores = spark.sparkContext.defaultParallelism
+    piece = max(1, min(max_offsets, -(-left // max(1, cores))))
+    # planned again from the chosen starts, against the same ends (the first plan's)
+    ranges = [
+        FetchRange(
+            t,
+            p,
+            a,
+            min(a + piece, limits[(t, p)]),
+            config.bootstrap_servers,
+            config.kafka,
+            isolation,
+        )
+        for (t, p), s in sorted(starts.items())
+        for a in range(s, limits[(t, p)], piece)
+    ]
+    log(
+        f"{len(bounds)} partitions through Fetch from {config.bootstrap_servers}; progress known "
+        f"for {len(progress)}; reading {left} offsets in {len(ranges)} pieces; lake {config.lake}"
+    )
+    staged = stage_files(
+        spark,
+        config.records_path,
+        [[r] for r in ranges],
+        functools.partial(_read, max_bytes=max_bytes),
+        schema=RECORDS_ARROW_SCHEMA,
+        partition_by=["topic", "date"],
+        compression=config.compression,
+        max_rows_per_file=config.max_rows_per_file,
+        writer_options=RECORDS_PARQUET_OPTIONS,
+    )
+    if staged.reaped:
+        log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
+    log(f"planned ends: {json.dumps({f'{t}/{p}': e for (t, p), e in sorted(limits.items())})}")
+    try:
+        return _finish(spark, config, summary, staged, starts, progress, limits, log)
+    finally:
+        summary.seconds = time.monotonic() - started
