@@ -74,6 +74,7 @@ from pipelines.typed.upsert import (
     collect_tasks,
     envelope_version,
     merge_winners,
+    tombstones_path,
 )
 from pipelines.typed.wire import Decoders, decode_column, reader_type
 
@@ -735,6 +736,11 @@ def _decode_upsert(
         by_key_only=topic in config.cdc,
         apps=apps,
         expected={app_id(topic, p): done.get(p) for p in ingested},
+        tombstones=(
+            None
+            if config.cdc.get(topic, "") == "offset" or (strategy and strategy.kind == "offset")
+            else tombstones_path(config.lake, topic)
+        ),
     )
     return result
 
