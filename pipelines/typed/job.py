@@ -36,7 +36,8 @@ A kill during the schema change of step 2 leaves nullable columns and no rows: h
 next run finds the table's schema already grown. A topic's first run creates its table (empty)
 before step 3, as every loglake table exists from its job's first run on: a kill then leaves
 it empty, with no progress. Failpoints (``LOGLAKE_FAILPOINT``):
-``decode.before_dead_letters``, ``decode.before_commit``, ``delta.before_commit``.
+``decode.before_dead_letters``, ``decode.before_commit``, ``delta.before_commit``, and for
+upsert tables that keep tombstones ``decode.before_table_merge`` (:mod:`pipelines.typed.upsert`).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ progress. A kill before the first leaves files no version references (removed by
 ``jobs/maintain.py``'s vacuum) and both as they were; between the two, the re-run skips the
 tombstones' commit (its progress is there) and filters against what it committed: a winner is
 dropped only when a tombstone ranks strictly above it, so the run's own deletes still apply.
+Failpoint between them: ``decode.before_table_merge``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties, Transaction
 from pyspark.sql import SparkSession
 
+from logstore.failpoints import failpoint, kill_session
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.delta.commit import check_app_transactions, commit_files, ensure_table
@@ -162,6 +164,7 @@ def merge_winners(
     source = source.select([*columns, DELETED])
     if tombstones is not None:
         source = _remember_deletes(tombstones, dt, source, by_key_only=by_key_only, apps=apps)
+        failpoint("decode.before_table_merge", kill=kill_session)
     updates = {c: f"s.`{c}`" for c in columns}
     match = "t._kafka.key = s._kafka.key" + (
         "" if by_key_only else " AND t._kafka.partition = s._kafka.partition"
