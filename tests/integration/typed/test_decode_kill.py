@@ -113,3 +113,31 @@ def test_kill_between_the_tombstones_and_the_upsert_table(
     again = spark_submit("decode.py", ["--config", str(conf)])
     assert again.returncode == 0, again.stderr[-3000:]
     assert {r["_kafka"]["key"] for r in read_table_rows(table)} == {b"2"}
+
+
+@pytest.mark.timeout(900)
+def test_kill_in_a_topics_first_run_leaves_an_empty_table_the_rerun_fills(
+    tmp_path: Path, registry_url: str
+) -> None:
+    """The first run creates the table (empty, no progress: every loglake table exists from its
+    job's first run on) before decoding; killed then, the re-run decodes everything once."""
+    sr = SchemaRegistryClient({"url": registry_url})
+    ser = AvroSerializer(sr, json.dumps(SCHEMA))
+    ctx = SerializationContext("f", MessageField.VALUE)
+    ingest(tmp_path, "f", [ser({"n": i}, ctx) for i in range(4)])
+    conf = tmp_path / "pipeline.toml"
+    conf.write_text(
+        f'[paths]\nlake = "{tmp_path}"\n[decode]\nschema_registry_url = "{registry_url}"\n',
+        encoding="utf-8",
+    )
+    killed = spark_submit("decode.py", ["--config", str(conf)], failpoint="decode.before_commit")
+    assert killed.returncode != 0
+    table = tmp_path / "tables" / "f"
+    assert read_table_rows(table) == []
+    assert DeltaTable(str(table)).transaction_version(app_id("f", 0)) is None
+
+    rerun = spark_submit("decode.py", ["--config", str(conf)])
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert sorted(r["n"] for r in read_table_rows(table)) == [0, 1, 2, 3]
+    assert DeltaTable(str(table)).transaction_version(app_id("f", 0)) == 4
+    assert unreferenced_files(table) == []
