@@ -212,6 +212,19 @@ def _existing(keys: pa.Table, table: pa.Table, *, by_key_only: bool) -> tuple[pa
     return joined["_v"].combine_chunks(), joined["_o"].combine_chunks()
 
 
+def _key_columns(rows: pa.Table) -> pa.Table:
+    """partition, key, offset (from ``_kafka``) and ``_version`` of ``rows``."""
+    kafka = rows.column("_kafka").combine_chunks()
+    return pa.table(
+        {
+            "partition": pc.struct_field(kafka, "partition"),
+            "key": pc.struct_field(kafka, "key"),
+            "offset": pc.struct_field(kafka, "offset"),
+            VERSION: rows.column(VERSION).combine_chunks(),
+        }
+    )
+
+
 def _remember_deletes(
     path: str,
     dt: DeltaTable,
@@ -225,33 +238,18 @@ def _remember_deletes(
     outranks."""
     ensure_table(path, TOMBSTONES_SCHEMA, [])
     tdt = DeltaTable(path)
-    kafka = source.column("_kafka").combine_chunks()
-    keys = pa.table(
-        {
-            "partition": pc.struct_field(kafka, "partition"),
-            "key": pc.struct_field(kafka, "key"),
-            "offset": pc.struct_field(kafka, "offset"),
-            VERSION: source.column(VERSION).combine_chunks(),
-        }
-    )
+    keys = _key_columns(source)
     tv, to = _existing(keys, tdt.to_pyarrow_table(), by_key_only=by_key_only)
     keep = ~_above(tv, to, keys[VERSION], keys["offset"])
     source, keys = source.filter(pa.array(keep)), keys.filter(pa.array(keep))
     deleted = np.asarray(source.column(DELETED).combine_chunks().fill_null(False))
     if not check_app_transactions(tdt, apps) or not len(keys):
         return source
-    current = dt.to_pyarrow_table(columns=["_kafka", VERSION])
-    ck = current.column("_kafka").combine_chunks()
-    current_keys = pa.table(
-        {
-            "partition": pc.struct_field(ck, "partition"),
-            "key": pc.struct_field(ck, "key"),
-            "offset": pc.struct_field(ck, "offset"),
-            VERSION: current.column(VERSION),
-        }
-    )
-    mv, mo = _existing(keys, current_keys, by_key_only=by_key_only)
-    effective = deleted & ~_above(mv, mo, keys[VERSION], keys["offset"])
+    effective = deleted
+    if deleted.any():  # a delete takes effect only when it outranks the table's row
+        current = _key_columns(dt.to_pyarrow_table(columns=["_kafka", VERSION]))
+        mv, mo = _existing(keys, current, by_key_only=by_key_only)
+        effective = deleted & ~_above(mv, mo, keys[VERSION], keys["offset"])
     change = keys.filter(pa.array(effective | ~deleted)).append_column(
         DELETED, pa.array(deleted[effective | ~deleted])
     )
