@@ -26,7 +26,10 @@ from pipelines.jobrun import job_spark, run_job
 
 EXIT_CODES = {
     EXIT_FAILED: "or the registry did not answer; the tables are as they were",
-    EXIT_USAGE: "or a topic whose subject the registry does not hold",
+    EXIT_USAGE: (
+        "or a topic whose subject the registry does not hold, or a table whose column types no "
+        "version of the subject keeps (types are never widened: README, Typed tables)"
+    ),
     EXIT_CORRUPT: 'records did not decode under [decode] on_error = "fail" (nothing committed)',
 }
 

@@ -53,11 +53,12 @@ if [ ! -f "$stamp" ] || [ uv.lock -nt "$stamp" ]; then
 fi
 .venv/bin/python -m compileall -q -j 0 logstore pipelines jobs >/dev/null
 
-# 6. An ingest task's numba kernels (decoder, Parquet writer) into numba's on-disk cache (next
-# to the modules), once per change of either: otherwise the first job compiles them in every
-# Python worker (~6 s).
+# 6. An ingest task's numba kernels (decoder, Parquet writer) and a decode task's (the typed
+# tables' Avro kernel) into numba's on-disk cache (next to the modules), once per change of
+# any: otherwise the first job compiles them in every Python worker (~6 s).
 if [ -z "$(find pipelines/decode/__pycache__ -name '_kernels.records_to_columns-*.nbi' -newer pipelines/decode/_kernels.py 2>/dev/null)" ] ||
-  [ -z "$(find pipelines/delta/__pycache__ -name '_parquet_kernels.plain_binary-*.nbi' -newer pipelines/delta/_parquet_kernels.py 2>/dev/null)" ]; then
+  [ -z "$(find pipelines/delta/__pycache__ -name '_parquet_kernels.plain_binary-*.nbi' -newer pipelines/delta/_parquet_kernels.py 2>/dev/null)" ] ||
+  [ -z "$(find pipelines/typed/__pycache__ -name 'avro_kernel.decode_rows-*.nbi' -newer pipelines/typed/avro_kernel.py 2>/dev/null)" ]; then
   .venv/bin/python -m pipelines.decode.warmup
 fi
 

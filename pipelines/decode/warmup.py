@@ -1,14 +1,16 @@
-"""Compile an ingest task's numba kernels into numba's on-disk cache:
+"""Compile an ingest task's and a decode task's numba kernels into numba's on-disk cache:
 ``python -m pipelines.decode.warmup``.
 
-The kernels (the decoder's ``_kernels.py``, the Parquet writer's ``_parquet_kernels.py``) are
-compiled on first use (``cache=True``) and the machine code is kept next to them; without it,
-the first job after an install compiles them in every Spark Python worker at once (~6 s each,
-measured). ``tools/bootstrap.sh`` runs this when a cache is older than its kernels. It reads a
-tiny segment the way an ingest task does (one uncompressed and one lz4 batch, with headers,
-a null key and a null header value) and writes the records as the ingest job does, so every
-specialisation a task needs is compiled (the kernels are typed by their arguments: nulls take
-other paths, and the uncompressed and lz4 chunks reach them through different buffers).
+The kernels (the decoder's ``_kernels.py``, the Parquet writer's ``_parquet_kernels.py``, and
+the typed tables' Avro kernel ``pipelines/typed/avro_kernel.py``, warmed by
+:func:`pipelines.typed.avro.warm`) are compiled on first use (``cache=True``) and the machine
+code is kept next to them; without it, the first job after an install compiles them in every
+Spark Python worker at once (~6 s each, measured). ``tools/bootstrap.sh`` runs this when a
+cache is older than its kernels. It reads a tiny segment the way an ingest task does (one
+uncompressed and one lz4 batch, with headers, a null key and a null header value) and writes
+the records as the ingest job does, so every specialisation a task needs is compiled (the
+kernels are typed by their arguments: nulls take other paths, and the uncompressed and lz4
+chunks reach them through different buffers).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pipelines.delta.parquet import FastParquetWriter
 from pipelines.sources.plan import parse_options, plan_ranges
 from pipelines.sources.read import RangeReport, read_records
 from pipelines.sources.synthetic import write_batches
+from pipelines.typed.avro import warm as warm_avro
 
 
 def warm() -> int:
@@ -61,7 +64,12 @@ def main() -> None:
     rows = warm()
     if rows != 4:
         raise SystemExit(f"ingest kernels warm-up read {rows} records, expected 4")
-    print(f"ingest kernels compiled/cached in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    avro_rows = warm_avro()  # raises when the kernel decodes wrong
+    print(
+        f"ingest and Avro kernels compiled/cached in {time.monotonic() - started:.1f} s "
+        f"({rows} records read, {avro_rows} Avro values decoded)",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

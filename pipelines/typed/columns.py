@@ -14,14 +14,16 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logstore.errors import LoglakeError
+from logstore.errors import InvalidConfigError
 
 __all__ = ["SchemaChangeError", "conform", "delta_type", "merge_schemas"]
 
 
-class SchemaChangeError(LoglakeError):
+class SchemaChangeError(InvalidConfigError):
     """A new schema changes a column's type in a way the table cannot take (not an added
-    nullable column): e.g. a string field that became a record."""
+    nullable column): e.g. a string field that became a record, or an int that became a long
+    (Delta's type widening is a table feature deltalake 1.6 cannot write). Not retriable: a
+    re-run meets the same schema (exit 2)."""
 
 
 def delta_type(t: pa.DataType) -> pa.DataType:
@@ -124,8 +126,8 @@ def _merge_type(old: pa.DataType, new: pa.DataType, where: str) -> pa.DataType:
     if pa.types.is_map(old) and pa.types.is_map(new) and old.key_type == new.key_type:
         return pa.map_(old.key_type, _merge_type(old.item_type, new.item_type, f"{where}{{}}"))
     raise SchemaChangeError(
-        f"column {where}: the table holds {old}, the newest schema makes it {new} (only added "
-        "fields are taken; a changed type needs a new table: --full)"
+        f"column {where}: the table holds {old}, the schema makes it {new} (only added fields "
+        "are taken; the table keeps its types)"
     )
 
 

@@ -36,7 +36,8 @@ A kill during the schema change of step 2 leaves nullable columns and no rows: h
 next run finds the table's schema already grown. A topic's first run creates its table (empty)
 before step 3, as every loglake table exists from its job's first run on: a kill then leaves
 it empty, with no progress. Failpoints (``LOGLAKE_FAILPOINT``):
-``decode.before_dead_letters``, ``decode.before_commit``, ``delta.before_commit``.
+``decode.before_dead_letters``, ``decode.before_commit``, ``delta.before_commit``, and for
+upsert tables that keep tombstones ``decode.before_table_merge`` (:mod:`pipelines.typed.upsert`).
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ from pipelines.delta.commit import commit_files, ensure_table, load_table
 from pipelines.delta.direct import stage_files
 from pipelines.delta.files import PartitionedFileWriter
 from pipelines.ingest import read_progress
-from pipelines.typed.columns import conform, merge_schemas
+from pipelines.typed.columns import SchemaChangeError, conform, merge_schemas
 from pipelines.typed.config import DecodeConfig
-from pipelines.typed.registry import RegisteredSchema, RegistryClient
+from pipelines.typed.registry import RegisteredSchema, RegistryClient, SchemaNotFoundError
 from pipelines.typed.upsert import (
     CDF,
     DELETED,
@@ -74,6 +75,7 @@ from pipelines.typed.upsert import (
     collect_tasks,
     envelope_version,
     merge_winners,
+    tombstones_path,
 )
 from pipelines.typed.wire import Decoders, decode_column, reader_type
 
@@ -545,25 +547,11 @@ def decode_topic(
     cdc_order = config.cdc.get(topic)
     strategy = config.compacted.get(topic)
     upsert = cdc_order is not None or strategy is not None
-    values = reader_type(value_schema)
-    if cdc_order is not None:
-        after = values.get_field_index("after")
-        if after < 0 or not pa.types.is_struct(values.field(after).type):
-            raise InvalidConfigError(
-                f"topic {topic!r} is declared CDC ([decode.cdc]) but its value schema has no "
-                "record field 'after' (a Debezium envelope: before, after, op, source, ts_ms)"
-            )
-        values = values.field(after).type
-    clash = [f.name for f in values if f.name in _RESERVED]
-    if clash:
-        raise InvalidConfigError(f"topic {topic!r}: value fields {clash} clash with loglake's")
-    fields = [pa.field(f.name, f.type, nullable=True) for f in values]
-    if key_schema is not None:
-        fields.append(pa.field("_key", reader_type(key_schema, bare=True)))
-    fields.append(pa.field("_kafka", KAFKA_TYPE))
-    if upsert:
-        fields.append(pa.field(VERSION, pa.int64()))
-    target = pa.schema(fields)
+
+    def build(schema: RegisteredSchema) -> pa.Schema:
+        return _target_schema(topic, schema, key_schema, cdc=cdc_order is not None, upsert=upsert)
+
+    target = build(value_schema)
     if dt is None and upsert:
         DeltaTable.create(root, target, configuration=CDF)
         dt = DeltaTable(root)
@@ -572,7 +560,14 @@ def decode_topic(
         dt = load_table(root)
         assert dt is not None
     else:
-        target = merge_schemas(_table_schema(dt), target)
+        reader, target = _fit(client, config.subject(topic), value_schema, dt, build=build, log=log)
+        if reader is not value_schema:
+            result.note = (
+                f"version {value_schema.version} changes column types the table keeps: "
+                f"decoded as version {reader.version}"
+            )
+            value_schema = reader
+            result.schema_version = reader.version
         result.added_columns = _grow(root, dt, target, log)
     target = _table_schema(DeltaTable(root))
     dead_dt = load_table(config.dead_letters_path)
@@ -617,6 +612,74 @@ def decode_topic(
     )
     result.committed = committed.committed
     return result
+
+
+def _target_schema(
+    topic: str,
+    value_schema: RegisteredSchema,
+    key_schema: RegisteredSchema | None,
+    *,
+    cdc: bool,
+    upsert: bool,
+) -> pa.Schema:
+    """The typed table's columns for ``value_schema`` (the ``after`` image's for CDC)."""
+    values = reader_type(value_schema)
+    if cdc:
+        after = values.get_field_index("after")
+        if after < 0 or not pa.types.is_struct(values.field(after).type):
+            raise InvalidConfigError(
+                f"topic {topic!r} is declared CDC ([decode.cdc]) but its value schema has no "
+                "record field 'after' (a Debezium envelope: before, after, op, source, ts_ms)"
+            )
+        values = values.field(after).type
+    clash = [f.name for f in values if f.name in _RESERVED]
+    if clash:
+        raise InvalidConfigError(f"topic {topic!r}: value fields {clash} clash with loglake's")
+    fields = [pa.field(f.name, f.type, nullable=True) for f in values]
+    if key_schema is not None:
+        fields.append(pa.field("_key", reader_type(key_schema, bare=True)))
+    fields.append(pa.field("_kafka", KAFKA_TYPE))
+    if upsert:
+        fields.append(pa.field(VERSION, pa.int64()))
+    return pa.schema(fields)
+
+
+def _fit(
+    client: RegistryClient,
+    subject: str,
+    newest: RegisteredSchema,
+    dt: DeltaTable,
+    *,
+    build: Callable[[RegisteredSchema], pa.Schema],
+    log: Log,
+) -> tuple[RegisteredSchema, pa.Schema]:
+    """The reader schema and the table's grown schema: the newest version of ``subject``
+    whose columns the table holds with their types (added columns are fine).
+
+    Why not widen: Delta's ``typeWidening`` table feature (int -> long, float -> double, a
+    decimal's precision up, date -> timestamp_ntz) is neither written nor read by deltalake
+    1.6, which every reader of the lake here is built on; rewriting the column would rewrite
+    the table. So the table keeps its types: the run decodes into the last version that fits,
+    and records of newer writer schemas that Avro's resolution cannot read into it (a long
+    into an int) fail one by one into dead_letters (or stop the run under ``on_error =
+    "fail"``). Raises :class:`SchemaChangeError` (exit 2) when no version fits."""
+    table = _table_schema(dt)
+    try:
+        return newest, merge_schemas(table, build(newest))
+    except SchemaChangeError as exc:
+        refused = exc
+    for version in range(int(newest.version or 1) - 1, 0, -1):
+        try:
+            older = client.version(subject, version)
+            target = merge_schemas(table, build(older))
+        except (SchemaNotFoundError, SchemaChangeError):
+            continue
+        log(
+            f"decode: {subject} version {newest.version}: {refused}; decoding into version "
+            f"{version}, the newest the table holds (records it cannot read: dead letters)"
+        )
+        return older, target
+    raise refused
 
 
 def _tally(result: TopicResult, reports: Sequence[Any]) -> tuple[list[dict[str, Any]], int]:
@@ -674,6 +737,11 @@ def _decode_upsert(
         by_key_only=topic in config.cdc,
         apps=apps,
         expected={app_id(topic, p): done.get(p) for p in ingested},
+        tombstones=(
+            None
+            if config.cdc.get(topic, "") == "offset" or (strategy and strategy.kind == "offset")
+            else tombstones_path(config.lake, topic)
+        ),
     )
     return result
 

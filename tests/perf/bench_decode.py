@@ -14,9 +14,27 @@ function each; the job's own measures go beside them):
 - ``spark_map_in_pandas`` (``--spark``): the do-it-yourself Spark job, ``mapInPandas`` calling
   fastavro per record on ``local[2]`` over ``--spark-records`` values, the values counted.
 
-Last line: one JSON object with records/s per measure and the ratios to the decoder.
+The job part (``--job``, issue 22's targets), on ``local[2]`` over all ``--records`` values:
+the values are appended as record batches (200 records, uncompressed, the distinct batches
+repeated) to a ``bench`` topic's two partitions through the storage engine
+(``pipelines.sources.synthetic.write_batches``), with high watermarks covering them; then
 
-    .venv/bin/python tests/perf/bench_decode.py [--records 1000000] [--spark]
+- ``job_raw_ingest`` (c): the real ingest job (``pipelines.ingest.run_ingest``, the shipped
+  ``conf/pipeline.toml``) from those segments into the lake's ``records`` table: the raw
+  bytes of the same records, written and committed;
+- ``job_decode`` (a): ``jobs/decode.py``'s code path (``pipelines.typed.job.run_decode``, the
+  same conf) from ``records`` into ``tables/bench``, the schema served by the project's
+  registry in this process; every row must land, no dead letter;
+- ``job_diy_map_in_pandas`` (b): the do-it-yourself job a user would write: the ``bench``
+  files of ``records`` read by Spark, ``mapInPandas`` calling fastavro per record, written to
+  a Delta table by the project's sink (``pipelines.delta.writer.write_delta``).
+
+Each is preceded by the same step over a small ``warmup`` topic (untimed: Python workers
+started, kernels loaded). Targets: (a)/(b) >= 5, (a)/(c) >= 0.5.
+
+Last line: one JSON object with records/s per measure and the ratios.
+
+    .venv/bin/python tests/perf/bench_decode.py [--records 1000000] [--spark] [--job]
 """
 
 from __future__ import annotations
@@ -30,6 +48,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -171,29 +190,150 @@ def measure_spark_map_in_pandas(values: pa.BinaryArray) -> float:
     spark.sparkContext.setLogLevel("ERROR")
     df = spark.createDataFrame(pa.table({"value": values}).to_pandas()).repartition(2).cache()
     df.count()
-    ddl = (
-        "id long, customer string, quantity int, price double, paid boolean, created timestamp, "
-        "amount decimal(12,2), tags array<string>, address struct<street: string, city: string,"
-        " zip: string>, status string, note string, discount float"
-    )
-
-    def decode(frames: Any) -> Any:
-        import pandas as pd  # type: ignore[import-untyped]
-
-        parsed = fastavro.parse_schema(SCHEMA)
-        for frame in frames:
-            rows = [
-                fastavro.schemaless_reader(io.BytesIO(v[5:]), parsed, None) for v in frame.value
-            ]
-            yield pd.DataFrame(rows)
-
-    run = df.mapInPandas(decode, ddl)
+    run = df.mapInPandas(_diy_decode, DIY_DDL)
     run.write.format("noop").mode("overwrite").save()  # the worker's first job, untimed
     t0 = time.perf_counter()
     run.write.format("noop").mode("overwrite").save()
     seconds = time.perf_counter() - t0
     spark.stop()
     return len(values) / seconds
+
+
+def _write_log(log_dir: str, topic: str, values: pa.BinaryArray) -> dict[int, int]:
+    """``values`` as uncompressed 200-record batches over the topic's two partitions (the
+    distinct batches built once and repeated; the log assigns the offsets)."""
+    from logstore.protocol.batch import Codec
+    from logstore.protocol.records import build_batch
+    from pipelines.sources.synthetic import write_batches
+
+    per_batch = 200
+    distinct = values.slice(0, min(len(values), DISTINCT_BATCHES * per_batch)).to_pylist()
+    built = [
+        build_batch(
+            [
+                (None, v, [], 1_790_000_000_000 + i + j)
+                for j, v in enumerate(distinct[i : i + per_batch])
+            ],
+            codec=Codec.NONE,
+        )
+        for i in range(0, len(distinct), per_batch)
+    ]
+    count = len(values) // per_batch
+    ends = {}
+    for partition in (0, 1):
+        mine = range(partition, count, 2)
+        batches = (built[i % len(built)] for i in mine)
+        ends[partition] = write_batches(log_dir, topic, partition, batches)[1]
+    return ends
+
+
+def measure_job(values: pa.BinaryArray, config_path: str) -> dict[str, float]:
+    """(a) decode job, (b) do-it-yourself mapInPandas job, (c) raw ingest; records/s each."""
+    import dataclasses
+    import tempfile
+    import urllib.request
+    from pathlib import Path
+
+    from deltalake import DeltaTable
+
+    from logstore.registry.http import RegistryServer
+    from logstore.registry.store import SchemaStore
+    from pipelines.delta.writer import write_delta
+    from pipelines.ingest import load_config, run_ingest
+    from pipelines.session import get_spark
+    from pipelines.sources.synthetic import write_high_watermarks
+    from pipelines.typed.config import load_decode_config
+    from pipelines.typed.job import run_decode
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    work = Path(tempfile.mkdtemp(prefix="bench-decode-"))
+    log_dir, lake = work / "logs", work / "lake"
+    ends = {
+        t: _write_log(str(log_dir), t, v)
+        for t, v in (("bench", values), ("warmup", values.slice(0, 20_000)))
+    }
+    write_high_watermarks(log_dir, {(t, p): e for t, pe in ends.items() for p, e in pe.items()})
+    n, w = sum(ends["bench"].values()), sum(ends["warmup"].values())
+    print(f"job: {n} records in {log_dir}", flush=True)
+    server = RegistryServer(SchemaStore(append=lambda records: None))
+    host, port = server.start("127.0.0.1", 0)
+    url = f"http://{host}:{port}"
+    for subject in ("bench-value", "warmup-value"):
+        req = urllib.request.Request(
+            f"{url}/subjects/{subject}/versions",
+            data=json.dumps({"schema": SCHEMA_TEXT}).encode(),
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+        )
+        with urllib.request.urlopen(req) as resp:
+            if json.load(resp)["id"] != 1:
+                raise SystemExit("the registry gave the schema an id other than the values' 1")
+    spark = get_spark(
+        "bench-decode-job",
+        master="local[2]",
+        conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    out: dict[str, float] = {}
+    try:
+        base = load_config(config_path, log_dirs=[str(log_dir)], lake=str(lake))
+        for topic, expected in (("warmup", w), ("bench", n)):
+            config = dataclasses.replace(base, topics=(topic,), progress_interval_s=0.0)
+            t0 = time.perf_counter()
+            summary = run_ingest(spark, config, log=lambda _m: None)
+            seconds = time.perf_counter() - t0
+            if summary.records != expected:
+                raise SystemExit(f"ingest {topic}: {summary.records} records, expected {expected}")
+        out["job_raw_ingest"] = n / seconds
+        decode_config = load_decode_config(config_path, lake=str(lake), registry_url=url)
+        for topic, expected in (("warmup", w), ("bench", n)):
+            t0 = time.perf_counter()
+            result = run_decode(spark, decode_config, topics=[topic]).topics[0]
+            seconds = time.perf_counter() - t0
+            if result.rows != expected or result.dead_letters or not result.committed:
+                raise SystemExit(f"decode {topic}: {result}")
+        rows = DeltaTable(decode_config.table_path("bench")).to_pyarrow_dataset().count_rows()
+        if rows != n:
+            raise SystemExit(f"tables/bench holds {rows} rows, expected {n}")
+        out["job_decode"] = n / seconds
+        records = DeltaTable(str(lake / "records"))
+        for topic, expected in (("warmup", w), ("bench", n)):
+            files = [u for u in records.file_uris() if f"/topic={topic}/" in u]
+            t0 = time.perf_counter()
+            df = spark.read.parquet(*files).select("value")
+            result_diy = write_delta(
+                df.mapInPandas(_diy_decode, DIY_DDL), str(lake / f"diy_{topic}"),
+                compression=decode_config.compression,
+            )  # fmt: skip
+            seconds = time.perf_counter() - t0
+            if result_diy.num_rows != expected:
+                raise SystemExit(f"diy {topic}: {result_diy.num_rows} rows, expected {expected}")
+        out["job_diy_map_in_pandas"] = n / seconds
+    finally:
+        spark.stop()
+        server.stop()
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+DISTINCT_BATCHES = 100
+DIY_DDL = (
+    "id long, customer string, quantity int, price double, paid boolean, created timestamp, "
+    "amount decimal(12,2), tags array<string>, address struct<street: string, city: string,"
+    " zip: string>, status string, note string, discount float"
+)
+
+
+def _diy_decode(frames: Any) -> Any:
+    """The do-it-yourself decode: fastavro per record, the rows as a pandas frame."""
+    import pandas as pd  # type: ignore[import-untyped]
+
+    parsed = fastavro.parse_schema(SCHEMA)
+    for frame in frames:
+        rows = [fastavro.schemaless_reader(io.BytesIO(v[5:]), parsed, None) for v in frame.value]
+        yield pd.DataFrame(rows)
 
 
 def main() -> None:
@@ -205,6 +345,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--spark", action="store_true", help="also mapInPandas on local[2]")
     parser.add_argument("--spark-records", type=int, default=300_000)
+    parser.add_argument(
+        "--job", action="store_true", help="also the decode job vs mapInPandas vs raw ingest"
+    )
+    parser.add_argument(
+        "--config", default=str(Path(__file__).resolve().parents[2] / "conf" / "pipeline.toml")
+    )
     args = parser.parse_args()
     values = make_values(args.records, args.distinct)
     mb = values.buffers()[2].size / 1e6
@@ -222,9 +368,24 @@ def main() -> None:
         results["spark_map_in_pandas"] = measure_spark_map_in_pandas(
             values.slice(0, args.spark_records)
         )
+    if args.job:
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+        results.update(measure_job(values, args.config))
     for name, rate in results.items():
         print(f"{name:>22}: {rate:>12,.0f} records/s", flush=True)
-    ratios = {f"decoder/{n}": results["decoder"] / r for n, r in results.items() if n != "decoder"}
+    ratios = {
+        f"decoder/{n}": results["decoder"] / r
+        for n, r in results.items()
+        if n != "decoder" and not n.startswith("job_")
+    }
+    if args.job:
+        ratios["job_decode/job_diy_map_in_pandas (target >= 5)"] = (
+            results["job_decode"] / results["job_diy_map_in_pandas"]
+        )
+        ratios["job_decode/job_raw_ingest (target >= 0.5)"] = (
+            results["job_decode"] / results["job_raw_ingest"]
+        )
     for name, ratio in ratios.items():
         print(f"{name:>34}: {ratio:.1f}x")
     print(json.dumps({"records_per_s": results, "ratios": ratios}))

@@ -56,3 +56,88 @@ def test_kill_at_each_step_then_rerun(tmp_path: Path, registry_url: str, step: s
     assert [(d["offset"], d["value"]) for d in dead] == [(9, b"bad")]
     assert DeltaTable(str(table)).transaction_version(app_id("k", 0)) == 10
     assert unreferenced_files(table) == []
+
+
+ROW = {"type": "record", "name": "Value", "namespace": "db.t", "fields": [
+    {"name": "id", "type": "int"}, {"name": "email", "type": "string"}]}  # fmt: skip
+ENVELOPE = {"type": "record", "name": "Envelope", "namespace": "db.t", "fields": [
+    {"name": "before", "type": ["null", ROW], "default": None},
+    {"name": "after", "type": ["null", "Value"], "default": None},
+    {"name": "source", "type": {"type": "record", "name": "Source",
+                                "fields": [{"name": "lsn", "type": "long"}]}},
+    {"name": "op", "type": "string"}]}  # fmt: skip
+
+
+@pytest.mark.timeout(900)
+def test_kill_between_the_tombstones_and_the_upsert_table(
+    tmp_path: Path, registry_url: str
+) -> None:
+    """A CDC table ordered by ``source.lsn``: killed after the tombstones' commit, before the
+    table's; the re-run still applies the run's delete (the tombstone it finds is its own)."""
+    sr = SchemaRegistryClient({"url": registry_url})
+    ser = AvroSerializer(sr, json.dumps(ENVELOPE))
+    ctx = SerializationContext("c", MessageField.VALUE)
+
+    def change(op: str, row_id: int, lsn: int) -> bytes:
+        after = None if op == "d" else {"id": row_id, "email": f"{row_id}@{lsn}"}
+        return ser({"before": None, "after": after, "op": op, "source": {"lsn": lsn}}, ctx)
+
+    ingest(tmp_path, "c", [change("c", 1, 10), change("c", 2, 11)], keys=[b"1", b"2"])
+    conf = tmp_path / "pipeline.toml"
+    conf.write_text(
+        f'[paths]\nlake = "{tmp_path}"\n[decode]\nschema_registry_url = "{registry_url}"\n'
+        '[decode.cdc]\nc = "source.lsn"\n',
+        encoding="utf-8",
+    )
+    first = spark_submit("decode.py", ["--config", str(conf)])
+    assert first.returncode == 0, first.stderr[-3000:]
+    table, tombstones = tmp_path / "tables" / "c", tmp_path / "table_tombstones" / "c"
+    version = DeltaTable(str(table)).version()
+
+    ingest(tmp_path, "c", [change("d", 1, 30), change("u", 2, 12)], keys=[b"1", b"2"], start=2)
+    killed = spark_submit(
+        "decode.py", ["--config", str(conf)], failpoint="decode.before_table_merge"
+    )
+    assert killed.returncode != 0
+    assert DeltaTable(str(table)).version() == version
+    assert [r["key"] for r in read_table_rows(tombstones)] == [b"1"]  # committed before the kill
+
+    rerun = spark_submit("decode.py", ["--config", str(conf)])
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert {r["_kafka"]["key"]: r["email"] for r in read_table_rows(table)} == {b"2": "2@12"}
+    assert [(r["key"], r["_version"]) for r in read_table_rows(tombstones)] == [(b"1", 30)]
+    assert DeltaTable(str(table)).transaction_version(app_id("c", 0)) == 4
+
+    # and the remembered delete holds against an older change arriving later
+    ingest(tmp_path, "c", [change("u", 1, 20)], keys=[b"1"], start=4)
+    again = spark_submit("decode.py", ["--config", str(conf)])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {r["_kafka"]["key"] for r in read_table_rows(table)} == {b"2"}
+
+
+@pytest.mark.timeout(900)
+def test_kill_in_a_topics_first_run_leaves_an_empty_table_the_rerun_fills(
+    tmp_path: Path, registry_url: str
+) -> None:
+    """The first run creates the table (empty, no progress: every loglake table exists from its
+    job's first run on) before decoding; killed then, the re-run decodes everything once."""
+    sr = SchemaRegistryClient({"url": registry_url})
+    ser = AvroSerializer(sr, json.dumps(SCHEMA))
+    ctx = SerializationContext("f", MessageField.VALUE)
+    ingest(tmp_path, "f", [ser({"n": i}, ctx) for i in range(4)])
+    conf = tmp_path / "pipeline.toml"
+    conf.write_text(
+        f'[paths]\nlake = "{tmp_path}"\n[decode]\nschema_registry_url = "{registry_url}"\n',
+        encoding="utf-8",
+    )
+    killed = spark_submit("decode.py", ["--config", str(conf)], failpoint="decode.before_commit")
+    assert killed.returncode != 0
+    table = tmp_path / "tables" / "f"
+    assert read_table_rows(table) == []
+    assert DeltaTable(str(table)).transaction_version(app_id("f", 0)) is None
+
+    rerun = spark_submit("decode.py", ["--config", str(conf)])
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert sorted(r["n"] for r in read_table_rows(table)) == [0, 1, 2, 3]
+    assert DeltaTable(str(table)).transaction_version(app_id("f", 0)) == 4
+    assert unreferenced_files(table) == []

@@ -191,3 +191,48 @@ def test_upsert_table_has_the_keys_and_winners_of_the_topic_table(
     got = {(r["_kafka"]["partition"], r["_kafka"]["key"]): r["_kafka"]["offset"] for r in typed}
     assert len(got) == len(typed)
     assert got == {pk: offset for pk, (offset, _v, _h) in topic_table.items()}
+
+
+def test_a_deleted_key_remembers_its_version_across_runs(
+    spark: SparkSession, tmp_path: Path, registry_url: str
+) -> None:
+    """An out-of-order CDC stream: key 1 is deleted at lsn 30; a later run brings an update at
+    lsn 20 (a later offset, an older change): it must not bring the key back; lsn 40 does."""
+    sr = SchemaRegistryClient({"url": registry_url})
+    ser = AvroSerializer(sr, json.dumps(ENVELOPE))
+    ctx = SerializationContext("customers", MessageField.VALUE)
+
+    def change(op: str, row_id: int, email: str | None, lsn: int) -> bytes:
+        after = None if op == "d" else {"id": row_id, "email": email}
+        envelope = {"before": None, "after": after, "op": op, "ts_ms": lsn,
+                    "source": {"lsn": lsn, "db": "db"}}  # fmt: skip
+        return ser(envelope, ctx)
+
+    config = decode_config(tmp_path, registry_url, cdc={"customers": "source.lsn"})
+    table = tmp_path / "tables" / "customers"
+    tombstones = tmp_path / "table_tombstones" / "customers"
+    ingest(tmp_path, "customers", [change("c", 1, "a@x", 10), change("c", 2, "b@x", 11)],
+           keys=[b"1", b"2"])  # fmt: skip
+    run_decode(spark, config)
+    ingest(tmp_path, "customers", [change("d", 1, None, 30)], keys=[b"1"], start=2)
+    run_decode(spark, config)
+    assert set(_live(table)) == {b"2"}
+    assert [(r["key"], r["_version"], r["offset"]) for r in read_table_rows(tombstones)] == [
+        (b"1", 30, 2)
+    ]
+
+    # the stale update (lsn 20 < 30) and a stale delete of the live key 2 (lsn 5 < 11)
+    ingest(tmp_path, "customers", [change("u", 1, "stale@x", 20), change("d", 2, None, 5)],
+           keys=[b"1", b"2"], start=3)  # fmt: skip
+    res = run_decode(spark, config).topics[0]
+    assert res.committed and res.dead_letters == 0
+    assert {k: r["email"] for k, r in _live(table).items()} == {b"2": "b@x"}
+    assert [r["key"] for r in read_table_rows(tombstones)] == [b"1"]  # key 2's delete lost
+
+    # a newer change brings key 1 back and its tombstone goes
+    ingest(tmp_path, "customers", [change("u", 1, "new@x", 40)], keys=[b"1"], start=5)
+    run_decode(spark, config)
+    assert {k: (r["email"], r["_version"]) for k, r in _live(table).items()} == {
+        b"1": ("new@x", 40), b"2": ("b@x", 11)}  # fmt: skip
+    assert read_table_rows(tombstones) == []
+    assert run_decode(spark, config).topics[0].note == "up to date"
