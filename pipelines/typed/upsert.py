@@ -197,9 +197,10 @@ def _above(v_hi: pa.Array, o_hi: pa.Array, v_lo: pa.Array, o_lo: pa.Array) -> np
     vh, vl = np_(v_hi, 0), np_(v_lo, 0)
     oh, ol = np_(o_hi, -1), np_(o_lo, -1)
     same = (hv & lv & (vh == vl)) | (~hv & ~lv)
-    return np.asarray(pa.array(o_hi).is_valid()) & (
+    beats: np.ndarray = np.asarray(pa.array(o_hi).is_valid()) & (
         (hv & ~lv) | (hv & lv & (vh > vl)) | (same & (oh > ol))
     )
+    return beats
 
 
 def _existing(keys: pa.Table, table: pa.Table, *, by_key_only: bool) -> tuple[pa.Array, pa.Array]:
