@@ -77,7 +77,7 @@ class ObjectStore:
 
     def __init__(self, root: LakeLocation, *, settings: StorageSettings | None = None):
         self.root = root
-        self.settings = settings if settings is not None else StorageSettings.from_environment()
+        self.settings = settings if settings is not None else StorageSettings.default()
         self.filesystem: pafs.FileSystem = self.settings.filesystem(root)
 
     def __repr__(self) -> str:
