@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -236,7 +237,7 @@ def maintain_table(
         try:
             out = _retrying(step, retries)
         except (CommitFailedError, DeltaError, OSError, LoglakeError) as exc:
-            report.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            report.errors.append(f"{name}: {_one_line(exc)}")
             continue
         if name == "optimize":
             report.optimize = {k: v for k, v in out.items() if isinstance(v, (int, float, str))}
@@ -248,10 +249,23 @@ def maintain_table(
             report.checkpoint = True
         else:
             report.log_cleaned = True
-    dt = _open(loc)
+    try:
+        dt = _open(loc)
+    except (DeltaError, OSError) as exc:  # the store went away: the steps' errors say more
+        report.errors.append(f"reading the table after the steps: {_one_line(exc)}")
+        return report
     report.version_after = dt.version()
     report.files_after = len(dt.file_uris())
     return report
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _one_line(exc: BaseException) -> str:
+    """``exc`` as one line: delta-rs's errors span lines, with terminal colours."""
+    text = " ".join(_ANSI.sub("", str(exc)).split())
+    return f"{type(exc).__name__}: {text.replace('↳ ', '')}"
 
 
 def _cutoff_date(now_ms: int, retention_ms: int) -> datetime.date:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from logstore.objectstore import delta_target
+from tests.fixtures.broker import ROOT
 from tests.fixtures.jobs import load_job
 from tests.fixtures.s3 import S3Bucket
 
@@ -139,3 +142,52 @@ def test_maintain_with_the_store_stopped_fails_cleanly_and_reruns(
     assert sorted(_table(f"{lake}/records").to_pyarrow_table().column("offset").to_pylist()) == (
         list(range(30))
     )
+
+
+def test_the_store_stopped_mid_vacuum_a_clear_error_then_a_clean_rerun(
+    s3: S3Bucket, tmp_path: Path
+) -> None:
+    """``python jobs/maintain.py`` removes 400 orphan deletion-vector files one DELETE each;
+    the server is stopped once the first are gone: the run ends with exit 1 naming the step
+    and the connection failure, the table still reads the same, and the re-run, the store
+    back, removes the rest."""
+    lake = s3.uri("mid")
+    records = f"{lake}/records"
+    _append(records, 0, n=10, day=0)
+    orphans = [f"mid/records/deletion_vector_{uuid.uuid4()}.bin" for _ in range(400)]
+    for key in orphans:
+        s3.put(key, b"x")
+    time.sleep(1.5)
+    conf = tmp_path / "pipeline.toml"
+    conf.write_text("[retention]\nvacuum_hours = 0\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    cmd = [sys.executable, str(ROOT / "jobs" / "maintain.py"), "--config", str(conf),
+           "--lake", lake, "--log-dirs", str(logs), "--no-records-retention"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while len([k for k in s3.keys("mid/records/") if "deletion_vector_" in k]) == 400:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.02)
+        s3.server.stop()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        s3.server.start()
+    assert proc.returncode == 1, err
+    assert out.strip(), err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert any(e.startswith("records: vacuum_orphans: ") for e in summary["errors"]), summary
+    assert any("connect" in e.lower() for e in summary["errors"]), summary
+    assert "Traceback" not in err
+    left = [k for k in s3.keys("mid/records/") if "deletion_vector_" in k]
+    assert 0 < len(left) < 400  # stopped mid-way
+    assert sorted(_table(records).to_pyarrow_table().column("offset").to_pylist()) == list(
+        range(10)
+    )
+
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert [k for k in s3.keys("mid/records/") if "deletion_vector_" in k] == []
+    assert json.loads(rerun.stdout.strip().splitlines()[-1])["tables"][0][
+        "vacuumed_orphans"
+    ] == len(left)
