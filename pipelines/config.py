@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from logstore.errors import InvalidConfigError, InvalidTopicError, LoglakeError
-from logstore.objectstore import LakeLocation
+from logstore.objectstore import LakeLocation, StorageSettings
 from logstore.storage.files import parse_partition_dir, validate_topic
 from logstore.tools.client_config import (
     KAFKA_CLIENT_KEYS,
@@ -63,6 +63,7 @@ __all__ = [
     "log_dir_topics",
     "option_type",
     "read_pipeline_toml",
+    "storage_settings",
 ]
 
 # Exit code of every job that takes topic names when one of them is in none of the log dirs
@@ -334,6 +335,19 @@ SECTIONS: dict[str, dict[str, Key] | FreeForm] = {
     },
     # [kafka]: the jobs' connection to the broker (kafka_client_config below)
     "kafka": FreeForm(Key("scalar"), key=_kafka_key_rule, what="client property"),
+    # [storage]: how to reach an s3:// lake beyond the AWS environment (storage_settings below)
+    "storage": {
+        "endpoint_url": Key("string", rule=_url_rule),
+        "access_key_id": Key("string"),
+        "secret_access_key": Key("string"),
+        "session_token": Key("string"),
+        "region": Key("string", rule=_not_empty),
+        "allow_http": Key("boolean"),
+        "connect_timeout_s": Key("number", minimum=0, maximum=300),
+        "request_timeout_s": Key("number", minimum=0, maximum=3600),
+        "max_attempts": Key("integer", minimum=1, maximum=20),
+    },
+    "storage.options": FreeForm(Key("scalar", rule=_not_empty), what="object_store option"),
 }
 
 
@@ -613,3 +627,21 @@ def kafka_client_config(data: Mapping[str, Any], path: str | Path) -> ClientConf
         if key != _KAFKA_FILE_KEY:
             props[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
     return client_config(props, source=f"{path} [kafka]")
+
+
+# -- [storage]: how the jobs reach an s3:// lake ------------------------------------------------
+#
+# The standard AWS environment first (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), then these keys
+# for what the environment cannot say (timeouts, tries, a second endpoint for the lake only).
+# The job runner installs the result as the run's settings (logstore.objectstore
+# use_job_settings), so every lake call of the run uses them.
+
+
+def storage_settings(data: Mapping[str, Any], path: str | Path) -> StorageSettings:
+    """The run's object-store settings: the environment, then ``[storage]`` of a checked
+    pipeline TOML; :class:`InvalidConfigError` naming the file (e.g. a timeout of 0)."""
+    section = data.get("storage", {})
+    try:
+        return StorageSettings.from_environment(section)
+    except InvalidConfigError as exc:  # its message names the key ("storage <key> must ...")
+        raise InvalidConfigError(exc.message, path=str(path)) from None

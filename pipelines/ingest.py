@@ -327,7 +327,7 @@ def _stderr(message: str) -> None:
     print(f"[ingest {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def read_progress(records_path: str | Path) -> dict[TopicPartition, int]:
+def read_progress(records_path: str | Path | LakeLocation) -> dict[TopicPartition, int]:
     """``{(topic, partition): next offset to ingest}`` from the table's app transactions."""
     out: dict[TopicPartition, int] = {}
     for app, version in read_app_transactions(records_path).items():

@@ -5,8 +5,11 @@ call, which checks the configuration first and turns what escapes into an exit c
 Order of a run (why): 1. the arguments (argparse exits 2 by itself); 2. the configuration file,
 read and checked whole against :data:`pipelines.config.SECTIONS` before the job imports
 Spark, Delta or the decoder, so a bad key or value exits 2 in a fraction of a second and the
-job has done nothing; 3. the job's body, which imports what it needs, starts its session and
-returns its code (0, or 5/6 from a result it read: a failed suite, index problems).
+job has done nothing; its ``[storage]`` over the AWS environment become the run's
+object-store settings (:func:`logstore.objectstore.use_job_settings`), which every lake call
+of the run uses, until the run ends; 3. the job's body, which imports what it needs, starts
+its session and returns its code (0, or 5/6 from a result it read: a failed suite, index
+problems).
 
 Exceptions -> codes (:data:`EXIT_FOR`, first match wins, most specific first): a bad
 configuration or named topic -> 2, damaged data -> 3, a diverged log -> 4, any other
@@ -26,7 +29,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from logstore.errors import CorruptRecordError, InvalidConfigError, InvalidTopicError
-from pipelines.config import MissingTopicsError, read_pipeline_toml
+from logstore.objectstore import use_job_settings
+from pipelines.config import MissingTopicsError, read_pipeline_toml, storage_settings
 from pipelines.exit_codes import EXIT_CORRUPT, EXIT_DIVERGED, EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -61,7 +65,8 @@ def run_job(name: str, config: str | None, body: Callable[[], int]) -> int:
     return its code, or the code of what it raised (see the module docstring)."""
     try:
         if config is not None:
-            read_pipeline_toml(config)
+            # one set of object-store settings for the whole run: the environment and [storage]
+            use_job_settings(storage_settings(read_pipeline_toml(config), config))
         return body()
     except Exception as exc:
         code = exit_code_for(exc)
@@ -69,6 +74,8 @@ def run_job(name: str, config: str | None, body: Callable[[], int]) -> int:
             raise
         print(f"{name} failed: {exc}", file=sys.stderr, flush=True)
         return code
+    finally:
+        use_job_settings(None)  # the run's settings end with it (tests run jobs in-process)
 
 
 def job_spark(

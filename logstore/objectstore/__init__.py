@@ -11,7 +11,12 @@ errors from the ``logstore.errors`` tree.
 from __future__ import annotations
 
 from logstore.objectstore.location import REMOTE_SCHEMES, LakeLocation, Scheme, check_relative
-from logstore.objectstore.settings import OVERRIDE_KEYS, StorageSettings, delta_target
+from logstore.objectstore.settings import (
+    OVERRIDE_KEYS,
+    StorageSettings,
+    delta_target,
+    use_job_settings,
+)
 from logstore.objectstore.store import ObjectInfo, ObjectStore, open_store
 
 __all__ = [
@@ -25,4 +30,5 @@ __all__ = [
     "check_relative",
     "delta_target",
     "open_store",
+    "use_job_settings",
 ]

@@ -10,6 +10,15 @@ Sources, later wins:
    :data:`OVERRIDE_KEYS`): values typed (TOML) or strings (Spark data-source options); unknown
    keys are refused naming the nearest valid one.
 
+The job's settings: a job builds its settings once, from the environment and its
+``[storage]`` section (``pipelines.jobrun``), and installs them with :func:`use_job_settings`;
+every lake call given no ``settings=`` then uses :meth:`StorageSettings.default`, those, so a
+``[storage]`` endpoint or key reaches every reader and writer of the run (ingest, lookups,
+divergence, maintain, retention, quality, decode, ``loglake sql``) without each call site
+passing it. Outside a job (tests, ``loglake sql``), the default is the environment's. Spark's
+Python workers do not inherit it: the driver ships its resolved settings inside the tasks
+(``pipelines.delta.direct``) or as ``storage.*`` options (``pipelines.delta.source``).
+
 From them: delta-rs ``storage_options`` (:meth:`StorageSettings.delta_options`) and a pyarrow
 filesystem (:meth:`StorageSettings.filesystem`). On S3 the delta-rs options always carry
 ``conditional_put="etag"``: delta-rs then commits with ``If-None-Match: *`` (put-if-absent),
@@ -36,7 +45,13 @@ from logstore.objectstore.location import LakeLocation
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["DEFAULT_REGION", "OVERRIDE_KEYS", "StorageSettings", "delta_target"]
+__all__ = [
+    "DEFAULT_REGION",
+    "OVERRIDE_KEYS",
+    "StorageSettings",
+    "delta_target",
+    "use_job_settings",
+]
 
 DEFAULT_REGION = "us-east-1"
 
@@ -74,6 +89,12 @@ class StorageSettings:
     request_timeout_s: float = 30.0
     max_attempts: int = 4
     options: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def default(cls) -> StorageSettings:
+        """The settings of a lake call given none: the job's (:func:`use_job_settings`), else
+        the environment's, read now."""
+        return _JOB_SETTINGS[0] if _JOB_SETTINGS else cls.from_environment()
 
     @classmethod
     def from_environment(
@@ -190,6 +211,18 @@ class StorageSettings:
         )
 
 
+# the settings installed by use_job_settings (empty: none); a list, not a global statement
+_JOB_SETTINGS: list[StorageSettings] = []
+
+
+def use_job_settings(settings: StorageSettings | None) -> None:
+    """Make ``settings`` what :meth:`StorageSettings.default` returns in this process (None:
+    the environment again). A job calls it once, before its first lake call."""
+    _JOB_SETTINGS.clear()
+    if settings is not None:
+        _JOB_SETTINGS.append(settings)
+
+
 def delta_target(
     path: str | Path | LakeLocation, *, settings: StorageSettings | None = None
 ) -> tuple[str, dict[str, str]]:
@@ -198,7 +231,7 @@ def delta_target(
     loc = path if isinstance(path, LakeLocation) else LakeLocation.parse(path)
     if loc.is_local:
         return loc.uri, {}
-    resolved = settings if settings is not None else StorageSettings.from_environment()
+    resolved = settings if settings is not None else StorageSettings.default()
     return loc.uri, resolved.delta_options(loc)
 
 

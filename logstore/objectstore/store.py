@@ -66,10 +66,13 @@ _BACKOFF_CAP_S = 2.0
 
 @dataclass(frozen=True, slots=True)
 class ObjectInfo:
-    """One object from a listing: its key relative to the store's root, and its size."""
+    """One object from a listing: its key relative to the store's root, its size, and when it
+    was last written (seconds since the epoch by the store's clock, as :meth:`ObjectStore.modified`;
+    0.0 where the listing does not say)."""
 
     path: str
     size: int
+    modified: float = 0.0
 
 
 class ObjectStore:
@@ -77,7 +80,7 @@ class ObjectStore:
 
     def __init__(self, root: LakeLocation, *, settings: StorageSettings | None = None):
         self.root = root
-        self.settings = settings if settings is not None else StorageSettings.from_environment()
+        self.settings = settings if settings is not None else StorageSettings.default()
         self.filesystem: pafs.FileSystem = self.settings.filesystem(root)
 
     def __repr__(self) -> str:
@@ -197,7 +200,8 @@ class ObjectStore:
         for info in infos:
             if info.type != pafs.FileType.File or info.base_name.startswith(_TMP_PREFIX):
                 continue
-            out.append(ObjectInfo(info.path[len(base) :].lstrip("/"), int(info.size or 0)))
+            mtime = int(info.mtime_ns) / 1e9 if info.mtime_ns is not None else 0.0
+            out.append(ObjectInfo(info.path[len(base) :].lstrip("/"), int(info.size or 0), mtime))
         return sorted(out, key=lambda o: o.path)
 
     def list_dirs(self, prefix: str = "") -> builtins.list[str]:

@@ -258,7 +258,7 @@ def commit_files(
     :func:`check_app_transactions`). ``settings``: how to reach an object store.
     """
     loc = table_location(table_path)
-    resolved = settings if settings is not None else StorageSettings.from_environment()
+    resolved = settings if settings is not None else StorageSettings.default()
     root, options = delta_target(loc, settings=resolved)
     apps = dict(app_transactions or {})
     txns = [Transaction(app, int(v)) for app, v in apps.items()]

@@ -286,7 +286,7 @@ def stage_files(
     if missing:
         raise DeltaSinkError(f"partition columns {missing} are not in the data")
     loc = table_location(path)
-    resolved = settings if settings is not None else StorageSettings.from_environment()
+    resolved = settings if settings is not None else StorageSettings.default()
     dt = load_table(loc, settings=resolved)
     if dt is not None:
         check_schema(dt, schema, parts)
@@ -357,7 +357,7 @@ def write_direct(
     """
     apps = {str(k): int(v) for k, v in (app_transactions or {}).items()}
     loc = table_location(path)
-    resolved = settings if settings is not None else StorageSettings.from_environment()
+    resolved = settings if settings is not None else StorageSettings.default()
     dt = load_table(loc, settings=resolved)
     if dt is not None and not check_app_transactions(dt, apps, expected_versions):
         return CommitResult(loc.uri, dt.version(), False, "append", 0, 0, 0, 0, 0, apps)
@@ -390,7 +390,7 @@ def append_table(
     For the handful of rows a job records about itself (quarantined batches, quality results).
     """
     loc = table_location(path)
-    resolved = settings if settings is not None else StorageSettings.from_environment()
+    resolved = settings if settings is not None else StorageSettings.default()
     dt = load_table(loc, settings=resolved)
     writer = PartitionedFileWriter(
         loc,

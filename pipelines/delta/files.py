@@ -402,7 +402,7 @@ class PartitionedFileWriter:
         parquet_writer: str = "pyarrow",
     ) -> None:
         self.location = table_location(root)
-        self.settings = settings if settings is not None else StorageSettings.from_environment()
+        self.settings = settings if settings is not None else StorageSettings.default()
         self._fs = self.settings.filesystem(self.location)
         self.write_id = write_id
         self.task_id = task_id

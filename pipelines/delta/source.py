@@ -120,13 +120,13 @@ _COMPARISONS = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEq
 
 
 def _settings(options: dict[str, str]) -> StorageSettings:
-    """The ``storage.*`` options as settings, else the environment's."""
+    """The ``storage.*`` options as settings, else this process's default."""
     given = {
         k[len(STORAGE_OPTION_PREFIX) :]: v
         for k, v in options.items()
         if k.startswith(STORAGE_OPTION_PREFIX)
     }
-    return StorageSettings.from_overrides(given) if given else StorageSettings.from_environment()
+    return StorageSettings.from_overrides(given) if given else StorageSettings.default()
 
 
 def _open(root: str, options: dict[str, str]) -> DeltaTable:

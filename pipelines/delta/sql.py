@@ -95,7 +95,7 @@ def _read_remote(spark: SparkSession, location: LakeLocation, version: int | Non
     _open(location.uri, version)  # a missing table or version: the same error as locally
     reader = spark.read.format(FORMAT)
     if register_delta_source(spark):
-        settings = StorageSettings.from_environment()
+        settings = StorageSettings.default()
         for key, value in settings.to_overrides().items():
             reader = reader.option(STORAGE_OPTION_PREFIX + key, value)
     if version is not None:

@@ -295,7 +295,7 @@ def reap_crashed_writes(
     """Remove the uncommitted files of writes under ``table`` whose lease expired; returns how
     many files were removed (see the module docstring). Cheap when no lease is there: one
     listing. ``margin_s`` overrides each lease's margin (tests)."""
-    resolved = settings if settings is not None else StorageSettings.from_environment()
+    resolved = settings if settings is not None else StorageSettings.default()
     store = ObjectStore(table_location(table), settings=resolved)
     objects = store.list(STAGING_DIR, recursive=False)
     if not objects:

@@ -52,8 +52,7 @@ class MaintenanceSummary:
         if self.dry_run:
             return self._describe_plan()
         files = ", ".join(
-            f"{Path(t['path']).name} {t['files_before']}->{t['files_after']} files"
-            for t in self.tables
+            f"{_name(t['path'])} {t['files_before']}->{t['files_after']} files" for t in self.tables
         )
         return (
             f"maintenance summary: records retention {self.records_retention}: "
@@ -84,6 +83,11 @@ class MaintenanceSummary:
             ]
         lines += [f"error: {e}" for e in self.errors]
         return "\n".join(lines)
+
+
+def _name(uri: str) -> str:
+    """A table's name: the last part of its path or URI."""
+    return uri.rstrip("/").rsplit("/", 1)[-1]
 
 
 def topic_retention(
@@ -118,14 +122,11 @@ def run_maintenance(
     summary = MaintenanceSummary(records_retention=config.records_retention, dry_run=dry_run)
     setting = parse_records_retention(config.records_retention)
     if records and setting != "forever":
-        from deltalake import DeltaTable  # noqa: PLC0415
+        from pipelines.delta.commit import load_table  # noqa: PLC0415
 
-        path = Path(config.records_path)
-        topics = (
-            sorted({v["topic"] for v in DeltaTable(str(path)).partitions() if "topic" in v})
-            if (path / "_delta_log").is_dir()
-            else []
-        )
+        path = config.records_path
+        dt = load_table(path)
+        topics = sorted({v["topic"] for v in dt.partitions() if "topic" in v}) if dt else []
         if setting == "topic":
             retention = topic_retention(
                 config.log_dirs, broker_defaults(config.broker_config), topics
@@ -144,10 +145,11 @@ def run_maintenance(
     wanted = set(tables) if tables else None
     found = find_tables(config.lake)
     if wanted is not None:
-        missing = wanted - {t.name for t in found}
+        missing = wanted - {_name(t.uri) for t in found}
         summary.errors.extend(f"{name}: no such table under {config.lake}" for name in missing)
     for table in found:
-        if wanted is not None and table.name not in wanted:
+        name = _name(table.uri)
+        if wanted is not None and name not in wanted:
             continue
         if dry_run:
             plan = plan_table(table, vacuum_hours=config.vacuum_hours, zorder=config.zorder)
@@ -155,9 +157,9 @@ def run_maintenance(
             continue
         report = maintain_table(table, vacuum_hours=config.vacuum_hours, zorder=config.zorder)
         summary.tables.append(report.to_json())
-        summary.errors.extend(f"{table.name}: {e}" for e in report.errors)
+        summary.errors.extend(f"{name}: {e}" for e in report.errors)
         log(
-            f"{table.name}: files {report.files_before} -> {report.files_after}, "
+            f"{name}: files {report.files_before} -> {report.files_after}, "
             f"version {report.version_before} -> {report.version_after}"
         )
     summary.seconds = time.monotonic() - started

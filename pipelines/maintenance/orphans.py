@@ -21,8 +21,12 @@ still readable within the horizon needs:
   not yet committed is younger than that, as with Delta's vacuum: ``vacuum_hours = 0`` is only
   safe with no concurrent writer).
 
-The files on disk are listed *before* the log is read: a commit landing in between can only
-name files already listed as live or files younger than the horizon.
+The table's files are listed through :class:`~logstore.objectstore.ObjectStore` (one
+recursive listing, on local disk and on an object store alike: the ages are the store's own
+modification times), *before* the log is read: a commit landing in between can only name
+files already listed as live or files younger than the horizon. A store that fails mid-way
+raises (``logstore.errors``); what was removed before stays removed (each file was
+unneeded), and the next run removes the rest.
 """
 
 from __future__ import annotations
@@ -31,27 +35,35 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
+from logstore.errors import LoglakeError
+from logstore.objectstore import LakeLocation, ObjectInfo, ObjectStore
 from pipelines.delta.deletion_vectors import dv_relative_path
+from pipelines.delta.files import table_location
 from pipelines.delta.log import DeltaLog, LogListing
 
 __all__ = ["dv_file_name", "vacuum_orphans"]
 
-_DV_GLOB = "deletion_vector_*.bin"
+_DV_PREFIX = "deletion_vector_"
 _CDC_DIR = "_change_data"
 
 
-def dv_file_name(root: Path, descriptor: dict[str, Any] | None) -> Path | None:
-    """The file a deletion vector descriptor points to (``None``: inline or none)."""
+def dv_file_name(root: LakeLocation, descriptor: dict[str, Any] | None) -> str | None:
+    """The key, relative to the table ``root``, of the file a deletion vector descriptor
+    points to (``None``: inline, none, or a file outside the table)."""
     if not descriptor:
         return None
     kind, where = descriptor.get("storageType"), descriptor.get("pathOrInlineDv")
     if not where:
         return None
     if kind == "u":  # <prefix><z85 of the uuid>; a bad one raises (never taken as unused)
-        return (root / str(dv_relative_path(descriptor))).resolve()
-    if kind == "p":
-        return Path(where.removeprefix("file://")).resolve()
+        return os.path.normpath(str(dv_relative_path(descriptor)))
+    if kind == "p":  # an absolute path or URI
+        try:
+            return table_location(str(where)).relative_to(root)
+        except (ValueError, LoglakeError):
+            return None
     return None
 
 
@@ -63,37 +75,37 @@ def _first_kept(listing: LogListing, horizon: float) -> int:
     return max(oldest, *at_horizon)
 
 
-def _old_files(paths: list[Path], horizon: float) -> list[Path]:
-    out = []
-    for p in paths:
-        try:
-            if p.stat().st_mtime < horizon:
-                out.append(p)
-        except FileNotFoundError:
-            continue
-    return out
+def _is_candidate(info: ObjectInfo) -> bool:
+    parts = info.path.split("/")
+    if parts[0] == "_delta_log":
+        return False
+    if parts[0] == _CDC_DIR:
+        return True
+    return parts[-1].startswith(_DV_PREFIX) and parts[-1].endswith(".bin")
 
 
 def vacuum_orphans(
-    path: str | Path, *, vacuum_hours: float, now: float | None = None, dry_run: bool = False
+    path: str | Path | LakeLocation,
+    *,
+    vacuum_hours: float,
+    now: float | None = None,
+    dry_run: bool = False,
 ) -> list[str]:
     """Remove the deletion vector and change-data files no kept version needs (see the module
     docstring); returns them, relative to the table root."""
-    root = Path(path).resolve()
+    root = table_location(path)
+    store = ObjectStore(root)
     horizon = (time.time() if now is None else now) - vacuum_hours * 3600.0
-    dv_files = [p.resolve() for p in root.rglob(_DV_GLOB) if "_delta_log" not in p.parts]
-    cdc_dir = root / _CDC_DIR
-    cdc_files = [p.resolve() for p in cdc_dir.rglob("*") if p.is_file()] if cdc_dir.is_dir() else []
-    candidates = _old_files(dv_files, horizon) + _old_files(cdc_files, horizon)
+    candidates = [o.path for o in store.list() if _is_candidate(o) and o.modified < horizon]
     if not candidates:
         return []
-    log = DeltaLog(root)
+    log = DeltaLog(root, settings=store.settings)
     listing = log.listing()
     latest = listing.latest
     if latest is None:
         return []
     first = _first_kept(listing, horizon)
-    keep: set[Path] = set()
+    keep: set[str] = set()
     for add in log.live_adds(first, listing):
         if (f := dv_file_name(root, add.get("deletionVector"))) is not None:
             keep.add(f)
@@ -107,26 +119,14 @@ def vacuum_orphans(
                     if f is not None:
                         keep.add(f)
             if "cdc" in action:
-                keep.add((root / _unquote(action["cdc"]["path"])).resolve())
-    removed: list[str] = []
-    for p in candidates:
-        if p in keep:
-            continue
-        if not dry_run:
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                continue
-        removed.append(str(p.relative_to(root)))
+                keep.add(os.path.normpath(unquote(action["cdc"]["path"])))
+    removed = [key for key in candidates if key not in keep]
     if not dry_run:
-        _remove_empty_dirs(cdc_dir)
+        for key in removed:
+            store.delete(key, missing_ok=True)
+        if root.is_local:
+            _remove_empty_dirs(root.local_path / _CDC_DIR)
     return sorted(removed)
-
-
-def _unquote(rel: str) -> str:
-    from urllib.parse import unquote  # noqa: PLC0415
-
-    return unquote(rel)
 
 
 def _remove_empty_dirs(top: Path) -> None:

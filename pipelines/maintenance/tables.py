@@ -20,6 +20,12 @@ keeps the deletion vector descriptors), and clean-up of log entries older than t
 ``delta.logRetentionDuration`` (30 days by default: the version history stays readable that
 long).
 
+Every step works on local disk and on an object store alike (``s3://``): delta-rs opens the
+table with the run's storage options (:func:`logstore.objectstore.delta_target`), the table
+list and the orphan files come through :class:`~logstore.objectstore.ObjectStore`. A store
+that stops answering mid-step fails that step (reported in ``errors``; delta-rs's vacuum
+deletes before it commits its end, so a re-run finds and removes the rest).
+
 Concurrency: every step reads a snapshot and commits with delta-rs's conflict checks. An
 ingest appending meanwhile does not conflict with compaction or vacuum (blind appends); a
 step that does conflict (e.g. another maintenance run removed the same files) is retried on a
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -42,7 +49,10 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from logstore.errors import LoglakeError
+from logstore.objectstore import LakeLocation, ObjectStore, delta_target
 from logstore.storage.files import validate_topic
+from pipelines.delta.commit import load_table
+from pipelines.delta.files import table_location
 from pipelines.maintenance.orphans import vacuum_orphans
 
 __all__ = [
@@ -55,6 +65,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+TablePath = str | Path | LakeLocation
 _DAY_MS = 86_400_000
 # delta-rs's optimize target when the table has no delta.targetFileSize (100 MiB).
 _TARGET_FILE_SIZE = 104_857_600
@@ -104,15 +115,32 @@ class TablePlan:
         return asdict(self)
 
 
-def plan_table(path: str | Path, *, vacuum_hours: float, zorder: bool = False) -> TablePlan:
+def _open(loc: LakeLocation) -> DeltaTable:
+    """The table at ``loc``, with the run's storage options."""
+    uri, options = delta_target(loc)
+    return DeltaTable(uri, storage_options=options)
+
+
+def _relative(loc: LakeLocation, file: str) -> str:
+    """A path delta-rs's vacuum reports (absolute on disk, a URI or a key elsewhere) relative
+    to the table root."""
+    if "://" in file or file.startswith("/"):
+        try:
+            return table_location(file).relative_to(loc)
+        except LoglakeError:
+            return file
+    return file
+
+
+def plan_table(path: TablePath, *, vacuum_hours: float, zorder: bool = False) -> TablePlan:
     """:class:`TablePlan` of the table at ``path``: reads its log and files, writes nothing."""
     import pyarrow as pa  # noqa: PLC0415
 
-    p = Path(path)
-    dt = DeltaTable(str(p))
+    loc = table_location(path)
+    dt = _open(loc)
     adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
     names = {f.name for f in dt.schema().fields}
-    plan = TablePlan(str(p), version=dt.version(), files=len(adds), optimize="compact")
+    plan = TablePlan(loc.uri, version=dt.version(), files=len(adds), optimize="compact")
     if zorder and "offset" in names:
         plan.optimize = "z-order by offset"
         plan.optimize_files = sorted(str(a["path"]) for a in adds)
@@ -125,31 +153,36 @@ def plan_table(path: str | Path, *, vacuum_hours: float, zorder: bool = False) -
                 small.setdefault(part, []).append(str(a["path"]))
         plan.optimize_files = sorted(f for files in small.values() if len(files) > 1 for f in files)
     plan.vacuum_files = sorted(
-        str(Path(f).relative_to(p.resolve())) if Path(f).is_absolute() else f
+        _relative(loc, f)
         for f in dt.vacuum(
             retention_hours=int(vacuum_hours), dry_run=True, enforce_retention_duration=False
         )
     )
-    plan.vacuum_orphans = vacuum_orphans(p, vacuum_hours=vacuum_hours, dry_run=True)
+    plan.vacuum_orphans = vacuum_orphans(loc, vacuum_hours=vacuum_hours, dry_run=True)
     plan.checkpoint_version = plan.version + (1 if plan.optimize_files else 0)
     return plan
 
 
-def find_tables(lake: str | Path) -> list[Path]:
+def find_tables(lake: str | Path) -> list[LakeLocation]:
     """Every Delta table under ``lake`` (a directory holding ``_delta_log``), two levels deep
-    (``<lake>/records``, ``<lake>/topics/<name>``)."""
-    root = Path(lake)
-    out: list[Path] = []
-    if not root.is_dir():
-        return out
-    for entry in sorted(root.iterdir()):
-        if not entry.is_dir() or entry.name.startswith((".", "_")):
+    (``<lake>/records``, ``<lake>/topics/<name>``); one listing per directory on an object
+    store."""
+    root = table_location(lake)
+    if root.is_local and not root.local_path.is_dir():
+        return []
+    store = ObjectStore(root)
+    out: list[LakeLocation] = []
+    for name in store.list_dirs():
+        if name.startswith((".", "_")):
             continue
-        if (entry / "_delta_log").is_dir():
-            out.append(entry)
+        children = store.list_dirs(name)
+        if "_delta_log" in children:
+            out.append(root.join(name))
             continue
         out.extend(
-            sub for sub in sorted(entry.iterdir()) if sub.is_dir() and (sub / "_delta_log").is_dir()
+            root.join(name, sub)
+            for sub in children
+            if "_delta_log" in store.list_dirs(f"{name}/{sub}")
         )
     return out
 
@@ -165,33 +198,29 @@ def _retrying(step: Callable[[], T], retries: int) -> T:
     raise AssertionError("unreachable")
 
 
-def _file_count(path: Path) -> int:
-    return len(DeltaTable(str(path)).file_uris())
-
-
 def maintain_table(
-    path: str | Path,
+    path: TablePath,
     *,
     vacuum_hours: float,
     zorder: bool = False,
     retries: int = 5,
 ) -> TableReport:
     """Optimize, vacuum, checkpoint and clean up the log of the table at ``path``."""
-    p = Path(path)
-    report = TableReport(str(p))
-    dt = DeltaTable(str(p))
+    loc = table_location(path)
+    report = TableReport(loc.uri)
+    dt = _open(loc)
     report.version_before = dt.version()
     report.files_before = len(dt.file_uris())
 
     def optimize() -> dict[str, Any]:
-        t = DeltaTable(str(p))
+        t = _open(loc)
         names = {f.name for f in t.schema().fields}
         if zorder and "offset" in names:
             return dict(t.optimize.z_order(["offset"]))
         return dict(t.optimize.compact())
 
     def vacuum() -> list[str]:
-        return DeltaTable(str(p)).vacuum(
+        return _open(loc).vacuum(
             retention_hours=int(vacuum_hours),
             dry_run=False,
             enforce_retention_duration=False,
@@ -200,15 +229,15 @@ def maintain_table(
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("optimize", optimize),
         ("vacuum", vacuum),
-        ("vacuum_orphans", lambda: vacuum_orphans(p, vacuum_hours=vacuum_hours)),
-        ("checkpoint", lambda: DeltaTable(str(p)).create_checkpoint()),
-        ("cleanup_metadata", lambda: DeltaTable(str(p)).cleanup_metadata()),
+        ("vacuum_orphans", lambda: vacuum_orphans(loc, vacuum_hours=vacuum_hours)),
+        ("checkpoint", lambda: _open(loc).create_checkpoint()),
+        ("cleanup_metadata", lambda: _open(loc).cleanup_metadata()),
     ]
     for name, step in steps:
         try:
             out = _retrying(step, retries)
-        except (CommitFailedError, DeltaError, OSError) as exc:
-            report.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+        except (CommitFailedError, DeltaError, OSError, LoglakeError) as exc:
+            report.errors.append(f"{name}: {_one_line(exc)}")
             continue
         if name == "optimize":
             report.optimize = {k: v for k, v in out.items() if isinstance(v, (int, float, str))}
@@ -220,10 +249,23 @@ def maintain_table(
             report.checkpoint = True
         else:
             report.log_cleaned = True
-    dt = DeltaTable(str(p))
+    try:
+        dt = _open(loc)
+    except (DeltaError, OSError) as exc:  # the store went away: the steps' errors say more
+        report.errors.append(f"reading the table after the steps: {_one_line(exc)}")
+        return report
     report.version_after = dt.version()
     report.files_after = len(dt.file_uris())
     return report
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _one_line(exc: BaseException) -> str:
+    """``exc`` as one line: delta-rs's errors span lines, with terminal colours."""
+    text = " ".join(_ANSI.sub("", str(exc)).split())
+    return f"{type(exc).__name__}: {text.replace('↳ ', '')}"
 
 
 def _cutoff_date(now_ms: int, retention_ms: int) -> datetime.date:
@@ -232,7 +274,7 @@ def _cutoff_date(now_ms: int, retention_ms: int) -> datetime.date:
 
 
 def records_retention(
-    records_path: str | Path,
+    records_path: TablePath,
     retention: Mapping[str, int],
     *,
     now_ms: int | None = None,
@@ -247,10 +289,10 @@ def records_retention(
     ``dry_run`` nothing is deleted: the rows say what would go, the version is None and the
     count is the snapshot's."""
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    path = str(records_path)
-    if not (Path(path) / "_delta_log").is_dir():
+    loc = table_location(records_path)
+    dt = load_table(loc)
+    if dt is None:
         return [], None, 0
-    dt = DeltaTable(path)
     dates: dict[str, set[datetime.date]] = {}
     for values in dt.partitions():
         topic, day = values.get("topic"), values.get("date")
@@ -281,10 +323,10 @@ def records_retention(
         )
 
     def delete() -> dict[str, Any]:
-        return dict(DeltaTable(path).delete(predicate))
+        return dict(_open(loc).delete(predicate))
 
     metrics = _retrying(delete, retries)
-    version = DeltaTable(path).version()
+    version = _open(loc).version()
     rows = _log_rows(doomed, cutoffs, now, "records-retention")
     return rows, version, int(metrics.get("num_deleted_rows", 0))
 

@@ -100,9 +100,7 @@ class QualityResultsAction(ValidationAction):
         # (from the driver: a Python data source sink would start a planner worker of
         # pyspark's own daemon, which may print a BrokenPipeError traceback; see
         # pipelines.session.get_spark)
-        append_table(
-            Path(self.table), pa.Table.from_pylist(rows, RESULTS_SCHEMA), schema=RESULTS_SCHEMA
-        )
+        append_table(self.table, pa.Table.from_pylist(rows, RESULTS_SCHEMA), schema=RESULTS_SCHEMA)
         return {"table": self.table, "rows": len(rows)}
 
 

@@ -20,6 +20,10 @@ Suites: ``records`` and ``records_gaps`` always (the ``records`` table must exis
 ``topic_<name>`` for every compacted table ``<lake>/topics/<name>``; ``typed_<name>`` for
 every typed table ``<lake>/tables/<name>`` (dead-letter rate; one row per key when upserted).
 
+On an object store (``s3://``) the tables are read through the store, ``quality_results`` is
+committed there, and the file context and Data Docs are built in a local copy of
+``<lake>/_quality`` uploaded after the run (:mod:`pipelines.quality.workdir`).
+
 Not safe to run twice at once on one lake (the file context is shared); a crashed run leaves
 the rows and pages of the suites validated before the crash, and at most one suite's
 validation result without its ``quality_results`` rows.
@@ -30,6 +34,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -40,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame, SparkSession
 
 from logstore.errors import LoglakeError
+from logstore.objectstore import LakeLocation, ObjectStore
 from pipelines.delta import read_app_transactions, read_delta
 from pipelines.delta.commit import load_table
 from pipelines.ingest import IngestConfig, read_progress
@@ -56,6 +62,7 @@ from pipelines.quality.checks import (
 )
 from pipelines.quality.config import QualityConfig
 from pipelines.quality.results import RuleResult, rule_results
+from pipelines.quality.workdir import pull, push
 
 if TYPE_CHECKING:
     from great_expectations.data_context.store.store import DataDocsSiteConfigTypedDict
@@ -176,7 +183,9 @@ def _validate(context: Any, suite: Any, df: DataFrame, run_id: Any, actions: lis
     return next(iter(result.run_results.values()))
 
 
-def _actions(lake: Path, quality: QualityConfig, *, build_index: bool = True) -> list[Any]:
+def _actions(
+    lake: LakeLocation, quality_dir: Path, quality: QualityConfig, *, build_index: bool = True
+) -> list[Any]:
     """loglake's Actions (Data Docs when ``docs``, then ``quality_results``), then the
     users'. ``build_index``: of the Data Docs Action."""
     from pipelines.quality.actions import (  # noqa: PLC0415
@@ -191,11 +200,11 @@ def _actions(lake: Path, quality: QualityConfig, *, build_index: bool = True) ->
             OfflineDataDocsAction(
                 name="data_docs",
                 site_names=[DOCS_SITE],
-                site_dir=str(lake / QUALITY_DIR / "data_docs"),
+                site_dir=str(quality_dir / "data_docs"),
                 build_index=build_index,
             )
         )
-    actions.append(QualityResultsAction(name="quality_results", table=str(lake / RESULTS_TABLE)))
+    actions.append(QualityResultsAction(name="quality_results", table=lake.join(RESULTS_TABLE).uri))
     return actions + user_actions(quality.actions)
 
 
@@ -207,33 +216,39 @@ def _materialize(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=True)
 
 
-def _table(spark: SparkSession, lake: Path, name: str) -> DataFrame | None:
-    return read_delta(spark, lake / name) if load_table(lake / name) is not None else None
+def _table(spark: SparkSession, lake: LakeLocation, name: str) -> DataFrame | None:
+    where = lake.join(name)
+    return read_delta(spark, where.uri) if load_table(where) is not None else None
+
+
+def _subtables(lake: LakeLocation, parent: str) -> list[str]:
+    """The names of the directories below ``<lake>/<parent>`` (none when it is absent)."""
+    return ObjectStore(lake).list_dirs(parent)
 
 
 def _typed_jobs(
-    spark: SparkSession, lake: Path, records: DataFrame, quality: QualityConfig
+    spark: SparkSession, lake: LakeLocation, records: DataFrame, quality: QualityConfig
 ) -> list[tuple[Any, DataFrame]]:
     """A ``typed_<topic>`` suite per typed table ``tables/<topic>`` (jobs/decode.py)."""
     from pipelines.quality import suites  # noqa: PLC0415
 
-    tables_dir = lake / "tables"
+    tables_dir = lake.join("tables")
     dead_letters = _table(spark, lake, "dead_letters")
     jobs: list[tuple[Any, DataFrame]] = []
-    for table_dir in sorted(tables_dir.iterdir()) if tables_dir.is_dir() else []:
-        table = _table(spark, tables_dir, table_dir.name)
+    for name in _subtables(lake, "tables"):
+        table = _table(spark, tables_dir, name)
         if table is None:
             continue
-        prefix = f"loglake-decode/{table_dir.name}/"
+        prefix = f"loglake-decode/{name}/"
         progress = {
             int(app[len(prefix):]): v
-            for app, v in read_app_transactions(table_dir).items()
+            for app, v in read_app_transactions(tables_dir.join(name)).items()
             if app.startswith(prefix) and app[len(prefix):].isdigit()
         }  # fmt: skip
         upsert = "_version" in table.columns
         jobs.append((
-            suites.typed_suite(table_dir.name, quality.max_dead_letter_rate, upsert=upsert),
-            typed_check(table, records, dead_letters, table_dir.name, progress),
+            suites.typed_suite(name, quality.max_dead_letter_rate, upsert=upsert),
+            typed_check(table, records, dead_letters, name, progress),
         ))  # fmt: skip
     return jobs
 
@@ -248,6 +263,37 @@ def run_quality(
 ) -> QualityReport:
     """One run (see the module docstring). Raises ``LoglakeError`` when it cannot run at all;
     failed expectations are in the report (``success`` False), not raised."""
+    lake = LakeLocation.parse(config.lake)
+    if lake.is_local:
+        quality_dir = lake.local_path / QUALITY_DIR
+        return _run(spark, config, quality, lake, quality_dir, run_id=run_id, log=log)
+    if load_table(lake.join("records")) is None:  # before copying anything
+        raise LoglakeError("no records table: run the ingest job first", path=lake.uri)
+    remote = lake.join(QUALITY_DIR)
+    with tempfile.TemporaryDirectory(prefix="loglake-quality-") as tmp:
+        local = Path(tmp)
+        pulled = pull(remote, local)
+        log(f"{len(pulled)} files of {remote.uri} copied to {local}")
+        report = _run(spark, config, quality, lake, local, run_id=run_id, log=log)
+        sent = push(local, remote, pulled)
+        log(f"{len(sent)} files uploaded to {remote.uri}")
+    if report.docs is not None:
+        report.docs = remote.join("data_docs", "index.html").uri
+    return report
+
+
+def _run(
+    spark: SparkSession,
+    config: IngestConfig,
+    quality: QualityConfig,
+    lake: LakeLocation,
+    quality_dir: Path,
+    *,
+    run_id: str | None,
+    log: Log,
+) -> QualityReport:
+    """:func:`run_quality` with the tables at ``lake`` and the file context and Data Docs in
+    the local directory ``quality_dir``."""
     started = time.monotonic()
     from great_expectations.core.run_identifier import RunIdentifier  # noqa: PLC0415
 
@@ -257,25 +303,26 @@ def run_quality(
     now = dt.datetime.now(dt.UTC)
     run_id = run_id or f"quality-{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
     report = QualityReport(run_id=run_id)
-    lake = Path(config.lake)
     records = _table(spark, lake, "records")
     if records is None:
-        raise LoglakeError("no records table: run the ingest job first", path=str(lake))
+        raise LoglakeError("no records table: run the ingest job first", path=lake.uri)
 
     # 1. the checked DataFrames (suites need the context to exist first)
     t0 = time.monotonic()
-    context = _context(lake / QUALITY_DIR, quality.docs)
-    actions = _actions(lake, quality)  # the users' are imported now: errors early
-    log(f"context at {lake / QUALITY_DIR / 'gx'} in {time.monotonic() - t0:.1f} s")
+    context = _context(quality_dir, quality.docs)
+    actions = _actions(lake, quality_dir, quality)  # the users' are imported now: errors early
+    log(f"context at {quality_dir / 'gx'} in {time.monotonic() - t0:.1f} s")
     t0 = time.monotonic()
     bounds = bounds_frame(
         spark,
-        partition_bounds(config.log_dirs, read_progress(lake / "records"), topics=config.topics),
+        partition_bounds(
+            config.log_dirs, read_progress(lake.join("records")), topics=config.topics
+        ),
     ).cache()
     offset_lookup = _table(spark, lake, "offset_lookup")
     quarantine = _table(spark, lake, "quarantine")
     built = (
-        lookup_progress_frame(spark, read_app_transactions(lake / "offset_lookup"))
+        lookup_progress_frame(spark, read_app_transactions(lake.join("offset_lookup")))
         if offset_lookup is not None
         else None
     )
@@ -294,13 +341,12 @@ def run_quality(
             quarantine if quarantine is not None else local_frame(spark, [], "position long"),
         )
     )
-    topics_dir = lake / "topics"
-    for table_dir in sorted(topics_dir.iterdir()) if topics_dir.is_dir() else []:
-        table = _table(spark, topics_dir, table_dir.name)
+    topics_dir = lake.join("topics")
+    for name in _subtables(lake, "topics"):
+        table = _table(spark, topics_dir, name)
         if table is not None:
             jobs.append(
-                (suites.compacted_suite(table_dir.name),
-                 compacted_check(table, records, table_dir.name))
+                (suites.compacted_suite(name), compacted_check(table, records, name))
             )  # fmt: skip
     jobs += _typed_jobs(spark, lake, records, quality)
 
@@ -312,7 +358,7 @@ def run_quality(
     log(f"tables read, checked rows computed in {time.monotonic() - t0:.1f} s")
     gx_run = RunIdentifier(run_name=run_id, run_time=now)
     # the Data Docs index once, by the last suite's Checkpoint (see actions.OfflineDataDocsAction)
-    pages_only = _actions(lake, quality, build_index=False)
+    pages_only = _actions(lake, quality_dir, quality, build_index=False)
     try:
         for suite, df in jobs:
             t0 = time.monotonic()
@@ -335,7 +381,7 @@ def run_quality(
     report.success = all(report.suites.values())
 
     if quality.docs:
-        report.docs = str(lake / QUALITY_DIR / "data_docs" / "index.html")
+        report.docs = str(quality_dir / "data_docs" / "index.html")
         log(f"Data Docs: {report.docs}")
     report.seconds = time.monotonic() - started
     return report

@@ -54,6 +54,7 @@ from kio.static.primitive import i32, i64
 
 from logstore.errors import InvalidConfigError, LogDirLockedError, LoglakeError
 from logstore.failpoints import failpoint, kill_session
+from logstore.objectstore import LakeLocation, delta_target
 from logstore.server.config import BrokerConfig
 from logstore.storage.config import LogConfig
 from logstore.storage.dirlock import DirLock
@@ -63,7 +64,7 @@ from logstore.storage.topic_config import read_topic_configs
 from logstore.tools.client_config import ClientConfig
 from logstore.tools.connection import KafkaConnection
 from pipelines.config import job_settings, kafka_client_config, read_pipeline_toml
-from pipelines.delta.commit import ensure_table
+from pipelines.delta.commit import ensure_table, load_table
 from pipelines.ingest import INTERNAL_TOPIC_PREFIX, RECORDS_TABLE, read_progress
 from pipelines.logdir import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -137,11 +138,11 @@ class RetentionConfig:
 
     @property
     def records_path(self) -> str:
-        return str(Path(self.lake) / RECORDS_TABLE)
+        return LakeLocation.parse(self.lake).join(RECORDS_TABLE).uri
 
     @property
     def retention_log_path(self) -> str:
-        return str(Path(self.lake) / RETENTION_LOG_TABLE)
+        return LakeLocation.parse(self.lake).join(RETENTION_LOG_TABLE).uri
 
 
 def load_retention_config(
@@ -430,11 +431,10 @@ def delete_records_offline(
 def logged_run_ids(path: str, run_ids: Iterable[str]) -> set[str]:
     """Which of ``run_ids`` have rows in the ``retention_log`` table at ``path``."""
     ids = list(run_ids)
-    if not ids or not (Path(path) / "_delta_log").is_dir():
+    dt = load_table(path) if ids else None
+    if dt is None:
         return set()
-    from deltalake import DeltaTable  # noqa: PLC0415
-
-    found = DeltaTable(path).to_pyarrow_table(columns=["run_id"], filters=[("run_id", "in", ids)])
+    found = dt.to_pyarrow_table(columns=["run_id"], filters=[("run_id", "in", ids)])
     return {str(v) for v in found.column("run_id").to_pylist()}
 
 
@@ -465,7 +465,8 @@ def append_retention_log(path: str, rows: list[dict[str, Any]]) -> None:
         return
 
     table = pa.Table.from_pylist(rows, schema=RETENTION_LOG_SCHEMA)
-    write_deltalake(path, table, mode="append")
+    uri, options = delta_target(path)  # the run's storage settings on an object store
+    write_deltalake(uri, table, mode="append", storage_options=options or None)
 
 
 def run_retention(
@@ -487,7 +488,7 @@ def run_retention(
     defaults = broker_defaults(config.broker_config)
     if summary.mode == "offline":
         _check_unlocked(config.log_dirs)  # fail before planning, not after
-    progress = read_progress(config.records_path) if Path(config.records_path).is_dir() else {}
+    progress = read_progress(config.records_path)  # {} before the first ingest
     tasks = build_tasks(config.log_dirs, defaults, progress, config.ingest_topics)
     if not dry_run:
         settled = settle_pending(

@@ -1,10 +1,12 @@
 """Exact ``retention_log`` lineage across a run killed between deleting and logging.
 
 A deleting run (online or offline) first writes its intended ``retention_log`` rows, one per
-segment it is about to delete, to ``<lake>/_retention_pending/<run_id>.json`` (written to a
-temporary name, fsynced, renamed), then deletes, then appends the rows of what actually went
-to ``retention_log`` under its ``run_id`` and removes the journal. A run that dies anywhere in
-between leaves the journal behind; the next deleting run settles it *before it plans*:
+segment it is about to delete, to ``<lake>/_retention_pending/<run_id>.json`` (one object
+through :class:`~logstore.objectstore.ObjectStore`: on disk written to a temporary name,
+fsynced, renamed; on an object store one PUT, atomic), then deletes, then appends the rows of
+what actually went to ``retention_log`` under its ``run_id`` and removes the journal. A run
+that dies anywhere in between leaves the journal behind; the next deleting run settles it
+*before it plans*:
 
 - when ``retention_log`` already holds rows of that ``run_id`` (the run died after its append,
   before removing the journal), the journal is just removed;
@@ -30,10 +32,10 @@ import datetime
 import json
 import os
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from logstore.errors import LoglakeError
+from logstore.objectstore import LakeLocation, ObjectStore
 from pipelines.retention.scan import list_segments
 
 __all__ = ["PENDING_DIR", "clear_pending", "settle_pending", "write_pending"]
@@ -42,37 +44,38 @@ PENDING_DIR = "_retention_pending"
 _TS_FIELD = "removed_at"
 
 
-def _dir(lake: str) -> Path:
-    return Path(lake) / PENDING_DIR
+def _store(lake: str) -> ObjectStore:
+    return ObjectStore(LakeLocation.parse(lake).join(PENDING_DIR))
 
 
-def write_pending(lake: str, run_id: str, rows: list[dict[str, Any]]) -> Path:
-    """The journal of ``run_id``: the rows it means to log, durable before any deletion."""
-    d = _dir(lake)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{run_id}.json"
-    tmp = d / f".{run_id}.json.tmp"
+def write_pending(lake: str, run_id: str, rows: list[dict[str, Any]]) -> str:
+    """The journal of ``run_id``: the rows it means to log, durable before any deletion;
+    returns its URI (for :func:`clear_pending`)."""
+    store = _store(lake)
     payload = [
         {k: (v.isoformat() if isinstance(v, datetime.datetime) else v) for k, v in r.items()}
         for r in rows
     ]
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return path
+    key = f"{run_id}.json"
+    store.write(key, json.dumps(payload).encode())
+    if store.root.is_local:  # the rename itself survives a power cut once the dir is synced
+        fd = os.open(store.root.local_path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return store.uri(key)
 
 
-def clear_pending(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        path.parent.rmdir()  # only when empty: no journal left
+def clear_pending(journal: str) -> None:
+    """Remove the journal at URI ``journal`` (and, on disk, its directory once empty)."""
+    loc = LakeLocation.parse(journal)
+    name = loc.uri.rstrip("/").rsplit("/", 1)[-1]
+    parent = LakeLocation.parse(loc.uri[: -len(name) - 1])
+    ObjectStore(parent).delete(name, missing_ok=True)
+    if parent.is_local:
+        with contextlib.suppress(OSError):
+            parent.local_path.rmdir()  # only when empty: no journal left
 
 
 def _first_live_base(part_dir: str) -> int | None:
@@ -93,25 +96,30 @@ def settle_pending(
 
     ``partition_dirs``: each partition's directory in the log dirs; ``logged_run_ids(ids)``:
     which of ``ids`` already have rows in ``retention_log``; ``append(rows)``: one append."""
-    d = _dir(lake)
-    if not d.is_dir():
+    store = _store(lake)
+    if store.root.is_local and not store.root.local_path.is_dir():
         return []
-    journals = sorted(p for p in d.glob("*.json") if not p.name.startswith("."))
-    for tmp in d.glob(".*.json.tmp"):
-        tmp.unlink(missing_ok=True)  # died while writing its journal: deleted nothing
+    listed = store.list(recursive=False)
+    journals = [o for o in listed if o.path.endswith(".json") and not o.path.startswith(".")]
+    for o in listed:
+        if o.path.startswith(".") and o.path.endswith(".json.tmp"):
+            store.delete(o.path, missing_ok=True)  # an older writer's temporary: deleted nothing
     if not journals:
         return []
-    logged = logged_run_ids([p.stem for p in journals])
+    stem = {o.path: o.path.removesuffix(".json") for o in journals}
+    logged = logged_run_ids(list(stem.values()))
     rows: list[dict[str, Any]] = []
     firsts: dict[tuple[str, int], int | None] = {}
-    for path in journals:
-        if path.stem in logged:
+    for o in journals:
+        if stem[o.path] in logged:
             continue
         try:
-            pending = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise LoglakeError(f"unreadable retention journal: {exc}", path=str(path)) from None
-        written = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
+            pending = json.loads(store.read(o.path))
+        except ValueError as exc:
+            raise LoglakeError(
+                f"unreadable retention journal: {exc}", path=store.uri(o.path)
+            ) from None
+        written = datetime.datetime.fromtimestamp(o.modified, datetime.UTC)
         for r in pending:
             key = (str(r["topic"]), int(r["partition"]))
             if key not in firsts:
@@ -120,9 +128,9 @@ def settle_pending(
             first = firsts[key]
             if first is None or int(r["end_offset"]) > first:
                 continue  # still there (or cannot tell): the new plan decides
-            rows.append({**r, _TS_FIELD: written, "run_id": path.stem})
+            rows.append({**r, _TS_FIELD: written, "run_id": stem[o.path]})
     if rows:
         append(rows)
-    for path in journals:
-        clear_pending(path)
+    for o in journals:
+        clear_pending(store.uri(o.path))
     return rows
