@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipelines.compaction.plan import VERSION
+from pipelines.delta.staging import STAGING_DIR
 from pipelines.sources import RECORDS_ARROW_SCHEMA
 
 __all__ = [
@@ -74,4 +75,5 @@ def tombstones_path(lake: str | Path, topic: str) -> str:
     return str(Path(lake) / "topic_tombstones" / topic)
 
 
-STAGING = "_compact_staging"  # <table>/_compact_staging/: run markers and stage-1 files
+# <table>/_loglake_staging/: the runs' leases and scratch (pipelines.compaction.runs)
+STAGING = STAGING_DIR

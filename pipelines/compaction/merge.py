@@ -35,13 +35,13 @@ from pipelines.compaction.layout import (
     CHANGE_TYPE,
     INPUT_COLUMNS,
     SRC,
-    STAGING,
     TABLE_SCHEMA,
 )
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import VERSION, versions
 from pipelines.delta.deletion_vectors import write_deletion_vectors
 from pipelines.delta.files import PartitionedFileWriter
+from pipelines.delta.staging import scratch_prefix
 
 __all__ = [
     "DV_MAX_DELETED_SHARE",
@@ -506,7 +506,7 @@ def _deletion_vectors(
         new = positions[file_index == i]
         old = plan.deleted.get(paths[i])
         vectors.append(new if old is None else np.concatenate([old, new]))
-    folder = os.path.join(plan.root, STAGING, plan.write_id, "dv")
+    folder = os.path.join(plan.root, scratch_prefix(plan.write_id), "dv")
     dv_path, descriptors = write_deletion_vectors(folder, vectors)
     return [[paths[i], d, dv_path] for i, d in zip(touched, descriptors, strict=True)]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,20 +22,21 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from logstore.failpoints import failpoint, kill_session
+from logstore.objectstore import ObjectStore
 from pipelines.compaction._hash import latest_indices, xxhash64
 from pipelines.compaction.layout import (
     BUCKET,
     SRC,
-    STAGING,
     TABLE_SCHEMA,
 )
 from pipelines.compaction.merge import TaskPlan, merge_rows, read_table_file, task_ids
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import VERSION, versions
-from pipelines.compaction.runs import clear_stale_staging, journal_dv_files
+from pipelines.compaction.runs import Run, journal_dv_files, scratch_prefix
 from pipelines.delta.deletion_vectors import DV_PREFIX
 from pipelines.delta.direct import run_in_job_group
-from pipelines.delta.files import WrittenFile
+from pipelines.delta.files import WrittenFile, table_location
+from pipelines.delta.staging import remove_scratch
 from pipelines.worker import arrow_single_threaded, start_task, without_huge_pages
 
 __all__ = ["StageInput", "run_stages"]
@@ -354,6 +354,7 @@ def _merge_staged(
 def run_stages(  # noqa: PLR0917
     spark: SparkSession,
     plan: TaskPlan,
+    run: Run,
     rec_files: list[str],
     main_paths: list[str],
     tomb_paths: list[str],
@@ -375,8 +376,7 @@ def run_stages(  # noqa: PLR0917
         return [], {"main": [], "cdc": [], "tomb": []}
     sc = spark.sparkContext
     parallelism = max(1, sc.defaultParallelism)
-    staging = os.path.join(plan.root, STAGING, plan.write_id)
-    clear_stale_staging(plan.root)
+    staging = os.path.join(plan.root, scratch_prefix(plan.write_id))
     try:
         groups = _stage_groups(inputs, parallelism)
         stage = functools.partial(
@@ -421,7 +421,7 @@ def run_stages(  # noqa: PLR0917
             seconds["stage2"] = time.perf_counter() - stage1
         # the deletion vector files the reports name, into the table (unreferenced until the
         # commit, like the data files)
-        journal_dv_files(plan, rows)
+        journal_dv_files(run, rows)
         moved: set[str] = set()
         for row in rows:
             for report in json.loads(row)["reports"]:
@@ -432,7 +432,7 @@ def run_stages(  # noqa: PLR0917
                         os.replace(dv_file, target)
                         moved.add(dv_file)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_scratch(ObjectStore(table_location(plan.root)), plan.write_id)
     reports: list[dict[str, Any]] = []
     files: dict[str, list[WrittenFile]] = {"main": [], "cdc": [], "tomb": []}
     for row in rows:

@@ -131,7 +131,7 @@ from pipelines.compaction.layout import (
 from pipelines.compaction.merge import TaskPlan
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.results import CompactSummary, TopicResult
-from pipelines.compaction.runs import cleanup_run, reap_dead_runs, take_ownership
+from pipelines.compaction.runs import cleanup_run, reap_dead_runs, start_run
 from pipelines.compaction.setup import ensure_table
 from pipelines.compaction.snapshot import (
     deleted_rows,
@@ -213,7 +213,8 @@ def compact_topic(
     tomb_files = files_by_bucket(tomb_root, tomb_dt)
     deleted = deleted_rows(dt)
     rec_files = record_files(records_path, rec_dt, topic, ranges)
-    write_id = take_ownership(path)  # before anything is written (see reap_dead_runs)
+    run = start_run(path, tomb_root)  # before anything is written (see reap_dead_runs)
+    write_id = run.write_id
     main_paths = {
         b: [os.path.normpath(os.path.join(path, unquote(f.path))) for f in fs]
         for b, fs in main_files.items()
@@ -248,6 +249,7 @@ def compact_topic(
         reports, files = run_stages(
             spark,
             plan,
+            run,
             rec_files,
             [p for ps in main_paths.values() for p in ps] if full else [],
             [p for ps in tomb_paths.values() for p in ps] if full else [],
@@ -258,7 +260,7 @@ def compact_topic(
             result.seconds,
         )
     except BaseException as exc:
-        cleanup_run(plan)
+        cleanup_run(run)
         if isinstance(exc, Exception) and not isinstance(exc, LoglakeError):
             raise DeltaSinkError(
                 f"compaction of {topic} failed, nothing committed: {first_error_line(exc)}",
@@ -286,16 +288,17 @@ def compact_topic(
         files=files,
     )
     try:
+        run.check()  # the leases are safely live: no reaper may take this run's files
         version, apps = commit_topic(output, result)
     except BaseException:
-        cleanup_run(plan)
+        cleanup_run(run)
         raise
     failpoint("compact.after_commit", kill=kill_session)
     result.committed = version is not None
     result.seconds["commit"] = time.perf_counter() - started
     result.table_version = version if version is not None else dt.version()
     result.progress = dict(sorted(apps.items()))
-    cleanup_run(plan, keep=files, committed=version is not None)
+    cleanup_run(run, keep=files, committed=version is not None)
     log(
         f"{topic}: version {result.table_version}: +{result.inserted} ~{result.updated} "
         f"-{result.deleted} from {result.records_read} records, "

@@ -26,7 +26,7 @@ from logstore.errors import LoglakeError
 from logstore.storage.topic_config import write_topic_config
 from pipelines.compaction.config import CompactConfig, compacted_topics, load_compact_config
 from pipelines.compaction.model import Rec, Strategy, compact, parse_strategy
-from pipelines.compaction.table import run_compact, table_path, tombstones_path
+from pipelines.compaction.table import STAGING, run_compact, table_path, tombstones_path
 from tests.conftest import ROOT
 from tests.fixtures.compaction import (
     append_records,
@@ -338,16 +338,16 @@ def test_job_help_and_bad_config(tmp_path: Path) -> None:
 def test_staging_is_removed_after_a_run_and_after_a_failed_run(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """The direct path's shuffle files (``<table>/_compact_staging/<write id>``) do not outlive
-    the run, committed or failed; a failed run leaves the table as it was."""
+    """The run's scratch (``<table>/_loglake_staging/<write id>/``) and its lease do not
+    outlive the run, committed or failed; a failed run leaves the table as it was."""
     strategy = Strategy("offset")
     config = _config(tmp_path, strategy, buckets=3)
     recs = [Rec(p, o, 1, bytes([o % 5]), bytes([o]), ()) for p in (0, 1) for o in range(20)]
     append_records(tmp_path, "t", recs, {0: 20, 1: 20})
     assert run_compact(spark, config, log=_quiet).topics[0].committed
     path = table_path(tmp_path, "t")
-    staging = Path(path) / "_compact_staging"
-    assert not staging.exists()  # the run's staging and owner marker are gone
+    staging = Path(path) / STAGING
+    assert not list(staging.rglob("*"))  # the run's scratch and lease are gone
     assert read_topic_table(path) == _expected(recs, strategy)
     before = (DeltaTable(path).version(), read_topic_table(path))
     more = [Rec(0, o, 1, bytes([o % 7]), bytes([o]), ()) for o in range(20, 30)]
@@ -361,7 +361,7 @@ def test_staging_is_removed_after_a_run_and_after_a_failed_run(
             run_compact(spark, config, log=_quiet)
     finally:
         victim.write_bytes(data)
-    assert not staging.exists()
+    assert not list(staging.rglob("*"))
     assert unreferenced_files(path) == []  # nor any file the failed run wrote
     assert (DeltaTable(path).version(), read_topic_table(path)) == before
     assert run_compact(spark, config, log=_quiet).topics[0].committed
