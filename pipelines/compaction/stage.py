@@ -48,10 +48,11 @@ __all__ = ["StageInput", "run_stages"]
 # winners are known), keep each task's own winners of those records (the winner is a maximum, so
 # the maximum of the tasks' maxima is the same; ``_hash.latest_indices``), bucket every row
 # (Spark's pmod(xxhash64(key), N), ``_hash``), and write one Arrow IPC file per bucket under
-# ``<table>/_compact_staging/<write_id>/``; stage 2, one task per group of buckets: each bucket
-# read from its staged files and merged (``merge_rows``). Only file names and row counts travel
-# through the driver. The staging directory is removed when the run ends, committed or not (a
-# killed run leaves it: the next run removes it, ``reap_dead_runs``).
+# ``<table>/_loglake_staging/<write_id>/`` (the run's scratch); stage 2, one task per group of
+# buckets: each bucket read from its staged files and merged (``merge_rows``). Only file names
+# and row counts travel through the driver. The scratch is removed when the run ends, committed
+# or not (a killed run leaves it: the run that reaps its expired lease removes it,
+# ``reap_dead_runs``).
 
 _RECORD_COLUMNS = ["partition", "key", "value", "headers", "offset", "timestamp", "timestamp_type"]
 _STAGED_SCHEMA = TABLE_SCHEMA.append(pa.field(SRC, pa.int32()))
