@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,6 +35,8 @@ from pipelines.compaction.layout import (
     INPUT_COLUMNS,
     SRC,
     TABLE_SCHEMA,
+    join,
+    open_input,
 )
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import VERSION, versions
@@ -99,7 +100,7 @@ def _open_table_file(path: str) -> pq.ParquetFile:
     # memory-mapped: the reader decodes the pages straight from the page cache instead of
     # copying every column chunk into fresh memory first (measured on a 625k-row file of
     # 100-byte values: about half the CPU of a buffered read)
-    return pq.ParquetFile(path, memory_map=True, pre_buffer=False)
+    return pq.ParquetFile(open_input(path), pre_buffer=False)
 
 
 def read_table_file(path: str, deleted: np.ndarray | None) -> tuple[pa.Table, np.ndarray, int]:
@@ -506,7 +507,7 @@ def _deletion_vectors(
         new = positions[file_index == i]
         old = plan.deleted.get(paths[i])
         vectors.append(new if old is None else np.concatenate([old, new]))
-    folder = os.path.join(plan.root, scratch_prefix(plan.write_id), "dv")
+    folder = join(plan.root, scratch_prefix(plan.write_id), "dv")
     dv_path, descriptors = write_deletion_vectors(folder, vectors)
     return [[paths[i], d, dv_path] for i, d in zip(touched, descriptors, strict=True)]
 
@@ -552,7 +553,7 @@ def merge_rows(
     }
     writers = {
         "main": _writer(plan.root, TABLE_SCHEMA, common),
-        "cdc": _writer(os.path.join(plan.root, CHANGE_DATA), CDC_SCHEMA, common),
+        "cdc": _writer(join(plan.root, CHANGE_DATA), CDC_SCHEMA, common),
     }
     if plan.tomb_root is not None:
         writers["tomb"] = _writer(plan.tomb_root, TABLE_SCHEMA, common)

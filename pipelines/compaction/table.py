@@ -104,7 +104,6 @@ run's own clean-up: the re-run keeps what it committed).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -126,6 +125,7 @@ from pipelines.compaction.layout import (
     VERSION,
     Log,
     app_id,
+    join,
     table_path,
     tombstones_path,
 )
@@ -216,13 +216,10 @@ def compact_topic(
     rec_files = record_files(records_path, rec_dt, topic, ranges)
     run = start_run(path, tomb_root)  # before anything is written (see reap_dead_runs)
     write_id = run.write_id
-    main_paths = {
-        b: [os.path.normpath(os.path.join(path, unquote(f.path))) for f in fs]
-        for b, fs in main_files.items()
-    }
+    main_paths = {b: [join(path, unquote(f.path)) for f in fs] for b, fs in main_files.items()}
     by_path = {p: f for b, fs in main_files.items() for p, f in zip(main_paths[b], fs, strict=True)}
     tomb_paths = {
-        b: [os.path.join(tomb_root or "", unquote(f.path)) for f in fs]
+        b: [join(tomb_root, unquote(f.path)) for f in fs if tomb_root is not None]
         for b, fs in tomb_files.items()
     }
     plan = TaskPlan(

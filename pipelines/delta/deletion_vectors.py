@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from logstore.objectstore import LakeLocation, ObjectStore
+
 __all__ = [
     "DV_PREFIX",
     "dv_relative_path",
@@ -132,7 +134,7 @@ def write_deletion_vectors(
     """Write ``vectors`` (deleted positions) into one new DV file in ``directory``; returns its
     path and one descriptor per vector (storage ``"u"``, prefix :data:`DV_PREFIX`)."""
     file_id = uuid.uuid4()
-    path = Path(directory) / f"deletion_vector_{file_id}.bin"
+    name = f"deletion_vector_{file_id}.bin"
     descriptors = []
     chunks = [b"\x01"]
     offset = 1
@@ -149,6 +151,7 @@ def write_deletion_vectors(
             }
         )
         offset += 8 + len(data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(chunks))
-    return str(path), descriptors
+    # through the store: a local directory or an object-store prefix alike
+    store = ObjectStore(LakeLocation.parse(directory))
+    store.write(name, b"".join(chunks))
+    return store.uri(name), descriptors

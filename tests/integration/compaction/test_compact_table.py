@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +29,7 @@ from logstore.storage.topic_config import write_topic_config
 from pipelines.compaction.config import CompactConfig, compacted_topics, load_compact_config
 from pipelines.compaction.model import Rec, Strategy, compact, parse_strategy
 from pipelines.compaction.table import STAGING, run_compact, table_path, tombstones_path
+from pipelines.delta.staging import LEASE_TTL_ENV
 from tests.conftest import ROOT
 from tests.fixtures.compaction import (
     append_records,
@@ -226,12 +229,15 @@ def test_killed_job_leaves_the_table_and_rerun_is_exact(
     before = (DeltaTable(path).version(), read_topic_table(path))
     append_records(tmp_path, "t", rounds.second, {0: 11})
     args = ["--config", str(rounds.conf)]
-    killed = spark_submit("compact.py", args, failpoint=failpoint, conf=CONF)
+    lease_env = {**os.environ, LEASE_TTL_ENV: "3"}  # the killed run's leases: 3 s
+    killed = spark_submit("compact.py", args, failpoint=failpoint, conf=CONF, env=lease_env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert (DeltaTable(path).version(), read_topic_table(path)) == before
+    (lease,) = Path(path, STAGING).glob("*.json")
     # the tombstone table did commit (the kill came between the two commits)
     tombs = pa.table(DeltaTable(tombstones_path(tmp_path, "t")).to_pyarrow_table()).to_pylist()
     assert [(r["key"], r["offset"]) for r in tombs] == [(b"\x00", 8)]
+    time.sleep(3 + 2 + 1.5)  # the killed run's leases expire (ttl + margin, whole seconds)
     result = run_compact(spark, config, log=_quiet).topics[0]
     assert result.committed
     assert read_topic_table(path) == _expected(rounds.first + rounds.second, rounds.strategy)
@@ -239,8 +245,9 @@ def test_killed_job_leaves_the_table_and_rerun_is_exact(
         ("delete", 0, b"\x00", 4),
         ("insert", 0, b"\x07", 10),
     ]
+    takeover = f"{STAGING}/{lease.stem}.takeover"  # stays a day, for a driver waking up late
     for table in (path, tombstones_path(tmp_path, "t")):  # the killed run's files are gone
-        assert unreferenced_files(table) == []
+        assert unreferenced_files(table) == [takeover]
 
 
 def test_incremental_runs_mark_replaced_rows_with_deletion_vectors(
