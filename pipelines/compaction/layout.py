@@ -43,6 +43,7 @@ __all__ = [
     "open_output",
     "table_path",
     "tombstones_path",
+    "use_settings",
 ]
 
 APP_PREFIX = "loglake-compact"
@@ -90,8 +91,19 @@ def join(root: str, *parts: str) -> str:
     return LakeLocation.parse(root).join(*parts).uri
 
 
-# one filesystem per process and store (executors reuse theirs); settings from the environment
+# One filesystem per process and store (executors reuse theirs), made with the settings that
+# the task's plan carries (use_settings): an executor does not have the driver's environment
+# (Spark's workers start with the JVM's). Without use_settings: the process's environment.
 _FILESYSTEMS: dict[tuple[str, str], pafs.FileSystem] = {}
+_SETTINGS: list[StorageSettings] = []
+
+
+def use_settings(settings: StorageSettings) -> None:
+    """Make ``settings`` the storage settings of this process's lake file operations (a task
+    calls it first with its plan's; the driver's are the same)."""
+    if _SETTINGS[:1] != [settings]:
+        _SETTINGS[:] = [settings]
+        _FILESYSTEMS.clear()
 
 
 def _fs(path: str) -> tuple[pafs.FileSystem, str, bool]:
@@ -99,7 +111,8 @@ def _fs(path: str) -> tuple[pafs.FileSystem, str, bool]:
     key = (loc.scheme, loc.authority)
     fs = _FILESYSTEMS.get(key)
     if fs is None:
-        fs = _FILESYSTEMS[key] = StorageSettings.from_environment().filesystem(loc)
+        settings = _SETTINGS[0] if _SETTINGS else StorageSettings.from_environment()
+        fs = _FILESYSTEMS[key] = settings.filesystem(loc)
     return fs, loc.fs_path, loc.is_local
 
 

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import TaskContext
 
+from logstore.objectstore import StorageSettings
 from pipelines.compaction._hash import latest_indices, xxhash64
 from pipelines.compaction._match import KeyIndex
 from pipelines.compaction.layout import (
@@ -82,6 +83,8 @@ class TaskPlan:
     # insert and the commit removes nothing, and a change-data reader takes a commit without
     # cdc files as its added rows (the Delta protocol's rule)
     change_data: bool = True
+    # the lake's storage settings (the driver's environment): the executors' file operations
+    settings: StorageSettings = field(default_factory=StorageSettings.from_environment)
 
 
 # An incremental run rewrites a bucket instead of adding deletion vectors when the bucket's
@@ -508,7 +511,7 @@ def _deletion_vectors(
         old = plan.deleted.get(paths[i])
         vectors.append(new if old is None else np.concatenate([old, new]))
     folder = join(plan.root, scratch_prefix(plan.write_id), "dv")
-    dv_path, descriptors = write_deletion_vectors(folder, vectors)
+    dv_path, descriptors = write_deletion_vectors(folder, vectors, settings=plan.settings)
     return [[paths[i], d, dv_path] for i, d in zip(touched, descriptors, strict=True)]
 
 
@@ -550,6 +553,7 @@ def merge_rows(
         "partition_by": [BUCKET],
         "compression": plan.compression,
         "max_rows_per_file": plan.max_rows_per_file,
+        "settings": plan.settings,
     }
     writers = {
         "main": _writer(plan.root, TABLE_SCHEMA, common),

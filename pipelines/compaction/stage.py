@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from logstore.failpoints import failpoint, kill_session
-from logstore.objectstore import ObjectStore
+from logstore.objectstore import ObjectStore, StorageSettings
 from pipelines.compaction._hash import latest_indices, xxhash64
 from pipelines.compaction.layout import (
     BUCKET,
@@ -32,6 +32,7 @@ from pipelines.compaction.layout import (
     join,
     open_input,
     open_output,
+    use_settings,
 )
 from pipelines.compaction.merge import TaskPlan, merge_rows, read_table_file, task_ids
 from pipelines.compaction.model import Strategy
@@ -279,10 +280,12 @@ def _stage_task(
     ranges: Mapping[int, tuple[int, int]],
     buckets: int,
     strategy: Strategy,
+    settings: StorageSettings,
 ) -> Iterator[str]:
     """Stage 1: this task's input files, its records' winners and the table rows, split by
     bucket into Arrow IPC files."""
     start_task()
+    use_settings(settings)
     _task, attempt = task_ids()
     inputs = [i for group in items for i in group]
     with arrow_single_threaded(), without_huge_pages():
@@ -342,6 +345,7 @@ def _merge_staged(
 ) -> Iterator[str]:
     """Stage 2: this task's buckets, each read from its staged files and merged."""
     start_task()
+    use_settings(plan.settings)
     _task, attempt = task_ids()
     groups = [(b, paths) for group in items for b, paths in sorted(group.items())]
     if not groups:
@@ -404,6 +408,7 @@ def run_stages(  # noqa: PLR0917
             ranges=dict(ranges),
             buckets=buckets,
             strategy=plan.strategy,
+            settings=plan.settings,
         )
         started = time.perf_counter()
         staged = run_in_job_group(

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from logstore.objectstore import LakeLocation, ObjectStore
+from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings
 
 __all__ = [
     "DV_PREFIX",
@@ -129,10 +129,15 @@ def serialize_deletion_vector(positions: np.ndarray) -> bytes:
 
 
 def write_deletion_vectors(
-    directory: str | Path, vectors: Sequence[np.ndarray]
+    directory: str | Path,
+    vectors: Sequence[np.ndarray],
+    *,
+    settings: StorageSettings | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
-    """Write ``vectors`` (deleted positions) into one new DV file in ``directory``; returns its
-    path and one descriptor per vector (storage ``"u"``, prefix :data:`DV_PREFIX`)."""
+    """Write ``vectors`` (deleted positions) into one new DV file in ``directory`` (a local
+    directory or an object-store URI; ``settings``: from the environment unless given);
+    returns its path and one descriptor per vector (storage ``"u"``, prefix
+    :data:`DV_PREFIX`)."""
     file_id = uuid.uuid4()
     name = f"deletion_vector_{file_id}.bin"
     descriptors = []
@@ -152,6 +157,6 @@ def write_deletion_vectors(
         )
         offset += 8 + len(data)
     # through the store: a local directory or an object-store prefix alike
-    store = ObjectStore(LakeLocation.parse(directory))
+    store = ObjectStore(LakeLocation.parse(directory), settings=settings)
     store.write(name, b"".join(chunks))
     return store.uri(name), descriptors

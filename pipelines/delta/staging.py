@@ -152,6 +152,9 @@ def remove_scratch(store: ObjectStore, write_id: str) -> int:
         store.delete(obj.path, missing_ok=True)
     if store.root.is_local:
         shutil.rmtree(store.root.local_path / prefix, ignore_errors=True)
+    else:  # the empty "directory" objects pyarrow's writers leave on an object store
+        with contextlib.suppress(FileNotFoundError):
+            store.filesystem.delete_dir(store.location(prefix).fs_path)
     return len(objects)
 
 
