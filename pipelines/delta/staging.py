@@ -335,6 +335,11 @@ def _reap_one(
             store.delete(extra, missing_ok=True)
             removed += 1
     removed += remove_scratch(store, write_id)
+    if store.root.is_local:
+        # a renewal killed mid-write on local disk leaves ObjectStore.write's temporary
+        # sibling of the lease (``.tmp-<name>.<uuid>``), which listings do not show
+        for tmp in (store.root.local_path / STAGING_DIR).glob(f".tmp-{write_id}.json.*"):
+            tmp.unlink(missing_ok=True)
     store.delete(key, missing_ok=True)
     return removed
 
