@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipelines.config import check_topics, job_parser
@@ -114,9 +113,10 @@ def _compact(args: argparse.Namespace) -> int:
 
 def ingested_topics(records_path: str) -> set[str]:
     """The topics with ingest progress in ``records`` (the tables are built from it)."""
+    from pipelines.delta.commit import load_table  # noqa: PLC0415
     from pipelines.ingest import read_progress  # noqa: PLC0415
 
-    if not Path(records_path).is_dir():
+    if load_table(records_path) is None:  # a local path or an object-store URI
         return set()
     return {topic for topic, _ in read_progress(records_path)}
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from logstore.errors import LoglakeError
+from logstore.objectstore import LakeLocation
 from logstore.storage.files import validate_topic
 from logstore.storage.topic_config import read_topic_configs
 from pipelines.compaction.model import DEFAULT_STRATEGY, Strategy, parse_strategy
@@ -40,7 +41,7 @@ class CompactConfig:
 
     @property
     def records_path(self) -> str:
-        return str(Path(self.lake) / "records")
+        return LakeLocation.parse(self.lake).join("records").uri
 
 
 def _table(data: dict[str, Any], name: str, where: str) -> dict[str, Any]:

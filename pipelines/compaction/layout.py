@@ -1,6 +1,9 @@
-"""Names of a compacted topic's tables: paths, columns, the partition column, app ids.
+"""Names of a compacted topic's tables: paths, columns, the partition column, app ids; and
+the few file operations the tasks do on lake paths (:func:`open_input`, :func:`open_output`,
+:func:`file_size`, :func:`join`), which take a local path or an object-store URI alike.
 
-A leaf module (no loglake imports but the records schema and ``plan.VERSION``): the steps of a
+A leaf module (no loglake imports but the records schema, ``plan.VERSION``, the object-store
+layer and the staging directory's name): the steps of a
 run (``snapshot``, ``stage``, ``merge``, ``commit``, ``runs``, ``setup``) and the orchestration
 (``table``) all name the same things. The table's layout is described in
 :mod:`pipelines.compaction.table`.
@@ -12,8 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
+from logstore.objectstore import LakeLocation, StorageSettings
 from pipelines.compaction.plan import VERSION
+from pipelines.delta.staging import STAGING_DIR
 from pipelines.sources import RECORDS_ARROW_SCHEMA
 
 __all__ = [
@@ -31,8 +37,13 @@ __all__ = [
     "VERSION",
     "Log",
     "app_id",
+    "file_size",
+    "join",
+    "open_input",
+    "open_output",
     "table_path",
     "tombstones_path",
+    "use_settings",
 ]
 
 APP_PREFIX = "loglake-compact"
@@ -67,11 +78,64 @@ def app_id(topic: str, partition: int) -> str:
 
 
 def table_path(lake: str | Path, topic: str) -> str:
-    return str(Path(lake) / "topics" / topic)
+    """The topic table's location: a local path, or a URI (``s3://...``) as the lake is."""
+    return LakeLocation.parse(lake).join("topics", topic).uri
 
 
 def tombstones_path(lake: str | Path, topic: str) -> str:
-    return str(Path(lake) / "topic_tombstones" / topic)
+    return LakeLocation.parse(lake).join("topic_tombstones", topic).uri
 
 
-STAGING = "_compact_staging"  # <table>/_compact_staging/: run markers and stage-1 files
+def join(root: str, *parts: str) -> str:
+    """``root`` (a local path or a URI) joined with relative ``parts`` (``/`` separated)."""
+    return LakeLocation.parse(root).join(*parts).uri
+
+
+# One filesystem per process and store (executors reuse theirs), made with the settings that
+# the task's plan carries (use_settings): an executor does not have the driver's environment
+# (Spark's workers start with the JVM's). Without use_settings: the process's environment.
+_FILESYSTEMS: dict[tuple[str, str], pafs.FileSystem] = {}
+_SETTINGS: list[StorageSettings] = []
+
+
+def use_settings(settings: StorageSettings) -> None:
+    """Make ``settings`` the storage settings of this process's lake file operations (a task
+    calls it first with its plan's; the driver's are the same)."""
+    if _SETTINGS[:1] != [settings]:
+        _SETTINGS[:] = [settings]
+        _FILESYSTEMS.clear()
+
+
+def _fs(path: str) -> tuple[pafs.FileSystem, str, bool]:
+    loc = LakeLocation.parse(path)
+    key = (loc.scheme, loc.authority)
+    fs = _FILESYSTEMS.get(key)
+    if fs is None:
+        settings = _SETTINGS[0] if _SETTINGS else StorageSettings.from_environment()
+        fs = _FILESYSTEMS[key] = settings.filesystem(loc)
+    return fs, loc.fs_path, loc.is_local
+
+
+def open_input(path: str) -> pa.NativeFile:
+    """A file of the lake for reading: memory-mapped on local disk (the readers decode pages
+    from the page cache), a random-access object-store file elsewhere."""
+    fs, fs_path, local = _fs(path)
+    return pa.memory_map(fs_path) if local else fs.open_input_file(fs_path)
+
+
+def open_output(path: str) -> pa.NativeFile:
+    """A new file of the lake for writing (its directory made on local disk)."""
+    fs, fs_path, local = _fs(path)
+    if local:
+        Path(fs_path).parent.mkdir(parents=True, exist_ok=True)
+        return pa.OSFile(fs_path, "wb")
+    return fs.open_output_stream(fs_path)
+
+
+def file_size(path: str) -> int:
+    fs, fs_path, _local = _fs(path)
+    return int(fs.get_file_info(fs_path).size or 0)
+
+
+# <table>/_loglake_staging/: the runs' leases and scratch (pipelines.compaction.runs)
+STAGING = STAGING_DIR

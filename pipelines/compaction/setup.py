@@ -15,6 +15,7 @@ from deltalake import Schema as DeltaSchema
 from deltalake.transaction import create_table_with_add_actions
 
 from logstore.errors import LoglakeError
+from logstore.objectstore.settings import delta_target
 from pipelines.compaction.layout import (
     BUCKET,
     CONF_BUCKETS,
@@ -35,8 +36,9 @@ def _settings(strategy: Strategy, buckets: int) -> str:
 def _create_table(path: str, strategy: Strategy, buckets: int, cdf: bool) -> None:
     # delta-rs refuses table properties it does not know: the settings go in the description.
     # The topic table (cdf) takes deletion vectors too (incremental runs, merge._merge_incremental).
+    uri, options = delta_target(path)
     create_table_with_add_actions(
-        path,
+        uri,
         DeltaSchema.from_arrow(TABLE_SCHEMA),
         [],
         mode="error",
@@ -47,6 +49,7 @@ def _create_table(path: str, strategy: Strategy, buckets: int, cdf: bool) -> Non
             if cdf
             else None
         ),
+        storage_options=options or None,
     )
 
 

@@ -8,14 +8,14 @@ remove must name) and deleted rows (read by delta-rs).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from logstore.objectstore import LakeLocation
 from pipelines.compaction.layout import (
     BUCKET,
 )
@@ -72,8 +72,7 @@ def deleted_rows(dt: DeltaTable) -> dict[str, np.ndarray]:
         vectors.column("filepath").to_pylist(), vectors.column("selection_vector"), strict=True
     ):
         keep = np.asarray(selection.values.to_numpy(zero_copy_only=False), dtype=bool)
-        path = unquote(urlparse(uri).path) if "://" in uri else uri
-        out[os.path.normpath(path)] = np.nonzero(~keep)[0].astype(np.int64)
+        out[LakeLocation.parse(unquote(uri)).uri] = np.nonzero(~keep)[0].astype(np.int64)
     return out
 
 
@@ -91,5 +90,5 @@ def record_files(
             starts = [s for p, (s, _e) in ranges.items() if lo <= p <= hi]
             if not starts or top < min(starts):
                 continue
-        out.append(os.path.join(records_path, unquote(a["path"])))
+        out.append(LakeLocation.parse(records_path).join(unquote(a["path"])).uri)
     return out

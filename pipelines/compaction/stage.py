@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,20 +22,26 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from logstore.failpoints import failpoint, kill_session
+from logstore.objectstore import ObjectStore, StorageSettings
 from pipelines.compaction._hash import latest_indices, xxhash64
 from pipelines.compaction.layout import (
     BUCKET,
     SRC,
-    STAGING,
     TABLE_SCHEMA,
+    file_size,
+    join,
+    open_input,
+    open_output,
+    use_settings,
 )
 from pipelines.compaction.merge import TaskPlan, merge_rows, read_table_file, task_ids
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import VERSION, versions
-from pipelines.compaction.runs import clear_stale_staging, journal_dv_files
+from pipelines.compaction.runs import Run, journal_dv_files, scratch_prefix
 from pipelines.delta.deletion_vectors import DV_PREFIX
 from pipelines.delta.direct import run_in_job_group
-from pipelines.delta.files import WrittenFile
+from pipelines.delta.files import WrittenFile, table_location
+from pipelines.delta.staging import remove_scratch
 from pipelines.worker import arrow_single_threaded, start_task, without_huge_pages
 
 __all__ = ["StageInput", "run_stages"]
@@ -48,10 +53,11 @@ __all__ = ["StageInput", "run_stages"]
 # winners are known), keep each task's own winners of those records (the winner is a maximum, so
 # the maximum of the tasks' maxima is the same; ``_hash.latest_indices``), bucket every row
 # (Spark's pmod(xxhash64(key), N), ``_hash``), and write one Arrow IPC file per bucket under
-# ``<table>/_compact_staging/<write_id>/``; stage 2, one task per group of buckets: each bucket
-# read from its staged files and merged (``merge_rows``). Only file names and row counts travel
-# through the driver. The staging directory is removed when the run ends, committed or not (a
-# killed run leaves it: the next run removes it, ``reap_dead_runs``).
+# ``<table>/_loglake_staging/<write_id>/`` (the run's scratch); stage 2, one task per group of
+# buckets: each bucket read from its staged files and merged (``merge_rows``). Only file names
+# and row counts travel through the driver. The scratch is removed when the run ends, committed
+# or not (a killed run leaves it: the run that reaps its expired lease removes it,
+# ``reap_dead_runs``).
 
 _RECORD_COLUMNS = ["partition", "key", "value", "headers", "offset", "timestamp", "timestamp_type"]
 _STAGED_SCHEMA = TABLE_SCHEMA.append(pa.field(SRC, pa.int32()))
@@ -94,7 +100,7 @@ def _records_file(path: str) -> pq.ParquetFile:
     in page by page every time (measured: 5 files of 0.9M records, 0.6-1.0 s of system time
     for their non-key columns; memory-mapped 0.05 s); the decoded pages are what the columns
     keep anyway."""
-    return pq.ParquetFile(path, memory_map=True, pre_buffer=False)
+    return pq.ParquetFile(open_input(path), pre_buffer=False)
 
 
 def _read_selection(
@@ -157,9 +163,7 @@ class _StagedFiles:
         if not pending:
             return
         if bucket not in self.writers:
-            folder = os.path.join(self.staging, str(bucket))
-            os.makedirs(folder, exist_ok=True)
-            sink = pa.OSFile(os.path.join(folder, self.name), "wb")
+            sink = open_output(join(self.staging, str(bucket), self.name))
             self.writers[bucket] = (sink, pa.ipc.new_file(sink, _STAGED_SCHEMA))
             self.rows[bucket] = 0
         rows = pending[0] if len(pending) == 1 else pa.concat_tables(pending).combine_chunks()
@@ -174,7 +178,7 @@ class _StagedFiles:
         for b, (sink, writer) in sorted(self.writers.items()):
             writer.close()
             sink.close()
-            path = os.path.join(self.staging, str(b), self.name)
+            path = join(self.staging, str(b), self.name)
             lines.append(json.dumps({"bucket": b, "path": path, "rows": self.rows[b]}))
         self.writers.clear()
         return lines
@@ -276,10 +280,12 @@ def _stage_task(
     ranges: Mapping[int, tuple[int, int]],
     buckets: int,
     strategy: Strategy,
+    settings: StorageSettings,
 ) -> Iterator[str]:
     """Stage 1: this task's input files, its records' winners and the table rows, split by
     bucket into Arrow IPC files."""
     start_task()
+    use_settings(settings)
     _task, attempt = task_ids()
     inputs = [i for group in items for i in group]
     with arrow_single_threaded(), without_huge_pages():
@@ -292,7 +298,7 @@ def _stage_groups(inputs: Sequence[StageInput], parallelism: int) -> list[list[S
     more tasks are staged once per task (each keeps its own winner), so more tasks stage more
     rows for stage 2 (10M records over 1M keys: 2.0M rows in 2 tasks, 3.7M in 4)."""
     n = max(1, min(len(inputs), parallelism))
-    sizes = {i.path: os.path.getsize(i.path) for i in inputs}
+    sizes = {i.path: file_size(i.path) for i in inputs}
     groups: list[list[StageInput]] = [[] for _ in range(n)]
     loads = [0] * n
     for item in sorted(inputs, key=lambda i: -sizes[i.path]):
@@ -329,7 +335,7 @@ def _stage_inputs(  # noqa: PLR0917
 def _read_staged(paths: Sequence[str]) -> pa.Table:
     tables = []
     for path in paths:
-        with pa.memory_map(path) as source:
+        with open_input(path) as source:
             tables.append(pa.ipc.open_file(source).read_all())
     return pa.concat_tables(tables) if tables else _STAGED_SCHEMA.empty_table()
 
@@ -339,6 +345,7 @@ def _merge_staged(
 ) -> Iterator[str]:
     """Stage 2: this task's buckets, each read from its staged files and merged."""
     start_task()
+    use_settings(plan.settings)
     _task, attempt = task_ids()
     groups = [(b, paths) for group in items for b, paths in sorted(group.items())]
     if not groups:
@@ -351,9 +358,26 @@ def _merge_staged(
     yield merged
 
 
+def _move_dv_file(store: ObjectStore, write_id: str, name: str) -> None:
+    """A deletion vector file from the run's scratch into the table's ``dv/``: a rename on
+    local disk, a copy and a delete on an object store (which has no rename; the files are
+    small). Listed in the lease first (``journal_dv_files``), so a crash at any point leaves
+    nothing the reaper cannot find."""
+    source = f"{scratch_prefix(write_id)}/dv/{name}"
+    target = f"{DV_PREFIX}/{name}"
+    if store.root.is_local:
+        dest = store.root.local_path / target
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(store.root.local_path / source, dest)
+        return
+    store.write(target, store.read(source))
+    store.delete(source, missing_ok=True)
+
+
 def run_stages(  # noqa: PLR0917
     spark: SparkSession,
     plan: TaskPlan,
+    run: Run,
     rec_files: list[str],
     main_paths: list[str],
     tomb_paths: list[str],
@@ -375,8 +399,7 @@ def run_stages(  # noqa: PLR0917
         return [], {"main": [], "cdc": [], "tomb": []}
     sc = spark.sparkContext
     parallelism = max(1, sc.defaultParallelism)
-    staging = os.path.join(plan.root, STAGING, plan.write_id)
-    clear_stale_staging(plan.root)
+    staging = join(plan.root, scratch_prefix(plan.write_id))
     try:
         groups = _stage_groups(inputs, parallelism)
         stage = functools.partial(
@@ -385,6 +408,7 @@ def run_stages(  # noqa: PLR0917
             ranges=dict(ranges),
             buckets=buckets,
             strategy=plan.strategy,
+            settings=plan.settings,
         )
         started = time.perf_counter()
         staged = run_in_job_group(
@@ -421,18 +445,17 @@ def run_stages(  # noqa: PLR0917
             seconds["stage2"] = time.perf_counter() - stage1
         # the deletion vector files the reports name, into the table (unreferenced until the
         # commit, like the data files)
-        journal_dv_files(plan, rows)
+        journal_dv_files(run, rows)
+        store = ObjectStore(table_location(plan.root))
         moved: set[str] = set()
         for row in rows:
             for report in json.loads(row)["reports"]:
                 for _path, _desc, dv_file in report.get("dv", []):
                     if dv_file not in moved:
-                        target = os.path.join(plan.root, DV_PREFIX, os.path.basename(dv_file))
-                        os.makedirs(os.path.dirname(target), exist_ok=True)
-                        os.replace(dv_file, target)
+                        _move_dv_file(store, plan.write_id, dv_file.rsplit("/", 1)[-1])
                         moved.add(dv_file)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_scratch(ObjectStore(table_location(plan.root)), plan.write_id)
     reports: list[dict[str, Any]] = []
     files: dict[str, list[WrittenFile]] = {"main": [], "cdc": [], "tomb": []}
     for row in rows:

@@ -50,7 +50,7 @@ A run, per topic:
    ``_hash.latest_indices``: the winner is a maximum, so the maximum of the tasks' maxima is
    the same), compute each row's bucket (Spark's ``pmod(xxhash64(key), N)``, computed in
    numba: ``_hash``) and write one Arrow IPC file per bucket under
-   ``<table>/_compact_staging/<write id>/`` (removed when the stage-2
+   ``<table>/_loglake_staging/<write id>/`` (the run's scratch, removed when the stage-2
    job ends, whatever its outcome); stage 2 tasks, per bucket they hold, read that bucket's
    staged rows, its current files (and tombstones), merge them (``pipelines.compaction.plan``
    picks the winners among the new records; each is matched to the key's current row by a
@@ -70,23 +70,24 @@ A run, per topic:
 alone and diffed against the old rows (so the change feed stays exact); it may change buckets
 and strategy.
 
-Crash behaviour: every file a run writes carries its write id — data and change-data files by
-name (``part-<task>-<write id>-...``, ``pipelines.delta.files``), its staging under
-``_compact_staging/<write id>/``, and its deletion vector files (named by a uuid, as the Delta
-protocol wants) by a journal line in its owner marker written before the driver moves them
-into ``dv/``. The marker, ``<table>/_compact_staging/<write id>.owner``, is created before the
-run writes anything and holds the driver's host, pid, the pid's start time and the start
-time; the driver keeps an ``flock`` on it for the run's life and removes it last, once the
-run's leftovers are gone (committed or not). Every run starts by reaping the runs that died:
-a marker whose lock is free and whose owner is provably dead (this host: the pid is gone or
-reused; another host, where the pid cannot be seen: started more than a day ago) has its
-write id's files removed from the topic table and its tombstone table, except every file
-that any version still in the Delta log references (adds, removes, change-data and deletion
-vector files: time travel may read them, and a run killed after a commit keeps what it
-committed), then its staging and the marker. A live run's files are never touched: its lock
-is held (the reaper holds the lock while it works, and a new marker is checked to still be
-there after it is locked). Writes of a task still running on an executor after its driver
-died are not covered (a cluster kills them with the driver; VACUUM removes any such file).
+Crash behaviour: a run is a staged write of the Delta engine (``pipelines.delta.staging``,
+through ``pipelines.compaction.runs``): before it writes anything it takes a lease under a
+fresh write id in the topic table's ``_loglake_staging/`` (and one in the tombstone table's),
+renewed by the driver for the run's life and released last, once its leftovers are removed
+(committed or not); the driver commits only while its leases are safely live. Every file a
+run writes carries its write id — data and change-data files by name (``part-<task>-<write
+id>-...``, ``pipelines.delta.files``), its scratch (stage-1 files, stage-2 deletion vector
+files before the move) by its place under ``_loglake_staging/<write id>/``, and its deletion
+vector files in ``dv/`` (named by a uuid, as the Delta protocol wants) by their listing in the
+lease, written before the driver moves them there. Every run starts by reaping the runs whose
+lease expired by the store's clock (``ttl_s`` plus a margin after its last renewal; no
+``flock``, no process ids, the same on local disk and on S3): their files in the topic table
+and its tombstone table, except every file that any version still in the Delta log references
+(adds, removes, change-data and deletion vector files: time travel may read them, and a run
+killed after a commit keeps what it committed), their scratch and their leases (a takeover
+tombstone stays a day). A live run's files are never touched: its lease is renewed. Writes of
+a task still running on an executor after its driver died are not covered (a cluster kills
+them with the driver; VACUUM removes any such file).
 
 So a run killed at any point before step 4's first commit leaves the tables as they were and
 files the next run removes. Killed between the two commits of step 4: the tombstone table is
@@ -103,7 +104,6 @@ run's own clean-up: the re-run keeps what it committed).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -125,13 +125,14 @@ from pipelines.compaction.layout import (
     VERSION,
     Log,
     app_id,
+    join,
     table_path,
     tombstones_path,
 )
 from pipelines.compaction.merge import TaskPlan
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.results import CompactSummary, TopicResult
-from pipelines.compaction.runs import cleanup_run, reap_dead_runs, take_ownership
+from pipelines.compaction.runs import cleanup_run, reap_dead_runs, start_run
 from pipelines.compaction.setup import ensure_table
 from pipelines.compaction.snapshot import (
     deleted_rows,
@@ -213,14 +214,12 @@ def compact_topic(
     tomb_files = files_by_bucket(tomb_root, tomb_dt)
     deleted = deleted_rows(dt)
     rec_files = record_files(records_path, rec_dt, topic, ranges)
-    write_id = take_ownership(path)  # before anything is written (see reap_dead_runs)
-    main_paths = {
-        b: [os.path.normpath(os.path.join(path, unquote(f.path))) for f in fs]
-        for b, fs in main_files.items()
-    }
+    run = start_run(path, tomb_root)  # before anything is written (see reap_dead_runs)
+    write_id = run.write_id
+    main_paths = {b: [join(path, unquote(f.path)) for f in fs] for b, fs in main_files.items()}
     by_path = {p: f for b, fs in main_files.items() for p, f in zip(main_paths[b], fs, strict=True)}
     tomb_paths = {
-        b: [os.path.join(tomb_root or "", unquote(f.path)) for f in fs]
+        b: [join(tomb_root, unquote(f.path)) for f in fs if tomb_root is not None]
         for b, fs in tomb_files.items()
     }
     plan = TaskPlan(
@@ -248,6 +247,7 @@ def compact_topic(
         reports, files = run_stages(
             spark,
             plan,
+            run,
             rec_files,
             [p for ps in main_paths.values() for p in ps] if full else [],
             [p for ps in tomb_paths.values() for p in ps] if full else [],
@@ -258,7 +258,7 @@ def compact_topic(
             result.seconds,
         )
     except BaseException as exc:
-        cleanup_run(plan)
+        cleanup_run(run)
         if isinstance(exc, Exception) and not isinstance(exc, LoglakeError):
             raise DeltaSinkError(
                 f"compaction of {topic} failed, nothing committed: {first_error_line(exc)}",
@@ -286,16 +286,17 @@ def compact_topic(
         files=files,
     )
     try:
+        run.check()  # the leases are safely live: no reaper may take this run's files
         version, apps = commit_topic(output, result)
     except BaseException:
-        cleanup_run(plan)
+        cleanup_run(run)
         raise
     failpoint("compact.after_commit", kill=kill_session)
     result.committed = version is not None
     result.seconds["commit"] = time.perf_counter() - started
     result.table_version = version if version is not None else dt.version()
     result.progress = dict(sorted(apps.items()))
-    cleanup_run(plan, keep=files, committed=version is not None)
+    cleanup_run(run, keep=files, committed=version is not None)
     log(
         f"{topic}: version {result.table_version}: +{result.inserted} ~{result.updated} "
         f"-{result.deleted} from {result.records_read} records, "

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings
+
 __all__ = [
     "DV_PREFIX",
     "dv_relative_path",
@@ -127,12 +129,17 @@ def serialize_deletion_vector(positions: np.ndarray) -> bytes:
 
 
 def write_deletion_vectors(
-    directory: str | Path, vectors: Sequence[np.ndarray]
+    directory: str | Path,
+    vectors: Sequence[np.ndarray],
+    *,
+    settings: StorageSettings | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
-    """Write ``vectors`` (deleted positions) into one new DV file in ``directory``; returns its
-    path and one descriptor per vector (storage ``"u"``, prefix :data:`DV_PREFIX`)."""
+    """Write ``vectors`` (deleted positions) into one new DV file in ``directory`` (a local
+    directory or an object-store URI; ``settings``: from the environment unless given);
+    returns its path and one descriptor per vector (storage ``"u"``, prefix
+    :data:`DV_PREFIX`)."""
     file_id = uuid.uuid4()
-    path = Path(directory) / f"deletion_vector_{file_id}.bin"
+    name = f"deletion_vector_{file_id}.bin"
     descriptors = []
     chunks = [b"\x01"]
     offset = 1
@@ -149,6 +156,7 @@ def write_deletion_vectors(
             }
         )
         offset += 8 + len(data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(chunks))
-    return str(path), descriptors
+    # through the store: a local directory or an object-store prefix alike
+    store = ObjectStore(LakeLocation.parse(directory), settings=settings)
+    store.write(name, b"".join(chunks))
+    return store.uri(name), descriptors

@@ -36,6 +36,15 @@ the lease before writing and again before reporting their files (:func:`check_le
 of a dead driver writes nothing once the lease is gone (a cluster kills tasks with their
 driver; maintain's orphan removal takes any file a task was still writing).
 
+**Files without the write id, scratch space** (compaction's needs beyond a plain staged
+write). A write may create files whose names cannot carry its write id (deletion vector
+files: ``deletion_vector_<uuid>.bin``, as the Delta protocol names them): it lists them in its
+lease first (:meth:`Lease.add_files`, a synchronous rewrite of the lease, before the files
+exist), and the reaper removes those that no version names, as it does the write's own. And
+a write's scratch files (compaction's stage-1 buckets) live under
+``_loglake_staging/<write_id>/`` (:func:`scratch_prefix`): the reaper removes that prefix with
+the lease; the owner removes it itself (:func:`remove_scratch`) before it releases the lease.
+
 **What a commit names.** Committed files are never removed: the reaper keeps every file of the
 write that any version still in the log names (``DeltaLog.referenced_files`` of
 :mod:`pipelines.delta.log`: added, removed by a later commit, change data; time travel may
@@ -53,15 +62,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from logstore.errors import InvalidConfigError, ObjectNotFoundError, ObjectStoreError
-from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings
+from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings, check_relative
 from pipelines.delta.errors import DeltaSinkError
 from pipelines.delta.files import cleanup_write_files, table_location
 from pipelines.delta.log import DeltaLog
@@ -77,6 +88,8 @@ __all__ = [
     "check_lease",
     "lease_ttl_s",
     "reap_crashed_writes",
+    "remove_scratch",
+    "scratch_prefix",
 ]
 
 STAGING_DIR = "_loglake_staging"
@@ -125,6 +138,26 @@ def _takeover_key(write_id: str) -> str:
     return f"{STAGING_DIR}/{write_id}.takeover"
 
 
+def scratch_prefix(write_id: str) -> str:
+    """The write's scratch space, relative to the table: removed with its lease."""
+    return f"{STAGING_DIR}/{write_id}"
+
+
+def remove_scratch(store: ObjectStore, write_id: str) -> int:
+    """Delete every object under the write's scratch prefix; returns how many. Local disk: the
+    directories too. Idempotent."""
+    prefix = scratch_prefix(write_id)
+    objects = store.list(prefix)
+    for obj in objects:
+        store.delete(obj.path, missing_ok=True)
+    if store.root.is_local:
+        shutil.rmtree(store.root.local_path / prefix, ignore_errors=True)
+    else:  # the empty "directory" objects pyarrow's writers leave on an object store
+        with contextlib.suppress(FileNotFoundError):
+            store.filesystem.delete_dir(store.location(prefix).fs_path)
+    return len(objects)
+
+
 def _is_write_id(text: str) -> bool:
     return bool(text) and all(c in "0123456789abcdef" for c in text)
 
@@ -142,6 +175,8 @@ class Lease:
         self.write_id = write_id
         self.ttl_s = ttl_s
         self._renewed_at = time.monotonic()
+        self._files: list[str] = []  # add_files: files of this write without its id
+        self._write_lock = threading.Lock()  # one rewrite of the lease at a time
         self._lost: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -179,6 +214,7 @@ class Lease:
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "ttl_s": self.ttl_s,
+                "files": self._files,
                 "renewed_at": time.time(),  # for people reading it; expiry uses the store's clock
             }
         ).encode()
@@ -190,10 +226,29 @@ class Lease:
                 if self.store.exists(_takeover_key(self.write_id)):
                     self._lost = "a reaper took the lease over"
                     return
-                self.store.write(_lease_key(self.write_id), self._body())
+                with self._write_lock:
+                    self.store.write(_lease_key(self.write_id), self._body())
             except ObjectStoreError:
                 continue  # the store is away: check() refuses once the lease is too old
             self._renewed_at = started
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files recorded by :meth:`add_files`, relative to the table."""
+        return tuple(self._files)
+
+    def add_files(self, paths: Iterable[str]) -> None:
+        """Record in the lease files (relative to the table) that this write is about to
+        create and whose names do not carry its write id, so that a reaper finds them; the
+        lease is rewritten before this returns (an error: the files must not be created)."""
+        new = [p for p in paths if p not in self._files]
+        if not new:
+            return
+        for p in new:
+            check_relative(p, where="lease file")
+        with self._write_lock:
+            self._files.extend(new)
+            self.store.write(_lease_key(self.write_id), self._body())
 
     def check(self) -> None:
         """Raise :class:`LeaseLostError` unless the write may still commit: no takeover, and
@@ -244,14 +299,6 @@ def _store_now(store: ObjectStore) -> float:
         store.delete(key, missing_ok=True)
 
 
-def _committed(loc: LakeLocation, write_id: str, settings: StorageSettings) -> set[str]:
-    """The paths (relative, decoded as stored) of ``write_id``'s files that any version still
-    in the table's log names (added, removed, change data: time travel may read them)."""
-    tag = f"-{write_id}-"
-    referenced = DeltaLog(loc, settings=settings).referenced_files()
-    return {p for p in referenced if tag in p}
-
-
 def _reap_one(
     store: ObjectStore,
     write_id: str,
@@ -280,8 +327,19 @@ def _reap_one(
             return 0  # renewed after all: the owner finds the takeover and does not commit
     except ObjectNotFoundError:
         return 0  # released: the owner finished
-    keep = _committed(store.root, write_id, settings)
+    referenced = DeltaLog(store.root, settings=settings).referenced_files()
+    keep = {p for p in referenced if f"-{write_id}-" in p}
     removed = cleanup_write_files(store.root, write_id, keep=keep, settings=settings)
+    for extra in lease.get("files") or []:
+        if isinstance(extra, str) and extra not in referenced and store.exists(extra):
+            store.delete(extra, missing_ok=True)
+            removed += 1
+    removed += remove_scratch(store, write_id)
+    if store.root.is_local:
+        # a renewal killed mid-write on local disk leaves ObjectStore.write's temporary
+        # sibling of the lease (``.tmp-<name>.<uuid>``), which listings do not show
+        for tmp in (store.root.local_path / STAGING_DIR).glob(f".tmp-{write_id}.json.*"):
+            tmp.unlink(missing_ok=True)
     store.delete(key, missing_ok=True)
     return removed
 
@@ -322,18 +380,3 @@ def reap_crashed_writes(
         except ObjectNotFoundError:
             continue
     return removed
-
-
-def _pid_start(pid: int) -> int | None:
-    """The start time (clock ticks since boot) of process ``pid``; None if it does not exist
-    or is a zombie. Kept for compaction's own run markers (``compaction/table.py``) until they
-    move onto :class:`Lease`; nothing in this module uses it."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            stat = fh.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])

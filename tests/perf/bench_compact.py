@@ -50,6 +50,11 @@ page cache (``--page-cache warm``, the default: read once right before; ``cold``
 page cache instead, root only); ``page_cache`` in the output lists what was done before each
 step and how long the warming read took. Last line: one JSON object.
 
+``--lake s3`` measures the incremental figures (only those: the others are local-disk
+baselines) with the lake on a local S3 server (moto's server mode, started here, as the tests'
+``tests/fixtures/s3.py``): the tables, their inputs, the runs' scratch and deletion vector files
+all in the bucket; ``--cache`` does not apply.
+
 ``--cache DIR`` keeps the generated inputs (the ``records`` tables, and the incremental cases'
 tables before their measured run) under ``DIR`` and reuses them on the next run with the same
 sizes: each run works on a hard-linked copy (data files are never modified; the Delta logs
@@ -81,6 +86,8 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from logstore.objectstore import LakeLocation  # noqa: E402
+from logstore.objectstore.settings import delta_target  # noqa: E402
 from pipelines.compaction.config import CompactConfig  # noqa: E402
 from pipelines.compaction.table import run_compact, table_path  # noqa: E402
 from pipelines.sources import RECORDS_ARROW_SCHEMA  # noqa: E402
@@ -101,7 +108,7 @@ def _fixed(values: np.ndarray, width: int) -> pa.Array:
 
 
 def append_records(
-    lake: Path,
+    lake: Path | str,
     topic: str,
     n: int,
     *,
@@ -152,9 +159,11 @@ def append_records(
         txns = [
             Transaction(f"loglake-ingest/{topic}/{p}", next_offsets[p]) for p in range(partitions)
         ]
+        uri, options = delta_target(LakeLocation.parse(str(lake)).join("records"))
         write_deltalake(
-            str(lake / "records"),
+            uri,
             table,
+            storage_options=options or None,
             partition_by=["topic", "date"],
             mode="append",
             commit_properties=CommitProperties(app_transactions=txns),
@@ -219,13 +228,29 @@ def page_cache(what: str, paths: list[Path], mode: str) -> None:
     )
 
 
-def _config(lake: Path, topic: str, buckets: int) -> CompactConfig:
-    logs = lake / "logs"
+def _config(lake: Path | str, topic: str, buckets: int) -> CompactConfig:
+    local = LakeLocation.parse(str(lake)).is_local
+    logs = Path(lake) / "logs" if local else Path(tempfile.gettempdir()) / "bench-compact-logs"
     logs.mkdir(exist_ok=True)
     return CompactConfig(log_dirs=(str(logs),), lake=str(lake), topics=(topic,), buckets=buckets)
 
 
-def _timed_compact(spark: Any, lake: Path, topic: str, buckets: int) -> tuple[float, Any]:
+def _start_s3() -> tuple[Any, str]:
+    """moto's S3 server (the tests' fixture class), a bucket, the AWS environment set."""
+    from tests.fixtures.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+
+    server = S3Server()
+    os.environ.update(
+        AWS_ENDPOINT_URL=server.endpoint,
+        AWS_ACCESS_KEY_ID=ACCESS_KEY,
+        AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+        AWS_REGION=REGION,
+    )
+    server.client().create_bucket(Bucket="bench-compact")
+    return server, "s3://bench-compact"
+
+
+def _timed_compact(spark: Any, lake: Path | str, topic: str, buckets: int) -> tuple[float, Any]:
     t0 = time.perf_counter()
     summary = run_compact(spark, _config(lake, topic, buckets), topics=[topic], log=_quiet)
     return time.perf_counter() - t0, summary.topics[0]
@@ -602,6 +627,12 @@ def main() -> None:
         "id %% partitions, as a keyed producer does (key; ~1M stay)",
     )
     parser.add_argument("--only", choices=["all", "table", "log"], default="all")
+    parser.add_argument(
+        "--lake",
+        choices=["local", "s3"],
+        default="local",
+        help="s3: the incremental figures only, the lake on a local moto S3 server",
+    )
     parser.add_argument("--keep", help="work in this directory and keep it")
     parser.add_argument("--cache", help="keep the generated inputs here and reuse them")
     parser.add_argument("--skip-full", action="store_true", help="only the incremental figures")
@@ -615,6 +646,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     new_records = args.new_records or args.keys
+    server, s3_root = _start_s3() if args.lake == "s3" else (None, "")
+    if server is not None:
+        args.only, args.skip_full, args.cache = "table", True, None
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pipelines.session import get_spark
@@ -646,7 +680,7 @@ def main() -> None:
             return
         # warm-up: starts the Python workers; the second run merges into existing rows (the
         # incremental path's kernels loaded in every worker before the measured runs)
-        warm = work / "warm"
+        warm: Path | str = work / "warm" if server is None else f"{s3_root}/warm"
         warm_offsets = [0]
         for _ in range(2):
             append_records(warm, "w", 1000, key_space=100, value_bytes=10, partitions=1,
@@ -660,7 +694,7 @@ def main() -> None:
                            rng=np.random.default_rng(7))  # fmt: skip
 
         t0 = time.perf_counter()
-        lake = _cached(cache, "full", work, full_input)
+        lake = _cached(cache, "full", work, full_input) if server is None else work
         results["setup_records_s"] = time.perf_counter() - t0
         if not args.skip_full:
             page_cache("full", [lake], args.page_cache)
@@ -697,7 +731,7 @@ def main() -> None:
         incremental: dict[str, Any] = {}
         for name, keys in (("small", args.keys), ("large", 10 * args.keys)):
 
-            def incremental_input(lake_i: Path, keys: int = keys) -> None:
+            def incremental_input(lake_i: Path | str, keys: int = keys) -> None:
                 # a table of ``keys`` keys, compacted, then the new records (not yet compacted)
                 offs = [0] * args.partitions
                 common = {"value_bytes": args.value_bytes, "partitions": args.partitions,
@@ -708,8 +742,12 @@ def main() -> None:
                 append_records(lake_i, "t", new_records, key_space=keys, next_offsets=offs,
                                **common)  # fmt: skip
 
-            lake_i = _cached(cache, f"inc-{name}", work, incremental_input)
-            page_cache(f"incremental.{name}", [lake_i], args.page_cache)
+            if server is None:
+                lake_i: Path | str = _cached(cache, f"inc-{name}", work, incremental_input)
+                page_cache(f"incremental.{name}", [Path(lake_i)], args.page_cache)
+            else:
+                lake_i = f"{s3_root}/inc-{name}"
+                incremental_input(lake_i)
             seconds, res = _timed_compact(spark, lake_i, "t", args.buckets)
             incremental[name] = {
                 "table_keys": keys,
@@ -729,6 +767,8 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         results["page_cache"] = _page_cache_log
+        if server is not None:
+            server.close()
         print(json.dumps(results))
 
 

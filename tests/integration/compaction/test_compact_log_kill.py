@@ -32,6 +32,7 @@ from logstore.storage.cleaner_manifest import MANIFEST_FILE, read_manifest
 from logstore.storage.files import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
 from pipelines.compaction.log import clean_partition, hand_over, winners
 from pipelines.compaction.model import Rec, Strategy
+from pipelines.delta.staging import LEASE_TTL_ENV, STAGING_DIR
 from tests.conftest import ROOT
 from tests.fixtures.jobs import spark_submit, unreferenced_files
 from tests.integration.broker.clients import ck_consume, new_topic
@@ -268,19 +269,26 @@ def test_table_job_killed_before_commit_then_rerun_is_exact(spark: Any, tmp_path
     before = (DeltaTable(path).version(), read_topic_table(path), DeltaTable(tombs).version())
     append_records(tmp_path, "t", rounds.second, {0: 11})
     killed = spark_submit(
-        "compact.py", ["--config", str(rounds.conf)], failpoint="compact.before_commit", conf=CONF
+        "compact.py",
+        ["--config", str(rounds.conf)],
+        failpoint="compact.before_commit",
+        conf=CONF,
+        env={**os.environ, LEASE_TTL_ENV: "3"},  # its leases expire within seconds
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     # nothing committed, in either table
     assert (DeltaTable(path).version(), read_topic_table(path), DeltaTable(tombs).version()) == (
         before
     )
+    (lease,) = (Path(path) / STAGING_DIR).glob("*.json")
+    time.sleep(3 + 2 + 1.5)  # the killed run's leases expire (ttl + margin, whole seconds)
     result = run_compact(spark, config, log=_quiet).topics[0]
     assert result.committed
     assert read_topic_table(path) == _expected(rounds.first + rounds.second, rounds.strategy)
     assert not run_compact(spark, config, log=_quiet).topics[0].committed  # a no-op re-run
-    # the killed run's files (staging, data, change data, deletion vectors) are gone: each
-    # table directory holds exactly what some version of its log names
+    # the killed run's files (scratch, data, change data, deletion vectors, leases) are gone:
+    # each table directory holds exactly what some version of its log names, and the takeover
+    # tombstone of the killed run's lease
+    takeover = f"{STAGING_DIR}/{lease.name.removesuffix('.json')}.takeover"
     for table in (path, tombs):
-        assert not (Path(table) / "_compact_staging").exists()
-        assert unreferenced_files(table) == []
+        assert unreferenced_files(table) == [takeover]

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +28,8 @@ from logstore.errors import LoglakeError
 from logstore.storage.topic_config import write_topic_config
 from pipelines.compaction.config import CompactConfig, compacted_topics, load_compact_config
 from pipelines.compaction.model import Rec, Strategy, compact, parse_strategy
-from pipelines.compaction.table import run_compact, table_path, tombstones_path
+from pipelines.compaction.table import STAGING, run_compact, table_path, tombstones_path
+from pipelines.delta.staging import LEASE_TTL_ENV
 from tests.conftest import ROOT
 from tests.fixtures.compaction import (
     append_records,
@@ -226,12 +229,15 @@ def test_killed_job_leaves_the_table_and_rerun_is_exact(
     before = (DeltaTable(path).version(), read_topic_table(path))
     append_records(tmp_path, "t", rounds.second, {0: 11})
     args = ["--config", str(rounds.conf)]
-    killed = spark_submit("compact.py", args, failpoint=failpoint, conf=CONF)
+    lease_env = {**os.environ, LEASE_TTL_ENV: "3"}  # the killed run's leases: 3 s
+    killed = spark_submit("compact.py", args, failpoint=failpoint, conf=CONF, env=lease_env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert (DeltaTable(path).version(), read_topic_table(path)) == before
+    (lease,) = Path(path, STAGING).glob("*.json")
     # the tombstone table did commit (the kill came between the two commits)
     tombs = pa.table(DeltaTable(tombstones_path(tmp_path, "t")).to_pyarrow_table()).to_pylist()
     assert [(r["key"], r["offset"]) for r in tombs] == [(b"\x00", 8)]
+    time.sleep(3 + 2 + 1.5)  # the killed run's leases expire (ttl + margin, whole seconds)
     result = run_compact(spark, config, log=_quiet).topics[0]
     assert result.committed
     assert read_topic_table(path) == _expected(rounds.first + rounds.second, rounds.strategy)
@@ -239,8 +245,9 @@ def test_killed_job_leaves_the_table_and_rerun_is_exact(
         ("delete", 0, b"\x00", 4),
         ("insert", 0, b"\x07", 10),
     ]
+    takeover = f"{STAGING}/{lease.stem}.takeover"  # stays a day, for a driver waking up late
     for table in (path, tombstones_path(tmp_path, "t")):  # the killed run's files are gone
-        assert unreferenced_files(table) == []
+        assert unreferenced_files(table) == [takeover]
 
 
 def test_incremental_runs_mark_replaced_rows_with_deletion_vectors(
@@ -338,16 +345,16 @@ def test_job_help_and_bad_config(tmp_path: Path) -> None:
 def test_staging_is_removed_after_a_run_and_after_a_failed_run(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """The direct path's shuffle files (``<table>/_compact_staging/<write id>``) do not outlive
-    the run, committed or failed; a failed run leaves the table as it was."""
+    """The run's scratch (``<table>/_loglake_staging/<write id>/``) and its lease do not
+    outlive the run, committed or failed; a failed run leaves the table as it was."""
     strategy = Strategy("offset")
     config = _config(tmp_path, strategy, buckets=3)
     recs = [Rec(p, o, 1, bytes([o % 5]), bytes([o]), ()) for p in (0, 1) for o in range(20)]
     append_records(tmp_path, "t", recs, {0: 20, 1: 20})
     assert run_compact(spark, config, log=_quiet).topics[0].committed
     path = table_path(tmp_path, "t")
-    staging = Path(path) / "_compact_staging"
-    assert not staging.exists()  # the run's staging and owner marker are gone
+    staging = Path(path) / STAGING
+    assert not list(staging.rglob("*"))  # the run's scratch and lease are gone
     assert read_topic_table(path) == _expected(recs, strategy)
     before = (DeltaTable(path).version(), read_topic_table(path))
     more = [Rec(0, o, 1, bytes([o % 7]), bytes([o]), ()) for o in range(20, 30)]
@@ -361,7 +368,7 @@ def test_staging_is_removed_after_a_run_and_after_a_failed_run(
             run_compact(spark, config, log=_quiet)
     finally:
         victim.write_bytes(data)
-    assert not staging.exists()
+    assert not list(staging.rglob("*"))
     assert unreferenced_files(path) == []  # nor any file the failed run wrote
     assert (DeltaTable(path).version(), read_topic_table(path)) == before
     assert run_compact(spark, config, log=_quiet).topics[0].committed

@@ -1,8 +1,9 @@
 """kill -9 of the table job (``spark-submit jobs/compact.py``) at every step, then a re-run:
 the topic table and its tombstone table equal the reference model, and each table directory
-holds exactly the files some version of its Delta log names plus ``_delta_log`` — no staging,
-no orphan data, change-data or deletion vector file (pipelines.compaction.table, "Crash
-behaviour"). And the reaper never touches a live run's files.
+holds exactly the files some version of its Delta log names plus ``_delta_log`` and the
+killed run's takeover tombstone — no lease, no scratch, no orphan data, change-data or
+deletion vector file (pipelines.compaction.runs: one lease per run and table, in the store).
+And the reaper never touches a live run's files (its lease is renewed).
 
 The kills are the job's failpoints (``LOGLAKE_FAILPOINT``: SIGKILL of the whole spark-submit
 session): after stage 1 (staging written), in stage 2 (the first task's files written),
@@ -15,6 +16,7 @@ polars (``tests.fixtures.compaction``), the leftovers from the Delta log by
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -30,6 +32,7 @@ from deltalake import DeltaTable, QueryBuilder
 from pipelines.compaction.config import CompactConfig
 from pipelines.compaction.model import Rec, Strategy, latest
 from pipelines.compaction.table import STAGING, run_compact, table_path, tombstones_path
+from pipelines.delta.staging import LEASE_TTL_ENV
 from tests.conftest import ROOT
 from tests.fixtures.compaction import append_records, read_table_rows, read_topic_table
 from tests.fixtures.jobs import referenced_files, spark_submit, table_files, unreferenced_files
@@ -41,6 +44,10 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 STRATEGY = Strategy("timestamp")  # keeps a tombstone table too: two tables to commit
+# The killed runs' leases: 3 s, so that they expire within seconds (ttl + the 2 s margin,
+# and the file system's or S3's Last-Modified granularity).
+TTL_S = 3
+EXPIRED_S = TTL_S + 2 + 1.5
 
 
 def _tombstones(recs: list[Rec]) -> dict[tuple[int, bytes], int]:
@@ -109,7 +116,12 @@ def test_killed_table_job_rerun_is_exact_with_no_leftover_files(
     tomb_version = DeltaTable(tombs).version()
     committed = failpoint == "compact.after_commit"
 
-    killed = spark_submit("compact.py", ["--config", str(conf)], failpoint=failpoint)
+    killed = spark_submit(
+        "compact.py",
+        ["--config", str(conf)],
+        failpoint=failpoint,
+        env={**os.environ, LEASE_TTL_ENV: str(TTL_S)},
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     # the topic table is as it was (or, killed after its commit, the model); the tombstone
     # table moved only if killed after its commit
@@ -119,26 +131,31 @@ def test_killed_table_job_rerun_is_exact_with_no_leftover_files(
         assert (DeltaTable(path).version(), read_topic_table(path)) == before
     moved = DeltaTable(tombs).version() != tomb_version
     assert moved == (failpoint in ("compact.between_commits", "compact.after_commit"))
-    # evidence of where it died: the run's owner marker, and what it had written
-    (marker,) = (Path(path) / STAGING).glob("*.owner")
-    write_id = marker.name.removesuffix(".owner")
-    owner = json.loads(marker.read_text().splitlines()[0])
-    assert owner["host"] == socket.gethostname() and owner["write_id"] == write_id
+    # evidence of where it died: the run's leases (one per table), and what it had written
+    (marker,) = (Path(path) / STAGING).glob("*.json")
+    write_id = marker.name.removesuffix(".json")
+    lease = json.loads(marker.read_text())
+    assert lease["host"] == socket.gethostname() and lease["write_id"] == write_id
+    assert lease["ttl_s"] == TTL_S
+    leases = [f"{STAGING}/{write_id}.json", f"tomb:{STAGING}/{write_id}.json"]
     left = _run_files(path) + [f"tomb:{f}" for f in _run_files(tombs)]
+    assert all(f in left for f in leases), left
     staged = [f for f in left if f.startswith(f"{STAGING}/{write_id}/")]
-    outside = [f for f in left if not f.startswith(f"{STAGING}/")]
+    outside = [f for f in left if STAGING not in f]
     if failpoint == "compact.after_stage1":
         assert any(f.endswith(".arrow") for f in staged) and not outside, left
     elif committed:
-        assert left == [f"{STAGING}/{marker.name}"]  # all it wrote is committed
+        assert sorted(left) == sorted(leases)  # all it wrote is committed
     else:
         assert any(write_id in f for f in outside), left  # data / change-data files
+    dvs = sorted(f for f in outside if f.startswith("dv/deletion_vector_"))
     if failpoint in ("compact.before_commit", "compact.between_commits"):
-        assert any(f.startswith("dv/deletion_vector_") for f in outside), left  # moved in
-        assert len(marker.read_text().splitlines()) > 1  # ... and journaled first
+        assert dvs, left  # moved in ...
+        assert sorted(lease["files"]) == dvs  # ... and listed in its lease first
     if failpoint == "compact.between_commits":
-        assert not any(f.startswith("tomb:") for f in left)  # its files are committed
+        assert not any(f.startswith("tomb:") and f not in leases for f in left)  # committed
 
+    time.sleep(EXPIRED_S)  # the killed run's leases expire; nothing renews them
     result = run_compact(spark, config_of(tmp_path), log=_quiet).topics[0]
     assert result.committed != committed
     if not committed:
@@ -146,10 +163,10 @@ def test_killed_table_job_rerun_is_exact_with_no_leftover_files(
     assert read_topic_table(path) == _expected(recs, STRATEGY)
     assert _read_tombstones(tombs) == _tombstones(recs)
     for root in (path, tombs):
-        assert not (Path(root) / STAGING).exists()
-        # exactly the files some version names: nothing left over, nothing referenced lost
-        assert table_files(root) == referenced_files(root)
-        assert unreferenced_files(root) == []
+        # exactly the files some version names, and the takeover tombstone that a woken-up
+        # driver would find: nothing left over, nothing referenced lost
+        assert unreferenced_files(root) == [f"{STAGING}/{write_id}.takeover"]
+        assert table_files(root) - referenced_files(root) == set(unreferenced_files(root))
         _every_version_reads(root)
     assert not run_compact(spark, config_of(tmp_path), log=_quiet).topics[0].committed
 
@@ -163,26 +180,25 @@ import json, sys, time
 from pathlib import Path
 from pipelines.compaction import runs
 path = sys.argv[1]
-write_id = runs.take_ownership(path)
-data = Path(path, "bucket=0", f"part-00000-{write_id}-0-c000.snappy.parquet")
+run = runs.start_run(path, None)
+data = Path(path, "bucket=0", f"part-00000-{run.write_id}-0-c000.snappy.parquet")
 data.parent.mkdir(parents=True, exist_ok=True)
 data.write_bytes(b"in flight")
 dv = Path(path, "dv", "deletion_vector_00000000-0000-0000-0000-%012d.bin" % int(sys.argv[2]))
+run.lease.add_files([f"dv/{dv.name}"])
 dv.parent.mkdir(parents=True, exist_ok=True)
 dv.write_bytes(b"in flight")
-with open(runs.owner_path(path, write_id), "a") as fh:
-    fh.write(f"dv {dv.name}\\n")
-print(json.dumps([write_id, str(data), str(dv)]), flush=True)
+print(json.dumps([run.write_id, str(data), str(dv)]), flush=True)
 time.sleep(600)
 """
 
 
 def _hold(path: str, n: int) -> tuple[subprocess.Popen[str], str, Path, Path]:
-    """Another run's driver, alive: its marker locked, a data file and a journaled deletion
-    vector file written, no commit."""
+    """Another run's driver, alive: its lease taken and renewed (3 s), a data file and a
+    listed deletion vector file written, no commit."""
     proc = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, path, str(n)], cwd=ROOT, stdout=subprocess.PIPE,
-        text=True,
+        text=True, env={**os.environ, LEASE_TTL_ENV: str(TTL_S)},
     )  # fmt: skip
     assert proc.stdout is not None
     write_id, data, dv = json.loads(proc.stdout.readline())
@@ -196,31 +212,24 @@ def test_a_live_runs_files_are_never_reaped_a_dead_ones_are(
     path = table_path(tmp_path, "t")
     live, live_id, live_data, live_dv = _hold(path, 1)
     dead, dead_id, dead_data, dead_dv = _hold(path, 2)
-    away = Path(path, STAGING, "c" * 32 + ".owner")  # another host's run, started just now
-    away.write_text(json.dumps({"write_id": "c" * 32, "host": "elsewhere.invalid", "pid": 1,
-                                "pid_start": 1, "started_at": time.time()}) + "\n")  # fmt: skip
-    away_data = Path(path, "bucket=1", f"part-00000-{'c' * 32}-0-c000.snappy.parquet")
-    away_data.write_bytes(b"in flight")
     try:
         dead.kill()
         dead.wait()
+        time.sleep(EXPIRED_S)  # longer than a lease's ttl + margin: only renewals keep one
         result = run_compact(spark, config_of(tmp_path), log=_quiet).topics[0]
         assert result.committed
         assert read_topic_table(path) == _expected(recs, STRATEGY)
-        # the dead run's files and marker are gone; the live one's and the other host's stay
+        # the dead run's files and lease are gone (its takeover stays); the live one's stay
         assert not dead_data.exists() and not dead_dv.exists()
-        assert not Path(path, STAGING, dead_id + ".owner").exists()
-        assert live_data.exists() and live_dv.exists() and away_data.exists()
         markers = sorted(p.name for p in Path(path, STAGING).iterdir())
-        assert markers == sorted([live_id + ".owner", away.name])
+        assert markers == sorted([live_id + ".json", dead_id + ".takeover"])
         assert set(unreferenced_files(path)) == {
             str(p.relative_to(path))
             for p in (
                 live_data,
                 live_dv,
-                away_data,
-                away,
-                *(Path(path, STAGING, live_id + ".owner"),),
+                Path(path, STAGING, live_id + ".json"),
+                Path(path, STAGING, dead_id + ".takeover"),
             )
         }
     finally:
@@ -228,12 +237,13 @@ def test_a_live_runs_files_are_never_reaped_a_dead_ones_are(
         live.wait()
         dead.kill()
         dead.wait()
-    # the live run died without ending: the next run removes its files (not the other host's)
+    # the live run died without ending: once its lease expired, the next run removes its files
+    time.sleep(EXPIRED_S)
     append_records(tmp_path, "t", [Rec(0, 64, 9_000, b"k09", b"later", ())], {0: 65, 1: 63})
     assert run_compact(spark, config_of(tmp_path), log=_quiet).topics[0].committed
-    assert not live_data.exists() and not live_dv.exists() and away_data.exists()
+    assert not live_data.exists() and not live_dv.exists()
     assert sorted(unreferenced_files(path)) == sorted(
-        str(p.relative_to(path)) for p in (away_data, away)
+        f"{STAGING}/{w}.takeover" for w in (live_id, dead_id)
     )
 
 
@@ -255,7 +265,7 @@ def test_two_runs_at_once_the_later_commit_fails_cleanly(
     def meet(name: str, **kwargs: Any) -> None:
         if name == "compact.before_commit":
             barrier.wait()  # both runs hold their marker and their files now
-            assert len(list((Path(path) / STAGING).glob("*.owner"))) == 2
+            assert len(list((Path(path) / STAGING).glob("*.json"))) == 2  # two leases
         failpoint(name, **kwargs)
 
     monkeypatch.setattr(commit_mod, "failpoint", meet)
@@ -279,5 +289,4 @@ def test_two_runs_at_once_the_later_commit_fails_cleanly(
     assert read_topic_table(path) == _expected(recs, STRATEGY)
     assert _read_tombstones(tombs) == _tombstones(recs)
     for root in (path, tombs):
-        assert not (Path(root) / STAGING).exists()
-        assert table_files(root) == referenced_files(root)
+        assert table_files(root) == referenced_files(root)  # no lease, scratch or leftover
