@@ -5,6 +5,8 @@ and every dead letter exactly once."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -13,12 +15,29 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
 
+from pipelines.delta.staging import LEASE_TTL_ENV, STAGING_DIR
 from pipelines.typed.job import app_id
 from tests.fixtures.compaction import read_table_rows
 from tests.fixtures.jobs import spark_submit, unreferenced_files
 from tests.fixtures.typed import ingest
 
 pytestmark = pytest.mark.integration
+
+# The killed runs hold 3 s leases: their staged files are reaped by the next run once the lease
+# expired (ttl + the 2 s margin, whole seconds), never while it may still be alive.
+KILLED_ENV = {**os.environ, LEASE_TTL_ENV: "3"}
+EXPIRED_S = 3 + 2 + 1.5
+
+
+def _leftovers(table: Path) -> list[str]:
+    """Files no version of ``table`` names, but the killed run's takeover tombstone (kept a day
+    by design, so that a woken-up killed run cannot commit)."""
+    return [
+        f
+        for f in unreferenced_files(table)
+        if not (f.startswith(f"{STAGING_DIR}/") and f.endswith(".takeover"))
+    ]
+
 
 SCHEMA = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}
 
@@ -43,8 +62,9 @@ def test_kill_at_each_step_then_rerun(tmp_path: Path, registry_url: str, step: s
     version = DeltaTable(str(table)).version()
 
     ingest(tmp_path, "k", [ser({"n": i}, ctx) for i in range(5, 9)] + [b"bad"], start=5)
-    killed = spark_submit("decode.py", ["--config", str(conf)], failpoint=step)
+    killed = spark_submit("decode.py", ["--config", str(conf)], failpoint=step, env=KILLED_ENV)
     assert killed.returncode != 0
+    time.sleep(EXPIRED_S)
     assert DeltaTable(str(table)).version() == version  # the typed table is as it was
     assert sorted(r["n"] for r in read_table_rows(table)) == list(range(5))
 
@@ -55,7 +75,7 @@ def test_kill_at_each_step_then_rerun(tmp_path: Path, registry_url: str, step: s
     dead = read_table_rows(tmp_path / "dead_letters")
     assert [(d["offset"], d["value"]) for d in dead] == [(9, b"bad")]
     assert DeltaTable(str(table)).transaction_version(app_id("k", 0)) == 10
-    assert unreferenced_files(table) == []
+    assert _leftovers(table) == []
 
 
 ROW = {"type": "record", "name": "Value", "namespace": "db.t", "fields": [
@@ -96,9 +116,13 @@ def test_kill_between_the_tombstones_and_the_upsert_table(
 
     ingest(tmp_path, "c", [change("d", 1, 30), change("u", 2, 12)], keys=[b"1", b"2"], start=2)
     killed = spark_submit(
-        "decode.py", ["--config", str(conf)], failpoint="decode.before_table_merge"
+        "decode.py",
+        ["--config", str(conf)],
+        failpoint="decode.before_table_merge",
+        env=KILLED_ENV,
     )
     assert killed.returncode != 0
+    time.sleep(EXPIRED_S)
     assert DeltaTable(str(table)).version() == version
     assert [r["key"] for r in read_table_rows(tombstones)] == [b"1"]  # committed before the kill
 
@@ -130,8 +154,11 @@ def test_kill_in_a_topics_first_run_leaves_an_empty_table_the_rerun_fills(
         f'[paths]\nlake = "{tmp_path}"\n[decode]\nschema_registry_url = "{registry_url}"\n',
         encoding="utf-8",
     )
-    killed = spark_submit("decode.py", ["--config", str(conf)], failpoint="decode.before_commit")
+    killed = spark_submit(
+        "decode.py", ["--config", str(conf)], failpoint="decode.before_commit", env=KILLED_ENV
+    )
     assert killed.returncode != 0
+    time.sleep(EXPIRED_S)
     table = tmp_path / "tables" / "f"
     assert read_table_rows(table) == []
     assert DeltaTable(str(table)).transaction_version(app_id("f", 0)) is None
@@ -140,4 +167,4 @@ def test_kill_in_a_topics_first_run_leaves_an_empty_table_the_rerun_fills(
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert sorted(r["n"] for r in read_table_rows(table)) == [0, 1, 2, 3]
     assert DeltaTable(str(table)).transaction_version(app_id("f", 0)) == 4
-    assert unreferenced_files(table) == []
+    assert _leftovers(table) == []
