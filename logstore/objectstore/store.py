@@ -212,6 +212,23 @@ class ObjectStore:
         infos = self._retry("list", loc, lambda: self.filesystem.get_file_info(selector))
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
 
+    def move(self, source: str, target: str) -> None:
+        """Move object ``source`` to ``target`` (replacing it): a rename on local disk (atomic);
+        a server-side copy then a delete of the source on an object store, which has no rename
+        (not atomic: a crash between the two leaves both, the caller must be able to tell which
+        one counts). ``ObjectNotFoundError`` if ``source`` is absent."""
+        src, dst = self.location(source), self.location(target)
+        if src.is_local:
+
+            def rename() -> None:
+                Path(dst.key).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src.key, dst.key)
+
+            self._retry("move", src, rename)
+            return
+        self._retry("copy", src, lambda: self.filesystem.copy_file(src.fs_path, dst.fs_path))
+        self.delete(source, missing_ok=True)
+
     def delete(self, path: str, *, missing_ok: bool = False) -> None:
         """Delete the object (``ObjectNotFoundError`` if absent, unless ``missing_ok``)."""
         loc = self.location(path)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -359,19 +358,11 @@ def _merge_staged(
 
 
 def _move_dv_file(store: ObjectStore, write_id: str, name: str) -> None:
-    """A deletion vector file from the run's scratch into the table's ``dv/``: a rename on
-    local disk, a copy and a delete on an object store (which has no rename; the files are
-    small). Listed in the lease first (``journal_dv_files``), so a crash at any point leaves
-    nothing the reaper cannot find."""
-    source = f"{scratch_prefix(write_id)}/dv/{name}"
-    target = f"{DV_PREFIX}/{name}"
-    if store.root.is_local:
-        dest = store.root.local_path / target
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(store.root.local_path / source, dest)
-        return
-    store.write(target, store.read(source))
-    store.delete(source, missing_ok=True)
+    """A deletion vector file from the run's scratch into the table's ``dv/``
+    (:meth:`ObjectStore.move`: a rename on local disk, a server-side copy and a delete on an
+    object store). Listed in the lease first (``journal_dv_files``), so a crash at any point
+    leaves nothing the reaper cannot find."""
+    store.move(f"{scratch_prefix(write_id)}/dv/{name}", f"{DV_PREFIX}/{name}")
 
 
 def run_stages(  # noqa: PLR0917

@@ -48,6 +48,20 @@ def test_read_write_list_delete(store: ObjectStore) -> None:
         store.delete("u/a")
 
 
+def test_move(store: ObjectStore) -> None:
+    store.write("scratch/w1/dv/a.bin", b"dv-a")
+    store.write("dv/b.bin", b"old")
+    store.move("scratch/w1/dv/a.bin", "dv/a.bin")  # into a new "directory"
+    store.write("scratch/w1/dv/b.bin", b"dv-b")
+    store.move("scratch/w1/dv/b.bin", "dv/b.bin")  # replaces the target
+    assert [(o.path, store.read(o.path)) for o in store.list()] == [
+        ("dv/a.bin", b"dv-a"),
+        ("dv/b.bin", b"dv-b"),
+    ]
+    with pytest.raises(ObjectNotFoundError, match=r"scratch/w1/dv/a\.bin"):
+        store.move("scratch/w1/dv/a.bin", "dv/c.bin")
+
+
 def test_ranged_reads(store: ObjectStore) -> None:
     data = bytes(range(256)) * 64
     store.write("seg/00000000000000000000.log", data)
