@@ -134,6 +134,7 @@ __all__ = [
     "IngestConfig",
     "IngestSummary",
     "app_id",
+    "finish_run",
     "load_config",
     "read_progress",
     "run_ingest",
@@ -688,12 +689,12 @@ def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> Inges
     if staged.reaped:
         log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
     try:
-        return _finish(spark, config, summary, staged, starts, progress, limits, log, divergence)
+        return finish_run(spark, config, summary, staged, starts, progress, limits, log, divergence)
     finally:
         summary.seconds = time.monotonic() - started
 
 
-def _finish(  # noqa: PLR0917
+def finish_run(  # noqa: PLR0917
     spark: SparkSession,
     config: IngestConfig,
     summary: IngestSummary,

@@ -8,7 +8,7 @@ from log dirs), cuts the offsets to read into pieces (at most ``max_offsets`` of
 at least one piece per core while there is that much to read), and the executors read them
 through Fetch (:func:`~pipelines.sources.fetch.read_fetch_range`) into the same staged Delta
 write. Quarantine, progress and the exactly-once commit are the log-dir run's
-(:func:`pipelines.ingest._finish`): a run killed before the commit leaves nothing, a re-run
+(:func:`pipelines.ingest.finish_run`): a run killed before the commit leaves nothing, a re-run
 with nothing new commits nothing.
 
 Not done through Fetch (they need the broker's files): the divergence check of
@@ -74,7 +74,7 @@ def run_fetch_ingest(
     from pipelines.ingest import (  # noqa: PLC0415
         Gap,
         IngestSummary,
-        _finish,
+        finish_run,
         read_progress,
     )
     from pipelines.sources.schema import RECORDS_ARROW_SCHEMA  # noqa: PLC0415
@@ -133,6 +133,6 @@ def run_fetch_ingest(
         log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
     log(f"planned ends: {json.dumps({f'{t}/{p}': e for (t, p), e in sorted(limits.items())})}")
     try:
-        return _finish(spark, config, summary, staged, starts, progress, limits, log)
+        return finish_run(spark, config, summary, staged, starts, progress, limits, log)
     finally:
         summary.seconds = time.monotonic() - started
