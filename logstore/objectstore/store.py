@@ -30,6 +30,7 @@ from __future__ import annotations
 import builtins
 import os
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -53,6 +54,7 @@ __all__ = ["ObjectInfo", "ObjectStore", "open_store"]
 
 T = TypeVar("T")
 _TMP_PREFIX = ".tmp-"
+_COPY_CHUNK = 8 << 20  # bytes per read of write_file's source
 # pyarrow / AWS SDK / curl wordings of errors worth another try
 _TRANSIENT = re.compile(
     r"connect|timed? ?out|timeout|reset|refused|broken pipe|slow ?down|throttl|"
@@ -136,6 +138,36 @@ class ObjectStore:
                 f.write(data)
 
         self._retry("write", loc, op)
+
+    def write_file(self, path: str, source: str | os.PathLike[str]) -> int:
+        """Write (or replace) the object from local file ``source``, streamed in chunks of
+        :data:`_COPY_CHUNK` (a segment of a gigabyte is never whole in memory); its size.
+        ``FileNotFoundError`` (not retried) when ``source`` is missing: an upload of a file
+        that went is an error, never an empty object."""
+        loc = self.location(path)
+        size = os.path.getsize(source)
+
+        def op() -> None:
+            with open(source, "rb") as src:
+                if loc.is_local:
+                    target = Path(loc.key)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = _tmp_sibling(target)
+                    try:
+                        with open(tmp, "wb") as out:
+                            shutil.copyfileobj(src, out, _COPY_CHUNK)
+                            out.flush()
+                            os.fsync(out.fileno())
+                        os.replace(tmp, target)
+                    finally:
+                        tmp.unlink(missing_ok=True)
+                    return
+                with self.filesystem.open_output_stream(loc.fs_path) as out:
+                    while chunk := src.read(_COPY_CHUNK):
+                        out.write(chunk)
+
+        self._retry("write", loc, op)
+        return size
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """Write the object only if no object has that key: True when this call wrote it,

@@ -429,7 +429,7 @@ class RemoteLogManager:
         first = [e for e in epochs if e[1] <= base]
         epochs = ([(first[-1][0], base)] if first else []) + [e for e in epochs if e[1] > base]
         txn = _read_file(segment_path(lg.dir, base, TXN_INDEX_SUFFIX))
-        data = _read_file(seg.path)
+        size = os.path.getsize(seg.path)  # a segment that went fails the pass (retried)
         meta = RemoteSegment(
             topic=lg.topic,
             topic_id=topic_id,
@@ -440,14 +440,14 @@ class RemoteLogManager:
             max_timestamp_ms=seg.max_timestamp_so_far,
             broker_id=self.broker_id,
             event_timestamp_ms=int(time.time() * 1000),
-            segment_size=len(data),
+            segment_size=size,
             leader_epochs=tuple(epochs),
             txn_index_empty=not txn,
         )
         keys = layout.segment_keys(self.config.key_prefix, meta)
         self._append(meta)
         failpoint("tier.copy_started")
-        self.store.write(keys[layout.LOG], data)
+        self.store.write_file(keys[layout.LOG], seg.path)
         failpoint("tier.log_uploaded")
         blob, where = layout.build_indexes(
             {
@@ -470,7 +470,7 @@ class RemoteLogManager:
             lg.dir.name,
             base,
             next_base - 1,
-            len(data),
+            size,
             keys[layout.LOG],
         )
 

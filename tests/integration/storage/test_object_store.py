@@ -11,6 +11,7 @@ import pytest
 
 from logstore.errors import ObjectNotFoundError, ObjectStoreUnavailableError
 from logstore.objectstore import ObjectStore, StorageSettings, open_store
+from logstore.objectstore import store as store_module
 from tests.fixtures.s3 import S3Bucket
 
 
@@ -46,6 +47,23 @@ def test_read_write_list_delete(store: ObjectStore) -> None:
     store.delete("u/a", missing_ok=True)
     with pytest.raises(ObjectNotFoundError, match="u/a"):
         store.delete("u/a")
+
+
+def test_write_file_streams_in_chunks(
+    store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "_COPY_CHUNK", 1000)  # several chunks, a partial last
+    source = tmp_path / "00000000000000000000.log"
+    data = bytes(range(256)) * 41
+    source.write_bytes(data)
+    assert store.write_file("seg/a.log", source) == len(data)
+    assert store.read("seg/a.log") == data
+    source.write_bytes(b"shorter")
+    assert store.write_file("seg/a.log", source) == 7  # replaced whole
+    assert store.read("seg/a.log") == b"shorter"
+    with pytest.raises(FileNotFoundError):  # a file that went is an error, not an empty object
+        store.write_file("seg/b.log", tmp_path / "gone.log")
+    assert not store.exists("seg/b.log")
 
 
 def test_move(store: ObjectStore) -> None:
