@@ -118,6 +118,11 @@ def run_fetch_ingest(
         f"{len(bounds)} partitions through Fetch from {config.bootstrap_servers}; progress known "
         f"for {len(progress)}; reading {left} offsets in {len(ranges)} pieces; lake {config.lake}"
     )
+    # said on every run, never skipped silently: the check reads the broker's segment files
+    log(
+        f"divergence check (on_divergence={config.on_divergence}) not done through Fetch: it "
+        "needs the broker's log dirs"
+    )
     staged = stage_files(
         spark,
         config.records_path,
