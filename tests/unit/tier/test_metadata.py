@@ -57,7 +57,9 @@ def test_metadata_partition_is_kafkas_formula():
     h = i32(31 * i32(31 * i32(31 + lh(lsb)) + lh(msb)) + 3)
     want = (murmur2(struct.pack(">i", h)) & 0x7FFFFFFF) % 50
     assert metadata_partition(TOPIC_ID, 3, 50) == want
-    assert {metadata_partition(uuid.uuid4(), p, 50) for p in range(200)} > {0}
+    # the partitions of one topic spread over the metadata topic's partitions (deterministic:
+    # a random topic id here once left partition 0 out, failing 1.7% of runs)
+    assert len({metadata_partition(TOPIC_ID, p, 50) for p in range(200)}) > 25
 
 
 def test_kafka_uuid_is_url_safe_base64_without_padding():
