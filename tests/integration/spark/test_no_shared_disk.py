@@ -13,9 +13,12 @@ directory), that every process below the worker during the run (the executor JVM
 Python workers) was in that namespace, that the application's tasks ran in that worker's
 executor, and reads the table back with delta-rs: row for row what confluent-kafka produced.
 
-Extending to the tier (``--remote-log-storage``, executors reading tiered segments straight
-from the store): the broker here already has its early segments remote; add the option to the
-job's arguments and the store's environment (``AWS_*``, in ``cluster.env``) to the executors.
+Extending to the tier (``[paths] remote_log_storage``, executors reading tiered segments
+straight from the store): the broker here already has its early segments remote (under
+``tiered/``); add ``remote_log_storage = "s3://<bucket>/tiered"`` to the job's config and the
+store's environment (the ``AWS_*`` the ``s3`` fixture sets) to the driver, e.g. as an
+``env K=V ...`` part of ``submit``'s ``prefix``: the driver resolves the store's settings and
+ships them with the tasks, so the executors need no environment of their own.
 """
 
 from __future__ import annotations
