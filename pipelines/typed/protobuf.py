@@ -37,14 +37,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from logstore.registry.formats import parse
+from pipelines.decode.arrow import numpy_array
+from pipelines.typed import protobuf_kernel as k
+from pipelines.typed.avro import _Arenas
+from pipelines.typed.avro_kernel import STORE_NONE
+from pipelines.typed.protobuf_compile import Node, UnsupportedSchemaError, compile_message
 from pipelines.typed.registry import RegisteredSchema
 
-__all__ = ["ProtobufDecoded", "ProtobufDecoder", "compile_protobuf", "message_indexes"]
+__all__ = [
+    "ProtobufDecoded",
+    "ProtobufDecoder",
+    "UnsupportedSchemaError",
+    "UpbDecoder",
+    "compile_protobuf",
+    "message_indexes",
+]
 
 _F = FieldDescriptor
 _SCALARS = {
@@ -270,18 +283,24 @@ class ProtobufDecoded:
     values: pa.StructArray
     errors: pa.StringArray
 
+    @property
+    def error_count(self) -> int:
+        return int(len(self.errors) - self.errors.null_count)
 
-class ProtobufDecoder:
-    """Decodes Confluent-framed Protobuf payloads into the reader's first message's shape."""
+
+class UpbDecoder:
+    """The reference and fallback: protobuf's parser (upb) per record, then a walk of the
+    message into a row. Decodes Confluent-framed payloads into the reader's first message's
+    shape."""
 
     def __init__(self, reader: RegisteredSchema) -> None:
         pool, fdp = _pool(reader)
         if not fdp.message_type:
             raise ValueError(f"{fdp.name} declares no message")
         self._file = pool.FindFileByName(fdp.name)
-        self._desc = self._file.message_types_by_name[fdp.message_type[0].name]
-        self._cls = message_factory.GetMessageClass(self._desc)
-        self.arrow_type, self._row = _message(self._desc)
+        self.descriptor: Descriptor = self._file.message_types_by_name[fdp.message_type[0].name]
+        self._cls = message_factory.GetMessageClass(self.descriptor)
+        self.arrow_type, self._row = _message(self.descriptor)
 
     def decode(self, data: pa.BinaryArray, offsets_skip: int = 5) -> ProtobufDecoded:
         """One row per element of ``data`` (message indexes start at ``offsets_skip``)."""
@@ -289,10 +308,13 @@ class ProtobufDecoder:
         errors: list[str | None] = []
         for item in data.to_pylist():
             try:
+                if item is None:
+                    raise ValueError("value is null")
                 indexes, pos = message_indexes(item, offsets_skip)
                 if indexes != [0]:
                     raise ValueError(
-                        f"message indexes {indexes}: not the topic's message {self._desc.full_name}"
+                        f"message indexes {indexes}: not the topic's message "
+                        f"{self.descriptor.full_name}"
                     )
                 msg = self._cls.FromString(item[pos:])
                 rows.append(self._row(msg))
@@ -303,7 +325,193 @@ class ProtobufDecoder:
         return ProtobufDecoded(pa.array(rows, type=self.arrow_type), pa.array(errors, pa.string()))
 
 
-def compile_protobuf(writer: RegisteredSchema, reader: RegisteredSchema) -> ProtobufDecoder:
-    """The decoder of a topic's Protobuf values (any writer version) into ``reader``'s shape."""
+class ProtobufDecoder:
+    """The compiled decoder: the reader's first message compiled once
+    (:mod:`protobuf_compile`) and a whole batch decoded by one numba pass
+    (:mod:`protobuf_kernel`) into preallocated Arrow buffers. Same output as
+    :class:`UpbDecoder` (the tested contract), error texts aside. Raises
+    :class:`UnsupportedSchemaError` for the messages it does not compile (the caller falls
+    back to :class:`UpbDecoder`). Thread-safe: buffers are local to :meth:`decode`."""
+
+    def __init__(self, reader: RegisteredSchema) -> None:
+        self.reference = UpbDecoder(reader)
+        self.root, self.nodes, self.program = compile_message(self.reference.descriptor)
+        if self.root.arrow != self.reference.arrow_type:  # the two mappings must agree
+            raise UnsupportedSchemaError(
+                f"compiled type {self.root.arrow} differs from {self.reference.arrow_type}"
+            )
+        self.arrow_type: pa.StructType = self.root.arrow
+        nn = len(self.nodes)
+        self._store = np.array([n.store for n in self.nodes], np.int64)
+        self._width = np.zeros(nn, np.int64)
+        self._track = np.array([n.nullable for n in self.nodes], np.uint8)
+        starts, dummies = [0], []
+        for n in self.nodes:
+            dummies.extend(_dummy(n))
+            starts.append(len(dummies))
+        self._dummy_start = np.array(starts, np.int64)
+        self._dummy_nodes = np.array(dummies or [0], np.int64)
+        self._per_row = np.zeros(nn, np.bool_)  # one entry per row (read by avro._Arenas)
+        self._per_row[_dummy(self.root)] = True
+        self._classes = {
+            n.id: message_factory.GetMessageClass(n.desc) for n in self.nodes if n.kind == "json"
+        }
+
+    def decode(self, data: pa.BinaryArray, offsets_skip: int = 5) -> ProtobufDecoded:
+        """One row per element of ``data`` (message indexes start at ``offsets_skip``)."""
+        if pa.types.is_large_binary(data.type):
+            data = data.cast(pa.binary())
+        if not pa.types.is_binary(data.type):
+            raise TypeError(f"ProtobufDecoder.decode takes binary values, not {data.type}")
+        n = len(data)
+        bufs = data.buffers()
+        offsets = np.frombuffer(bufs[1], np.int32, n + 1, data.offset * 4).astype(np.int64)
+        buf = np.frombuffer(bufs[2] if bufs[2] is not None else b"", np.uint8)
+        if n and (offsets.min() < 0 or offsets.max() > len(buf)):
+            raise ValueError("binary array offsets point outside its data buffer")
+        a = _Arenas(self, n, int(offsets[-1] - offsets[0]))  # type: ignore[arg-type]
+        err_code = np.zeros(n, np.int64)
+        err_pos = np.zeros(n, np.int64)
+        p = self.program
+        row = 0
+        while True:
+            status, row, full = k.decode_rows(
+                p.fields, p.fstart, p.fend, p.lookup_num, p.lookup_row, p.items, p.istart,
+                p.iend, p.oneof_rows, p.max_fields, p.max_depth, buf, offsets, offsets_skip,
+                row, a.counts, a.dcounts, a.ecap, a.dcap, a.vbase, a.dbase, self._store,
+                self._width, self._track, self._dummy_start, self._dummy_nodes, a.vals,
+                a.fvals, a.valid, a.data, err_code, err_pos,
+            )  # fmt: skip
+            if status == k.STATUS_DONE:
+                break
+            a.grow(int(full))
+        if data.null_count:  # a null input is a failed row
+            nulls = np.flatnonzero(data.is_null().to_numpy(zero_copy_only=False))
+            err_code[nulls] = k.ERR_NULL
+            err_pos[nulls] = 0
+            a.valid[a.vbase[0] + nulls] = 0  # the root has one entry per row, in order
+        values = self._build(self.root, a)
+        bad = np.flatnonzero(err_code)
+        texts = [
+            k.ERRORS[k.ERR_NULL]
+            if err_code[i] == k.ERR_NULL
+            else f"{k.ERRORS[int(err_code[i])]} (at byte {int(err_pos[i])} of "
+            f"{int(offsets[i + 1] - offsets[i])})"
+            for i in bad
+        ]
+        where = np.full(n, -1, np.int32)
+        where[bad] = np.arange(len(bad), dtype=np.int32)
+        errors = pa.array(texts, pa.string()).take(pa.array(where, mask=where < 0))
+        return ProtobufDecoded(values, errors)
+
+    def _build(self, node: Node, a: _Arenas) -> pa.Array:
+        i = node.id
+        c = int(a.counts[i])
+        vb = int(a.vbase[i])
+        valid = a.valid[vb : vb + c]
+        nulls = c - int(np.count_nonzero(valid)) if self._track[i] else 0
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+        kind = node.kind
+        if kind in ("message", "oneof"):
+            children = [self._build(ch, a) for ch in node.children]
+            return pa.Array.from_buffers(node.arrow, c, [validity], nulls, children=children)
+        if kind in ("timestamp", "duration"):
+            secs, nanos = (ch for ch in node.children)
+            s = a.vals[a.vbase[secs.id] : a.vbase[secs.id] + c]
+            ns = a.vals[a.vbase[nanos.id] : a.vbase[nanos.id] + c].astype(np.int32)
+            micros = s * 1_000_000 + ns.astype(np.int64) // 1000
+            return pa.Array.from_buffers(node.arrow, c, [validity, pa.py_buffer(micros)], nulls)
+        if kind == "wrapper":
+            inner = self._build(node.children[0], a)
+            return pa.Array.from_buffers(inner.type, c, [validity, *inner.buffers()[1:]], nulls)
+        vals = a.vals[vb : vb + c]
+        if kind in ("list", "map", "string", "bytes", "json"):
+            offs = np.zeros(c + 1, np.int64)
+            np.cumsum(vals, out=offs[1:])
+            if offs[-1] >= 2**31:
+                raise UnsupportedSchemaError(
+                    f"{node.path or '/'}: {int(offs[-1])} bytes/items in one batch exceed "
+                    "Arrow's 32-bit offsets; decode smaller batches"
+                )
+            obuf = pa.py_buffer(offs.astype(np.int32))
+            if kind in ("string", "bytes", "json"):
+                db = int(a.dbase[i])
+                dbuf = pa.py_buffer(a.data[db : db + int(offs[-1])])
+                if kind != "json":
+                    return pa.Array.from_buffers(node.arrow, c, [validity, obuf, dbuf], nulls)
+                raw = pa.Array.from_buffers(pa.binary(), c, [validity, obuf, dbuf], nulls)
+                cls = self._classes[i]
+                return pa.array(  # per value: only the JSON well-known types' columns
+                    [None if v is None else _json(cls.FromString(v)) for v in raw.to_pylist()],
+                    pa.string(),
+                )
+            if kind == "list":
+                child = self._build(node.children[0], a)
+            else:
+                key, value = (self._build(ch, a) for ch in node.children[0].children)
+                key, value, offs = _last_per_key(key, value, vals)
+                obuf = pa.py_buffer(offs)
+                entries = pa.struct([node.arrow.key_field, node.arrow.item_field])
+                child = pa.Array.from_buffers(entries, len(key), [None], 0, children=[key, value])
+            return pa.Array.from_buffers(node.arrow, c, [validity, obuf], nulls, children=[child])
+        if kind == "enum":
+            numbers, inverse = np.unique(vals.astype(np.int32), return_inverse=True)
+            by_number = node.desc.values_by_number
+            names = [by_number[v].name if v in by_number else str(v) for v in numbers.tolist()]
+            idx = numpy_array(inverse.astype(np.int32), mask=valid == 0 if nulls else None)
+            return pa.array(names, pa.string()).take(idx)
+        if kind == "bool":
+            bits = pa.py_buffer(np.packbits(vals != 0, bitorder="little"))
+            return pa.Array.from_buffers(pa.bool_(), c, [validity, bits], nulls)
+        raw_vals: np.ndarray
+        if kind in ("float", "double"):
+            floats = a.fvals[vb : vb + c]
+            raw_vals = floats.astype(np.float32) if kind == "float" else floats
+        elif kind in ("int32", "uint32"):
+            raw_vals = vals.astype(np.int32)
+        else:
+            raw_vals = vals
+        return pa.Array.from_buffers(node.arrow, c, [validity, pa.py_buffer(raw_vals)], nulls)
+
+
+def _last_per_key(
+    key: pa.Array, value: pa.Array, lengths: np.ndarray
+) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """A map's entries with only the last of each key per map (protobuf: a key repeated on
+    the wire replaces the entry), and the maps' int32 offsets; vectorised (a group-by)."""
+    parent = np.repeat(np.arange(len(lengths)), lengths)
+    if len(key) > 1:
+        t = pa.table({"p": parent, "k": key, "i": np.arange(len(key))})
+        last = t.group_by(["p", "k"], use_threads=False).aggregate([("i", "max")])["i_max"]
+        if len(last) < len(key):
+            keep = np.sort(last.to_numpy())
+            key, value, parent = key.take(keep), value.take(keep), parent[keep]
+            lengths = np.bincount(parent, minlength=len(lengths))
+    offs = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(lengths, out=offs[1:])
+    return key, value, offs
+
+
+def _json(m: Any) -> str:
+    return json.dumps(json_format.MessageToDict(m), sort_keys=True)
+
+
+def _dummy(node: Node) -> list[int]:
+    """``node`` and its struct descendants: the entries a null of ``node`` writes."""
+    out = [node.id]
+    if node.store == STORE_NONE:
+        for c in node.children:
+            out.extend(_dummy(c))
+    return out
+
+
+def compile_protobuf(
+    writer: RegisteredSchema, reader: RegisteredSchema
+) -> ProtobufDecoder | UpbDecoder:
+    """The decoder of a topic's Protobuf values (any writer version) into ``reader``'s shape:
+    the compiled one, or upb's where the compiler refuses the message."""
     del writer  # compatible by field number: the newest message reads every version
-    return ProtobufDecoder(reader)
+    try:
+        return ProtobufDecoder(reader)
+    except UnsupportedSchemaError:
+        return UpbDecoder(reader)
