@@ -309,17 +309,22 @@ class ProtobufDecoded:
         return int(len(self.errors) - self.errors.null_count)
 
 
+def _descriptor(reader: RegisteredSchema) -> Descriptor:
+    """The descriptor of ``reader``'s first message (Confluent's message ``[0]``)."""
+    pool, fdp = _pool(reader)
+    if not fdp.message_type:
+        raise ValueError(f"{fdp.name} declares no message")
+    desc: Descriptor = pool.FindFileByName(fdp.name).message_types_by_name[fdp.message_type[0].name]
+    return desc
+
+
 class UpbDecoder:
     """The reference and fallback: protobuf's parser (upb) per record, then a walk of the
     message into a row. Decodes Confluent-framed payloads into the reader's first message's
     shape."""
 
     def __init__(self, reader: RegisteredSchema) -> None:
-        pool, fdp = _pool(reader)
-        if not fdp.message_type:
-            raise ValueError(f"{fdp.name} declares no message")
-        self._file = pool.FindFileByName(fdp.name)
-        self.descriptor: Descriptor = self._file.message_types_by_name[fdp.message_type[0].name]
+        self.descriptor = _descriptor(reader)
         self._cls = message_factory.GetMessageClass(self.descriptor)
         self.arrow_type, self._row = _message(self.descriptor)
 
@@ -343,7 +348,17 @@ class UpbDecoder:
             except Exception as exc:  # any failure is this record's error
                 rows.append(None)
                 errors.append(f"{type(exc).__name__}: {exc}")
-        return ProtobufDecoded(pa.array(rows, type=self.arrow_type), pa.array(errors, pa.string()))
+        try:
+            values = pa.array(rows, type=self.arrow_type)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            for i, row in enumerate(rows):  # the rows Arrow refuses (microseconds beyond int64)
+                try:
+                    pa.array([row], type=self.arrow_type)
+                except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+                    rows[i] = None
+                    errors[i] = f"{type(exc).__name__}: {exc}"
+            values = pa.array(rows, type=self.arrow_type)
+        return ProtobufDecoded(values, pa.array(errors, pa.string()))
 
 
 class ProtobufDecoder:
@@ -355,8 +370,8 @@ class ProtobufDecoder:
     back to :class:`UpbDecoder`). Thread-safe: buffers are local to :meth:`decode`."""
 
     def __init__(self, reader: RegisteredSchema) -> None:
+        self.root, self.nodes, self.program = compile_message(_descriptor(reader))
         self.reference = UpbDecoder(reader)
-        self.root, self.nodes, self.program = compile_message(self.reference.descriptor)
         if self.root.arrow != self.reference.arrow_type:  # the two mappings must agree
             raise UnsupportedSchemaError(
                 f"compiled type {self.root.arrow} differs from {self.reference.arrow_type}"
@@ -377,6 +392,8 @@ class ProtobufDecoder:
         self._classes = {
             n.id: message_factory.GetMessageClass(n.desc) for n in self.nodes if n.kind == "json"
         }
+        self._parent = {c.id: n for n in self.nodes for c in n.children}
+        self._checked = [n for n in self.nodes if n.kind in ("json", "timestamp", "duration")]
 
     def decode(self, data: pa.BinaryArray, offsets_skip: int = 5) -> ProtobufDecoded:
         """One row per element of ``data`` (message indexes start at ``offsets_skip``)."""
@@ -411,7 +428,8 @@ class ProtobufDecoder:
             err_code[nulls] = k.ERR_NULL
             err_pos[nulls] = 0
             a.valid[a.vbase[0] + nulls] = 0  # the root has one entry per row, in order
-        values = self._build(self.root, a)
+        json = self._check(a, n, err_code)
+        values = self._build(self.root, a, json)
         bad = np.flatnonzero(err_code)
         texts = [
             k.ERRORS[k.ERR_NULL]
@@ -425,7 +443,70 @@ class ProtobufDecoder:
         errors = pa.array(texts, pa.string()).take(pa.array(where, mask=where < 0))
         return ProtobufDecoded(values, errors)
 
-    def _build(self, node: Node, a: _Arenas) -> pa.Array:
+    def _entry_rows(self, node: Node, a: _Arenas, n: int) -> np.ndarray:
+        """The row of every entry of ``node`` (a list's items belong to the list's row)."""
+        path = [node]
+        while path[-1].id in self._parent:
+            path.append(self._parent[path[-1].id])
+        rows = np.arange(n)
+        for up in reversed(path[1:]):
+            if up.kind in ("list", "map"):
+                lengths = a.vals[a.vbase[up.id] : a.vbase[up.id] + a.counts[up.id]]
+                rows = np.repeat(rows, lengths)
+        return rows
+
+    def _check(self, a: _Arenas, n: int, err_code: np.ndarray) -> dict[int, pa.Array]:
+        """The checks the kernel leaves to Python, failing whole rows as upb would: a
+        Timestamp or Duration beyond int64 microseconds, and the JSON well-known types, which
+        are parsed here (per value: their columns only). Returns the JSON columns."""
+        failed: list[np.ndarray] = []
+        json: dict[int, pa.Array] = {}
+        for node in self._checked:
+            i = node.id
+            c = int(a.counts[i])
+            rows = self._entry_rows(node, a, n)
+            if node.kind != "json":
+                secs = node.children[0].id
+                s = a.vals[a.vbase[secs] : a.vbase[secs] + c]
+                big = np.flatnonzero(np.abs(s) > 9_000_000_000_000)  # exact check below
+                ns = node.children[1].id
+                nanos = a.vals[a.vbase[ns] : a.vbase[ns] + c].astype(np.int32)
+                over = [
+                    j
+                    for j in big.tolist()
+                    if not -(2**63) <= int(s[j]) * 1_000_000 + int(nanos[j]) // 1000 < 2**63
+                ]
+                failed.append(rows[over].astype(np.int64))
+                err_code[rows[over]] = k.ERR_TIME_RANGE
+                continue
+            vals = a.vals[a.vbase[i] : a.vbase[i] + c]
+            offs = np.zeros(c + 1, np.int64)
+            np.cumsum(vals, out=offs[1:])
+            db = int(a.dbase[i])
+            present = a.valid[a.vbase[i] : a.vbase[i] + c] if self._track[i] else np.ones(c)
+            cls = self._classes[i]
+            texts: list[str | None] = []
+            bad: list[int] = []
+            for j in range(c):
+                if not present[j]:
+                    texts.append(None)
+                    continue
+                try:
+                    texts.append(
+                        _json(cls.FromString(a.data[db + offs[j] : db + offs[j + 1]].tobytes()))
+                    )
+                except Exception:  # as upb's walk: this row's error
+                    texts.append(None)
+                    bad.append(j)
+            err_code[rows[bad]] = k.ERR_JSON
+            failed.append(rows[bad].astype(np.int64))
+            json[i] = pa.array(texts, pa.string())
+        if failed:
+            rows = np.concatenate(failed)
+            a.valid[a.vbase[0] + rows] = 0  # the root has one entry per row, in order
+        return json
+
+    def _build(self, node: Node, a: _Arenas, json: dict[int, pa.Array]) -> pa.Array:
         i = node.id
         c = int(a.counts[i])
         vb = int(a.vbase[i])
@@ -434,7 +515,7 @@ class ProtobufDecoder:
         validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
         kind = node.kind
         if kind in ("message", "oneof"):
-            children = [self._build(ch, a) for ch in node.children]
+            children = [self._build(ch, a, json) for ch in node.children]
             return pa.Array.from_buffers(node.arrow, c, [validity], nulls, children=children)
         if kind in ("timestamp", "duration"):
             secs, nanos = (ch for ch in node.children)
@@ -443,7 +524,7 @@ class ProtobufDecoder:
             micros = s * 1_000_000 + ns.astype(np.int64) // 1000
             return pa.Array.from_buffers(node.arrow, c, [validity, pa.py_buffer(micros)], nulls)
         if kind == "wrapper":
-            inner = self._build(node.children[0], a)
+            inner = self._build(node.children[0], a, json)
             return pa.Array.from_buffers(inner.type, c, [validity, *inner.buffers()[1:]], nulls)
         vals = a.vals[vb : vb + c]
         if kind in ("list", "map", "string", "bytes", "json"):
@@ -458,18 +539,13 @@ class ProtobufDecoder:
             if kind in ("string", "bytes", "json"):
                 db = int(a.dbase[i])
                 dbuf = pa.py_buffer(a.data[db : db + int(offs[-1])])
-                if kind != "json":
-                    return pa.Array.from_buffers(node.arrow, c, [validity, obuf, dbuf], nulls)
-                raw = pa.Array.from_buffers(pa.binary(), c, [validity, obuf, dbuf], nulls)
-                cls = self._classes[i]
-                return pa.array(  # per value: only the JSON well-known types' columns
-                    [None if v is None else _json(cls.FromString(v)) for v in raw.to_pylist()],
-                    pa.string(),
-                )
+                if kind == "json":
+                    return json[i]
+                return pa.Array.from_buffers(node.arrow, c, [validity, obuf, dbuf], nulls)
             if kind == "list":
-                child = self._build(node.children[0], a)
+                child = self._build(node.children[0], a, json)
             else:
-                key, value = (self._build(ch, a) for ch in node.children[0].children)
+                key, value = (self._build(ch, a, json) for ch in node.children[0].children)
                 key, value, offs = _last_per_key(key, value, vals)
                 obuf = pa.py_buffer(offs)
                 entries = pa.struct([node.arrow.key_field, node.arrow.item_field])
@@ -554,5 +630,8 @@ def compile_protobuf(
     del writer  # compatible by field number: the newest message reads every version
     try:
         return ProtobufDecoder(reader)
-    except UnsupportedSchemaError:
-        return UpbDecoder(reader)
+    except UnsupportedSchemaError as exc:
+        try:
+            return UpbDecoder(reader)
+        except RecursionError:  # a recursive message: no Arrow type either way
+            raise exc from None

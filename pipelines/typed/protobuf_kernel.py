@@ -83,6 +83,8 @@ ERR_WIRE_TYPE = 20
 ERR_FIELD_ZERO = 21
 ERR_INDEXES = 22
 ERR_GROUP = 23
+ERR_TIME_RANGE = 24  # set by the caller
+ERR_JSON = 25  # set by the caller
 
 ERRORS: dict[int, str] = {
     ERR_TRUNCATED: "truncated: a field runs past the end of its message",
@@ -94,6 +96,8 @@ ERRORS: dict[int, str] = {
     ERR_FIELD_ZERO: "field number 0",
     ERR_INDEXES: "message indexes name another message than the topic's first",
     ERR_GROUP: "unterminated or mismatched group",
+    ERR_TIME_RANGE: "a Timestamp or Duration beyond 64-bit microseconds",
+    ERR_JSON: "a Struct, Value, ListValue or Any that protobuf cannot parse or print",
 }
 
 
