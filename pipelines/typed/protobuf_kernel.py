@@ -122,6 +122,18 @@ def _uvarint(buf: np.ndarray, p: int, end: int, max_bytes: int) -> tuple:  # typ
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _valid_entry(  # noqa: PLR0917
+    n: int, counts: np.ndarray, ecap: np.ndarray, track: np.ndarray, valid: np.ndarray,
+    vbase: np.ndarray,
+) -> int:  # fmt: skip
+    """Node ``n``'s next entry, marked valid where ``n`` can be null; -1 when it is full."""
+    slot = _entry(counts, ecap, n)
+    if slot >= 0 and track[n]:
+        valid[vbase[n] + slot] = 1
+    return slot
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _le(buf: np.ndarray, p: int, n: int) -> np.int64:
     u = np.uint64(0)
     for i in range(n):
@@ -303,12 +315,10 @@ def decode_rows(  # noqa: PLR0917
             if pushing:  # 1. a new frame: its entry, the scan and the bucketing
                 pushing = False
                 m = push_node
-                slot = _entry(counts, ecap, m)
+                slot = _valid_entry(m, counts, ecap, track, valid, vbase)
                 if slot < 0:
                     full = m
                     break
-                if track[m]:
-                    valid[vbase[m] + slot] = 1
                 depth += 1
                 f_node[depth] = m
                 f_occ0[depth] = top_occ
@@ -509,12 +519,10 @@ def decode_rows(  # noqa: PLR0917
                     if dcounts[node] + total > dcap[node]:
                         full = node
                         break
-                    slot = _entry(counts, ecap, node)
+                    slot = _valid_entry(node, counts, ecap, track, valid, vbase)
                     if slot < 0:
                         full = node
                         break
-                    if track[node]:
-                        valid[vbase[node] + slot] = 1
                     vals[vbase[node] + slot] = total
                     for t in range(first, b):
                         o = order[t]
@@ -537,12 +545,10 @@ def decode_rows(  # noqa: PLR0917
                     if dcounts[node] + ln > dcap[node]:
                         full = node
                         break
-                    slot = _entry(counts, ecap, node)
+                    slot = _valid_entry(node, counts, ecap, track, valid, vbase)
                     if slot < 0:
                         full = node
                         break
-                    if track[node]:
-                        valid[vbase[node] + slot] = 1
                     vals[vbase[node] + slot] = ln
                     _copy(data, dbase[node] + dcounts[node], buf, qs, ln)
                     dcounts[node] += ln
@@ -582,12 +588,10 @@ def decode_rows(  # noqa: PLR0917
                             n_items += 1
                         if err != 0 or full >= 0:
                             break
-                    slot = _entry(counts, ecap, node)
+                    slot = _valid_entry(node, counts, ecap, track, valid, vbase)
                     if slot < 0:
                         full = node
                         break
-                    if track[node]:
-                        valid[vbase[node] + slot] = 1
                     if op in (V_FLOAT, V_DOUBLE):
                         fvals[vbase[node] + slot] = f
                     else:
