@@ -31,7 +31,7 @@ walk of that message into a row is Python; that path measured 85k records/s for 
 message, slower than the do-it-yourself ``MessageToDict`` per record (92k/s), and no library
 here decodes a batch of Protobuf into Arrow (``protarrow`` converts already-parsed messages).
 ``tests/perf/bench_decode_protobuf.py`` prints the compiled decoder's records/s next to upb's
-(same payloads, one core; ~25x on this machine, see the README). The wire rules are
+(same payloads, one core: 8-14x on a shared 2-core machine). The wire rules are
 protobuf's: fields in any order, a scalar given twice keeps the last, a message given twice
 merges, repeated fields append (packed and unpacked both read), a oneof keeps the branch that
 came last, a map key given twice keeps the last entry, unknown fields (and known ones with
