@@ -43,10 +43,10 @@ only.
 
 :class:`UpbDecoder` (upb per record, then a walk of the message) is the reference and the
 fallback: :func:`compile_protobuf` uses it for the messages the compiler refuses (proto2
-groups, closed enums; a recursive message, which neither can type). The Hypothesis test
-``tests/unit/typed/test_protobuf_property.py`` checks the two against each other on random
-message descriptors and messages (serialized by protobuf), merged and unknown fields, and
-damaged payloads.
+groups and closed enums; a recursive message, which neither can type). The
+Hypothesis test ``tests/unit/typed/test_protobuf_property.py`` checks the two against each
+other on random message descriptors and messages (serialized by protobuf), merged and unknown
+fields, and damaged payloads.
 """
 
 from __future__ import annotations

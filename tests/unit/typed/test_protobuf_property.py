@@ -387,3 +387,28 @@ def test_wire_rules_by_example() -> None:
         {"r": [1, 2, 3, 4], "choice": {"m": {"x": 3, "y": 2}, "s": None}, "v": 2},
         {"r": [], "choice": {"m": None, "s": ""}, "v": 0},
     ]
+
+
+def test_proto2_presence_and_the_fallback() -> None:
+    """proto2 optional and required fields are null when absent (upb does not refuse a
+    missing required field; declared defaults are not columns); a message with a closed
+    (proto2) enum is decoded by upb."""
+    fdp = descriptor_pb2.FileDescriptorProto(name="gen/p2.proto", package="g", syntax="proto2")
+    msg = fdp.message_type.add(name="P")
+    msg.field.add(name="i", number=1, type=F.TYPE_INT32, label=F.LABEL_OPTIONAL,
+                  default_value="7")  # fmt: skip
+    msg.field.add(name="r", number=2, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
+    msg.field.add(name="q", number=3, type=F.TYPE_INT32, label=F.LABEL_REQUIRED)
+    payloads = [HEADER, HEADER + b"\x08\x05\x10\x01\x12\x01\x02\x18\x03"]
+    assert_same(_schema_of(fdp), payloads)
+    dec = compile_protobuf(_schema_of(fdp), _schema_of(fdp))
+    assert isinstance(dec, ProtobufDecoder)
+    rows = dec.decode(pa.array(payloads, pa.binary())).values.to_pylist()
+    assert rows == [{"i": None, "r": [], "q": None}, {"i": 5, "r": [1, 2], "q": 3}]
+    fdp.enum_type.add(name="Closed").value.add(name="C1", number=1)
+    msg.field.add(name="e", number=4, type=F.TYPE_ENUM, type_name=".g.Closed",
+                  label=F.LABEL_OPTIONAL)  # fmt: skip
+    dec = compile_protobuf(_schema_of(fdp), _schema_of(fdp))
+    assert isinstance(dec, UpbDecoder)
+    got = dec.decode(pa.array([HEADER + b"\x20\x01", HEADER + b"\x20\x02"], pa.binary()))
+    assert [r["e"] for r in got.values.to_pylist()] == ["C1", None]  # 2: an unknown field
