@@ -411,6 +411,12 @@ class ProtobufDecoder:
         err_code = np.zeros(n, np.int64)
         err_pos = np.zeros(n, np.int64)
         p = self.program
+        # The occurrences of the message frames on the stack (>= 2 bytes each): grown on
+        # demand up to the bound of the longest payload, at most depth x length / 2.
+        lengths = np.diff(offsets)
+        bound = (p.max_depth + 2) * (int(lengths.max(initial=0)) // 2 + 2) + 2
+        cap = min(bound, 256 + int(lengths.max(initial=0)) // 4)
+        occ, order = np.empty((4, cap), np.int64), np.empty(cap, np.int64)
         row = 0
         while True:
             status, row, full = k.decode_rows(
@@ -418,10 +424,16 @@ class ProtobufDecoder:
                 p.iend, p.oneof_rows, p.max_fields, p.max_depth, buf, offsets, offsets_skip,
                 row, a.counts, a.dcounts, a.ecap, a.dcap, a.vbase, a.dbase, self._store,
                 self._width, self._track, self._dummy_start, self._dummy_nodes, a.vals,
-                a.fvals, a.valid, a.data, err_code, err_pos,
+                a.fvals, a.valid, a.data, err_code, err_pos, occ, order,
             )  # fmt: skip
             if status == k.STATUS_DONE:
                 break
+            if status == k.STATUS_SCRATCH:
+                if cap >= bound:
+                    raise RuntimeError(f"Protobuf kernel: {cap} occurrences cannot be too few")
+                cap = min(bound, 2 * cap)
+                occ, order = np.empty((4, cap), np.int64), np.empty(cap, np.int64)
+                continue
             a.grow(int(full))
         if data.null_count:  # a null input is a failed row
             nulls = np.flatnonzero(data.is_null().to_numpy(zero_copy_only=False))

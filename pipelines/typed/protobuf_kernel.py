@@ -75,6 +75,7 @@ V_RAW = 10  # a message's bytes, kept (the JSON well-known types)
 
 STATUS_DONE = 0
 STATUS_FULL = 1
+STATUS_SCRATCH = 2
 
 ERR_TRUNCATED = 1
 ERR_VARINT = 2
@@ -87,6 +88,7 @@ ERR_INDEXES = 22
 ERR_GROUP = 23
 ERR_TIME_RANGE = 24  # set by the caller
 ERR_JSON = 25  # set by the caller
+ERR_SCRATCH = 99  # not a row's error: the occurrence scratch is full (STATUS_SCRATCH)
 
 ERRORS: dict[int, str] = {
     ERR_TRUNCATED: "truncated: a field runs past the end of its message",
@@ -247,22 +249,22 @@ def decode_rows(  # noqa: PLR0917
     data: np.ndarray,
     err_code: np.ndarray,
     err_pos: np.ndarray,
+    occ: np.ndarray,
+    order: np.ndarray,
 ) -> tuple:  # type: ignore[type-arg]
     """Decode payloads ``row0..`` (payload ``i``: ``buf[offsets[i] + skip:offsets[i + 1]]``,
-    message indexes first). Returns ``(status, row, node)`` as ``avro_kernel.decode_rows``."""
+    message indexes first). Returns ``(status, row, node)`` as ``avro_kernel.decode_rows``,
+    or ``STATUS_SCRATCH`` when row ``row`` has more occurrences on the frame stack than
+    ``occ`` (``int64[4, cap]``: slot, start, end, wire type) and ``order`` (``int64[cap]``)
+    hold: the caller grows both and calls again from that row."""
     nrows = offsets.shape[0] - 1
     nnodes = counts.shape[0]
-    maxlen = 0
-    for r in range(row0, nrows):
-        maxlen = max(maxlen, offsets[r + 1] - offsets[r])
     frames = max_depth + 2
-    # Occurrences take >= 2 bytes each; the frames on the stack nest inside one payload.
-    cap = frames * (maxlen // 2 + 2) + 2
-    occ_slot = np.empty(cap, np.int64)
-    occ_start = np.empty(cap, np.int64)
-    occ_end = np.empty(cap, np.int64)
-    occ_wt = np.empty(cap, np.int64)
-    order = np.empty(cap, np.int64)
+    cap = occ.shape[1]
+    occ_slot = occ[0]
+    occ_start = occ[1]
+    occ_end = occ[2]
+    occ_wt = occ[3]
     slots = np.empty(frames * (2 * max_fields + 2), np.int64)
     f_node = np.empty(frames, np.int64)
     f_occ0 = np.empty(frames, np.int64)
@@ -379,6 +381,9 @@ def decode_rows(  # noqa: PLR0917
                             r = lookup_row[lo]
                             fwt = fields[r, FIELD_WT]
                             if wt == fwt or (wt == 2 and fields[r, FIELD_LIST] >= 0 and fwt != 2):
+                                if top_occ >= cap:
+                                    err = ERR_SCRATCH
+                                    break
                                 occ_slot[top_occ] = r - fs
                                 occ_start[top_occ] = vs
                                 occ_end[top_occ] = q
@@ -616,6 +621,8 @@ def decode_rows(  # noqa: PLR0917
             dcounts[n] = dsnap[n]
         if full >= 0:
             return STATUS_FULL, row, full
+        if err == ERR_SCRATCH:
+            return STATUS_SCRATCH, row, -1
         err_code[row] = err
         err_pos[row] = p - start
         full = _null(

@@ -412,3 +412,16 @@ def test_proto2_presence_and_the_fallback() -> None:
     assert isinstance(dec, UpbDecoder)
     got = dec.decode(pa.array([HEADER + b"\x20\x01", HEADER + b"\x20\x02"], pa.binary()))
     assert [r["e"] for r in got.values.to_pylist()] == ["C1", None]  # 2: an unknown field
+
+
+def test_many_fields_in_one_payload_grow_the_scratch() -> None:
+    """A payload of thousands of unpacked items (more occurrences than the kernel's first
+    scratch holds) decodes whole, between two small rows."""
+    fdp = descriptor_pb2.FileDescriptorProto(name="gen/big.proto", package="g", syntax="proto3")
+    msg = fdp.message_type.add(name="B")
+    msg.field.add(name="r", number=1, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
+    msg.field[0].options.packed = False
+    payloads = [HEADER + b"\x08\x05", HEADER + b"\x08\x01" * 3000, HEADER + b"\x08\x07"]
+    assert_same(_schema_of(fdp), payloads)
+    rows = ProtobufDecoder(_schema_of(fdp)).decode(pa.array(payloads)).values.to_pylist()
+    assert [len(r["r"]) for r in rows] == [1, 3000, 1]
