@@ -116,7 +116,7 @@ class Node:
 class Program:
     """The kernel's tables (see :mod:`protobuf_kernel`), indexed by node id for messages."""
 
-    fields: np.ndarray  # int64[n, 8]: FIELD_* columns
+    fields: np.ndarray  # int64[n, 7]: FIELD_* columns
     fstart: np.ndarray  # per node: its rows in ``fields`` (schema order) and ``lookup``
     fend: np.ndarray
     lookup_num: np.ndarray  # per message, its field numbers sorted (binary search) ...
@@ -148,7 +148,6 @@ def _real_oneof(field: Any) -> Any:
 
 class _Builder:
     def __init__(self) -> None:
-        self.nodes: list[Node] = []
         self.rows: list[list[int]] = []  # field rows, appended per message
         self.per_msg: dict[int, tuple[list[int], list[tuple[int, int, int, int]]]] = {}
         self.oneof_rows: list[int] = []
@@ -182,7 +181,7 @@ class _Builder:
             node = Node(_TIMES[full], pa.timestamp("us", tz="UTC") if full.endswith("Timestamp")
                         else pa.int64(), path)  # fmt: skip
         elif full in _WRAPPERS:
-            node = Node("wrapper", pa.from_numpy_dtype(np.int8), path)  # typed below
+            node = Node("wrapper", pa.null(), path)  # typed below: its value's type
         elif desc.GetOptions().map_entry:
             node = Node("entry", pa.null(), path)  # typed by the map node
         else:
@@ -255,7 +254,7 @@ class _Builder:
     def row(self, number: int, op: int, node: Node, wt: int, *, list_node: Node | None = None,
             presence: bool, default: bool = False) -> int:  # fmt: skip
         self.rows.append([number, op, id(node), id(list_node) if list_node else -1,
-                          int(presence), wt, int(default), 0])  # fmt: skip
+                          int(presence), wt, int(default)])  # fmt: skip
         return len(self.rows) - 1
 
 
@@ -293,7 +292,7 @@ def compile_message(desc: Descriptor) -> tuple[Node, list[Node], Program]:
 
     number(root)
     by_obj = {id(n): n.id for n in nodes}
-    fields = np.array(b.rows or [[0] * 8], np.int64).reshape(-1, 8)
+    fields = np.array(b.rows or [[0] * 7], np.int64).reshape(-1, 7)
     for r in fields[: len(b.rows)]:
         r[k.FIELD_NODE] = by_obj[int(r[k.FIELD_NODE])]
         if r[k.FIELD_LIST] != -1:
