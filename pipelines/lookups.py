@@ -14,6 +14,16 @@ batches, which carry an ``error``, are left out):
 - ``time_lookup``: one row per batch — topic, partition, max_timestamp, first_offset,
   last_offset, segment, file, position, size.
 
+Without log dirs (``[paths] log_dirs = []`` and ``[ingest] bootstrap_servers``) the batches are
+read through Fetch (read_uncommitted, up to the high watermark: every batch, as from the
+files) into the same decoder, and the rows are the same but for what only a file has:
+``segment`` and ``position`` are -1 (as ``records``' ``segment_base_offset`` and
+``batch_position`` through Fetch) and ``file`` is ``kafka://<bootstrap>/<topic>-<partition>``.
+:func:`locate` then tells the batch's offsets and size, not where it lies on a disk. The index
+check needs the broker's ``.index``/``.timeindex`` files: not done through Fetch, and each run
+logs so. A segment deleted under a Fetch run (offset out of range) fails it (exit 1, retried:
+the next run starts at the new log start).
+
 Questions and their answers (Kafka's semantics):
 
 - :func:`locate` (Fetch / ``.index``): the batch holding ``offset`` is the first batch, in
@@ -52,7 +62,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,7 +74,9 @@ import pyarrow.compute as pc
 from logstore.errors import LoglakeError
 from logstore.objectstore import LakeLocation
 from logstore.protocol.records import decode_batch
+from logstore.tools.client_config import ClientConfig
 from pipelines.config import log_dir_topics
+from pipelines.sources.fetch import FetchRange
 from pipelines.sources.plan import (
     SegmentRange,
     SegmentVanishedError,
@@ -588,6 +600,54 @@ def _lookup_task(ranges: list[SegmentRange], *, table: str, min_timestamp: int) 
         }
 
 
+def _fetch_lookup_task(ranges: list[FetchRange], *, table: str) -> Iterator[Any]:
+    """:func:`_lookup_task` through Fetch (no log dirs): the same rows and reports, the
+    batches read by :func:`~pipelines.sources.fetch.read_fetch_batches` (``segment`` and
+    ``position`` are -1, ``file`` names the broker: see the module docstring)."""
+    from pipelines.sources.fetch import MIN_TIMESTAMP, read_fetch_batches  # noqa: PLC0415
+
+    ends: dict[tuple[str, int], tuple[int, int]] = {}
+    for rng in ranges:
+        key = (rng.topic, rng.partition)
+        for batch in read_fetch_batches(rng, min_timestamp=MIN_TIMESTAMP):
+            rows = lookup_rows(table, batch)
+            if rows.num_rows:
+                last = pc.max(rows.column("last_offset")).as_py()
+                end, n = ends.get(key, (-1, 0))
+                ends[key] = (max(end, -1 if last is None else last), n + rows.num_rows)
+                yield rows
+    for (topic, partition), (end, n) in ends.items():
+        yield {"topic": topic, "partition": partition, "next_offset": end + 1, "rows": n,
+               "deleted_segments": 0}  # fmt: skip
+
+
+def _fetch_tasks(
+    bootstrap: str,
+    kafka: ClientConfig | None,
+    topics: Sequence[str] | None,
+    starting: dict[str, dict[str, int]],
+    cores: int,
+) -> list[list[FetchRange]]:
+    """The Fetch ranges from each partition's progress to its high watermark, at least one
+    piece per core while there is that much (as ingest through Fetch cuts them)."""
+    from pipelines.sources.fetch import plan_fetch_ranges  # noqa: PLC0415
+
+    starts = {(t, int(p)): v for t, parts in starting.items() for p, v in parts.items()}
+    _, bounds = plan_fetch_ranges(bootstrap, topics=topics, config=kafka, isolation=0)
+    todo = {
+        tp: (max(begin, starts.get(tp, begin)), end)
+        for tp, (begin, end) in bounds.items()
+        if topics is not None or not tp[0].startswith("__")  # as from log dirs: not internal
+    }
+    left = sum(max(0, end - s) for s, end in todo.values())
+    piece = max(1, -(-left // max(1, cores)))
+    return [
+        [FetchRange(t, p, a, min(a + piece, end), bootstrap, kafka, 0)]
+        for (t, p), (s, end) in sorted(todo.items())
+        for a in range(s, end, piece)
+    ]
+
+
 def _evolve(path: str, table: str) -> None:
     """Give a table of an earlier release the columns added since (:data:`_ADDED`), nullable,
     at the end of its schema, in one Delta commit (metadata only: no file is rewritten; the
@@ -617,6 +677,8 @@ def build_lookups(
     topics: Sequence[str] | None = None,
     max_partition_bytes: int | None = None,
     check: bool = True,
+    bootstrap_servers: str = "",
+    kafka: ClientConfig | None = None,
     log: Callable[[str], None] = _stderr,
 ) -> LookupsSummary:
     """Append new batches to ``<lake>/offset_lookup`` and ``<lake>/time_lookup``, incrementally.
@@ -645,7 +707,9 @@ def build_lookups(
     from pipelines.sources.plan import DEFAULT_MAX_PARTITION_BYTES  # noqa: PLC0415
 
     named = topics
-    if topics is None:
+    if not log_dirs and not bootstrap_servers:
+        raise LoglakeError("build_lookups needs log dirs or bootstrap servers to read from")
+    if topics is None and log_dirs:
         # every topic but Kafka's internal ones, as ingest: their batches are the broker's own
         # bookkeeping (consumer groups' commits, ingest's own lake-group commit every run),
         # which would change the tables on every run without any new application data
@@ -665,6 +729,14 @@ def build_lookups(
             topic, _, part = tp.rpartition("-")
             if name == table and topic and part.isdigit():
                 starting.setdefault(topic, {})[part] = version
+        if not log_dirs:  # through Fetch: the same rows but the file columns (module doc)
+            tasks = _fetch_tasks(bootstrap_servers, kafka, topics, starting, cores)
+            task = functools.partial(_fetch_lookup_task, table=table)
+            staged = stage_files(
+                spark, path, tasks, task, schema=LOOKUP_SCHEMAS[table], partition_by=["topic"]
+            )
+            _commit_table(table, staged, done, rows, progress, log)
+            continue
         source = _source(log_dirs, topics, starting=starting, max_partition_bytes=piece)
 
         def stage(
@@ -683,24 +755,42 @@ def build_lookups(
         # retention may delete a segment under the run (the lake group holds what ingest has
         # not read, not what lookups has not indexed): plan again from the new log start
         _tasks, staged = replanned(stage, what=f"build_lookups {table}", log=log)
-        ends: dict[tuple[str, int], int] = {}
-        for report in staged.reports:
-            tp_key = (report["topic"], report["partition"])
-            ends[tp_key] = max(ends.get(tp_key, 0), report["next_offset"])
-        deleted = sum(report["deleted_segments"] for report in staged.reports)
-        if deleted:
-            log(
-                f"build_lookups {table}: {deleted} segments were deleted by retention before "
-                "they were read; their batches are not indexed"
-            )
-        apps = {_app_id(table, t, p): end for (t, p), end in sorted(ends.items())}
-        rows[table] = staged.num_rows
-        if apps:
-            staged.commit(app_transactions=apps, expected_versions={a: done.get(a) for a in apps})
-        else:  # nothing to commit: remove what was staged, release the lease
-            staged.abort()
-        progress[table] = apps
+        _commit_table(table, staged, done, rows, progress, log)
     problems: list[IndexProblem] = []
-    if check:
+    if check and not log_dirs:
+        # said on every run, never skipped silently: the check reads the broker's files
+        log(
+            "index check not done through Fetch: it compares the broker's .index/.timeindex "
+            "files with the batches, and there are no log dirs to read them from"
+        )
+    elif check:
         problems = check_index_files(spark, log_dirs, topics=named, log=log)
     return LookupsSummary(rows, progress, problems)
+
+
+def _commit_table(  # noqa: PLR0917
+    table: str,
+    staged: StagedWrite,
+    done: Mapping[str, int],
+    rows: dict[str, int],
+    progress: dict[str, dict[str, int]],
+    log: Callable[[str], None],
+) -> None:
+    """One table's commit: its rows with each partition's new progress (exactly once)."""
+    ends: dict[tuple[str, int], int] = {}
+    for report in staged.reports:
+        tp_key = (report["topic"], report["partition"])
+        ends[tp_key] = max(ends.get(tp_key, 0), report["next_offset"])
+    deleted = sum(report["deleted_segments"] for report in staged.reports)
+    if deleted:
+        log(
+            f"build_lookups {table}: {deleted} segments were deleted by retention before "
+            "they were read; their batches are not indexed"
+        )
+    apps = {_app_id(table, t, p): end for (t, p), end in sorted(ends.items())}
+    rows[table] = staged.num_rows
+    if apps:
+        staged.commit(app_transactions=apps, expected_versions={a: done.get(a) for a in apps})
+    else:  # nothing to commit: remove what was staged, release the lease
+        staged.abort()
+    progress[table] = apps
