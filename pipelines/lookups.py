@@ -76,7 +76,6 @@ from logstore.objectstore import LakeLocation
 from logstore.protocol.records import decode_batch
 from logstore.tools.client_config import ClientConfig
 from pipelines.config import log_dir_topics
-from pipelines.sources.fetch import FetchRange
 from pipelines.sources.plan import (
     SegmentRange,
     SegmentVanishedError,
@@ -207,11 +206,14 @@ def build_time_lookup(batches: DataFrame) -> DataFrame:
     return _select(batches, TIME_LOOKUP)
 
 
-def lookup_rows(table: str, batches: pa.RecordBatch) -> pa.RecordBatch:
+def lookup_rows(
+    table: str, batches: pa.RecordBatch, *, data: bytes | None = None
+) -> pa.RecordBatch:
     """``table``'s rows (:data:`LOOKUP_SCHEMAS`) from a record batch of ``kind=batches`` rows
-    (:data:`~pipelines.sources.BATCHES_ARROW_SCHEMA`; sound batches only)."""
+    (:data:`~pipelines.sources.BATCHES_ARROW_SCHEMA`; sound batches only). ``data``: the
+    bytes the rows' positions index (a Fetch response) instead of their files."""
     sound = batches.filter(pc.is_null(batches.column("error")))
-    extra = [marker_column(sound)] if table == OFFSET_LOOKUP else []
+    extra = [marker_column(sound, data=data)] if table == OFFSET_LOOKUP else []
     return pa.RecordBatch.from_arrays(
         [sound.column(src) for src, _ in _COLUMNS[table]] + extra, schema=LOOKUP_SCHEMAS[table]
     )
@@ -222,13 +224,13 @@ def lookup_rows(table: str, batches: pa.RecordBatch) -> pa.RecordBatch:
 _MARKER_PREFIX = 128
 
 
-def marker_column(batches: pa.RecordBatch) -> pa.Array:
+def marker_column(batches: pa.RecordBatch, *, data: bytes | None = None) -> pa.Array:
     """``offset_lookup.marker`` of each row of ``kind=batches`` rows: for a control batch, the
     type its record's key names — ``commit``, ``abort``, else ``other`` (another control type,
     an unreadable key, a compressed control batch) — judged as the ingest pre-pass judges it
     (:func:`pipelines.decode.transactions.marker_types`); null for data batches. One ``pread``
     of at most 128 bytes per control batch (one per transaction and partition), nothing per
-    data batch."""
+    data batch; with ``data``, a slice of those bytes instead (through Fetch)."""
     n = batches.num_rows
     control = pc.fill_null(batches.column("is_control"), False)
     if n == 0 or not pc.any(control).as_py():
@@ -250,12 +252,15 @@ def marker_column(batches: pa.RecordBatch) -> pa.Array:
             strict=True,
         ):  # fmt: skip
             kind = None
-            if codec == "none" and count and count >= 1:
+            if codec == "none" and count and count >= 1 and data is not None:
+                got = data[position : position + min(size, _MARKER_PREFIX)]
+                kind = _marker_kind(np.frombuffer(got, np.uint8), 0, len(got))
+            elif codec == "none" and count and count >= 1:
                 fd = fds.get(path)
                 if fd is None:
                     fd = fds[path] = os.open(path, os.O_RDONLY)
-                data = os.pread(fd, min(size, _MARKER_PREFIX), position)
-                kind = _marker_kind(np.frombuffer(data, np.uint8), 0, len(data))
+                head = os.pread(fd, min(size, _MARKER_PREFIX), position)
+                kind = _marker_kind(np.frombuffer(head, np.uint8), 0, len(head))
             values.append(names.get(kind, "other") if kind is not None else "other")
     finally:
         for fd in fds.values():
@@ -600,54 +605,6 @@ def _lookup_task(ranges: list[SegmentRange], *, table: str, min_timestamp: int) 
         }
 
 
-def _fetch_lookup_task(ranges: list[FetchRange], *, table: str) -> Iterator[Any]:
-    """:func:`_lookup_task` through Fetch (no log dirs): the same rows and reports, the
-    batches read by :func:`~pipelines.sources.fetch.read_fetch_batches` (``segment`` and
-    ``position`` are -1, ``file`` names the broker: see the module docstring)."""
-    from pipelines.sources.fetch import MIN_TIMESTAMP, read_fetch_batches  # noqa: PLC0415
-
-    ends: dict[tuple[str, int], tuple[int, int]] = {}
-    for rng in ranges:
-        key = (rng.topic, rng.partition)
-        for batch in read_fetch_batches(rng, min_timestamp=MIN_TIMESTAMP):
-            rows = lookup_rows(table, batch)
-            if rows.num_rows:
-                last = pc.max(rows.column("last_offset")).as_py()
-                end, n = ends.get(key, (-1, 0))
-                ends[key] = (max(end, -1 if last is None else last), n + rows.num_rows)
-                yield rows
-    for (topic, partition), (end, n) in ends.items():
-        yield {"topic": topic, "partition": partition, "next_offset": end + 1, "rows": n,
-               "deleted_segments": 0}  # fmt: skip
-
-
-def _fetch_tasks(
-    bootstrap: str,
-    kafka: ClientConfig | None,
-    topics: Sequence[str] | None,
-    starting: dict[str, dict[str, int]],
-    cores: int,
-) -> list[list[FetchRange]]:
-    """The Fetch ranges from each partition's progress to its high watermark, at least one
-    piece per core while there is that much (as ingest through Fetch cuts them)."""
-    from pipelines.sources.fetch import plan_fetch_ranges  # noqa: PLC0415
-
-    starts = {(t, int(p)): v for t, parts in starting.items() for p, v in parts.items()}
-    _, bounds = plan_fetch_ranges(bootstrap, topics=topics, config=kafka, isolation=0)
-    todo = {
-        tp: (max(begin, starts.get(tp, begin)), end)
-        for tp, (begin, end) in bounds.items()
-        if topics is not None or not tp[0].startswith("__")  # as from log dirs: not internal
-    }
-    left = sum(max(0, end - s) for s, end in todo.values())
-    piece = max(1, -(-left // max(1, cores)))
-    return [
-        [FetchRange(t, p, a, min(a + piece, end), bootstrap, kafka, 0)]
-        for (t, p), (s, end) in sorted(todo.items())
-        for a in range(s, end, piece)
-    ]
-
-
 def _evolve(path: str, table: str) -> None:
     """Give a table of an earlier release the columns added since (:data:`_ADDED`), nullable,
     at the end of its schema, in one Delta commit (metadata only: no file is rewritten; the
@@ -704,6 +661,7 @@ def build_lookups(
     from pipelines.delta import read_app_transactions  # noqa: PLC0415
     from pipelines.delta.direct import stage_files  # noqa: PLC0415
     from pipelines.ingest import PIECES_PER_TASK, schedule_tasks  # noqa: PLC0415
+    from pipelines.lookups_fetch import fetch_lookup_task, fetch_tasks  # noqa: PLC0415
     from pipelines.sources.plan import DEFAULT_MAX_PARTITION_BYTES  # noqa: PLC0415
 
     named = topics
@@ -730,8 +688,10 @@ def build_lookups(
             if name == table and topic and part.isdigit():
                 starting.setdefault(topic, {})[part] = version
         if not log_dirs:  # through Fetch: the same rows but the file columns (module doc)
-            tasks = _fetch_tasks(bootstrap_servers, kafka, topics, starting, cores)
-            task = functools.partial(_fetch_lookup_task, table=table)
+            tasks = fetch_tasks(
+                bootstrap_servers, kafka=kafka, topics=topics, starting=starting, cores=cores
+            )
+            task = functools.partial(fetch_lookup_task, table=table)
             staged = stage_files(
                 spark, path, tasks, task, schema=LOOKUP_SCHEMAS[table], partition_by=["topic"]
             )

@@ -199,10 +199,11 @@ def _leader(rng: FetchRange) -> str:
 
 
 def cluster_topics(bootstrap: str, *, config: ClientConfig | None = None) -> list[str]:
-    """The cluster's topics (Metadata), Kafka's internal ones left out: what a log dir's
-    partition directories tell the jobs when there is no log dir."""
+    """The cluster's topics (Metadata), Kafka's internal ones left out (flagged internal, or
+    named ``__...`` as the jobs leave them out of log dirs): what a log dir's partition
+    directories tell the jobs when there is no log dir."""
     _, leaders = _retrying(f"Metadata of {bootstrap}", lambda: _metadata(bootstrap, config, None))
-    return sorted({t for t, _ in leaders})
+    return sorted({t for t, _ in leaders if not t.startswith("__")})
 
 
 def _list_offsets(
@@ -458,14 +459,16 @@ class _Cursor:
 
 def read_fetch_batches(
     rng: FetchRange, *, min_timestamp: int, max_bytes: int = DEFAULT_FETCH_MAX_BYTES
-) -> Iterator[pa.RecordBatch]:
+) -> Iterator[tuple[pa.RecordBatch, bytes]]:
     """The batch headers of ``rng`` as :data:`BATCHES_ARROW_SCHEMA` rows, as
-    :func:`pipelines.sources.read.read_batches` gives them for a segment.
+    :func:`pipelines.sources.read.read_batches` gives them for a segment, each with the
+    Fetch response's bytes that its ``position`` s index (to read a batch's first bytes, as
+    from a file; the position of the batch in the log is not known).
 
-    No file is read: ``file`` is :func:`fetch_path`, ``segment_base_offset`` and ``position``
-    are ``-1``. Every batch the broker serves whose last offset is in ``[rng.start_offset,
-    rng.until)`` (so that consecutive ranges share no batch), with the range's isolation level
-    (``0``: every batch up to the high watermark, aborted ones and markers included)."""
+    No file is read: ``file`` is :func:`fetch_path` and ``segment_base_offset`` is ``-1``.
+    Every batch the broker serves whose last offset is in ``[rng.start_offset, rng.until)``
+    (so that consecutive ranges share no batch), with the range's isolation level (``0``:
+    every batch up to the high watermark, aborted ones and markers included)."""
     from pipelines.sources.read import read_batches  # noqa: PLC0415 (numba on executors only)
 
     offset = rng.start_offset
@@ -484,7 +487,7 @@ def read_fetch_batches(
                 recent = pc.greater_equal(batch.column("max_timestamp"), min_timestamp)
                 keep = pc.and_(sound, pc.and_(ends_here, recent))
                 keep = pc.or_(keep, pc.invert(sound))  # damage is always reported
-                yield _without_batch_file(batch.filter(keep), seg.path)
+                yield _without_batch_file(batch.filter(keep), seg.path), data
             offset = _advanced(rng, offset, last_end, len(data))
 
 
@@ -494,9 +497,8 @@ MIN_TIMESTAMP = -(2**63)
 def _without_batch_file(batch: pa.RecordBatch, path: str) -> pa.RecordBatch:
     n = batch.num_rows
     none = pa.array(np.full(n, _NO_FILE, np.int64))
-    for name in ("segment_base_offset", "position"):
-        i = batch.schema.get_field_index(name)
-        batch = batch.set_column(i, batch.schema.field(name), none)
+    i = batch.schema.get_field_index("segment_base_offset")
+    batch = batch.set_column(i, batch.schema.field(i), none)
     i = batch.schema.get_field_index("file")
     return batch.set_column(i, batch.schema.field(i), pa.array([path] * n, pa.string()))
 

@@ -65,7 +65,8 @@ def _lookup(lake: Path, table: str) -> pa.Table:
 
 def _same_but_files(files: pa.Table, fetched: pa.Table, bootstrap: str) -> None:
     assert fetched.num_rows == files.num_rows > 0
-    assert fetched.drop_columns(FILE_COLUMNS).equals(files.drop_columns(FILE_COLUMNS))
+    for name in files.drop_columns(FILE_COLUMNS).column_names:  # column by column: says which
+        assert fetched.column(name).to_pylist() == files.column(name).to_pylist(), name
     assert pc.all(pc.equal(fetched.column("segment"), -1)).as_py()
     assert pc.all(pc.equal(fetched.column("position"), -1)).as_py()
     assert set(fetched.column("file").to_pylist()) == {
@@ -159,7 +160,10 @@ def test_compaction_through_fetch_equals_log_dir_compaction(
                                           bootstrap_servers=b.bootstrap), log=_quiet)  # fmt: skip
     for config in (files, fetched):
         summary = run_compact(spark, config, log=_quiet)
-        assert [(t.topic, t.committed) for t in summary.topics] == [(topic, True)]
+        # (from the log dir, also __consumer_offsets, which the Fetch ingest's lake-group
+        # commit created: not in records, nothing committed; the cluster's list leaves it out)
+        done = [(t.topic, t.committed) for t in summary.topics if not t.topic.startswith("__")]
+        assert done == [(topic, True)]
     want = {pk: (r.offset, r.value, list(r.headers)) for pk, r in compact(acked, strategy).items()}
     assert read_topic_table(table_path(a, topic)) == want
     assert read_topic_table(table_path(f, topic)) == want
