@@ -21,7 +21,8 @@ Fetch per partition with progress.
 Compacted topics (``cleanup.policy`` has ``compact``, from DescribeConfigs): a cleaner may
 rewrite the remembered batch under the same offsets and the broker does not tell how far it
 cleaned (the log-dir check reads ``cleaner-offset-checkpoint``), so only their log end is
-checked, and each run says so.
+checked, and each run says so (every topic's, when the principal may not describe the topic
+configs: logged too).
 
 ``on_divergence="rewind"``: the divergence point is found as from the log dirs
 (:func:`pipelines.divergence.divergence_point_from`), the log's records read through Fetch
@@ -49,6 +50,7 @@ from pipelines.divergence import (
     rewind_id,
 )
 from pipelines.sources.fetch import (
+    FetchError,
     FetchRange,
     batch_headers_at,
     plan_fetch_ranges,
@@ -153,8 +155,13 @@ def check_fetched_divergence(
                                     config=kafka, isolation=0)  # fmt: skip
         ends = {tp: (s, max(e, high.get(tp, (s, e))[1])) for tp, (s, e) in bounds.items()}
     moved = sorted({t for t, p in bounds if progress.get((t, p), 0) > 0})
+    try:
+        configs = topic_configs(bootstrap, moved, config=kafka, effective=True)
+    except FetchError as exc:  # e.g. no DESCRIBE_CONFIGS right: judged as compacted, and said
+        log(f"divergence check: the topic configs are not readable ({exc})")
+        configs = {t: {"cleanup.policy": "compact"} for t in moved}
     compacted = [
-        t for t, props in topic_configs(bootstrap, moved, config=kafka, effective=True).items()
+        t for t, props in configs.items()
         if "compact" in {s.strip() for s in props.get("cleanup.policy", "").split(",")}
     ]  # fmt: skip
     if compacted:
