@@ -782,12 +782,14 @@ def finish_run(  # noqa: PLR0917
     expected = {app_id(t, p): progress.get((t, p)) for (t, p) in new_progress}
     try:
         extra = _rewind(config, staged, divergence, summary, log)
+        # through Fetch, the batches' identities are read from the broker: may fail too
+        found = divergence.batch_ids(new_progress) if divergence.batch_ids else None
     except BaseException:
         staged.abort()
         raise
     extra["commit_info"] = commit_info(
         new_progress, divergence.parts, divergence.fingerprints, progress, divergence.ids.values(),
-        found=divergence.batch_ids(new_progress) if divergence.batch_ids else None,
+        found=found,
     )  # fmt: skip
     result = staged.commit(app_transactions=apps, expected_versions=expected, **extra)
     summary.records = result.num_rows
