@@ -11,9 +11,10 @@ write. Quarantine, progress and the exactly-once commit are the log-dir run's
 (:func:`pipelines.ingest.finish_run`): a run killed before the commit leaves nothing, a re-run
 with nothing new commits nothing.
 
-Not done through Fetch (they need the broker's files): the divergence check of
-``on_divergence`` and ``max_partition_bytes`` (a piece is bounded by offsets; a Fetch response
-by :data:`~pipelines.sources.fetch.DEFAULT_FETCH_MAX_BYTES`).
+The divergence check (``on_divergence``) reads the log side through Fetch too
+(:mod:`pipelines.sources.fetch_divergence`). Not done through Fetch: ``max_partition_bytes``
+(a piece is bounded by offsets; a Fetch response by
+:data:`~pipelines.sources.fetch.DEFAULT_FETCH_MAX_BYTES`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pipelines.sources.fetch import (
     plan_fetch_ranges,
     read_fetch_range,
 )
+from pipelines.sources.fetch_divergence import check_fetched_divergence
 from pipelines.sources.plan import MAX_OFFSET, MIN_OFFSET
 
 if TYPE_CHECKING:
@@ -96,6 +98,8 @@ def run_fetch_ingest(
                 "before they were ingested; continuing at the log start offset"
             )
         starts[(topic, partition)] = max(done, begin)
+    divergence = check_fetched_divergence(config, bounds, progress, log)
+    starts.update(divergence.starts)
     limits = {tp: end for tp, (_begin, end) in bounds.items()}
     left = sum(max(0, limits[tp] - s) for tp, s in starts.items())
     cores = spark.sparkContext.defaultParallelism
@@ -118,11 +122,6 @@ def run_fetch_ingest(
         f"{len(bounds)} partitions through Fetch from {config.bootstrap_servers}; progress known "
         f"for {len(progress)}; reading {left} offsets in {len(ranges)} pieces; lake {config.lake}"
     )
-    # said on every run, never skipped silently: the check reads the broker's segment files
-    log(
-        f"divergence check (on_divergence={config.on_divergence}) not done through Fetch: it "
-        "needs the broker's log dirs"
-    )
     staged = stage_files(
         spark,
         config.records_path,
@@ -138,6 +137,6 @@ def run_fetch_ingest(
         log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
     log(f"planned ends: {json.dumps({f'{t}/{p}': e for (t, p), e in sorted(limits.items())})}")
     try:
-        return finish_run(spark, config, summary, staged, starts, progress, limits, log)
+        return finish_run(spark, config, summary, staged, starts, progress, limits, log, divergence)
     finally:
         summary.seconds = time.monotonic() - started
