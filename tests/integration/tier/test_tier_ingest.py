@@ -75,6 +75,10 @@ def test_tier_then_fetch_equals_log_dir_ingest(
     # every codec, transactions committed and aborted; segments of 8 KiB, kept locally too
     topic, want = produce_all(b.bootstrap, **{"remote.storage.enable": "true",
                                               "segment.bytes": "8192"})  # fmt: skip
+    # then enough to roll the segments of the transactions (committed and aborted) to the tier
+    ck_produce(b.bootstrap, topic, make_records(600, partitions=PARTITIONS, seed=50),
+               codec="none", acks="all", idempotent=True, flush_every=20)  # fmt: skip
+    want += 600
     wait_for(lambda: _all_tiered(b, topic, PARTITIONS), 90)
     c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "x"})
     hw = {p: c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=30)[1]
@@ -96,7 +100,10 @@ def test_tier_then_fetch_equals_log_dir_ingest(
     from_tier = run_ingest(spark, tiered, log=lines.append)
     assert from_files.records == want and from_tier.records == want, lines
     in_tier = sum(tier_end.values())
-    assert any(line.startswith(f"tier: {in_tier} offsets of {PARTITIONS}/") for line in lines), lines
+    said = f"tier: {in_tier} offsets of {PARTITIONS}/{PARTITIONS} partitions"
+    assert any(line.startswith(said) for line in lines), lines
+    # the aborted transactions are in the tier: their records are left out from the store too
+    assert any(f"({2 * PARTITIONS} aborted transactions reach them)" in line for line in lines)
 
     a, t = _table(tmp_path / "a"), _table(tmp_path / "b")
     assert t.drop_columns(FILE_COLUMNS).equals(a.drop_columns(FILE_COLUMNS))
@@ -169,3 +176,34 @@ def test_missing_object_or_stopped_store_fails_the_run_and_the_rerun_is_clean(
     assert summary.records == len(want) and summary.committed, lines
     assert _values(tmp_path / "lake") == want
     assert read_progress(config.records_path) == {(topic, 0): len(want)}
+
+
+def test_aborted_transaction_whose_marker_is_not_tiered_yet_is_left_out(
+    spark: SparkSession, tmp_path: Path, broker_factory: Any, s3: Any
+) -> None:
+    b = _tier_broker(broker_factory, s3)
+    topic = new_topic(b.bootstrap, partitions=1, prefix="tiertxn", **{
+        "remote.storage.enable": "true", "segment.bytes": "4096",
+    })  # fmt: skip
+    p = ck.Producer({"bootstrap.servers": b.bootstrap, "transactional.id": f"t-{topic}",
+                     "linger.ms": 0})  # fmt: skip
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(60):  # ~14 KiB of batches: closed segments, tiered
+        p.produce(topic, value=b"aborted-%d-" % i + b"x" * 200, partition=0)
+        if i % 5 == 4:
+            p.flush(30)
+    wait_for(lambda: _all_tiered(b, topic, 1) and len(_local_bases(b, topic, 0)) > 2, 90)
+    p.abort_transaction(30)  # the marker: in the active segment, not tiered
+    plain = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+    for i in range(5):
+        plain.produce(topic, value=b"kept-%d" % i, partition=0)
+    assert plain.flush(30) == 0
+    config = IngestConfig(log_dirs=(), lake=str(tmp_path / "lake"), progress_interval_s=0,
+                          topics=(topic,), bootstrap_servers=b.bootstrap,
+                          remote_log_storage=s3.uri(PREFIX.rstrip("/")))  # fmt: skip
+    lines: list[str] = []
+    summary = run_ingest(spark, config, log=lines.append)
+    assert any("(1 aborted transactions reach them)" in line for line in lines), lines
+    assert summary.records == 5, lines
+    assert [v for _o, _k, v in _values(tmp_path / "lake")] == [b"kept-%d" % i for i in range(5)]
