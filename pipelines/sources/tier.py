@@ -51,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,10 +87,12 @@ __all__ = [
     "RlmmState",
     "TierPlan",
     "TierRange",
+    "partition_delete",
     "plan_summary",
     "plan_tier",
     "read_tier_range",
     "remote_segments",
+    "tier_part",
     "tier_store",
 ]
 
@@ -242,7 +244,7 @@ class TierPlan:
         return sum(r.until - r.start_offset for r in self.ranges)
 
 
-def _tier_part(
+def tier_part(
     segments: list[RemoteSegment], start: int, end: int
 ) -> tuple[list[RemoteSegment], int]:
     """The segments holding ``[start, end)`` contiguously from ``start``, and where that run
@@ -259,7 +261,7 @@ def _tier_part(
     return taken, min(at, end) if taken else start
 
 
-def plan_tier(  # noqa: PLR0913, PLR0917
+def plan_tier(
     bootstrap: str,
     root: str,
     starts: Mapping[TopicPartition, int],
@@ -279,7 +281,7 @@ def plan_tier(  # noqa: PLR0913, PLR0917
     store: ObjectStore | None = None
     for tp, start in sorted(starts.items()):
         end = ends.get(tp, start)
-        taken, tier_end = _tier_part(live.get(tp, []), start, end)
+        taken, tier_end = tier_part(live.get(tp, []), start, end)
         plan.fetch_from[tp] = tier_end
         if not taken:
             continue
@@ -381,7 +383,6 @@ def read_tier_range(
     window_bytes: int = DEFAULT_WINDOW_BYTES,
     on_decode_error: str = "skip",
     report: Any = None,
-    store_for: Callable[[TierRange], ObjectStore] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``rng`` as :data:`RECORDS_ARROW_SCHEMA` batches (module docstring,
     executor side); ``report``: a :class:`~pipelines.sources.read.RangeReport` filled as the
@@ -392,7 +393,7 @@ def read_tier_range(
     if window_bytes < 1:
         raise InvalidConfigError(f"window_bytes must be positive, got {window_bytes}")
     seg = rng.segment
-    store = store_for(rng) if store_for is not None else tier_store(rng.root, rng.settings)
+    store = tier_store(rng.root, rng.settings)
     keys = layout.segment_keys("", seg)
     manifest = layout.parse_manifest(
         store.read(keys[layout.MANIFEST]), path=store.uri(keys[layout.MANIFEST])
@@ -415,17 +416,21 @@ def read_tier_range(
                 f"{chunks.file_size} bytes in all (the object is shorter than its manifest)"
             )
         skip = pos - first
+        end, cut = _whole_frames(data, skip, at_end)
+        if end == skip and cut:
+            window_bytes *= 2  # one batch larger than the window: read a window that fits it
+            continue
         window = SegmentRange(
             topic=seg.topic,
             partition=seg.partition,
             path=uri,
             segment_base_offset=seg.start_offset,
             start=skip,
-            end=len(data),
+            end=end,
             start_offset=offset,
             until=rng.until,
             next_base_offset=seg.end_offset + 1,
-            is_tail=not at_end,  # a batch cut by the window's end is read again, not damage
+            is_tail=cut,  # only after damage: the batch cut by the window's end is read again
         )
         part = RangeReport(seg.topic, seg.partition)
         for batch in read_records(
@@ -437,23 +442,39 @@ def read_tier_range(
             merge_report(report, part)
         if at_end:
             break
-        if part.last_end is None:
-            # no whole batch in the window: a batch larger than it; read a window that fits
-            window_bytes *= 2
-            continue
-        offset = max(offset, part.last_end)
-        pos = first + _end_position(part, data, skip)
+        if part.last_end is not None:
+            offset = max(offset, part.last_end)
+        pos = first + (end if not cut else _end_position(part, data, skip, end))
 
 
-def _end_position(part: Any, data: bytes, skip: int) -> int:
-    """Where in ``data`` the last whole batch ``part`` read ends."""
+def _whole_frames(data: bytes, skip: int, at_end: bool) -> tuple[int, bool]:
+    """``(end, cut)``: the window's range ends at ``end``, after its last whole batch, so
+    that the batch cut by the window's end is read whole by the next window and is no gap
+    (``cut`` False). Where the frames cannot be walked to there (damage, resynchronised by
+    the reader), the range is the whole window and its cut tail is a soft gap (``cut``)."""
+    if at_end:
+        return len(data), False
     # Imported here: the driver never loads the decoder (numba).
     from pipelines.decode.batches import scan_batches  # noqa: PLC0415
 
     scan = scan_batches(np.frombuffer(data, np.uint8), start=skip)
+    if scan.stop == "torn":
+        if scan.end == skip:
+            return skip, True  # the first frame is cut: a window too small for it
+        return scan.end, False
+    return len(data), scan.stop != "end" or scan.end < len(data)
+
+
+def _end_position(part: Any, data: bytes, skip: int, end: int) -> int:
+    """Where in ``data`` the last whole batch ``part`` read ends (after damage)."""
+    from pipelines.decode.batches import scan_batches  # noqa: PLC0415
+
+    if part.last_end is None:
+        return end
+    scan = scan_batches(np.frombuffer(data, np.uint8), start=skip)
     found = np.flatnonzero(scan.last_offset < part.last_end)
     if not found.shape[0]:
-        return scan.end
+        return end
     k = int(found[-1])
     return int(scan.position[k]) + int(scan.size[k])
 
