@@ -11,6 +11,9 @@ are local. Then, with one Spark session (local[2]) and the shipped ``conf/pipeli
 - ``tier_s``: the ingest job with no log dirs and ``remote_log_storage`` set (the tier read by
   the executors, the active segments through Fetch), into a fresh lake; every run's table must
   hold exactly the records produced (read back with deltalake);
+- ``decode_1core_s`` (a diagnostic figure): the same segments read and decoded in the bench's
+  process, one at a time (:func:`pipelines.sources.tier.read_tier_range`, no Spark, nothing
+  written);
 - ``floor_s``: the same remote segments' ``.log`` bytes fetched with the same ranged GETs
   (:data:`pipelines.sources.tier.DEFAULT_WINDOW_BYTES` windows of whole chunks), two at a time
   (the two cores' tasks), nothing decoded or written: what reading the tier costs at least.
@@ -77,11 +80,16 @@ def produce(bootstrap: str, args: Any) -> int:
     return int(args.records)
 
 
-def timed(spark: Any, config: IngestConfig, expected: int) -> float:
+def timed(spark: Any, config: IngestConfig, expected: int, *, verbose: bool = False) -> float:
     from deltalake import DeltaTable
 
     t = time.perf_counter()
-    summary = run_ingest(spark, config, log=lambda _msg: None)
+
+    def log(msg: str) -> None:
+        if verbose:
+            print(f"  {time.perf_counter() - t:7.3f}s {msg[:160]}", file=sys.stderr, flush=True)
+
+    summary = run_ingest(spark, config, log=log)
     seconds = time.perf_counter() - t
     rows = DeltaTable(config.records_path).to_pyarrow_dataset().count_rows()
     if not (summary.committed and summary.records == expected and rows == expected):
@@ -112,6 +120,22 @@ def floor(root: str, bootstrap: str) -> tuple[float, int]:
     return time.perf_counter() - t, total
 
 
+def decode_only(root: str, bootstrap: str) -> float:
+    """Seconds to read and decode every live remote segment in this process, one at a time
+    (no Spark, nothing written): where the ingest's time goes beyond the GETs."""
+    from logstore.objectstore import StorageSettings
+    from pipelines.sources.tier import TierRange, read_tier_range
+
+    settings = StorageSettings.default()
+    segments = [s for segs in remote_segments(bootstrap).values() for s in segs]
+    t = time.perf_counter()
+    for seg in segments:
+        rng = TierRange(seg, seg.start_offset, seg.end_offset + 1, root, settings)
+        for _batch in read_tier_range(rng, min_timestamp=-(2**63), max_timestamp=2**63 - 1):
+            pass
+    return time.perf_counter() - t
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -119,6 +143,7 @@ def main() -> None:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--segment-mb", type=int, default=8)
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--verbose", action="store_true", help="the runs' log lines, timed")
     parser.add_argument("--config", default=str(ROOT / "conf" / "pipeline.toml"))
     args = parser.parse_args()
     from pipelines.session import get_spark
@@ -159,10 +184,12 @@ def main() -> None:
 
             timed(spark, tier("warm"), total)
             floor(root, b.bootstrap)
+            decode_only(root, b.bootstrap)
             runs = []
             for i in range(args.runs):
                 floor_s, tier_bytes = floor(root, b.bootstrap)
-                run = {"tier_s": timed(spark, tier(str(i)), total), "floor_s": floor_s,
+                run = {"tier_s": timed(spark, tier(str(i)), total, verbose=args.verbose), "floor_s": floor_s,
+                       "decode_1core_s": decode_only(root, b.bootstrap),
                        "tier_bytes": tier_bytes}  # fmt: skip
                 runs.append(run)
                 print(json.dumps(run), flush=True)
@@ -180,6 +207,7 @@ def main() -> None:
                 "tier_bytes": runs[-1]["tier_bytes"],
                 "tier_s": round(tier_s, 3),
                 "floor_s": round(floor_s, 3),
+                "decode_1core_s": round(min(r["decode_1core_s"] for r in runs), 3),
                 "tier_records_per_s": round(total / tier_s),
                 "ratio": round(floor_s / tier_s, 3),
                 "target": 0.7,
