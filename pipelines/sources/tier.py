@@ -29,9 +29,11 @@ Driver side:
 Executor side, :func:`read_tier_range`: the segment's ``.rsm-manifest`` (chunk index, where
 each index is), the offset index (ranged read of ``.indexes``) when the range starts inside the
 segment, then the ``.log`` object in windows of whole chunks of about ``window_bytes``, each one
-ranged GET, each window's bytes into :func:`pipelines.sources.read.read_records` (``data=``):
-the same scan, checks and vectorised decode as a log-dir or Fetch read. A batch cut by a
-window's end is read again at the start of the next window. ``segment_base_offset`` and
+ranged GET issued one window ahead (a reader thread: the next window arrives while this one is
+decoded), each window's bytes into :func:`pipelines.sources.read.read_records` (``data=``):
+the same scan, checks and vectorised decode as a log-dir or Fetch read. A window's range ends
+after its last whole batch; the bytes after it are carried into the next window (no byte is
+fetched twice, no batch cut by a window's end counts as damage). ``segment_base_offset`` and
 ``batch_position`` are the segment's start offset and the batch's position in it — the object is
 the broker's segment file, byte for byte, so the rows equal a read of the log dirs.
 
@@ -52,6 +54,7 @@ import dataclasses
 import struct
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -402,49 +405,64 @@ def read_tier_range(
     pos = _start_position(store, seg, manifest, rng.start_offset)
     offset = rng.start_offset
     uri = store.uri(keys[layout.LOG])
-    while offset < rng.until and pos < chunks.file_size:
-        wanted = chunks.chunks_for(pos, window_bytes)
-        first, _ = chunks.chunk_range(wanted[0])
-        last_start, last_len = chunks.chunk_range(wanted[-1])
-        data = store.read_range(
-            keys[layout.LOG], offset=first, length=last_start + last_len - first
-        )
-        at_end = first + len(data) >= chunks.file_size
-        if not at_end and len(data) < last_start + last_len - first:
+    step = max(1, window_bytes // chunks.chunk_size) * chunks.chunk_size  # whole chunks a GET
+    read_at = pos // chunks.chunk_size * chunks.chunk_size
+
+    def get(at: int) -> bytes:
+        want = min(step, chunks.file_size - at)
+        got = store.read_range(keys[layout.LOG], offset=at, length=want)
+        if len(got) < want:
             raise LoglakeError(
-                f"{uri}: {len(data)} bytes read at {first}, the manifest says "
-                f"{chunks.file_size} bytes in all (the object is shorter than its manifest)"
+                f"{uri}: {len(got)} bytes at {at}, the manifest says {chunks.file_size} bytes "
+                "in all (the object is shorter than its manifest)"
             )
-        skip = pos - first
-        end, cut = _whole_frames(data, skip, at_end)
-        if end == skip and cut:
-            window_bytes *= 2  # one batch larger than the window: read a window that fits it
-            continue
-        window = SegmentRange(
-            topic=seg.topic,
-            partition=seg.partition,
-            path=uri,
-            segment_base_offset=seg.start_offset,
-            start=skip,
-            end=end,
-            start_offset=offset,
-            until=rng.until,
-            next_base_offset=seg.end_offset + 1,
-            is_tail=cut,  # only after damage: the batch cut by the window's end is read again
-        )
-        part = RangeReport(seg.topic, seg.partition)
-        for batch in read_records(
-            window, min_timestamp=min_timestamp, max_timestamp=max_timestamp,
-            on_decode_error=on_decode_error, report=part, aborted=rng.aborted, data=data,
-        ):  # fmt: skip
-            yield _with_positions(batch, first)
-        if report is not None:
-            merge_report(report, part)
-        if at_end:
-            break
-        if part.last_end is not None:
-            offset = max(offset, part.last_end)
-        pos = first + (end if not cut else _end_position(part, data, skip, end))
+        return got
+
+    # One GET ahead: the next window's bytes arrive while this one's are decoded.
+    ahead = ThreadPoolExecutor(1, thread_name_prefix="tier-read-ahead")
+    try:
+        pending = ahead.submit(get, read_at) if read_at < chunks.file_size else None
+        carry, base = b"", pos  # bytes read but not decoded yet, from position ``base`` on
+        while pending is not None and offset < rng.until:
+            fresh = pending.result()
+            read_at += len(fresh)
+            at_end = read_at >= chunks.file_size
+            pending = None if at_end else ahead.submit(get, read_at)
+            data = carry + fresh if carry else fresh
+            if not carry:
+                base = read_at - len(fresh)
+            skip = pos - base
+            end, cut = _whole_frames(data, skip, at_end)
+            if end == skip and cut:  # a batch larger than what is read so far: read on
+                carry, base = data[skip:], pos
+                continue
+            window = SegmentRange(
+                topic=seg.topic,
+                partition=seg.partition,
+                path=uri,
+                segment_base_offset=seg.start_offset,
+                start=skip,
+                end=end,
+                start_offset=offset,
+                until=rng.until,
+                next_base_offset=seg.end_offset + 1,
+                is_tail=cut,  # only after damage: the batch cut by the window's end is read on
+            )
+            part = RangeReport(seg.topic, seg.partition)
+            for batch in read_records(
+                window, min_timestamp=min_timestamp, max_timestamp=max_timestamp,
+                on_decode_error=on_decode_error, report=part, aborted=rng.aborted, data=data,
+            ):  # fmt: skip
+                yield _with_positions(batch, base)
+            if report is not None:
+                merge_report(report, part)
+            if part.last_end is not None:
+                offset = max(offset, part.last_end)
+            done = end if not cut else _end_position(part, data, skip, end)
+            pos = base + done
+            carry, base = data[done:], pos
+    finally:
+        ahead.shutdown(wait=False, cancel_futures=True)
 
 
 def _whole_frames(data: bytes, skip: int, at_end: bool) -> tuple[int, bool]:
