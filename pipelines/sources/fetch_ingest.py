@@ -36,7 +36,13 @@ from pipelines.sources.fetch import (
     read_fetch_range,
 )
 from pipelines.sources.plan import MAX_OFFSET, MIN_OFFSET
-from pipelines.sources.tier import TierRange, plan_summary, plan_tier, read_tier_range
+from pipelines.sources.tier import (
+    TierRange,
+    plan_summary,
+    plan_tier,
+    read_tier_range,
+    tier_tasks,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -143,7 +149,7 @@ def run_fetch_ingest(
     staged = stage_files(
         spark,
         config.records_path,
-        [[r] for r in [*tier, *ranges]],
+        [*tier_tasks(tier, cores), *([r] for r in ranges)],
         functools.partial(_read, max_bytes=max_bytes),
         schema=RECORDS_ARROW_SCHEMA,
         partition_by=["topic", "date"],

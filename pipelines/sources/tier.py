@@ -97,6 +97,7 @@ __all__ = [
     "remote_segments",
     "tier_part",
     "tier_store",
+    "tier_tasks",
 ]
 
 DEFAULT_WINDOW_BYTES = 8 << 20
@@ -495,6 +496,24 @@ def _end_position(part: Any, data: bytes, skip: int, end: int) -> int:
         return end
     k = int(found[-1])
     return int(scan.position[k]) + int(scan.size[k])
+
+
+def tier_tasks(ranges: list[TierRange], cores: int) -> list[list[TierRange]]:
+    """``ranges`` (in plan order) grouped into about ``cores`` tasks of similar offset counts,
+    consecutive segments together: a task per remote segment cost each a task's fixed
+    price (a worker round trip, a Parquet file per task) and made the run slower than the
+    same offsets through Fetch in two tasks (seen in ``tests/perf/bench_tier_ingest.py``)."""
+    total = sum(r.until - r.start_offset for r in ranges)
+    target = max(1, -(-total // max(1, cores)))
+    tasks: list[list[TierRange]] = []
+    size = 0
+    for r in ranges:
+        if not tasks or size >= target:
+            tasks.append([])
+            size = 0
+        tasks[-1].append(r)
+        size += r.until - r.start_offset
+    return tasks
 
 
 def plan_summary(plan: TierPlan, parts: Iterable[TopicPartition]) -> str:

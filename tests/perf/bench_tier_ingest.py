@@ -14,6 +14,8 @@ are local. Then, with one Spark session (local[2]) and the shipped ``conf/pipeli
 - ``decode_1core_s`` (a diagnostic figure): the same segments read and decoded in the bench's
   process, one at a time (:func:`pipelines.sources.tier.read_tier_range`, no Spark, nothing
   written);
+- ``fetch_s`` (for comparison): the same ingest without ``remote_log_storage``: everything
+  through Fetch, the broker reading its tier for the history;
 - ``floor_s``: the same remote segments' ``.log`` bytes fetched with the same ranged GETs
   (:data:`pipelines.sources.tier.DEFAULT_WINDOW_BYTES` windows of whole chunks), two at a time
   (the two cores' tasks), nothing decoded or written: what reading the tier costs at least.
@@ -182,6 +184,9 @@ def main() -> None:
             def tier(n: str) -> IngestConfig:
                 return dataclasses.replace(base, lake=f"{tmp}/tier-{n}")
 
+            def fetch(n: str) -> IngestConfig:
+                return dataclasses.replace(base, lake=f"{tmp}/fetch-{n}", remote_log_storage="")
+
             timed(spark, tier("warm"), total)
             floor(root, b.bootstrap)
             decode_only(root, b.bootstrap)
@@ -190,6 +195,7 @@ def main() -> None:
                 floor_s, tier_bytes = floor(root, b.bootstrap)
                 tier_s = timed(spark, tier(str(i)), total, verbose=args.verbose)
                 run = {"tier_s": tier_s, "floor_s": floor_s,
+                       "fetch_s": timed(spark, fetch(str(i)), total),
                        "decode_1core_s": decode_only(root, b.bootstrap),
                        "tier_bytes": tier_bytes}  # fmt: skip
                 runs.append(run)
@@ -209,6 +215,7 @@ def main() -> None:
                 "tier_s": round(tier_s, 3),
                 "floor_s": round(floor_s, 3),
                 "decode_1core_s": round(min(r["decode_1core_s"] for r in runs), 3),
+                "fetch_s": round(min(r["fetch_s"] for r in runs), 3),
                 "tier_records_per_s": round(total / tier_s),
                 "ratio": round(floor_s / tier_s, 3),
                 "target": 0.7,

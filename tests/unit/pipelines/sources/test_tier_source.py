@@ -37,6 +37,7 @@ from pipelines.sources.tier import (
     read_tier_range,
     tier_part,
     tier_store,
+    tier_tasks,
 )
 
 TOPIC_ID = uuid.UUID(int=0x1234)
@@ -171,3 +172,13 @@ def test_thetier_part_is_contiguous_from_the_start() -> None:
     assert tier_part(segs, 15, 17) == (segs[1:2], 17)
     assert tier_part(segs, 20, 100) == ([], 20)  # the hole: everything from 20 through Fetch
     assert tier_part(segs, 45, 100) == ([], 45)
+
+
+def test_tier_tasks_are_about_one_per_core_in_plan_order() -> None:
+    settings = StorageSettings.from_environment({})
+    ranges = [TierRange(_seg(a, a + 9), a, a + 10, "/x", settings) for a in range(0, 120, 10)]
+    tasks = tier_tasks(ranges, 2)
+    assert [len(t) for t in tasks] == [6, 6]
+    assert [r for t in tasks for r in t] == ranges
+    assert len(tier_tasks(ranges, 5)) == 4  # 3 segments (30 offsets) reach a fifth of 120
+    assert tier_tasks([], 2) == []
