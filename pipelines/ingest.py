@@ -79,7 +79,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from logstore.errors import CorruptRecordError, LoglakeError
+from logstore.errors import CorruptRecordError, InvalidConfigError, LoglakeError
 from logstore.objectstore import LakeLocation
 from logstore.tools.client_config import ClientConfig
 from pipelines.config import (
@@ -181,6 +181,7 @@ class IngestConfig:
     bootstrap_servers: str = ""  # "": the lake group is not committed (pipelines.lake_group)
     lake_group: str = "loglake-ingest"
     kafka: ClientConfig | None = None  # [kafka]: how to connect to bootstrap_servers
+    remote_log_storage: str = ""  # [paths]: the cluster's tier, s3://... (pipelines.sources.tier)
 
     @property
     def records_path(self) -> str:
@@ -203,6 +204,7 @@ def load_config(
     fail_on_corrupt: bool | None = None,
     on_divergence: str | None = None,
     bootstrap_servers: str | None = None,
+    remote_log_storage: str | None = None,
 ) -> IngestConfig:
     """Read ``[paths]``, ``[spark]`` and ``[ingest]`` of a pipeline TOML file, then overrides.
 
@@ -239,6 +241,19 @@ def load_config(
             f"[ingest] isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation!r}",
             path=str(p),
         )
+    tier = str(
+        remote_log_storage
+        if remote_log_storage is not None
+        else data.get("paths", {}).get("remote_log_storage", "")
+    )
+    if tier:
+        tier = LakeLocation.parse(tier).uri
+        if common.log_dirs or not bootstrap:
+            raise InvalidConfigError(
+                "[paths] remote_log_storage is read with [ingest] bootstrap_servers and no log "
+                "dirs ([paths] log_dirs = [], no --log-dirs): the tier, then Fetch",
+                path=str(p),
+            )
     lake_group = str(ingest.get("lake_group", "loglake-ingest"))
     if not lake_group:
         raise LoglakeError("[ingest] lake_group must not be empty", path=str(p))
@@ -261,6 +276,7 @@ def load_config(
         bootstrap_servers=bootstrap,
         lake_group=lake_group,
         kafka=kafka_client_config(data, p),
+        remote_log_storage=tier,
     )
 
 

@@ -40,6 +40,7 @@ Not thread-safe per call; each task opens its own connection to the leader and c
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import struct
 import time
@@ -79,9 +80,11 @@ __all__ = [
     "BatchHeader",
     "FetchError",
     "FetchRange",
+    "aborted_transactions_at",
     "batch_headers_at",
     "cluster_topics",
     "fetch_path",
+    "merge_report",
     "plan_fetch_ranges",
     "read_fetch_batches",
     "read_fetch_range",
@@ -207,7 +210,12 @@ def cluster_topics(bootstrap: str, *, config: ClientConfig | None = None) -> lis
 
 
 def _list_offsets(
-    conn: KafkaConnection, parts: list[tuple[str, int]], timestamp: int, isolation: int
+    conn: KafkaConnection,
+    parts: list[tuple[str, int]],
+    timestamp: int,
+    isolation: int,
+    *,
+    missing_ok: bool = False,
 ) -> dict[tuple[str, int], int]:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in parts:
@@ -232,6 +240,8 @@ def _list_offsets(
     out = {}
     for t in resp.topics:
         for p in t.partitions:
+            if missing_ok and p.error_code == ErrorCode.unknown_topic_or_partition:
+                continue
             _check(p.error_code, f"ListOffsets {timestamp} of {t.name}-{int(p.partition_index)}")
             out[(str(t.name), int(p.partition_index))] = int(p.offset)
     return out
@@ -245,6 +255,7 @@ def plan_fetch_ranges(
     config: ClientConfig | None = None,
     max_offsets: int = DEFAULT_MAX_OFFSETS,
     isolation: int = 1,
+    missing_ok: bool = False,
 ) -> tuple[list[FetchRange], dict[tuple[str, int], tuple[int, int]]]:
     """``(ranges, {(topic, partition): (log start, end)})`` of every partition
     of ``topics`` (None: every non-internal topic) on the cluster at ``bootstrap``.
@@ -252,7 +263,9 @@ def plan_fetch_ranges(
     A partition's ranges cover ``[max(starts[tp], log start), LSO)`` in pieces of at most
     ``max_offsets`` offsets, in offset order. The end is the last stable offset
     (``isolation`` 1, read_committed) or the high watermark (0). Planned from each
-    partition's leader."""
+    partition's leader. ``missing_ok``: a partition that Metadata lists and ListOffsets does
+    not know is left out (loglake's broker creates ``__remote_log_metadata`` partitions on
+    first use: a pending one holds nothing yet) instead of retried then refused."""
     if max_offsets < 1:
         raise LoglakeError(f"max_offsets must be positive, got {max_offsets}")
     wanted = None if topics is None else sorted(set(topics))
@@ -267,10 +280,11 @@ def plan_fetch_ranges(
         bounds: dict[tuple[str, int], tuple[int, int]] = {}
         for leader, parts in by_leader.items():
             with _connect(brokers[leader], config) as conn:
-                earliest = _list_offsets(conn, parts, _EARLIEST, isolation)
-                stable = _list_offsets(conn, parts, _LATEST, isolation)
+                earliest = _list_offsets(conn, parts, _EARLIEST, isolation, missing_ok=missing_ok)
+                stable = _list_offsets(conn, parts, _LATEST, isolation, missing_ok=missing_ok)
             for tp in parts:
-                bounds[tp] = (earliest[tp], stable[tp])
+                if tp in earliest and tp in stable:
+                    bounds[tp] = (earliest[tp], stable[tp])
         return bounds
 
     bounds = _retrying(f"planning the Fetch of {bootstrap}", plan)
@@ -381,7 +395,7 @@ def read_fetch_range(
             ):  # fmt: skip
                 yield _without_file_columns(batch)
             if report is not None:
-                _merge(report, part)
+                merge_report(report, part)
             offset = _advanced(rng, offset, part.last_end, len(data))
 
 
@@ -599,8 +613,9 @@ _TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type.TOPIC
 _OVERRIDE = 1  # Kafka's DescribeConfigs source DYNAMIC_TOPIC_CONFIG: the topic's own value
 
 
-def _merge(into: Any, part: Any) -> None:
-    """Fold one response's report into the range's (offsets ascend across responses)."""
+def merge_report(into: Any, part: Any) -> None:
+    """Fold one response's (or window's) report into the range's (offsets ascend across
+    them): :mod:`pipelines.sources.tier` reads a remote segment in windows the same way."""
     if part.next_offset is not None:
         into.next_offset = max(into.next_offset or part.next_offset, part.next_offset)
     into.bytes += part.bytes
@@ -613,3 +628,21 @@ def _merge(into: Any, part: Any) -> None:
     into.regions.extend(part.to_json()["regions"])
     if into.file is None:
         into.file, into.segment_base_offset, into.start = part.file, part.segment_base_offset, 0
+
+
+def aborted_transactions_at(rng: FetchRange, *, max_bytes: int = 1 << 16) -> list[tuple[int, int]]:
+    """``(producer id, first offset)`` of the aborted transactions one read_committed Fetch at
+    ``rng.start_offset`` lists: those reaching the bytes it returns, first offsets below the
+    fetch offset included (Kafka searches the transaction indexes from the fetch offset's
+    segment on until its answer is complete). :mod:`pipelines.sources.tier` asks this at the
+    end of the tier for the transactions whose ABORT marker is not tiered yet."""
+    if rng.start_offset >= rng.until:
+        return []
+    leader = _retrying(f"the leader of {rng.topic}-{rng.partition}", lambda: _leader(rng))
+
+    def call() -> _Fetched:
+        with _connect(leader, rng.config) as conn:
+            return _fetch(conn, dataclasses.replace(rng, isolation=1), rng.start_offset, max_bytes)
+
+    where = f"Fetch of {rng.topic}-{rng.partition} at {rng.start_offset}"
+    return _retrying(where, call).aborted

@@ -11,6 +11,10 @@ write. Quarantine, progress and the exactly-once commit are the log-dir run's
 (:func:`pipelines.ingest.finish_run`): a run killed before the commit leaves nothing, a re-run
 with nothing new commits nothing.
 
+With ``[paths] remote_log_storage`` (``--remote-log-storage``): the offsets the cluster's tier
+holds are read from the object store on the executors instead, the rest through Fetch
+(:func:`pipelines.sources.tier.plan_tier`), into the same write and the same commit.
+
 The divergence check (``on_divergence``) reads the log side through Fetch too
 (:mod:`pipelines.sources.fetch_divergence`). Not done through Fetch: ``max_partition_bytes``
 (a piece is bounded by offsets; a Fetch response by
@@ -34,6 +38,13 @@ from pipelines.sources.fetch import (
 )
 from pipelines.sources.fetch_divergence import check_fetched_divergence
 from pipelines.sources.plan import MAX_OFFSET, MIN_OFFSET
+from pipelines.sources.tier import (
+    TierRange,
+    plan_summary,
+    plan_tier,
+    read_tier_range,
+    tier_tasks,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["run_fetch_ingest"]
 
 
-def _read(task: list[FetchRange], *, max_bytes: int) -> Iterator[Any]:
+def _read(task: list[FetchRange | TierRange], *, max_bytes: int) -> Iterator[Any]:
     """Executor side: per range, its records then its report (JSON), as the log-dir path."""
     from pipelines.sources.read import RangeReport  # noqa: PLC0415
     from pipelines.worker import start_task  # noqa: PLC0415
@@ -51,13 +62,18 @@ def _read(task: list[FetchRange], *, max_bytes: int) -> Iterator[Any]:
     start_task()
     for rng in task:
         report = RangeReport(rng.topic, rng.partition)
-        yield from read_fetch_range(
-            rng,
-            min_timestamp=MIN_OFFSET,
-            max_timestamp=MAX_OFFSET,
-            max_bytes=max_bytes,
-            report=report,
-        )
+        if isinstance(rng, TierRange):
+            yield from read_tier_range(
+                rng, min_timestamp=MIN_OFFSET, max_timestamp=MAX_OFFSET, report=report
+            )
+        else:
+            yield from read_fetch_range(
+                rng,
+                min_timestamp=MIN_OFFSET,
+                max_timestamp=MAX_OFFSET,
+                max_bytes=max_bytes,
+                report=report,
+            )
         yield report.to_json()
 
 
@@ -101,7 +117,14 @@ def run_fetch_ingest(
     divergence = check_fetched_divergence(config, bounds, progress, log)
     starts.update(divergence.starts)
     limits = {tp: end for tp, (_begin, end) in bounds.items()}
-    left = sum(max(0, limits[tp] - s) for tp, s in starts.items())
+    fetch_from = dict(starts)
+    tier: list[TierRange] = []
+    if config.remote_log_storage:
+        plan = plan_tier(config.bootstrap_servers, config.remote_log_storage, starts, limits,
+                         config=config.kafka, read_committed=bool(isolation))  # fmt: skip
+        tier, fetch_from = plan.ranges, plan.fetch_from
+        log(plan_summary(plan, starts) + f" at {config.remote_log_storage}")
+    left = sum(max(0, limits[tp] - s) for tp, s in fetch_from.items())
     cores = spark.sparkContext.defaultParallelism
     piece = max(1, min(max_offsets, -(-left // max(1, cores))))
     # planned again from the chosen starts, against the same ends (the first plan's)
@@ -115,7 +138,7 @@ def run_fetch_ingest(
             config.kafka,
             isolation,
         )
-        for (t, p), s in sorted(starts.items())
+        for (t, p), s in sorted(fetch_from.items())
         for a in range(s, limits[(t, p)], piece)
     ]
     log(
@@ -125,7 +148,7 @@ def run_fetch_ingest(
     staged = stage_files(
         spark,
         config.records_path,
-        [[r] for r in ranges],
+        [*tier_tasks(tier, cores), *([r] for r in ranges)],
         functools.partial(_read, max_bytes=max_bytes),
         schema=RECORDS_ARROW_SCHEMA,
         partition_by=["topic", "date"],
