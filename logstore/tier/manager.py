@@ -113,6 +113,7 @@ from logstore.tier.metadata import (
     encode_partition_delete,
     encode_segment,
     encode_update,
+    kafka_uuid,
     metadata_partition,
 )
 from logstore.tier.reader import ChunkCache, SegmentReader
@@ -208,6 +209,7 @@ class RemoteLogManager:
         self._live: dict[tuple[uuid.UUID, int], list[RemoteSegment]] = {}
         # (topic id, partition) -> the latest partition-delete record (deleted topics)
         self._deletes: dict[tuple[uuid.UUID, int], PartitionDelete] = {}
+        self._mark_lock = threading.Lock()  # one marker of a partition: DeleteTopics or tier
         self.reader = SegmentReader(
             self.store, ChunkCache(config.cache_bytes), key_prefix=config.key_prefix
         )
@@ -511,15 +513,22 @@ class RemoteLogManager:
         (:meth:`_delete_partitions`). A failure here is logged only: the tier thread marks
         the partitions of a topic id that no longer exists on its next pass."""
         with self._lock:
-            keys = [(topic_id, p) for p in range(partitions) if self._segments.get((topic_id, p))]
             for p in range(partitions):
                 self._floors.pop((topic, p), None)
             self._warned.discard(topic)
-        for key in keys:
-            try:
-                self._mark(topic, *key)
-            except LoglakeError as exc:
-                _log.error("%s-%d: marking its remote data deleted failed: %s", topic, key[1], exc)
+        with self._mark_lock:
+            for p in range(partitions):
+                key = (topic_id, p)
+                if not self._segments.get(key) or self._deleting(key):
+                    continue  # nothing remote, or the tier thread marked it already
+                try:
+                    self._mark(topic, topic_id, p)
+                except LoglakeError as exc:
+                    _log.error("%s-%d: marking its remote data deleted failed: %s", topic, p, exc)
+
+    def _deleting(self, key: tuple[uuid.UUID, int]) -> bool:
+        found = self._deletes.get(key)
+        return found is not None and found.state != PartitionDeleteState.DELETE_PARTITION_FINISHED
 
     def _mark(self, topic: str, topic_id: uuid.UUID, partition: int) -> None:
         now = int(time.time() * 1000)
@@ -543,25 +552,22 @@ class RemoteLogManager:
         deleted as by retention (DELETE_SEGMENT_STARTED, objects, _FINISHED),
         ``DELETE_PARTITION_FINISHED`` (``partition_delete_finished``). Resumed after a crash
         from the records read back."""
-        finished = PartitionDeleteState.DELETE_PARTITION_FINISHED
-        with self._lock:
-            pending = [d for d in self._deletes.values() if d.state != finished]
-            orphans = [
-                (next(iter(segs.values())).topic, *key)
-                for key, segs in self._segments.items()
-                if segs
-                and (key not in self._deletes or self._deletes[key].state == finished)
-                and self._logs.topic_name(key[0]) is None
-            ]
-        for topic, topic_id, partition in orphans:
-            try:
-                self._mark(topic, topic_id, partition)
-            except LoglakeError as exc:
-                _log.error(
-                    "%s-%d: marking its remote data deleted failed: %s", topic, partition, exc
-                )
-                continue
-            pending.append(self._deletes[(topic_id, partition)])
+        with self._mark_lock:
+            with self._lock:
+                orphans = [
+                    (next(iter(segs.values())).topic, *key)
+                    for key, segs in self._segments.items()
+                    if segs and not self._deleting(key) and self._logs.topic_name(key[0]) is None
+                ]
+            for topic, topic_id, partition in orphans:
+                try:
+                    self._mark(topic, topic_id, partition)
+                except LoglakeError as exc:
+                    _log.error(
+                        "%s-%d: marking remote data deleted failed: %s", topic, partition, exc
+                    )
+            with self._lock:
+                pending = [d for key, d in self._deletes.items() if self._deleting(key)]
         for mark in pending:
             try:
                 self._delete_partition(mark)
@@ -591,6 +597,7 @@ class RemoteLogManager:
             )
         for seg in segs:
             self._delete_remote(seg)
+        self._remove_directories(mark)
         self._append(
             replace(
                 mark,
@@ -606,6 +613,24 @@ class RemoteLogManager:
             mark.partition,
             len(segs),
         )
+
+    def _remove_directories(self, mark: PartitionDelete) -> None:
+        """pyarrow's S3 filesystem leaves an empty "directory" object (``<dir>/``) where the
+        last object of a directory was deleted (the plugin writes none): the deleted
+        partition's directory goes, then its topic's, each only when no object is left under
+        it (objects no record names are left alone, and so is a directory of another
+        partition still being deleted). pyarrow then leaves the key prefix's own marker."""
+        top = f"{self.config.key_prefix}{mark.topic}-{kafka_uuid(mark.topic_id)}"
+        for directory in (f"{top}/{mark.partition}", top):
+            if self.store.list(directory):
+                return
+            loc = self.store.location(directory)
+            try:
+                self.store.filesystem.delete_dir(loc.fs_path)
+            except FileNotFoundError:
+                continue  # gone already (a pass cut short after it)
+            except OSError as exc:
+                raise ObjectStoreError(f"deleting {loc.uri}/ failed: {exc}", path=loc.uri) from exc
 
     # -- retention ------------------------------------------------------------------------------
 
