@@ -3,7 +3,11 @@
 One tier thread (never a network thread) runs :meth:`RemoteLogManager.run_once` every
 ``remote.log.manager.task.interval.ms``; remote reads run on a small worker pool
 (:meth:`RemoteLogManager.submit`), so a Fetch below the local log start never blocks the
-network threads on the store.
+network threads on the store. The ``.log`` uploads (the bulk of a copy's time and CPU) run on
+one more thread at nice 10, the tier thread waiting for each: background work yields to the
+request threads on a loaded machine, while the tier thread, which takes user logs' locks
+(local retention) and the GIL, keeps the request threads' priority (a starved nice thread
+holding either would stall produce).
 
 Copy, per partition of a topic with ``remote.storage.enable=true`` (never a compacted one), for
 each rolled segment whose offsets are all below the high watermark and above the highest
@@ -216,6 +220,14 @@ class RemoteLogManager:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="tier-reader")
+        # the .log uploads (reading the segment, compressing, sending): background work, at
+        # nice 10 so that on a loaded machine the request threads go first. Only they: the
+        # tier thread itself takes the user log's lock (local retention, with a checkpoint
+        # fsync under it) and the GIL, and a starved nice thread holding either stalls
+        # produce (priority inversion)
+        self._uploader = ThreadPoolExecutor(
+            1, thread_name_prefix="tier-upload", initializer=_lower_priority
+        )
         self._warned: set[str] = set()
         self._floors: dict[tuple[str, int], int] = {}
 
@@ -357,16 +369,13 @@ class RemoteLogManager:
         if self._thread is not None:
             self._thread.join(timeout=60)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._uploader.shutdown(wait=False, cancel_futures=True)
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         """Run ``fn`` (a remote read) on the reader pool."""
         return self._pool.submit(fn)
 
     def _run(self) -> None:
-        # Uploads are background work: on a loaded machine the request threads go first
-        # (Linux schedules threads as tasks, so a thread can have its own nice value).
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         # the first pass after one interval, as Kafka's RLM tasks: the broker serves first
         while not self._stop.wait(self.config.interval_ms / 1000):
             try:
@@ -453,7 +462,8 @@ class RemoteLogManager:
         self._append(meta)
         failpoint("tier.copy_started")
         upload_started = time.perf_counter()
-        compressed = self._upload_log(keys[layout.LOG], seg.path, size)
+        upload = self._uploader.submit(self._upload_log, keys[layout.LOG], seg.path, size)
+        compressed = upload.result()
         upload_s = time.perf_counter() - upload_started
         failpoint("tier.log_uploaded")
         blob, where = layout.build_indexes(
@@ -786,6 +796,13 @@ class RemoteLogManager:
             if found is not None:
                 return found
         return None
+
+
+def _lower_priority() -> None:
+    """nice 10 for the calling thread (Linux schedules threads as tasks, so a thread can have
+    its own nice value); nothing where that is not possible."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
 def _read_file(path: Any) -> bytes:
