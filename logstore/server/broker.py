@@ -469,6 +469,7 @@ class Broker:
             n = self.partition_count(topic)
             if n is None:
                 raise InvalidTopicError(f"unknown topic {topic!r}")
+            topic_id = self.log_manager.topic_id(topic)
             for p in range(n):
                 with self._partitions_lock:
                     self._partitions.pop((topic, p), None)
@@ -478,6 +479,10 @@ class Broker:
             for d in self.config.log_dirs:
                 delete_topic_config(d, topic)
             self.topic_overrides.pop(topic, None)
+            if self.tier is not None and topic_id is not None:
+                # its remote data goes too, as in Kafka (after the logs: a crash between
+                # leaves remote segments of an unknown topic id, which the tier also deletes)
+                self.tier.mark_deleted(topic, topic_id, n)
 
     def set_topic_overrides(self, topic: str, props: dict[str, str]) -> None:
         """Replace ``topic``'s overrides, persist them, and apply them to its logs."""

@@ -587,7 +587,7 @@ BROKER_CONFIG_DEFS: Final[dict[str, ConfigDef]] = {
             "rsm.config.compression.enabled",
             "bool",
             "false",
-            "zstd chunks (the plugin's option): not supported yet, must be false",
+            "each .log chunk one zstd frame (the plugin's compression; read either way)",
         ),
         _d(
             "rsm.config.encryption.enabled",

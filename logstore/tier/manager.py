@@ -3,14 +3,19 @@
 One tier thread (never a network thread) runs :meth:`RemoteLogManager.run_once` every
 ``remote.log.manager.task.interval.ms``; remote reads run on a small worker pool
 (:meth:`RemoteLogManager.submit`), so a Fetch below the local log start never blocks the
-network threads on the store.
+network threads on the store. The ``.log`` uploads (the bulk of a copy's time and CPU) run on
+one more thread at nice 10, the tier thread waiting for each: background work yields to the
+request threads on a loaded machine, while the tier thread, which takes user logs' locks
+(local retention) and the GIL, keeps the request threads' priority (a starved nice thread
+holding either would stall produce).
 
 Copy, per partition of a topic with ``remote.storage.enable=true`` (never a compacted one), for
 each rolled segment whose offsets are all below the high watermark and above the highest
 tiered offset, oldest first (steps, each a failpoint ``tier.<step>``):
 
 1. ``COPY_SEGMENT_STARTED`` appended to ``__remote_log_metadata`` (``copy_started``);
-2. ``.log`` uploaded (``log_uploaded``), 3. ``.indexes`` (``indexes_uploaded``),
+2. ``.log`` uploaded (``log_uploaded``; with ``rsm.config.compression.enabled`` one zstd frame
+   per chunk, the plugin's format), 3. ``.indexes`` (``indexes_uploaded``),
 4. ``.rsm-manifest`` (``manifest_uploaded``) — :mod:`logstore.tier.layout`;
 5. ``COPY_SEGMENT_FINISHED`` appended and fsynced (``copy_finished``): only now is the segment
    remote, the highest tiered offset (Kafka's copy progress: the end offset of the newest
@@ -36,15 +41,27 @@ below or above the local part: kept durable in ``remote-log-start-offset`` (a ch
 in the partition directory, since the log's own log start offset is the local part's); the
 next pass deletes the remote segments wholly below it (Kafka's first retention rule).
 
-Reads (:meth:`read`): the remote segment holding the offset (the live list is a snapshot
-sorted by start offset), its manifest and offset index (the floor entry gives the position),
-then the ``.log`` chunks covering the bytes wanted, all through a byte-bounded LRU
-(``rsm.config.fetch.chunk.cache.size``); whole batches only, at least one (KIP-74), and the
-aborted transactions of the segment's transaction index for READ_COMMITTED. Every failure is
-logged with the segment and becomes the partition's error code (``KAFKA_STORAGE_ERROR`` for a
-store error or a missing object), never an empty answer.
+Reads (:meth:`read`, :meth:`offset_for_timestamp`; the bytes through
+:class:`~logstore.tier.reader.SegmentReader`): the remote segment holding the offset (the live
+list is a snapshot sorted by start offset), its manifest and offset index (the floor entry
+gives the position), then the ``.log`` chunks covering the bytes wanted, all through a
+byte-bounded LRU (``rsm.config.fetch.chunk.cache.size``); whole batches only, at least one
+(KIP-74), and the aborted transactions of the segment's transaction index for READ_COMMITTED.
+ListOffsets by timestamp looks in the remote segments below the local log start first, as
+Kafka. Every failure is logged with the segment and becomes the partition's error code
+(``KAFKA_STORAGE_ERROR`` for a store error or a missing object), never an empty answer.
 
-Crash behaviour: at start the metadata is read back from ``__remote_log_metadata``. A segment
+Deleting a topic deletes its remote data, as Kafka (:meth:`mark_deleted`, after the broker
+removed the logs): ``DELETE_PARTITION_MARKED`` per partition with remote segments
+(``partition_delete_marked``); the tier thread then writes ``DELETE_PARTITION_STARTED``
+(``partition_delete_started``), deletes each segment as retention does, and writes
+``DELETE_PARTITION_FINISHED`` (``partition_delete_finished``). The state is kept by topic id:
+a topic created again with the same name has a new id and never sees the old segments.
+
+Crash behaviour: at start the metadata is read back from ``__remote_log_metadata``. A
+partition whose last delete record is MARKED or STARTED is deleted on; remote segments of a
+topic id the broker no longer has and no unfinished delete (a crash after the logs went and
+before the mark) are marked then deleted. A segment
 whose last record is COPY_SEGMENT_STARTED (a copy cut short) or DELETE_SEGMENT_STARTED (a
 delete cut short) is cleaned: DELETE_SEGMENT_STARTED, its objects deleted (absent ones are
 fine), DELETE_SEGMENT_FINISHED; an interrupted copy is then done again under a new segment id,
@@ -62,11 +79,10 @@ import bisect
 import contextlib
 import logging
 import os
-import struct
+import tempfile
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -82,7 +98,6 @@ from logstore.errors import (
 )
 from logstore.failpoints import failpoint
 from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings
-from logstore.protocol.batch import iter_batches
 from logstore.protocol.records import build_batch
 from logstore.storage.checkpoints import read_checkpoint_lines, write_checkpoint_lines
 from logstore.storage.files import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_path
@@ -93,21 +108,24 @@ from logstore.storage.retention import retention_plan, size_breached, time_breac
 from logstore.tier import layout
 from logstore.tier.metadata import (
     METADATA_TOPIC,
+    PartitionDelete,
+    PartitionDeleteState,
     RemoteSegment,
     SegmentState,
     SegmentUpdate,
-    decode_record,
+    decode_metadata,
+    encode_partition_delete,
     encode_segment,
     encode_update,
+    kafka_uuid,
     metadata_partition,
 )
+from logstore.tier.reader import ChunkCache, SegmentReader
 
 __all__ = ["RemoteLogManager", "TierConfig"]
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
-_OFFSET_ENTRY = struct.Struct(">ii")
-_READ_AHEAD = 64 * 1024
 FLOOR_FILE = "remote-log-start-offset"
 _UNFINISHED = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_STARTED)
 
@@ -124,6 +142,7 @@ class TierConfig:
     metadata_partitions: int = 50
     cache_bytes: int = 64 * 1024 * 1024
     reader_threads: int = 2
+    compression: bool = False  # rsm.config.compression.enabled: each chunk a zstd frame
 
     @classmethod
     def from_broker(cls, config: Any) -> TierConfig | None:
@@ -137,9 +156,10 @@ class TierConfig:
             raise InvalidConfigError(
                 "remote.log.storage.system.enable=true needs rsm.config.storage.s3.bucket.name"
             )
-        for key in ("rsm.config.compression.enabled", "rsm.config.encryption.enabled"):
-            if config.get_bool(key):
-                raise InvalidConfigError(f"{key}=true is not supported by loglake's tier yet")
+        if config.get_bool("rsm.config.encryption.enabled"):
+            raise InvalidConfigError(
+                "rsm.config.encryption.enabled=true is not supported by loglake's tier"
+            )
         overrides: dict[str, Any] = {}
         for key, name in (
             ("rsm.config.storage.s3.endpoint.url", "endpoint_url"),
@@ -164,37 +184,8 @@ class TierConfig:
                 "rlmm.config.remote.log.metadata.topic.num.partitions"
             ),
             cache_bytes=config.get_int("rsm.config.fetch.chunk.cache.size"),
+            compression=config.get_bool("rsm.config.compression.enabled"),
         )
-
-
-class _Cache:
-    """A byte-bounded LRU of immutable remote bytes (chunks, manifests, offset indexes)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self._max = max_bytes
-        self._size = 0
-        self._items: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: tuple[Any, ...], load: Callable[[], T], size: Callable[[T], int]) -> T:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                self.hits += 1
-                return self._items[key][0]  # type: ignore[no-any-return]
-        value = load()
-        n = size(value)
-        with self._lock:
-            self.misses += 1
-            if n <= self._max and key not in self._items:
-                self._items[key] = (value, n)
-                self._size += n
-                while self._size > self._max:
-                    _, (_, old) = self._items.popitem(last=False)
-                    self._size -= old
-        return value
 
 
 class RemoteLogManager:
@@ -216,22 +207,40 @@ class RemoteLogManager:
             LakeLocation("s3", config.bucket, "", config.bucket), settings=config.settings
         )
         self._lock = threading.RLock()
-        # (topic, partition) -> {segment id: metadata with its latest state}
-        self._segments: dict[tuple[str, int], dict[uuid.UUID, RemoteSegment]] = {}
-        self._live: dict[tuple[str, int], list[RemoteSegment]] = {}
-        self._cache = _Cache(config.cache_bytes)
+        # (topic id, partition) -> {segment id: metadata with its latest state}; by topic id,
+        # so that a topic deleted and created again never sees the old one's segments
+        self._segments: dict[tuple[uuid.UUID, int], dict[uuid.UUID, RemoteSegment]] = {}
+        self._live: dict[tuple[uuid.UUID, int], list[RemoteSegment]] = {}
+        # (topic id, partition) -> the latest partition-delete record (deleted topics)
+        self._deletes: dict[tuple[uuid.UUID, int], PartitionDelete] = {}
+        self._mark_lock = threading.Lock()  # one marker of a partition: DeleteTopics or tier
+        self.reader = SegmentReader(
+            self.store, ChunkCache(config.cache_bytes), key_prefix=config.key_prefix
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="tier-reader")
+        # the .log uploads (reading the segment, compressing, sending): background work, at
+        # nice 10 so that on a loaded machine the request threads go first. Only they: the
+        # tier thread itself takes the user log's lock (local retention, with a checkpoint
+        # fsync under it) and the GIL, and a starved nice thread holding either stalls
+        # produce (priority inversion)
+        self._uploader = ThreadPoolExecutor(
+            1, thread_name_prefix="tier-upload", initializer=_lower_priority
+        )
         self._warned: set[str] = set()
         self._floors: dict[tuple[str, int], int] = {}
 
     # -- state ----------------------------------------------------------------------------------
 
     def live_segments(self, topic: str, partition: int) -> list[RemoteSegment]:
-        """The COPY_SEGMENT_FINISHED segments of a partition, by start offset (a snapshot,
-        rebuilt on each metadata change: Fetch reads it on the network threads)."""
-        return self._live.get((topic, partition), [])
+        """The COPY_SEGMENT_FINISHED segments of a partition of the topic named ``topic`` now
+        (by its topic id), by start offset (a snapshot, rebuilt on each metadata change:
+        Fetch reads it on the network threads)."""
+        topic_id = self._logs.topic_id(topic)
+        if topic_id is None:
+            return []
+        return self._live.get((topic_id, partition), [])
 
     def highest_tiered_offset(self, topic: str, partition: int) -> int:
         """The last offset of the newest tiered segment, -1 when none (Kafka's copy progress)."""
@@ -280,10 +289,13 @@ class RemoteLogManager:
             lg = self._logs.get_or_create_log(METADATA_TOPIC, p)
         return lg
 
-    def _append(self, record: RemoteSegment | SegmentUpdate) -> None:
-        value = (
-            encode_segment(record) if isinstance(record, RemoteSegment) else encode_update(record)
-        )
+    def _append(self, record: RemoteSegment | SegmentUpdate | PartitionDelete) -> None:
+        if isinstance(record, RemoteSegment):
+            value = encode_segment(record)
+        elif isinstance(record, SegmentUpdate):
+            value = encode_update(record)
+        else:
+            value = encode_partition_delete(record)
         lg = self._metadata_log(record.topic_id, record.partition)
         now = int(time.time() * 1000)
         with lg.lock:
@@ -293,9 +305,12 @@ class RemoteLogManager:
         lg.flush()
         self._apply(record)
 
-    def _apply(self, record: RemoteSegment | SegmentUpdate) -> None:
-        key = (record.topic, record.partition)
+    def _apply(self, record: RemoteSegment | SegmentUpdate | PartitionDelete) -> None:
+        key = (record.topic_id, record.partition)
         with self._lock:
+            if isinstance(record, PartitionDelete):
+                self._deletes[key] = record
+                return
             segs = self._segments.setdefault(key, {})
             if isinstance(record, RemoteSegment):
                 segs[record.segment_id] = record
@@ -321,7 +336,7 @@ class RemoteLogManager:
                 if rec.value is None:
                     continue
                 try:
-                    found = decode_record(bytes(rec.value))
+                    found = decode_metadata(bytes(rec.value))
                 except CorruptRecordError as exc:
                     _log.error("%s-%d: skipped a bad record: %s", lg.topic, lg.partition, exc)
                     continue
@@ -354,16 +369,13 @@ class RemoteLogManager:
         if self._thread is not None:
             self._thread.join(timeout=60)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._uploader.shutdown(wait=False, cancel_futures=True)
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         """Run ``fn`` (a remote read) on the reader pool."""
         return self._pool.submit(fn)
 
     def _run(self) -> None:
-        # Uploads are background work: on a loaded machine the request threads go first
-        # (Linux schedules threads as tasks, so a thread can have its own nice value).
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         # the first pass after one interval, as Kafka's RLM tasks: the broker serves first
         while not self._stop.wait(self.config.interval_ms / 1000):
             try:
@@ -374,6 +386,7 @@ class RemoteLogManager:
     def run_once(self, now_ms: int | None = None) -> None:
         """One pass: clean interrupted work, copy, local retention, remote retention."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
+        self._delete_partitions()
         self._clean_dangling()
         for lg in self._logs.all_logs():
             if lg.closed or lg.topic == METADATA_TOPIC:
@@ -424,6 +437,7 @@ class RemoteLogManager:
                 self._copy_segment(lg, topic_id, seg, next_base)
 
     def _copy_segment(self, lg: Log, topic_id: uuid.UUID, seg: Any, next_base: int) -> None:
+        started = time.perf_counter()
         base = seg.base_offset
         epochs = [(e, o) for e, o in lg.leader_epoch_cache.entries() if o < next_base]
         first = [e for e in epochs if e[1] <= base]
@@ -447,7 +461,10 @@ class RemoteLogManager:
         keys = layout.segment_keys(self.config.key_prefix, meta)
         self._append(meta)
         failpoint("tier.copy_started")
-        self.store.write_file(keys[layout.LOG], seg.path)
+        upload_started = time.perf_counter()
+        upload = self._uploader.submit(self._upload_log, keys[layout.LOG], seg.path, size)
+        compressed = upload.result()
+        upload_s = time.perf_counter() - upload_started
         failpoint("tier.log_uploaded")
         blob, where = layout.build_indexes(
             {
@@ -460,19 +477,176 @@ class RemoteLogManager:
         )
         self.store.write(keys[layout.INDEXES], blob)
         failpoint("tier.indexes_uploaded")
-        manifest = layout.build_manifest(meta, chunk_size=self.config.chunk_size, indexes=where)
+        manifest = layout.build_manifest(
+            meta, chunk_size=self.config.chunk_size, indexes=where, compressed_sizes=compressed
+        )
         self.store.write(keys[layout.MANIFEST], manifest)
         failpoint("tier.manifest_uploaded")
         self._update(meta, SegmentState.COPY_SEGMENT_FINISHED)
         failpoint("tier.copy_finished")
+        # the times say where a copy's wall time goes (the produce benchmark reads them)
         _log.info(
-            "%s: tiered segment %d-%d (%d bytes) as %s",
+            "%s: tiered segment %d-%d (%d bytes) as %s in %.0f ms (.log upload %.0f ms)",
             lg.dir.name,
             base,
             next_base - 1,
             size,
             keys[layout.LOG],
+            (time.perf_counter() - started) * 1000,
+            upload_s * 1000,
         )
+
+    def _upload_log(self, key: str, path: Any, size: int) -> list[int] | None:
+        """Upload the segment file as ``.log``: as it is (None), or with
+        ``rsm.config.compression.enabled`` as one zstd frame per chunk, written to a temporary
+        file first (the upload streams a file, a segment is never whole in memory, and the
+        store's retries start again from the file); then each frame's size."""
+        if not self.config.compression:
+            self.store.write_file(key, path)
+            return None
+        sizes: list[int] = []
+        read = 0
+        with (
+            open(path, "rb") as src,
+            tempfile.NamedTemporaryFile(prefix="loglake-tier-", suffix=".zst") as tmp,
+        ):
+            while chunk := src.read(self.config.chunk_size):
+                frame = layout.compress_chunk(chunk)
+                tmp.write(frame)
+                sizes.append(len(frame))
+                read += len(chunk)
+            if read != size:
+                raise StorageError(f"{path}: read {read} bytes of a {size}-byte segment")
+            tmp.flush()
+            self.store.write_file(key, tmp.name)
+        return sizes
+
+    # -- topic deletion -------------------------------------------------------------------------
+
+    def mark_deleted(self, topic: str, topic_id: uuid.UUID, partitions: int) -> None:
+        """A topic was deleted (its logs are gone): ``DELETE_PARTITION_MARKED`` appended and
+        fsynced for each of its partitions with remote segments; the tier thread deletes them
+        (:meth:`_delete_partitions`). A failure here is logged only: the tier thread marks
+        the partitions of a topic id that no longer exists on its next pass."""
+        with self._lock:
+            for p in range(partitions):
+                self._floors.pop((topic, p), None)
+            self._warned.discard(topic)
+        with self._mark_lock:
+            for p in range(partitions):
+                key = (topic_id, p)
+                if not self._segments.get(key) or self._deleting(key):
+                    continue  # nothing remote, or the tier thread marked it already
+                try:
+                    self._mark(topic, topic_id, p)
+                except LoglakeError as exc:
+                    _log.error("%s-%d: marking its remote data deleted failed: %s", topic, p, exc)
+
+    def _deleting(self, key: tuple[uuid.UUID, int]) -> bool:
+        found = self._deletes.get(key)
+        return found is not None and found.state != PartitionDeleteState.DELETE_PARTITION_FINISHED
+
+    def _mark(self, topic: str, topic_id: uuid.UUID, partition: int) -> None:
+        now = int(time.time() * 1000)
+        self._append(
+            PartitionDelete(
+                topic,
+                topic_id,
+                partition,
+                PartitionDeleteState.DELETE_PARTITION_MARKED,
+                self.broker_id,
+                now,
+            )
+        )
+        failpoint("tier.partition_delete_marked")
+        _log.info("%s-%d: remote data of deleted topic marked for deletion", topic, partition)
+
+    def _delete_partitions(self) -> None:
+        """Kafka's remote partition deletion, for each marked partition and for each one with
+        remote segments whose topic id is no longer the broker's (a deletion cut short before
+        its mark): ``DELETE_PARTITION_STARTED`` (``partition_delete_started``), each segment
+        deleted as by retention (DELETE_SEGMENT_STARTED, objects, _FINISHED),
+        ``DELETE_PARTITION_FINISHED`` (``partition_delete_finished``). Resumed after a crash
+        from the records read back."""
+        with self._mark_lock:
+            with self._lock:
+                orphans = [
+                    (next(iter(segs.values())).topic, *key)
+                    for key, segs in self._segments.items()
+                    if segs and not self._deleting(key) and self._logs.topic_name(key[0]) is None
+                ]
+            for topic, topic_id, partition in orphans:
+                try:
+                    self._mark(topic, topic_id, partition)
+                except LoglakeError as exc:
+                    _log.error(
+                        "%s-%d: marking remote data deleted failed: %s", topic, partition, exc
+                    )
+            with self._lock:
+                pending = [d for key, d in self._deletes.items() if self._deleting(key)]
+        for mark in pending:
+            try:
+                self._delete_partition(mark)
+            except (ObjectStoreError, StorageError) as exc:
+                _log.error(
+                    "%s-%d: deleting remote data stopped, retried next pass: %s",
+                    mark.topic,
+                    mark.partition,
+                    exc,
+                )
+
+    def _delete_partition(self, mark: PartitionDelete) -> None:
+        if mark.state == PartitionDeleteState.DELETE_PARTITION_MARKED:
+            self._append(
+                replace(
+                    mark,
+                    state=PartitionDeleteState.DELETE_PARTITION_STARTED,
+                    broker_id=self.broker_id,
+                    event_timestamp_ms=int(time.time() * 1000),
+                )
+            )
+            failpoint("tier.partition_delete_started")
+        with self._lock:
+            segs = sorted(
+                self._segments.get((mark.topic_id, mark.partition), {}).values(),
+                key=lambda s: s.start_offset,
+            )
+        for seg in segs:
+            self._delete_remote(seg)
+        self._remove_directories(mark)
+        self._append(
+            replace(
+                mark,
+                state=PartitionDeleteState.DELETE_PARTITION_FINISHED,
+                broker_id=self.broker_id,
+                event_timestamp_ms=int(time.time() * 1000),
+            )
+        )
+        failpoint("tier.partition_delete_finished")
+        _log.info(
+            "%s-%d: remote data of the deleted topic deleted (%d segments)",
+            mark.topic,
+            mark.partition,
+            len(segs),
+        )
+
+    def _remove_directories(self, mark: PartitionDelete) -> None:
+        """pyarrow's S3 filesystem leaves an empty "directory" object (``<dir>/``) where the
+        last object of a directory was deleted (the plugin writes none): the deleted
+        partition's directory goes, then its topic's, each only when no object is left under
+        it (objects no record names are left alone, and so is a directory of another
+        partition still being deleted). pyarrow then leaves the key prefix's own marker."""
+        top = f"{self.config.key_prefix}{mark.topic}-{kafka_uuid(mark.topic_id)}"
+        for directory in (f"{top}/{mark.partition}", top):
+            if self.store.list(directory):
+                return
+            loc = self.store.location(directory)
+            try:
+                self.store.filesystem.delete_dir(loc.fs_path)
+            except FileNotFoundError:
+                continue  # gone already (a pass cut short after it)
+            except OSError as exc:
+                raise ObjectStoreError(f"deleting {loc.uri}/ failed: {exc}", path=loc.uri) from exc
 
     # -- retention ------------------------------------------------------------------------------
 
@@ -548,44 +722,6 @@ class RemoteLogManager:
 
     # -- reads (reader pool only: they wait for the store) ---------------------------------------
 
-    def _manifest(self, seg: RemoteSegment) -> layout.Manifest:
-        key = layout.segment_keys(self.config.key_prefix, seg)[layout.MANIFEST]
-        return self._cache.get(
-            ("manifest", seg.segment_id),
-            lambda: layout.parse_manifest(self.store.read(key), path=self.store.uri(key)),
-            lambda _m: 512,
-        )
-
-    def _index_part(self, seg: RemoteSegment, manifest: layout.Manifest, name: str) -> bytes:
-        where = manifest.indexes.get(name)
-        if where is None or where[1] == 0:
-            return b""
-        key = layout.segment_keys(self.config.key_prefix, seg)[layout.INDEXES]
-        return self._cache.get(
-            (name, seg.segment_id),
-            lambda: self.store.read_range(key, offset=where[0], length=where[1]),
-            len,
-        )
-
-    def _chunk(self, seg: RemoteSegment, manifest: layout.Manifest, i: int) -> bytes:
-        key = layout.segment_keys(self.config.key_prefix, seg)[layout.LOG]
-        start, length = manifest.chunks.chunk_range(i)
-        return self._cache.get(
-            ("chunk", seg.segment_id, i),
-            lambda: self.store.read_range(key, offset=start, length=length),
-            len,
-        )
-
-    def _bytes(self, seg: RemoteSegment, manifest: layout.Manifest, pos: int, n: int) -> bytes:
-        chunks = manifest.chunks
-        n = min(n, chunks.file_size - pos)
-        if n <= 0:
-            return b""
-        parts = [self._chunk(seg, manifest, i) for i in chunks.chunks_for(pos, n)]
-        first = chunks.chunk_range(chunks.chunks_for(pos, n)[0])[0]
-        joined = b"".join(parts)
-        return joined[pos - first : pos - first + n]
-
     def read(
         self, topic: str, partition: int, offset: int, max_bytes: int, *, max_offset: int
     ) -> tuple[bytes, list[tuple[int, int]]]:
@@ -604,18 +740,11 @@ class RemoteLogManager:
             )
         seg = live[i]
         try:
-            manifest = self._manifest(seg)
-            index = self._index_part(seg, manifest, "offset")
-            position = _floor_position(index, offset - seg.start_offset)
-            want = max(max_bytes, _READ_AHEAD)
-            while True:
-                data = self._bytes(seg, manifest, position, want)
-                out = _select(data, offset, max_bytes, max_offset)
-                at_end = position + len(data) >= manifest.chunks.file_size
-                if out is not None or at_end:
-                    break
-                want *= 2
-            txn = self._index_part(seg, manifest, "transaction")
+            out = self.reader.read(seg, offset, max_bytes, max_offset=max_offset)
+            if out is None:
+                return b"", []
+            body, first, last = out
+            return body, self.reader.aborted(seg, first, last)
         except LoglakeError as exc:  # the store, a manifest or bytes that do not parse
             _log.error(
                 "%s-%d: remote read of offset %d failed (segment %s): %s",
@@ -626,11 +755,54 @@ class RemoteLogManager:
                 exc,
             )
             raise
-        if out is None:
-            return b"", []
-        body, first, last = out
-        aborted = _aborted(txn, first, last)
-        return body, aborted
+
+    def needs_remote_lookup(
+        self, topic: str, partition: int, timestamp: int, local_start: int
+    ) -> bool:
+        """Whether a ListOffsets by ``timestamp`` must look at remote segments: one holds
+        offsets below the local log start and records that recent (else the local log
+        answers alone, as before tiering). A snapshot read: fit for a network thread."""
+        return any(
+            s.start_offset < local_start and s.max_timestamp_ms >= timestamp
+            for s in self.live_segments(topic, partition)
+        )
+
+    def offset_for_timestamp(
+        self, topic: str, partition: int, timestamp: int, *, local_start: int
+    ) -> tuple[int, int] | None:
+        """Kafka's remote part of a ListOffsets by timestamp: ``(offset, timestamp)`` of the
+        first record whose timestamp is >= ``timestamp``, looking in the live remote segments
+        below the local log start in offset order, from the partition's log start offset;
+        None when none has one (the caller then asks the local log, as Kafka does). Waits
+        for the store: call on the reader pool; store errors are logged and raised."""
+        start = self.log_start_offset(topic, partition, local_start)
+        for seg in self.live_segments(topic, partition):
+            if seg.start_offset >= local_start:
+                break  # wholly local too: the local log answers for it
+            if seg.max_timestamp_ms < timestamp or seg.end_offset < start:
+                continue
+            try:
+                found = self.reader.offset_for_timestamp(seg, timestamp, start_offset=start)
+            except LoglakeError as exc:
+                _log.error(
+                    "%s-%d: remote lookup of timestamp %d failed (segment %s): %s",
+                    topic,
+                    partition,
+                    timestamp,
+                    seg.segment_id,
+                    exc,
+                )
+                raise
+            if found is not None:
+                return found
+        return None
+
+
+def _lower_priority() -> None:
+    """nice 10 for the calling thread (Linux schedules threads as tasks, so a thread can have
+    its own nice value); nothing where that is not possible."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
 def _read_file(path: Any) -> bytes:
@@ -639,57 +811,3 @@ def _read_file(path: Any) -> bytes:
             return f.read()
     except FileNotFoundError:
         return b""
-
-
-def _floor_position(index: bytes, relative: int) -> int:
-    """The position of the greatest offset-index entry at or below ``relative`` (0 if none)."""
-    n = len(index) // 8
-    lo, hi, found = 0, n - 1, 0
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        rel, pos = _OFFSET_ENTRY.unpack_from(index, mid * 8)
-        if rel <= relative:
-            found = pos
-            lo = mid + 1
-        else:
-            hi = mid - 1
-    return found
-
-
-def _select(
-    data: bytes, offset: int, max_bytes: int, max_offset: int
-) -> tuple[bytes, int, int] | None:
-    """The whole batches of ``data`` from the one holding ``offset``: at least one, then while
-    within ``max_bytes``, none starting at or above ``max_offset``; None when the first one is
-    not whole in ``data``."""
-    begin = end = -1
-    first = last = -1
-    try:
-        for pos, header in iter_batches(data, allow_torn_tail=True):
-            if header.last_offset < offset:
-                continue
-            if header.base_offset >= max_offset:
-                break
-            size = header.size
-            if begin >= 0 and pos + size - begin > max_bytes:
-                break
-            if begin < 0:
-                begin, first = pos, header.base_offset
-            end, last = pos + size, header.last_offset
-    except CorruptRecordError as exc:
-        raise StorageError(f"remote segment bytes do not parse: {exc}") from exc
-    if begin < 0:
-        return None
-    return data[begin:end], first, last
-
-
-def _aborted(txn: bytes, first: int, last: int) -> list[tuple[int, int]]:
-    if not txn:
-        return []
-    from logstore.storage.txn_index import decode_entries  # noqa: PLC0415
-
-    return [
-        (e.producer_id, e.first_offset)
-        for e in decode_entries(txn)
-        if e.last_offset >= first and e.first_offset <= last
-    ]

@@ -18,9 +18,16 @@ Messages written here (version 0, as Kafka 3.x and 4.x read them):
   event_timestamp_ms i64, custom_metadata, state i8, tags (v1 tags 0 broker_leader_epoch,
   1 end_offset: read, never needed).
 
+- ``RemotePartitionDeleteMetadataRecord`` (api key 2): topic_id_partition {name compact
+  string, id uuid, partition i32, tags}, broker_id i32, event_timestamp_ms i64, state i8
+  (Kafka's ``RemotePartitionDeleteState``: 0 DELETE_PARTITION_MARKED, 1 _STARTED,
+  2 _FINISHED), tags: written when a topic with remote data is deleted.
+
 States (Kafka's ``RemoteLogSegmentState`` ids): 0 COPY_SEGMENT_STARTED, 1
-COPY_SEGMENT_FINISHED, 2 DELETE_SEGMENT_STARTED, 3 DELETE_SEGMENT_FINISHED. Other api keys
-(2 partition delete, 3 snapshot) are skipped by :func:`decode_record` (None).
+COPY_SEGMENT_FINISHED, 2 DELETE_SEGMENT_STARTED, 3 DELETE_SEGMENT_FINISHED.
+:func:`decode_record` returns segment records and updates only (None for api keys 2 and 3, as
+before, so that its callers need not know partition deletes); :func:`decode_metadata` returns
+partition deletes too.
 
 The metadata partition of a user partition is Kafka's ``RemoteLogMetadataTopicPartitioner``:
 ``toPositive(murmur2(int32 BE of Objects.hash(topicId.lsb, topicId.msb, partition))) % n``,
@@ -47,10 +54,14 @@ from logstore.protocol.varint import encode_unsigned_varint as _uv
 
 __all__ = [
     "METADATA_TOPIC",
+    "PartitionDelete",
+    "PartitionDeleteState",
     "RemoteSegment",
     "SegmentState",
     "SegmentUpdate",
+    "decode_metadata",
     "decode_record",
+    "encode_partition_delete",
     "encode_segment",
     "encode_update",
     "kafka_uuid",
@@ -62,6 +73,7 @@ METADATA_TOPIC: Final = "__remote_log_metadata"
 FRAME_VERSION: Final = 1
 SEGMENT_API_KEY: Final = 0
 UPDATE_API_KEY: Final = 1
+PARTITION_DELETE_API_KEY: Final = 2
 
 _I8 = struct.Struct(">b")
 _I32 = struct.Struct(">i")
@@ -69,6 +81,7 @@ _I64 = struct.Struct(">q")
 _EPOCH = struct.Struct(">iq")
 _SEG_FIXED = struct.Struct(">qqiqq")  # start, end, broker id, max timestamp, event timestamp
 _UPD_FIXED = struct.Struct(">iq")  # broker id, event timestamp
+_DEL_FIXED = struct.Struct(">iqb")  # broker id, event timestamp, state
 
 
 class SegmentState(IntEnum):
@@ -78,6 +91,14 @@ class SegmentState(IntEnum):
     COPY_SEGMENT_FINISHED = 1
     DELETE_SEGMENT_STARTED = 2
     DELETE_SEGMENT_FINISHED = 3
+
+
+class PartitionDeleteState(IntEnum):
+    """Kafka's ``RemotePartitionDeleteState`` ids."""
+
+    DELETE_PARTITION_MARKED = 0
+    DELETE_PARTITION_STARTED = 1
+    DELETE_PARTITION_FINISHED = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +134,18 @@ class SegmentUpdate:
     broker_id: int
     event_timestamp_ms: int
     custom_metadata: bytes | None = field(default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDelete:
+    """A step of deleting a partition's remote data (Kafka's ``RemotePartitionDeleteMetadata``)."""
+
+    topic: str
+    topic_id: uuid.UUID
+    partition: int
+    state: PartitionDeleteState
+    broker_id: int
+    event_timestamp_ms: int
 
 
 def kafka_uuid(value: uuid.UUID) -> str:
@@ -220,6 +253,23 @@ def encode_update(upd: SegmentUpdate) -> bytes:
     return bytes(out)
 
 
+def encode_partition_delete(rec: PartitionDelete) -> bytes:
+    """The record value of ``rec`` (api key 2, version 0)."""
+    name = rec.topic.encode("utf-8")
+    return b"".join(
+        (
+            _uv(FRAME_VERSION) + _uv(PARTITION_DELETE_API_KEY) + _uv(0),
+            _uv(len(name) + 1),
+            name,
+            rec.topic_id.bytes,
+            _I32.pack(rec.partition),
+            b"\x00",
+            _DEL_FIXED.pack(rec.broker_id, rec.event_timestamp_ms, int(rec.state)),
+            b"\x00",
+        )
+    )
+
+
 class _Reader:
     __slots__ = ("buf", "pos")
 
@@ -268,6 +318,23 @@ class _Reader:
         return topic, topic_id, partition, seg_id
 
 
+def _partition_delete(rd: _Reader) -> PartitionDelete:
+    n = rd.uvarint()
+    if n == 0:
+        raise CorruptRecordError("remote partition delete record: null topic name")
+    topic = rd.take(n - 1).decode("utf-8", "replace")
+    topic_id = uuid.UUID(bytes=rd.take(16))
+    (partition,) = rd.unpack(_I32)
+    rd.tags()
+    broker_id, event_ts, state = rd.unpack(_DEL_FIXED)
+    rd.tags()
+    try:
+        st = PartitionDeleteState(state)
+    except ValueError:
+        raise CorruptRecordError(f"remote partition delete state {state} is not 0-2") from None
+    return PartitionDelete(topic, topic_id, partition, st, broker_id, event_ts)
+
+
 def _state(value: int) -> SegmentState:
     try:
         return SegmentState(value)
@@ -276,14 +343,28 @@ def _state(value: int) -> SegmentState:
 
 
 def decode_record(value: bytes) -> RemoteSegment | SegmentUpdate | None:
-    """A ``__remote_log_metadata`` record value; None for the api keys not kept here (2, 3).
-    :class:`CorruptRecordError` for a value that does not parse."""
+    """A ``__remote_log_metadata`` segment record or update; None for the other api keys
+    (2 partition delete, 3 snapshot). :class:`CorruptRecordError` for a value that does not
+    parse."""
+    rd = _Reader(bytes(value))
+    rd.uvarint()
+    if rd.uvarint() not in (SEGMENT_API_KEY, UPDATE_API_KEY):
+        return None  # not parsed further: these callers skip them whatever they hold
+    found = decode_metadata(value)
+    return None if isinstance(found, PartitionDelete) else found
+
+
+def decode_metadata(value: bytes) -> RemoteSegment | SegmentUpdate | PartitionDelete | None:
+    """A ``__remote_log_metadata`` record value; None for api key 3 (snapshots, never in the
+    topic). :class:`CorruptRecordError` for a value that does not parse."""
     rd = _Reader(bytes(value))
     frame = rd.uvarint()
     if frame != FRAME_VERSION:
         raise CorruptRecordError(f"remote log metadata frame version {frame}, expected 1")
     api_key = rd.uvarint()
     version = rd.uvarint()
+    if api_key == PARTITION_DELETE_API_KEY:
+        return _partition_delete(rd)
     if api_key not in (SEGMENT_API_KEY, UPDATE_API_KEY):
         return None
     if version > 1:

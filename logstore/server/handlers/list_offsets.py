@@ -13,8 +13,15 @@ earliest remote segment's start on a tiered topic (``logstore.tier``); -4 earlie
 (v8+, KIP-1005): the local log start offset; -5 latest tiered (v9+): the highest tiered
 offset, -1 when nothing is tiered; -6 earliest pending upload (v11, KIP-1023): the offset
 after the highest tiered one (the local log start when nothing is tiered yet), -1 on a topic
-without remote storage. v10 adds ``timeout_ms`` for remote lookups; timestamp lookups search
-the local segments only.
+without remote storage. A timestamp at or above 0 on a tiered partition is looked up as Kafka
+does: first in the remote segments below the local log start (their time and offset indexes
+from ``.indexes``, then the batches from the ``.log`` chunks), then in the local log. When no
+remote segment below the local start holds a record that recent (their max timestamps, from
+the metadata) the local log answers alone, on the calling thread as before; otherwise the
+whole request is answered from the tier's reader pool (a :class:`Deferred`: a network or
+handler thread never waits for the store). A store failure is that partition's
+``KAFKA_STORAGE_ERROR`` (logged by the tier). v10's ``timeout_ms`` is not used: the store's
+own retries bound the wait.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from logstore.errors import LoglakeError
-from logstore.server.context import RequestContext
+from logstore.server.context import Deferred, RequestContext
 from logstore.server.error_codes import error_code_for
 from logstore.server.handlers._util import ZERO_MS, build, response_module
 from logstore.server.security.acls import AclOperation, ResourceType
@@ -45,9 +52,16 @@ LATEST_TIERED: Final = -5
 EARLIEST_PENDING_UPLOAD: Final = -6
 
 
-def _lookup(
-    ctx: RequestContext, topic: str, partition: int, ts: int, isolation: IsolationLevel
-) -> tuple[ErrorCode, int, int]:
+def _lookup(  # noqa: PLR0917  (the request's parts)
+    ctx: RequestContext,
+    topic: str,
+    partition: int,
+    ts: int,
+    isolation: IsolationLevel,
+    remote: bool,
+) -> tuple[ErrorCode, int, int] | None:
+    """``(error, offset, timestamp)``; None when the answer needs the tier's store and
+    ``remote`` is False (the caller asks again on the tier's reader pool)."""
     part = ctx.broker.partition(topic, partition)
     if part is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1
@@ -76,6 +90,17 @@ def _lookup(
         return ErrorCode.none, part.fetch_limit(isolation), -1
     if ts < EARLIEST_PENDING_UPLOAD:
         return ErrorCode.invalid_request, -1, -1
+    if tier is not None and tier.needs_remote_lookup(topic, partition, ts, lg.log_start_offset):
+        if not remote:
+            return None
+        try:
+            found = tier.offset_for_timestamp(topic, partition, ts, local_start=lg.log_start_offset)
+        except LoglakeError as exc:  # logged by the tier; the client retries
+            return error_code_for(exc), -1, -1
+        if found is not None:
+            if found[0] >= part.fetch_limit(isolation):
+                return ErrorCode.none, -1, -1
+            return ErrorCode.none, found[0], found[1]
     try:
         found = lg.offset_for_timestamp(ts)
     except OSError:  # Kafka's KafkaStorageException: the client retries
@@ -88,7 +113,6 @@ def _lookup(
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
-    mod = response_module(ctx)
     # v1 has no isolation_level: read_uncommitted; a value other than 0 or 1 gets the
     # stricter read_committed, as in Fetch.
     isolation = (
@@ -96,18 +120,49 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         if int(getattr(request, "isolation_level", 0)) == IsolationLevel.READ_UNCOMMITTED
         else IsolationLevel.READ_COMMITTED
     )
-    topics = []
+    answers: list[list[tuple[ErrorCode, int, int] | None]] = []
     for t in request.topics:
-        parts = []
         # Kafka: DESCRIBE on the topic, else TOPIC_AUTHORIZATION_FAILED (existing or not)
         allowed = authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
-        for p in t.partitions:
-            if not allowed:
-                error, offset, ts = ErrorCode.topic_authorization_failed, -1, -1
-            else:
-                error, offset, ts = _lookup(
-                    ctx, t.name, int(p.partition_index), int(p.timestamp), isolation
-                )
+        answers.append(
+            [
+                _lookup(ctx, t.name, int(p.partition_index), int(p.timestamp), isolation, False)
+                if allowed
+                else (ErrorCode.topic_authorization_failed, -1, -1)
+                for p in t.partitions
+            ]
+        )
+    if all(a is not None for parts in answers for a in parts):
+        return _response(ctx, request, answers)
+    result: Deferred[Any] = Deferred()
+
+    def remote() -> None:
+        try:
+            for t, parts in zip(request.topics, answers, strict=True):
+                for i, p in enumerate(t.partitions):
+                    if parts[i] is None:
+                        parts[i] = _lookup(
+                            ctx, t.name, int(p.partition_index), int(p.timestamp), isolation, True
+                        )
+            result.complete(_response(ctx, request, answers))
+        except Exception as exc:
+            result.fail(exc)
+
+    ctx.broker.tier.submit(remote)
+    return result
+
+
+def _response(
+    ctx: RequestContext, request: Any, answers: list[list[tuple[ErrorCode, int, int] | None]]
+) -> Any:
+    mod = response_module(ctx)
+    topics = []
+    for t, found in zip(request.topics, answers, strict=True):
+        parts = []
+        for p, answer in zip(t.partitions, found, strict=True):
+            error, offset, ts = (
+                answer if answer is not None else (ErrorCode.unknown_server_error, -1, -1)
+            )
             parts.append(
                 build(
                     mod.ListOffsetsPartitionResponse,

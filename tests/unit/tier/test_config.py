@@ -63,10 +63,6 @@ def test_the_plugins_keys_override_the_aws_environment(monkeypatch):
     [
         ({}, "bucket.name"),
         (
-            {"rsm.config.storage.s3.bucket.name": "b", "rsm.config.compression.enabled": "true"},
-            "compression",
-        ),
-        (
             {"rsm.config.storage.s3.bucket.name": "b", "rsm.config.encryption.enabled": "true"},
             "encryption",
         ),
@@ -75,6 +71,13 @@ def test_the_plugins_keys_override_the_aws_environment(monkeypatch):
 def test_what_the_tier_cannot_do_is_refused_at_start(monkeypatch, props, why):
     with pytest.raises(InvalidConfigError, match=why):
         _tier(monkeypatch, **{"remote.log.storage.system.enable": "true", **props})
+
+
+def test_compression_is_the_plugins_option(monkeypatch):
+    base = {"remote.log.storage.system.enable": "true", "rsm.config.storage.s3.bucket.name": "b"}
+    assert _tier(monkeypatch, **base).compression is False
+    on = _tier(monkeypatch, **base, **{"rsm.config.compression.enabled": "true"})
+    assert on.compression is True
 
 
 def test_bad_values_and_typos_are_refused_naming_the_key():

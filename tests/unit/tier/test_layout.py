@@ -13,6 +13,10 @@ from logstore.tier.layout import (
     ChunkIndex,
     build_indexes,
     build_manifest,
+    compress_chunk,
+    decode_chunk_sizes,
+    decompress_chunk,
+    encode_chunk_sizes,
     leader_epoch_bytes,
     object_key,
     parse_manifest,
@@ -113,3 +117,106 @@ def test_manifests_this_reader_cannot_read_are_refused_clearly(doc, why):
     with pytest.raises(CorruptIndexError, match=why) as exc:
         parse_manifest(doc, path="s3://b/k.rsm-manifest")
     assert "s3://b/k.rsm-manifest" in str(exc.value)
+
+
+def test_chunk_sizes_are_the_plugins_binary_codec():
+    # ChunkSizesBinaryCodec: count, base (least but the last), bytes per value, the values
+    # minus base in that many bytes, the last value in full; all big-endian
+    sizes = [10, 11, 300, 7]
+    want = (
+        (4).to_bytes(4, "big")
+        + (10).to_bytes(4, "big")
+        + b"\x02"
+        + b"\x00\x00"
+        + b"\x00\x01"
+        + (290).to_bytes(2, "big")
+        + (7).to_bytes(4, "big")
+    )
+    assert encode_chunk_sizes(sizes) == want
+    assert decode_chunk_sizes(want) == sizes
+    for values in ([], [5], [3, 3], [0, 70000, 16_777_300, 1]):
+        assert decode_chunk_sizes(encode_chunk_sizes(values)) == values
+    with pytest.raises(ValueError, match="end early"):
+        decode_chunk_sizes(want[:-2])
+
+
+def _plugin_compressed_manifest(sizes: list[int], file_size: int, chunk: int) -> bytes:
+    """A manifest as the plugin writes one with compression on, built here independently:
+    transformedChunks is base64(zstd(ChunkSizesBinaryCodec)), the indexes uncompressed."""
+    import struct
+
+    import zstandard
+
+    body = sizes[:-1]
+    base = min(body)
+    width = 4
+    codec = struct.pack(">iib", len(sizes), base, width)
+    codec += b"".join(struct.pack(">i", v - base) for v in body) + struct.pack(">i", sizes[-1])
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(codec)
+    doc = {
+        "version": "1",
+        "chunkIndex": {
+            "type": "variable",
+            "originalChunkSize": chunk,
+            "originalFileSize": file_size,
+            "transformedChunks": base64.b64encode(frame).decode(),
+        },
+        "segmentIndexes": {
+            "offset": {"position": 0, "size": 8},
+            "timestamp": {"position": 8, "size": 12},
+            "producerSnapshot": {"position": 20, "size": 0},
+            "leaderEpoch": {"position": 20, "size": 8},
+            "transaction": None,
+        },
+        "compression": True,
+    }
+    return json.dumps(doc).encode()
+
+
+def test_a_compressed_manifest_reads_only_where_chunks_are_decompressed():
+    raw = _plugin_compressed_manifest([400, 380, 90], 2500, 1000)
+    with pytest.raises(CorruptIndexError, match="compressed"):
+        parse_manifest(raw, path="m")  # a reader that does not decompress
+    m = parse_manifest(raw, path="m", allow_compression=True)
+    assert m.compression
+    assert m.chunks.transformed == (400, 380, 90)
+    # object positions are the frames'; file positions the original chunks'
+    assert [m.chunks.chunk_range(i) for i in range(3)] == [(0, 400), (400, 380), (780, 90)]
+    assert m.chunks.original_range(2) == (2000, 500)
+    assert list(m.chunks.chunks_for(1500, 600)) == [1, 2]
+    # too few frames for the file
+    bad = _plugin_compressed_manifest([400, 380], 2500, 1000)
+    with pytest.raises(CorruptIndexError, match="2 transformed chunks for 3"):
+        parse_manifest(bad, path="m", allow_compression=True)
+
+
+def test_a_compressed_manifest_is_written_as_the_plugin_writes_it():
+    _blob, where = build_indexes({"offset": b"x" * 8})
+    raw = build_manifest(_seg(2500), chunk_size=1000, indexes=where, compressed_sizes=[9, 8, 7])
+    doc = json.loads(raw)
+    assert doc["compression"] is True
+    assert doc["chunkIndex"]["type"] == "variable"
+    assert set(doc["chunkIndex"]) == {
+        "type",
+        "originalChunkSize",
+        "originalFileSize",
+        "transformedChunks",
+    }
+    import zstandard
+
+    frame = base64.b64decode(doc["chunkIndex"]["transformedChunks"])
+    assert decode_chunk_sizes(zstandard.ZstdDecompressor().decompress(frame)) == [9, 8, 7]
+    m = parse_manifest(raw, path="m", allow_compression=True)
+    assert m.chunks == ChunkIndex(1000, 2500, (9, 8, 7))
+
+
+def test_chunks_are_zstd_frames_with_their_content_size():
+    import zstandard
+
+    data = bytes(range(256)) * 40
+    frame = compress_chunk(data)
+    params = zstandard.get_frame_parameters(frame)
+    assert params.content_size == len(data)
+    assert decompress_chunk(frame, max_size=len(data)) == data
+    with pytest.raises(CorruptIndexError, match="does not decompress"):
+        decompress_chunk(frame[:-3], max_size=len(data))

@@ -10,10 +10,14 @@ import pytest
 
 from logstore.errors import CorruptRecordError
 from logstore.tier.metadata import (
+    PartitionDelete,
+    PartitionDeleteState,
     RemoteSegment,
     SegmentState,
     SegmentUpdate,
+    decode_metadata,
     decode_record,
+    encode_partition_delete,
     encode_segment,
     encode_update,
     kafka_uuid,
@@ -130,3 +134,27 @@ def test_other_api_keys_are_skipped_and_garbage_is_refused():
     bad_state[-2] = 9
     with pytest.raises(CorruptRecordError, match="state 9"):
         decode_record(bytes(bad_state))
+
+
+@pytest.mark.parametrize("state", list(PartitionDeleteState))
+def test_partition_delete_records_are_kafkas(state):
+    rec = PartitionDelete("orders", TOPIC_ID, 7, state, 3, 150)
+    name = b"orders"
+    want = (
+        b"\x01\x02\x00"  # frame version 1, api key 2, version 0
+        + bytes([len(name) + 1])
+        + name
+        + TOPIC_ID.bytes
+        + struct.pack(">i", 7)
+        + b"\x00"  # the topic-id-partition's tagged fields
+        + struct.pack(">iqb", 3, 150, int(state))
+        + b"\x00"
+    )
+    assert encode_partition_delete(rec) == want
+    assert decode_metadata(want) == rec
+    # decode_record keeps to segments: its callers need not know partition deletes
+    assert decode_record(want) is None
+    bad = bytearray(want)
+    bad[-2] = 5
+    with pytest.raises(CorruptRecordError, match="state 5"):
+        decode_metadata(bytes(bad))

@@ -1,0 +1,268 @@
+"""Reads of remote segments (the broker's side): batches for Fetch, offsets by timestamp.
+
+A remote segment is read through its ``.rsm-manifest`` (:mod:`logstore.tier.layout`): the
+offset or time index from ``.indexes`` narrows the scan to a position in the segment file,
+then only the ``.log`` chunks covering the bytes wanted are fetched with ranged GETs
+(decompressed when the plugin's zstd compression wrote them). Manifests, index parts and
+chunks (decompressed) go through one byte-bounded LRU (``rsm.config.fetch.chunk.cache.size``):
+they are immutable, a segment id is never reused.
+
+Every method waits for the store: call them on the tier's reader pool, never on a network
+thread. Errors: the store's :class:`ObjectStoreError` (``ObjectNotFoundError`` for a missing
+object), :class:`CorruptIndexError` for a manifest or chunk that does not parse,
+:class:`StorageError` for segment bytes that do not parse. Thread-safe (the cache locks).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from logstore.errors import CorruptRecordError, StorageError
+from logstore.objectstore import ObjectStore
+from logstore.protocol.batch import BatchHeader, iter_batches
+from logstore.protocol.records import decode_batch
+from logstore.tier import layout
+from logstore.tier.metadata import RemoteSegment
+
+__all__ = ["ChunkCache", "SegmentReader"]
+
+T = TypeVar("T")
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+READ_AHEAD = 64 * 1024
+
+
+class ChunkCache:
+    """A byte-bounded LRU of immutable remote bytes (chunks, manifests, index parts)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max = max_bytes
+        self._size = 0
+        self._items: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[Any, ...], load: Callable[[], T], size: Callable[[T], int]) -> T:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return self._items[key][0]  # type: ignore[no-any-return]
+        value = load()
+        n = size(value)
+        with self._lock:
+            self.misses += 1
+            if n <= self._max and key not in self._items:
+                self._items[key] = (value, n)
+                self._size += n
+                while self._size > self._max:
+                    _, (_, old) = self._items.popitem(last=False)
+                    self._size -= old
+        return value
+
+
+class SegmentReader:
+    """Reads remote segments of ``store`` under ``key_prefix`` through ``cache``."""
+
+    def __init__(self, store: ObjectStore, cache: ChunkCache, *, key_prefix: str) -> None:
+        self.store = store
+        self.cache = cache
+        self.key_prefix = key_prefix
+
+    def manifest(self, seg: RemoteSegment) -> layout.Manifest:
+        key = layout.segment_keys(self.key_prefix, seg)[layout.MANIFEST]
+        return self.cache.get(
+            ("manifest", seg.segment_id),
+            lambda: layout.parse_manifest(
+                self.store.read(key), path=self.store.uri(key), allow_compression=True
+            ),
+            lambda _m: 512,
+        )
+
+    def index_part(self, seg: RemoteSegment, manifest: layout.Manifest, name: str) -> bytes:
+        """One index of the segment's ``.indexes`` (b"" when absent or empty)."""
+        where = manifest.indexes.get(name)
+        if where is None or where[1] == 0:
+            return b""
+        key = layout.segment_keys(self.key_prefix, seg)[layout.INDEXES]
+        return self.cache.get(
+            (name, seg.segment_id),
+            lambda: self.store.read_range(key, offset=where[0], length=where[1]),
+            len,
+        )
+
+    def _chunk(self, seg: RemoteSegment, manifest: layout.Manifest, i: int) -> bytes:
+        key = layout.segment_keys(self.key_prefix, seg)[layout.LOG]
+        chunks = manifest.chunks
+        start, length = chunks.chunk_range(i)
+
+        def load() -> bytes:
+            data = self.store.read_range(key, offset=start, length=length)
+            if not manifest.compression:
+                return data
+            out = layout.decompress_chunk(data, max_size=chunks.chunk_size)
+            if len(out) != chunks.original_range(i)[1]:
+                raise StorageError(
+                    f"{self.store.uri(key)}: chunk {i} decompresses to {len(out)} bytes,"
+                    f" the manifest says {chunks.original_range(i)[1]}"
+                )
+            return out
+
+        return self.cache.get(("chunk", seg.segment_id, i), load, len)
+
+    def bytes_at(self, seg: RemoteSegment, manifest: layout.Manifest, pos: int, n: int) -> bytes:
+        """Bytes ``[pos, pos + n)`` of the segment file (fewer at its end)."""
+        chunks = manifest.chunks
+        n = min(n, chunks.file_size - pos)
+        if n <= 0:
+            return b""
+        wanted = chunks.chunks_for(pos, n)
+        joined = b"".join(self._chunk(seg, manifest, i) for i in wanted)
+        first = chunks.original_range(wanted[0])[0]
+        return joined[pos - first : pos - first + n]
+
+    def _batches(
+        self, seg: RemoteSegment, manifest: layout.Manifest, position: int
+    ) -> Iterator[tuple[BatchHeader, bytes, int]]:
+        """``(header, window, position in window)`` of each batch from ``position`` to the end
+        of the segment, reading windows that grow when a batch is larger than one."""
+        size = manifest.chunks.file_size
+        want = READ_AHEAD
+        while position < size:
+            window = self.bytes_at(seg, manifest, position, want)
+            end = 0
+            try:
+                for pos, header in iter_batches(window, allow_torn_tail=True):
+                    end = pos + header.size
+                    yield header, window, pos
+            except CorruptRecordError as exc:
+                raise StorageError(f"remote segment bytes do not parse: {exc}") from exc
+            if end == 0:
+                if position + len(window) >= size:
+                    raise StorageError(
+                        f"remote segment {seg.segment_id} ends in a torn batch at {position}"
+                    )
+                want *= 2
+                continue
+            position += end
+            want = READ_AHEAD
+
+    def read(
+        self, seg: RemoteSegment, offset: int, max_bytes: int, *, max_offset: int
+    ) -> tuple[bytes, int, int] | None:
+        """Whole batches of ``seg`` from the one holding ``offset``: at least one, then
+        while within ``max_bytes``, none starting at or above ``max_offset``; with the first
+        and last offsets sent. None when none qualifies."""
+        manifest = self.manifest(seg)
+        index = self.index_part(seg, manifest, "offset")
+        position = _floor_position(index, offset - seg.start_offset)
+        want = max(max_bytes, READ_AHEAD)
+        while True:
+            data = self.bytes_at(seg, manifest, position, want)
+            out = _select(data, offset, max_bytes, max_offset)
+            if out is not None or position + len(data) >= manifest.chunks.file_size:
+                return out
+            want *= 2
+
+    def aborted(self, seg: RemoteSegment, first: int, last: int) -> list[tuple[int, int]]:
+        """The aborted transactions ``(producer id, first offset)`` of ``seg``'s transaction
+        index overlapping offsets ``[first, last]``."""
+        txn = self.index_part(seg, self.manifest(seg), "transaction")
+        if not txn:
+            return []
+        from logstore.storage.txn_index import decode_entries  # noqa: PLC0415
+
+        return [
+            (e.producer_id, e.first_offset)
+            for e in decode_entries(txn)
+            if e.last_offset >= first and e.first_offset <= last
+        ]
+
+    def offset_for_timestamp(
+        self, seg: RemoteSegment, timestamp: int, *, start_offset: int
+    ) -> tuple[int, int] | None:
+        """Kafka's remote timestamp lookup in one segment: ``(offset, timestamp)`` of the
+        first record at or above ``start_offset`` whose timestamp is >= ``timestamp``; None
+        when the segment has none. The time index gives where to start (the greatest entry
+        at or below the target: everything before it is older), the offset index its
+        position; batches whose max timestamp is older are skipped undecoded."""
+        manifest = self.manifest(seg)
+        time_index = self.index_part(seg, manifest, "timestamp")
+        relative = _time_floor(time_index, timestamp)
+        first = max(seg.start_offset + relative, start_offset)
+        index = self.index_part(seg, manifest, "offset")
+        position = _floor_position(index, first - seg.start_offset)
+        for header, window, pos in self._batches(seg, manifest, position):
+            if header.max_timestamp < timestamp or header.last_offset < start_offset:
+                continue
+            try:
+                _, records = decode_batch(window, pos)
+            except CorruptRecordError as exc:
+                raise StorageError(f"remote segment bytes do not parse: {exc}") from exc
+            for rec in records:
+                if rec.timestamp >= timestamp and rec.offset >= start_offset:
+                    return rec.offset, rec.timestamp
+        return None
+
+
+def _floor_position(index: bytes, relative: int) -> int:
+    """The position of the greatest offset-index entry at or below ``relative`` (0 if none)."""
+    n = len(index) // 8
+    lo, hi, found = 0, n - 1, 0
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        rel, pos = _OFFSET_ENTRY.unpack_from(index, mid * 8)
+        if rel <= relative:
+            found = pos
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return found
+
+
+def _time_floor(index: bytes, timestamp: int) -> int:
+    """The relative offset of the greatest time-index entry whose timestamp is at or below
+    ``timestamp`` (0, the segment's start, if none)."""
+    n = len(index) // 12
+    lo, hi, found = 0, n - 1, 0
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        ts, rel = _TIME_ENTRY.unpack_from(index, mid * 12)
+        if ts <= timestamp:
+            found = rel
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return found
+
+
+def _select(
+    data: bytes, offset: int, max_bytes: int, max_offset: int
+) -> tuple[bytes, int, int] | None:
+    """The whole batches of ``data`` from the one holding ``offset``: at least one, then while
+    within ``max_bytes``, none starting at or above ``max_offset``; None when the first one is
+    not whole in ``data``."""
+    begin = end = -1
+    first = last = -1
+    try:
+        for pos, header in iter_batches(data, allow_torn_tail=True):
+            if header.last_offset < offset:
+                continue
+            if header.base_offset >= max_offset:
+                break
+            size = header.size
+            if begin >= 0 and pos + size - begin > max_bytes:
+                break
+            if begin < 0:
+                begin, first = pos, header.base_offset
+            end, last = pos + size, header.last_offset
+    except CorruptRecordError as exc:
+        raise StorageError(f"remote segment bytes do not parse: {exc}") from exc
+    if begin < 0:
+        return None
+    return data[begin:end], first, last
