@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from pipelines.config import check_topics, job_parser
+from pipelines.config import check_log_dirs, check_topics, job_parser
 from pipelines.exit_codes import EXIT_INDEX_MISMATCH, EXIT_OK, EXIT_USAGE
 from pipelines.jobrun import job_spark, run_job
 
@@ -42,6 +42,7 @@ def _build_lookups(args: argparse.Namespace) -> int:
     from pipelines.lookups import build_lookups  # noqa: PLC0415
 
     config = load_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
+    check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
     check_topics(
         {"[ingest] topics": config.topics or ()},
         config.log_dirs,

@@ -67,6 +67,7 @@ __all__ = [
     "check_app_transactions",
     "check_schema",
     "commit_files",
+    "create_table",
     "ensure_table",
     "load_table",
     "read_app_transactions",
@@ -125,6 +126,36 @@ def load_table(
         ) from exc
 
 
+def create_table(
+    path: str | Path | LakeLocation,
+    schema: pa.Schema,
+    partition_by: Sequence[str] = (),
+    *,
+    adds: Sequence[AddAction] = (),
+    description: str | None = None,
+    configuration: Mapping[str, str] | None = None,
+    commit_properties: CommitProperties | None = None,
+    settings: StorageSettings | None = None,
+) -> None:
+    """Create the Delta table at ``path`` (version 0), with ``adds`` as its first files: the one
+    place loglake creates a table. Raises ``DeltaError`` when a table is already there (a racing
+    creator won: callers read the winner's table). ``configuration``: Delta table properties
+    (e.g. ``delta.enableChangeDataFeed``); ``description``: the table's description (compaction
+    keeps its settings there, delta-rs refusing properties it does not know)."""
+    uri, options = delta_target(table_location(path), settings=settings)
+    create_table_with_add_actions(
+        uri,
+        DeltaSchema.from_arrow(schema),
+        list(adds),
+        mode="error",
+        partition_by=list(partition_by) or None,
+        description=description,
+        configuration=dict(configuration) if configuration else None,
+        storage_options=options or None,
+        commit_properties=commit_properties,
+    )
+
+
 def ensure_table(
     path: str | Path | LakeLocation,
     schema: pa.Schema,
@@ -140,18 +171,10 @@ def ensure_table(
     to create it: the loser finds the winner's table.
     """
     loc = table_location(path)
-    uri, options = delta_target(loc, settings=settings)
     dt = load_table(loc, settings=settings)
     if dt is None:
         try:
-            create_table_with_add_actions(
-                uri,
-                DeltaSchema.from_arrow(schema),
-                [],
-                mode="error",
-                partition_by=list(partition_by) or None,
-                storage_options=options or None,
-            )
+            create_table(loc, schema, partition_by, settings=settings)
             return True
         except DeltaError:
             dt = load_table(loc, settings=settings)
@@ -259,7 +282,7 @@ def commit_files(
     """
     loc = table_location(table_path)
     resolved = settings if settings is not None else StorageSettings.default()
-    root, options = delta_target(loc, settings=resolved)
+    root, _options = delta_target(loc, settings=resolved)
     apps = dict(app_transactions or {})
     txns = [Transaction(app, int(v)) for app, v in apps.items()]
     num_rows = sum(f.num_rows for f in files)
@@ -293,14 +316,8 @@ def commit_files(
         )
         try:
             if dt is None:
-                create_table_with_add_actions(
-                    root,
-                    DeltaSchema.from_arrow(schema),
-                    adds,
-                    mode="error",
-                    partition_by=list(partition_by) or None,
-                    storage_options=options or None,
-                    commit_properties=props,
+                create_table(
+                    loc, schema, partition_by, adds=adds, commit_properties=props, settings=resolved
                 )
                 created = load_table(loc, settings=resolved)
                 version = created.version() if created is not None else 0

@@ -8,9 +8,16 @@ import polars as pl
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import CommitProperties, Transaction
 
-from pipelines.delta.commit import RemovedFile, commit_files, read_app_transactions
+from pipelines.delta.commit import (
+    RemovedFile,
+    commit_files,
+    create_table,
+    ensure_table,
+    read_app_transactions,
+)
 from pipelines.delta.errors import (
     ConcurrentWriteError,
     SchemaMismatchError,
@@ -248,3 +255,25 @@ def test_rewind_apps_may_go_back_only_from_the_expected_version(tmp_path: Path) 
         rewind_apps={"x"},
     )  # fmt: skip
     assert same.committed and same.version == 2
+
+
+def test_create_table_is_the_one_table_creation(tmp_path: Path) -> None:
+    """Compaction's tables (a description, Delta properties), ``ensure_table`` and a first
+    commit all create through ``create_table``: read back by delta-rs and polars."""
+    create_table(
+        tmp_path / "t",
+        SCHEMA,
+        ["p"],
+        description='{"strategy": "offset"}',
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+    dt = DeltaTable(str(tmp_path / "t"))
+    assert dt.version() == 0 and dt.metadata().partition_columns == ["p"]
+    assert dt.metadata().description == '{"strategy": "offset"}'
+    assert dt.metadata().configuration == {"delta.enableChangeDataFeed": "true"}
+    assert pl.read_delta(str(tmp_path / "t")).height == 0
+    with pytest.raises(DeltaError):  # a racing creator lost: the table is there
+        create_table(tmp_path / "t", SCHEMA, ["p"])
+    assert not ensure_table(tmp_path / "t", SCHEMA, ["p"])  # there already, schema checked
+    assert ensure_table(tmp_path / "u", SCHEMA, [])
+    assert DeltaTable(str(tmp_path / "u")).metadata().partition_columns == []
