@@ -15,6 +15,11 @@ Invariants a commit keeps (delta-rs alone does not):
   equivalent to running after the winner); an overwrite by predicate, whose removed files were
   chosen from an older snapshot, fails with ``ConcurrentWriteError``.
 
+Tables are created in one place, :func:`create_table` (version 0, with its first files, its
+Delta properties and description): :func:`ensure_table`, a first commit and compaction's
+tables (:mod:`pipelines.compaction.setup`) all go through it; :func:`merge_schema` grows a
+table's schema (the typed tables).
+
 Where: a table is a local directory or an object-store prefix (``s3://bucket/prefix/table``);
 every function takes either form (or a :class:`~logstore.objectstore.LakeLocation`) and
 reaches delta-rs with the ``storage_options`` of :class:`~logstore.objectstore.StorageSettings`
@@ -38,7 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import (
@@ -70,6 +75,7 @@ __all__ = [
     "create_table",
     "ensure_table",
     "load_table",
+    "merge_schema",
     "read_app_transactions",
 ]
 
@@ -154,6 +160,24 @@ def create_table(
         storage_options=options or None,
         commit_properties=commit_properties,
     )
+
+
+def merge_schema(
+    path: str | Path | LakeLocation,
+    schema: pa.Schema,
+    *,
+    settings: StorageSettings | None = None,
+) -> int:
+    """Give the table at ``path`` the columns and nested struct fields of ``schema`` it lacks
+    (types of existing columns stay): one commit without data, delta-rs's merge-schema append
+    of zero rows, which evolves nested structs too (``alter.add_columns`` adds top-level
+    columns only). Returns the table's new version."""
+    uri, options = delta_target(table_location(path), settings=settings)
+    write_deltalake(
+        uri, schema.empty_table(), mode="append", schema_mode="merge", storage_options=options
+    )
+    dt = load_table(path, settings=settings)
+    return dt.version() if dt is not None else -1
 
 
 def ensure_table(
