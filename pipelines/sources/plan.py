@@ -38,7 +38,7 @@ import json
 import os
 import re
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -101,12 +101,19 @@ def segment_vanished(exc: BaseException) -> bool:
     return _vanished_line(exc) is not None
 
 
-def _vanished_line(exc: BaseException) -> str | None:
-    """The line saying which segment vanished, from ``exc`` or the errors it wraps."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then the errors it wraps (causes, else contexts), each once."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+def _vanished_line(exc: BaseException) -> str | None:
+    """The line saying which segment vanished, from ``exc`` or the errors it wraps."""
+    for cur in _chain(exc):
         text = str(cur)
         if SEGMENT_VANISHED in text:
             return next(x.strip() for x in text.splitlines() if SEGMENT_VANISHED in x)
@@ -118,7 +125,6 @@ def _vanished_line(exc: BaseException) -> str | None:
             _SEGMENT_SUFFIXES
         ):
             return text
-        cur = cur.__cause__ or cur.__context__
     return None
 
 
@@ -128,16 +134,12 @@ _MISSING_DIR = re.compile(re.escape(PARTITION_DIR_MISSING) + r" \[(?P<dir>[^\]\n
 def missing_partition_dir(exc: BaseException) -> str | None:
     """The partition directory a task found missing (:class:`PartitionDirMissingError`), from
     ``exc`` or the errors it wraps (Spark keeps the executor's text); None: not that error."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
+    for cur in _chain(exc):
         if isinstance(cur, PartitionDirMissingError) and cur.path is not None:
             return cur.path
         found = _MISSING_DIR.search(str(cur))
         if found is not None:
             return found["dir"]
-        cur = cur.__cause__ or cur.__context__
     return None
 
 
