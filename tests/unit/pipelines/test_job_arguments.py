@@ -269,7 +269,8 @@ def test_compact_counts_topics_already_in_records_as_present(tmp_path: Path) -> 
     assert len(warnings) == 1
 
 
-# Every job that reads log dirs; decode does not (its --log-dirs is unused, never checked).
+# Every job that reads log dirs; decode does not (its --log-dirs is unused, never checked),
+# maintain only for [retention] records = "topic" (the topics' retention.ms).
 LOG_DIR_JOBS = ["ingest", "build_lookups", "compact", "quality", "retention", "maintain"]
 
 
@@ -279,7 +280,7 @@ def test_a_log_dir_that_does_not_exist_is_a_config_error(
 ) -> None:
     """A wrong path: exit 2 (not retried), one line naming the path and where it came from."""
     missing = tmp_path / "no-such-logs"
-    conf = pipeline_toml(tmp_path, missing, "")
+    conf = pipeline_toml(tmp_path, missing, 'records = "topic"\n' if job == "maintain" else "")
     code = load_job(job).main(["--config", str(conf)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == exit_codes.EXIT_USAGE
