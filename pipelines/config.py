@@ -489,9 +489,7 @@ def job_settings(
     )
 
 
-def check_log_dirs(
-    log_dirs: Iterable[str], *, from_command_line: bool, config: str | Path
-) -> None:
+def check_log_dirs(log_dirs: Iterable[str], *, from_command_line: bool, config: str | Path) -> None:
     """Every log dir a job is about to read must be a directory: else
     :class:`InvalidConfigError` (exit 2: a wrong path, which no retry fixes, unlike a log dir
     that goes away during a run), one line naming it and where it came from (``--log-dirs``
