@@ -5,6 +5,12 @@ Appends the batches written since the last run to <lake>/offset_lookup and <lake
 broker's .index/.timeindex files against the data. Topics: [ingest] topics (empty: every
 topic but Kafka's internal ones).
 
+No log dirs ([paths] log_dirs = [], no --log-dirs) with [ingest] bootstrap_servers (or
+--bootstrap-server): the batches are read through Fetch from that cluster, into the same rows
+but for what only a file has (segment and position -1, file kafka://<bootstrap>/<topic>-<n>:
+pipelines/lookups.py); the index check is not done (it reads the broker's index files) and
+the run says so on stderr; a topic the cluster does not have exits 2.
+
 Output: the summary as one JSON line on stdout; index problems, one per line, on stderr.
 """
 
@@ -14,7 +20,7 @@ import argparse
 import json
 import sys
 
-from pipelines.config import check_log_dirs, check_topics, job_parser
+from pipelines.config import check_log_dirs, check_topics, job_parser, option_type
 from pipelines.exit_codes import EXIT_INDEX_MISMATCH, EXIT_OK, EXIT_USAGE
 from pipelines.jobrun import job_spark, run_job
 
@@ -31,6 +37,13 @@ def main(argv: list[str] | None = None) -> int:
         "spark-submit jobs/build_lookups.py", __doc__ or "", topics=True, exit_codes=EXIT_CODES
     )
     parser.add_argument("--no-check", action="store_true", help="skip the index consistency check")
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        type=option_type("ingest", "bootstrap_servers"),
+        help="without log dirs (no --log-dirs, [paths] log_dirs = []) read the batches through "
+        "Fetch from this broker; overrides [ingest] bootstrap_servers",
+    )
     args = parser.parse_args(argv)
     return run_job("build_lookups", args.config, lambda: _build_lookups(args))
 
@@ -41,13 +54,16 @@ def _build_lookups(args: argparse.Namespace) -> int:
     from pipelines.ingest import load_config  # noqa: PLC0415
     from pipelines.lookups import build_lookups  # noqa: PLC0415
 
-    config = load_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
-    check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
-    check_topics(
-        {"[ingest] topics": config.topics or ()},
-        config.log_dirs,
-        allow_missing=args.allow_missing_topics,
+    config = load_config(
+        args.config, log_dirs=args.log_dirs, lake=args.lake, bootstrap_servers=args.bootstrap_server
     )
+    check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
+    if config.log_dirs:  # without log dirs the Fetch plan refuses a missing topic (exit 2)
+        check_topics(
+            {"[ingest] topics": config.topics or ()},
+            config.log_dirs,
+            allow_missing=args.allow_missing_topics,
+        )
     spark = job_spark(
         "loglake-build-lookups",
         master=config.master,
@@ -61,6 +77,8 @@ def _build_lookups(args: argparse.Namespace) -> int:
         topics=config.topics,
         max_partition_bytes=config.max_partition_bytes,
         check=not args.no_check,
+        bootstrap_servers=config.bootstrap_servers,
+        kafka=config.kafka,
     )
     for p in summary.index_problems:
         print(

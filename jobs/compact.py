@@ -13,6 +13,10 @@ topic's own configs over the broker config's defaults (--broker-config, else [re
 broker_config, else conf/broker.properties); a partition not due is skipped and reported
 (--force cleans it); log.cleaner.enable=false in the broker config: nothing is cleaned.
 
+No log dirs ([paths] log_dirs = [], no --log-dirs): the topic configs come from [ingest]
+bootstrap_servers through the Kafka protocol (Metadata, DescribeConfigs; [kafka] says how to
+connect), and the tables are the same; --log needs the log dirs (exit 2 without them).
+
 Output: progress lines and a summary on stderr, then the summary as one JSON line, last on
 stdout (with --log: one line per cleaned partition, then a JSON list of results).
 """
@@ -25,6 +29,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from logstore.errors import InvalidConfigError
 from pipelines.config import check_log_dirs, check_topics, job_parser
 from pipelines.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pipelines.jobrun import job_spark, run_job
@@ -38,8 +43,9 @@ EXIT_CODES = {
     "error: the next run redoes it",
     EXIT_FAILED: "the tables are as they were",
     EXIT_USAGE: "or a topic of [compact] topics, [compact.strategy] or --topic in none "
-    "of the log dirs nor in records (checked when log dirs are configured; nothing done; "
-    "--allow-missing-topics: a warning on stderr instead)",
+    "of the log dirs (without them: not on [ingest] bootstrap_servers) nor in records "
+    "(checked when log dirs or bootstrap servers are configured; nothing done; "
+    "--allow-missing-topics: a warning on stderr instead); or --log without log dirs",
 }
 
 
@@ -81,13 +87,23 @@ def _compact(args: argparse.Namespace) -> int:
 
     config = load_compact_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
     check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
-    if config.log_dirs:
+    if args.log and not config.log_dirs:
+        raise InvalidConfigError(
+            "compact --log rewrites the broker's segment files: it needs the log dirs "
+            "([paths] log_dirs or --log-dirs); without them only the tables are built"
+        )
+    if config.log_dirs or config.bootstrap_servers:
+        present = ingested_topics(config.records_path)
+        if not config.log_dirs:  # the cluster's topics, through the Kafka protocol
+            from pipelines.sources.fetch import cluster_topics  # noqa: PLC0415
+
+            present |= set(cluster_topics(config.bootstrap_servers, config=config.kafka))
         check_topics(
             {"[compact] topics": config.topics, "[compact.strategy]": config.strategies,
              "--topic": args.topic or ()},
             config.log_dirs,
             allow_missing=args.allow_missing_topics,
-            also_present=ingested_topics(config.records_path),
+            also_present=present,
         )  # fmt: skip
     defaults = None
     if args.log:

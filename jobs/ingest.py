@@ -34,6 +34,9 @@ ingested; with --allow-missing-topics it is a warning on stderr and the others a
 No log dirs (no --log-dirs, [paths] log_dirs = []) with --bootstrap-server: everything is
 read through Fetch from that cluster (any Kafka cluster; pipelines/sources/fetch_ingest.py),
 into the same table with the same exactly-once progress; a topic it does not have exits 2.
+With --remote-log-storage s3://bucket/prefix too, what the cluster has tiered (KIP-405) is read
+from the bucket on the executors, the live segments learnt from __remote_log_metadata; an
+object missing or the store unreachable fails the run (exit 1), nothing committed.
 """
 
 from __future__ import annotations
@@ -82,6 +85,15 @@ def main(argv: list[str] | None = None) -> int:
         "[paths] log_dirs = []) read everything through Fetch from it; overrides [ingest] "
         "bootstrap_servers",
     )
+    parser.add_argument(
+        "--remote-log-storage",
+        metavar="URI",
+        type=option_type("paths", "remote_log_storage"),
+        help="the cluster's tiered storage, s3://bucket/prefix (the Aiven plugin's layout, "
+        "credentials from the AWS environment / [storage]): offsets it holds are read from "
+        "it on the executors, the rest through Fetch; needs --bootstrap-server and no log "
+        "dirs; overrides [paths] remote_log_storage",
+    )
     args = parser.parse_args(argv)
     return run_job("ingest", args.config, lambda: _ingest(args))
 
@@ -98,6 +110,7 @@ def _ingest(args: argparse.Namespace) -> int:
         fail_on_corrupt=args.fail_on_corrupt,
         on_divergence=args.on_divergence,
         bootstrap_servers=args.bootstrap_server,
+        remote_log_storage=args.remote_log_storage,
     )
     check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
     if config.log_dirs:  # without log dirs the Fetch plan refuses a missing topic (exit 2)

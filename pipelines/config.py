@@ -150,6 +150,17 @@ def _not_empty(value: str) -> str | None:
     return None if value.strip() else "a non-empty string"
 
 
+def _tier_rule(value: str) -> str | None:
+    """``[paths] remote_log_storage``: "" (no tier) or where a cluster's tier is."""
+    if value == "":
+        return None
+    try:
+        LakeLocation.parse(value)
+    except InvalidConfigError as exc:
+        return f's3://bucket/prefix or a directory (or "" for none): {exc.message}'
+    return None
+
+
 # [decode] on_error: a record that does not decode goes to <lake>/dead_letters, or fails the run.
 DECODE_ON_ERROR = ("dead_letter", "fail")
 
@@ -281,6 +292,8 @@ SECTIONS: dict[str, dict[str, Key] | FreeForm] = {
     "paths": {
         "log_dirs": Key("list", item="string", rule=_not_empty),
         "lake": Key("string", rule=_not_empty),
+        # the cluster's tiered storage (pipelines.sources.tier), read with log_dirs = []
+        "remote_log_storage": Key("string", rule=_tier_rule),
     },
     "spark": {
         "app_name": Key("string", rule=_not_empty),

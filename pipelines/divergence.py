@@ -64,7 +64,7 @@ import json
 import os
 import struct
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,7 @@ from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
 
 __all__ = [
     "COMMIT_INFO_KEY",
+    "COMPARED_COLUMNS",
     "DIVERGED_ARROW_SCHEMA",
     "ON_DIVERGENCE",
     "BatchId",
@@ -95,8 +96,12 @@ __all__ = [
     "batch_at",
     "check_partition",
     "commit_info",
+    "divergence_error",
+    "divergence_limit",
     "divergence_point",
+    "divergence_point_from",
     "log_end",
+    "offset_to_compare",
     "plan_rewind",
     "read_fingerprints",
     "rewind_id",
@@ -120,7 +125,7 @@ _HEADER = struct.Struct(">qiibIhi")
 _ENTRY = struct.Struct(">ii")  # an .index entry
 _MIN_BATCH_LENGTH = 49  # batchLength of a v2 batch without records
 # columns compared between the lake's rows and the log's records to find the divergence point
-_COMPARED = (
+COMPARED_COLUMNS = (
     "timestamp",
     "timestamp_type",
     "key",
@@ -343,11 +348,14 @@ def commit_info(
     carried: Mapping[TopicPartition, BatchId | None],
     progress: Mapping[TopicPartition, int],
     rewinds: Iterable[str] = (),
+    *,
+    found: Mapping[TopicPartition, BatchId | None] | None = None,
 ) -> dict[str, str]:
     """The ``commitInfo`` entry of an ingest commit: the batch at each new progress - 1.
 
     ``carried`` (valid entries read at the start of the run, at ``progress``) is kept for the
-    partitions this commit does not move.
+    partitions this commit does not move. ``found``: those batches already read (through
+    Fetch, :func:`fetched_batch_ids`) instead of from ``parts``' segment files.
     """
     batches: dict[str, dict[str, Any]] = {}
     for tp, nxt in progress.items():
@@ -355,10 +363,13 @@ def commit_info(
             batch = carried[tp]
             batches[f"{tp[0]}/{tp[1]}"] = {"next": nxt, "batch": asdict(batch) if batch else None}
     for tp, nxt in new_progress.items():
-        found = batch_at(parts[tp], nxt - 1) if tp in parts and nxt > 0 else None
-        if found is not None and found.last_offset != nxt - 1:
-            found = None
-        batches[f"{tp[0]}/{tp[1]}"] = {"next": nxt, "batch": asdict(found) if found else None}
+        if found is not None:
+            batch = found.get(tp)
+        else:
+            batch = batch_at(parts[tp], nxt - 1) if tp in parts and nxt > 0 else None
+        if batch is not None and batch.last_offset != nxt - 1:
+            batch = None
+        batches[f"{tp[0]}/{tp[1]}"] = {"next": nxt, "batch": asdict(batch) if batch else None}
     info = {"batches": dict(sorted(batches.items())), "rewinds": sorted(rewinds)}
     return {COMMIT_INFO_KEY: json.dumps(info, separators=(",", ":"))}
 
@@ -384,16 +395,49 @@ def check_partition(
     end = log_end(part_dir, high_watermark)
     if end < progress:
         return Divergence(tp[0], tp[1], progress, end, fingerprint, None)
+    at = offset_to_compare(progress, end, log_start, fingerprint, known, cleaned_to)
+    if at is None or fingerprint is None:
+        return None
+    current = batch_at(part_dir, at)
+    if current is not None and current.same_batch(fingerprint):
+        return None
+    return Divergence(tp[0], tp[1], progress, end, fingerprint, current)
+
+
+def offset_to_compare(  # noqa: PLR0917
+    progress: int,
+    end: int,
+    log_start: int,
+    fingerprint: BatchId | None,
+    known: bool,
+    cleaned_to: int,
+) -> int | None:
+    """The offset whose batch the log must still hold as the lake remembers it (the
+    remembered batch's last offset), or None: nothing to compare (the log end alone judges).
+    """
+    if end < progress:
+        return None  # diverged already: ended below the progress
     if not known or fingerprint is None or fingerprint.base_offset < log_start:
         return None  # nothing to compare the log's batch with
     if fingerprint.last_offset < cleaned_to:
         # compacted since (cleaner-offset-checkpoint past it): the cleaner rewrote that batch
         # (records dropped, new CRC) under the same offsets; only the log end can tell.
         return None
-    current = batch_at(part_dir, fingerprint.last_offset)
-    if current is not None and current.same_batch(fingerprint):
-        return None
-    return Divergence(tp[0], tp[1], progress, end, fingerprint, current)
+    return fingerprint.last_offset
+
+
+def divergence_error(found: Iterable[Divergence], *, diverged_path: str) -> DivergenceError:
+    """The error of ``on_divergence="fail"`` (the jobs exit 4), naming every partition."""
+    found = list(found)
+    text = "; ".join(d.describe() for d in found)
+    return DivergenceError(
+        f"the log went backwards under the lake in {len(found)} partition(s): {text}. "
+        "The broker truncated its log (an unclean restart?) and may have written new "
+        "records under offsets the lake already holds; nothing was ingested. To proceed: "
+        "restore the log, or re-run with --on-divergence=rewind (or [ingest] "
+        f'on_divergence = "rewind") to move the lake\'s rows from the first differing '
+        f"offset on into {diverged_path} and ingest what the log holds now"
+    )
 
 
 # --------------------------------------------------------------------------- the divergence point
@@ -410,7 +454,7 @@ def _lake_rows(records_path: str, tp: TopicPartition, lo: int, hi: int) -> pa.Ta
         & (ds.field("offset") >= lo)
         & (ds.field("offset") < hi)
     )
-    cols = ["offset", *_COMPARED, "headers"]
+    cols = ["offset", *COMPARED_COLUMNS, "headers"]
     return dataset.to_table(columns=cols, filter=filt).sort_by("offset")
 
 
@@ -439,7 +483,7 @@ def _log_records(part_dir: Path, tp: TopicPartition, lo: int, hi: int) -> pa.Tab
         )
         batches.extend(read_records(rng, min_timestamp=-(2**63), max_timestamp=2**63 - 1))
     table = pa.Table.from_batches(batches, schema=RECORDS_ARROW_SCHEMA)
-    return table.select(["offset", *_COMPARED, "headers"]).sort_by("offset")
+    return table.select(["offset", *COMPARED_COLUMNS, "headers"]).sort_by("offset")
 
 
 def _first_difference(lake: pa.Table, log: pa.Table) -> int | None:
@@ -447,7 +491,7 @@ def _first_difference(lake: pa.Table, log: pa.Table) -> int | None:
     n = min(lake.num_rows, log.num_rows)
     differs = np.zeros(n, np.bool_)
     a, b = lake.slice(0, n), log.slice(0, n)
-    for name in ("offset", *_COMPARED):
+    for name in ("offset", *COMPARED_COLUMNS):
         x, y = a.column(name), b.column(name)
         eq = pc.equal(x, y)
         both_null = pc.and_(pc.is_null(x), pc.is_null(y))
@@ -478,16 +522,40 @@ def _first_difference(lake: pa.Table, log: pa.Table) -> int | None:
 
 def divergence_point(records_path: str, part_dir: Path, div: Divergence, log_start: int) -> int:
     """The first offset at which the lake and the log differ (see the module docstring)."""
-    tp = (div.topic, div.partition)
+    return divergence_point_from(
+        records_path, div, log_start, bases=segment_bases(part_dir),
+        read_log=lambda tp, lo, hi: _log_records(part_dir, tp, lo, hi),
+    )  # fmt: skip
+
+
+def divergence_limit(div: Divergence) -> int:
+    """The divergence point is no later than this (see the module docstring)."""
     bound = min(div.progress, div.log_end)
     if div.lake_batch is not None and div.log_end >= div.progress:
         bound = min(bound, div.lake_batch.base_offset)  # that batch changed
-    bases = [b for b in segment_bases(part_dir) if b < max(bound, log_start + 1)]
+    return bound
+
+
+def divergence_point_from(
+    records_path: str,
+    div: Divergence,
+    log_start: int,
+    *,
+    bases: Iterable[int],
+    read_log: Callable[[TopicPartition, int, int], pa.Table],
+) -> int:
+    """:func:`divergence_point` comparing from each of ``bases`` in turn (the last below the
+    limit first, then further back while the first record compared differs), the log's
+    records of ``[lo, hi)`` read by ``read_log(tp, lo, hi)`` (offset-sorted, the compared
+    columns): from the segment files, or through Fetch."""
+    tp = (div.topic, div.partition)
+    bound = divergence_limit(div)
+    bases = [b for b in bases if b < max(bound, log_start + 1)]
     idx = len(bases) - 1
     while True:
         lo = max(log_start, bases[idx] if idx >= 0 else log_start)
         lake = _lake_rows(records_path, tp, lo, div.progress)
-        log = _log_records(part_dir, tp, lo, min(div.progress, div.log_end))
+        log = read_log(tp, lo, min(div.progress, div.log_end))
         i = _first_difference(lake, log)
         if i is None:
             return bound

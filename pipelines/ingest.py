@@ -79,7 +79,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from logstore.errors import CorruptRecordError, LoglakeError
+from logstore.errors import CorruptRecordError, InvalidConfigError, LoglakeError
 from logstore.objectstore import LakeLocation
 from logstore.tools.client_config import ClientConfig
 from pipelines.config import (
@@ -98,9 +98,9 @@ from pipelines.divergence import (
     DIVERGED_PARTITION_BY,
     ON_DIVERGENCE,
     BatchId,
-    DivergenceError,
     check_partition,
     commit_info,
+    divergence_error,
     divergence_point,
     plan_rewind,
     read_fingerprints,
@@ -130,6 +130,7 @@ from pipelines.sources.transactions import AbortedRanges, PartitionTxns, scan_tr
 __all__ = [
     "APP_PREFIX",
     "ISOLATION_LEVELS",
+    "Divergences",
     "Gap",
     "IngestConfig",
     "IngestSummary",
@@ -148,6 +149,7 @@ DIVERGED_TABLE = "diverged"
 _QUARANTINE_KEY = ["topic", "partition", "file", "position"]
 Log = Callable[[str], None]
 TopicPartition = tuple[str, int]
+BatchIdsOf = Callable[[Mapping[TopicPartition, int]], Mapping[TopicPartition, BatchId | None]]
 
 
 INTERNAL_TOPIC_PREFIX = "__"
@@ -179,6 +181,7 @@ class IngestConfig:
     bootstrap_servers: str = ""  # "": the lake group is not committed (pipelines.lake_group)
     lake_group: str = "loglake-ingest"
     kafka: ClientConfig | None = None  # [kafka]: how to connect to bootstrap_servers
+    remote_log_storage: str = ""  # [paths]: the cluster's tier, s3://... (pipelines.sources.tier)
 
     @property
     def records_path(self) -> str:
@@ -201,6 +204,7 @@ def load_config(
     fail_on_corrupt: bool | None = None,
     on_divergence: str | None = None,
     bootstrap_servers: str | None = None,
+    remote_log_storage: str | None = None,
 ) -> IngestConfig:
     """Read ``[paths]``, ``[spark]`` and ``[ingest]`` of a pipeline TOML file, then overrides.
 
@@ -237,6 +241,19 @@ def load_config(
             f"[ingest] isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation!r}",
             path=str(p),
         )
+    tier = str(
+        remote_log_storage
+        if remote_log_storage is not None
+        else data.get("paths", {}).get("remote_log_storage", "")
+    )
+    if tier:
+        tier = LakeLocation.parse(tier).uri
+        if common.log_dirs or not bootstrap:
+            raise InvalidConfigError(
+                "[paths] remote_log_storage is read with [ingest] bootstrap_servers and no log "
+                "dirs ([paths] log_dirs = [], no --log-dirs): the tier, then Fetch",
+                path=str(p),
+            )
     lake_group = str(ingest.get("lake_group", "loglake-ingest"))
     if not lake_group:
         raise LoglakeError("[ingest] lake_group must not be empty", path=str(p))
@@ -259,6 +276,7 @@ def load_config(
         bootstrap_servers=bootstrap,
         lake_group=lake_group,
         kafka=kafka_client_config(data, p),
+        remote_log_storage=tier,
     )
 
 
@@ -703,13 +721,13 @@ def finish_run(  # noqa: PLR0917
     progress: Mapping[TopicPartition, int],
     high_watermarks: Mapping[TopicPartition, int] | None,
     log: Log,
-    divergence: _Divergences | None = None,
+    divergence: Divergences | None = None,
 ) -> IngestSummary:
     """Steps 3 and 4: quarantine, then commit the staged files with the new progress.
 
     ``high_watermarks``: where each partition's offsets to ingest end (the high watermark,
     or the last stable offset below it under ``read_committed``)."""
-    divergence = divergence or _Divergences()
+    divergence = divergence or Divergences()
     ends: dict[TopicPartition, int] = {}
     sizes: dict[TopicPartition, tuple[int, int]] = {}
     damaged: dict[tuple[str, int, str, int], dict[str, Any]] = {}
@@ -780,12 +798,15 @@ def finish_run(  # noqa: PLR0917
     expected = {app_id(t, p): progress.get((t, p)) for (t, p) in new_progress}
     try:
         extra = _rewind(config, staged, divergence, summary, log)
+        # through Fetch, the batches' identities are read from the broker: may fail too
+        found = divergence.batch_ids(new_progress) if divergence.batch_ids else None
     except BaseException:
         staged.abort()
         raise
     extra["commit_info"] = commit_info(
-        new_progress, divergence.parts, divergence.fingerprints, progress, divergence.ids.values()
-    )
+        new_progress, divergence.parts, divergence.fingerprints, progress, divergence.ids.values(),
+        found=found,
+    )  # fmt: skip
     result = staged.commit(app_transactions=apps, expected_versions=expected, **extra)
     summary.records = result.num_rows
     if result.committed:  # rows a rewind wrote back to new files are not new records
@@ -799,7 +820,7 @@ def finish_run(  # noqa: PLR0917
 
 
 @dataclass
-class _Divergences:
+class Divergences:
     """What the divergence check of a run found (see :mod:`pipelines.divergence`)."""
 
     parts: Mapping[TopicPartition, Path] = field(default_factory=dict)
@@ -807,6 +828,8 @@ class _Divergences:
     starts: dict[TopicPartition, int] = field(default_factory=dict)  # divergence points
     ids: dict[TopicPartition, str] = field(default_factory=dict)
     reasons: dict[TopicPartition, str] = field(default_factory=dict)
+    # through Fetch (no log dirs, so no parts): the batches ending at the new progress - 1
+    batch_ids: BatchIdsOf | None = None
 
     def progress_after(
         self, new_progress: Mapping[TopicPartition, int]
@@ -822,14 +845,14 @@ def _check_divergence(  # noqa: PLR0917
     log_starts: Mapping[TopicPartition, int],
     high_watermarks: Mapping[TopicPartition, int] | None,
     log: Log,
-) -> _Divergences:
+) -> Divergences:
     """Step 1b: does every partition's log still hold what the lake ingested from it?
 
     Raises :class:`DivergenceError` (``on_divergence="fail"``) or returns the partitions to
     rewind with their divergence points (``"rewind"``).
     """
     # every partition's entry, also of topics this run does not read: carried to the commit
-    out = _Divergences(parts=parts, fingerprints=read_fingerprints(config.records_path, progress))
+    out = Divergences(parts=parts, fingerprints=read_fingerprints(config.records_path, progress))
     cleaned = merged_checkpoint(config.log_dirs, "cleaner-offset-checkpoint") or {}
     found = []
     for tp, part_dir in sorted(parts.items()):
@@ -854,16 +877,8 @@ def _check_divergence(  # noqa: PLR0917
             found.append(div)
     if not found:
         return out
-    text = "; ".join(d.describe() for d in found)
     if config.on_divergence == "fail":
-        raise DivergenceError(
-            f"the log went backwards under the lake in {len(found)} partition(s): {text}. "
-            "The broker truncated its log (an unclean restart?) and may have written new "
-            "records under offsets the lake already holds; nothing was ingested. To proceed: "
-            "restore the log, or re-run with --on-divergence=rewind (or [ingest] "
-            f'on_divergence = "rewind") to move the lake\'s rows from the first differing '
-            f"offset on into {config.diverged_path} and ingest what the log holds now"
-        )
+        raise divergence_error(found, diverged_path=config.diverged_path)
     for div in found:
         tp = (div.topic, div.partition)
         start = _log_start(parts[tp], log_starts, tp)
@@ -878,7 +893,7 @@ def _check_divergence(  # noqa: PLR0917
 def _rewind(
     config: IngestConfig,
     staged: StagedWrite,
-    divergence: _Divergences,
+    divergence: Divergences,
     summary: IngestSummary,
     log: Log,
 ) -> dict[str, Any]:

@@ -14,6 +14,16 @@ batches, which carry an ``error``, are left out):
 - ``time_lookup``: one row per batch — topic, partition, max_timestamp, first_offset,
   last_offset, segment, file, position, size.
 
+Without log dirs (``[paths] log_dirs = []`` and ``[ingest] bootstrap_servers``) the batches are
+read through Fetch (read_uncommitted, up to the high watermark: every batch, as from the
+files) into the same decoder, and the rows are the same but for what only a file has:
+``segment`` and ``position`` are -1 (as ``records``' ``segment_base_offset`` and
+``batch_position`` through Fetch) and ``file`` is ``kafka://<bootstrap>/<topic>-<partition>``.
+:func:`locate` then tells the batch's offsets and size, not where it lies on a disk. The index
+check needs the broker's ``.index``/``.timeindex`` files: not done through Fetch, and each run
+logs so. A segment deleted under a Fetch run (offset out of range) fails it (exit 1, retried:
+the next run starts at the new log start).
+
 Questions and their answers (Kafka's semantics):
 
 - :func:`locate` (Fetch / ``.index``): the batch holding ``offset`` is the first batch, in
@@ -52,7 +62,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,6 +74,7 @@ import pyarrow.compute as pc
 from logstore.errors import LoglakeError
 from logstore.objectstore import LakeLocation
 from logstore.protocol.records import decode_batch
+from logstore.tools.client_config import ClientConfig
 from pipelines.config import log_dir_topics
 from pipelines.sources.plan import (
     SegmentRange,
@@ -195,11 +206,14 @@ def build_time_lookup(batches: DataFrame) -> DataFrame:
     return _select(batches, TIME_LOOKUP)
 
 
-def lookup_rows(table: str, batches: pa.RecordBatch) -> pa.RecordBatch:
+def lookup_rows(
+    table: str, batches: pa.RecordBatch, *, data: bytes | None = None
+) -> pa.RecordBatch:
     """``table``'s rows (:data:`LOOKUP_SCHEMAS`) from a record batch of ``kind=batches`` rows
-    (:data:`~pipelines.sources.BATCHES_ARROW_SCHEMA`; sound batches only)."""
+    (:data:`~pipelines.sources.BATCHES_ARROW_SCHEMA`; sound batches only). ``data``: the
+    bytes the rows' positions index (a Fetch response) instead of their files."""
     sound = batches.filter(pc.is_null(batches.column("error")))
-    extra = [marker_column(sound)] if table == OFFSET_LOOKUP else []
+    extra = [marker_column(sound, data=data)] if table == OFFSET_LOOKUP else []
     return pa.RecordBatch.from_arrays(
         [sound.column(src) for src, _ in _COLUMNS[table]] + extra, schema=LOOKUP_SCHEMAS[table]
     )
@@ -210,13 +224,13 @@ def lookup_rows(table: str, batches: pa.RecordBatch) -> pa.RecordBatch:
 _MARKER_PREFIX = 128
 
 
-def marker_column(batches: pa.RecordBatch) -> pa.Array:
+def marker_column(batches: pa.RecordBatch, *, data: bytes | None = None) -> pa.Array:
     """``offset_lookup.marker`` of each row of ``kind=batches`` rows: for a control batch, the
     type its record's key names — ``commit``, ``abort``, else ``other`` (another control type,
     an unreadable key, a compressed control batch) — judged as the ingest pre-pass judges it
     (:func:`pipelines.decode.transactions.marker_types`); null for data batches. One ``pread``
     of at most 128 bytes per control batch (one per transaction and partition), nothing per
-    data batch."""
+    data batch; with ``data``, a slice of those bytes instead (through Fetch)."""
     n = batches.num_rows
     control = pc.fill_null(batches.column("is_control"), False)
     if n == 0 or not pc.any(control).as_py():
@@ -238,12 +252,15 @@ def marker_column(batches: pa.RecordBatch) -> pa.Array:
             strict=True,
         ):  # fmt: skip
             kind = None
-            if codec == "none" and count and count >= 1:
+            if codec == "none" and count and count >= 1 and data is not None:
+                got = data[position : position + min(size, _MARKER_PREFIX)]
+                kind = _marker_kind(np.frombuffer(got, np.uint8), 0, len(got))
+            elif codec == "none" and count and count >= 1:
                 fd = fds.get(path)
                 if fd is None:
                     fd = fds[path] = os.open(path, os.O_RDONLY)
-                data = os.pread(fd, min(size, _MARKER_PREFIX), position)
-                kind = _marker_kind(np.frombuffer(data, np.uint8), 0, len(data))
+                head = os.pread(fd, min(size, _MARKER_PREFIX), position)
+                kind = _marker_kind(np.frombuffer(head, np.uint8), 0, len(head))
             values.append(names.get(kind, "other") if kind is not None else "other")
     finally:
         for fd in fds.values():
@@ -617,6 +634,8 @@ def build_lookups(
     topics: Sequence[str] | None = None,
     max_partition_bytes: int | None = None,
     check: bool = True,
+    bootstrap_servers: str = "",
+    kafka: ClientConfig | None = None,
     log: Callable[[str], None] = _stderr,
 ) -> LookupsSummary:
     """Append new batches to ``<lake>/offset_lookup`` and ``<lake>/time_lookup``, incrementally.
@@ -642,10 +661,13 @@ def build_lookups(
     from pipelines.delta import read_app_transactions  # noqa: PLC0415
     from pipelines.delta.direct import stage_files  # noqa: PLC0415
     from pipelines.ingest import PIECES_PER_TASK, schedule_tasks  # noqa: PLC0415
+    from pipelines.lookups_fetch import fetch_lookup_task, fetch_tasks  # noqa: PLC0415
     from pipelines.sources.plan import DEFAULT_MAX_PARTITION_BYTES  # noqa: PLC0415
 
     named = topics
-    if topics is None:
+    if not log_dirs and not bootstrap_servers:
+        raise LoglakeError("build_lookups needs log dirs or bootstrap servers to read from")
+    if topics is None and log_dirs:
         # every topic but Kafka's internal ones, as ingest: their batches are the broker's own
         # bookkeeping (consumer groups' commits, ingest's own lake-group commit every run),
         # which would change the tables on every run without any new application data
@@ -665,6 +687,16 @@ def build_lookups(
             topic, _, part = tp.rpartition("-")
             if name == table and topic and part.isdigit():
                 starting.setdefault(topic, {})[part] = version
+        if not log_dirs:  # through Fetch: the same rows but the file columns (module doc)
+            tasks = fetch_tasks(
+                bootstrap_servers, kafka=kafka, topics=topics, starting=starting, cores=cores
+            )
+            task = functools.partial(fetch_lookup_task, table=table)
+            staged = stage_files(
+                spark, path, tasks, task, schema=LOOKUP_SCHEMAS[table], partition_by=["topic"]
+            )
+            _commit_table(table, staged, done, rows, progress, log)
+            continue
         source = _source(log_dirs, topics, starting=starting, max_partition_bytes=piece)
 
         def stage(
@@ -683,24 +715,42 @@ def build_lookups(
         # retention may delete a segment under the run (the lake group holds what ingest has
         # not read, not what lookups has not indexed): plan again from the new log start
         _tasks, staged = replanned(stage, what=f"build_lookups {table}", log=log)
-        ends: dict[tuple[str, int], int] = {}
-        for report in staged.reports:
-            tp_key = (report["topic"], report["partition"])
-            ends[tp_key] = max(ends.get(tp_key, 0), report["next_offset"])
-        deleted = sum(report["deleted_segments"] for report in staged.reports)
-        if deleted:
-            log(
-                f"build_lookups {table}: {deleted} segments were deleted by retention before "
-                "they were read; their batches are not indexed"
-            )
-        apps = {_app_id(table, t, p): end for (t, p), end in sorted(ends.items())}
-        rows[table] = staged.num_rows
-        if apps:
-            staged.commit(app_transactions=apps, expected_versions={a: done.get(a) for a in apps})
-        else:  # nothing to commit: remove what was staged, release the lease
-            staged.abort()
-        progress[table] = apps
+        _commit_table(table, staged, done, rows, progress, log)
     problems: list[IndexProblem] = []
-    if check:
+    if check and not log_dirs:
+        # said on every run, never skipped silently: the check reads the broker's files
+        log(
+            "index check not done through Fetch: it compares the broker's .index/.timeindex "
+            "files with the batches, and there are no log dirs to read them from"
+        )
+    elif check:
         problems = check_index_files(spark, log_dirs, topics=named, log=log)
     return LookupsSummary(rows, progress, problems)
+
+
+def _commit_table(  # noqa: PLR0917
+    table: str,
+    staged: StagedWrite,
+    done: Mapping[str, int],
+    rows: dict[str, int],
+    progress: dict[str, dict[str, int]],
+    log: Callable[[str], None],
+) -> None:
+    """One table's commit: its rows with each partition's new progress (exactly once)."""
+    ends: dict[tuple[str, int], int] = {}
+    for report in staged.reports:
+        tp_key = (report["topic"], report["partition"])
+        ends[tp_key] = max(ends.get(tp_key, 0), report["next_offset"])
+    deleted = sum(report["deleted_segments"] for report in staged.reports)
+    if deleted:
+        log(
+            f"build_lookups {table}: {deleted} segments were deleted by retention before "
+            "they were read; their batches are not indexed"
+        )
+    apps = {_app_id(table, t, p): end for (t, p), end in sorted(ends.items())}
+    rows[table] = staged.num_rows
+    if apps:
+        staged.commit(app_transactions=apps, expected_versions={a: done.get(a) for a in apps})
+    else:  # nothing to commit: remove what was staged, release the lease
+        staged.abort()
+    progress[table] = apps

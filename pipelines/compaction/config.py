@@ -2,7 +2,10 @@
 
 Which topics are compacted (:func:`compacted_topics`): every topic whose topic config in a log
 dir (``<log_dir>/topic-configs/<topic>.properties``) has ``cleanup.policy`` containing
-``compact``, plus every topic named in ``[compact] topics``. A topic's strategy: ``[compact.
+``compact``, plus every topic named in ``[compact] topics``. With no log dirs (``[paths]
+log_dirs = []``) the topic configs come from ``[ingest] bootstrap_servers`` (DescribeConfigs
+over the topics Metadata lists, connecting as ``[kafka]`` says), so the tables are the same
+as with log dirs; without either, only ``[compact] topics``. A topic's strategy: ``[compact.
 strategy] <topic> = "..."``, else its topic config ``compaction.strategy`` (KIP-280's name),
 else ``[compact] default_strategy`` (``offset``).
 """
@@ -17,8 +20,14 @@ from logstore.errors import LoglakeError
 from logstore.objectstore import LakeLocation
 from logstore.storage.files import validate_topic
 from logstore.storage.topic_config import read_topic_configs
+from logstore.tools.client_config import ClientConfig
 from pipelines.compaction.model import DEFAULT_STRATEGY, Strategy, parse_strategy
-from pipelines.config import PARQUET_CODECS, job_settings, read_pipeline_toml
+from pipelines.config import (
+    PARQUET_CODECS,
+    job_settings,
+    kafka_client_config,
+    read_pipeline_toml,
+)
 
 __all__ = ["CompactConfig", "compacted_topics", "load_compact_config"]
 
@@ -38,6 +47,8 @@ class CompactConfig:
     compression: str = "zstd"
     max_rows_per_file: int = 5_000_000
     spark_conf: dict[str, str] = field(default_factory=dict)
+    bootstrap_servers: str = ""  # [ingest]: the topic configs when there is no log dir
+    kafka: ClientConfig | None = None  # [kafka]: how to connect to it
 
     @property
     def records_path(self) -> str:
@@ -95,12 +106,22 @@ def load_compact_config(
         compression=compression,
         max_rows_per_file=int(compact.get("max_rows_per_file", 5_000_000)),
         spark_conf=common.spark_conf,
+        bootstrap_servers=str(_table(data, "ingest", where).get("bootstrap_servers", "")),
+        kafka=kafka_client_config(data, p),
     )
 
 
 def compacted_topics(config: CompactConfig) -> dict[str, Strategy]:
     """``{topic: strategy}`` for every topic to compact (see the module docstring)."""
     found: dict[str, dict[str, str]] = {}
+    if not config.log_dirs and config.bootstrap_servers:
+        from pipelines.sources.fetch import cluster_topics, topic_configs  # noqa: PLC0415
+
+        bootstrap, kafka = config.bootstrap_servers, config.kafka
+        every = topic_configs(bootstrap, cluster_topics(bootstrap, config=kafka), config=kafka)
+        for topic, props in every.items():
+            if "compact" in {s.strip() for s in props.get("cleanup.policy", "").split(",")}:
+                found[topic] = props
     for d in config.log_dirs:
         if not Path(d).is_dir():
             raise LoglakeError("log dir does not exist", path=d)

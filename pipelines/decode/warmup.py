@@ -2,8 +2,9 @@
 ``python -m pipelines.decode.warmup``.
 
 The kernels (the decoder's ``_kernels.py``, the Parquet writer's ``_parquet_kernels.py``, and
-the typed tables' Avro kernel ``pipelines/typed/avro_kernel.py``, warmed by
-:func:`pipelines.typed.avro.warm`) are compiled on first use (``cache=True``) and the machine
+the typed tables' Avro and Protobuf kernels ``pipelines/typed/avro_kernel.py`` and
+``protobuf_kernel.py``, warmed by :func:`pipelines.typed.avro.warm` and
+:func:`pipelines.typed.protobuf.warm`) are compiled on first use (``cache=True``) and the machine
 code is kept next to them; without it, the first job after an install compiles them in every
 Spark Python worker at once (~6 s each, measured). ``tools/bootstrap.sh`` runs this when a
 cache is older than its kernels. It reads a tiny segment the way an ingest task does (one
@@ -29,6 +30,7 @@ from pipelines.sources.plan import parse_options, plan_ranges
 from pipelines.sources.read import RangeReport, read_records
 from pipelines.sources.synthetic import write_batches
 from pipelines.typed.avro import warm as warm_avro
+from pipelines.typed.protobuf import warm as warm_protobuf
 
 
 def warm() -> int:
@@ -65,9 +67,11 @@ def main() -> None:
     if rows != 4:
         raise SystemExit(f"ingest kernels warm-up read {rows} records, expected 4")
     avro_rows = warm_avro()  # raises when the kernel decodes wrong
+    protobuf_rows = warm_protobuf()  # likewise
     print(
-        f"ingest and Avro kernels compiled/cached in {time.monotonic() - started:.1f} s "
-        f"({rows} records read, {avro_rows} Avro values decoded)",
+        f"ingest, Avro and Protobuf kernels compiled/cached in "
+        f"{time.monotonic() - started:.1f} s ({rows} records read, {avro_rows} Avro values "
+        f"decoded, {protobuf_rows} Protobuf values decoded)",
         file=sys.stderr,
     )
 

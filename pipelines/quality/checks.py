@@ -394,7 +394,46 @@ def offset_gaps(
 
 def lookup_agreement(records: DataFrame, offset_lookup: DataFrame) -> DataFrame:
     """One row per batch of ``records`` (by segment and position): its first and last offset
-    and record count, with the ``offset_lookup`` row of that batch (null columns: none)."""
+    and record count, with the ``offset_lookup`` row of that batch (null columns: none).
+
+    Records read through Fetch (no log dirs) have no segment nor position (-1): each goes to
+    the ``offset_lookup`` row whose offsets hold it (one row per such batch; a record in no
+    batch of the table is a row of its own, with null lookup columns)."""
+    return _by_position(records.where(sf.col("batch_position") >= 0), offset_lookup).unionByName(
+        _by_offsets(records.where(sf.col("batch_position") < 0), offset_lookup)
+    )
+
+
+def _by_offsets(records: DataFrame, offset_lookup: DataFrame) -> DataFrame:
+    lookup = offset_lookup.select(
+        sf.col("topic").alias("l_topic"), sf.col("partition").alias("l_partition"),
+        sf.col("first_offset").alias("lookup_first_offset"),
+        sf.col("last_offset").alias("lookup_last_offset"),
+        sf.col("record_count").alias("lookup_record_count"),
+    )  # fmt: skip
+    held = (
+        (sf.col("topic") == sf.col("l_topic"))
+        & (sf.col("partition") == sf.col("l_partition"))
+        & sf.col("offset").between(sf.col("lookup_first_offset"), sf.col("lookup_last_offset"))
+    )
+    joined = records.select("topic", "partition", "offset").join(lookup, held, "left")
+    batch = sf.coalesce("lookup_first_offset", "offset")  # a record in no batch: a row of its own
+    rows = joined.groupBy(
+        "topic", "partition", batch.alias("batch"),
+        "lookup_first_offset", "lookup_last_offset", "lookup_record_count",
+    ).agg(
+        sf.min("offset").alias("first_offset"), sf.max("offset").alias("last_offset"),
+        sf.count(sf.lit(1)).alias("records"),
+    )  # fmt: skip
+    none = sf.lit(-1).cast("long")
+    return rows.select(
+        "topic", "partition", none.alias("segment"), none.alias("position"),
+        "first_offset", "last_offset", "records",
+        "lookup_first_offset", "lookup_last_offset", "lookup_record_count",
+    )  # fmt: skip
+
+
+def _by_position(records: DataFrame, offset_lookup: DataFrame) -> DataFrame:
     batches = records.groupBy(
         "topic", "partition", sf.col("segment_base_offset").alias("segment"),
         sf.col("batch_position").alias("position"),

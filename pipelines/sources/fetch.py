@@ -40,7 +40,9 @@ Not thread-safe per call; each task opens its own connection to the leader and c
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -48,6 +50,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from kio.schema.describe_configs.v4.request import (
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+)
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v11.request import (
@@ -68,12 +75,20 @@ from pipelines.sources.transactions import AbortedRanges
 __all__ = [
     "DEFAULT_FETCH_MAX_BYTES",
     "DEFAULT_MAX_OFFSETS",
+    "MIN_TIMESTAMP",
     "RETRIES",
+    "BatchHeader",
     "FetchError",
     "FetchRange",
+    "aborted_transactions_at",
+    "batch_headers_at",
+    "cluster_topics",
     "fetch_path",
+    "merge_report",
     "plan_fetch_ranges",
+    "read_fetch_batches",
     "read_fetch_range",
+    "topic_configs",
 ]
 
 DEFAULT_FETCH_MAX_BYTES = 8 << 20
@@ -186,8 +201,21 @@ def _leader(rng: FetchRange) -> str:
     return brokers[leader]
 
 
+def cluster_topics(bootstrap: str, *, config: ClientConfig | None = None) -> list[str]:
+    """The cluster's topics (Metadata), Kafka's internal ones left out (flagged internal, or
+    named ``__...`` as the jobs leave them out of log dirs): what a log dir's partition
+    directories tell the jobs when there is no log dir."""
+    _, leaders = _retrying(f"Metadata of {bootstrap}", lambda: _metadata(bootstrap, config, None))
+    return sorted({t for t, _ in leaders if not t.startswith("__")})
+
+
 def _list_offsets(
-    conn: KafkaConnection, parts: list[tuple[str, int]], timestamp: int, isolation: int
+    conn: KafkaConnection,
+    parts: list[tuple[str, int]],
+    timestamp: int,
+    isolation: int,
+    *,
+    missing_ok: bool = False,
 ) -> dict[tuple[str, int], int]:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in parts:
@@ -212,6 +240,8 @@ def _list_offsets(
     out = {}
     for t in resp.topics:
         for p in t.partitions:
+            if missing_ok and p.error_code == ErrorCode.unknown_topic_or_partition:
+                continue
             _check(p.error_code, f"ListOffsets {timestamp} of {t.name}-{int(p.partition_index)}")
             out[(str(t.name), int(p.partition_index))] = int(p.offset)
     return out
@@ -225,6 +255,7 @@ def plan_fetch_ranges(
     config: ClientConfig | None = None,
     max_offsets: int = DEFAULT_MAX_OFFSETS,
     isolation: int = 1,
+    missing_ok: bool = False,
 ) -> tuple[list[FetchRange], dict[tuple[str, int], tuple[int, int]]]:
     """``(ranges, {(topic, partition): (log start, end)})`` of every partition
     of ``topics`` (None: every non-internal topic) on the cluster at ``bootstrap``.
@@ -232,7 +263,9 @@ def plan_fetch_ranges(
     A partition's ranges cover ``[max(starts[tp], log start), LSO)`` in pieces of at most
     ``max_offsets`` offsets, in offset order. The end is the last stable offset
     (``isolation`` 1, read_committed) or the high watermark (0). Planned from each
-    partition's leader."""
+    partition's leader. ``missing_ok``: a partition that Metadata lists and ListOffsets does
+    not know is left out (loglake's broker creates ``__remote_log_metadata`` partitions on
+    first use: a pending one holds nothing yet) instead of retried then refused."""
     if max_offsets < 1:
         raise LoglakeError(f"max_offsets must be positive, got {max_offsets}")
     wanted = None if topics is None else sorted(set(topics))
@@ -247,10 +280,11 @@ def plan_fetch_ranges(
         bounds: dict[tuple[str, int], tuple[int, int]] = {}
         for leader, parts in by_leader.items():
             with _connect(brokers[leader], config) as conn:
-                earliest = _list_offsets(conn, parts, _EARLIEST, isolation)
-                stable = _list_offsets(conn, parts, _LATEST, isolation)
+                earliest = _list_offsets(conn, parts, _EARLIEST, isolation, missing_ok=missing_ok)
+                stable = _list_offsets(conn, parts, _LATEST, isolation, missing_ok=missing_ok)
             for tp in parts:
-                bounds[tp] = (earliest[tp], stable[tp])
+                if tp in earliest and tp in stable:
+                    bounds[tp] = (earliest[tp], stable[tp])
         return bounds
 
     bounds = _retrying(f"planning the Fetch of {bootstrap}", plan)
@@ -350,45 +384,10 @@ def read_fetch_range(
     from pipelines.sources.read import RangeReport, read_records  # noqa: PLC0415
 
     offset = rng.start_offset
-    leader = _retrying(f"the leader of {rng.topic}-{rng.partition}", lambda: _leader(rng))
-    conn: KafkaConnection | None = None
-    try:
+    with _Cursor(rng) as cursor:
         while offset < rng.until:
-
-            def call(at: int = offset) -> _Fetched:
-                nonlocal conn, leader
-                try:
-                    if conn is None:
-                        conn = _connect(leader, rng.config)
-                    return _fetch(conn, rng, at, max_bytes)
-                except (_Retriable, LoglakeError):
-                    if conn is not None:
-                        conn.close()
-                        conn = None
-                    leader = _leader(rng)
-                    raise
-
-            fetched = _retrying(f"Fetch of {rng.topic}-{rng.partition} at {offset}", call)
-            data = fetched.records
-            if not data:
-                raise FetchError(
-                    f"Fetch of {rng.topic}-{rng.partition} at offset {offset} returned nothing "
-                    f"below the planned end {rng.until} (the log was truncated?)"
-                )
-            first_base = int.from_bytes(data[:8], "big", signed=True)
-            seg = SegmentRange(
-                topic=rng.topic,
-                partition=rng.partition,
-                path=fetch_path(rng.bootstrap, rng.topic, rng.partition),
-                segment_base_offset=min(first_base, offset),
-                start=0,
-                end=len(data),
-                start_offset=offset,
-                until=rng.until,
-                next_base_offset=None,
-                is_tail=True,  # a batch cut by max_bytes is in flight, not damage
-            )
-            aborted = _aborted_ranges(data, seg, fetched.aborted)
+            data, seg, listed = cursor.get(offset, max_bytes)
+            aborted = _aborted_ranges(data, seg, listed)
             part = RangeReport(rng.topic, rng.partition)
             for batch in read_records(
                 seg, min_timestamp=min_timestamp, max_timestamp=max_timestamp,
@@ -396,20 +395,227 @@ def read_fetch_range(
             ):  # fmt: skip
                 yield _without_file_columns(batch)
             if report is not None:
-                _merge(report, part)
-            if part.last_end is None or part.last_end <= offset:
-                raise FetchError(
-                    f"Fetch of {rng.topic}-{rng.partition} at offset {offset}: no readable "
-                    f"batch in {len(data)} bytes"
+                merge_report(report, part)
+            offset = _advanced(rng, offset, part.last_end, len(data))
+
+
+def _advanced(rng: FetchRange, offset: int, last_end: int | None, size: int) -> int:
+    """Where the next Fetch starts: after the last whole batch of the response."""
+    if last_end is None or last_end <= offset:
+        raise FetchError(
+            f"Fetch of {rng.topic}-{rng.partition} at offset {offset}: no readable "
+            f"batch in {size} bytes"
+        )
+    return last_end
+
+
+class _Cursor:
+    """One task's Fetches of ``rng``: the leader found once, one connection kept, a
+    retriable failure retried (the leader found again). A context manager (closes it)."""
+
+    def __init__(self, rng: FetchRange) -> None:
+        self.rng = rng
+        self.leader = _retrying(f"the leader of {rng.topic}-{rng.partition}", lambda: _leader(rng))
+        self.conn: KafkaConnection | None = None
+
+    def __enter__(self) -> _Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def _call(self, offset: int, max_bytes: int) -> _Fetched:
+        try:
+            if self.conn is None:
+                self.conn = _connect(self.leader, self.rng.config)
+            return _fetch(self.conn, self.rng, offset, max_bytes)
+        except (_Retriable, LoglakeError):
+            self.__exit__()
+            self.leader = _leader(self.rng)
+            raise
+
+    def fetched(self, offset: int, max_bytes: int) -> _Fetched:
+        """One Fetch at ``offset`` (retried as the module docstring says)."""
+        rng = self.rng
+        return _retrying(
+            f"Fetch of {rng.topic}-{rng.partition} at {offset}",
+            lambda: self._call(offset, max_bytes),
+        )
+
+    def get(self, offset: int, max_bytes: int) -> tuple[bytes, SegmentRange, list[tuple[int, int]]]:
+        """``(raw batches, the range they are to the decoder, aborted transactions listed)``
+        of one Fetch at ``offset``; nothing returned below the range's end is an error."""
+        rng = self.rng
+        fetched = self.fetched(offset, max_bytes)
+        data = fetched.records
+        if not data:
+            raise FetchError(
+                f"Fetch of {rng.topic}-{rng.partition} at offset {offset} returned nothing "
+                f"below the planned end {rng.until} (the log was truncated?)"
+            )
+        first_base = int.from_bytes(data[:8], "big", signed=True)
+        seg = SegmentRange(
+            topic=rng.topic,
+            partition=rng.partition,
+            path=fetch_path(rng.bootstrap, rng.topic, rng.partition),
+            segment_base_offset=min(first_base, offset),
+            start=0,
+            end=len(data),
+            start_offset=offset,
+            until=rng.until,
+            next_base_offset=None,
+            is_tail=True,  # a batch cut by max_bytes is in flight, not damage
+        )
+        return data, seg, fetched.aborted
+
+
+def read_fetch_batches(
+    rng: FetchRange, *, min_timestamp: int, max_bytes: int = DEFAULT_FETCH_MAX_BYTES
+) -> Iterator[tuple[pa.RecordBatch, bytes]]:
+    """The batch headers of ``rng`` as :data:`BATCHES_ARROW_SCHEMA` rows, as
+    :func:`pipelines.sources.read.read_batches` gives them for a segment, each with the
+    Fetch response's bytes that its ``position`` s index (to read a batch's first bytes, as
+    from a file; the position of the batch in the log is not known).
+
+    No file is read: ``file`` is :func:`fetch_path` and ``segment_base_offset`` is ``-1``.
+    Every batch the broker serves whose last offset is in ``[rng.start_offset, rng.until)``
+    (so that consecutive ranges share no batch), with the range's isolation level (``0``:
+    every batch up to the high watermark, aborted ones and markers included)."""
+    from pipelines.sources.read import read_batches  # noqa: PLC0415 (numba on executors only)
+
+    offset = rng.start_offset
+    with _Cursor(rng) as cursor:
+        while offset < rng.until:
+            data, seg, _aborted = cursor.get(offset, max_bytes)
+            last_end: int | None = None
+            for batch in read_batches(seg, min_timestamp=MIN_TIMESTAMP, data=data):
+                sound = pc.is_null(batch.column("error"))
+                last = pc.max(pc.filter(batch.column("last_offset"), sound)).as_py()
+                if last is not None:
+                    last_end = max(last_end or 0, last + 1)
+                # a batch belongs to the range holding its last offset: a batch across two
+                # ranges' boundary is served to both, and kept once
+                ends_here = pc.less(batch.column("last_offset"), rng.until)
+                recent = pc.greater_equal(batch.column("max_timestamp"), min_timestamp)
+                keep = pc.and_(sound, pc.and_(ends_here, recent))
+                keep = pc.or_(keep, pc.invert(sound))  # damage is always reported
+                yield _without_batch_file(batch.filter(keep), seg.path), data
+            offset = _advanced(rng, offset, last_end, len(data))
+
+
+MIN_TIMESTAMP = -(2**63)
+
+
+def _without_batch_file(batch: pa.RecordBatch, path: str) -> pa.RecordBatch:
+    n = batch.num_rows
+    none = pa.array(np.full(n, _NO_FILE, np.int64))
+    i = batch.schema.get_field_index("segment_base_offset")
+    batch = batch.set_column(i, batch.schema.field(i), none)
+    i = batch.schema.get_field_index("file")
+    return batch.set_column(i, batch.schema.field(i), pa.array([path] * n, pa.string()))
+
+
+BatchHeader = tuple[int, int, int, int]
+"""A v2 batch's ``(base offset, last offset, partitionLeaderEpoch, CRC)``."""
+# baseOffset i64, batchLength i32, partitionLeaderEpoch i32, magic i8, crc u32, attributes i16,
+# lastOffsetDelta i32 (the first 27 bytes of a v2 batch header)
+_HEADER = struct.Struct(">qiibIhi")
+_PROBE_BYTES = 64 << 10  # the broker returns the first batch whole even when larger (KIP-74)
+
+
+def batch_headers_at(
+    bootstrap: str,
+    offsets: Mapping[tuple[str, int], int],
+    *,
+    config: ClientConfig | None = None,
+) -> dict[tuple[str, int], BatchHeader | None]:
+    """Per partition, the header of the whole batch the broker serves at ``offsets[tp]``:
+    one Fetch (read_uncommitted) there, the first batch of the response whose last offset is
+    at or past it (the batch holding the offset, or the next one past a compacted gap).
+    None: no such batch (the offset is out of range, at or past the high watermark, or the
+    batch is not a v2 batch). Used by the divergence check through Fetch
+    (:mod:`pipelines.divergence`); a few small Fetches, one per partition."""
+    out: dict[tuple[str, int], BatchHeader | None] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        rng = FetchRange(topic, partition, offset, offset + 1, bootstrap, config, 0)
+        try:
+            with _Cursor(rng) as cursor:
+                data = cursor.fetched(offset, _PROBE_BYTES).records
+        except FetchError as exc:
+            if "OFFSET_OUT_OF_RANGE" not in str(exc):
+                raise
+            data = b""
+        out[(topic, partition)] = _header_at(data, offset)
+    return out
+
+
+def _header_at(data: bytes, offset: int) -> BatchHeader | None:
+    """Walks batch headers (one per batch, never a record) to the first ending at/after
+    ``offset``."""
+    pos = 0
+    while pos + _HEADER.size <= len(data):
+        base, length, epoch, magic, crc, _attrs, last_delta = _HEADER.unpack_from(data, pos)
+        if magic != 2 or pos + 12 + length > len(data):
+            return None
+        if base + last_delta >= offset:
+            return base, base + last_delta, epoch, crc
+        pos += 12 + length
+    return None
+
+
+def topic_configs(
+    bootstrap: str,
+    topics: Iterable[str],
+    *,
+    config: ClientConfig | None = None,
+    effective: bool = False,
+) -> dict[str, dict[str, str]]:
+    """Each topic's own configs, the overrides (DescribeConfigs v4, source
+    DYNAMIC_TOPIC_CONFIG): what a log dir's ``topic-configs/<topic>.properties`` tells the
+    jobs when there is no log dir. ``effective``: every key's value in force instead (the
+    broker's defaults too, as ``kafka-configs --describe --all``). Keys without a value are
+    left out. A topic the cluster does not have raises :class:`InvalidTopicError` (exit 2)."""
+    names = sorted(set(topics))
+    if not names:
+        return {}
+
+    def describe() -> dict[str, dict[str, str]]:
+        with _connect(bootstrap, config) as conn:
+            resp = conn.call(
+                DescribeConfigsRequest(
+                    resources=tuple(
+                        DescribeConfigsResource(
+                            resource_type=i8(_TOPIC_RESOURCE), resource_name=t,
+                            configuration_keys=None,
+                        )
+                        for t in names
+                    ),
                 )
-            offset = part.last_end
-    finally:
-        if conn is not None:
-            conn.close()
+            )  # fmt: skip
+        out: dict[str, dict[str, str]] = {}
+        for r in resp.results:
+            if r.error_code == ErrorCode.unknown_topic_or_partition:
+                raise InvalidTopicError(f"topic {r.resource_name!r} does not exist on {bootstrap}")
+            _check(r.error_code, f"DescribeConfigs of topic {r.resource_name}")
+            out[str(r.resource_name)] = {
+                str(c.name): str(c.value)
+                for c in r.configs
+                if c.value is not None and (effective or int(c.config_source) == _OVERRIDE)
+            }
+        return out
+
+    return _retrying(f"DescribeConfigs on {bootstrap}", describe)
 
 
-def _merge(into: Any, part: Any) -> None:
-    """Fold one response's report into the range's (offsets ascend across responses)."""
+_TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type.TOPIC
+_OVERRIDE = 1  # Kafka's DescribeConfigs source DYNAMIC_TOPIC_CONFIG: the topic's own value
+
+
+def merge_report(into: Any, part: Any) -> None:
+    """Fold one response's (or window's) report into the range's (offsets ascend across
+    them): :mod:`pipelines.sources.tier` reads a remote segment in windows the same way."""
     if part.next_offset is not None:
         into.next_offset = max(into.next_offset or part.next_offset, part.next_offset)
     into.bytes += part.bytes
@@ -422,3 +628,21 @@ def _merge(into: Any, part: Any) -> None:
     into.regions.extend(part.to_json()["regions"])
     if into.file is None:
         into.file, into.segment_base_offset, into.start = part.file, part.segment_base_offset, 0
+
+
+def aborted_transactions_at(rng: FetchRange, *, max_bytes: int = 1 << 16) -> list[tuple[int, int]]:
+    """``(producer id, first offset)`` of the aborted transactions one read_committed Fetch at
+    ``rng.start_offset`` lists: those reaching the bytes it returns, first offsets below the
+    fetch offset included (Kafka searches the transaction indexes from the fetch offset's
+    segment on until its answer is complete). :mod:`pipelines.sources.tier` asks this at the
+    end of the tier for the transactions whose ABORT marker is not tiered yet."""
+    if rng.start_offset >= rng.until:
+        return []
+    leader = _retrying(f"the leader of {rng.topic}-{rng.partition}", lambda: _leader(rng))
+
+    def call() -> _Fetched:
+        with _connect(leader, rng.config) as conn:
+            return _fetch(conn, dataclasses.replace(rng, isolation=1), rng.start_offset, max_bytes)
+
+    where = f"Fetch of {rng.topic}-{rng.partition} at {rng.start_offset}"
+    return _retrying(where, call).aborted

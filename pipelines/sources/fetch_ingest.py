@@ -11,9 +11,14 @@ write. Quarantine, progress and the exactly-once commit are the log-dir run's
 (:func:`pipelines.ingest.finish_run`): a run killed before the commit leaves nothing, a re-run
 with nothing new commits nothing.
 
-Not done through Fetch (they need the broker's files): the divergence check of
-``on_divergence`` and ``max_partition_bytes`` (a piece is bounded by offsets; a Fetch response
-by :data:`~pipelines.sources.fetch.DEFAULT_FETCH_MAX_BYTES`).
+With ``[paths] remote_log_storage`` (``--remote-log-storage``): the offsets the cluster's tier
+holds are read from the object store on the executors instead, the rest through Fetch
+(:func:`pipelines.sources.tier.plan_tier`), into the same write and the same commit.
+
+The divergence check (``on_divergence``) reads the log side through Fetch too
+(:mod:`pipelines.sources.fetch_divergence`). Not done through Fetch: ``max_partition_bytes``
+(a piece is bounded by offsets; a Fetch response by
+:data:`~pipelines.sources.fetch.DEFAULT_FETCH_MAX_BYTES`).
 """
 
 from __future__ import annotations
@@ -31,7 +36,15 @@ from pipelines.sources.fetch import (
     plan_fetch_ranges,
     read_fetch_range,
 )
+from pipelines.sources.fetch_divergence import check_fetched_divergence
 from pipelines.sources.plan import MAX_OFFSET, MIN_OFFSET
+from pipelines.sources.tier import (
+    TierRange,
+    plan_summary,
+    plan_tier,
+    read_tier_range,
+    tier_tasks,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["run_fetch_ingest"]
 
 
-def _read(task: list[FetchRange], *, max_bytes: int) -> Iterator[Any]:
+def _read(task: list[FetchRange | TierRange], *, max_bytes: int) -> Iterator[Any]:
     """Executor side: per range, its records then its report (JSON), as the log-dir path."""
     from pipelines.sources.read import RangeReport  # noqa: PLC0415
     from pipelines.worker import start_task  # noqa: PLC0415
@@ -49,13 +62,18 @@ def _read(task: list[FetchRange], *, max_bytes: int) -> Iterator[Any]:
     start_task()
     for rng in task:
         report = RangeReport(rng.topic, rng.partition)
-        yield from read_fetch_range(
-            rng,
-            min_timestamp=MIN_OFFSET,
-            max_timestamp=MAX_OFFSET,
-            max_bytes=max_bytes,
-            report=report,
-        )
+        if isinstance(rng, TierRange):
+            yield from read_tier_range(
+                rng, min_timestamp=MIN_OFFSET, max_timestamp=MAX_OFFSET, report=report
+            )
+        else:
+            yield from read_fetch_range(
+                rng,
+                min_timestamp=MIN_OFFSET,
+                max_timestamp=MAX_OFFSET,
+                max_bytes=max_bytes,
+                report=report,
+            )
         yield report.to_json()
 
 
@@ -96,8 +114,17 @@ def run_fetch_ingest(
                 "before they were ingested; continuing at the log start offset"
             )
         starts[(topic, partition)] = max(done, begin)
+    divergence = check_fetched_divergence(config, bounds, progress, log)
+    starts.update(divergence.starts)
     limits = {tp: end for tp, (_begin, end) in bounds.items()}
-    left = sum(max(0, limits[tp] - s) for tp, s in starts.items())
+    fetch_from = dict(starts)
+    tier: list[TierRange] = []
+    if config.remote_log_storage:
+        plan = plan_tier(config.bootstrap_servers, config.remote_log_storage, starts, limits,
+                         config=config.kafka, read_committed=bool(isolation))  # fmt: skip
+        tier, fetch_from = plan.ranges, plan.fetch_from
+        log(plan_summary(plan, starts) + f" at {config.remote_log_storage}")
+    left = sum(max(0, limits[tp] - s) for tp, s in fetch_from.items())
     cores = spark.sparkContext.defaultParallelism
     piece = max(1, min(max_offsets, -(-left // max(1, cores))))
     # planned again from the chosen starts, against the same ends (the first plan's)
@@ -111,22 +138,17 @@ def run_fetch_ingest(
             config.kafka,
             isolation,
         )
-        for (t, p), s in sorted(starts.items())
+        for (t, p), s in sorted(fetch_from.items())
         for a in range(s, limits[(t, p)], piece)
     ]
     log(
         f"{len(bounds)} partitions through Fetch from {config.bootstrap_servers}; progress known "
         f"for {len(progress)}; reading {left} offsets in {len(ranges)} pieces; lake {config.lake}"
     )
-    # said on every run, never skipped silently: the check reads the broker's segment files
-    log(
-        f"divergence check (on_divergence={config.on_divergence}) not done through Fetch: it "
-        "needs the broker's log dirs"
-    )
     staged = stage_files(
         spark,
         config.records_path,
-        [[r] for r in ranges],
+        [*tier_tasks(tier, cores), *([r] for r in ranges)],
         functools.partial(_read, max_bytes=max_bytes),
         schema=RECORDS_ARROW_SCHEMA,
         partition_by=["topic", "date"],
@@ -138,6 +160,6 @@ def run_fetch_ingest(
         log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
     log(f"planned ends: {json.dumps({f'{t}/{p}': e for (t, p), e in sorted(limits.items())})}")
     try:
-        return finish_run(spark, config, summary, staged, starts, progress, limits, log)
+        return finish_run(spark, config, summary, staged, starts, progress, limits, log, divergence)
     finally:
         summary.seconds = time.monotonic() - started

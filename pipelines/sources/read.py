@@ -777,14 +777,15 @@ def read_batches(
     min_timestamp: int,
     verify: str = "crc",
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    data: bytes | memoryview | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """One :data:`BATCHES_ARROW_SCHEMA` row per frame of ``rng`` (plus unreadable stops).
 
     Kept: frames with ``last_offset >= start_offset``, ``base_offset < until`` and
     ``max_timestamp >= min_timestamp``, and every frame with an error (damage is always
-    reported, whatever the filters).
+    reported, whatever the filters). ``data``: as in :func:`read_records`.
     """
-    for chunk in _chunks(rng, chunk_bytes):
+    for chunk in _chunks(rng, chunk_bytes, data):
         buf, base_position, scan, errors = chunk.buf, chunk.base_position, chunk.scan, chunk.errors
         crc_ok = chunk.crc_ok
         if verify == "full":

@@ -39,10 +39,10 @@ def _txn_produce(bootstrap: str, topic: str) -> tuple[int, int]:
     return committed, aborted
 
 
-def produce_all(bootstrap: str) -> tuple[str, int]:
-    """A new topic holding every kind of batch; ``(topic, records a read_committed read
-    sees)``."""
-    topic = new_topic(bootstrap, partitions=PARTITIONS, prefix="fetchsrc")
+def produce_all(bootstrap: str, **configs: str) -> tuple[str, int]:
+    """A new topic (``configs``: its settings) holding every kind of batch; ``(topic, records
+    a read_committed read sees)``."""
+    topic = new_topic(bootstrap, partitions=PARTITIONS, prefix="fetchsrc", **configs)
     n = 0
     for seed, codec in enumerate(CODECS):
         records = make_records(150, partitions=PARTITIONS, seed=seed)

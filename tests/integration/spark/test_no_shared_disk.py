@@ -23,6 +23,7 @@ ships them with the tasks, so the executors need no environment of their own.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,6 +107,11 @@ def _local_starts(log_dir: Path, topic: str) -> dict[int, list[int]]:
     }
 
 
+def _aws_env() -> list[str]:
+    """The store's settings (set by the ``s3`` fixture) as ``env`` arguments for the driver."""
+    return [f"{k}={v}" for k, v in os.environ.items() if k.startswith("AWS_")]
+
+
 def _table_rows(table: Path) -> dict[int, list[Got]]:
     """The records table through delta-rs, per partition in offset order, as ``Got`` rows."""
     t = DeltaTable(str(table)).to_pyarrow_table()
@@ -166,6 +172,7 @@ def test_a_blind_cluster_ingests_everything_through_the_broker(
     config = tmp_path / "pipeline.toml"
     config.write_text(
         f'[paths]\nlog_dirs = []\nlake = "{tmp_path / "lake"}"\n'
+        f'remote_log_storage = "{s3.uri("tiered")}"\n'
         f'[ingest]\nbootstrap_servers = "{b.bootstrap}"\nprogress_interval_s = 0\n'
         f'topics = ["{topic}"]\n'
     )
@@ -173,7 +180,11 @@ def test_a_blind_cluster_ingests_everything_through_the_broker(
     with _NamespaceWatch(blind_cluster) as watch:
         # the driver is blind too: nothing of the application sees the log dirs
         result = blind_cluster.submit(
-            INGEST_JOB, "--config", str(config), cwd=tmp_path, prefix=hiding_prefix([hidden])
+            INGEST_JOB,
+            "--config",
+            str(config),
+            cwd=tmp_path,
+            prefix=["env", *_aws_env(), *hiding_prefix([hidden])],
         )
     if result.returncode != 0:
         pytest.fail(
@@ -181,6 +192,12 @@ def test_a_blind_cluster_ingests_everything_through_the_broker(
             f"stderr (tail):\n{result.stderr[-6000:]}\n{blind_cluster.diagnostics()}"
         )
     summary = result.json_line()
+    # the tiered segments were read from the store (the driver plans them; executors read them)
+    tiered = sum(s[0] for s in _local_starts(log_dir, topic).values())
+    assert (
+        f"tier: {tiered} offsets of {PARTITIONS}/{PARTITIONS} partitions"
+        in result.stdout + result.stderr
+    )
     assert (summary["records"], summary["committed"], summary["gaps"]) == (RECORDS, True, [])
 
     # every process the worker ran during the job was in its namespace: the executor JVM and

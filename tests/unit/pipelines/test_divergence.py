@@ -16,7 +16,13 @@ import pyarrow as pa
 from logstore.protocol.records import build_batch
 from logstore.storage.config import LogConfig
 from logstore.storage.log import Log
-from pipelines.divergence import _COMPARED, _first_difference, batch_at, check_partition, log_end
+from pipelines.divergence import (
+    COMPARED_COLUMNS,
+    _first_difference,
+    batch_at,
+    check_partition,
+    log_end,
+)
 from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
 
 
@@ -109,7 +115,7 @@ def test_check_partition_cases(tmp_path: Path) -> None:
 
 
 def _rows(rows: list[dict[str, object]]) -> pa.Table:
-    names = ("offset", *_COMPARED, "headers")
+    names = ("offset", *COMPARED_COLUMNS, "headers")
     cols = {}
     for f in RECORDS_ARROW_SCHEMA:
         if f.name in names:

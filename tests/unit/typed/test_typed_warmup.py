@@ -1,6 +1,6 @@
 """The setup's warm-up (``python -m pipelines.decode.warmup``, run by tools/bootstrap.sh)
-compiles the typed tables' Avro kernel too, so the first decode job after ``make setup``
-loads machine code instead of compiling it in every Spark worker."""
+compiles the typed tables' Avro and Protobuf kernels too, so the first decode job after
+``make setup`` loads machine code instead of compiling it in every Spark worker."""
 
 from __future__ import annotations
 
@@ -27,9 +27,11 @@ def test_the_warm_up_fills_numbas_cache_with_the_avro_kernel(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     assert "8 Avro values decoded" in done.stderr
+    assert "4 Protobuf values decoded" in done.stderr
     cached = {p.name.split("-")[0] for p in tmp_path.rglob("*.nbi")}
     assert {
         "avro_kernel.decode_rows",
+        "protobuf_kernel.decode_rows",
         "_kernels.records_to_columns",
         "_parquet_kernels.plain_binary",
     } <= cached, cached

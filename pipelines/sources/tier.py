@@ -1,0 +1,530 @@
+"""Reading tiered segments straight from the object store (KIP-405, the Aiven plugin's layout).
+
+A Kafka cluster with tiered storage keeps its closed segments in a bucket; its brokers hold only
+a local tail. The ingest job reads that history from the bucket on the executors — no load on
+the brokers — and the rest through Fetch (:mod:`pipelines.sources.fetch`).
+
+Driver side:
+
+1. The live remote segments come from ``__remote_log_metadata``, *read through the Kafka
+   protocol* (Fetch of each of its partitions, as any consumer reads it), never from a bucket
+   listing: :func:`remote_segments` replays Kafka's RLMM state machine over the records
+   (:mod:`logstore.tier.metadata`): a segment announced by COPY_SEGMENT_STARTED is live once a
+   COPY_SEGMENT_FINISHED update follows, and no longer once DELETE_SEGMENT_STARTED (or
+   _FINISHED) does; a partition-delete record (api key 2, any state: the topic is going)
+   removes every segment of the partition. Only COPY_SEGMENT_FINISHED, not deleted, is read.
+2. :func:`plan_tier` cuts each partition's offsets to read, ``[start, end)``, into one
+   :class:`TierRange` per remote segment they overlap (the tier is contiguous from the start;
+   a hole in it ends the tier's part) and says where the rest begins: the offsets from there
+   go through Fetch. Any offset the tier holds is read from the tier, below the broker's local
+   log start or not.
+3. Aborted transactions (``read_committed``): the segments' transaction indexes (the
+   ``transaction`` part of ``.indexes``; read only for segments whose metadata does not say
+   ``txn_index_empty``) give ``(producer, first offset, ABORT marker offset)``; a transaction
+   whose batches are in the tier and whose marker is not (still local) is what one
+   read_committed Fetch at the tier's end lists with a first offset below it (Kafka's
+   ``collectAbortedTransactions`` searches on until its answer is complete): its batches in
+   the tier are aborted up to the end of the tier. Each task carries the ranges overlapping it.
+
+Executor side, :func:`read_tier_range`: the segment's ``.rsm-manifest`` (chunk index, where
+each index is), the offset index (ranged read of ``.indexes``) when the range starts inside the
+segment, then the ``.log`` object in windows of whole chunks of about ``window_bytes``, each one
+ranged GET issued one window ahead (a reader thread: the next window arrives while this one is
+decoded), each window's bytes into :func:`pipelines.sources.read.read_records` (``data=``):
+the same scan, checks and vectorised decode as a log-dir or Fetch read. A window's range ends
+after its last whole batch; the bytes after it are carried into the next window (no byte is
+fetched twice, no batch cut by a window's end counts as damage). ``segment_base_offset`` and
+``batch_position`` are the segment's start offset and the batch's position in it — the object is
+the broker's segment file, byte for byte, so the rows equal a read of the log dirs.
+
+Errors: an object missing (:class:`~logstore.errors.ObjectNotFoundError`), the store unreachable
+or throttling after its retries (:class:`~logstore.errors.ObjectStoreUnavailableError`), a
+manifest this reader does not support (compressed or encrypted chunks:
+:class:`~logstore.errors.CorruptIndexError`) fail the task and so the run (exit 1, retried),
+nothing committed; a re-run reads the metadata again.
+
+Not supported: manifests of the plugin's compression or encryption options (refused, above);
+a key prefix that does not end at a ``/`` (``--remote-log-storage`` names a "directory").
+Thread-safe: no shared state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from logstore.errors import CorruptRecordError, InvalidConfigError, InvalidTopicError, LoglakeError
+from logstore.objectstore import LakeLocation, ObjectStore, StorageSettings
+from logstore.protocol.varint import decode_unsigned_varint
+from logstore.tier import layout
+from logstore.tier.metadata import (
+    METADATA_TOPIC,
+    RemoteSegment,
+    SegmentState,
+    SegmentUpdate,
+    decode_record,
+)
+from logstore.tools.client_config import ClientConfig
+from pipelines.sources.aborted import AbortedRanges
+from pipelines.sources.fetch import (
+    MAX_OFFSET,
+    FetchRange,
+    aborted_transactions_at,
+    merge_report,
+    plan_fetch_ranges,
+    read_fetch_range,
+)
+from pipelines.sources.plan import SegmentRange
+
+__all__ = [
+    "DEFAULT_WINDOW_BYTES",
+    "RlmmState",
+    "TierPlan",
+    "TierRange",
+    "partition_delete",
+    "plan_summary",
+    "plan_tier",
+    "read_tier_range",
+    "remote_segments",
+    "tier_part",
+    "tier_store",
+    "tier_tasks",
+]
+
+DEFAULT_WINDOW_BYTES = 8 << 20
+PARTITION_DELETE_API_KEY = 2
+_OFFSET_ENTRY = np.dtype([("relative", ">i4"), ("position", ">i4")])
+_PARTITION_FIXED = struct.Struct(">i")
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class TierRange:
+    """One task: offsets ``[start_offset, until)`` of ``segment`` read from the store at
+    ``root`` (``settings``: how to reach it, resolved on the driver). ``aborted``: the aborted
+    transactions reaching those offsets (None: read_uncommitted, or none). Picklable."""
+
+    segment: RemoteSegment
+    start_offset: int
+    until: int
+    root: str
+    settings: StorageSettings
+    aborted: AbortedRanges | None = None
+
+    @property
+    def topic(self) -> str:
+        return self.segment.topic
+
+    @property
+    def partition(self) -> int:
+        return self.segment.partition
+
+
+def tier_store(root: str, settings: StorageSettings | None = None) -> ObjectStore:
+    """The store of ``--remote-log-storage`` (``s3://bucket/prefix``: the plugin's
+    ``rsm.config.key.prefix`` is ``prefix/``)."""
+    return ObjectStore(LakeLocation.parse(root), settings=settings)
+
+
+# -- 1. the live segments, from __remote_log_metadata -----------------------------------------
+
+
+class RlmmState:
+    """Kafka's topic-based RLMM state replayed over ``__remote_log_metadata`` records: which
+    remote segments are live (COPY_SEGMENT_FINISHED, not deleted). Feed records in each
+    metadata partition's offset order (one user partition's records are all in one)."""
+
+    def __init__(self) -> None:
+        self._segments: dict[uuid.UUID, RemoteSegment] = {}
+        self._deleted_partitions: set[tuple[uuid.UUID, int]] = set()
+
+    def apply(self, record: RemoteSegment | SegmentUpdate) -> None:
+        """One decoded record (:func:`logstore.tier.metadata.decode_record`)."""
+        if isinstance(record, RemoteSegment):
+            if record.state == SegmentState.COPY_SEGMENT_STARTED:
+                self._segments[record.segment_id] = record
+            return
+        seg = self._segments.get(record.segment_id)
+        if seg is None:
+            return  # an update of a segment this log no longer announces (Kafka ignores it)
+        if record.state in (
+            SegmentState.DELETE_SEGMENT_STARTED,
+            SegmentState.DELETE_SEGMENT_FINISHED,
+        ):
+            del self._segments[record.segment_id]
+        elif record.state == SegmentState.COPY_SEGMENT_FINISHED:
+            self._segments[record.segment_id] = dataclasses.replace(seg, state=record.state)
+
+    def delete_partition(self, topic_id: uuid.UUID, partition: int) -> None:
+        """A partition-delete record: its segments are not to be read any more."""
+        self._deleted_partitions.add((topic_id, partition))
+
+    def live(self) -> dict[TopicPartition, list[RemoteSegment]]:
+        """``(topic, partition) -> live segments`` by start offset."""
+        out: dict[TopicPartition, list[RemoteSegment]] = {}
+        for seg in self._segments.values():
+            if seg.state != SegmentState.COPY_SEGMENT_FINISHED:
+                continue
+            if (seg.topic_id, seg.partition) in self._deleted_partitions:
+                continue
+            out.setdefault((seg.topic, seg.partition), []).append(seg)
+        for segs in out.values():
+            segs.sort(key=lambda s: s.start_offset)
+        return out
+
+
+def partition_delete(value: bytes) -> tuple[uuid.UUID, int] | None:
+    """``(topic id, partition)`` of a ``RemotePartitionDeleteMetadataRecord`` value (api key
+    2: frame version, api key, version, then topic_id_partition {name, id, partition, tags},
+    ...); None for any other api key. Only the partition is needed: any state of the delete
+    (marked, started, finished) means the partition's segments are going."""
+    try:
+        pos = 0
+        _frame, pos = decode_unsigned_varint(value, pos)
+        api_key, pos = decode_unsigned_varint(value, pos)
+        if api_key != PARTITION_DELETE_API_KEY:
+            return None
+        _version, pos = decode_unsigned_varint(value, pos)
+        n, pos = decode_unsigned_varint(value, pos)
+        pos += max(n - 1, 0)
+        topic_id = uuid.UUID(bytes=bytes(value[pos : pos + 16]))
+        (partition,) = _PARTITION_FIXED.unpack_from(value, pos + 16)
+    except (ValueError, struct.error, IndexError) as exc:
+        raise CorruptRecordError(f"partition-delete record does not parse: {exc}") from None
+    return topic_id, int(partition)
+
+
+def remote_segments(
+    bootstrap: str, *, config: ClientConfig | None = None
+) -> dict[TopicPartition, list[RemoteSegment]]:
+    """The live remote segments of every tiered partition of the cluster at ``bootstrap``,
+    from ``__remote_log_metadata`` read through Fetch (module docstring, step 1). A cluster
+    without that topic (nothing ever tiered) has none."""
+    try:
+        ranges, _bounds = plan_fetch_ranges(
+            bootstrap, topics=[METADATA_TOPIC], config=config, isolation=0, missing_ok=True
+        )
+    except InvalidTopicError:
+        return {}
+    state = RlmmState()
+    for rng in ranges:
+        for batch in read_fetch_range(rng, min_timestamp=-(2**63), max_timestamp=2**63 - 1):
+            for value in batch.column("value").to_pylist():
+                if value is None:
+                    continue
+                record = decode_record(value)
+                if record is not None:
+                    state.apply(record)
+                    continue
+                deleted = partition_delete(value)
+                if deleted is not None:
+                    state.delete_partition(*deleted)
+    return state.live()
+
+
+# -- 2. the plan ----------------------------------------------------------------------------
+
+
+@dataclass
+class TierPlan:
+    """What :func:`plan_tier` decided: the tier's tasks, and per partition where the offsets
+    left for Fetch begin (the partition's start when the tier has nothing for it)."""
+
+    ranges: list[TierRange]
+    fetch_from: dict[TopicPartition, int]
+    aborted: int = 0  # aborted transactions found in the tier's part
+
+    @property
+    def offsets(self) -> int:
+        return sum(r.until - r.start_offset for r in self.ranges)
+
+
+def tier_part(
+    segments: list[RemoteSegment], start: int, end: int
+) -> tuple[list[RemoteSegment], int]:
+    """The segments holding ``[start, end)`` contiguously from ``start``, and where that run
+    ends (``start`` itself when the tier does not hold ``start``)."""
+    taken: list[RemoteSegment] = []
+    at = start
+    for seg in segments:
+        if seg.end_offset < at:
+            continue
+        if seg.start_offset > at or at >= end:
+            break
+        taken.append(seg)
+        at = seg.end_offset + 1
+    return taken, min(at, end) if taken else start
+
+
+def plan_tier(
+    bootstrap: str,
+    root: str,
+    starts: Mapping[TopicPartition, int],
+    ends: Mapping[TopicPartition, int],
+    *,
+    config: ClientConfig | None = None,
+    settings: StorageSettings | None = None,
+    read_committed: bool = True,
+    segments: Mapping[TopicPartition, list[RemoteSegment]] | None = None,
+) -> TierPlan:
+    """The tier's part of reading ``[starts[tp], ends[tp])`` of each partition (module
+    docstring, steps 2 and 3). ``segments``: the live segments when already known (else read
+    from ``__remote_log_metadata``)."""
+    live = remote_segments(bootstrap, config=config) if segments is None else segments
+    resolved = settings if settings is not None else StorageSettings.default()
+    plan = TierPlan([], {})
+    store: ObjectStore | None = None
+    for tp, start in sorted(starts.items()):
+        end = ends.get(tp, start)
+        taken, tier_end = tier_part(live.get(tp, []), start, end)
+        plan.fetch_from[tp] = tier_end
+        if not taken:
+            continue
+        aborted: AbortedRanges | None = None
+        if read_committed:
+            if store is None:
+                store = tier_store(root, resolved)
+            aborted = _aborted(store, bootstrap, config, tp, taken, tier_end)
+            plan.aborted += len(aborted)
+        for seg in taken:
+            low, high = max(start, seg.start_offset), min(end, seg.end_offset + 1)
+            part = None if aborted is None else aborted.overlapping(low, high)
+            plan.ranges.append(
+                TierRange(
+                    seg, low, high, root, resolved, part if part is not None and len(part) else None
+                )
+            )
+    return plan
+
+
+def _txn_index(store: ObjectStore, seg: RemoteSegment) -> bytes:
+    keys = layout.segment_keys("", seg)
+    manifest = layout.parse_manifest(
+        store.read(keys[layout.MANIFEST]), path=store.uri(keys[layout.MANIFEST])
+    )
+    where = manifest.indexes.get("transaction")
+    if where is None or where[1] == 0:
+        return b""
+    return store.read_range(keys[layout.INDEXES], offset=where[0], length=where[1])
+
+
+def _aborted(  # noqa: PLR0917
+    store: ObjectStore,
+    bootstrap: str,
+    config: ClientConfig | None,
+    tp: TopicPartition,
+    taken: list[RemoteSegment],
+    tier_end: int,
+) -> AbortedRanges:
+    """The aborted transactions reaching the tier's part ``taken`` of ``tp`` (step 3)."""
+    from logstore.storage.txn_index import decode_entries  # noqa: PLC0415
+
+    pids: list[int] = []
+    firsts: list[int] = []
+    lasts: list[int] = []
+    low = taken[0].start_offset
+    for seg in taken:
+        if seg.txn_index_empty:
+            continue
+        for e in decode_entries(_txn_index(store, seg), path=f"{tp[0]}-{tp[1]}/{seg.segment_id}"):
+            if e.last_offset >= low:
+                pids.append(e.producer_id)
+                firsts.append(e.first_offset)
+                lasts.append(e.last_offset)
+    # transactions whose ABORT marker is past the tier: listed by a Fetch at the tier's end
+    rng = FetchRange(tp[0], tp[1], tier_end, tier_end + 1, bootstrap, config, 1)
+    for pid, first in aborted_transactions_at(rng):
+        if first < tier_end:
+            pids.append(pid)
+            firsts.append(first)
+            lasts.append(MAX_OFFSET)
+    return AbortedRanges.of(pids, firsts, lasts)
+
+
+# -- executor side --------------------------------------------------------------------------
+
+
+def _floor_position(index: bytes, relative: int) -> int:
+    """The position of the greatest offset-index entry at or below ``relative`` (0: none)."""
+    entries = np.frombuffer(index, _OFFSET_ENTRY, len(index) // _OFFSET_ENTRY.itemsize)
+    k = int(np.searchsorted(entries["relative"], relative, side="right"))
+    return int(entries["position"][k - 1]) if k else 0
+
+
+def _start_position(store: ObjectStore, seg: RemoteSegment, manifest: layout.Manifest,
+                    offset: int) -> int:  # fmt: skip
+    where = manifest.indexes.get("offset")
+    if offset <= seg.start_offset or where is None or where[1] == 0:
+        return 0
+    key = layout.segment_keys("", seg)[layout.INDEXES]
+    index = store.read_range(key, offset=where[0], length=where[1])
+    return _floor_position(index, offset - seg.start_offset)
+
+
+def _with_positions(batch: pa.RecordBatch, shift: int) -> pa.RecordBatch:
+    """``batch_position`` from the window's to the segment's (``shift``: the window's start)."""
+    if not shift:
+        return batch
+    at = batch.schema.get_field_index("batch_position")
+    moved = pc.add(batch.column(at), pa.scalar(shift, pa.int64()))
+    return batch.set_column(at, batch.schema.field(at), moved)
+
+
+def read_tier_range(
+    rng: TierRange,
+    *,
+    min_timestamp: int,
+    max_timestamp: int,
+    window_bytes: int = DEFAULT_WINDOW_BYTES,
+    on_decode_error: str = "skip",
+    report: Any = None,
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``rng`` as :data:`RECORDS_ARROW_SCHEMA` batches (module docstring,
+    executor side); ``report``: a :class:`~pipelines.sources.read.RangeReport` filled as the
+    windows are read."""
+    # Imported here: the driver plans without loading the decoder (numba).
+    from pipelines.sources.read import RangeReport, read_records  # noqa: PLC0415
+
+    if window_bytes < 1:
+        raise InvalidConfigError(f"window_bytes must be positive, got {window_bytes}")
+    seg = rng.segment
+    store = tier_store(rng.root, rng.settings)
+    keys = layout.segment_keys("", seg)
+    manifest = layout.parse_manifest(
+        store.read(keys[layout.MANIFEST]), path=store.uri(keys[layout.MANIFEST])
+    )
+    chunks = manifest.chunks
+    pos = _start_position(store, seg, manifest, rng.start_offset)
+    offset = rng.start_offset
+    uri = store.uri(keys[layout.LOG])
+    step = max(1, window_bytes // chunks.chunk_size) * chunks.chunk_size  # whole chunks a GET
+    read_at = pos // chunks.chunk_size * chunks.chunk_size
+
+    def get(at: int) -> bytes:
+        want = min(step, chunks.file_size - at)
+        got = store.read_range(keys[layout.LOG], offset=at, length=want)
+        if len(got) < want:
+            raise LoglakeError(
+                f"{uri}: {len(got)} bytes at {at}, the manifest says {chunks.file_size} bytes "
+                "in all (the object is shorter than its manifest)"
+            )
+        return got
+
+    # One GET ahead: the next window's bytes arrive while this one's are decoded.
+    ahead = ThreadPoolExecutor(1, thread_name_prefix="tier-read-ahead")
+    try:
+        pending = ahead.submit(get, read_at) if read_at < chunks.file_size else None
+        carry, base = b"", pos  # bytes read but not decoded yet, from position ``base`` on
+        while pending is not None and offset < rng.until:
+            fresh = pending.result()
+            read_at += len(fresh)
+            at_end = read_at >= chunks.file_size
+            pending = None if at_end else ahead.submit(get, read_at)
+            data = carry + fresh if carry else fresh
+            if not carry:
+                base = read_at - len(fresh)
+            skip = pos - base
+            end, cut = _whole_frames(data, skip, at_end)
+            if end == skip and cut:  # a batch larger than what is read so far: read on
+                carry, base = data[skip:], pos
+                continue
+            window = SegmentRange(
+                topic=seg.topic,
+                partition=seg.partition,
+                path=uri,
+                segment_base_offset=seg.start_offset,
+                start=skip,
+                end=end,
+                start_offset=offset,
+                until=rng.until,
+                next_base_offset=seg.end_offset + 1,
+                is_tail=cut,  # only after damage: the batch cut by the window's end is read on
+            )
+            part = RangeReport(seg.topic, seg.partition)
+            for batch in read_records(
+                window, min_timestamp=min_timestamp, max_timestamp=max_timestamp,
+                on_decode_error=on_decode_error, report=part, aborted=rng.aborted, data=data,
+            ):  # fmt: skip
+                yield _with_positions(batch, base)
+            if report is not None:
+                merge_report(report, part)
+            if part.last_end is not None:
+                offset = max(offset, part.last_end)
+            done = end if not cut else _end_position(part, data, skip, end)
+            pos = base + done
+            carry, base = data[done:], pos
+    finally:
+        ahead.shutdown(wait=False, cancel_futures=True)
+
+
+def _whole_frames(data: bytes, skip: int, at_end: bool) -> tuple[int, bool]:
+    """``(end, cut)``: the window's range ends at ``end``, after its last whole batch, so
+    that the batch cut by the window's end is read whole by the next window and is no gap
+    (``cut`` False). Where the frames cannot be walked to there (damage, resynchronised by
+    the reader), the range is the whole window and its cut tail is a soft gap (``cut``)."""
+    if at_end:
+        return len(data), False
+    # Imported here: the driver never loads the decoder (numba).
+    from pipelines.decode.batches import scan_batches  # noqa: PLC0415
+
+    scan = scan_batches(np.frombuffer(data, np.uint8), start=skip)
+    if scan.stop == "torn":
+        if scan.end == skip:
+            return skip, True  # the first frame is cut: a window too small for it
+        return scan.end, False
+    return len(data), scan.stop != "end" or scan.end < len(data)
+
+
+def _end_position(part: Any, data: bytes, skip: int, end: int) -> int:
+    """Where in ``data`` the last whole batch ``part`` read ends (after damage)."""
+    from pipelines.decode.batches import scan_batches  # noqa: PLC0415
+
+    if part.last_end is None:
+        return end
+    scan = scan_batches(np.frombuffer(data, np.uint8), start=skip)
+    found = np.flatnonzero(scan.last_offset < part.last_end)
+    if not found.shape[0]:
+        return end
+    k = int(found[-1])
+    return int(scan.position[k]) + int(scan.size[k])
+
+
+def tier_tasks(ranges: list[TierRange], cores: int) -> list[list[TierRange]]:
+    """``ranges`` (in plan order) grouped into about ``cores`` tasks of similar offset counts,
+    consecutive segments together: a task per remote segment cost each a task's fixed
+    price (a worker round trip, a Parquet file per task) and made the run slower than the
+    same offsets through Fetch in two tasks (seen in ``tests/perf/bench_tier_ingest.py``)."""
+    total = sum(r.until - r.start_offset for r in ranges)
+    target = max(1, -(-total // max(1, cores)))
+    tasks: list[list[TierRange]] = []
+    size = 0
+    for r in ranges:
+        if not tasks or size >= target:
+            tasks.append([])
+            size = 0
+        tasks[-1].append(r)
+        size += r.until - r.start_offset
+    return tasks
+
+
+def plan_summary(plan: TierPlan, parts: Iterable[TopicPartition]) -> str:
+    """One line for the run's log: what the tier holds of the partitions read."""
+    by_tp: dict[TopicPartition, int] = {}
+    for r in plan.ranges:
+        by_tp[(r.topic, r.partition)] = (
+            by_tp.get((r.topic, r.partition), 0) + r.until - r.start_offset
+        )
+    n = len(list(parts))
+    return (
+        f"tier: {plan.offsets} offsets of {len(by_tp)}/{n} partitions in {len(plan.ranges)} "
+        f"remote segments ({plan.aborted} aborted transactions reach them)"
+    )

@@ -1,0 +1,184 @@
+"""The tier source's executor read and RLMM replay, on a store in a local directory written in
+the plugin's layout (:mod:`logstore.tier.layout`): windows smaller than the segment (a batch cut
+by a window's end is read again), a start inside the segment (the offset index), an object
+missing; deletes and partition deletes in ``__remote_log_metadata``. Compared with
+:func:`pipelines.sources.read.read_records` of the same bytes as a segment file."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from logstore.errors import ObjectNotFoundError
+from logstore.objectstore import StorageSettings
+from logstore.protocol.batch import Codec
+from logstore.protocol.records import build_batch
+from logstore.protocol.varint import encode_unsigned_varint as uv
+from logstore.tier import layout
+from logstore.tier.metadata import (
+    RemoteSegment,
+    SegmentState,
+    SegmentUpdate,
+    decode_record,
+    encode_segment,
+    encode_update,
+)
+from pipelines.sources.damage import skipped_offsets
+from pipelines.sources.plan import SegmentRange
+from pipelines.sources.read import RangeReport, read_records
+from pipelines.sources.tier import (
+    RlmmState,
+    TierRange,
+    partition_delete,
+    read_tier_range,
+    tier_part,
+    tier_store,
+    tier_tasks,
+)
+
+TOPIC_ID = uuid.UUID(int=0x1234)
+BASE = 1000
+LOW, HIGH = -(2**63), 2**63 - 1
+
+
+def _segment() -> tuple[bytes, bytes]:
+    """40 batches of 1-9 records (every other one zstd), and an offset index entry per 4
+    batches (as ``index.interval.bytes`` would put them): ``(log bytes, index bytes)``."""
+    log, index = bytearray(), bytearray()
+    offset = BASE
+    for i in range(40):
+        records = [(b"k%d" % j, b"v%d-%d" % (i, j) * 20, (), 1_700_000_000_000 + i)
+                   for j in range(1 + i % 9)]  # fmt: skip
+        batch = build_batch(records, base_offset=offset,
+                            codec=Codec.ZSTD if i % 2 else Codec.NONE)  # fmt: skip
+        if i % 4 == 3:
+            index += struct.pack(">ii", offset + len(records) - 1 - BASE, len(log))
+        log += batch
+        offset += len(records)
+    return bytes(log), bytes(index)
+
+
+def _remote(tmp_path: Path, *, chunk_size: int = 700) -> tuple[TierRange, bytes, int]:
+    log, index = _segment()
+    last = BASE + sum(1 + i % 9 for i in range(40)) - 1
+    seg = RemoteSegment(topic="t", topic_id=TOPIC_ID, partition=0, segment_id=uuid.uuid4(),
+                        start_offset=BASE, end_offset=last, max_timestamp_ms=0, broker_id=0,
+                        event_timestamp_ms=0, segment_size=len(log),
+                        state=SegmentState.COPY_SEGMENT_FINISHED)  # fmt: skip
+    blob, where = layout.build_indexes({"offset": index, "timestamp": b"", "producerSnapshot": b"",
+                                        "leaderEpoch": b"", "transaction": None})  # fmt: skip
+    root = tmp_path / "tier"
+    keys = layout.segment_keys("", seg)
+    store = tier_store(str(root))
+    store.write(keys["log"], log)
+    store.write(keys["indexes"], blob)
+    store.write(keys["rsm-manifest"],
+                layout.build_manifest(seg, chunk_size=chunk_size, indexes=where))  # fmt: skip
+    rng = TierRange(seg, BASE, last + 1, str(root), StorageSettings.from_environment({}))
+    (tmp_path / "seg.log").write_bytes(log)
+    return rng, log, last
+
+
+def _from_file(tmp_path: Path, log: bytes, start: int, until: int) -> pa.Table:
+    rng = SegmentRange("t", 0, str(tmp_path / "seg.log"), BASE, 0, len(log), start, until,
+                       None, False)  # fmt: skip
+    return pa.Table.from_batches(list(read_records(rng, min_timestamp=LOW, max_timestamp=HIGH)))
+
+
+@pytest.mark.parametrize("window", [1, 1500, 4000, 1 << 20])
+def test_windows_and_mid_segment_start_read_what_the_segment_file_holds(
+    tmp_path: Path, window: int
+) -> None:
+    rng, log, last = _remote(tmp_path)
+    for start in (BASE, BASE + 37, BASE + 150, last):
+        until = max(start + 1, last + 1 - start % 3)  # to the end, or inside the last batch
+        part = TierRange(rng.segment, start, until, rng.root, rng.settings)
+        report = RangeReport("t", 0)
+        got = pa.Table.from_batches(
+            list(
+                read_tier_range(
+                    part, window_bytes=window, report=report, min_timestamp=LOW, max_timestamp=HIGH
+                )
+            )
+        )
+        want = _from_file(tmp_path, log, part.start_offset, part.until)
+        # the same rows, segment base offset and batch positions included
+        assert got.drop_columns(["topic"]).equals(want.drop_columns(["topic"])), (window, start)
+        assert got.num_rows == part.until - part.start_offset
+        assert report.next_offset is not None and report.next_offset >= part.until
+        assert report.damaged == []
+        # a batch cut by a window's end is no damage to the ingest job: nothing skipped
+        tp = {("t", 0): part.start_offset}
+        assert skipped_offsets([report.to_json()], tp, {("t", 0): part.until}) == ([], [], {})
+
+
+def test_a_missing_log_object_is_an_error_naming_it(tmp_path: Path) -> None:
+    rng, _log, _last = _remote(tmp_path)
+    key = layout.segment_keys("", rng.segment)["log"]
+    (Path(rng.root) / key).unlink()
+    with pytest.raises(ObjectNotFoundError, match="no such object") as err:
+        list(read_tier_range(rng, min_timestamp=LOW, max_timestamp=HIGH))
+    assert key in str(err.value)
+
+
+def _seg(start: int, end: int, partition: int = 0) -> RemoteSegment:
+    return RemoteSegment(topic="t", topic_id=TOPIC_ID, partition=partition,
+                         segment_id=uuid.uuid4(), start_offset=start, end_offset=end,
+                         max_timestamp_ms=0, broker_id=0, event_timestamp_ms=0,
+                         segment_size=1)  # fmt: skip
+
+
+def _update(seg: RemoteSegment, state: SegmentState) -> bytes:
+    return encode_update(SegmentUpdate("t", TOPIC_ID, seg.partition, seg.segment_id, state, 0, 0))
+
+
+def _partition_delete(partition: int, state: int) -> bytes:
+    """A RemotePartitionDeleteMetadataRecord value (api key 2, version 0)."""
+    return (uv(1) + uv(2) + uv(0) + uv(2) + b"t" + TOPIC_ID.bytes + struct.pack(">i", partition)
+            + b"\x00" + struct.pack(">iqb", 0, 0, state) + b"\x00")  # fmt: skip
+
+
+def test_rlmm_replay_keeps_finished_segments_not_deleted_ones() -> None:
+    a, b, c, d = _seg(0, 9), _seg(10, 19), _seg(20, 29), _seg(0, 5, partition=1)
+    values = [
+        encode_segment(a), _update(a, SegmentState.COPY_SEGMENT_FINISHED),
+        encode_segment(b), _update(b, SegmentState.COPY_SEGMENT_FINISHED),
+        encode_segment(c),  # a copy cut short: never FINISHED
+        _update(a, SegmentState.DELETE_SEGMENT_STARTED),  # a is going
+        encode_segment(d), _update(d, SegmentState.COPY_SEGMENT_FINISHED),
+        _partition_delete(1, 0),  # partition 1: marked for deletion
+    ]  # fmt: skip
+    state = RlmmState()
+    for value in values:
+        record = decode_record(value)
+        if record is not None:
+            state.apply(record)
+        elif (deleted := partition_delete(value)) is not None:
+            state.delete_partition(*deleted)
+    live = state.live()
+    assert list(live) == [("t", 0)]
+    assert [s.segment_id for s in live[("t", 0)]] == [b.segment_id]
+    assert partition_delete(encode_segment(a)) is None
+
+
+def test_thetier_part_is_contiguous_from_the_start() -> None:
+    segs = [_seg(0, 9), _seg(10, 19), _seg(30, 39)]  # a hole at 20..29
+    assert tier_part(segs, 0, 100) == (segs[:2], 20)
+    assert tier_part(segs, 15, 100) == (segs[1:2], 20)
+    assert tier_part(segs, 15, 17) == (segs[1:2], 17)
+    assert tier_part(segs, 20, 100) == ([], 20)  # the hole: everything from 20 through Fetch
+    assert tier_part(segs, 45, 100) == ([], 45)
+
+
+def test_tier_tasks_are_about_one_per_core_in_plan_order() -> None:
+    settings = StorageSettings.from_environment({})
+    ranges = [TierRange(_seg(a, a + 9), a, a + 10, "/x", settings) for a in range(0, 120, 10)]
+    tasks = tier_tasks(ranges, 2)
+    assert [len(t) for t in tasks] == [6, 6]
+    assert [r for t in tasks for r in t] == ranges
+    assert len(tier_tasks(ranges, 5)) == 4  # 3 segments (30 offsets) reach a fifth of 120
+    assert tier_tasks([], 2) == []
