@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 
-from pipelines.config import check_topics, job_parser, option_type
+from pipelines.config import check_log_dirs, check_topics, job_parser, option_type
 from pipelines.exit_codes import EXIT_INDEX_MISMATCH, EXIT_OK, EXIT_USAGE
 from pipelines.jobrun import job_spark, run_job
 
@@ -57,6 +57,7 @@ def _build_lookups(args: argparse.Namespace) -> int:
     config = load_config(
         args.config, log_dirs=args.log_dirs, lake=args.lake, bootstrap_servers=args.bootstrap_server
     )
+    check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
     if config.log_dirs:  # without log dirs the Fetch plan refuses a missing topic (exit 2)
         check_topics(
             {"[ingest] topics": config.topics or ()},

@@ -30,7 +30,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from logstore.errors import InvalidConfigError
-from pipelines.config import check_topics, job_parser
+from pipelines.config import check_log_dirs, check_topics, job_parser
 from pipelines.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pipelines.jobrun import job_spark, run_job
 
@@ -86,6 +86,7 @@ def _compact(args: argparse.Namespace) -> int:
     from pipelines.compaction.table import run_compact  # noqa: PLC0415
 
     config = load_compact_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
+    check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
     if args.log and not config.log_dirs:
         raise InvalidConfigError(
             "compact --log rewrites the broker's segment files: it needs the log dirs "

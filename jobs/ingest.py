@@ -45,7 +45,7 @@ import argparse
 import json
 import sys
 
-from pipelines.config import ON_DIVERGENCE, check_topics, job_parser, option_type
+from pipelines.config import ON_DIVERGENCE, check_log_dirs, check_topics, job_parser, option_type
 from pipelines.exit_codes import EXIT_CORRUPT, EXIT_DIVERGED, EXIT_OK, EXIT_USAGE
 from pipelines.jobrun import job_spark, run_job
 
@@ -112,6 +112,7 @@ def _ingest(args: argparse.Namespace) -> int:
         bootstrap_servers=args.bootstrap_server,
         remote_log_storage=args.remote_log_storage,
     )
+    check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
     if config.log_dirs:  # without log dirs the Fetch plan refuses a missing topic (exit 2)
         check_topics(
             {"[ingest] topics": config.topics or ()},

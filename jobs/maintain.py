@@ -30,7 +30,7 @@ import json
 import sys
 import time
 
-from pipelines.config import job_parser, option_type
+from pipelines.config import check_log_dirs, job_parser, option_type
 from pipelines.exit_codes import EXIT_FAILED, EXIT_OK
 from pipelines.jobrun import run_job
 
@@ -72,6 +72,8 @@ def _maintain(args: argparse.Namespace) -> int:
     config = load_retention_config(
         args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config
     )
+    if config.records_retention == "topic" and not args.no_records_retention:  # reads them
+        check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
     if args.vacuum_hours is not None:
         config = dataclasses.replace(config, vacuum_hours=args.vacuum_hours)
     if args.zorder:

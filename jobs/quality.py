@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from pipelines.config import check_topics, job_parser
+from pipelines.config import check_log_dirs, check_topics, job_parser
 from pipelines.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_QUALITY, EXIT_USAGE
 from pipelines.jobrun import job_spark, run_job
 
@@ -56,6 +56,7 @@ def _quality(args: argparse.Namespace) -> int:
     from pipelines.quality.run import log_progress  # noqa: PLC0415
 
     config = load_config(args.config, log_dirs=args.log_dirs, lake=args.lake)
+    check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
     quality = load_quality_config(args.config)
     check_topics(
         {"[ingest] topics": config.topics or ()},

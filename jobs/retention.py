@@ -35,7 +35,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from pipelines.config import check_topics, job_parser, option_type
+from pipelines.config import check_log_dirs, check_topics, job_parser, option_type
 from pipelines.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pipelines.jobrun import job_spark, run_job
 
@@ -88,6 +88,7 @@ def _retention(args: argparse.Namespace) -> int:
     config = load_retention_config(
         args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config
     )
+    check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
     check_topics(
         {"[ingest] topics": config.ingest_topics or ()},
         config.log_dirs,

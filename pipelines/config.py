@@ -56,6 +56,7 @@ __all__ = [
     "Key",
     "MissingTopicsError",
     "check_config",
+    "check_log_dirs",
     "check_topics",
     "job_parser",
     "job_settings",
@@ -499,6 +500,19 @@ def job_settings(
         master=spark.get("master"),
         spark_conf={str(k): _spark_value(v) for k, v in spark.get("conf", {}).items()},
     )
+
+
+def check_log_dirs(log_dirs: Iterable[str], *, from_command_line: bool, config: str | Path) -> None:
+    """Every log dir a job is about to read must be a directory: else
+    :class:`InvalidConfigError` (exit 2: a wrong path, which no retry fixes, unlike a log dir
+    that goes away during a run), one line naming it and where it came from (``--log-dirs``
+    when ``from_command_line``, else ``[paths] log_dirs`` of ``config``). Jobs call it right
+    after loading their config; loading one does not look at the disk."""
+    key = "--log-dirs" if from_command_line else "[paths] log_dirs"
+    for d in log_dirs:
+        if not os.path.isdir(d):
+            problem = "is not a directory" if os.path.exists(d) else "does not exist"
+            raise InvalidConfigError(f"log dir {problem}: {d} (from {key})", path=str(config))
 
 
 def _spark_value(value: Any) -> str:

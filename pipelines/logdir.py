@@ -17,6 +17,11 @@ Invariants and races: nothing here writes or locks. The broker goes on while a j
 a listing is a snapshot: retention may delete the oldest segments and the cleaner may swap
 some right after. A reader that finds a listed segment gone raises
 :class:`SegmentVanishedError`; the job plans again (:func:`pipelines.sources.plan.replanned`).
+A reader that finds the segment's whole partition directory gone raises
+:class:`PartitionDirMissingError` instead: either the topic was deleted under the run (the
+driver cannot see the directory either: plan again) or the executors do not share the driver's
+disk (the driver still sees it: :class:`LogDirNotSharedError`, a configuration error that no
+re-plan can cure).
 
 Cost: one ``listdir`` per partition and one regex pass over its names (the retention planner
 lists every partition of a broker; a ``stat`` per file would dominate it).
@@ -30,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from logstore.errors import InvalidTopicError, LoglakeError
+from logstore.errors import InvalidConfigError, InvalidTopicError, LoglakeError
 from logstore.storage.checkpoints import read_offset_checkpoint
 from logstore.storage.files import (
     INDEX_SUFFIX,
@@ -45,11 +50,14 @@ from logstore.storage.files import (
 
 __all__ = [
     "LOG_START_OFFSET_CHECKPOINT",
+    "PARTITION_DIR_MISSING",
     "RECOVERY_POINT_CHECKPOINT",
     "REPLICATION_OFFSET_CHECKPOINT",
     "SEGMENT_VANISHED",
     "LogDirNotFoundError",
+    "LogDirNotSharedError",
     "PartitionDir",
+    "PartitionDirMissingError",
     "Segment",
     "SegmentVanishedError",
     "TopicPartition",
@@ -67,6 +75,9 @@ TopicPartition = tuple[str, int]
 # Starts the message of SegmentVanishedError: found again in the text of the Spark/Py4J error
 # that carries it from an executor to the driver.
 SEGMENT_VANISHED = "segment file vanished between planning and reading"
+# Starts the message of PartitionDirMissingError (found again the same way); the directory
+# follows in brackets (LoglakeError's ``path``).
+PARTITION_DIR_MISSING = "partition directory not found by the task reading it"
 
 # a live segment's name inside the "/"-joined names of one directory (one regex pass)
 _SEGMENT_LOG = re.compile(r"(?<![^/])([0-9]{20})\.log(?![^/])")
@@ -74,6 +85,21 @@ _SEGMENT_LOG = re.compile(r"(?<![^/])([0-9]{20})\.log(?![^/])")
 
 class LogDirNotFoundError(LoglakeError):
     """A configured log directory does not exist (or is not a directory)."""
+
+
+class LogDirNotSharedError(InvalidConfigError):
+    """The executors cannot see a log dir that the driver sees: a cluster without a shared disk
+    reading ``log_dirs``. A configuration error (exit 2): every re-plan and retry would fail the
+    same way; ``log_dirs = []`` reads through the broker instead."""
+
+
+class PartitionDirMissingError(LoglakeError):
+    """A task found the partition directory of its segment missing (not just the segment).
+
+    Raised on the executor, which cannot tell why; the driver, which planned from that
+    directory, decides (:func:`pipelines.sources.plan.replanned`). Not a
+    :class:`SegmentVanishedError` on purpose: the readers that skip a vanished segment (retention
+    took it) must not skip a partition they cannot see."""
 
 
 class SegmentVanishedError(LoglakeError):

@@ -11,11 +11,8 @@ import json
 from typing import Any
 
 from deltalake import DeltaTable
-from deltalake import Schema as DeltaSchema
-from deltalake.transaction import create_table_with_add_actions
 
 from logstore.errors import LoglakeError
-from logstore.objectstore.settings import delta_target
 from pipelines.compaction.layout import (
     BUCKET,
     CONF_BUCKETS,
@@ -23,7 +20,7 @@ from pipelines.compaction.layout import (
     TABLE_SCHEMA,
 )
 from pipelines.compaction.model import Strategy
-from pipelines.delta.commit import load_table
+from pipelines.delta.commit import create_table, load_table
 from pipelines.delta.errors import DeltaSinkError
 
 __all__ = ["ensure_table"]
@@ -36,20 +33,16 @@ def _settings(strategy: Strategy, buckets: int) -> str:
 def _create_table(path: str, strategy: Strategy, buckets: int, cdf: bool) -> None:
     # delta-rs refuses table properties it does not know: the settings go in the description.
     # The topic table (cdf) takes deletion vectors too (incremental runs, merge._merge_incremental).
-    uri, options = delta_target(path)
-    create_table_with_add_actions(
-        uri,
-        DeltaSchema.from_arrow(TABLE_SCHEMA),
-        [],
-        mode="error",
-        partition_by=[BUCKET],
+    create_table(
+        path,
+        TABLE_SCHEMA,
+        [BUCKET],
         description=_settings(strategy, buckets),
         configuration=(
             {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
             if cdf
             else None
         ),
-        storage_options=options or None,
     )
 
 

@@ -15,6 +15,11 @@ Invariants a commit keeps (delta-rs alone does not):
   equivalent to running after the winner); an overwrite by predicate, whose removed files were
   chosen from an older snapshot, fails with ``ConcurrentWriteError``.
 
+Tables are created in one place, :func:`create_table` (version 0, with its first files, its
+Delta properties and description): :func:`ensure_table`, a first commit and compaction's
+tables (:mod:`pipelines.compaction.setup`) all go through it; :func:`merge_schema` grows a
+table's schema (the typed tables).
+
 Where: a table is a local directory or an object-store prefix (``s3://bucket/prefix/table``);
 every function takes either form (or a :class:`~logstore.objectstore.LakeLocation`) and
 reaches delta-rs with the ``storage_options`` of :class:`~logstore.objectstore.StorageSettings`
@@ -38,7 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import (
@@ -67,8 +72,10 @@ __all__ = [
     "check_app_transactions",
     "check_schema",
     "commit_files",
+    "create_table",
     "ensure_table",
     "load_table",
+    "merge_schema",
     "read_app_transactions",
 ]
 
@@ -125,6 +132,54 @@ def load_table(
         ) from exc
 
 
+def create_table(
+    path: str | Path | LakeLocation,
+    schema: pa.Schema,
+    partition_by: Sequence[str] = (),
+    *,
+    adds: Sequence[AddAction] = (),
+    description: str | None = None,
+    configuration: Mapping[str, str] | None = None,
+    commit_properties: CommitProperties | None = None,
+    settings: StorageSettings | None = None,
+) -> None:
+    """Create the Delta table at ``path`` (version 0), with ``adds`` as its first files: the one
+    place loglake creates a table. Raises ``DeltaError`` when a table is already there (a racing
+    creator won: callers read the winner's table). ``configuration``: Delta table properties
+    (e.g. ``delta.enableChangeDataFeed``); ``description``: the table's description (compaction
+    keeps its settings there, delta-rs refusing properties it does not know)."""
+    uri, options = delta_target(table_location(path), settings=settings)
+    create_table_with_add_actions(
+        uri,
+        DeltaSchema.from_arrow(schema),
+        list(adds),
+        mode="error",
+        partition_by=list(partition_by) or None,
+        description=description,
+        configuration=dict(configuration) if configuration else None,
+        storage_options=options or None,
+        commit_properties=commit_properties,
+    )
+
+
+def merge_schema(
+    path: str | Path | LakeLocation,
+    schema: pa.Schema,
+    *,
+    settings: StorageSettings | None = None,
+) -> int:
+    """Give the table at ``path`` the columns and nested struct fields of ``schema`` it lacks
+    (types of existing columns stay): one commit without data, delta-rs's merge-schema append
+    of zero rows, which evolves nested structs too (``alter.add_columns`` adds top-level
+    columns only). Returns the table's new version."""
+    uri, options = delta_target(table_location(path), settings=settings)
+    write_deltalake(
+        uri, schema.empty_table(), mode="append", schema_mode="merge", storage_options=options
+    )
+    dt = load_table(path, settings=settings)
+    return dt.version() if dt is not None else -1
+
+
 def ensure_table(
     path: str | Path | LakeLocation,
     schema: pa.Schema,
@@ -140,18 +195,10 @@ def ensure_table(
     to create it: the loser finds the winner's table.
     """
     loc = table_location(path)
-    uri, options = delta_target(loc, settings=settings)
     dt = load_table(loc, settings=settings)
     if dt is None:
         try:
-            create_table_with_add_actions(
-                uri,
-                DeltaSchema.from_arrow(schema),
-                [],
-                mode="error",
-                partition_by=list(partition_by) or None,
-                storage_options=options or None,
-            )
+            create_table(loc, schema, partition_by, settings=settings)
             return True
         except DeltaError:
             dt = load_table(loc, settings=settings)
@@ -259,7 +306,7 @@ def commit_files(
     """
     loc = table_location(table_path)
     resolved = settings if settings is not None else StorageSettings.default()
-    root, options = delta_target(loc, settings=resolved)
+    root, _options = delta_target(loc, settings=resolved)
     apps = dict(app_transactions or {})
     txns = [Transaction(app, int(v)) for app, v in apps.items()]
     num_rows = sum(f.num_rows for f in files)
@@ -293,14 +340,8 @@ def commit_files(
         )
         try:
             if dt is None:
-                create_table_with_add_actions(
-                    root,
-                    DeltaSchema.from_arrow(schema),
-                    adds,
-                    mode="error",
-                    partition_by=list(partition_by) or None,
-                    storage_options=options or None,
-                    commit_properties=props,
+                create_table(
+                    loc, schema, partition_by, adds=adds, commit_properties=props, settings=resolved
                 )
                 created = load_table(loc, settings=resolved)
                 version = created.version() if created is not None else 0

@@ -383,11 +383,15 @@ def append_table(
     schema: pa.Schema,
     partition_by: Sequence[str] = (),
     compression: str = "zstd",
+    app_transactions: Mapping[str, int] | None = None,
     settings: StorageSettings | None = None,
 ) -> CommitResult:
     """Append a small Arrow ``table`` to the Delta table at ``path`` from the driver (created
     when absent): the same file writer and commit as the Spark paths, without a Spark job.
-    For the handful of rows a job records about itself (quarantined batches, quality results).
+    For the handful of rows a job records about itself (quarantined batches, quality results,
+    the retention log). ``app_transactions``: carried by the commit, which is a no-op
+    (``committed`` False) when the table has them all already, so an append retried after a
+    commit whose answer was lost is not written twice.
     """
     loc = table_location(path)
     resolved = settings if settings is not None else StorageSettings.default()
@@ -404,14 +408,18 @@ def append_table(
     try:
         if table.num_rows:
             writer.write(table.select(schema.names).cast(schema))
-        return commit_files(
+        result = commit_files(
             loc,
             writer.close(),
             schema=schema,
             partition_by=partition_by,
             read_version=dt.version() if dt is not None else None,
+            app_transactions=app_transactions,
             settings=resolved,
         )
+        # not committed (no-op): the file stays, the commit that holds the apps may be this
+        # very append's (an attempt whose answer was lost); else maintain's vacuum takes it
+        return result
     except BaseException:
         writer.abort()
         raise

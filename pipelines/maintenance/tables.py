@@ -40,6 +40,7 @@ import datetime
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -339,7 +340,8 @@ def _log_rows(
 ) -> list[dict[str, Any]]:
     """``retention_log`` rows of the doomed ranges (:func:`_doomed_ranges`)."""
     removed_at = datetime.datetime.now(datetime.UTC)
-    run_id = f"{run}-{now}-{os.getpid()}"
+    # unique like the retention job's: retention_log takes each run id's rows once
+    run_id = f"{run}-{now}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     return [
         {
             "source": "records",

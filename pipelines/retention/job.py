@@ -15,7 +15,8 @@ A run:
    it ``.deleted`` and removes them after ``file.delete.delay.ms``, and checkpoints the log
    start offset), or without one directly on the log dirs under their ``.lock``
    (``LogManager``: fails cleanly when a broker holds the lock), or not at all (dry run);
-4. appends what went to ``<lake>/retention_log``.
+4. appends what went to ``<lake>/retention_log`` (the Delta engine's driver-side append, one
+   app transaction per run id: see :func:`append_retention_log`).
 
 Crash behaviour: nothing is deleted before step 3; each DeleteRecords is atomic in the broker
 (log start offset first, then the segment renames), and the offline path goes through the
@@ -54,7 +55,7 @@ from kio.static.primitive import i32, i64
 
 from logstore.errors import InvalidConfigError, LogDirLockedError, LoglakeError
 from logstore.failpoints import failpoint, kill_session
-from logstore.objectstore import LakeLocation, delta_target
+from logstore.objectstore import LakeLocation
 from logstore.server.config import BrokerConfig
 from logstore.storage.config import LogConfig
 from logstore.storage.dirlock import DirLock
@@ -65,6 +66,7 @@ from logstore.tools.client_config import ClientConfig
 from logstore.tools.connection import KafkaConnection
 from pipelines.config import job_settings, kafka_client_config, read_pipeline_toml
 from pipelines.delta.commit import ensure_table, load_table
+from pipelines.delta.direct import append_table
 from pipelines.ingest import INTERNAL_TOPIC_PREFIX, RECORDS_TABLE, read_progress
 from pipelines.logdir import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -82,6 +84,7 @@ from pipelines.retention.plan import (
 )
 
 __all__ = [
+    "RETENTION_LOG_APP",
     "RETENTION_LOG_SCHEMA",
     "RETENTION_LOG_TABLE",
     "RetentionConfig",
@@ -94,6 +97,8 @@ __all__ = [
 ]
 
 RETENTION_LOG_TABLE = "retention_log"
+# app id prefix of the retention_log's app transactions: one app per run id that logged rows
+RETENTION_LOG_APP = "loglake-retention:"
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BROKER_CONFIG = ROOT / "conf" / "broker.properties"
 _DELETE_RECORDS_CHUNK = 1000  # partitions per DeleteRecords request ([retention] default)
@@ -457,16 +462,19 @@ def _log_row(d: SegmentDecision, removed_at: Any, run_id: str) -> dict[str, Any]
 
 def append_retention_log(path: str, rows: list[dict[str, Any]]) -> None:
     """Append rows to the ``retention_log`` Delta table, created (empty) by the first run even
-    when it removed nothing, so that queries of it never fail on a missing table."""
-    from deltalake import write_deltalake  # noqa: PLC0415
+    when it removed nothing, so that queries of it never fail on a missing table.
 
-    ensure_table(path, RETENTION_LOG_SCHEMA, [])
+    Through the Delta engine's driver-side append (:func:`~pipelines.delta.direct.append_table`,
+    the run's storage settings), with one app transaction per ``run_id`` of the rows
+    (:data:`RETENTION_LOG_APP` + run id, version 1): a run's rows go in once, even when the
+    commit is retried after an attempt whose answer was lost (a commit on S3 that landed but
+    timed out). Across runs, the journal's ``logged_run_ids`` check does the same."""
     if not rows:
+        ensure_table(path, RETENTION_LOG_SCHEMA, [])
         return
-
     table = pa.Table.from_pylist(rows, schema=RETENTION_LOG_SCHEMA)
-    uri, options = delta_target(path)  # the run's storage settings on an object store
-    write_deltalake(uri, table, mode="append", storage_options=options or None)
+    apps = {f"{RETENTION_LOG_APP}{run_id}": 1 for run_id in sorted({r["run_id"] for r in rows})}
+    append_table(path, table, schema=RETENTION_LOG_SCHEMA, app_transactions=apps)
 
 
 def run_retention(

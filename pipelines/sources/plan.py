@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -47,8 +48,11 @@ import numpy as np
 from logstore.errors import InvalidConfigError
 from pipelines.logdir import (
     LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_DIR_MISSING,
     REPLICATION_OFFSET_CHECKPOINT,
     SEGMENT_VANISHED,
+    LogDirNotSharedError,
+    PartitionDirMissingError,
     SegmentVanishedError,
     log_segments,
     partition_dirs,
@@ -62,10 +66,13 @@ __all__ = [
     "SEGMENT_VANISHED",
     "UNDECODABLE_BATCH",
     "Kind",
+    "LogDirNotSharedError",
     "SegmentRange",
     "SegmentVanishedError",
     "SourceOptions",
+    "check_partition_dir_missing",
     "deleted_from_front",
+    "missing_partition_dir",
     "parse_options",
     "plan_ranges",
     "replanned",
@@ -94,23 +101,60 @@ def segment_vanished(exc: BaseException) -> bool:
     return _vanished_line(exc) is not None
 
 
-def _vanished_line(exc: BaseException) -> str | None:
-    """The line saying which segment vanished, from ``exc`` or the errors it wraps."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then the errors it wraps (causes, else contexts), each once."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+def _vanished_line(exc: BaseException) -> str | None:
+    """The line saying which segment vanished, from ``exc`` or the errors it wraps."""
+    for cur in _chain(exc):
         text = str(cur)
         if SEGMENT_VANISHED in text:
             return next(x.strip() for x in text.splitlines() if SEGMENT_VANISHED in x)
         if isinstance(cur, SegmentVanishedError):
             return text
+        if isinstance(cur, PartitionDirMissingError):
+            return None  # not a segment: the driver decides (check_partition_dir_missing)
         if isinstance(cur, FileNotFoundError) and str(cur.filename or "").endswith(
             _SEGMENT_SUFFIXES
         ):
             return text
-        cur = cur.__cause__ or cur.__context__
     return None
+
+
+_MISSING_DIR = re.compile(re.escape(PARTITION_DIR_MISSING) + r" \[(?P<dir>[^\]\n]+)\]")
+
+
+def missing_partition_dir(exc: BaseException) -> str | None:
+    """The partition directory a task found missing (:class:`PartitionDirMissingError`), from
+    ``exc`` or the errors it wraps (Spark keeps the executor's text); None: not that error."""
+    for cur in _chain(exc):
+        if isinstance(cur, PartitionDirMissingError) and cur.path is not None:
+            return cur.path
+        found = _MISSING_DIR.search(str(cur))
+        if found is not None:
+            return found["dir"]
+    return None
+
+
+def check_partition_dir_missing(exc: BaseException) -> None:
+    """Raise :class:`LogDirNotSharedError` when ``exc`` is a task's missing partition directory
+    that this process (the driver, which planned from it) still sees: the executors do not
+    share the driver's disk, and no re-plan can help. A directory gone here too is a topic
+    deleted under the run: the caller plans again, as for a vanished segment."""
+    part_dir = missing_partition_dir(exc)
+    if part_dir is not None and os.path.isdir(part_dir):
+        log_dir = os.path.dirname(part_dir.rstrip("/"))
+        raise LogDirNotSharedError(
+            f"the executors cannot see log dir {log_dir} (no shared disk?): set log_dirs = [] "
+            f"to read through the broker (a task found {part_dir} missing; the driver sees it)"
+        ) from exc
 
 
 def deleted_from_front(rng: SegmentRange) -> bool:
@@ -132,19 +176,30 @@ def replanned(
 ) -> _T:
     """``attempt()`` (one plan-and-read step that leaves nothing behind when it raises), again
     while a segment vanishes under it (:func:`segment_vanished`), at most ``attempts`` times;
-    each retry is logged. Any other error, or the last attempt's, is raised as it is."""
+    each retry is logged. A partition directory that the executors cannot see while the driver
+    does raises :class:`LogDirNotSharedError` at once (:func:`check_partition_dir_missing`); one
+    gone for the driver too (a deleted topic) is planned again. Any other error, or the last
+    attempt's, is raised as it is."""
     for n in range(1, attempts):
         try:
             return attempt()
         except Exception as exc:
+            check_partition_dir_missing(exc)
             line = _vanished_line(exc)
             if line is None:
-                raise
+                missing = missing_partition_dir(exc)
+                if missing is None:
+                    raise
+                line = f"{PARTITION_DIR_MISSING} [{missing}]"
             log(
                 f"{what}: a segment was deleted under the run ({line[:300]}); "
                 f"planning again (attempt {n + 1} of {attempts})"
             )
-    return attempt()
+    try:
+        return attempt()
+    except Exception as exc:
+        check_partition_dir_missing(exc)
+        raise
 
 
 @dataclass(frozen=True, slots=True)

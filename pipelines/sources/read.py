@@ -64,6 +64,7 @@ from pipelines.decode.batches import ATTR_CODEC_MASK, BatchScan, scan_batches, v
 from pipelines.decode.codecs import CODEC_LABELS
 from pipelines.decode.records import BatchError, decode_records
 from pipelines.decode.transactions import txn_frames
+from pipelines.logdir import PARTITION_DIR_MISSING, PartitionDirMissingError
 from pipelines.sources.aborted import AbortedRanges
 from pipelines.sources.plan import (
     SEGMENT_VANISHED,
@@ -102,6 +103,11 @@ def _open(path: str) -> int:
         try:
             return os.open(path + ".deleted", os.O_RDONLY)
         except FileNotFoundError:
+            part_dir = os.path.dirname(path)
+            if not os.path.isdir(part_dir):
+                # the whole partition is gone from this process's view: a deleted topic, or
+                # an executor without the driver's disk; the driver tells them apart
+                raise PartitionDirMissingError(PARTITION_DIR_MISSING, path=part_dir) from None
             raise SegmentVanishedError(f"{SEGMENT_VANISHED}; plan again", path=path) from None
 
 

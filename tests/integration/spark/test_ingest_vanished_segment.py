@@ -21,8 +21,11 @@ from pyspark.sql import SparkSession
 
 import pipelines.delta.direct
 import pipelines.ingest
+from pipelines.exit_codes import EXIT_USAGE
 from pipelines.ingest import IngestConfig, run_ingest
+from pipelines.jobrun import exit_code_for
 from pipelines.lookups import build_lookups
+from pipelines.sources.plan import LogDirNotSharedError
 from pipelines.sources.synthetic import write_high_watermarks, write_partition
 
 pytestmark = pytest.mark.integration
@@ -127,3 +130,38 @@ def test_lookups_plan_again_when_a_segment_goes_from_the_middle(
     assert len(replans) == 1 and "attempt 2 of 5" in replans[0], lines
     rows = DeltaTable(str(lake / "offset_lookup")).to_pyarrow_table(columns=["first_offset"])
     assert sorted(rows.column("first_offset").to_pylist()) == list(range(0, N, 10))
+
+
+def test_ingest_whose_executors_cannot_see_the_log_dir_fails_at_once(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster without a shared disk, made deterministic: while the real Spark tasks run,
+    the partition directory is away (the executors' view); once they failed it is back (the
+    driver's view). Ingest stops at the first attempt with exit 2's error, no re-plan, no gap,
+    nothing committed; the same run with the directory in place ingests everything."""
+    log_dir, _ = _log_dir(tmp_path)
+    part, away = log_dir / "t-0", tmp_path / "not-on-this-worker"
+    real = pipelines.delta.direct.stage_files
+    calls: list[int] = []
+
+    def stage_files(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        part.rename(away)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            away.rename(part)
+
+    monkeypatch.setattr(pipelines.ingest, "stage_files", stage_files)
+    lines: list[str] = []
+    config = IngestConfig(log_dirs=(str(log_dir),), lake=str(tmp_path / "lake"))
+    with pytest.raises(LogDirNotSharedError) as err:
+        run_ingest(spark, config, log=lines.append)
+    assert str(err.value).startswith(
+        f"the executors cannot see log dir {log_dir} (no shared disk?): set log_dirs = []"
+    )
+    assert exit_code_for(err.value) == EXIT_USAGE
+    assert len(calls) == 1 and not [x for x in lines if "planning again" in x or "GAP" in x]
+    assert not list((tmp_path / "lake").rglob("_delta_log/*.json"))  # no table committed
+    monkeypatch.undo()
+    assert run_ingest(spark, config, log=lines.append).records == N

@@ -267,3 +267,31 @@ def test_compact_counts_topics_already_in_records_as_present(tmp_path: Path) -> 
         named, [str(log_dir)], allow_missing=True, also_present=ingested, warn=warnings.append
     ) == ["gone"]
     assert len(warnings) == 1
+
+
+# Every job that reads log dirs; decode does not (its --log-dirs is unused, never checked),
+# maintain only for [retention] records = "topic" (the topics' retention.ms).
+LOG_DIR_JOBS = ["ingest", "build_lookups", "compact", "quality", "retention", "maintain"]
+
+
+@pytest.mark.parametrize("job", LOG_DIR_JOBS)
+def test_a_log_dir_that_does_not_exist_is_a_config_error(
+    job: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong path: exit 2 (not retried), one line naming the path and where it came from."""
+    missing = tmp_path / "no-such-logs"
+    conf = pipeline_toml(tmp_path, missing, 'records = "topic"\n' if job == "maintain" else "")
+    code = load_job(job).main(["--config", str(conf)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == exit_codes.EXIT_USAGE
+    assert err == [
+        f"{job} failed: log dir does not exist: {missing} (from [paths] log_dirs) [{conf}]"
+    ]
+    assert not (tmp_path / "lake").exists()  # failed before doing anything
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    code = load_job(job).main(["--config", str(conf), "--log-dirs", str(a_file)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == exit_codes.EXIT_USAGE
+    assert err == [f"{job} failed: log dir is not a directory: {a_file} (from --log-dirs) [{conf}]"]

@@ -78,6 +78,6 @@ def test_the_wrapper_sees_what_a_job_loads(tmp_path: Path) -> None:
         '[ingest]\ntopics = ["orders"]\n'
     )
     result, output = run_job("ingest", "--config", str(conf))
-    assert result["code"] == 1
+    assert result["code"] == 2  # a wrong path: a configuration error
     assert "pyspark" in result["loaded"]  # type: ignore[operator]
     assert "ingest failed: log dir does not exist" in output

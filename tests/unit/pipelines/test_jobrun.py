@@ -15,6 +15,7 @@ from logstore.protocol.batch import validate_batch
 from logstore.server.config import BrokerConfig
 from logstore.server.group.config import GroupConfig
 from logstore.storage.dirlock import DirLock
+from pipelines.config import check_log_dirs
 from pipelines.exit_codes import EXIT_CORRUPT, EXIT_FAILED, EXIT_USAGE
 from pipelines.jobrun import exit_code_for, run_job
 from pipelines.logdir import as_partition_dir, partition_dirs
@@ -54,6 +55,13 @@ def _retention_value(tmp: Path) -> object:
     return load_retention_config(str(tmp / "p.toml"))
 
 
+def _log_dir_in_config(tmp: Path) -> object:
+    (tmp / "p.toml").write_text(f'[paths]\nlog_dirs = ["{tmp / "nope"}"]\nlake = "{tmp}"\n')
+    config = load_retention_config(str(tmp / "p.toml"))
+    check_log_dirs(config.log_dirs, from_command_line=False, config=tmp / "p.toml")
+    return config
+
+
 def _quality_value(tmp: Path) -> object:
     (tmp / "p.toml").write_text('[quality]\ndocs = "yes"\n')
     return load_quality_config(tmp / "p.toml")
@@ -67,7 +75,8 @@ CASES: list[tuple[str, Callable[[Path], object], int]] = [
     ("not a partition dir", lambda tmp: as_partition_dir(tmp / "orders"), EXIT_USAGE),
     ("retention value", _retention_value, EXIT_USAGE),
     ("quality value", _quality_value, EXIT_USAGE),
-    ("missing log dir", lambda tmp: partition_dirs(tmp / "nope"), EXIT_FAILED),
+    ("log dir in the config", _log_dir_in_config, EXIT_USAGE),
+    ("log dir gone during a run", lambda tmp: partition_dirs(tmp / "nope"), EXIT_FAILED),
     ("log dir locked", _held_lock, EXIT_FAILED),
     ("damaged batch", _damaged_batch, EXIT_CORRUPT),
 ]

@@ -8,9 +8,17 @@ import polars as pl
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import CommitProperties, Transaction
 
-from pipelines.delta.commit import RemovedFile, commit_files, read_app_transactions
+from pipelines.delta.commit import (
+    RemovedFile,
+    commit_files,
+    create_table,
+    ensure_table,
+    merge_schema,
+    read_app_transactions,
+)
 from pipelines.delta.errors import (
     ConcurrentWriteError,
     SchemaMismatchError,
@@ -248,3 +256,44 @@ def test_rewind_apps_may_go_back_only_from_the_expected_version(tmp_path: Path) 
         rewind_apps={"x"},
     )  # fmt: skip
     assert same.committed and same.version == 2
+
+
+def test_create_table_is_the_one_table_creation(tmp_path: Path) -> None:
+    """Compaction's tables (a description, Delta properties), ``ensure_table`` and a first
+    commit all create through ``create_table``: read back by delta-rs and polars."""
+    create_table(
+        tmp_path / "t",
+        SCHEMA,
+        ["p"],
+        description='{"strategy": "offset"}',
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+    dt = DeltaTable(str(tmp_path / "t"))
+    assert dt.version() == 0 and dt.metadata().partition_columns == ["p"]
+    assert dt.metadata().description == '{"strategy": "offset"}'
+    assert dt.metadata().configuration == {"delta.enableChangeDataFeed": "true"}
+    assert pl.read_delta(str(tmp_path / "t")).height == 0
+    with pytest.raises(DeltaError):  # a racing creator lost: the table is there
+        create_table(tmp_path / "t", SCHEMA, ["p"])
+    assert not ensure_table(tmp_path / "t", SCHEMA, ["p"])  # there already, schema checked
+    assert ensure_table(tmp_path / "u", SCHEMA, [])
+    assert DeltaTable(str(tmp_path / "u")).metadata().partition_columns == []
+
+
+def test_merge_schema_adds_columns_and_nested_fields_in_one_commit(tmp_path: Path) -> None:
+    """What the typed tables' schema growth needs (``pipelines/typed``): new top-level columns
+    and new fields inside a struct, no rows written; the old rows read back with nulls."""
+    v1 = pa.schema([("n", pa.int64()), ("s", pa.struct([("a", pa.int32())]))])
+    root = tmp_path / "typed"
+    commit_files(root, [], schema=v1)
+    w = PartitionedFileWriter(root, write_id="w1", task_id=0, attempt=0, partition_by=[])
+    w.write(pa.table({"n": [1], "s": [{"a": 7}]}, schema=v1))
+    commit_files(root, w.close(), schema=v1)
+    v2 = pa.schema(
+        [("n", pa.int64()), ("s", pa.struct([("a", pa.int32()), ("b", pa.string())])),
+         ("m", pa.string())]
+    )  # fmt: skip
+    assert merge_schema(root, v2) == 2
+    dt = DeltaTable(str(root))
+    assert pa.schema(dt.schema().to_arrow()).names == ["n", "s", "m"]
+    assert pl.read_delta(str(root)).to_dicts() == [{"n": 1, "s": {"a": 7, "b": None}, "m": None}]

@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 
 import polars as pl
+import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
 
 from logstore.protocol.records import build_batch
 from logstore.storage.config import LogConfig
@@ -119,3 +122,40 @@ def test_a_run_settles_before_it_plans(tmp_path: Path) -> None:
     assert keys == removed and len(removed) == sum(len(b) - 1 for b in before.values())
     dead = rows.filter(pl.col("run_id") == "dead")
     assert sorted(dead["segment_base_offset"].to_list()) == gone
+
+
+def test_retention_log_appends_once_per_run_even_when_a_commit_answer_is_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``retention_log`` goes through the Delta engine's append with one app transaction per
+    run id: a commit that landed but whose answer was lost (an S3 timeout after the PUT) is
+    retried by the engine and found done; the same append again is a no-op too."""
+    path = str(tmp_path / "lake" / "retention_log")
+    append_retention_log(path, [])  # the first run: the table, empty
+    assert DeltaTable(path).version() == 0 and pl.read_delta(path).height == 0
+
+    original = DeltaTable.create_write_transaction
+    lost = {"n": 0}
+
+    def answer_lost(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original(self, *args, **kwargs)  # the commit lands ...
+        lost["n"] += 1
+        if lost["n"] == 1:
+            raise CommitFailedError("timed out waiting for the store's answer")  # ... unseen
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", answer_lost)
+    rows = [_row(0, 0, 10, "r1"), _row(0, 10, 20, "r1"), _row(1, 0, 5, "r0")]
+    append_retention_log(path, rows)
+    monkeypatch.undo()
+    assert lost["n"] == 1
+    dt = DeltaTable(path)
+    assert dt.version() == 1
+    assert dt.transaction_version("loglake-retention:r1") == 1
+    assert dt.transaction_version("loglake-retention:r0") == 1
+    append_retention_log(path, rows[:2])  # run r1's rows again: already there
+    assert DeltaTable(path).version() == 1
+    logged = pl.read_delta(path).sort("run_id", "segment_base_offset")
+    assert logged.select("run_id", "segment_base_offset").rows() == [
+        ("r0", 0), ("r1", 0), ("r1", 10)
+    ]  # fmt: skip
+    assert logged_run_ids(path, ["r0", "r1", "r2"]) == {"r0", "r1"}
