@@ -35,7 +35,12 @@ the same scan, checks and vectorised decode as a log-dir or Fetch read. A window
 after its last whole batch; the bytes after it are carried into the next window (no byte is
 fetched twice, no batch cut by a window's end counts as damage). ``segment_base_offset`` and
 ``batch_position`` are the segment's start offset and the batch's position in it — the object is
-the broker's segment file, byte for byte, so the rows equal a read of the log dirs.
+the broker's segment file, byte for byte, so the rows equal a read of the log dirs. The window
+loop is :func:`read_tier_windows`, shared with the lookups' batch-header read
+(:mod:`pipelines.lookups_fetch`).
+
+Used by ingest with no log dirs (the tier, then Fetch: :mod:`pipelines.sources.fetch_ingest`)
+and with log dirs (the tier below their log start, instead of a gap: :mod:`pipelines.ingest`).
 
 Errors: an object missing (:class:`~logstore.errors.ObjectNotFoundError`), the store unreachable
 or throttling after its retries (:class:`~logstore.errors.ObjectStoreUnavailableError`), a
