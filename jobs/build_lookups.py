@@ -9,7 +9,10 @@ No log dirs ([paths] log_dirs = [], no --log-dirs) with [ingest] bootstrap_serve
 --bootstrap-server): the batches are read through Fetch from that cluster, into the same rows
 but for what only a file has (segment and position -1, file kafka://<bootstrap>/<topic>-<n>:
 pipelines/lookups.py); the index check is not done (it reads the broker's index files) and
-the run says so on stderr; a topic the cluster does not have exits 2.
+the run says so on stderr; a topic the cluster does not have exits 2. With [paths]
+remote_log_storage (or --remote-log-storage) too, what the cluster's tier holds is read from
+the object store (segment and position real, file the segment's .log object), the rest
+through Fetch; with log dirs the tier is not read.
 
 Output: the summary as one JSON line on stdout; index problems, one per line, on stderr.
 """
@@ -44,6 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         help="without log dirs (no --log-dirs, [paths] log_dirs = []) read the batches through "
         "Fetch from this broker; overrides [ingest] bootstrap_servers",
     )
+    parser.add_argument(
+        "--remote-log-storage",
+        metavar="URI",
+        type=option_type("paths", "remote_log_storage"),
+        help="the cluster's tiered storage, s3://bucket/prefix: without log dirs, the batches "
+        "it holds are read from it on the executors, the rest through Fetch; overrides [paths] "
+        "remote_log_storage",
+    )
     args = parser.parse_args(argv)
     return run_job("build_lookups", args.config, lambda: _build_lookups(args))
 
@@ -55,7 +66,11 @@ def _build_lookups(args: argparse.Namespace) -> int:
     from pipelines.lookups import build_lookups  # noqa: PLC0415
 
     config = load_config(
-        args.config, log_dirs=args.log_dirs, lake=args.lake, bootstrap_servers=args.bootstrap_server
+        args.config,
+        log_dirs=args.log_dirs,
+        lake=args.lake,
+        bootstrap_servers=args.bootstrap_server,
+        remote_log_storage=args.remote_log_storage,
     )
     check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
     if config.log_dirs:  # without log dirs the Fetch plan refuses a missing topic (exit 2)
@@ -79,6 +94,7 @@ def _build_lookups(args: argparse.Namespace) -> int:
         check=not args.no_check,
         bootstrap_servers=config.bootstrap_servers,
         kafka=config.kafka,
+        remote_log_storage=config.remote_log_storage,
     )
     for p in summary.index_problems:
         print(

@@ -91,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         type=option_type("paths", "remote_log_storage"),
         help="the cluster's tiered storage, s3://bucket/prefix (the Aiven plugin's layout, "
         "credentials from the AWS environment / [storage]): offsets it holds are read from "
-        "it on the executors, the rest through Fetch; needs --bootstrap-server and no log "
-        "dirs; overrides [paths] remote_log_storage",
+        "it on the executors, the rest through Fetch (no log dirs) or, with log dirs, from "
+        "them (the tier then reads only what is below their log start); needs "
+        "--bootstrap-server; overrides [paths] remote_log_storage",
     )
     args = parser.parse_args(argv)
     return run_job("ingest", args.config, lambda: _ingest(args))

@@ -292,7 +292,7 @@ SECTIONS: dict[str, dict[str, Key] | FreeForm] = {
     "paths": {
         "log_dirs": Key("list", item="string", rule=_not_empty),
         "lake": Key("string", rule=_not_empty),
-        # the cluster's tiered storage (pipelines.sources.tier), read with log_dirs = []
+        # the cluster's tiered storage (pipelines.sources.tier), read with bootstrap_servers
         "remote_log_storage": Key("string", rule=_tier_rule),
     },
     "spark": {

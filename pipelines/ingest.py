@@ -10,7 +10,10 @@ A run:
 
 1. reads progress ``P`` and each partition's log start offset ``L`` (``log-start-offset-
    checkpoint``, or the first segment's base offset); ``P < L`` is a **gap** (offsets removed
-   by retention before they were ingested): reported, and the partition continues at ``L``;
+   by retention before they were ingested): reported, and the partition continues at ``L``
+   — but with ``[paths] remote_log_storage`` (and ``bootstrap_servers``) the part of
+   ``[P, L)`` the cluster's tier holds is read from the object store on the executors
+   (:mod:`pipelines.sources.tier`), in the same run and commit, and only the rest is a gap;
    then checks that each log still holds what the lake ingested (:mod:`pipelines.divergence`:
    the log's end and the batch at ``P - 1`` against the batch identity the last commit
    recorded); a log that went backwards fails the run (``DivergenceError``) or, with
@@ -124,6 +127,14 @@ from pipelines.sources.plan import (
     parse_options,
     plan_ranges,
     replanned,
+)
+from pipelines.sources.tier import (
+    TierPlan,
+    TierRange,
+    plan_summary,
+    plan_tier,
+    read_tier_range,
+    tier_tasks,
 )
 from pipelines.sources.transactions import AbortedRanges, PartitionTxns, scan_transactions
 
@@ -248,10 +259,11 @@ def load_config(
     )
     if tier:
         tier = LakeLocation.parse(tier).uri
-        if common.log_dirs or not bootstrap:
+        if not bootstrap:  # the live remote segments are read from __remote_log_metadata
             raise InvalidConfigError(
-                "[paths] remote_log_storage is read with [ingest] bootstrap_servers and no log "
-                "dirs ([paths] log_dirs = [], no --log-dirs): the tier, then Fetch",
+                "[paths] remote_log_storage is read with [ingest] bootstrap_servers: the tier's "
+                "live segments come from the cluster's __remote_log_metadata; then Fetch (no log "
+                "dirs) or the log dirs from their log start on",
                 path=str(p),
             )
     lake_group = str(ingest.get("lake_group", "loglake-ingest"))
@@ -454,14 +466,26 @@ def _quarantine(rows: list[dict[str, Any]], path: str, log: Log, *, compression:
 
 
 def _read_ranges(
-    ranges: list[tuple[SegmentRange, AbortedRanges | None]], *, options: SourceOptions
+    ranges: list[tuple[SegmentRange, AbortedRanges | None] | TierRange], *, options: SourceOptions
 ) -> Iterator[Any]:
     """Executor side of step 2: per range, its records (without those of the aborted
-    transactions given with it) then its :class:`RangeReport` (JSON)."""
+    transactions given with it) then its :class:`RangeReport` (JSON). A :class:`TierRange`
+    (offsets below the log dirs' start that the tier holds) is read from the object store."""
     # Imported here: the driver plans without loading the decoder (numba) at all.
     from pipelines.sources.read import RangeReport, read_records  # noqa: PLC0415
 
-    for rng, aborted in ranges:
+    for item in ranges:
+        if isinstance(item, TierRange):
+            report = RangeReport(item.topic, item.partition)
+            yield from read_tier_range(
+                item,
+                min_timestamp=options.min_timestamp,
+                max_timestamp=options.max_timestamp,
+                report=report,
+            )
+            yield report.to_json()
+            continue
+        rng, aborted = item
         report = RangeReport(rng.topic, rng.partition)
         yield from read_records(
             rng,
@@ -627,20 +651,26 @@ def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> Inges
         f"progress known for {len(progress)}; lake {config.lake}"
     )
 
-    starts: dict[TopicPartition, int] = {}
-    for tp, part_dir in sorted(parts.items()):
-        begin = _log_start(part_dir, log_starts, tp)
+    starts: dict[TopicPartition, int] = {}  # where the log dirs are read from
+    begins = {tp: _log_start(part_dir, log_starts, tp) for tp, part_dir in parts.items()}
+    below = {tp: progress.get(tp, 0) for tp, b in begins.items() if progress.get(tp, 0) < b}
+    tier = _tier_below(config, below, begins, log)
+    firsts: dict[TopicPartition, int] = {}  # where the run reads from: the tier's part first
+    for tp, begin in sorted(begins.items()):
         done = progress.get(tp, 0)
-        if done < begin:
-            gap = Gap(tp[0], tp[1], done, begin)
+        held = tier.fetch_from.get(tp, done)  # the tier holds [done, held)
+        if held < begin:
+            gap = Gap(tp[0], tp[1], held, begin)
             summary.gaps.append(gap)
             log(
-                f"GAP {tp[0]}/{tp[1]}: offsets [{done}, {begin}) were removed from the log "
+                f"GAP {tp[0]}/{tp[1]}: offsets [{held}, {begin}) were removed from the log "
                 "before they were ingested; continuing at the log start offset"
             )
         starts[tp] = max(done, begin)
+        firsts[tp] = done if held > done else starts[tp]
     divergence = _check_divergence(config, parts, progress, log_starts, high_watermarks, log)
     starts.update(divergence.starts)
+    firsts.update(divergence.starts)
     if not parts:
         summary.seconds = time.monotonic() - started
         log("no partitions to ingest")
@@ -696,7 +726,7 @@ def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> Inges
         staged = stage_files(
             spark,
             records_path,
-            _with_aborted(tasks, txns),
+            [*tier_tasks(tier.ranges, cores), *_with_aborted(tasks, txns)],
             functools.partial(_read_ranges, options=source),
             schema=RECORDS_ARROW_SCHEMA,
             partition_by=["topic", "date"],
@@ -707,9 +737,30 @@ def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> Inges
     if staged.reaped:
         log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
     try:
-        return finish_run(spark, config, summary, staged, starts, progress, limits, log, divergence)
+        return finish_run(spark, config, summary, staged, firsts, progress, limits, log, divergence)
     finally:
         summary.seconds = time.monotonic() - started
+
+
+def _tier_below(
+    config: IngestConfig, below: Mapping[TopicPartition, int], begins: Mapping[TopicPartition, int],
+    log: Log,
+) -> TierPlan:  # fmt: skip
+    """With ``remote_log_storage``: the tier's part of the offsets below the log dirs' start
+    (``below``: the progress of each partition behind its log start ``begins``), read from the
+    object store instead of being a gap; ``fetch_from`` says where the tier's part ends."""
+    if not config.remote_log_storage or not below:
+        return TierPlan([], {})
+    plan = plan_tier(
+        config.bootstrap_servers,
+        config.remote_log_storage,
+        below,
+        {tp: begins[tp] for tp in below},
+        config=config.kafka,
+        read_committed=config.isolation == "read_committed",
+    )
+    log(plan_summary(plan, below) + f" below the log dirs' start, at {config.remote_log_storage}")
+    return plan
 
 
 def finish_run(  # noqa: PLR0917

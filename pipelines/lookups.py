@@ -18,7 +18,10 @@ Without log dirs (``[paths] log_dirs = []`` and ``[ingest] bootstrap_servers``) 
 read through Fetch (read_uncommitted, up to the high watermark: every batch, as from the
 files) into the same decoder, and the rows are the same but for what only a file has:
 ``segment`` and ``position`` are -1 (as ``records``' ``segment_base_offset`` and
-``batch_position`` through Fetch) and ``file`` is ``kafka://<bootstrap>/<topic>-<partition>``.
+``batch_position`` through Fetch) and ``file`` is ``kafka://<bootstrap>/<topic>-<partition>``;
+with ``[paths] remote_log_storage`` the batches the cluster's tier holds are read from the
+object store, with real ``segment`` and ``position`` (a log-dir run's) and ``file`` the
+segment's ``.log`` object (:mod:`pipelines.lookups_fetch`).
 :func:`locate` then tells the batch's offsets and size, not where it lies on a disk. The index
 check needs the broker's ``.index``/``.timeindex`` files: not done through Fetch, and each run
 logs so. A segment deleted under a Fetch run (offset out of range) fails it (exit 1, retried:
@@ -636,6 +639,7 @@ def build_lookups(
     check: bool = True,
     bootstrap_servers: str = "",
     kafka: ClientConfig | None = None,
+    remote_log_storage: str = "",
     log: Callable[[str], None] = _stderr,
 ) -> LookupsSummary:
     """Append new batches to ``<lake>/offset_lookup`` and ``<lake>/time_lookup``, incrementally.
@@ -649,6 +653,9 @@ def build_lookups(
     Reads batches up to the high watermark (``replication-offset-checkpoint``), in plain Spark
     tasks of planned ranges (:func:`pipelines.delta.direct.stage_files`), one Delta commit per
     table. ``check`` also runs :func:`check_index_files` over every segment (a full scan).
+    ``remote_log_storage`` (no log dirs): the offsets the cluster's tier holds are read from
+    the object store (:mod:`pipelines.lookups_fetch`); with log dirs it is not read (the tables
+    index what the log dirs hold, from the progress or the log start on).
 
     Retention racing the run: the broker holds what the lake's ingest has not read, not what
     lookups has not indexed, so segments go under a run. One deleted oldest-first (retention,
@@ -689,8 +696,9 @@ def build_lookups(
                 starting.setdefault(topic, {})[part] = version
         if not log_dirs:  # through Fetch: the same rows but the file columns (module doc)
             tasks = fetch_tasks(
-                bootstrap_servers, kafka=kafka, topics=topics, starting=starting, cores=cores
-            )
+                bootstrap_servers, kafka=kafka, topics=topics, starting=starting, cores=cores,
+                remote_log_storage=remote_log_storage, log=log,
+            )  # fmt: skip
             task = functools.partial(fetch_lookup_task, table=table)
             staged = stage_files(
                 spark, path, tasks, task, schema=LOOKUP_SCHEMAS[table], partition_by=["topic"]

@@ -6,11 +6,20 @@ A partition is cut into pieces by offsets (at least one per core while there is 
 read), from its progress in the table to its high watermark; a batch belongs to the piece
 holding its last offset (:func:`~pipelines.sources.fetch.read_fetch_batches`), so that no
 batch is indexed twice. A control batch's marker type is read from the Fetch response's bytes.
+
+With ``[paths] remote_log_storage`` the offsets the cluster's tier holds are read from the
+object store instead (:mod:`pipelines.sources.tier`: the live segments from
+``__remote_log_metadata``, the ``.log`` objects in windows of ranged GETs, each window's
+batch headers by :func:`~pipelines.sources.read.read_batches` with ``data=``), and only the
+rest through Fetch. Those rows have real file columns: the object is the broker's segment
+file byte for byte, so ``segment`` is the remote segment's base offset, ``position`` the
+batch's byte position in it (both equal to a log-dir run's), and ``file`` the ``.log``
+object's URI (``s3://bucket/prefix/<topic>-<id>/<partition>/<base>-<segment id>.log``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,23 +34,46 @@ from pipelines.sources.fetch import (
     plan_fetch_ranges,
     read_fetch_batches,
 )
+from pipelines.sources.plan import SegmentRange
+from pipelines.sources.tier import TierRange, plan_summary, plan_tier, read_tier_windows, tier_tasks
 
 __all__ = ["fetch_lookup_task", "fetch_tasks"]
 
 
-def fetch_lookup_task(ranges: list[FetchRange], *, table: str) -> Iterator[Any]:
+def _fetched_rows(rng: FetchRange, table: str) -> Iterator[pa.RecordBatch]:
+    for batch, data in read_fetch_batches(rng, min_timestamp=MIN_TIMESTAMP):
+        rows = lookup_rows(table, batch, data=data)
+        at = rows.schema.get_field_index("position")  # in the response: not the log's
+        unknown = pa.array(np.full(rows.num_rows, -1, np.int64))
+        yield rows.set_column(at, rows.schema.field(at), unknown)
+
+
+def _tier_rows(rng: TierRange, table: str) -> Iterator[pa.RecordBatch]:
+    from pipelines.sources.read import read_batches  # noqa: PLC0415 (numba on executors only)
+
+    def read(window: SegmentRange, data: bytes, part: Any) -> Iterator[pa.RecordBatch]:
+        for batch in read_batches(window, min_timestamp=MIN_TIMESTAMP, data=data):
+            rows = lookup_rows(table, batch, data=data)  # positions in ``data``: the markers
+            if rows.num_rows:
+                last = pc.max(rows.column("last_offset")).as_py()
+                if last is not None:
+                    part.last_end = max(part.last_end or 0, last + 1)
+            yield rows
+
+    yield from read_tier_windows(rng, read, position="position")
+
+
+def fetch_lookup_task(ranges: Sequence[FetchRange | TierRange], *, table: str) -> Iterator[Any]:
     """Executor side: the segment task of :mod:`pipelines.lookups` through Fetch, the same
     rows and reports, the batches read by :func:`~pipelines.sources.fetch.read_fetch_batches`
-    (``segment`` and ``position`` are -1, ``file`` names the broker)."""
+    (``segment`` and ``position`` are -1, ``file`` names the broker), or from the tier's
+    objects for a :class:`~pipelines.sources.tier.TierRange` (module docstring)."""
 
     ends: dict[tuple[str, int], tuple[int, int]] = {}
     for rng in ranges:
         key = (rng.topic, rng.partition)
-        for batch, data in read_fetch_batches(rng, min_timestamp=MIN_TIMESTAMP):
-            rows = lookup_rows(table, batch, data=data)
-            at = rows.schema.get_field_index("position")  # in the response: not the log's
-            unknown = pa.array(np.full(rows.num_rows, -1, np.int64))
-            rows = rows.set_column(at, rows.schema.field(at), unknown)
+        found = _tier_rows(rng, table) if isinstance(rng, TierRange) else _fetched_rows(rng, table)
+        for rows in found:
             if rows.num_rows:
                 last = pc.max(rows.column("last_offset")).as_py()
                 end, n = ends.get(key, (-1, 0))
@@ -59,9 +91,13 @@ def fetch_tasks(
     topics: Sequence[str] | None,
     starting: dict[str, dict[str, int]],
     cores: int,
-) -> list[list[FetchRange]]:
-    """The Fetch ranges from each partition's progress to its high watermark, at least one
-    piece per core while there is that much (as ingest through Fetch cuts them)."""
+    remote_log_storage: str = "",
+    log: Callable[[str], None] | None = None,
+) -> list[list[FetchRange | TierRange]]:
+    """The ranges from each partition's progress to its high watermark: what the tier holds
+    (with ``remote_log_storage``: about one task per core, consecutive segments together),
+    then Fetch ranges, at least one piece per core while there is that much (as ingest
+    through Fetch cuts them)."""
     starts = {(t, int(p)): v for t, parts in starting.items() for p, v in parts.items()}
     _, bounds = plan_fetch_ranges(bootstrap, topics=topics, config=kafka, isolation=0)
     todo = {
@@ -69,10 +105,20 @@ def fetch_tasks(
         for tp, (begin, end) in bounds.items()
         if topics is not None or not tp[0].startswith("__")  # as from log dirs: not internal
     }
+    tasks: list[list[FetchRange | TierRange]] = []
+    if remote_log_storage and todo:
+        plan = plan_tier(bootstrap, remote_log_storage, {tp: s for tp, (s, _e) in todo.items()},
+                         {tp: e for tp, (_s, e) in todo.items()}, config=kafka,
+                         read_committed=False)  # fmt: skip
+        tasks.extend(list(t) for t in tier_tasks(plan.ranges, cores))
+        todo = {tp: (plan.fetch_from[tp], end) for tp, (_s, end) in todo.items()}
+        if log is not None:
+            log(plan_summary(plan, todo) + f" at {remote_log_storage}")
     left = sum(max(0, end - s) for s, end in todo.values())
     piece = max(1, -(-left // max(1, cores)))
-    return [
+    tasks.extend(
         [FetchRange(t, p, a, min(a + piece, end), bootstrap, kafka, 0)]
         for (t, p), (s, end) in sorted(todo.items())
         for a in range(s, end, piece)
-    ]
+    )
+    return tasks

@@ -35,7 +35,12 @@ the same scan, checks and vectorised decode as a log-dir or Fetch read. A window
 after its last whole batch; the bytes after it are carried into the next window (no byte is
 fetched twice, no batch cut by a window's end counts as damage). ``segment_base_offset`` and
 ``batch_position`` are the segment's start offset and the batch's position in it — the object is
-the broker's segment file, byte for byte, so the rows equal a read of the log dirs.
+the broker's segment file, byte for byte, so the rows equal a read of the log dirs. The window
+loop is :func:`read_tier_windows`, shared with the lookups' batch-header read
+(:mod:`pipelines.lookups_fetch`).
+
+Used by ingest with no log dirs (the tier, then Fetch: :mod:`pipelines.sources.fetch_ingest`)
+and with log dirs (the tier below their log start, instead of a gap: :mod:`pipelines.ingest`).
 
 Errors: an object missing (:class:`~logstore.errors.ObjectNotFoundError`), the store unreachable
 or throttling after its retries (:class:`~logstore.errors.ObjectStoreUnavailableError`), a
@@ -53,7 +58,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -90,10 +95,12 @@ __all__ = [
     "RlmmState",
     "TierPlan",
     "TierRange",
+    "WindowRead",
     "partition_delete",
     "plan_summary",
     "plan_tier",
     "read_tier_range",
+    "read_tier_windows",
     "remote_segments",
     "tier_part",
     "tier_store",
@@ -370,11 +377,12 @@ def _start_position(store: ObjectStore, seg: RemoteSegment, manifest: layout.Man
     return _floor_position(index, offset - seg.start_offset)
 
 
-def _with_positions(batch: pa.RecordBatch, shift: int) -> pa.RecordBatch:
-    """``batch_position`` from the window's to the segment's (``shift``: the window's start)."""
+def _with_positions(batch: pa.RecordBatch, shift: int, column: str) -> pa.RecordBatch:
+    """``column`` (a position) from the window's to the segment's (``shift``: the window's
+    start)."""
     if not shift:
         return batch
-    at = batch.schema.get_field_index("batch_position")
+    at = batch.schema.get_field_index(column)
     moved = pc.add(batch.column(at), pa.scalar(shift, pa.int64()))
     return batch.set_column(at, batch.schema.field(at), moved)
 
@@ -392,7 +400,37 @@ def read_tier_range(
     executor side); ``report``: a :class:`~pipelines.sources.read.RangeReport` filled as the
     windows are read."""
     # Imported here: the driver plans without loading the decoder (numba).
-    from pipelines.sources.read import RangeReport, read_records  # noqa: PLC0415
+    from pipelines.sources.read import read_records  # noqa: PLC0415
+
+    def read(window: SegmentRange, data: bytes, part: Any) -> Iterator[pa.RecordBatch]:
+        return read_records(
+            window, min_timestamp=min_timestamp, max_timestamp=max_timestamp,
+            on_decode_error=on_decode_error, report=part, aborted=rng.aborted, data=data,
+        )  # fmt: skip
+
+    yield from read_tier_windows(
+        rng, read, position="batch_position", window_bytes=window_bytes, report=report
+    )
+
+
+WindowRead = Callable[[SegmentRange, bytes, Any], Iterator[pa.RecordBatch]]
+
+
+def read_tier_windows(
+    rng: TierRange,
+    read: WindowRead,
+    *,
+    position: str,
+    window_bytes: int = DEFAULT_WINDOW_BYTES,
+    report: Any = None,
+) -> Iterator[pa.RecordBatch]:
+    """``rng`` read window by window (module docstring, executor side): ``read(window, data,
+    part)`` reads one window (a :class:`SegmentRange` over ``data``, the bytes fetched: as
+    :func:`~pipelines.sources.read.read_records` or ``read_batches`` with ``data=``), filling
+    ``part`` (a :class:`~pipelines.sources.read.RangeReport`: at least ``last_end``, one past
+    the last sound batch read); its batches' ``position`` column, an offset in ``data``, is
+    made the segment's. ``report``: every window's ``part`` merged into it."""
+    from pipelines.sources.read import RangeReport  # noqa: PLC0415
 
     if window_bytes < 1:
         raise InvalidConfigError(f"window_bytes must be positive, got {window_bytes}")
@@ -450,11 +488,8 @@ def read_tier_range(
                 is_tail=cut,  # only after damage: the batch cut by the window's end is read on
             )
             part = RangeReport(seg.topic, seg.partition)
-            for batch in read_records(
-                window, min_timestamp=min_timestamp, max_timestamp=max_timestamp,
-                on_decode_error=on_decode_error, report=part, aborted=rng.aborted, data=data,
-            ):  # fmt: skip
-                yield _with_positions(batch, base)
+            for batch in read(window, data, part):
+                yield _with_positions(batch, base, position)
             if report is not None:
                 merge_report(report, part)
             if part.last_end is not None:

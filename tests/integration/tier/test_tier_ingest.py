@@ -13,65 +13,36 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
-import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from logstore.errors import LoglakeError
 from logstore.objectstore import StorageSettings, use_job_settings
-from logstore.storage.checkpoints import read_offset_checkpoint
 from pipelines.exit_codes import EXIT_FAILED
 from pipelines.ingest import IngestConfig, read_progress, run_ingest
 from pipelines.jobrun import exit_code_for
-from pipelines.sources.tier import remote_segments
 from tests.fixtures.broker import wait_for
 from tests.integration.broker.clients import ck_produce, expected, make_records, new_topic
 from tests.integration.sources.traffic import PARTITIONS, produce_all
+from tests.integration.tier.tiered import (
+    PREFIX,
+    all_tiered,
+    local_bases,
+    records_table,
+    tier_broker,
+    wait_checkpointed,
+)
 
 pytestmark = pytest.mark.integration
 
-PREFIX = "tiered/"
 FILE_COLUMNS = ["segment_base_offset", "batch_position"]
-ORDER = [("partition", "ascending"), ("offset", "ascending")]
-
-
-def _tier_broker(broker_factory: Any, s3: Any) -> Any:
-    return broker_factory(
-        remote_log_storage_system_enable="true",
-        **{
-            "remote.log.manager.task.interval.ms": "200",
-            "rsm.config.storage.s3.bucket.name": s3.name,
-            "rsm.config.key.prefix": PREFIX,
-            "rsm.config.chunk.size": "1000",
-            "log.segment.delete.delay.ms": "0",
-            "replica.high.watermark.checkpoint.interval.ms": "100",
-        },
-    )
-
-
-def _local_bases(b: Any, topic: str, partition: int) -> list[int]:
-    return sorted(int(p.stem) for p in (b.log_dir / f"{topic}-{partition}").glob("*.log"))
-
-
-def _all_tiered(b: Any, topic: str, partitions: int) -> bool:
-    """Every closed segment of the topic is remote (the tier reaches the active segment)."""
-    live = remote_segments(b.bootstrap)
-    return all(
-        (topic, p) in live and live[(topic, p)][-1].end_offset + 1 == _local_bases(b, topic, p)[-1]
-        for p in range(partitions)
-    )
-
-
-def _table(lake: Path) -> pa.Table:
-    return DeltaTable(str(lake / "records")).to_pyarrow_table().sort_by(ORDER)
 
 
 def test_tier_then_fetch_equals_log_dir_ingest(
     spark: SparkSession, tmp_path: Path, broker_factory: Any, s3: Any
 ) -> None:
-    b = _tier_broker(broker_factory, s3)
+    b = tier_broker(broker_factory, s3)
     # every codec, transactions committed and aborted; segments of 8 KiB, kept locally too
     topic, want = produce_all(b.bootstrap, **{"remote.storage.enable": "true",
                                               "segment.bytes": "8192"})  # fmt: skip
@@ -79,16 +50,9 @@ def test_tier_then_fetch_equals_log_dir_ingest(
     ck_produce(b.bootstrap, topic, make_records(600, partitions=PARTITIONS, seed=50),
                codec="none", acks="all", idempotent=True, flush_every=20)  # fmt: skip
     want += 600
-    wait_for(lambda: _all_tiered(b, topic, PARTITIONS), 90)
-    c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "x"})
-    hw = {p: c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=30)[1]
-          for p in range(PARTITIONS)}  # fmt: skip
-    c.close()
-    checkpoint = b.log_dir / "replication-offset-checkpoint"
-    wait_for(lambda: checkpoint.exists() and all(
-        read_offset_checkpoint(checkpoint).get((topic, p)) == e for p, e in hw.items()
-    ))  # fmt: skip
-    tier_end = {p: _local_bases(b, topic, p)[-1] for p in range(PARTITIONS)}
+    wait_for(lambda: all_tiered(b, topic, PARTITIONS), 90)
+    wait_checkpointed(b, topic, PARTITIONS)
+    tier_end = {p: local_bases(b, topic, p)[-1] for p in range(PARTITIONS)}
 
     files = IngestConfig(log_dirs=(str(b.log_dir),), lake=str(tmp_path / "a"),
                          progress_interval_s=0, topics=(topic,))  # fmt: skip
@@ -105,7 +69,7 @@ def test_tier_then_fetch_equals_log_dir_ingest(
     # the aborted transactions are in the tier: their records are left out from the store too
     assert any(f"({2 * PARTITIONS} aborted transactions reach them)" in line for line in lines)
 
-    a, t = _table(tmp_path / "a"), _table(tmp_path / "b")
+    a, t = records_table(tmp_path / "a"), records_table(tmp_path / "b")
     assert t.drop_columns(FILE_COLUMNS).equals(a.drop_columns(FILE_COLUMNS))
     # the rows read from the tier name the same segment and position as the log-dir read
     # (the object is the segment file); those through Fetch name none (-1)
@@ -126,7 +90,7 @@ def test_tier_then_fetch_equals_log_dir_ingest(
 
 
 def _values(lake: Path) -> list[tuple[int, bytes | None, bytes | None]]:
-    t = _table(lake)
+    t = records_table(lake)
     return list(zip(t.column("offset").to_pylist(), t.column("key").to_pylist(),
                     t.column("value").to_pylist(), strict=True))  # fmt: skip
 
@@ -134,7 +98,7 @@ def _values(lake: Path) -> list[tuple[int, bytes | None, bytes | None]]:
 def test_missing_object_or_stopped_store_fails_the_run_and_the_rerun_is_clean(
     spark: SparkSession, tmp_path: Path, broker_factory: Any, s3: Any
 ) -> None:
-    b = _tier_broker(broker_factory, s3)
+    b = tier_broker(broker_factory, s3)
     topic = new_topic(b.bootstrap, partitions=1, prefix="tierfault", **{
         "remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.ms": "0",
     })  # fmt: skip
@@ -142,7 +106,7 @@ def test_missing_object_or_stopped_store_fails_the_run_and_the_rerun_is_clean(
     ck_produce(b.bootstrap, topic, records, codec="none", acks="all", idempotent=True,
                flush_every=10)  # fmt: skip
     # only the active segment stays local: what is below it can only come from the tier
-    wait_for(lambda: len(_local_bases(b, topic, 0)) == 1 and _all_tiered(b, topic, 1), 90)
+    wait_for(lambda: len(local_bases(b, topic, 0)) == 1 and all_tiered(b, topic, 1), 90)
     want = [(g.offset, g.key, g.value) for g in expected(records)[0]]
     config = IngestConfig(log_dirs=(), lake=str(tmp_path / "lake"), progress_interval_s=0,
                           topics=(topic,), bootstrap_servers=b.bootstrap,
@@ -181,7 +145,7 @@ def test_missing_object_or_stopped_store_fails_the_run_and_the_rerun_is_clean(
 def test_aborted_transaction_whose_marker_is_not_tiered_yet_is_left_out(
     spark: SparkSession, tmp_path: Path, broker_factory: Any, s3: Any
 ) -> None:
-    b = _tier_broker(broker_factory, s3)
+    b = tier_broker(broker_factory, s3)
     topic = new_topic(b.bootstrap, partitions=1, prefix="tiertxn", **{
         "remote.storage.enable": "true", "segment.bytes": "4096",
     })  # fmt: skip
@@ -193,7 +157,7 @@ def test_aborted_transaction_whose_marker_is_not_tiered_yet_is_left_out(
         p.produce(topic, value=b"aborted-%d-" % i + b"x" * 200, partition=0)
         if i % 5 == 4:
             p.flush(30)
-    wait_for(lambda: _all_tiered(b, topic, 1) and len(_local_bases(b, topic, 0)) > 2, 90)
+    wait_for(lambda: all_tiered(b, topic, 1) and len(local_bases(b, topic, 0)) > 2, 90)
     p.abort_transaction(30)  # the marker: in the active segment, not tiered
     plain = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
     for i in range(5):

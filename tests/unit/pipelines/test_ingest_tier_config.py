@@ -1,5 +1,6 @@
 """``[paths] remote_log_storage`` / ``--remote-log-storage``: validated like the other keys,
-read by ingest with a broker to Fetch from and no log dirs, refused otherwise."""
+read by ingest with a broker (its ``__remote_log_metadata``), with or without log dirs;
+refused without a broker."""
 
 from __future__ import annotations
 
@@ -27,16 +28,19 @@ def test_the_tier_is_read_with_a_broker_and_no_log_dirs(tmp_path: Path) -> None:
     assert load_config(_conf(tmp_path, "log_dirs = []")).remote_log_storage == ""
 
 
-@pytest.mark.parametrize(
-    ("paths", "ingest"),
-    [
-        ('log_dirs = ["/tmp/x"]\nremote_log_storage = "s3://b/p"', 'bootstrap_servers = "h:1"'),
-        ('log_dirs = ["/tmp/x"]\nremote_log_storage = "s3://b/p"', 'bootstrap_servers = ""'),
-    ],
-)
-def test_the_tier_without_fetch_is_refused(tmp_path: Path, paths: str, ingest: str) -> None:
+def test_the_tier_with_log_dirs_is_read_with_a_broker(tmp_path: Path) -> None:
+    # below the log dirs' start (pipelines.ingest, step 1)
+    paths = 'log_dirs = ["/tmp/x"]\nremote_log_storage = "s3://b/p"'
+    config = load_config(_conf(tmp_path, paths, 'bootstrap_servers = "h:1"'))
+    assert config.log_dirs == ("/tmp/x",)
+    assert config.remote_log_storage == "s3://b/p"
+
+
+def test_the_tier_without_a_broker_is_refused(tmp_path: Path) -> None:
+    # the live segments are read from the cluster's __remote_log_metadata
+    paths = 'log_dirs = ["/tmp/x"]\nremote_log_storage = "s3://b/p"'
     with pytest.raises(InvalidConfigError, match="remote_log_storage is read with"):
-        load_config(_conf(tmp_path, paths, ingest))
+        load_config(_conf(tmp_path, paths, 'bootstrap_servers = ""'))
 
 
 def test_a_location_that_is_none_is_refused_naming_the_key(tmp_path: Path) -> None:
