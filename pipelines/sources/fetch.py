@@ -28,8 +28,8 @@ position; through Fetch no file is read, so both are ``-1`` (every other column 
 for row, to a read of the same offsets from the log dirs).
 
 Errors: retriable Fetch/ListOffsets/Metadata errors (a leader moving, a broker restarting, a
-socket failure) are retried ``RETRIES`` times, backing off from 0.2 s doubling (a broker
-restart of a few seconds is ridden out), refreshing the leader
+socket failure) are retried ``RETRIES`` times, backing off from 0.2 s doubling up to 5 s (~16 s in
+all: a broker restart on a loaded host is ridden out), refreshing the leader
 each time; then, and for any other error code (offset out of range: retention deleted the
 start), :class:`FetchError` names the partition, the offset and the code. A batch that cannot
 be decoded follows ``on_decode_error`` as in :mod:`pipelines.sources.read`; other damage is
@@ -93,8 +93,9 @@ __all__ = [
 
 DEFAULT_FETCH_MAX_BYTES = 8 << 20
 DEFAULT_MAX_OFFSETS = 1_000_000
-RETRIES = 5
+RETRIES = 8
 _BACKOFF_S = 0.2
+_MAX_BACKOFF_S = 5.0
 _EARLIEST = -2
 _LATEST = -1
 MAX_OFFSET = 2**63 - 1
@@ -144,7 +145,8 @@ def _retrying(what: str, attempt: Callable[[], _T]) -> _T:
         except (_Retriable, LoglakeError) as exc:
             last = exc
             if n + 1 < RETRIES:
-                time.sleep(_BACKOFF_S * 2**n)  # 0.2 s doubling: 6 s in all
+                # 0.2 s doubling, at most 5 s: ~16 s in all, a broker restart on a loaded host
+                time.sleep(min(_MAX_BACKOFF_S, _BACKOFF_S * 2**n))
     raise FetchError(f"{what}: still failing after {RETRIES} attempts: {last}") from last
 
 
