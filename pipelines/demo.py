@@ -73,7 +73,7 @@ from typing import Any
 from logstore.errors import LoglakeError
 from logstore.objectstore import LakeLocation, open_store, use_job_settings
 from logstore.tools.client_config import librdkafka_config, load_client_config
-from pipelines.demo_s3 import LocalS3, lake_contents, wait_listening
+from pipelines.demo_s3 import LocalS3, lake_tables, wait_listening
 
 __all__ = ["Demo", "DemoError", "main"]
 
@@ -675,8 +675,11 @@ def show_lake(demo: Demo) -> None:
     )
     _say(f"   the lake: {demo.lake_uri}, {where}; its config: {demo.config} ([paths] lake"
          + (", [storage])" if demo.s3 else ")"))  # fmt: skip
-    for name, objects, size in lake_contents(demo.lake_uri):
-        _say(f"     {name:<24} {objects:>5} objects {size / 1024:>9.1f} KiB")
+    tables = lake_tables(demo.lake_uri)
+    width = max(len(t.name) for t in tables)
+    for t in tables:
+        _say(f"     {t.name:<{width}}  version {t.version:<3} {t.objects:>4} objects "
+             f"{t.size / 1024:>8.1f} KiB  Delta {t.protocol()}")  # fmt: skip
 
 
 def verify(demo: Demo) -> None:

@@ -1,5 +1,6 @@
 """``make demo --s3``'s object store: moto's S3 server on 127.0.0.1, one bucket, the demo's
-``[storage]`` settings.
+``[storage]`` settings; and what the demo shows of its lake, wherever it is
+(:func:`lake_tables`: each table's objects and Delta protocol).
 
 The server (``python -m moto.server``, from ``moto[server]`` on PyPI: a real S3 REST endpoint
 over HTTP, conditional writes included) runs in a child process on a free port, not in the
@@ -26,7 +27,7 @@ from pathlib import Path
 from logstore.errors import LoglakeError
 from logstore.objectstore import LakeLocation, StorageSettings, open_store
 
-__all__ = ["BUCKET", "LocalS3", "lake_contents", "wait_listening"]
+__all__ = ["BUCKET", "LocalS3", "TableSummary", "lake_tables", "wait_listening"]
 
 BUCKET = "loglake-demo"
 # the keys the demo's jobs send (moto accepts any; a real store would check them)
@@ -114,14 +115,59 @@ class LocalS3:
             self.process.wait()
 
 
-def lake_contents(lake: str) -> list[tuple[str, int, int]]:
-    """``(directory, objects, bytes)`` per top-level directory of ``lake`` (``topics/<name>``
-    per topic table), from one listing of its store (this process's storage settings)."""
-    per: dict[str, list[int]] = {}
-    for obj in open_store(LakeLocation.parse(lake)).list():
-        parts = obj.path.split("/")
-        top = "/".join(parts[:2]) if parts[0] == "topics" and len(parts) > 2 else parts[0]
-        n = per.setdefault(top, [0, 0])
-        n[0] += 1
-        n[1] += obj.size
-    return [(name, n[0], n[1]) for name, n in sorted(per.items())]
+@dataclass(frozen=True)
+class TableSummary:
+    """One table of the lake as the demo shows it: its name, version, objects and bytes (every
+    object under its directory: data, log, change data, deletion vectors) and its Delta
+    protocol (reader and writer versions, table features, change data feed on or not)."""
+
+    name: str
+    version: int
+    objects: int
+    size: int
+    reader: int
+    writer: int
+    reader_features: tuple[str, ...]
+    writer_features: tuple[str, ...]
+    change_data_feed: bool
+
+    def protocol(self) -> str:
+        """``reader 3 [deletionVectors, ...] / writer 7 [...]``, and ``, change data feed``
+        when the table property turns it on (below writer 7 it is not a named feature)."""
+        text = f"reader {self.reader}"
+        if self.reader_features:
+            text += f" [{', '.join(self.reader_features)}]"
+        text += f" / writer {self.writer}"
+        if self.writer_features:
+            text += f" [{', '.join(self.writer_features)}]"
+        return text + (", change data feed" if self.change_data_feed else "")
+
+
+def lake_tables(lake: str) -> list[TableSummary]:
+    """Every table of ``lake`` (a directory or an object-store prefix; this process's storage
+    settings), from one listing of its store and each table's latest snapshot."""
+    from pipelines.catalog import find_tables, open_table  # noqa: PLC0415
+
+    listing = open_store(LakeLocation.parse(lake)).list()
+    root = LakeLocation.parse(lake).uri.rstrip("/")
+    out = []
+    for table in find_tables(lake):
+        rel = LakeLocation.parse(table.path).uri[len(root) :].strip("/") + "/"
+        objects = [o for o in listing if o.path.startswith(rel)]
+        dt = open_table(table)
+        p = dt.protocol()
+        out.append(
+            TableSummary(
+                name=table.name,
+                version=dt.version(),
+                objects=len(objects),
+                size=sum(o.size for o in objects),
+                reader=p.min_reader_version,
+                writer=p.min_writer_version,
+                reader_features=tuple(sorted(p.reader_features or [])),
+                writer_features=tuple(sorted(p.writer_features or [])),
+                change_data_feed=dt.metadata().configuration.get("delta.enableChangeDataFeed")
+                == "true",
+            )
+        )
+    return out

@@ -84,7 +84,10 @@ def test_s3_demo_runs_the_jobs_on_its_local_s3_server(
         out = capsys.readouterr().out
         assert f"the lake: s3://{BUCKET}/lake, on the local S3 server {demo.s3.endpoint}" in out
         listed = sum(1 for k in keys if k.startswith("lake/records/") and not k.endswith("/"))
-        assert any(line.split()[1:3] == ["records", str(listed)] for line in out.splitlines())
+        (line,) = [x for x in out.splitlines() if x.split()[1:2] == ["records"]]
+        assert line.split()[2:6] == ["version", str(records.version()), str(listed), "objects"]
+        protocol = records.protocol()
+        assert f"Delta reader {protocol.min_reader_version} / writer " in line
     finally:
         demo.stop_broker()
         demo.stop_s3()
