@@ -93,7 +93,8 @@ def join(root: str, *parts: str) -> str:
 
 # One filesystem per process and store (executors reuse theirs), made with the settings that
 # the task's plan carries (use_settings): an executor does not have the driver's environment
-# (Spark's workers start with the JVM's). Without use_settings: the process's environment.
+# (Spark's workers start with the JVM's). Without use_settings: the process's default (the
+# job's settings on the driver, else the environment).
 _FILESYSTEMS: dict[tuple[str, str], pafs.FileSystem] = {}
 _SETTINGS: list[StorageSettings] = []
 
@@ -111,7 +112,7 @@ def _fs(path: str) -> tuple[pafs.FileSystem, str, bool]:
     key = (loc.scheme, loc.authority)
     fs = _FILESYSTEMS.get(key)
     if fs is None:
-        settings = _SETTINGS[0] if _SETTINGS else StorageSettings.from_environment()
+        settings = _SETTINGS[0] if _SETTINGS else StorageSettings.default()
         fs = _FILESYSTEMS[key] = settings.filesystem(loc)
     return fs, loc.fs_path, loc.is_local
 

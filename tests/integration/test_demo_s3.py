@@ -1,10 +1,11 @@
 """``make demo --s3``'s pieces before Airflow (tests/integration/test_demo.py runs the local demo
 whole): the demo starts moto's S3 server and its bucket, writes a pipeline TOML whose ``[paths]
 lake`` is ``s3://loglake-demo/lake`` and whose ``[storage]`` says where the store is, and the
-DAG runs get no ``AWS_*`` variable. An ingest job run as the DAG runs it (``spark-submit
---config`` that file, no ``AWS_*`` in its environment) fills the bucket; the demo's queries
-(``loglake sql --config``), its snapshot and its listing of the lake agree with boto3 and
-delta-rs opened by hand. Stopping the demo's server takes the lake with it."""
+DAG runs get no ``AWS_*`` variable. Ingest and compact, run as the DAG runs them
+(``spark-submit --config`` that file, no ``AWS_*`` in their environment: their Spark tasks too
+must take the settings from the file), fill the bucket; the demo's queries (``loglake sql
+--config``), its snapshot and its listing of the lake agree with boto3 and delta-rs opened by
+hand. Stopping the demo's server takes the lake with it."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ import boto3
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 
-from pipelines.demo import Demo, show_lake
+from pipelines.demo import PROFILE_KEYS, TOMBSTONES, Demo, show_lake
 from pipelines.demo_s3 import ACCESS_KEY, BUCKET, REGION, SECRET_KEY, LocalS3
 from tests.fixtures.jobs import spark_submit
 
@@ -49,8 +50,9 @@ def test_s3_demo_runs_the_jobs_on_its_local_s3_server(
         assert not [k for k in env if k.startswith("AWS_")]
         env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                    PYSPARK_DRIVER_PYTHON=sys.executable)  # fmt: skip
-        run = spark_submit("ingest.py", ["--config", str(demo.config)], env=env, timeout=600)
-        assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+        for job in ("ingest.py", "compact.py"):  # compact's executors too get [storage]
+            run = spark_submit(job, ["--config", str(demo.config)], env=env, timeout=600)
+            assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
 
         # independently: boto3 lists the bucket, delta-rs opened with its own options reads it
         client = boto3.client(
@@ -68,6 +70,11 @@ def test_s3_demo_runs_the_jobs_on_its_local_s3_server(
         topics = pa.table(records.to_pyarrow_table(columns=["topic"]))["topic"]
         counts = {v["values"]: v["counts"] for v in pc.value_counts(topics).to_pylist()}
         assert counts == demo.sent
+        profiles = DeltaTable(f"s3://{BUCKET}/lake/topics/profiles", storage_options=options)
+        keys = QueryBuilder().register("t", profiles).execute("SELECT key FROM t").read_all()
+        assert sorted(k.decode() for k in pa.table(keys)["key"].to_pylist()) == sorted(
+            f"profile-{k}" for k in range(TOMBSTONES, PROFILE_KEYS)
+        )
 
         # the demo's own views of it: its snapshot, loglake sql --config, its listing
         snapshot = demo.snapshot()
