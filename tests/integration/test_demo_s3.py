@@ -71,8 +71,8 @@ def test_s3_demo_runs_the_jobs_on_its_local_s3_server(
         counts = {v["values"]: v["counts"] for v in pc.value_counts(topics).to_pylist()}
         assert counts == demo.sent
         profiles = DeltaTable(f"s3://{BUCKET}/lake/topics/profiles", storage_options=options)
-        keys = QueryBuilder().register("t", profiles).execute("SELECT key FROM t").read_all()
-        assert sorted(k.decode() for k in pa.table(keys)["key"].to_pylist()) == sorted(
+        live = QueryBuilder().register("t", profiles).execute("SELECT key FROM t").read_all()
+        assert sorted(k.decode() for k in pa.table(live)["key"].to_pylist()) == sorted(
             f"profile-{k}" for k in range(TOMBSTONES, PROFILE_KEYS)
         )
 
