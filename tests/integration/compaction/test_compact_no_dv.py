@@ -77,6 +77,8 @@ def test_a_table_without_deletion_vectors_is_read_by_to_pyarrow_table(
     assert "deletionVectors" in (with_dv.protocol().reader_features or [])
     assert pa.table(with_dv.deletion_vectors()).num_rows > 0  # the comparison means something
     protocol = plain.protocol()
+    # what the change data feed needs and no more (README: "Delta protocol of each table")
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 4)
     assert "deletionVectors" not in (protocol.reader_features or [])
     assert "deletionVectors" not in (protocol.writer_features or [])
     assert plain.metadata().configuration.get("delta.enableChangeDataFeed") == "true"
