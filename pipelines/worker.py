@@ -16,17 +16,23 @@ from typing import Any
 
 import pyarrow as pa
 
+from logstore.objectstore import StorageSettings, use_job_settings
+
 __all__ = ["arrow_single_threaded", "start_task", "without_huge_pages"]
 
 
-def start_task() -> None:
+def start_task(*, settings: StorageSettings | None = None) -> None:
     """Freeze what is alive when a task starts (modules, compiled kernels, caches): it moves to
     the permanent generation and the collections look only at what tasks create afterwards.
+    And install the task's object-store ``settings`` as this process's
+    (:func:`logstore.objectstore.use_job_settings`; None: the environment's), so that a reused
+    worker never keeps the settings of an earlier task or job.
 
     The price: a reference cycle among the frozen objects is never collected. Call it at the
     start of a task's Python code, in the executor, never in the driver.
     """
     gc.freeze()
+    use_job_settings(settings)
 
 
 @contextlib.contextmanager

@@ -43,7 +43,6 @@ __all__ = [
     "open_output",
     "table_path",
     "tombstones_path",
-    "use_settings",
 ]
 
 APP_PREFIX = "loglake-compact"
@@ -91,30 +90,21 @@ def join(root: str, *parts: str) -> str:
     return LakeLocation.parse(root).join(*parts).uri
 
 
-# One filesystem per process and store (executors reuse theirs), made with the settings that
-# the task's plan carries (use_settings): an executor does not have the driver's environment
-# (Spark's workers start with the JVM's). Without use_settings: the process's default (the
-# job's settings on the driver, else the environment).
-_FILESYSTEMS: dict[tuple[str, str], pafs.FileSystem] = {}
-_SETTINGS: list[StorageSettings] = []
-
-
-def use_settings(settings: StorageSettings) -> None:
-    """Make ``settings`` the storage settings of this process's lake file operations (a task
-    calls it first with its plan's; the driver's are the same)."""
-    if _SETTINGS[:1] != [settings]:
-        _SETTINGS[:] = [settings]
-        _FILESYSTEMS.clear()
+# One filesystem per process and store (executors reuse theirs), made with this process's
+# storage settings (StorageSettings.default(): the job's, installed by run_job on the driver and
+# by start_task(settings=...) in each task from its plan; an executor does not have the
+# driver's environment) and made anew when those change.
+_FILESYSTEMS: dict[tuple[str, str], tuple[StorageSettings, pafs.FileSystem]] = {}
 
 
 def _fs(path: str) -> tuple[pafs.FileSystem, str, bool]:
     loc = LakeLocation.parse(path)
     key = (loc.scheme, loc.authority)
-    fs = _FILESYSTEMS.get(key)
-    if fs is None:
-        settings = _SETTINGS[0] if _SETTINGS else StorageSettings.default()
-        fs = _FILESYSTEMS[key] = settings.filesystem(loc)
-    return fs, loc.fs_path, loc.is_local
+    settings = StorageSettings.default()
+    hit = _FILESYSTEMS.get(key)
+    if hit is None or hit[0] != settings:
+        hit = _FILESYSTEMS[key] = (settings, settings.filesystem(loc))
+    return hit[1], loc.fs_path, loc.is_local
 
 
 def open_input(path: str) -> pa.NativeFile:

@@ -31,7 +31,6 @@ from pipelines.compaction.layout import (
     join,
     open_input,
     open_output,
-    use_settings,
 )
 from pipelines.compaction.merge import TaskPlan, merge_rows, read_table_file, task_ids
 from pipelines.compaction.model import Strategy
@@ -283,8 +282,7 @@ def _stage_task(
 ) -> Iterator[str]:
     """Stage 1: this task's input files, its records' winners and the table rows, split by
     bucket into Arrow IPC files."""
-    start_task()
-    use_settings(settings)
+    start_task(settings=settings)
     _task, attempt = task_ids()
     inputs = [i for group in items for i in group]
     with arrow_single_threaded(), without_huge_pages():
@@ -343,8 +341,7 @@ def _merge_staged(
     index: int, items: Iterator[dict[int, list[str]]], *, plan: TaskPlan
 ) -> Iterator[str]:
     """Stage 2: this task's buckets, each read from its staged files and merged."""
-    start_task()
-    use_settings(plan.settings)
+    start_task(settings=plan.settings)
     _task, attempt = task_ids()
     groups = [(b, paths) for group in items for b, paths in sorted(group.items())]
     if not groups:
