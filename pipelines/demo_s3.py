@@ -1,5 +1,5 @@
-"""``make demo --s3``'s object store: moto's S3 server on 127.0.0.1, one bucket, the demo's
-``[storage]`` settings; and what the demo shows of its lake, wherever it is
+"""The object store of ``make demo DEMO_ARGS=--s3``: moto's S3 server on 127.0.0.1, one bucket,
+the demo's ``[storage]`` settings; and what the demo shows of its lake, wherever it is
 (:func:`lake_tables`: each table's objects and Delta protocol).
 
 The server (``python -m moto.server``, from ``moto[server]`` on PyPI: a real S3 REST endpoint

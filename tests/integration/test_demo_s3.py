@@ -1,7 +1,7 @@
-"""``make demo --s3``'s pieces before Airflow (tests/integration/test_demo.py runs the local demo
-whole): the demo starts moto's S3 server and its bucket, writes a pipeline TOML whose ``[paths]
-lake`` is ``s3://loglake-demo/lake`` and whose ``[storage]`` says where the store is, and the
-DAG runs get no ``AWS_*`` variable. Ingest and compact, run as the DAG runs them
+"""``make demo DEMO_ARGS=--s3``, its pieces before Airflow (tests/integration/test_demo.py runs
+the local demo whole): the demo starts moto's S3 server and its bucket, writes a pipeline TOML
+whose ``[paths] lake`` is ``s3://loglake-demo/lake`` and whose ``[storage]`` says where the
+store is, and the DAG runs get no ``AWS_*`` variable. Ingest and compact, run as the DAG runs them
 (``spark-submit --config`` that file, no ``AWS_*`` in their environment: their Spark tasks too
 must take the settings from the file), fill the bucket; the demo's queries (``loglake sql
 --config``), its snapshot and its listing of the lake agree with boto3 and delta-rs opened by
