@@ -9,9 +9,9 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/.venv/bin/python
 setup:
 	@tools/bootstrap.sh
 
-## Runs the main job on the embedded default.
+## Runs the main job on the embedded default (DEMO_ARGS: its options, e.g. DEMO_ARGS=--s3).
 demo: setup
-	@$(VENV)/python -m pipelines.demo
+	@$(VENV)/python -m pipelines.demo $(DEMO_ARGS)
 
 ## Runs the test suite (lint and type checks included).
 test: setup

@@ -318,8 +318,11 @@ SECTIONS: dict[str, dict[str, Key] | FreeForm] = {
         "buckets": Key("integer", minimum=1, maximum=65536),
         "compression": _CODEC,
         "max_rows_per_file": _ROWS,
+        "default_deletion_vectors": Key("boolean"),
     },
     "compact.strategy": FreeForm(_STRATEGY, key=_topic_rule, what="topic"),
+    # per-topic override of default_deletion_vectors (readers without the DV reader feature)
+    "compact.deletion_vectors": FreeForm(Key("boolean"), key=_topic_rule, what="topic"),
     "retention": {
         "broker_config": Key("string", rule=_not_empty),
         "records": Key("string", rule=_records_rule),

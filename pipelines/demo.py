@@ -39,6 +39,14 @@ librdkafka_config`), and the jobs through ``[kafka] command_config`` of the demo
 TOML (ingest's lake-group commit, retention's DeleteRecords). Without TLS: the demo makes no
 certificates.
 
+``--s3``: the lake is on a local S3 server instead of ``var/demo/lake``
+(:mod:`pipelines.demo_s3`: moto's server mode in a child process on a free port of 127.0.0.1,
+objects in memory, so the lake is gone when the demo ends), ``s3://loglake-demo/lake``. The
+demo's pipeline TOML says so with ``[paths] lake`` and a ``[storage]`` section (endpoint, keys,
+region), the only place the jobs learn where the store is (the DAG runs get no ``AWS_*``
+variable); the demo's own reads use the same settings and its queries run as ``loglake sql
+--config <that file>``. The ``sql`` stage ends with where the lake is and what it holds.
+
 Each run starts from an empty ``var/demo``. Exit codes: 0 done; 1 a stage failed (the stage
 and the paths of its logs are printed); 2 bad arguments.
 """
@@ -62,7 +70,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from logstore.errors import LoglakeError
+from logstore.objectstore import LakeLocation, open_store, use_job_settings
 from logstore.tools.client_config import librdkafka_config, load_client_config
+from pipelines.demo_s3 import LocalS3, lake_tables, wait_listening
 
 __all__ = ["Demo", "DemoError", "main"]
 
@@ -103,6 +114,7 @@ class Demo:
     sent: dict[str, int] = field(default_factory=dict)
     midpoint_ms: int = 0  # a timestamp between the two halves of the orders topic
     secure: bool = False  # SASL_PLAINTEXT only, every client logs in (module docstring)
+    s3: LocalS3 | None = None  # the lake on a local S3 server (module docstring)
 
     @property
     def log_dir(self) -> Path:
@@ -110,7 +122,17 @@ class Demo:
 
     @property
     def lake(self) -> Path:
+        """The local lake (without ``--s3``)."""
         return self.work / "lake"
+
+    @property
+    def lake_uri(self) -> str:
+        """Where the lake is: ``s3://loglake-demo/lake`` with ``--s3``, else :attr:`lake`."""
+        return self.s3.lake if self.s3 else str(self.lake)
+
+    def table(self, rel: str) -> str:
+        """The location of the lake's table ``rel`` (``records``, ``topics/profiles``)."""
+        return LakeLocation.parse(self.lake_uri).join(rel).uri
 
     @property
     def airflow_home(self) -> Path:
@@ -154,6 +176,24 @@ class Demo:
             self.timings.append((name, seconds))
         _say(f"   {name}: {seconds:.1f} s")
 
+    def start_s3(self) -> None:
+        """The local S3 server and its bucket (:mod:`pipelines.demo_s3`); this process's lake
+        calls then use the ``[storage]`` settings the demo writes for the jobs."""
+        if self.s3 is None:
+            return
+        log_file = self.work / "s3.log"
+        try:
+            self.s3.start(_free_port(), log_file)
+        except LoglakeError as exc:
+            raise DemoError(str(exc)) from None
+        use_job_settings(self.s3.settings())
+        _say(f"   S3 server (moto) on {self.s3.endpoint}, lake {self.lake_uri}, log: {log_file}")
+
+    def stop_s3(self) -> None:
+        if self.s3 is not None:
+            use_job_settings(None)
+            self.s3.stop()
+
     def start_broker(self) -> None:
         self.log_dir.mkdir(parents=True)
         self.port = _free_port()
@@ -193,20 +233,13 @@ class Demo:
             cmd += ["--override", f"{key}={value}"]
         with log_file.open("wb") as out:
             self.broker = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.broker.poll() is not None:
-                raise DemoError(f"the broker exited with {self.broker.returncode}; see {log_file}")
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
-            ):
-                _say(f"   broker on {self.bootstrap}, log.dirs={self.log_dir}, log: {log_file}")
-                if self.secure:
-                    self._make_user(admin_password)
-                return
-            time.sleep(0.2)
-        raise DemoError(f"the broker did not listen on {self.port} within 60 s; see {log_file}")
+        try:
+            wait_listening(self.broker, self.port, "the broker", log_file)
+        except LoglakeError as exc:
+            raise DemoError(str(exc)) from None
+        _say(f"   broker on {self.bootstrap}, log.dirs={self.log_dir}, log: {log_file}")
+        if self.secure:
+            self._make_user(admin_password)
 
     def _make_user(self, admin_password: str) -> None:
         """``loglake users`` (logged in as the JAAS config's admin) gives the demo user a
@@ -343,7 +376,7 @@ class Demo:
         self.config.write_text(
             "# Written by `make demo`: the demo's pipeline configuration.\n"
             f"[paths]\nlog_dirs = [{json.dumps(str(self.log_dir))}]\n"
-            f"lake = {json.dumps(str(self.lake))}\n"
+            f"lake = {json.dumps(self.lake_uri)}\n"
             '[spark]\napp_name = "loglake"\nmaster = "local[2]"\n'
             '[spark.conf]\n"spark.sql.shuffle.partitions" = "4"\n'
             '"spark.ui.enabled" = "false"\n'
@@ -353,16 +386,23 @@ class Demo:
                 f"[kafka]\ncommand_config = {json.dumps(str(self.client_properties))}\n"
                 if self.secure
                 else ""
+            )
+            + (
+                "[storage]\n"
+                + "".join(f"{k} = {json.dumps(v)}\n" for k, v in self.s3.storage_section().items())
+                if self.s3
+                else ""
             ),
             encoding="utf-8",
         )
 
     def airflow_env(self) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("AIRFLOW", "PYSPARK", "VIRTUAL_ENV", "PYTHONPATH"))
-        }
+        # With --s3 the jobs learn where the store is from [storage] alone: no AWS_* variable
+        # of this shell reaches them (a real AWS session here would otherwise mix in).
+        dropped = ("AIRFLOW", "PYSPARK", "VIRTUAL_ENV", "PYTHONPATH") + (
+            ("AWS_",) if self.s3 else ()
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
         variables = {
             "loglake_root": str(ROOT),
             "loglake_config": str(self.config),
@@ -446,8 +486,10 @@ class Demo:
         from logstore.cli import main as loglake  # noqa: PLC0415
 
         shown = " ".join(query.split())
-        _say(f'$ loglake sql --lake {_rel(self.lake)} "{shown}"')
-        argv = ["sql", "--lake", str(self.lake), "--format", fmt, query]
+        # --s3: the lake and the store's settings come from the pipeline TOML, as for the jobs
+        where = ["--config", str(self.config)] if self.s3 else ["--lake", str(self.lake)]
+        _say(f'$ loglake sql {where[0]} {_rel(Path(where[1]))} "{shown}"')
+        argv = ["sql", *where, "--format", fmt, query]
         sys.stdout.flush()
         if loglake(argv) != 0:
             raise DemoError(f"loglake sql failed: {shown}")
@@ -466,13 +508,11 @@ class Demo:
 
     def snapshot(self) -> dict[str, tuple[int, int]]:
         """``{table: (version, rows)}`` of every table under the lake (delta-rs)."""
-        from deltalake import DeltaTable  # noqa: PLC0415
-
-        from pipelines.catalog import find_tables  # noqa: PLC0415
+        from pipelines.catalog import find_tables, open_table  # noqa: PLC0415
 
         out: dict[str, tuple[int, int]] = {}
-        for table in find_tables(self.lake):
-            dt = DeltaTable(str(table.path))
+        for table in find_tables(self.lake_uri):
+            dt = open_table(table)
             rows = sum(a.get("num_records") or 0 for a in _adds(dt))
             out[table.name] = (dt.version(), rows)
         return out
@@ -480,12 +520,16 @@ class Demo:
 
 def read_table(path: Path | str, columns: list[str] | None = None) -> Any:
     """A Delta table as one Arrow table through delta-rs's DataFusion engine, which honours
-    deletion vectors (compacted topic tables carry them; ``to_pyarrow_table`` refuses those)."""
+    deletion vectors (compacted topic tables carry them; ``to_pyarrow_table`` refuses those);
+    ``path`` may be on an object store (this process's storage settings)."""
     import pyarrow as pa  # noqa: PLC0415
     from deltalake import DeltaTable, QueryBuilder  # noqa: PLC0415
 
+    from logstore.objectstore import delta_target  # noqa: PLC0415
+
     cols = ", ".join(f'"{c}"' for c in columns) if columns else "*"
-    qb = QueryBuilder().register("t", DeltaTable(str(path)))
+    uri, options = delta_target(path)
+    qb = QueryBuilder().register("t", DeltaTable(uri, storage_options=options or None))
     return pa.table(qb.execute(f"SELECT {cols} FROM t").read_all())
 
 
@@ -551,6 +595,9 @@ def run_demo(demo: Demo) -> None:
     # Airflow's database is set up while the broker starts and the producers run.
     migrate = demo.start_migrate()
     try:
+        if demo.s3:
+            with demo.stage("s3 server"):
+                demo.start_s3()
         with demo.stage("broker"):
             demo.start_broker()
         with demo.stage("produce"):
@@ -579,6 +626,7 @@ def run_demo(demo: Demo) -> None:
             migrate.wait()
         with contextlib.suppress(DemoError):
             demo.stop_broker()
+        demo.stop_s3()
 
 
 def show_answers(demo: Demo) -> None:
@@ -613,8 +661,25 @@ def show_answers(demo: Demo) -> None:
         "SELECT run_id, count(*) AS expectations, sum(CASE WHEN success THEN 1 ELSE 0 END) "
         "AS held FROM quality_results GROUP BY run_id ORDER BY run_id"
     )
-    _say(f"   Data Docs: {demo.lake / '_quality' / 'data_docs' / 'index.html'}")
+    _say(f"   Data Docs: {demo.table('_quality/data_docs/index.html')}")
     verify(demo)
+    show_lake(demo)
+
+
+def show_lake(demo: Demo) -> None:
+    """Where the lake is, and what it holds, from a listing of its store."""
+    where = (
+        f"on the local S3 server {demo.s3.endpoint} (moto, in memory: gone when the demo ends)"
+        if demo.s3
+        else "on local disk"
+    )
+    _say(f"   the lake: {demo.lake_uri}, {where}; its config: {demo.config} ([paths] lake"
+         + (", [storage])" if demo.s3 else ")"))  # fmt: skip
+    tables = lake_tables(demo.lake_uri)
+    width = max(len(t.name) for t in tables)
+    for t in tables:
+        _say(f"     {t.name:<{width}}  version {t.version:<3} {t.objects:>4} objects "
+             f"{t.size / 1024:>8.1f} KiB  Delta {t.protocol()}")  # fmt: skip
 
 
 def verify(demo: Demo) -> None:
@@ -623,43 +688,41 @@ def verify(demo: Demo) -> None:
     their Data Docs need no network, retention removed ``clicks``' segments up to the log start
     the broker reports."""
 
-    records = read_table(demo.lake / "records", ["topic"])
+    records = read_table(demo.table("records"), ["topic"])
     counts: dict[str, int] = {}
     for topic in records.column("topic").to_pylist():
         counts[topic] = counts.get(topic, 0) + 1
     if counts != demo.sent:
         raise DemoError(f"records holds {counts}, the producers sent {demo.sent}")
-    profiles = read_table(demo.lake / "topics" / "profiles")
+    profiles = read_table(demo.table("topics/profiles"))
     keys = sorted(k.decode() for k in profiles.column("key").to_pylist())
     expected = sorted(f"profile-{k}" for k in range(TOMBSTONES, PROFILE_KEYS))
     if keys != expected:
         raise DemoError(f"topics/profiles holds {len(keys)} keys, expected {len(expected)}")
-    results = read_table(demo.lake / "quality_results")
+    results = read_table(demo.table("quality_results"))
     if not all(results.column("success").to_pylist()):
         raise DemoError("a quality expectation failed; see quality_results")
-    online = docs_needing_network(demo.lake / "_quality" / "data_docs")
+    online = docs_needing_network(demo.table("_quality/data_docs"))
     if online:
         raise DemoError(f"Data Docs pages load from the network: {', '.join(online[:3])}")
-    removed = read_table(demo.lake / "retention_log", ["topic", "end_offset"]).to_pylist()
+    removed = read_table(demo.table("retention_log"), ["topic", "end_offset"]).to_pylist()
     ends = [r["end_offset"] for r in removed if r["topic"] == "clicks"]
     low, _ = demo.watermarks("clicks")
     if not ends or max(ends) != low:
         raise DemoError(f"retention removed {ends} of clicks, the broker's log start is {low}")
 
 
-def docs_needing_network(site: Path) -> list[str]:
-    """The Data Docs pages of ``site`` that would still load a script or a stylesheet from a
-    CDN (the quality job serves them from the site: pipelines.quality.docs_site)."""
+def docs_needing_network(site: Path | str) -> list[str]:
+    """The Data Docs pages of ``site`` (a directory or an object-store prefix) that would still
+    load a script or a stylesheet from a CDN (the quality job serves them from the site:
+    pipelines.quality.docs_site)."""
     from pipelines.quality.docs_site import network_assets  # noqa: PLC0415
 
-    pages = sorted(site.rglob("*.html"))
+    store = open_store(LakeLocation.parse(site))
+    pages = [o.path for o in store.list() if o.path.endswith(".html")]
     if not pages:
         return [f"{site}: no pages"]
-    return [
-        str(page.relative_to(site))
-        for page in pages
-        if network_assets(page.read_text(encoding="utf-8"))
-    ]
+    return [page for page in pages if network_assets(store.read(page).decode("utf-8"))]
 
 
 def compare_snapshots(
@@ -688,6 +751,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=20_000, help="records of the orders topic")
     parser.add_argument("--dir", type=Path, default=ROOT / "var" / "demo", help="work directory")
     parser.add_argument(
+        "--s3",
+        action="store_true",
+        help="the lake on a local S3 server (moto), s3://loglake-demo/lake, reached through the "
+        "pipeline TOML's [storage]",
+    )
+    parser.add_argument(
         "--secure",
         action="store_true",
         help="the broker takes SASL_PLAINTEXT (SCRAM-SHA-512) only; every client logs in",
@@ -695,7 +764,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.records < 4:
         parser.error("--records must be at least 4")
-    demo = Demo(work=args.dir.resolve(), records=args.records, secure=args.secure)
+    demo = Demo(
+        work=args.dir.resolve(),
+        records=args.records,
+        secure=args.secure,
+        s3=LocalS3() if args.s3 else None,
+    )
     shutil.rmtree(demo.work, ignore_errors=True)
     demo.work.mkdir(parents=True)
     started = time.monotonic()

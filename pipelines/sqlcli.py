@@ -23,8 +23,15 @@ History: ``--history TABLE`` (or ``.history TABLE`` in the prompt) lists the ver
 the table's log, newest first: version, timestamp, operation, its parameters and metrics (JSON),
 in the chosen ``--format``.
 
+The lake and its store: ``--lake`` (a directory or ``s3://bucket/prefix``), else ``[paths]
+lake`` of ``--config`` (a pipeline TOML, ``conf/pipeline.toml``). An object store is reached
+with the standard AWS environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...), overridden
+by the ``[storage]`` keys of ``--config``, as every job reaches it
+(:func:`pipelines.config.storage_settings`); the file is checked whole, as the jobs check it.
+
 Exit codes: 0 success, 1 a query failed (bad SQL, unknown table or column; the message says
-which), 2 bad usage (no such lake directory, a bad ``--as-of-*`` or ``--history``).
+which), 2 bad usage (no such lake directory, no lake given, a bad ``--config``, ``--as-of-*``
+or ``--history``).
 
 This module imports only the standard library at import time (``loglake --help`` stays fast
 and the broker's CLI never loads Arrow); the work is in :func:`run`.
@@ -40,6 +47,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import QueryBuilder
 
+    from logstore.objectstore import StorageSettings
     from pipelines.catalog import LakeTable, Pin
 
 __all__ = ["add_arguments", "format_value", "run"]
@@ -73,15 +81,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         + _HELP
         + "\n\ntime travel: --as-of-version TABLE=N, --as-of-timestamp TABLE=TIMESTAMP (ISO-8601,"
         "\n  UTC unless a zone is given: the last version committed at or before it).\n"
-        "\nexit codes: 0 success, 1 a query failed, 2 bad usage (lake, --as-of-*, --history)."
+        "\nexit codes: 0 success, 1 a query failed, 2 bad usage (lake, --config, --as-of-*,"
+        "\n  --history)."
     )
     parser.add_argument(
         "query", nargs="?", help="one SQL statement (omit for the prompt; not with --history)"
     )
     parser.add_argument(
         "--lake",
-        required=True,
-        help="the lake: a directory, or s3://bucket/prefix (AWS_* environment for the store)",
+        help="the lake: a directory, or s3://bucket/prefix (default: [paths] lake of --config)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="TOML",
+        help="a pipeline TOML (conf/pipeline.toml): its [storage] keys over the AWS_* "
+        "environment reach an object store, its [paths] lake is the lake unless --lake",
     )
     parser.add_argument(
         "--format", choices=FORMATS, default="table", help="output format (default: table)"
@@ -118,14 +132,17 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.catalog import find_tables, parse_timestamps, parse_versions  # noqa: PLC0415
 
     try:
-        tables = find_tables(args.lake)
+        lake, settings = _lake_and_settings(args.lake, args.config)
+        tables = find_tables(lake, settings=settings)
         versions: dict[str, Pin] = {**parse_versions(args.as_of_version, tables)}
         for name, when in parse_timestamps(args.as_of_timestamp, tables).items():
             if name in versions:
                 raise InvalidConfigError(f"table {name!r} is pinned twice (--as-of-version and "
                                    "--as-of-timestamp): choose one")  # fmt: skip
             versions[name] = when
-        session = _Session(tables, versions, args.format, args.max_width, sys.stdout)
+        session = _Session(
+            tables, versions, args.format, args.max_width, sys.stdout, settings=settings
+        )
         if args.history is not None:
             if args.query is not None:
                 raise InvalidConfigError("--history takes no QUERY (it lists the table's versions)")
@@ -139,6 +156,24 @@ def run(args: argparse.Namespace) -> int:
     return session.repl(sys.stdin)
 
 
+def _lake_and_settings(lake: str | None, config: str | None) -> tuple[str, StorageSettings | None]:
+    """The lake (``--lake``, else ``[paths] lake`` of ``config``) and the object-store settings
+    (``[storage]`` of ``config`` over the environment; None without ``config``: the
+    environment's, read when a table opens)."""
+    from logstore.errors import InvalidConfigError  # noqa: PLC0415
+    from pipelines.config import read_pipeline_toml, storage_settings  # noqa: PLC0415
+
+    settings = None
+    if config is not None:
+        data = read_pipeline_toml(config)
+        settings = storage_settings(data, config)
+        lake = lake or data.get("paths", {}).get("lake")
+    if not lake:
+        where = f"{config} has no [paths] lake" if config else "no --config"
+        raise InvalidConfigError(f"no lake: give --lake DIR|s3://..., or --config ({where})")
+    return lake, settings
+
+
 class _Session:
     """Tables, pinned versions and output settings of one ``loglake sql`` run."""
 
@@ -149,7 +184,10 @@ class _Session:
         fmt: str,
         max_width: int,
         out: TextIO,
+        *,
+        settings: StorageSettings | None = None,
     ) -> None:
+        self.settings = settings
         self.tables = tables
         self.versions = versions
         self.fmt = fmt
@@ -161,7 +199,7 @@ class _Session:
         from pipelines.catalog import lake_query_builder  # noqa: PLC0415
 
         if self._qb is None:
-            self._qb = lake_query_builder(self.tables, self.versions)
+            self._qb = lake_query_builder(self.tables, self.versions, settings=self.settings)
         return self._qb
 
     def execute(self, sql: str) -> bool:
@@ -289,7 +327,7 @@ class _Session:
             if not found:
                 names = ", ".join(t.name for t in self.tables) or "none"
                 raise LoglakeError(f"no table {name!r} in the lake (tables: {names})")
-            history = table_history(found[0])
+            history = table_history(found[0], settings=self.settings)
         except LoglakeError as exc:
             print(f"loglake sql: error: {exc}", file=sys.stderr)
             return False

@@ -7,7 +7,9 @@ log_dirs = []``) the topic configs come from ``[ingest] bootstrap_servers`` (Des
 over the topics Metadata lists, connecting as ``[kafka]`` says), so the tables are the same
 as with log dirs; without either, only ``[compact] topics``. A topic's strategy: ``[compact.
 strategy] <topic> = "..."``, else its topic config ``compaction.strategy`` (KIP-280's name),
-else ``[compact] default_strategy`` (``offset``).
+else ``[compact] default_strategy`` (``offset``). Whether a topic's table is created with
+deletion vectors (:meth:`CompactConfig.deletion_vectors_for`): ``[compact.deletion_vectors]
+<topic> = false``, else ``[compact] default_deletion_vectors`` (true).
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ class CompactConfig:
     spark_conf: dict[str, str] = field(default_factory=dict)
     bootstrap_servers: str = ""  # [ingest]: the topic configs when there is no log dir
     kafka: ClientConfig | None = None  # [kafka]: how to connect to it
+    default_deletion_vectors: bool = True
+    deletion_vectors: dict[str, bool] = field(default_factory=dict)
+
+    def deletion_vectors_for(self, topic: str) -> bool:
+        """Whether ``topic``'s table takes deletion vectors (``[compact.deletion_vectors]``,
+        else ``default_deletion_vectors``)."""
+        return self.deletion_vectors.get(topic, self.default_deletion_vectors)
 
     @property
     def records_path(self) -> str:
@@ -87,6 +96,17 @@ def load_compact_config(
     buckets = compact.get("buckets", 16)
     if not isinstance(buckets, int) or not 1 <= buckets <= 65536:
         raise LoglakeError(f"[compact] buckets must be 1..65536, got {buckets!r}", path=where)
+    raw_dvs = compact.get("deletion_vectors", {})
+    if not isinstance(raw_dvs, dict) or not all(isinstance(v, bool) for v in raw_dvs.values()):
+        raise LoglakeError(
+            "[compact.deletion_vectors] must be a table of topic = true/false", path=where
+        )
+    default_dvs = compact.get("default_deletion_vectors", True)
+    if not isinstance(default_dvs, bool):
+        raise LoglakeError(
+            f"[compact] default_deletion_vectors must be true or false, got {default_dvs!r}",
+            path=where,
+        )
     compression = str(compact.get("compression", "zstd"))
     if compression not in PARQUET_CODECS:
         raise LoglakeError(
@@ -108,6 +128,8 @@ def load_compact_config(
         spark_conf=common.spark_conf,
         bootstrap_servers=str(_table(data, "ingest", where).get("bootstrap_servers", "")),
         kafka=kafka_client_config(data, p),
+        default_deletion_vectors=default_dvs,
+        deletion_vectors={validate_topic(str(t)): v for t, v in raw_dvs.items()},
     )
 
 

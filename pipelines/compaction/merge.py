@@ -83,8 +83,9 @@ class TaskPlan:
     # insert and the commit removes nothing, and a change-data reader takes a commit without
     # cdc files as its added rows (the Delta protocol's rule)
     change_data: bool = True
-    # the lake's storage settings (the driver's environment): the executors' file operations
-    settings: StorageSettings = field(default_factory=StorageSettings.from_environment)
+    # the lake's storage settings (the driver's: the job's [storage] over its environment,
+    # StorageSettings.default): the executors' file operations, whose environment is the JVM's
+    settings: StorageSettings = field(default_factory=StorageSettings.default)
 
 
 # An incremental run rewrites a bucket instead of adding deletion vectors when the bucket's

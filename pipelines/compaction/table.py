@@ -10,8 +10,11 @@ refuses table properties it does not know); a run whose settings differ is refus
 is a ``--full`` rebuild.
 
 Deletion vectors: the topic table is created with ``delta.enableDeletionVectors`` (protocol
-reader 3 / writer 7). An incremental run merges a bucket by marking the rows it replaces or
-deletes in a deletion vector of their file (``pipelines.delta.deletion_vectors``: the Delta DV
+reader 3 / writer 7), unless ``[compact.deletion_vectors] <topic> = false`` (or ``[compact]
+default_deletion_vectors = false``): then it is created without them (reader 1 / writer 4, the
+change data feed's) and every run rewrites the buckets it changes (copy-on-write). With them,
+an incremental run merges a bucket by marking the rows it replaces or deletes in a deletion
+vector of their file (``pipelines.delta.deletion_vectors``: the Delta DV
 format, files under ``<table>/dv/``; the file is removed and added again with its new vector in
 the commit) and writing only the new rows, so its writes grow with the change, not with the
 table; a bucket is rewritten instead when its files would be more than half deleted rows
@@ -20,8 +23,10 @@ has 16 files (``DV_MAX_DELETED_SHARE``, ``DV_MAX_FILES``). ``--full`` writes fil
 vectors. Readers that honour them: delta-rs's DataFusion (``deltalake.QueryBuilder``,
 ``loglake sql``), polars, Spark through ``pipelines.delta`` (``read_delta``, ``format("delta")``);
 deltalake 1.6's ``to_pyarrow_table``/``to_pyarrow_dataset`` refuse such a table (they do not
-support the ``deletionVectors`` reader feature). A table created before has no such feature and
-keeps rewriting its buckets.
+support the ``deletionVectors`` reader feature). The feature is fixed when the table is
+created: a table created without it keeps rewriting its buckets whatever the option says, and
+one created with it keeps the feature (its runs stop writing new vectors when the option turns
+them off; readers lacking the feature need the table recreated: delete it and re-run).
 
 Progress: app transactions ``loglake-compact/<topic>/<partition>`` in the table = the next
 offset of ``records`` the table reflects (ingest's progress at the ``records`` snapshot read).
@@ -184,16 +189,35 @@ def compact_topic(
         return result
     ends = ingest_progress(records_path, rec_dt, topic)
     path = table_path(config.lake, topic)
+    want_dvs = config.deletion_vectors_for(topic)
     reap_dead_runs(path, tombstones_path(config.lake, topic), log)
     existing = load_table(path)
     if existing is None and not ends:
         # Every loglake table exists after its job's first run, empty if nothing went there.
-        dt, _, _ = ensure_table(path, strategy, config.buckets, full=False, cdf=True)
+        dt, _, _ = ensure_table(
+            path, strategy, config.buckets, full=False, cdf=True, deletion_vectors=want_dvs
+        )
         log(f"{topic}: nothing ingested yet (empty table created)")
         result.table_version = dt.version()
         return result
     # step 1: progress
-    dt, buckets, metadata = ensure_table(path, strategy, config.buckets, full=full, cdf=True)
+    dt, buckets, metadata = ensure_table(
+        path, strategy, config.buckets, full=full, cdf=True, deletion_vectors=want_dvs
+    )
+    has_dvs = "deletionVectors" in (dt.protocol().reader_features or [])
+    if has_dvs != want_dvs:
+        log(
+            f"{topic}: the table was created {'with' if has_dvs else 'without'} deletion vectors "
+            f"(its protocol is fixed at creation); the config says "
+            f"deletion_vectors = {str(want_dvs).lower()}: "
+            + (
+                "buckets are rewritten, no new vectors (readers without the feature still "
+                "refuse the table: delete it and re-run to recreate it without)"
+                if has_dvs
+                else "buckets are rewritten as before (delete the table and re-run to "
+                "recreate it with them)"
+            )
+        )
     tomb_root = tombstones_path(config.lake, topic) if strategy.kind != "offset" else None
     tomb_dt = None
     tomb_meta = None
@@ -235,7 +259,7 @@ def compact_topic(
         tomb_files={} if full else tomb_paths,
         deleted=deleted,
         change_data=bool(main_files),
-        deletion_vectors="deletionVectors" in (dt.protocol().reader_features or []),
+        deletion_vectors=has_dvs and want_dvs,
     )
     log(
         f"{topic}: strategy {strategy}, {buckets} buckets; reading {len(rec_files)} records "

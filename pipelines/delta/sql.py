@@ -23,10 +23,11 @@ tables' ``max_timestamp`` is shown there as a timestamp, the raw milliseconds as
 ``max_timestamp_ms``.
 
 On an object store (``s3://...``, :mod:`logstore.objectstore`) delta-rs opens the tables with the
-storage options of the environment; Spark, lacking Hadoop's S3 connector offline, reads them
-through the Python data source (``pipelines.delta.source``, handed the same settings), whose
-executors read the Parquet files through pyarrow's filesystem. A session with native Delta is
-expected to have ``s3a://`` configured and reads them itself.
+storage options of the environment (or of ``settings=``, e.g. a pipeline TOML's ``[storage]``);
+Spark, lacking Hadoop's S3 connector offline, reads them through the Python data source
+(``pipelines.delta.source``, handed the same settings), whose executors read the Parquet files
+through pyarrow's filesystem. A session with native Delta is expected to have ``s3a://``
+configured and reads them itself.
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ __all__ = ["query_delta", "read_delta", "register_delta_view", "register_lake_vi
 _MAX_MS = 9_000_000_000_000_000
 
 
-def _open(path: str | Path, version: int | None) -> DeltaTable:
-    uri, options = delta_target(path)
+def _open(
+    path: str | Path, version: int | None, settings: StorageSettings | None = None
+) -> DeltaTable:
+    uri, options = delta_target(path, settings=settings)
     dt = DeltaTable(uri, storage_options=options) if options else load_table(uri)
     if dt is not None and version is not None:
         dt.load_as_version(version)
@@ -62,11 +65,18 @@ def _open(path: str | Path, version: int | None) -> DeltaTable:
     return dt
 
 
-def read_delta(spark: SparkSession, path: str | Path, *, version: int | None = None) -> DataFrame:
-    """The table at ``path`` (latest snapshot, or ``version``) as a Spark DataFrame."""
+def read_delta(
+    spark: SparkSession,
+    path: str | Path,
+    *,
+    version: int | None = None,
+    settings: StorageSettings | None = None,
+) -> DataFrame:
+    """The table at ``path`` (latest snapshot, or ``version``) as a Spark DataFrame
+    (``settings``: how to reach an object store; default the job's or the environment's)."""
     location = LakeLocation.parse(path)
     if not location.is_local:
-        return _read_remote(spark, location, version)
+        return _read_remote(spark, location, version, settings)
     root = location.uri
     dt = _open(root, version)
     arrow_schema = pa.schema(dt.schema().to_arrow())
@@ -86,17 +96,22 @@ def read_delta(spark: SparkSession, path: str | Path, *, version: int | None = N
     return df.select(*names)
 
 
-def _read_remote(spark: SparkSession, location: LakeLocation, version: int | None) -> DataFrame:
+def _read_remote(
+    spark: SparkSession,
+    location: LakeLocation,
+    version: int | None,
+    settings: StorageSettings | None = None,
+) -> DataFrame:
     """A table on an object store, through ``format("delta")`` (the Python data source unless
     the session has native Delta), with this process's storage settings as options: Spark's
     Python workers inherit the JVM's environment, not this process's."""
     from pipelines.delta.source import register_delta_source  # noqa: PLC0415
 
-    _open(location.uri, version)  # a missing table or version: the same error as locally
+    _open(location.uri, version, settings)  # a missing table or version: as locally
     reader = spark.read.format(FORMAT)
     if register_delta_source(spark):
-        settings = StorageSettings.default()
-        for key, value in settings.to_overrides().items():
+        resolved = settings if settings is not None else StorageSettings.default()
+        for key, value in resolved.to_overrides().items():
             reader = reader.option(STORAGE_OPTION_PREFIX + key, value)
     if version is not None:
         reader = reader.option("versionAsOf", str(version))
@@ -125,8 +140,13 @@ def register_lake_views(
     lake: str | Path,
     *,
     versions: Mapping[str, int] | None = None,
+    settings: StorageSettings | None = None,
 ) -> dict[str, DataFrame]:
     """Register every Delta table under ``lake`` as a temporary view, in one call.
+
+    ``settings``: how to reach a lake on an object store (e.g. ``pipelines.config.
+    storage_settings`` of a pipeline TOML, its ``[storage]`` over the AWS environment); default:
+    the job's, else the environment's.
 
     Names as ``loglake sql`` gives them (``records``, ``quarantine``, ``offset_lookup``,
     ``time_lookup``, ``topics/<name>`` as ``topics_<name>``, ...); ``versions`` pins tables to
@@ -137,7 +157,7 @@ def register_lake_views(
     from pipelines.session import delta_spark_available  # noqa: PLC0415
 
     native = delta_spark_available(spark)
-    tables = find_tables(lake)
+    tables = find_tables(lake, settings=settings)
     pinned = parse_versions(
         [f"{k}={v}" for k, v in (versions or {}).items()], tables, flag="versions"
     )
@@ -150,7 +170,7 @@ def register_lake_views(
                 reader = reader.option("versionAsOf", str(version))
             df = reader.load(str(table.path))
         else:
-            df = read_delta(spark, table.path, version=version)
+            df = read_delta(spark, table.path, version=version, settings=settings)
         columns = view_columns(table.name, _arrow_schema(df))
         if columns is not None:
             exprs: list[Any] = []

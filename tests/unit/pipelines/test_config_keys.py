@@ -70,6 +70,9 @@ BAD = [
     ('[compact.strategy]\norders = "hdr:v"\n',
      "[compact.strategy] 'orders' = \"hdr:v\": expected a compaction strategy"),
     ('[compact.strategy]\n"bad topic" = "offset"\n', "each key must be a Kafka topic name"),
+    ('[compact.deletion_vectors]\norders = "no"\n',
+     '[compact.deletion_vectors] \'orders\' = "no": expected a boolean'),
+    ("[compact]\ndefault_deletion_vectors = 0\n", "expected a boolean"),
     ('[spark.conf]\n"spark.x" = ["a"]\n', "expected a string, a number or a boolean, got a list"),
     ("[spark.conf]\nsub = {a = 1}\n", "expected a string, a number or a boolean, got a table"),
     # unknown sections and keys, tables
