@@ -42,11 +42,9 @@ upsert tables that keep tombstones ``decode.before_table_merge`` (:mod:`pipeline
 
 from __future__ import annotations
 
-import base64
 import os
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -56,14 +54,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 from logstore.errors import CorruptRecordError, InvalidConfigError
 from logstore.failpoints import failpoint, kill_session
+from logstore.objectstore import StorageSettings
 from pipelines.compaction.model import Strategy
-from pipelines.delta.commit import commit_files, ensure_table, load_table
-from pipelines.delta.direct import stage_files
-from pipelines.delta.files import PartitionedFileWriter
+from pipelines.delta.commit import ensure_table, load_table
+from pipelines.delta.direct import StagedWrite, stage_files
+from pipelines.delta.files import PartitionedFileWriter, WrittenFile
+from pipelines.delta.staging import check_lease
 from pipelines.ingest import read_progress
 from pipelines.typed.columns import SchemaChangeError, conform, merge_schemas
 from pipelines.typed.config import DecodeConfig
@@ -83,6 +84,7 @@ __all__ = [
     "APP_PREFIX",
     "DEAD_LETTERS_SCHEMA",
     "KAFKA_TYPE",
+    "DeadLetterSink",
     "DecodeFailedError",
     "DecodeSummary",
     "TopicResult",
@@ -195,8 +197,10 @@ class _Task:
     value_schema: RegisteredSchema
     key_schema: RegisteredSchema | None
     target: pa.Schema
+    dead_letters: DeadLetterSink
     upsert: bool = False  # keep tombstones, add _deleted (and _version for a CDC field)
     cdc_order: str | None = None  # a CDC topic: "offset" or the envelope's version field
+    strategy: Strategy | None = None  # an upsert topic's rule (None: CDC, by ``_version``)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,50 +246,99 @@ def _kafka_column(rows: pa.Table, key_ids: pa.Array, value_ids: pa.Array) -> pa.
     )
 
 
+@dataclass(frozen=True)
+class DeadLetterSink:
+    """Where a task writes its dead letters: Parquet files of ``dead_letters`` under the write
+    id of the driver's staged write of that table (its lease), committed by the driver."""
+
+    root: str
+    write_id: str
+    settings: StorageSettings
+    compression: str
+
+
+class _DeadLetterWriter:
+    """A task's dead letters, written as it meets them (opened at the first one): the task
+    keeps no row, and only the files' metadata goes back to the driver."""
+
+    def __init__(self, sink: DeadLetterSink) -> None:
+        self._sink = sink
+        self._writer: PartitionedFileWriter | None = None
+        self.rows = 0
+
+    def write(self, rows: pa.Table) -> None:
+        if not rows.num_rows:
+            return
+        if self._writer is None:
+            ctx = TaskContext.get()
+            sink = self._sink
+            check_lease(sink.root, sink.write_id, settings=sink.settings)
+            self._writer = PartitionedFileWriter(
+                sink.root,
+                settings=sink.settings,
+                write_id=sink.write_id,
+                task_id=ctx.partitionId() if ctx is not None else 0,
+                attempt=ctx.attemptNumber() if ctx is not None else 0,
+                partition_by=[],
+                compression=sink.compression,
+            )
+        self._writer.write(rows)
+        self.rows += rows.num_rows
+
+    def close(self) -> list[WrittenFile]:
+        if self._writer is None:
+            return []
+        files = self._writer.close()
+        check_lease(self._sink.root, self._sink.write_id, settings=self._sink.settings)
+        return files
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.abort()
+
+
 def _dead_rows(
+    task: _Task,
     rows: pa.Table,
     mask: pa.Array,
     *,
     part: pa.Array,
     ids: pa.Array,
     errors: pa.Array,
-    dead_from: Mapping[int, int],
-) -> list[dict[str, Any]]:
-    """The rows of ``mask`` not yet in dead_letters, as JSON-able reports (rare: per row)."""
-    picked = rows.append_column("_part", part).append_column("_id", ids)
-    picked = picked.append_column("_error", errors).filter(mask)
-    micros = picked["timestamp"].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    picked = picked.set_column(picked.schema.get_field_index("timestamp"), "timestamp", micros)
-    out = []
-    for r in picked.to_pylist():
-        if r["offset"] < dead_from.get(r["partition"], 0):
-            continue
-        out.append(
-            {
-                "partition": r["partition"],
-                "offset": r["offset"],
-                "timestamp": r["timestamp"],
-                "part": r["_part"],
-                "schema_id": r["_id"],
-                "error": r["_error"],
-                "key": None if r["key"] is None else base64.b64encode(r["key"]).decode(),
-                "value": None if r["value"] is None else base64.b64encode(r["value"]).decode(),
-                "headers": [
-                    [
-                        h["key"],
-                        None if h["value"] is None else base64.b64encode(h["value"]).decode(),
-                    ]
-                    for h in r["headers"]
-                ],
-            }
-        )
-    return out
+) -> pa.Table:
+    """The rows of ``mask`` not yet in dead_letters (offsets ``>= task.dead_from``), in
+    :data:`DEAD_LETTERS_SCHEMA` (column at a time)."""
+    top = np.iinfo(np.int64).max
+    fresh = {p: (d, top) for p, d in task.dead_from.items()}
+    keep = pc.and_(mask, _in_ranges(rows["partition"], rows["offset"], fresh))
+    picked = rows.filter(keep)
+    n = picked.num_rows
+    return pa.Table.from_arrays(
+        [
+            pa.repeat(pa.scalar(task.topic, pa.string()), n),
+            picked["partition"].cast(pa.int32()),
+            picked["offset"].cast(pa.int64()),
+            picked["timestamp"].cast(pa.timestamp("us", tz="UTC")),
+            part.filter(keep),
+            ids.filter(keep).cast(pa.int32()),
+            errors.filter(keep).cast(pa.string()),
+            picked["key"].cast(pa.binary()),
+            picked["value"].cast(pa.binary()),
+            picked["headers"].cast(_HEADERS),
+        ],
+        schema=DEAD_LETTERS_SCHEMA,
+    )
 
 
 def _decode_rows(
-    task: _Task, rows: pa.Table, value_dec: Decoders, key_dec: Decoders | None
+    task: _Task,
+    rows: pa.Table,
+    value_dec: Decoders,
+    key_dec: Decoders | None,
+    dead: _DeadLetterWriter,
 ) -> Iterator[Any]:
-    """Decoded rows of ``rows`` (no tombstones) in ``task.target``'s shape, then reports."""
+    """Decoded rows of ``rows`` (no tombstones) in ``task.target``'s shape, then reports; the
+    rows that did not decode go to ``dead``."""
     n = rows.num_rows
     value = decode_column(rows["value"].combine_chunks(), value_dec)
     errors = value.errors
@@ -311,11 +364,15 @@ def _decode_rows(
     nfailed = pc.sum(failed).as_py() or 0
     if nfailed:
         assert part is not None
+        first = int(pc.index(failed, True).as_py())
         yield {
-            "dead": _dead_rows(
-                rows, failed, part=part, ids=ids, errors=errors, dead_from=task.dead_from
-            )
+            "first_error": [
+                rows["partition"][first].as_py(),
+                rows["offset"][first].as_py(),
+                errors[first].as_py(),
+            ]
         }
+        dead.write(_dead_rows(task, rows, failed, part=part, ids=ids, errors=errors))
     ok = pc.invert(failed)
     values = value.values
     deleted = pa.nulls(n, pa.bool_()).fill_null(False)
@@ -356,16 +413,29 @@ def _tombstone_rows(task: _Task, rows: pa.Table) -> Iterator[pa.RecordBatch]:
 
 
 def _produce(task: _Task) -> Iterator[Any]:
+    """One task: decoded record batches and reports; its dead letters written to files of
+    ``dead_letters`` (reported as ``dead_files``), removed again if the task fails."""
     client = RegistryClient(task.registry_url)
     value_dec = Decoders(client, task.value_schema)
     key_dec = Decoders(client, task.key_schema, bare=True) if task.key_schema is not None else None
-    for path in task.files:
-        for rows in _read_records(path, task.ranges):
-            yield from _decode_batch(task, rows, value_dec, key_dec)
+    dead = _DeadLetterWriter(task.dead_letters)
+    try:
+        for path in task.files:
+            for rows in _read_records(path, task.ranges):
+                yield from _decode_batch(task, rows, value_dec, key_dec, dead)
+        files = dead.close()
+    except BaseException:
+        dead.abort()
+        raise
+    yield {"dead_letters": dead.rows, "dead_files": [asdict(f) for f in files]}
 
 
 def _decode_batch(
-    task: _Task, rows: pa.Table, value_dec: Decoders, key_dec: Decoders | None
+    task: _Task,
+    rows: pa.Table,
+    value_dec: Decoders,
+    key_dec: Decoders | None,
+    dead: _DeadLetterWriter,
 ) -> Iterator[Any]:
     """One batch of records: tombstones counted (kept for an upsert table), the rest decoded."""
     live = rows["value"].is_valid()
@@ -376,7 +446,7 @@ def _decode_batch(
             yield from _tombstone_rows(task, rows.filter(pc.invert(live)))
         rows = rows.filter(live)
     if rows.num_rows:
-        yield from _decode_rows(task, rows, value_dec, key_dec)
+        yield from _decode_rows(task, rows, value_dec, key_dec, dead)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,65 +525,32 @@ def _grow(root: str, dt: DeltaTable, target: pa.Schema, log: Log) -> list[str]:
     return added
 
 
-def _write_dead_letters(
-    config: DecodeConfig,
-    topic: str,
-    rows: list[dict[str, Any]],
+def _stage_dead_letters(spark: SparkSession, config: DecodeConfig) -> StagedWrite:
+    """The run's staged write of ``dead_letters`` (its lease taken, no file yet): the tasks
+    write their dead letters under its write id (:class:`DeadLetterSink`), the driver adds the
+    files they report and commits them (:func:`_commit_dead_letters`)."""
+    root = config.dead_letters_path
+    ensure_table(root, DEAD_LETTERS_SCHEMA, [])
+    return stage_files(
+        spark, root, [], _produce, schema=DEAD_LETTERS_SCHEMA, compression=config.compression
+    )
+
+
+def _sink(staged: StagedWrite, config: DecodeConfig) -> DeadLetterSink:
+    return DeadLetterSink(staged.root, staged.write_id, staged.settings, config.compression)
+
+
+def _commit_dead_letters(
+    staged: StagedWrite,
+    reports: Sequence[Any],
     apps: Mapping[str, int],
     expected: Mapping[str, int | None],
 ) -> None:
-    """Append ``rows`` with progress ``apps`` to dead_letters in one commit (a no-op when the
-    table already has that progress)."""
-    root = config.dead_letters_path
-    ensure_table(root, DEAD_LETTERS_SCHEMA, [])
-
-    def raw(text: str | None) -> bytes | None:
-        return None if text is None else base64.b64decode(text)
-
-    table = pa.Table.from_pylist(
-        [
-            {
-                "topic": topic,
-                "partition": r["partition"],
-                "offset": r["offset"],
-                "timestamp": r["timestamp"],
-                "part": r["part"],
-                "schema_id": r["schema_id"],
-                "error": r["error"],
-                "key": raw(r["key"]),
-                "value": raw(r["value"]),
-                "headers": [{"key": k, "value": raw(v)} for k, v in r["headers"]],
-            }
-            for r in rows
-        ],
-        schema=pa.schema(
-            [
-                f if f.name != "timestamp" else pa.field("timestamp", pa.int64())
-                for f in DEAD_LETTERS_SCHEMA
-            ]
-        ),
-    )
-    writer = PartitionedFileWriter(
-        root,
-        write_id=uuid.uuid4().hex,
-        task_id=0,
-        attempt=0,
-        partition_by=[],
-        compression=config.compression,
-    )
-    try:
-        if table.num_rows:
-            writer.write(table.cast(DEAD_LETTERS_SCHEMA))
-        commit_files(
-            root,
-            writer.close(),
-            schema=DEAD_LETTERS_SCHEMA,
-            app_transactions=apps,
-            expected_versions=expected,
-        )
-    except BaseException:
-        writer.abort()
-        raise
+    """Commit the dead-letter files the tasks reported with progress ``apps`` in one commit (a
+    no-op, the files removed, when the table already has that progress)."""
+    for report in reports:
+        staged.files.extend(WrittenFile(**f) for f in report.get("dead_files", ()))
+    staged.commit(app_transactions=apps, expected_versions=expected)
 
 
 def decode_topic(
@@ -575,33 +612,42 @@ def decode_topic(
     dead_from = {p: max(dead_done.get(p, 0), s) for p, (s, _e) in ranges.items()}
     files = _record_files(config.records_path, records, topic, ranges)
     parallelism = spark.sparkContext.defaultParallelism
+    apps = {app_id(topic, p): e for p, e in ingested.items()}
+    dead_expected = {app_id(topic, p): dead_done.get(p) for p in ingested}
+    dead_staged = _stage_dead_letters(spark, config)
     tasks = [
         _Task(group, topic, ranges, dead_from, config.registry_url, value_schema, key_schema,
-              target, upsert=upsert, cdc_order=cdc_order)
+              target, _sink(dead_staged, config), upsert=upsert, cdc_order=cdc_order,
+              strategy=None if cdc_order is not None else strategy)
         for group in _groups(files, parallelism)
     ]  # fmt: skip
     if upsert:
-        return _decode_upsert(config, topic, tasks, spark, result, strategy=strategy,
-                              done=done, dead_done=dead_done, ingested=ingested)  # fmt: skip
-    staged = stage_files(
-        spark,
-        root,
-        tasks,
-        _produce,
-        schema=target,
-        compression=config.compression,
-        max_rows_per_file=config.max_rows_per_file,
-    )
-    dead, failed = _tally(result, staged.reports)
-    if failed and config.on_error == "fail":
-        staged.abort()
-        _fail(topic, failed, dead)
-    apps = {app_id(topic, p): e for p, e in ingested.items()}
+        return _decode_upsert(config, topic, tasks, spark, result=result, dead_staged=dead_staged,
+                              done=done, apps=apps, dead_expected=dead_expected)  # fmt: skip
     try:
-        failpoint("decode.before_dead_letters", kill=kill_session)
-        _write_dead_letters(
-            config, topic, dead, apps, {app_id(topic, p): dead_done.get(p) for p in ingested}
+        staged = stage_files(
+            spark,
+            root,
+            tasks,
+            _produce,
+            schema=target,
+            compression=config.compression,
+            max_rows_per_file=config.max_rows_per_file,
         )
+    except BaseException:
+        dead_staged.abort()
+        raise
+    try:
+        failed, first = _tally(result, staged.reports)
+        if failed and config.on_error == "fail":
+            _fail(topic, failed, first)
+        failpoint("decode.before_dead_letters", kill=kill_session)
+    except BaseException:
+        staged.abort()
+        dead_staged.abort()
+        raise
+    try:
+        _commit_dead_letters(dead_staged, staged.reports, apps, dead_expected)  # aborts itself
         failpoint("decode.before_commit", kill=kill_session)
     except BaseException:
         staged.abort()
@@ -682,25 +728,26 @@ def _fit(
     raise refused
 
 
-def _tally(result: TopicResult, reports: Sequence[Any]) -> tuple[list[dict[str, Any]], int]:
-    """Dead letters and the count of failed records of the tasks' reports; counts into
-    ``result``."""
-    dead: list[dict[str, Any]] = []
+def _tally(result: TopicResult, reports: Sequence[Any]) -> tuple[int, list[Any] | None]:
+    """The count of failed records in the tasks' reports and the first failure (partition,
+    offset, error); counts rows, tombstones and dead letters written into ``result``."""
     failed = 0
+    first: list[Any] | None = None
     for report in reports:
-        dead.extend(report.get("dead", ()))
         failed += int(report.get("failed", 0))
         result.tombstones += int(report.get("tombstones", 0))
         result.rows += int(report.get("rows", 0))
-    result.dead_letters = len(dead)
-    return dead, failed
+        result.dead_letters += int(report.get("dead_letters", 0))
+        if first is None and "first_error" in report:
+            first = report["first_error"]
+    return failed, first
 
 
-def _fail(topic: str, failed: int, dead: list[dict[str, Any]]) -> None:
-    first = dead[0] if dead else {}
+def _fail(topic: str, failed: int, first: list[Any] | None) -> None:
+    partition, offset, error = first or (None, None, None)
     raise DecodeFailedError(
         f"topic {topic!r}: {failed} records did not decode (first: partition "
-        f"{first.get('partition')} offset {first.get('offset')}: {first.get('error')}); "
+        f"{partition} offset {offset}: {error}); "
         'nothing committed ([decode] on_error = "dead_letter" sends them to dead_letters)'
     )
 
@@ -710,36 +757,44 @@ def _decode_upsert(
     topic: str,
     tasks: Sequence[_Task],
     spark: SparkSession,
-    result: TopicResult,
     *,
-    strategy: Strategy | None,
+    result: TopicResult,
+    dead_staged: StagedWrite,
     done: Mapping[int, int],
-    dead_done: Mapping[int, int],
-    ingested: Mapping[int, int],
+    apps: Mapping[str, int],
+    dead_expected: Mapping[str, int | None],
 ) -> TopicResult:
-    """Steps 3-4 for a compacted or CDC topic (:mod:`pipelines.typed.upsert`)."""
-    rows, reports = collect_tasks(spark, tasks, _produce)
-    dead, failed = _tally(result, reports)
-    if failed and config.on_error == "fail":
-        _fail(topic, failed, dead)
-    apps = {app_id(topic, p): e for p, e in ingested.items()}
-    failpoint("decode.before_dead_letters", kill=kill_session)
-    _write_dead_letters(
-        config, topic, dead, apps, {app_id(topic, p): dead_done.get(p) for p in ingested}
-    )
+    """Steps 3-4 for a compacted or CDC topic (:mod:`pipelines.typed.upsert`): each task's
+    own winners come back to the driver, which merges the run's winners into the table."""
+    task = tasks[0] if tasks else None
+    by_key_only = topic in config.cdc
+    strategy = task.strategy if task is not None else None
+    try:
+        rows, reports = collect_tasks(
+            spark, tasks, _produce, strategy=strategy, by_key_only=by_key_only
+        )
+        failed, first = _tally(result, reports)
+        if failed and config.on_error == "fail":
+            _fail(topic, failed, first)
+        failpoint("decode.before_dead_letters", kill=kill_session)
+    except BaseException:
+        dead_staged.abort()
+        raise
+    _commit_dead_letters(dead_staged, reports, apps, dead_expected)
     failpoint("decode.before_commit", kill=kill_session)
     root = config.table_path(topic)
+    compacted = config.compacted.get(topic)
     result.committed = merge_winners(
         root,
         rows,
         schema=_table_schema(DeltaTable(root)),
-        strategy=strategy if topic not in config.cdc else None,
-        by_key_only=topic in config.cdc,
+        strategy=compacted if not by_key_only else None,
+        by_key_only=by_key_only,
         apps=apps,
-        expected={app_id(topic, p): done.get(p) for p in ingested},
+        expected={app_id(topic, p): done.get(p) for p in result.progress},
         tombstones=(
             None
-            if config.cdc.get(topic, "") == "offset" or (strategy and strategy.kind == "offset")
+            if config.cdc.get(topic, "") == "offset" or (compacted and compacted.kind == "offset")
             else tombstones_path(config.lake, topic)
         ),
     )

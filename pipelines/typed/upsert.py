@@ -59,6 +59,7 @@ __all__ = [
     "collect_tasks",
     "envelope_version",
     "merge_winners",
+    "pick_winners",
     "tombstones_path",
 ]
 
@@ -91,10 +92,17 @@ def envelope_version(envelope: pa.StructArray, path: str) -> pa.Array:
 
 
 def collect_tasks(
-    spark: SparkSession, tasks: Sequence[Any], produce: Callable[[Any], Iterable[Any]]
+    spark: SparkSession,
+    tasks: Sequence[Any],
+    produce: Callable[[Any], Iterable[Any]],
+    *,
+    strategy: Strategy | None,
+    by_key_only: bool,
 ) -> tuple[pa.Table | None, list[Any]]:
-    """Run ``produce`` over ``tasks`` in the executors; its record batches come back to the
-    driver as one table (Arrow IPC), its other items as reports."""
+    """Run ``produce`` over ``tasks`` in the executors; each task keeps only its own winners
+    of the record batches it produced (:func:`pick_winners`: the winner is a maximum, so the
+    winner among the tasks' winners is the run's) and sends them back to the driver as one
+    table (Arrow IPC); the other items ``produce`` yields come back as reports."""
 
     def run(task: Any) -> tuple[bytes, list[Any]]:
         batches: list[pa.RecordBatch] = []
@@ -103,10 +111,13 @@ def collect_tasks(
             (batches if isinstance(item, pa.RecordBatch) else reports).append(item)
         if not batches:
             return b"", reports
+        rows = pick_winners(
+            pa.Table.from_batches(batches), strategy=strategy, by_key_only=by_key_only
+        )
+        del batches
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batches[0].schema) as writer:
-            for b in batches:
-                writer.write_batch(b)
+        with pa.ipc.new_stream(sink, rows.schema) as writer:
+            writer.write_table(rows)
         return sink.getvalue().to_pybytes(), reports
 
     if not tasks:
@@ -116,6 +127,18 @@ def collect_tasks(
     tables = [pa.ipc.open_stream(buf).read_all() for buf, _ in results if buf]
     reports = [r for _, rs in results for r in rs]
     return (pa.concat_tables(tables) if tables else None), reports
+
+
+def pick_winners(rows: pa.Table, *, strategy: Strategy | None, by_key_only: bool) -> pa.Table:
+    """The winning row of each key of ``rows`` (decoded rows with ``_deleted``), its
+    ``_version`` set to the version it won with (``strategy`` None: CDC, ``_version`` as
+    decoded). Idempotent: the winners of winners are the same rows with the same versions."""
+    ranked = _rank_table(rows, by_key_only=by_key_only)
+    version = rows.column(VERSION) if strategy is None else versions(ranked, strategy)
+    picked = pa.array(winner_indices(ranked, version), type=pa.int64())
+    out = rows.take(picked)
+    return out.set_column(out.schema.get_field_index(VERSION), VERSION,
+                          pc.take(version, picked).cast(pa.int64()))  # fmt: skip
 
 
 def _rank_table(rows: pa.Table, *, by_key_only: bool) -> pa.Table:
@@ -154,12 +177,7 @@ def merge_winners(
     if rows is None or rows.num_rows == 0:
         commit_files(root, [], schema=schema, app_transactions=apps, expected_versions=expected)
         return True
-    ranked = _rank_table(rows, by_key_only=by_key_only)
-    version = rows.column(VERSION) if strategy is None else versions(ranked, strategy)
-    picked = pa.array(winner_indices(ranked, version), type=pa.int64())
-    source = rows.take(picked)
-    source = source.set_column(source.schema.get_field_index(VERSION), VERSION,
-                               pc.take(version, picked).cast(pa.int64()))  # fmt: skip
+    source = pick_winners(rows, strategy=strategy, by_key_only=by_key_only)
     columns = [f.name for f in schema]
     source = source.select([*columns, DELETED])
     if tombstones is not None:
