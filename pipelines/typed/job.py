@@ -73,9 +73,9 @@ from pipelines.typed.upsert import (
     CDF,
     DELETED,
     VERSION,
-    collect_tasks,
     envelope_version,
     merge_winners,
+    stage_winners,
     tombstones_path,
 )
 from pipelines.typed.wire import Decoders, decode_column, reader_type
@@ -623,7 +623,8 @@ def decode_topic(
     ]  # fmt: skip
     if upsert:
         return _decode_upsert(config, topic, tasks, spark, result=result, dead_staged=dead_staged,
-                              done=done, apps=apps, dead_expected=dead_expected)  # fmt: skip
+                              done=done, apps=apps, dead_expected=dead_expected,
+                              input_bytes=sum(size for _path, size in files))  # fmt: skip
     try:
         staged = stage_files(
             spark,
@@ -763,41 +764,50 @@ def _decode_upsert(
     done: Mapping[int, int],
     apps: Mapping[str, int],
     dead_expected: Mapping[str, int | None],
+    input_bytes: int,
 ) -> TopicResult:
-    """Steps 3-4 for a compacted or CDC topic (:mod:`pipelines.typed.upsert`): each task's
-    own winners come back to the driver, which merges the run's winners into the table."""
+    """Steps 3-4 for a compacted or CDC topic (:mod:`pipelines.typed.upsert`): the executors
+    decode and pick the run's winners, the driver streams them into the table's merge."""
     task = tasks[0] if tasks else None
     by_key_only = topic in config.cdc
     strategy = task.strategy if task is not None else None
     try:
-        rows, reports = collect_tasks(
-            spark, tasks, _produce, strategy=strategy, by_key_only=by_key_only
-        )
-        failed, first = _tally(result, reports)
-        if failed and config.on_error == "fail":
-            _fail(topic, failed, first)
-        failpoint("decode.before_dead_letters", kill=kill_session)
+        staged = stage_winners(spark, tasks, _produce, strategy=strategy, by_key_only=by_key_only,
+                               input_bytes=input_bytes)  # fmt: skip
     except BaseException:
         dead_staged.abort()
         raise
-    _commit_dead_letters(dead_staged, reports, apps, dead_expected)
-    failpoint("decode.before_commit", kill=kill_session)
-    root = config.table_path(topic)
-    compacted = config.compacted.get(topic)
-    result.committed = merge_winners(
-        root,
-        rows,
-        schema=_table_schema(DeltaTable(root)),
-        strategy=compacted if not by_key_only else None,
-        by_key_only=by_key_only,
-        apps=apps,
-        expected={app_id(topic, p): done.get(p) for p in result.progress},
-        tombstones=(
-            None
-            if config.cdc.get(topic, "") == "offset" or (compacted and compacted.kind == "offset")
-            else tombstones_path(config.lake, topic)
-        ),
-    )
+    try:
+        try:
+            failed, first = _tally(result, staged.reports if staged is not None else [])
+            if failed and config.on_error == "fail":
+                _fail(topic, failed, first)
+            failpoint("decode.before_dead_letters", kill=kill_session)
+        except BaseException:
+            dead_staged.abort()
+            raise
+        _commit_dead_letters(dead_staged, staged.reports if staged is not None else [], apps,
+                             dead_expected)  # fmt: skip
+        failpoint("decode.before_commit", kill=kill_session)
+        root = config.table_path(topic)
+        compacted = config.compacted.get(topic)
+        result.committed = merge_winners(
+            root,
+            staged,
+            schema=_table_schema(DeltaTable(root)),
+            by_key_only=by_key_only,
+            apps=apps,
+            expected={app_id(topic, p): done.get(p) for p in result.progress},
+            tombstones=(
+                None
+                if config.cdc.get(topic, "") == "offset"
+                or (compacted is not None and compacted.kind == "offset")
+                else tombstones_path(config.lake, topic)
+            ),
+        )
+    finally:
+        if staged is not None:
+            staged.release()
     return result
 
 
