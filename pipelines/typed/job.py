@@ -25,19 +25,27 @@ go. A run, per topic:
 3. Spark tasks (one per group of ``records`` files that may hold offsets ``[S[p], E[p])``) read
    those files with pyarrow, decode keys and values by schema id (each task asks the registry
    for the writer schemas it meets), write the decoded rows as Parquet files of the table
-   (``pipelines.delta.direct.stage_files``) and report the rows that did not decode;
-4. the driver commits the dead letters (rows at offsets ``>= D[p]``, progress ``E``) and then
-   the typed table's files with progress ``E``, each in one Delta commit.
+   (``pipelines.delta.direct.stage_files``) and the records that did not decode (offsets
+   ``>= D[p]``) as Parquet files of ``dead_letters``, under the write id of the run's staged
+   write of that table (taken by the driver before step 3: its lease, no task of its own;
+   :class:`DeadLetterSink`). No row comes back to the driver: only the files' metadata and
+   counts (and the first failure, for ``on_error = "fail"``'s message);
+4. the driver commits the dead letters' files (progress ``E``) and then the typed table's
+   files with progress ``E``, each in one Delta commit. (Upsert tables: the tasks pick the
+   winners and the driver merges them, :func:`_decode_upsert`.)
 
-Crash behaviour: a kill before step 4's first commit leaves both tables as they were (the staged
-files are referenced by nothing and removed by the next write); between the two commits, the
-next run finds ``D = E_old`` and writes no dead letter twice; after the second, the run is done.
+Crash behaviour: a kill before step 4's first commit leaves both tables as they were (the
+staged files of both are referenced by nothing; the next run's staged write of each table
+removes them once their lease expired); a failed run (a task's error, ``on_error = "fail"``)
+removes them itself. Between the two commits, the next run finds ``D = E_old`` and writes no
+dead letter twice; after the second, the run is done.
 A kill during the schema change of step 2 leaves nullable columns and no rows: harmless, the
 next run finds the table's schema already grown. A topic's first run creates its table (empty)
 before step 3, as every loglake table exists from its job's first run on: a kill then leaves
 it empty, with no progress. Failpoints (``LOGLAKE_FAILPOINT``):
-``decode.before_dead_letters``, ``decode.before_commit``, ``delta.before_commit``, and for
-upsert tables that keep tombstones ``decode.before_table_merge`` (:mod:`pipelines.typed.upsert`).
+``decode.before_dead_letters``, ``delta.before_commit`` (first reached at the dead letters'
+commit), ``decode.before_commit``, and for upsert tables that keep tombstones
+``decode.before_table_merge`` (:mod:`pipelines.typed.upsert`).
 """
 
 from __future__ import annotations

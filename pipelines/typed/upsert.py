@@ -20,9 +20,25 @@ deleted key back, so those tables keep ``<lake>/table_tombstones/<topic>`` (Delt
 key, offset, _version; one row per deleted key). A run's winners outranked by their key's
 tombstone (same rule) are dropped; a delete that takes effect records its tombstone, a live
 winner removes its key's. Under ``offset`` ordering no table is kept (later records always
-have greater offsets). The decoded rows of a run are collected on the driver (one Arrow IPC
-buffer per task) before the merge, and the table's keys are read there when a run deletes:
-the change of one run must fit in the driver's memory.
+have greater offsets).
+
+Where the rows are (:func:`stage_winners`): the Spark tasks decode, keep their own winners
+(the winner is a maximum, so the winner among the tasks' winners is the run's) and split them
+by key bucket (Spark's ``pmod(xxhash64(key), N)``, ``N`` growing with the run's input,
+:data:`BUCKET_BYTES`); after Spark's shuffle one task per bucket picks the run's winners, which
+stay in the executors' block manager (memory and disk). What the driver holds, and why:
+
+- the run's keys (partition, key bytes, offset, version, deleted: :meth:`StagedWinners.keys`),
+  when the table keeps tombstones: the deletes' checks compare them with the tombstone table
+  and with the table's rows of the same keys (``_rows_of``: a scan keeping only those rows).
+  Bounded by the run's distinct keys times (key size + 25 bytes);
+- one bucket of winners at a time, streamed into delta-rs's merge
+  (:meth:`StagedWinners.batches`), which runs in the driver's process (Rust, DataFusion's
+  memory pool, spilling): it reads the table's files and writes the new ones and the change
+  data. It stays there because a typed table is not bucketed like ``topics/<topic>``: no task
+  owns a part of the table to merge into, and delta-rs writes the change data feed that
+  deltalake's Python API cannot write otherwise. Bounded by the larger of a bucket's winners
+  and delta-rs's merge state.
 
 Crash behaviour: the tombstones' merge, then the table's, each one commit with the run's
 progress. A kill before the first leaves files no version references (removed by
