@@ -28,8 +28,8 @@ go. A run, per topic:
    (``pipelines.delta.direct.stage_files``) and the records that did not decode (offsets
    ``>= D[p]``) as Parquet files of ``dead_letters``, under the write id of the run's staged
    write of that table (taken by the driver before step 3: its lease, no task of its own;
-   :class:`DeadLetterSink`). No row comes back to the driver: only the files' metadata and
-   counts (and the first failure, for ``on_error = "fail"``'s message);
+   :mod:`pipelines.typed.dead_letters`). No row comes back to the driver: only the files'
+   metadata and counts (and the first failure, for ``on_error = "fail"``'s message);
 4. the driver commits the dead letters' files (progress ``E``) and then the typed table's
    files with progress ``E``, each in one Delta commit. (Upsert tables: the tasks pick the
    winners and the driver merges them, :func:`_decode_upsert`.)
@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -62,20 +62,25 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
-from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 from logstore.errors import CorruptRecordError, InvalidConfigError
 from logstore.failpoints import failpoint, kill_session
-from logstore.objectstore import StorageSettings
 from pipelines.compaction.model import Strategy
 from pipelines.delta.commit import ensure_table, load_table
 from pipelines.delta.direct import StagedWrite, stage_files
-from pipelines.delta.files import PartitionedFileWriter, WrittenFile
-from pipelines.delta.staging import check_lease
 from pipelines.ingest import read_progress
 from pipelines.typed.columns import SchemaChangeError, conform, merge_schemas
 from pipelines.typed.config import DecodeConfig
+from pipelines.typed.dead_letters import (
+    DEAD_LETTERS_SCHEMA,
+    HEADERS_TYPE,
+    DeadLetterSink,
+    DeadLetterWriter,
+    commit_dead_letters,
+    dead_letter_rows,
+    stage_dead_letters,
+)
 from pipelines.typed.registry import RegisteredSchema, RegistryClient, SchemaNotFoundError
 from pipelines.typed.upsert import (
     CDF,
@@ -92,7 +97,6 @@ __all__ = [
     "APP_PREFIX",
     "DEAD_LETTERS_SCHEMA",
     "KAFKA_TYPE",
-    "DeadLetterSink",
     "DecodeFailedError",
     "DecodeSummary",
     "TopicResult",
@@ -102,13 +106,6 @@ __all__ = [
 ]
 
 APP_PREFIX = "loglake-decode"
-_HEADERS = pa.list_(
-    pa.field(
-        "element",
-        pa.struct([pa.field("key", pa.string(), False), pa.field("value", pa.binary())]),
-        False,
-    )
-)
 KAFKA_TYPE = pa.struct(
     [
         pa.field("partition", pa.int32()),
@@ -116,23 +113,9 @@ KAFKA_TYPE = pa.struct(
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
         pa.field("timestamp_type", pa.int32()),
         pa.field("key", pa.binary()),
-        pa.field("headers", _HEADERS),
+        pa.field("headers", HEADERS_TYPE),
         pa.field("key_schema_id", pa.int32()),
         pa.field("value_schema_id", pa.int32()),
-    ]
-)
-DEAD_LETTERS_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("part", pa.string()),
-        pa.field("schema_id", pa.int32()),
-        pa.field("error", pa.string()),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("headers", _HEADERS),
     ]
 )
 _RECORD_COLUMNS = ["partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers"]
@@ -246,95 +229,11 @@ def _kafka_column(rows: pa.Table, key_ids: pa.Array, value_ids: pa.Array) -> pa.
             rows["timestamp"].combine_chunks().cast(pa.timestamp("us", tz="UTC")),
             rows["timestamp_type"].combine_chunks().cast(pa.int32()),
             rows["key"].combine_chunks().cast(pa.binary()),
-            rows["headers"].combine_chunks().cast(_HEADERS),
+            rows["headers"].combine_chunks().cast(HEADERS_TYPE),
             key_ids,
             value_ids,
         ],
         fields=list(KAFKA_TYPE),
-    )
-
-
-@dataclass(frozen=True)
-class DeadLetterSink:
-    """Where a task writes its dead letters: Parquet files of ``dead_letters`` under the write
-    id of the driver's staged write of that table (its lease), committed by the driver."""
-
-    root: str
-    write_id: str
-    settings: StorageSettings
-    compression: str
-
-
-class _DeadLetterWriter:
-    """A task's dead letters, written as it meets them (opened at the first one): the task
-    keeps no row, and only the files' metadata goes back to the driver."""
-
-    def __init__(self, sink: DeadLetterSink) -> None:
-        self._sink = sink
-        self._writer: PartitionedFileWriter | None = None
-        self.rows = 0
-
-    def write(self, rows: pa.Table) -> None:
-        if not rows.num_rows:
-            return
-        if self._writer is None:
-            ctx = TaskContext.get()
-            sink = self._sink
-            check_lease(sink.root, sink.write_id, settings=sink.settings)
-            self._writer = PartitionedFileWriter(
-                sink.root,
-                settings=sink.settings,
-                write_id=sink.write_id,
-                task_id=ctx.partitionId() if ctx is not None else 0,
-                attempt=ctx.attemptNumber() if ctx is not None else 0,
-                partition_by=[],
-                compression=sink.compression,
-            )
-        self._writer.write(rows)
-        self.rows += rows.num_rows
-
-    def close(self) -> list[WrittenFile]:
-        if self._writer is None:
-            return []
-        files = self._writer.close()
-        check_lease(self._sink.root, self._sink.write_id, settings=self._sink.settings)
-        return files
-
-    def abort(self) -> None:
-        if self._writer is not None:
-            self._writer.abort()
-
-
-def _dead_rows(
-    task: _Task,
-    rows: pa.Table,
-    mask: pa.Array,
-    *,
-    part: pa.Array,
-    ids: pa.Array,
-    errors: pa.Array,
-) -> pa.Table:
-    """The rows of ``mask`` not yet in dead_letters (offsets ``>= task.dead_from``), in
-    :data:`DEAD_LETTERS_SCHEMA` (column at a time)."""
-    top = np.iinfo(np.int64).max
-    fresh = {p: (d, top) for p, d in task.dead_from.items()}
-    keep = pc.and_(mask, _in_ranges(rows["partition"], rows["offset"], fresh))
-    picked = rows.filter(keep)
-    n = picked.num_rows
-    return pa.Table.from_arrays(
-        [
-            pa.repeat(pa.scalar(task.topic, pa.string()), n),
-            picked["partition"].cast(pa.int32()),
-            picked["offset"].cast(pa.int64()),
-            picked["timestamp"].cast(pa.timestamp("us", tz="UTC")),
-            part.filter(keep),
-            ids.filter(keep).cast(pa.int32()),
-            errors.filter(keep).cast(pa.string()),
-            picked["key"].cast(pa.binary()),
-            picked["value"].cast(pa.binary()),
-            picked["headers"].cast(_HEADERS),
-        ],
-        schema=DEAD_LETTERS_SCHEMA,
     )
 
 
@@ -343,7 +242,7 @@ def _decode_rows(
     rows: pa.Table,
     value_dec: Decoders,
     key_dec: Decoders | None,
-    dead: _DeadLetterWriter,
+    dead: DeadLetterWriter,
 ) -> Iterator[Any]:
     """Decoded rows of ``rows`` (no tombstones) in ``task.target``'s shape, then reports; the
     rows that did not decode go to ``dead``."""
@@ -380,7 +279,9 @@ def _decode_rows(
                 errors[first].as_py(),
             ]
         }
-        dead.write(_dead_rows(task, rows, failed, part=part, ids=ids, errors=errors))
+        fresh = {p: (d, np.iinfo(np.int64).max) for p, d in task.dead_from.items()}
+        keep = pc.and_(failed, _in_ranges(rows["partition"], rows["offset"], fresh))
+        dead.write(dead_letter_rows(task.topic, rows, keep, part=part, ids=ids, errors=errors))
     ok = pc.invert(failed)
     values = value.values
     deleted = pa.nulls(n, pa.bool_()).fill_null(False)
@@ -426,16 +327,16 @@ def _produce(task: _Task) -> Iterator[Any]:
     client = RegistryClient(task.registry_url)
     value_dec = Decoders(client, task.value_schema)
     key_dec = Decoders(client, task.key_schema, bare=True) if task.key_schema is not None else None
-    dead = _DeadLetterWriter(task.dead_letters)
+    dead = DeadLetterWriter(task.dead_letters)
     try:
         for path in task.files:
             for rows in _read_records(path, task.ranges):
                 yield from _decode_batch(task, rows, value_dec, key_dec, dead)
-        files = dead.close()
+        report = dead.close()
     except BaseException:
         dead.abort()
         raise
-    yield {"dead_letters": dead.rows, "dead_files": [asdict(f) for f in files]}
+    yield report
 
 
 def _decode_batch(
@@ -443,7 +344,7 @@ def _decode_batch(
     rows: pa.Table,
     value_dec: Decoders,
     key_dec: Decoders | None,
-    dead: _DeadLetterWriter,
+    dead: DeadLetterWriter,
 ) -> Iterator[Any]:
     """One batch of records: tombstones counted (kept for an upsert table), the rest decoded."""
     live = rows["value"].is_valid()
@@ -533,34 +434,6 @@ def _grow(root: str, dt: DeltaTable, target: pa.Schema, log: Log) -> list[str]:
     return added
 
 
-def _stage_dead_letters(spark: SparkSession, config: DecodeConfig) -> StagedWrite:
-    """The run's staged write of ``dead_letters`` (its lease taken, no file yet): the tasks
-    write their dead letters under its write id (:class:`DeadLetterSink`), the driver adds the
-    files they report and commits them (:func:`_commit_dead_letters`)."""
-    root = config.dead_letters_path
-    ensure_table(root, DEAD_LETTERS_SCHEMA, [])
-    return stage_files(
-        spark, root, [], _produce, schema=DEAD_LETTERS_SCHEMA, compression=config.compression
-    )
-
-
-def _sink(staged: StagedWrite, config: DecodeConfig) -> DeadLetterSink:
-    return DeadLetterSink(staged.root, staged.write_id, staged.settings, config.compression)
-
-
-def _commit_dead_letters(
-    staged: StagedWrite,
-    reports: Sequence[Any],
-    apps: Mapping[str, int],
-    expected: Mapping[str, int | None],
-) -> None:
-    """Commit the dead-letter files the tasks reported with progress ``apps`` in one commit (a
-    no-op, the files removed, when the table already has that progress)."""
-    for report in reports:
-        staged.files.extend(WrittenFile(**f) for f in report.get("dead_files", ()))
-    staged.commit(app_transactions=apps, expected_versions=expected)
-
-
 def decode_topic(
     spark: SparkSession,
     config: DecodeConfig,
@@ -622,10 +495,13 @@ def decode_topic(
     parallelism = spark.sparkContext.defaultParallelism
     apps = {app_id(topic, p): e for p, e in ingested.items()}
     dead_expected = {app_id(topic, p): dead_done.get(p) for p in ingested}
-    dead_staged = _stage_dead_letters(spark, config)
+    dead_staged = stage_dead_letters(
+        spark, config.dead_letters_path, compression=config.compression
+    )
+    sink = DeadLetterSink.of(dead_staged, compression=config.compression)
     tasks = [
         _Task(group, topic, ranges, dead_from, config.registry_url, value_schema, key_schema,
-              target, _sink(dead_staged, config), upsert=upsert, cdc_order=cdc_order,
+              target, sink, upsert=upsert, cdc_order=cdc_order,
               strategy=None if cdc_order is not None else strategy)
         for group in _groups(files, parallelism)
     ]  # fmt: skip
@@ -656,7 +532,7 @@ def decode_topic(
         dead_staged.abort()
         raise
     try:
-        _commit_dead_letters(dead_staged, staged.reports, apps, dead_expected)  # aborts itself
+        commit_dead_letters(dead_staged, staged.reports, apps, dead_expected)  # aborts itself
         failpoint("decode.before_commit", kill=kill_session)
     except BaseException:
         staged.abort()
@@ -794,7 +670,7 @@ def _decode_upsert(
         except BaseException:
             dead_staged.abort()
             raise
-        _commit_dead_letters(dead_staged, staged.reports if staged is not None else [], apps,
+        commit_dead_letters(dead_staged, staged.reports if staged is not None else [], apps,
                              dead_expected)  # fmt: skip
         failpoint("decode.before_commit", kill=kill_session)
         root = config.table_path(topic)
