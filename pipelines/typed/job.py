@@ -25,26 +25,32 @@ go. A run, per topic:
 3. Spark tasks (one per group of ``records`` files that may hold offsets ``[S[p], E[p])``) read
    those files with pyarrow, decode keys and values by schema id (each task asks the registry
    for the writer schemas it meets), write the decoded rows as Parquet files of the table
-   (``pipelines.delta.direct.stage_files``) and report the rows that did not decode;
-4. the driver commits the dead letters (rows at offsets ``>= D[p]``, progress ``E``) and then
-   the typed table's files with progress ``E``, each in one Delta commit.
+   (``pipelines.delta.direct.stage_files``) and the records that did not decode (offsets
+   ``>= D[p]``) as Parquet files of ``dead_letters``, under the write id of the run's staged
+   write of that table (taken by the driver before step 3: its lease, no task of its own;
+   :mod:`pipelines.typed.dead_letters`). No row comes back to the driver: only the files'
+   metadata and counts (and the first failure, for ``on_error = "fail"``'s message);
+4. the driver commits the dead letters' files (progress ``E``) and then the typed table's
+   files with progress ``E``, each in one Delta commit. (Upsert tables: the tasks pick the
+   winners and the driver merges them, :func:`_decode_upsert`.)
 
-Crash behaviour: a kill before step 4's first commit leaves both tables as they were (the staged
-files are referenced by nothing and removed by the next write); between the two commits, the
-next run finds ``D = E_old`` and writes no dead letter twice; after the second, the run is done.
+Crash behaviour: a kill before step 4's first commit leaves both tables as they were (the
+staged files of both are referenced by nothing; the next run's staged write of each table
+removes them once their lease expired); a failed run (a task's error, ``on_error = "fail"``)
+removes them itself. Between the two commits, the next run finds ``D = E_old`` and writes no
+dead letter twice; after the second, the run is done.
 A kill during the schema change of step 2 leaves nullable columns and no rows: harmless, the
 next run finds the table's schema already grown. A topic's first run creates its table (empty)
 before step 3, as every loglake table exists from its job's first run on: a kill then leaves
 it empty, with no progress. Failpoints (``LOGLAKE_FAILPOINT``):
-``decode.before_dead_letters``, ``decode.before_commit``, ``delta.before_commit``, and for
-upsert tables that keep tombstones ``decode.before_table_merge`` (:mod:`pipelines.typed.upsert`).
+``decode.before_dead_letters``, ``delta.before_commit`` (first reached at the dead letters'
+commit), ``decode.before_commit``, and for upsert tables that keep tombstones
+``decode.before_table_merge`` (:mod:`pipelines.typed.upsert`).
 """
 
 from __future__ import annotations
 
-import base64
 import os
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,20 +67,28 @@ from pyspark.sql import SparkSession
 from logstore.errors import CorruptRecordError, InvalidConfigError
 from logstore.failpoints import failpoint, kill_session
 from pipelines.compaction.model import Strategy
-from pipelines.delta.commit import commit_files, ensure_table, load_table
-from pipelines.delta.direct import stage_files
-from pipelines.delta.files import PartitionedFileWriter
+from pipelines.delta.commit import ensure_table, load_table
+from pipelines.delta.direct import StagedWrite, stage_files
 from pipelines.ingest import read_progress
 from pipelines.typed.columns import SchemaChangeError, conform, merge_schemas
 from pipelines.typed.config import DecodeConfig
+from pipelines.typed.dead_letters import (
+    DEAD_LETTERS_SCHEMA,
+    HEADERS_TYPE,
+    DeadLetterSink,
+    DeadLetterWriter,
+    commit_dead_letters,
+    dead_letter_rows,
+    stage_dead_letters,
+)
 from pipelines.typed.registry import RegisteredSchema, RegistryClient, SchemaNotFoundError
 from pipelines.typed.upsert import (
     CDF,
     DELETED,
     VERSION,
-    collect_tasks,
     envelope_version,
     merge_winners,
+    stage_winners,
     tombstones_path,
 )
 from pipelines.typed.wire import Decoders, decode_column, reader_type
@@ -92,13 +106,6 @@ __all__ = [
 ]
 
 APP_PREFIX = "loglake-decode"
-_HEADERS = pa.list_(
-    pa.field(
-        "element",
-        pa.struct([pa.field("key", pa.string(), False), pa.field("value", pa.binary())]),
-        False,
-    )
-)
 KAFKA_TYPE = pa.struct(
     [
         pa.field("partition", pa.int32()),
@@ -106,23 +113,9 @@ KAFKA_TYPE = pa.struct(
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
         pa.field("timestamp_type", pa.int32()),
         pa.field("key", pa.binary()),
-        pa.field("headers", _HEADERS),
+        pa.field("headers", HEADERS_TYPE),
         pa.field("key_schema_id", pa.int32()),
         pa.field("value_schema_id", pa.int32()),
-    ]
-)
-DEAD_LETTERS_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("part", pa.string()),
-        pa.field("schema_id", pa.int32()),
-        pa.field("error", pa.string()),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("headers", _HEADERS),
     ]
 )
 _RECORD_COLUMNS = ["partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers"]
@@ -195,8 +188,10 @@ class _Task:
     value_schema: RegisteredSchema
     key_schema: RegisteredSchema | None
     target: pa.Schema
+    dead_letters: DeadLetterSink
     upsert: bool = False  # keep tombstones, add _deleted (and _version for a CDC field)
     cdc_order: str | None = None  # a CDC topic: "offset" or the envelope's version field
+    strategy: Strategy | None = None  # an upsert topic's rule (None: CDC, by ``_version``)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +229,7 @@ def _kafka_column(rows: pa.Table, key_ids: pa.Array, value_ids: pa.Array) -> pa.
             rows["timestamp"].combine_chunks().cast(pa.timestamp("us", tz="UTC")),
             rows["timestamp_type"].combine_chunks().cast(pa.int32()),
             rows["key"].combine_chunks().cast(pa.binary()),
-            rows["headers"].combine_chunks().cast(_HEADERS),
+            rows["headers"].combine_chunks().cast(HEADERS_TYPE),
             key_ids,
             value_ids,
         ],
@@ -242,50 +237,15 @@ def _kafka_column(rows: pa.Table, key_ids: pa.Array, value_ids: pa.Array) -> pa.
     )
 
 
-def _dead_rows(
-    rows: pa.Table,
-    mask: pa.Array,
-    *,
-    part: pa.Array,
-    ids: pa.Array,
-    errors: pa.Array,
-    dead_from: Mapping[int, int],
-) -> list[dict[str, Any]]:
-    """The rows of ``mask`` not yet in dead_letters, as JSON-able reports (rare: per row)."""
-    picked = rows.append_column("_part", part).append_column("_id", ids)
-    picked = picked.append_column("_error", errors).filter(mask)
-    micros = picked["timestamp"].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    picked = picked.set_column(picked.schema.get_field_index("timestamp"), "timestamp", micros)
-    out = []
-    for r in picked.to_pylist():
-        if r["offset"] < dead_from.get(r["partition"], 0):
-            continue
-        out.append(
-            {
-                "partition": r["partition"],
-                "offset": r["offset"],
-                "timestamp": r["timestamp"],
-                "part": r["_part"],
-                "schema_id": r["_id"],
-                "error": r["_error"],
-                "key": None if r["key"] is None else base64.b64encode(r["key"]).decode(),
-                "value": None if r["value"] is None else base64.b64encode(r["value"]).decode(),
-                "headers": [
-                    [
-                        h["key"],
-                        None if h["value"] is None else base64.b64encode(h["value"]).decode(),
-                    ]
-                    for h in r["headers"]
-                ],
-            }
-        )
-    return out
-
-
 def _decode_rows(
-    task: _Task, rows: pa.Table, value_dec: Decoders, key_dec: Decoders | None
+    task: _Task,
+    rows: pa.Table,
+    value_dec: Decoders,
+    key_dec: Decoders | None,
+    dead: DeadLetterWriter,
 ) -> Iterator[Any]:
-    """Decoded rows of ``rows`` (no tombstones) in ``task.target``'s shape, then reports."""
+    """Decoded rows of ``rows`` (no tombstones) in ``task.target``'s shape, then reports; the
+    rows that did not decode go to ``dead``."""
     n = rows.num_rows
     value = decode_column(rows["value"].combine_chunks(), value_dec)
     errors = value.errors
@@ -311,11 +271,17 @@ def _decode_rows(
     nfailed = pc.sum(failed).as_py() or 0
     if nfailed:
         assert part is not None
+        first = int(pc.index(failed, True).as_py())
         yield {
-            "dead": _dead_rows(
-                rows, failed, part=part, ids=ids, errors=errors, dead_from=task.dead_from
-            )
+            "first_error": [
+                rows["partition"][first].as_py(),
+                rows["offset"][first].as_py(),
+                errors[first].as_py(),
+            ]
         }
+        fresh = {p: (d, np.iinfo(np.int64).max) for p, d in task.dead_from.items()}
+        keep = pc.and_(failed, _in_ranges(rows["partition"], rows["offset"], fresh))
+        dead.write(dead_letter_rows(task.topic, rows, keep, part=part, ids=ids, errors=errors))
     ok = pc.invert(failed)
     values = value.values
     deleted = pa.nulls(n, pa.bool_()).fill_null(False)
@@ -356,16 +322,29 @@ def _tombstone_rows(task: _Task, rows: pa.Table) -> Iterator[pa.RecordBatch]:
 
 
 def _produce(task: _Task) -> Iterator[Any]:
+    """One task: decoded record batches and reports; its dead letters written to files of
+    ``dead_letters`` (reported as ``dead_files``), removed again if the task fails."""
     client = RegistryClient(task.registry_url)
     value_dec = Decoders(client, task.value_schema)
     key_dec = Decoders(client, task.key_schema, bare=True) if task.key_schema is not None else None
-    for path in task.files:
-        for rows in _read_records(path, task.ranges):
-            yield from _decode_batch(task, rows, value_dec, key_dec)
+    dead = DeadLetterWriter(task.dead_letters)
+    try:
+        for path in task.files:
+            for rows in _read_records(path, task.ranges):
+                yield from _decode_batch(task, rows, value_dec, key_dec, dead)
+        report = dead.close()
+    except BaseException:
+        dead.abort()
+        raise
+    yield report
 
 
 def _decode_batch(
-    task: _Task, rows: pa.Table, value_dec: Decoders, key_dec: Decoders | None
+    task: _Task,
+    rows: pa.Table,
+    value_dec: Decoders,
+    key_dec: Decoders | None,
+    dead: DeadLetterWriter,
 ) -> Iterator[Any]:
     """One batch of records: tombstones counted (kept for an upsert table), the rest decoded."""
     live = rows["value"].is_valid()
@@ -376,7 +355,7 @@ def _decode_batch(
             yield from _tombstone_rows(task, rows.filter(pc.invert(live)))
         rows = rows.filter(live)
     if rows.num_rows:
-        yield from _decode_rows(task, rows, value_dec, key_dec)
+        yield from _decode_rows(task, rows, value_dec, key_dec, dead)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,67 +434,6 @@ def _grow(root: str, dt: DeltaTable, target: pa.Schema, log: Log) -> list[str]:
     return added
 
 
-def _write_dead_letters(
-    config: DecodeConfig,
-    topic: str,
-    rows: list[dict[str, Any]],
-    apps: Mapping[str, int],
-    expected: Mapping[str, int | None],
-) -> None:
-    """Append ``rows`` with progress ``apps`` to dead_letters in one commit (a no-op when the
-    table already has that progress)."""
-    root = config.dead_letters_path
-    ensure_table(root, DEAD_LETTERS_SCHEMA, [])
-
-    def raw(text: str | None) -> bytes | None:
-        return None if text is None else base64.b64decode(text)
-
-    table = pa.Table.from_pylist(
-        [
-            {
-                "topic": topic,
-                "partition": r["partition"],
-                "offset": r["offset"],
-                "timestamp": r["timestamp"],
-                "part": r["part"],
-                "schema_id": r["schema_id"],
-                "error": r["error"],
-                "key": raw(r["key"]),
-                "value": raw(r["value"]),
-                "headers": [{"key": k, "value": raw(v)} for k, v in r["headers"]],
-            }
-            for r in rows
-        ],
-        schema=pa.schema(
-            [
-                f if f.name != "timestamp" else pa.field("timestamp", pa.int64())
-                for f in DEAD_LETTERS_SCHEMA
-            ]
-        ),
-    )
-    writer = PartitionedFileWriter(
-        root,
-        write_id=uuid.uuid4().hex,
-        task_id=0,
-        attempt=0,
-        partition_by=[],
-        compression=config.compression,
-    )
-    try:
-        if table.num_rows:
-            writer.write(table.cast(DEAD_LETTERS_SCHEMA))
-        commit_files(
-            root,
-            writer.close(),
-            schema=DEAD_LETTERS_SCHEMA,
-            app_transactions=apps,
-            expected_versions=expected,
-        )
-    except BaseException:
-        writer.abort()
-        raise
-
-
 def decode_topic(
     spark: SparkSession,
     config: DecodeConfig,
@@ -575,33 +493,46 @@ def decode_topic(
     dead_from = {p: max(dead_done.get(p, 0), s) for p, (s, _e) in ranges.items()}
     files = _record_files(config.records_path, records, topic, ranges)
     parallelism = spark.sparkContext.defaultParallelism
+    apps = {app_id(topic, p): e for p, e in ingested.items()}
+    dead_expected = {app_id(topic, p): dead_done.get(p) for p in ingested}
+    dead_staged = stage_dead_letters(
+        spark, config.dead_letters_path, compression=config.compression
+    )
+    sink = DeadLetterSink.of(dead_staged, compression=config.compression)
     tasks = [
         _Task(group, topic, ranges, dead_from, config.registry_url, value_schema, key_schema,
-              target, upsert=upsert, cdc_order=cdc_order)
+              target, sink, upsert=upsert, cdc_order=cdc_order,
+              strategy=None if cdc_order is not None else strategy)
         for group in _groups(files, parallelism)
     ]  # fmt: skip
     if upsert:
-        return _decode_upsert(config, topic, tasks, spark, result, strategy=strategy,
-                              done=done, dead_done=dead_done, ingested=ingested)  # fmt: skip
-    staged = stage_files(
-        spark,
-        root,
-        tasks,
-        _produce,
-        schema=target,
-        compression=config.compression,
-        max_rows_per_file=config.max_rows_per_file,
-    )
-    dead, failed = _tally(result, staged.reports)
-    if failed and config.on_error == "fail":
-        staged.abort()
-        _fail(topic, failed, dead)
-    apps = {app_id(topic, p): e for p, e in ingested.items()}
+        return _decode_upsert(config, topic, tasks, spark, result=result, dead_staged=dead_staged,
+                              done=done, apps=apps, dead_expected=dead_expected,
+                              input_bytes=sum(size for _path, size in files))  # fmt: skip
     try:
-        failpoint("decode.before_dead_letters", kill=kill_session)
-        _write_dead_letters(
-            config, topic, dead, apps, {app_id(topic, p): dead_done.get(p) for p in ingested}
+        staged = stage_files(
+            spark,
+            root,
+            tasks,
+            _produce,
+            schema=target,
+            compression=config.compression,
+            max_rows_per_file=config.max_rows_per_file,
         )
+    except BaseException:
+        dead_staged.abort()
+        raise
+    try:
+        failed, first = _tally(result, staged.reports)
+        if failed and config.on_error == "fail":
+            _fail(topic, failed, first)
+        failpoint("decode.before_dead_letters", kill=kill_session)
+    except BaseException:
+        staged.abort()
+        dead_staged.abort()
+        raise
+    try:
+        commit_dead_letters(dead_staged, staged.reports, apps, dead_expected)  # aborts itself
         failpoint("decode.before_commit", kill=kill_session)
     except BaseException:
         staged.abort()
@@ -682,25 +613,26 @@ def _fit(
     raise refused
 
 
-def _tally(result: TopicResult, reports: Sequence[Any]) -> tuple[list[dict[str, Any]], int]:
-    """Dead letters and the count of failed records of the tasks' reports; counts into
-    ``result``."""
-    dead: list[dict[str, Any]] = []
+def _tally(result: TopicResult, reports: Sequence[Any]) -> tuple[int, list[Any] | None]:
+    """The count of failed records in the tasks' reports and the first failure (partition,
+    offset, error); counts rows, tombstones and dead letters written into ``result``."""
     failed = 0
+    first: list[Any] | None = None
     for report in reports:
-        dead.extend(report.get("dead", ()))
         failed += int(report.get("failed", 0))
         result.tombstones += int(report.get("tombstones", 0))
         result.rows += int(report.get("rows", 0))
-    result.dead_letters = len(dead)
-    return dead, failed
+        result.dead_letters += int(report.get("dead_letters", 0))
+        if first is None and "first_error" in report:
+            first = report["first_error"]
+    return failed, first
 
 
-def _fail(topic: str, failed: int, dead: list[dict[str, Any]]) -> None:
-    first = dead[0] if dead else {}
+def _fail(topic: str, failed: int, first: list[Any] | None) -> None:
+    partition, offset, error = first or (None, None, None)
     raise DecodeFailedError(
         f"topic {topic!r}: {failed} records did not decode (first: partition "
-        f"{first.get('partition')} offset {first.get('offset')}: {first.get('error')}); "
+        f"{partition} offset {offset}: {error}); "
         'nothing committed ([decode] on_error = "dead_letter" sends them to dead_letters)'
     )
 
@@ -710,39 +642,56 @@ def _decode_upsert(
     topic: str,
     tasks: Sequence[_Task],
     spark: SparkSession,
-    result: TopicResult,
     *,
-    strategy: Strategy | None,
+    result: TopicResult,
+    dead_staged: StagedWrite,
     done: Mapping[int, int],
-    dead_done: Mapping[int, int],
-    ingested: Mapping[int, int],
+    apps: Mapping[str, int],
+    dead_expected: Mapping[str, int | None],
+    input_bytes: int,
 ) -> TopicResult:
-    """Steps 3-4 for a compacted or CDC topic (:mod:`pipelines.typed.upsert`)."""
-    rows, reports = collect_tasks(spark, tasks, _produce)
-    dead, failed = _tally(result, reports)
-    if failed and config.on_error == "fail":
-        _fail(topic, failed, dead)
-    apps = {app_id(topic, p): e for p, e in ingested.items()}
-    failpoint("decode.before_dead_letters", kill=kill_session)
-    _write_dead_letters(
-        config, topic, dead, apps, {app_id(topic, p): dead_done.get(p) for p in ingested}
-    )
-    failpoint("decode.before_commit", kill=kill_session)
-    root = config.table_path(topic)
-    result.committed = merge_winners(
-        root,
-        rows,
-        schema=_table_schema(DeltaTable(root)),
-        strategy=strategy if topic not in config.cdc else None,
-        by_key_only=topic in config.cdc,
-        apps=apps,
-        expected={app_id(topic, p): done.get(p) for p in ingested},
-        tombstones=(
-            None
-            if config.cdc.get(topic, "") == "offset" or (strategy and strategy.kind == "offset")
-            else tombstones_path(config.lake, topic)
-        ),
-    )
+    """Steps 3-4 for a compacted or CDC topic (:mod:`pipelines.typed.upsert`): the executors
+    decode and pick the run's winners, the driver streams them into the table's merge."""
+    task = tasks[0] if tasks else None
+    by_key_only = topic in config.cdc
+    strategy = task.strategy if task is not None else None
+    try:
+        staged = stage_winners(spark, tasks, _produce, strategy=strategy, by_key_only=by_key_only,
+                               input_bytes=input_bytes)  # fmt: skip
+    except BaseException:
+        dead_staged.abort()
+        raise
+    try:
+        try:
+            failed, first = _tally(result, staged.reports if staged is not None else [])
+            if failed and config.on_error == "fail":
+                _fail(topic, failed, first)
+            failpoint("decode.before_dead_letters", kill=kill_session)
+        except BaseException:
+            dead_staged.abort()
+            raise
+        commit_dead_letters(dead_staged, staged.reports if staged is not None else [], apps,
+                             dead_expected)  # fmt: skip
+        failpoint("decode.before_commit", kill=kill_session)
+        root = config.table_path(topic)
+        compacted = config.compacted.get(topic)
+        result.committed = merge_winners(
+            root,
+            staged,
+            schema=_table_schema(DeltaTable(root)),
+            by_key_only=by_key_only,
+            apps=apps,
+            expected={app_id(topic, p): done.get(p) for p in result.progress},
+            tombstones=(
+                None
+                if config.cdc.get(topic, "") == "offset"
+                or (compacted is not None and compacted.kind == "offset")
+                else tombstones_path(config.lake, topic)
+            ),
+        )
+    finally:
+        if staged is not None:
+            staged.release()
     return result
 
 

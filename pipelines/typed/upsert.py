@@ -20,9 +20,25 @@ deleted key back, so those tables keep ``<lake>/table_tombstones/<topic>`` (Delt
 key, offset, _version; one row per deleted key). A run's winners outranked by their key's
 tombstone (same rule) are dropped; a delete that takes effect records its tombstone, a live
 winner removes its key's. Under ``offset`` ordering no table is kept (later records always
-have greater offsets). The decoded rows of a run are collected on the driver (one Arrow IPC
-buffer per task) before the merge, and the table's keys are read there when a run deletes:
-the change of one run must fit in the driver's memory.
+have greater offsets).
+
+Where the rows are (:func:`stage_winners`): the Spark tasks decode, keep their own winners
+(the winner is a maximum, so the winner among the tasks' winners is the run's) and split them
+by key bucket (Spark's ``pmod(xxhash64(key), N)``, ``N`` growing with the run's input,
+:data:`BUCKET_BYTES`); after Spark's shuffle one task per bucket picks the run's winners, which
+stay in the executors' block manager (memory and disk). What the driver holds, and why:
+
+- the run's keys (partition, key bytes, offset, version, deleted: :meth:`StagedWinners.keys`),
+  when the table keeps tombstones: the deletes' checks compare them with the tombstone table
+  and with the table's rows of the same keys (``_rows_of``: a scan keeping only those rows).
+  Bounded by the run's distinct keys times (key size + 25 bytes);
+- one bucket of winners at a time, streamed into delta-rs's merge
+  (:meth:`StagedWinners.batches`), which runs in the driver's process (Rust, DataFusion's
+  memory pool, spilling): it reads the table's files and writes the new ones and the change
+  data. It stays there because a typed table is not bucketed like ``topics/<topic>``: no task
+  owns a part of the table to merge into, and delta-rs writes the change data feed that
+  deltalake's Python API cannot write otherwise. Bounded by the larger of a bucket's winners
+  and delta-rs's merge state.
 
 Crash behaviour: the tombstones' merge, then the table's, each one commit with the run's
 progress. A kill before the first leaves files no version references (removed by
@@ -34,7 +50,8 @@ Failpoint between them: ``decode.before_table_merge``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,22 +60,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties, Transaction
+from pyspark import RDD, StorageLevel
 from pyspark.sql import SparkSession
 
 from logstore.failpoints import failpoint, kill_session
+from pipelines.compaction._hash import buckets_of
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.delta.commit import check_app_transactions, commit_files, ensure_table
 from pipelines.delta.direct import run_in_job_group
 
 __all__ = [
+    "BUCKET_BYTES",
     "CDF",
     "DELETED",
     "TOMBSTONES_SCHEMA",
     "VERSION",
-    "collect_tasks",
+    "StagedWinners",
     "envelope_version",
     "merge_winners",
+    "pick_winners",
+    "stage_winners",
     "tombstones_path",
 ]
 
@@ -90,32 +112,145 @@ def envelope_version(envelope: pa.StructArray, path: str) -> pa.Array:
     return column.cast(pa.int64())
 
 
-def collect_tasks(
-    spark: SparkSession, tasks: Sequence[Any], produce: Callable[[Any], Iterable[Any]]
-) -> tuple[pa.Table | None, list[Any]]:
-    """Run ``produce`` over ``tasks`` in the executors; its record batches come back to the
-    driver as one table (Arrow IPC), its other items as reports."""
+# Items of the winners' shuffle: (bucket >= 0, Arrow IPC of that bucket's winners of a task),
+# or (-1, a report).
+_REPORT = -1
+_KEYS_SCHEMA = TOMBSTONES_SCHEMA.append(pa.field(DELETED, pa.bool_()))
+# Rows of one bucket the driver streams into the merge at a time (at most, on average): the
+# number of buckets grows with the run's input.
+BUCKET_BYTES = 32 << 20
 
-    def run(task: Any) -> tuple[bytes, list[Any]]:
-        batches: list[pa.RecordBatch] = []
-        reports: list[Any] = []
-        for item in produce(task):
-            (batches if isinstance(item, pa.RecordBatch) else reports).append(item)
-        if not batches:
-            return b"", reports
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batches[0].schema) as writer:
-            for b in batches:
-                writer.write_batch(b)
-        return sink.getvalue().to_pybytes(), reports
 
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
+
+
+def _from_ipc(bufs: Iterable[bytes]) -> pa.Table | None:
+    tables = [pa.ipc.open_stream(b).read_all() for b in bufs]
+    return pa.concat_tables(tables) if tables else None
+
+
+@dataclass
+class StagedWinners:
+    """The run's winners, held by the executors (Spark's block manager, memory and disk), one
+    Spark partition per key bucket: the driver pulls the key columns (:meth:`keys`) and then
+    the rows a bucket at a time (:meth:`batches`). :meth:`release` frees them."""
+
+    reports: list[Any]
+    num_rows: int
+    _stage1: RDD[tuple[int, Any]]
+    _winners: RDD[bytes]
+
+    def keys(self) -> pa.Table:
+        """partition, key, offset, ``_version``, ``_deleted`` of every winner (no values)."""
+        out = _from_ipc(self._winners.map(_key_ipc).collect())
+        return out if out is not None else _KEYS_SCHEMA.empty_table()
+
+    def batches(self) -> Iterator[pa.Table]:
+        """The winners, one bucket at a time (``toLocalIterator``: one Spark job per bucket,
+        the shuffle's files reused)."""
+        for buf in self._winners.toLocalIterator():
+            table = _from_ipc([buf])
+            if table is not None and table.num_rows:
+                yield table
+
+    def release(self) -> None:
+        self._winners.unpersist()
+        self._stage1.unpersist()
+
+
+def _key_ipc(buf: bytes) -> bytes:
+    table = _from_ipc([buf])
+    assert table is not None
+    keys = _key_columns(table)
+    return _ipc(keys.append_column(DELETED, table.column(DELETED)))
+
+
+def stage_winners(
+    spark: SparkSession,
+    tasks: Sequence[Any],
+    produce: Callable[[Any], Iterable[Any]],
+    *,
+    strategy: Strategy | None,
+    by_key_only: bool,
+    input_bytes: int,
+) -> StagedWinners | None:
+    """Run ``produce`` over ``tasks`` in the executors and pick the run's winners there.
+
+    Stage 1 (one Spark task per task): the decoded rows' own winners (:func:`pick_winners`),
+    split by key bucket (Spark's ``pmod(xxhash64(key), N)``, ``N`` from ``input_bytes``);
+    stage 2 (one Spark task per bucket, after Spark's shuffle): the winners among the tasks'
+    winners, which are the run's (the winner is a maximum). Only the reports (the other
+    items ``produce`` yields) reach the driver here. None: no task."""
     if not tasks:
-        return None, []
-    rdd = spark.sparkContext.parallelize(list(tasks), len(tasks)).map(run)
-    results = run_in_job_group(spark, f"loglake-decode-{id(rdd)}", rdd.collect)
-    tables = [pa.ipc.open_stream(buf).read_all() for buf, _ in results if buf]
-    reports = [r for _, rs in results for r in rs]
-    return (pa.concat_tables(tables) if tables else None), reports
+        return None
+    parallelism = spark.sparkContext.defaultParallelism
+    buckets = max(2 * parallelism, -(-input_bytes // BUCKET_BYTES))
+
+    def stage1(items: Iterable[Any]) -> Iterator[tuple[int, Any]]:
+        for task in items:
+            rows: list[pa.RecordBatch] = []
+            for item in produce(task):
+                if isinstance(item, pa.RecordBatch):
+                    rows.append(item)
+                else:
+                    yield _REPORT, item
+            if not rows:
+                continue
+            won = pick_winners(
+                pa.Table.from_batches(rows), strategy=strategy, by_key_only=by_key_only
+            )
+            del rows
+            kafka = won.column("_kafka").combine_chunks()
+            bucket = buckets_of(pc.struct_field(kafka, "key"), buckets)
+            for b in np.unique(bucket):
+                yield int(b), _ipc(won.filter(pa.array(bucket == b)))
+
+    def stage2(items: Iterable[tuple[int, bytes]]) -> Iterator[bytes]:
+        table = _from_ipc(buf for _b, buf in items)
+        if table is not None:
+            yield _ipc(pick_winners(table, strategy=strategy, by_key_only=by_key_only))
+
+    first = spark.sparkContext.parallelize(list(tasks), len(tasks)).mapPartitions(stage1)
+    first = first.persist(StorageLevel.MEMORY_AND_DISK)
+    winners = (
+        first.filter(lambda kv: kv[0] != _REPORT)
+        .partitionBy(buckets, lambda b: b)
+        .mapPartitions(stage2)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        group = f"loglake-decode-{id(first)}"
+        reports = run_in_job_group(
+            spark, group, first.filter(lambda kv: kv[0] == _REPORT).values().collect
+        )
+        num_rows = run_in_job_group(spark, group, winners.map(_num_rows).sum)
+    except BaseException:
+        winners.unpersist()
+        first.unpersist()
+        raise
+    return StagedWinners(reports, int(num_rows), first, winners)
+
+
+def _num_rows(buf: bytes) -> int:
+    table = _from_ipc([buf])
+    return 0 if table is None else table.num_rows
+
+
+def pick_winners(rows: pa.Table, *, strategy: Strategy | None, by_key_only: bool) -> pa.Table:
+    """The winning row of each key of ``rows`` (decoded rows with ``_deleted``), its
+    ``_version`` set to the version it won with (``strategy`` None: CDC, ``_version`` as
+    decoded). Idempotent: the winners of winners are the same rows with the same versions."""
+    ranked = _rank_table(rows, by_key_only=by_key_only)
+    version = rows.column(VERSION) if strategy is None else versions(ranked, strategy)
+    picked = pa.array(winner_indices(ranked, version), type=pa.int64())
+    out = rows.take(picked)
+    return out.set_column(out.schema.get_field_index(VERSION), VERSION,
+                          pc.take(version, picked).cast(pa.int64()))  # fmt: skip
 
 
 def _rank_table(rows: pa.Table, *, by_key_only: bool) -> pa.Table:
@@ -134,37 +269,45 @@ def _rank_table(rows: pa.Table, *, by_key_only: bool) -> pa.Table:
 
 def merge_winners(
     root: str,
-    rows: pa.Table | None,
+    staged: StagedWinners | None,
     *,
     schema: pa.Schema,
-    strategy: Strategy | None,
     by_key_only: bool,
     apps: Mapping[str, int],
     expected: Mapping[str, int | None],
     tombstones: str | None = None,
 ) -> bool:
-    """Merge the winners of ``rows`` (decoded rows with ``_deleted``, and ``_version`` for a
-    CDC field) into the table at ``root`` in one commit with ``apps``; False: nothing to do
-    (the table already has ``apps``). ``strategy`` None: CDC (versions from ``_version``).
-    ``tombstones``: the deleted keys' table, merged first (module docstring)."""
+    """Merge the run's winners (:func:`stage_winners`: decoded rows with ``_deleted``, and
+    ``_version``) into the table at ``root`` in one commit with ``apps``; False: nothing to do
+    (the table already has ``apps``). ``tombstones``: the deleted keys' table, merged first
+    (module docstring). The winners stream into delta-rs's merge a bucket at a time."""
     dt = DeltaTable(root)
     if not check_app_transactions(dt, apps, expected):
         return False
     txns = [Transaction(a, int(v)) for a, v in apps.items()]
-    if rows is None or rows.num_rows == 0:
+    if staged is None or staged.num_rows == 0:
         commit_files(root, [], schema=schema, app_transactions=apps, expected_versions=expected)
         return True
-    ranked = _rank_table(rows, by_key_only=by_key_only)
-    version = rows.column(VERSION) if strategy is None else versions(ranked, strategy)
-    picked = pa.array(winner_indices(ranked, version), type=pa.int64())
-    source = rows.take(picked)
-    source = source.set_column(source.schema.get_field_index(VERSION), VERSION,
-                               pc.take(version, picked).cast(pa.int64()))  # fmt: skip
     columns = [f.name for f in schema]
-    source = source.select([*columns, DELETED])
+    on = ["key"] if by_key_only else ["partition", "key"]
+    dropped = None
     if tombstones is not None:
-        source = _remember_deletes(tombstones, dt, source, by_key_only=by_key_only, apps=apps)
+        dropped = _remember_deletes(
+            tombstones, dt, staged.keys(), by_key_only=by_key_only, apps=apps
+        )
         failpoint("decode.before_table_merge", kill=kill_session)
+    out_schema = schema.append(pa.field(DELETED, pa.bool_()))
+
+    def source() -> Iterator[pa.RecordBatch]:
+        for bucket in staged.batches():
+            rows = bucket
+            if dropped is not None and dropped.num_rows:
+                keys = _key_columns(bucket).select(on)
+                row = pa.array(np.arange(bucket.num_rows))
+                kept = keys.append_column("_row", row).join(dropped, on, join_type="left anti")
+                rows = bucket.take(kept["_row"].combine_chunks())
+            yield from rows.select([*columns, DELETED]).cast(out_schema).to_batches()
+
     updates = {c: f"s.`{c}`" for c in columns}
     match = "t._kafka.key = s._kafka.key" + (
         "" if by_key_only else " AND t._kafka.partition = s._kafka.partition"
@@ -174,8 +317,9 @@ def merge_winners(
         "((s._version = t._version OR (s._version IS NULL AND t._version IS NULL)) AND "
         "s._kafka.offset > t._kafka.offset))"
     )
+    reader = pa.RecordBatchReader.from_batches(out_schema, source())
     (
-        dt.merge(source, predicate=match, source_alias="s", target_alias="t",
+        dt.merge(reader, predicate=match, source_alias="s", target_alias="t",
                  commit_properties=CommitProperties(app_transactions=txns))
         .when_matched_delete(predicate=f"s._deleted AND {ranks}")
         .when_matched_update(updates=updates, predicate=f"NOT s._deleted AND {ranks}")
@@ -229,31 +373,35 @@ def _key_columns(rows: pa.Table) -> pa.Table:
 def _remember_deletes(
     path: str,
     dt: DeltaTable,
-    source: pa.Table,
+    keys: pa.Table,
     *,
     by_key_only: bool,
     apps: Mapping[str, int],
 ) -> pa.Table:
     """Merge the run's effective deletes into the tombstone table at ``path`` (one commit with
-    ``apps``; skipped when it has them) and return ``source`` without the winners a tombstone
-    outranks."""
+    ``apps``; skipped when it has them) and return the keys (``partition``, ``key``, or ``key``
+    alone) of the winners a tombstone outranks, which the table's merge leaves out.
+
+    ``keys``: every winner's partition, key, offset, ``_version`` and ``_deleted``. What this
+    reads of the tombstone table and of the typed table is only the rows of the run's keys
+    (``_rows_of``), so the driver holds the run's keys, never a table."""
     ensure_table(path, TOMBSTONES_SCHEMA, [])
     tdt = DeltaTable(path)
-    keys = _key_columns(source)
-    tv, to = _existing(keys, tdt.to_pyarrow_table(), by_key_only=by_key_only)
+    on = ["key"] if by_key_only else ["partition", "key"]
+    tv, to = _existing(keys, _rows_of(tdt, keys, by_key_only=by_key_only), by_key_only=by_key_only)
     keep = ~_above(tv, to, keys[VERSION], keys["offset"])
-    source, keys = source.filter(pa.array(keep)), keys.filter(pa.array(keep))
-    deleted = np.asarray(source.column(DELETED).combine_chunks().fill_null(False))
+    dropped = keys.filter(pa.array(~keep)).select(on)
+    keys = keys.filter(pa.array(keep))
+    deleted = np.asarray(keys.column(DELETED).combine_chunks().fill_null(False))
     if not check_app_transactions(tdt, apps) or not len(keys):
-        return source
+        return dropped
     effective = deleted
     if deleted.any():  # a delete takes effect only when it outranks the table's row
-        current = _key_columns(dt.to_pyarrow_table(columns=["_kafka", VERSION]))
+        current = _rows_of(dt, keys.filter(pa.array(deleted)), by_key_only=by_key_only, kafka=True)
         mv, mo = _existing(keys, current, by_key_only=by_key_only)
         effective = deleted & ~_above(mv, mo, keys[VERSION], keys["offset"])
-    change = keys.filter(pa.array(effective | ~deleted)).append_column(
-        DELETED, pa.array(deleted[effective | ~deleted])
-    )
+    change = keys.select(TOMBSTONES_SCHEMA.names).filter(pa.array(effective | ~deleted))
+    change = change.append_column(DELETED, pa.array(deleted[effective | ~deleted]))
     match = "t.key = s.key" + ("" if by_key_only else " AND t.partition = s.partition")
     updates = {c: f"s.`{c}`" for c in TOMBSTONES_SCHEMA.names}
     txns = [Transaction(a, int(v)) for a, v in apps.items()]
@@ -265,4 +413,30 @@ def _remember_deletes(
         .when_not_matched_insert(updates=updates, predicate="s._deleted")
         .execute()
     )  # fmt: skip
-    return source
+    return dropped
+
+
+def _rows_of(dt: DeltaTable, keys: pa.Table, *, by_key_only: bool, kafka: bool = False) -> pa.Table:
+    """partition, key, offset, ``_version`` of the rows of ``dt`` whose key is one of
+    ``keys``' (a scan with a filter: only those rows are kept). ``kafka``: ``dt`` is a typed
+    table (the columns inside ``_kafka``), else a tombstone table."""
+    wanted = pc.unique(keys.column("key").combine_chunks())
+    if kafka:
+        columns: dict[str, Any] = {
+            "partition": pc.field("_kafka", "partition"),
+            "key": pc.field("_kafka", "key"),
+            "offset": pc.field("_kafka", "offset"),
+            VERSION: pc.field(VERSION),
+        }
+    else:
+        columns = {n: pc.field(n) for n in TOMBSTONES_SCHEMA.names}
+    # filtered batch by batch, not in the scan: delta-rs's dataset may type binary columns
+    # binary_view while the files' statistics are binary, and the scan's pruning then fails
+    parts = []
+    for batch in dt.to_pyarrow_dataset().to_batches(columns=columns):
+        found = pa.Table.from_batches([batch]).cast(TOMBSTONES_SCHEMA)
+        found = found.filter(pc.is_in(found["key"], value_set=wanted))
+        if found.num_rows:
+            parts.append(found)
+    found = pa.concat_tables(parts) if parts else TOMBSTONES_SCHEMA.empty_table()
+    return found.cast(TOMBSTONES_SCHEMA)

@@ -76,6 +76,8 @@ def test_kill_at_each_step_then_rerun(tmp_path: Path, registry_url: str, step: s
     assert [(d["offset"], d["value"]) for d in dead] == [(9, b"bad")]
     assert DeltaTable(str(table)).transaction_version(app_id("k", 0)) == 10
     assert _leftovers(table) == []
+    # the killed run's dead-letter files (written by its tasks) reaped by the re-run
+    assert _leftovers(tmp_path / "dead_letters") == []
 
 
 ROW = {"type": "record", "name": "Value", "namespace": "db.t", "fields": [
