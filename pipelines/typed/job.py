@@ -67,7 +67,7 @@ from pyspark.sql import SparkSession
 from logstore.errors import CorruptRecordError, InvalidConfigError
 from logstore.failpoints import failpoint, kill_session
 from pipelines.compaction.model import Strategy
-from pipelines.delta.commit import ensure_table, load_table
+from pipelines.delta.commit import ensure_table, load_table, merge_schema
 from pipelines.delta.direct import StagedWrite, stage_files
 from pipelines.ingest import read_progress
 from pipelines.typed.columns import SchemaChangeError, conform, merge_schemas
@@ -422,10 +422,7 @@ def _grow(root: str, dt: DeltaTable, target: pa.Schema, log: Log) -> list[str]:
     added = [f.name for f in target if f.name not in current.names]
     nested = any(target.field(n).type != current.field(n).type for n in current.names)
     if nested:
-        # delta-rs's merge-schema append (no rows) evolves nested structs too
-        from deltalake import write_deltalake  # noqa: PLC0415
-
-        write_deltalake(root, target.empty_table(), mode="append", schema_mode="merge")
+        merge_schema(root, target)  # the engine's: nested structs too, the store's settings
     elif added:
         fields = DeltaSchema.from_arrow(pa.schema([target.field(n) for n in added])).fields
         dt.alter.add_columns(list(fields))
