@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -63,17 +64,16 @@ def timed_ingest(
     from deltalake import DeltaTable
 
     from pipelines import ingest
+    from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
 
     config = load_config(args.config, log_dirs=[str(log_dir)], lake=lake)
     config = dataclasses.replace(config, topics=("bench",), progress_interval_s=0.0)
-    shipped = ingest.RECORDS_PARQUET_OPTIONS
-    if row_group_bytes:  # read by _run_ingest when it builds the tasks
-        ingest.RECORDS_PARQUET_OPTIONS = {**shipped, "row_group_bytes": row_group_bytes}
+    writer_options = dict(RECORDS_PARQUET_OPTIONS)
+    if row_group_bytes:  # the writer options ingest ships with its tasks
+        writer_options["row_group_bytes"] = row_group_bytes
     t = time.perf_counter()
-    try:
+    with mock.patch.object(ingest, "RECORDS_PARQUET_OPTIONS", writer_options):
         summary = run_ingest(spark, config, log=lambda _msg: None)
-    finally:
-        ingest.RECORDS_PARQUET_OPTIONS = shipped
     seconds = time.perf_counter() - t
     uri, options = delta_target(config.records_path)
     rows = DeltaTable(uri, storage_options=options).to_pyarrow_dataset().count_rows()
