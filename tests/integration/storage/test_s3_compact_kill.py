@@ -58,16 +58,8 @@ def _config(lake: str, logs: Path) -> CompactConfig:
 
 
 def _mirror(s3: S3Bucket, table: str, into: Path) -> Path:
-    """Every object of the table at ``table`` (an ``s3://`` URI in ``s3``'s bucket), copied with
-    boto3 to ``into`` (the empty "directory" objects of pyarrow's writers left out)."""
-    prefix = table.removeprefix(f"s3://{s3.name}/") + "/"
-    for key in s3.keys(prefix):
-        if key.endswith("/"):
-            continue
-        target = into / key.removeprefix(prefix)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(s3.get(key))
-    return into
+    """The table at ``table`` (an ``s3://`` URI in ``s3``'s bucket) copied to ``into``."""
+    return s3.mirror(table.removeprefix(f"s3://{s3.name}/") + "/", into)
 
 
 def _tombstones(recs: list[Rec]) -> dict[tuple[int, bytes], int]:
