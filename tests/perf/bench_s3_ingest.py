@@ -15,6 +15,11 @@ into ``s3://<bucket>/run-<n>`` on a moto server started here (a child process, a
 - ``ratio`` = ``floor_s / ingest_s`` (ingest's throughput as a fraction of the floor's);
   target (issue 21) >= 0.7.
 
+``--compare-row-group-bytes N`` alternates every timed run with one whose Parquet writer
+buffers ``N``-byte row groups (64 MiB: the size an object store got before row groups were
+made to stream up, ``pipelines.delta.files.REMOTE_ROW_GROUP_BYTES``), each followed by its own
+floor, and reports both: on a shared machine only such paired, alternated rounds compare.
+
 The server is on this machine, so the floor is its request handling (moto is Python) rather
 than a network: a ratio against AWS S3 would be measured the same way with
 ``AWS_ENDPOINT_URL`` unset. Last line: one JSON object.
@@ -35,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -51,13 +57,23 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
-def timed_ingest(spark: Any, args: Any, log_dir: Path, lake: str, expected: int) -> float:
+def timed_ingest(
+    spark: Any, args: Any, log_dir: Path, lake: str, expected: int, *, row_group_bytes: int = 0
+) -> float:
+    """One ingest run into ``lake``, timed; ``row_group_bytes`` > 0: the writer's row groups."""
     from deltalake import DeltaTable
+
+    from pipelines import ingest
+    from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
 
     config = load_config(args.config, log_dirs=[str(log_dir)], lake=lake)
     config = dataclasses.replace(config, topics=("bench",), progress_interval_s=0.0)
+    writer_options = dict(RECORDS_PARQUET_OPTIONS)
+    if row_group_bytes:  # the writer options ingest ships with its tasks
+        writer_options["row_group_bytes"] = row_group_bytes
     t = time.perf_counter()
-    summary = run_ingest(spark, config, log=lambda _msg: None)
+    with mock.patch.object(ingest, "RECORDS_PARQUET_OPTIONS", writer_options):
+        summary = run_ingest(spark, config, log=lambda _msg: None)
     seconds = time.perf_counter() - t
     uri, options = delta_target(config.records_path)
     rows = DeltaTable(uri, storage_options=options).to_pyarrow_dataset().count_rows()
@@ -68,7 +84,8 @@ def timed_ingest(spark: Any, args: Any, log_dir: Path, lake: str, expected: int)
 
 def floor(settings: StorageSettings, lake: str, threads: int) -> tuple[float, int, int]:
     """Copy the Parquet bytes of ``lake``'s records table to a fresh prefix, timed: the seconds,
-    the files and the bytes. The bytes are read first (untimed)."""
+    the files and the bytes. The bytes are read first (untimed); the lake and the copy are
+    deleted after."""
     loc = LakeLocation.parse(lake).join("records")
     fs = settings.filesystem(loc)
     import pyarrow.fs as pafs
@@ -88,7 +105,11 @@ def floor(settings: StorageSettings, lake: str, threads: int) -> tuple[float, in
     t = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(put, range(len(blobs))))
-    return time.perf_counter() - t, len(blobs), sum(len(b) for b in blobs)
+    seconds = time.perf_counter() - t
+    # moto keeps every object in memory: a 10M-record run's lake and copy go once measured
+    for prefix in (target, loc.fs_path.rsplit("/", 1)[0]):
+        fs.delete_dir(prefix)
+    return seconds, len(blobs), sum(len(b) for b in blobs)
 
 
 def main() -> None:
@@ -100,6 +121,7 @@ def main() -> None:
     parser.add_argument("--segment-bytes", type=int, default=128 << 20)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--config", default=str(ROOT / "conf" / "pipeline.toml"))
+    parser.add_argument("--compare-row-group-bytes", type=int, default=0)
     args = parser.parse_args()
     from pipelines.session import get_spark
 
@@ -129,15 +151,25 @@ def main() -> None:
             spark.sparkContext.setLogLevel("ERROR")
             cores = spark.sparkContext.defaultParallelism
             timed_ingest(spark, args, log_dir, f"s3://{bucket}/warmup", total)
-            runs = []
+            runs: list[dict[str, Any]] = []
+            compared: list[dict[str, Any]] = []
             for i in range(args.runs):
-                lake = f"s3://{bucket}/run-{i}"
-                seconds = timed_ingest(spark, args, log_dir, lake, total)
-                floor_s, files, size = floor(settings, lake, cores)
-                runs.append(
-                    {"ingest_s": seconds, "floor_s": floor_s, "files": files, "bytes": size}
-                )
-                print(json.dumps(runs[-1]), flush=True)
+                rounds = [(runs, 0, f"run-{i}")]
+                if args.compare_row_group_bytes:
+                    pair = [(compared, args.compare_row_group_bytes, f"cmp-{i}")]
+                    rounds = pair + rounds if i % 2 else rounds + pair
+                for into, row_group_bytes, name in rounds:
+                    lake = f"s3://{bucket}/{name}"
+                    seconds = timed_ingest(
+                        spark, args, log_dir, lake, total, row_group_bytes=row_group_bytes
+                    )
+                    floor_s, files, size = floor(settings, lake, cores)
+                    into.append(
+                        {"ingest_s": seconds, "floor_s": floor_s, "files": files, "bytes": size,
+                         "row_group_bytes": row_group_bytes or "default",
+                         "ratio": round(floor_s / seconds, 3)}
+                    )  # fmt: skip
+                    print(json.dumps(into[-1]), flush=True)
             spark.stop()
         best_ingest = min(r["ingest_s"] for r in runs)
         best_floor = min(r["floor_s"] for r in runs)
@@ -153,6 +185,16 @@ def main() -> None:
                     "files": runs[0]["files"],
                     "ratio": round(best_floor / best_ingest, 3),
                     "target": 0.7,
+                    "ratios": [r["ratio"] for r in runs],
+                    **(
+                        {
+                            "compared_row_group_bytes": args.compare_row_group_bytes,
+                            "compared_ratios": [r["ratio"] for r in compared],
+                            "compared_ingest_s": round(min(r["ingest_s"] for r in compared), 3),
+                        }
+                        if compared
+                        else {}
+                    ),
                 }
             )
         )
