@@ -128,6 +128,23 @@ def test_read_committed_from_the_tier_drops_a_transaction_aborted_in_a_later_seg
     every = _values(b.bootstrap, tiered, "read_uncommitted", 30 + len(want))
     assert len(every) == 30 + len(want) and every[30:] == want
 
+    # the marker still local (its segment not tiered): the search goes on in the local log
+    topic = new_topic(b.bootstrap, partitions=1, prefix="tieropen", **TIERED)
+    p = ck.Producer({"bootstrap.servers": b.bootstrap, "transactional.id": f"tx-{topic}",
+                     "linger.ms": 0})  # fmt: skip
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(30):
+        p.produce(topic, value=b"open-%d-" % i + b"o" * 300, partition=0)
+        if i % 3 == 2:
+            p.flush(30)
+    wait_for(lambda: _local_bases(b, topic)[0] > 0, 90)  # the transaction's start is remote
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"after", partition=0)
+    p.commit_transaction(30)
+    assert _values(b.bootstrap, topic, "read_committed", 1) == [b"after"]
+
 
 def _table(lake: Path) -> Any:
     order = [("partition", "ascending"), ("offset", "ascending")]
