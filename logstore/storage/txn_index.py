@@ -42,7 +42,7 @@ from typing import Final, NamedTuple
 
 from logstore.errors import CorruptIndexError, StorageError
 
-__all__ = ["ENTRY_SIZE", "AbortedTxn", "TransactionIndex", "TxnSearchResult"]
+__all__ = ["ENTRY_SIZE", "AbortedTxn", "TransactionIndex", "TxnSearchResult", "collect_aborted"]
 
 _ENTRY = struct.Struct(
     ">"
@@ -76,6 +76,26 @@ class TxnSearchResult(NamedTuple):
 
     aborted: list[AbortedTxn]
     complete: bool
+
+
+def collect_aborted(
+    entries: Sequence[AbortedTxn], fetch_offset: int, upper_bound_offset: int
+) -> TxnSearchResult:
+    """Kafka's ``collectAbortedTxns`` over one segment's ``entries`` (in marker order): a
+    local ``.txnindex`` (:meth:`TransactionIndex.collect`) or a remote segment's
+    (``logstore.tier``), so that both answer alike."""
+    out: list[AbortedTxn] = []
+    # the entries whose marker lies below fetch_offset cannot match, nor end the search
+    # (an LSO is at most its marker's offset + 1 <= fetch_offset < the bound): skip them
+    # with one bisection (the markers' offsets increase) instead of walking a long index
+    # from its start at every fetch
+    i = bisect.bisect_left(entries, fetch_offset, key=_last_offset)
+    for e in entries[i:] if i else entries:
+        if e.first_offset < upper_bound_offset:
+            out.append(e)
+        if e.last_stable_offset >= upper_bound_offset:
+            return TxnSearchResult(out, True)
+    return TxnSearchResult(out, False)
 
 
 def decode_entries(data: bytes | bytearray | memoryview, *, path: str = "") -> list[AbortedTxn]:
@@ -174,19 +194,7 @@ class TransactionIndex:
         ``[fetch_offset, upper_bound_offset)`` (marker at or after ``fetch_offset``, first
         offset below the bound); complete once an entry's last stable offset reaches the
         bound (every later abort then began at or after it)."""
-        out: list[AbortedTxn] = []
-        entries = self._entries
-        # the entries whose marker lies below fetch_offset cannot match, nor end the search
-        # (an LSO is at most its marker's offset + 1 <= fetch_offset < the bound): skip them
-        # with one bisection (the markers' offsets increase) instead of walking a long index
-        # from its start at every fetch
-        i = bisect.bisect_left(entries, fetch_offset, key=_last_offset)
-        for e in entries[i:] if i else entries:
-            if e.first_offset < upper_bound_offset:
-                out.append(e)
-            if e.last_stable_offset >= upper_bound_offset:
-                return TxnSearchResult(out, True)
-        return TxnSearchResult(out, False)
+        return collect_aborted(self._entries, fetch_offset, upper_bound_offset)
 
     def rewrite(self, entries: Sequence[AbortedTxn]) -> None:
         """Replace the whole file with ``entries`` (recovery; a tmp file renamed into

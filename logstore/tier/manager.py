@@ -46,7 +46,9 @@ Reads (:meth:`read`, :meth:`offset_for_timestamp`; the bytes through
 list is a snapshot sorted by start offset), its manifest and offset index (the floor entry
 gives the position), then the ``.log`` chunks covering the bytes wanted, all through a
 byte-bounded LRU (``rsm.config.fetch.chunk.cache.size``); whole batches only, at least one
-(KIP-74), and the aborted transactions of the segment's transaction index for READ_COMMITTED.
+(KIP-74), and for READ_COMMITTED the aborted transactions overlapping them: from the fetched
+segment's transaction index and the following segments' (remote, then local), until one past
+the last offset read (:meth:`_aborted`, as Kafka).
 ListOffsets by timestamp looks in the remote segments below the local log start first, as
 Kafka. Every failure is logged with the segment and becomes the partition's error code
 (``KAFKA_STORAGE_ERROR`` for a store error or a missing object), never an empty answer.
@@ -105,6 +107,7 @@ from logstore.storage.log import Log
 from logstore.storage.log_manager import LogManager
 from logstore.storage.producer_snapshot import snapshot_path
 from logstore.storage.retention import retention_plan, size_breached, time_breached
+from logstore.storage.txn_index import TxnSearchResult
 from logstore.tier import layout
 from logstore.tier.metadata import (
     METADATA_TOPIC,
@@ -289,6 +292,35 @@ class RemoteLogManager:
             lg = self._logs.get_or_create_log(METADATA_TOPIC, p)
         return lg
 
+    def _create_metadata_topic(self) -> None:
+        """Every partition of ``__remote_log_metadata`` at once
+        (``rlmm.config.remote.log.metadata.topic.num.partitions``), as Kafka's RLMM creates the
+        topic when it starts: Metadata lists a topic's partitions 0..max, and one created only
+        on first use would answer UNKNOWN_TOPIC_OR_PARTITION to ListOffsets and Fetch (a
+        consumer of the topic, such as the jobs' tier reader, could not read it). 50 empty
+        partition directories cost about 0.6 s once (fsyncs; measured on a loaded 2-core
+        machine), paid at the first start with tiering on only: partitions that exist are
+        kept (a restart creates none), so listing only existing ones was not worth a
+        Metadata that differs from Kafka's."""
+        started = time.perf_counter()
+        missing = [
+            p
+            for p in range(self.config.metadata_partitions)
+            if self._logs.get_log(METADATA_TOPIC, p) is None
+        ]
+        if not missing:
+            return
+        # Kafka's remote.log.metadata.topic.retention.ms default: keep every record
+        self._logs.set_topic_config(METADATA_TOPIC, {"retention.ms": "-1"})
+        for p in missing:
+            self._logs.get_or_create_log(METADATA_TOPIC, p)
+        _log.info(
+            "%s: created %d partitions in %.1f ms",
+            METADATA_TOPIC,
+            len(missing),
+            (time.perf_counter() - started) * 1000,
+        )
+
     def _append(self, record: RemoteSegment | SegmentUpdate | PartitionDelete) -> None:
         if isinstance(record, RemoteSegment):
             value = encode_segment(record)
@@ -359,7 +391,9 @@ class RemoteLogManager:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load the metadata, clean interrupted copies and deletes, start the tier thread."""
+        """Create ``__remote_log_metadata``, load the metadata, start the tier thread (which
+        cleans interrupted copies and deletes)."""
+        self._create_metadata_topic()
         self.load()
         self._thread = threading.Thread(target=self._run, name="tier-copier", daemon=True)
         self._thread.start()
@@ -727,7 +761,7 @@ class RemoteLogManager:
     ) -> tuple[bytes, list[tuple[int, int]]]:
         """Whole batches from ``offset`` (at least one, then up to ``max_bytes``) out of the
         remote segment holding it, none at or above ``max_offset``; and the aborted
-        transactions ``(producer id, first offset)`` of that segment overlapping them.
+        transactions ``(producer id, first offset)`` overlapping them (:meth:`_aborted`).
         :class:`OffsetOutOfRangeError` when no live remote segment holds ``offset``;
         :class:`ObjectStoreError` (``ObjectNotFoundError`` for a missing object) from the
         store. Waits for the store: call on the reader pool."""
@@ -744,7 +778,7 @@ class RemoteLogManager:
             if out is None:
                 return b"", []
             body, first, last = out
-            return body, self.reader.aborted(seg, first, last)
+            return body, self._aborted(topic, partition, live[i:], first, last + 1)
         except LoglakeError as exc:  # the store, a manifest or bytes that do not parse
             _log.error(
                 "%s-%d: remote read of offset %d failed (segment %s): %s",
@@ -755,6 +789,36 @@ class RemoteLogManager:
                 exc,
             )
             raise
+
+    def _aborted(
+        self, topic: str, partition: int, segments: list[RemoteSegment], start: int, upper: int
+    ) -> list[tuple[int, int]]:
+        """Kafka's ``RemoteLogManager.collectAbortedTransactions``: the aborted transactions
+        ``(producer id, first offset)`` overlapping ``[start, upper)``, from the transaction
+        index of the fetched segment and of the following ones — an entry is in the index of
+        the segment holding its ABORT marker, which may be later than the transaction's
+        batches — the remote segments first (``segments``: from the fetched one on), then the
+        local segments not tiered, until an entry shows no later marker can matter."""
+        seen: set[tuple[int, int]] = set()
+        out: list[tuple[int, int]] = []
+
+        def add(found: TxnSearchResult) -> bool:
+            for e in found.aborted:
+                if (e.producer_id, e.first_offset) not in seen:
+                    seen.add((e.producer_id, e.first_offset))
+                    out.append((e.producer_id, e.first_offset))
+            return found.complete
+
+        for seg in segments:
+            if add(self.reader.aborted(seg, start, upper)):
+                return out
+        lg = self._logs.get_log(topic, partition)
+        if lg is not None:
+            tiered = segments[-1].end_offset if segments else -1
+            for local in list(lg.segments):  # a snapshot: retention may replace the list
+                if local.base_offset > tiered and add(local.txn_index.collect(start, upper)):
+                    break
+        return out
 
     def needs_remote_lookup(
         self, topic: str, partition: int, timestamp: int, local_start: int

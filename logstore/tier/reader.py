@@ -25,6 +25,7 @@ from logstore.errors import CorruptRecordError, StorageError
 from logstore.objectstore import ObjectStore
 from logstore.protocol.batch import BatchHeader, iter_batches
 from logstore.protocol.records import decode_batch
+from logstore.storage.txn_index import TxnSearchResult, collect_aborted, decode_entries
 from logstore.tier import layout
 from logstore.tier.metadata import RemoteSegment
 
@@ -169,19 +170,16 @@ class SegmentReader:
                 return out
             want *= 2
 
-    def aborted(self, seg: RemoteSegment, first: int, last: int) -> list[tuple[int, int]]:
-        """The aborted transactions ``(producer id, first offset)`` of ``seg``'s transaction
-        index overlapping offsets ``[first, last]``."""
+    def aborted(self, seg: RemoteSegment, fetch_offset: int, upper_bound: int) -> TxnSearchResult:
+        """Kafka's ``collectAbortedTxns`` over ``seg``'s transaction index: the aborted
+        transactions whose ABORT marker is in ``seg`` at or after ``fetch_offset`` and whose
+        first offset is below ``upper_bound``, and whether no later segment can hold one."""
+        if seg.txn_index_empty:
+            return TxnSearchResult([], False)
         txn = self.index_part(seg, self.manifest(seg), "transaction")
-        if not txn:
-            return []
-        from logstore.storage.txn_index import decode_entries  # noqa: PLC0415
-
-        return [
-            (e.producer_id, e.first_offset)
-            for e in decode_entries(txn)
-            if e.last_offset >= first and e.first_offset <= last
-        ]
+        return collect_aborted(
+            decode_entries(txn, path=str(seg.segment_id)), fetch_offset, upper_bound
+        )
 
     def offset_for_timestamp(
         self, seg: RemoteSegment, timestamp: int, *, start_offset: int

@@ -266,8 +266,7 @@ def plan_fetch_ranges(
     ``max_offsets`` offsets, in offset order. The end is the last stable offset
     (``isolation`` 1, read_committed) or the high watermark (0). Planned from each
     partition's leader. ``missing_ok``: a partition that Metadata lists and ListOffsets does
-    not know is left out (loglake's broker creates ``__remote_log_metadata`` partitions on
-    first use: a pending one holds nothing yet) instead of retried then refused."""
+    not know is left out instead of retried then refused."""
     if max_offsets < 1:
         raise LoglakeError(f"max_offsets must be positive, got {max_offsets}")
     wanted = None if topics is None else sorted(set(topics))

@@ -44,11 +44,13 @@ and with log dirs (the tier below their log start, instead of a gap: :mod:`pipel
 
 Errors: an object missing (:class:`~logstore.errors.ObjectNotFoundError`), the store unreachable
 or throttling after its retries (:class:`~logstore.errors.ObjectStoreUnavailableError`), a
-manifest this reader does not support (compressed or encrypted chunks:
+manifest this reader does not support (encrypted chunks:
 :class:`~logstore.errors.CorruptIndexError`) fail the task and so the run (exit 1, retried),
 nothing committed; a re-run reads the metadata again.
 
-Not supported: manifests of the plugin's compression or encryption options (refused, above);
+Compressed chunks (the plugin's ``rsm.config.compression.enabled``: one zstd frame per chunk)
+are read frame by frame, a window's frames in one ranged GET. Not supported: manifests of the
+plugin's encryption option (refused, above);
 a key prefix that does not end at a ``/`` (``--remote-log-storage`` names a "directory").
 Thread-safe: no shared state.
 """
@@ -218,7 +220,7 @@ def remote_segments(
     without that topic (nothing ever tiered) has none."""
     try:
         ranges, _bounds = plan_fetch_ranges(
-            bootstrap, topics=[METADATA_TOPIC], config=config, isolation=0, missing_ok=True
+            bootstrap, topics=[METADATA_TOPIC], config=config, isolation=0
         )
     except InvalidTopicError:
         return {}
@@ -438,7 +440,9 @@ def read_tier_windows(
     store = tier_store(rng.root, rng.settings)
     keys = layout.segment_keys("", seg)
     manifest = layout.parse_manifest(
-        store.read(keys[layout.MANIFEST]), path=store.uri(keys[layout.MANIFEST])
+        store.read(keys[layout.MANIFEST]),
+        path=store.uri(keys[layout.MANIFEST]),
+        allow_compression=True,
     )
     chunks = manifest.chunks
     pos = _start_position(store, seg, manifest, rng.start_offset)
@@ -448,8 +452,25 @@ def read_tier_windows(
     read_at = pos // chunks.chunk_size * chunks.chunk_size
 
     def get(at: int) -> bytes:
+        """The file's bytes ``[at, at + step)`` (``at`` a chunk's start): one ranged GET of
+        the chunks; compressed ones (``rsm.config.compression.enabled``, the manifest's
+        variable index giving each zstd frame's size) decompressed frame by frame."""
         want = min(step, chunks.file_size - at)
-        got = store.read_range(keys[layout.LOG], offset=at, length=want)
+        if manifest.compression:
+            wanted = chunks.chunks_for(at, want)
+            first, _ = chunks.chunk_range(wanted[0])
+            last_at, last_len = chunks.chunk_range(wanted[-1])
+            raw = store.read_range(
+                keys[layout.LOG], offset=first, length=last_at + last_len - first
+            )
+            frames = []
+            for i in wanted:
+                frame_at, frame_len = chunks.chunk_range(i)
+                frame = raw[frame_at - first : frame_at - first + frame_len]
+                frames.append(layout.decompress_chunk(frame, max_size=chunks.chunk_size))
+            got = b"".join(frames)
+        else:
+            got = store.read_range(keys[layout.LOG], offset=at, length=want)
         if len(got) < want:
             raise LoglakeError(
                 f"{uri}: {len(got)} bytes at {at}, the manifest says {chunks.file_size} bytes "
