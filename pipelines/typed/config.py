@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from logstore.objectstore import LakeLocation
 from pipelines.compaction.config import compacted_topics, load_compact_config
 from pipelines.compaction.model import Strategy
 from pipelines.config import job_settings, read_pipeline_toml
@@ -46,15 +47,15 @@ class DecodeConfig:
 
     @property
     def records_path(self) -> str:
-        return str(Path(self.lake) / "records")
+        return LakeLocation.parse(self.lake).join("records").uri
 
     @property
     def dead_letters_path(self) -> str:
-        return str(Path(self.lake) / "dead_letters")
+        return LakeLocation.parse(self.lake).join("dead_letters").uri
 
     def table_path(self, topic: str) -> str:
         """``<lake>/tables/<topic>``."""
-        return str(Path(self.lake) / "tables" / topic)
+        return LakeLocation.parse(self.lake).join("tables", topic).uri
 
     def subject(self, topic: str) -> str:
         """The value subject of ``topic``."""

@@ -64,6 +64,7 @@ from pyspark import RDD, StorageLevel
 from pyspark.sql import SparkSession
 
 from logstore.failpoints import failpoint, kill_session
+from logstore.objectstore import LakeLocation
 from pipelines.compaction._hash import buckets_of
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import versions, winner_indices
@@ -99,7 +100,7 @@ TOMBSTONES_SCHEMA = pa.schema(
 
 def tombstones_path(lake: str | Path, topic: str) -> str:
     """``<lake>/table_tombstones/<topic>``: the deleted keys of ``tables/<topic>``."""
-    return str(Path(lake) / "table_tombstones" / topic)
+    return LakeLocation.parse(lake).join("table_tombstones", topic).uri
 
 
 def envelope_version(envelope: pa.StructArray, path: str) -> pa.Array:

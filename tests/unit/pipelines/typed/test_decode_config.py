@@ -10,7 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from pipelines.typed.config import DecodeConfig
 from pipelines.typed.registry import RegisteredSchema, RegistryClient, RegistryError
+from pipelines.typed.upsert import tombstones_path
 from pipelines.typed.wire import Decoders, decode_column
 from tests.fixtures.broker import free_port
 from tests.fixtures.jobs import load_job
@@ -80,3 +82,14 @@ def test_headers_of_every_shape() -> None:
     ]
     sliced = decode_column(data.slice(2, 1), decoders)
     assert sliced.errors.to_pylist() == ["no magic byte: first byte is 0x01, not 0x00"]
+
+
+@pytest.mark.parametrize("lake", ["s3://bucket/lake", "/srv/lake"])
+def test_the_decode_tables_are_under_the_lake_on_an_object_store_too(lake: str) -> None:
+    """The tables' locations are joined as lake URIs: ``Path`` would turn ``s3://b`` into
+    ``s3:/b`` (a relative local path), and the job would write beside the lake, not in it."""
+    config = DecodeConfig(lake=lake, registry_url="http://127.0.0.1:1")
+    assert config.records_path == f"{lake}/records"
+    assert config.dead_letters_path == f"{lake}/dead_letters"
+    assert config.table_path("orders") == f"{lake}/tables/orders"
+    assert tombstones_path(lake, "orders") == f"{lake}/table_tombstones/orders"
