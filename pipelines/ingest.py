@@ -151,6 +151,7 @@ __all__ = [
     "read_progress",
     "run_ingest",
     "schedule_tasks",
+    "stage_records",
 ]
 
 APP_PREFIX = "loglake-ingest"
@@ -723,19 +724,13 @@ def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> Inges
         f"their high watermarks in {len(tasks)} tasks"
     )
     with _ProgressReporter(spark, config.progress_interval_s, log):
-        staged = stage_files(
+        staged = stage_records(
             spark,
-            records_path,
+            config,
             [*tier_tasks(tier.ranges, cores), *_with_aborted(tasks, txns)],
             functools.partial(_read_ranges, options=source),
-            schema=RECORDS_ARROW_SCHEMA,
-            partition_by=["topic", "date"],
-            compression=config.compression,
-            max_rows_per_file=config.max_rows_per_file,
-            writer_options=RECORDS_PARQUET_OPTIONS,
+            log,
         )
-    if staged.reaped:
-        log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
     try:
         return finish_run(spark, config, summary, staged, firsts, progress, limits, log, divergence)
     finally:
@@ -761,6 +756,33 @@ def _tier_below(
     )
     log(plan_summary(plan, below) + f" below the log dirs' start, at {config.remote_log_storage}")
     return plan
+
+
+def stage_records(
+    spark: SparkSession,
+    config: IngestConfig,
+    tasks: Sequence[Any],
+    read: Callable[[Any], Iterator[Any]],
+    log: Log,
+) -> StagedWrite:
+    """The run's ``records`` files, staged by the executors (``read`` per task: its rows, then
+    its reports), in the table's one shape (schema, partitions, Parquet options) whichever
+    source the rows came from (log dirs, the tier, Fetch); the files of runs killed before
+    their commit are reaped first. Ends with :func:`finish_run`."""
+    staged = stage_files(
+        spark,
+        config.records_path,
+        tasks,
+        read,
+        schema=RECORDS_ARROW_SCHEMA,
+        partition_by=["topic", "date"],
+        compression=config.compression,
+        max_rows_per_file=config.max_rows_per_file,
+        writer_options=RECORDS_PARQUET_OPTIONS,
+    )
+    if staged.reaped:
+        log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
+    return staged
 
 
 def finish_run(  # noqa: PLR0917

@@ -87,15 +87,13 @@ def run_fetch_ingest(
 ) -> IngestSummary:
     """One run (module docstring); raises ``LoglakeError`` on failure, committing nothing."""
     # Imported here: pipelines.ingest imports this module's caller hook lazily too.
-    from pipelines.delta.direct import stage_files  # noqa: PLC0415
-    from pipelines.delta.files import RECORDS_PARQUET_OPTIONS  # noqa: PLC0415
     from pipelines.ingest import (  # noqa: PLC0415
         Gap,
         IngestSummary,
         finish_run,
         read_progress,
+        stage_records,
     )
-    from pipelines.sources.schema import RECORDS_ARROW_SCHEMA  # noqa: PLC0415
 
     started = time.monotonic()
     summary = IngestSummary()
@@ -145,19 +143,13 @@ def run_fetch_ingest(
         f"{len(bounds)} partitions through Fetch from {config.bootstrap_servers}; progress known "
         f"for {len(progress)}; reading {left} offsets in {len(ranges)} pieces; lake {config.lake}"
     )
-    staged = stage_files(
+    staged = stage_records(
         spark,
-        config.records_path,
+        config,
         [*tier_tasks(tier, cores), *([r] for r in ranges)],
         functools.partial(_read, max_bytes=max_bytes),
-        schema=RECORDS_ARROW_SCHEMA,
-        partition_by=["topic", "date"],
-        compression=config.compression,
-        max_rows_per_file=config.max_rows_per_file,
-        writer_options=RECORDS_PARQUET_OPTIONS,
+        log,
     )
-    if staged.reaped:
-        log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
     log(f"planned ends: {json.dumps({f'{t}/{p}': e for (t, p), e in sorted(limits.items())})}")
     try:
         return finish_run(spark, config, summary, staged, starts, progress, limits, log, divergence)
