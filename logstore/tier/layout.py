@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, Final
 
+import numpy as np
 import zstandard
 
 from logstore.errors import CorruptIndexError
@@ -70,10 +71,12 @@ __all__ = [
     "decode_chunk_sizes",
     "decompress_chunk",
     "encode_chunk_sizes",
+    "floor_position",
     "leader_epoch_bytes",
     "object_key",
     "parse_manifest",
     "segment_keys",
+    "time_floor",
 ]
 
 LOG: Final = "log"
@@ -344,3 +347,28 @@ def parse_manifest(data: bytes, *, path: str, allow_compression: bool = False) -
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptIndexError(f"{path}: not a segment manifest: {exc}", path=path) from None
     return Manifest(chunks, idx, compression)
+
+
+# Kafka's index entries (big-endian): .index (relative offset i32, position i32); .timeindex
+# (timestamp i64, relative offset i32). Sorted by their first field.
+_OFFSET_ENTRY = np.dtype([("key", ">i4"), ("value", ">i4")])
+_TIME_ENTRY = np.dtype([("key", ">i8"), ("value", ">i4")])
+
+
+def _floor(index: bytes, dtype: np.dtype[Any], target: int) -> int:
+    entries = np.frombuffer(index, dtype, len(index) // dtype.itemsize)
+    k = int(np.searchsorted(entries["key"], target, side="right"))
+    return int(entries["value"][k - 1]) if k else 0
+
+
+def floor_position(index: bytes, relative: int) -> int:
+    """The ``.log`` position of the greatest entry of an offset index (a remote segment's, as
+    uploaded in ``.indexes``) at or below ``relative`` (an offset minus the segment's start);
+    0, the segment's start, if none. One binary search over the whole buffer (numpy)."""
+    return _floor(index, _OFFSET_ENTRY, relative)
+
+
+def time_floor(index: bytes, timestamp: int) -> int:
+    """The relative offset of the greatest entry of a time index at or below ``timestamp``; 0,
+    the segment's start, if none."""
+    return _floor(index, _TIME_ENTRY, timestamp)

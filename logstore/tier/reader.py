@@ -15,7 +15,6 @@ object), :class:`CorruptIndexError` for a manifest or chunk that does not parse,
 
 from __future__ import annotations
 
-import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -32,8 +31,6 @@ from logstore.tier.metadata import RemoteSegment
 __all__ = ["ChunkCache", "SegmentReader"]
 
 T = TypeVar("T")
-_OFFSET_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
 READ_AHEAD = 64 * 1024
 
 
@@ -161,7 +158,7 @@ class SegmentReader:
         and last offsets sent. None when none qualifies."""
         manifest = self.manifest(seg)
         index = self.index_part(seg, manifest, "offset")
-        position = _floor_position(index, offset - seg.start_offset)
+        position = layout.floor_position(index, offset - seg.start_offset)
         want = max(max_bytes, READ_AHEAD)
         while True:
             data = self.bytes_at(seg, manifest, position, want)
@@ -191,10 +188,10 @@ class SegmentReader:
         position; batches whose max timestamp is older are skipped undecoded."""
         manifest = self.manifest(seg)
         time_index = self.index_part(seg, manifest, "timestamp")
-        relative = _time_floor(time_index, timestamp)
+        relative = layout.time_floor(time_index, timestamp)
         first = max(seg.start_offset + relative, start_offset)
         index = self.index_part(seg, manifest, "offset")
-        position = _floor_position(index, first - seg.start_offset)
+        position = layout.floor_position(index, first - seg.start_offset)
         for header, window, pos in self._batches(seg, manifest, position):
             if header.max_timestamp < timestamp or header.last_offset < start_offset:
                 continue
@@ -206,37 +203,6 @@ class SegmentReader:
                 if rec.timestamp >= timestamp and rec.offset >= start_offset:
                     return rec.offset, rec.timestamp
         return None
-
-
-def _floor_position(index: bytes, relative: int) -> int:
-    """The position of the greatest offset-index entry at or below ``relative`` (0 if none)."""
-    n = len(index) // 8
-    lo, hi, found = 0, n - 1, 0
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        rel, pos = _OFFSET_ENTRY.unpack_from(index, mid * 8)
-        if rel <= relative:
-            found = pos
-            lo = mid + 1
-        else:
-            hi = mid - 1
-    return found
-
-
-def _time_floor(index: bytes, timestamp: int) -> int:
-    """The relative offset of the greatest time-index entry whose timestamp is at or below
-    ``timestamp`` (0, the segment's start, if none)."""
-    n = len(index) // 12
-    lo, hi, found = 0, n - 1, 0
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        ts, rel = _TIME_ENTRY.unpack_from(index, mid * 12)
-        if ts <= timestamp:
-            found = rel
-            lo = mid + 1
-        else:
-            hi = mid - 1
-    return found
 
 
 def _select(

@@ -111,7 +111,6 @@ __all__ = [
 
 DEFAULT_WINDOW_BYTES = 8 << 20
 PARTITION_DELETE_API_KEY = 2
-_OFFSET_ENTRY = np.dtype([("relative", ">i4"), ("position", ">i4")])
 _PARTITION_FIXED = struct.Struct(">i")
 TopicPartition = tuple[str, int]
 
@@ -362,13 +361,6 @@ def _aborted(  # noqa: PLR0917
 # -- executor side --------------------------------------------------------------------------
 
 
-def _floor_position(index: bytes, relative: int) -> int:
-    """The position of the greatest offset-index entry at or below ``relative`` (0: none)."""
-    entries = np.frombuffer(index, _OFFSET_ENTRY, len(index) // _OFFSET_ENTRY.itemsize)
-    k = int(np.searchsorted(entries["relative"], relative, side="right"))
-    return int(entries["position"][k - 1]) if k else 0
-
-
 def _start_position(store: ObjectStore, seg: RemoteSegment, manifest: layout.Manifest,
                     offset: int) -> int:  # fmt: skip
     where = manifest.indexes.get("offset")
@@ -376,7 +368,7 @@ def _start_position(store: ObjectStore, seg: RemoteSegment, manifest: layout.Man
         return 0
     key = layout.segment_keys("", seg)[layout.INDEXES]
     index = store.read_range(key, offset=where[0], length=where[1])
-    return _floor_position(index, offset - seg.start_offset)
+    return layout.floor_position(index, offset - seg.start_offset)
 
 
 def _with_positions(batch: pa.RecordBatch, shift: int, column: str) -> pa.RecordBatch:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import struct
 import uuid
 
 import pytest
@@ -17,9 +18,11 @@ from logstore.tier.layout import (
     decode_chunk_sizes,
     decompress_chunk,
     encode_chunk_sizes,
+    floor_position,
     leader_epoch_bytes,
     object_key,
     parse_manifest,
+    time_floor,
 )
 from logstore.tier.metadata import RemoteSegment
 
@@ -220,3 +223,20 @@ def test_chunks_are_zstd_frames_with_their_content_size():
     assert decompress_chunk(frame, max_size=len(data)) == data
     with pytest.raises(CorruptIndexError, match="does not decompress"):
         decompress_chunk(frame[:-3], max_size=len(data))
+
+
+def test_index_floors_are_kafkas_largest_entry_at_or_below() -> None:
+    """An offset index (relative offset, position) and a time index (timestamp, relative
+    offset) as Kafka writes them, big-endian: the entry at or below the target, 0 below the
+    first entry and for an empty index."""
+    offsets = b"".join(
+        struct.pack(">ii", rel, pos) for rel, pos in [(0, 0), (10, 4096), (25, 9000)]
+    )
+    assert [floor_position(offsets, r) for r in (-1, 0, 9, 10, 24, 25, 10**6)] == [
+        0, 0, 0, 4096, 4096, 9000, 9000,
+    ]  # fmt: skip
+    assert floor_position(b"", 5) == 0
+    stamps = [(1000, 0), (2000, 10), (3000, 25)]
+    times = b"".join(struct.pack(">qi", ts, rel) for ts, rel in stamps)
+    assert [time_floor(times, t) for t in (999, 1000, 1999, 2000, 5000)] == [0, 0, 0, 10, 25]
+    assert time_floor(b"", 5) == 0
