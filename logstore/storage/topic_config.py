@@ -25,6 +25,7 @@ __all__ = [
     "TOPIC_CONFIG_DIR",
     "delete_topic_config",
     "format_properties",
+    "is_compacted",
     "parse_properties",
     "read_topic_config",
     "read_topic_configs",
@@ -34,6 +35,12 @@ __all__ = [
 
 TOPIC_CONFIG_DIR = "topic-configs"
 _SUFFIX = ".properties"
+
+
+def is_compacted(props: Mapping[str, str]) -> bool:
+    """Whether a topic's configs (a ``.properties`` file's, or DescribeConfigs') make it a
+    compacted topic: ``cleanup.policy`` lists ``compact`` (alone or with ``delete``)."""
+    return "compact" in {p.strip() for p in props.get("cleanup.policy", "").split(",")}
 
 
 def topic_config_path(log_dir: str | os.PathLike[str], topic: str) -> Path:

@@ -21,7 +21,7 @@ from typing import Any
 from logstore.errors import LoglakeError
 from logstore.objectstore import LakeLocation
 from logstore.storage.files import validate_topic
-from logstore.storage.topic_config import read_topic_configs
+from logstore.storage.topic_config import is_compacted, read_topic_configs
 from logstore.tools.client_config import ClientConfig
 from pipelines.compaction.model import DEFAULT_STRATEGY, Strategy, parse_strategy
 from pipelines.config import (
@@ -142,14 +142,13 @@ def compacted_topics(config: CompactConfig) -> dict[str, Strategy]:
         bootstrap, kafka = config.bootstrap_servers, config.kafka
         every = topic_configs(bootstrap, cluster_topics(bootstrap, config=kafka), config=kafka)
         for topic, props in every.items():
-            if "compact" in {s.strip() for s in props.get("cleanup.policy", "").split(",")}:
+            if is_compacted(props):
                 found[topic] = props
     for d in config.log_dirs:
         if not Path(d).is_dir():
             raise LoglakeError("log dir does not exist", path=d)
         for topic, props in read_topic_configs(d).items():
-            policies = {s.strip() for s in props.get("cleanup.policy", "").split(",")}
-            if "compact" in policies:
+            if is_compacted(props):
                 found[topic] = props
     for topic in config.topics:
         found.setdefault(topic, {})

@@ -87,7 +87,7 @@ from logstore.storage.files import (
 )
 from logstore.storage.log import Log
 from logstore.storage.swap import apply_offline
-from logstore.storage.topic_config import read_topic_config, read_topic_configs
+from logstore.storage.topic_config import is_compacted, read_topic_config, read_topic_configs
 from pipelines.compaction._keymap import record_keys
 from pipelines.compaction._select import last_per_key, last_per_key_into, make_selector
 from pipelines.compaction.due import CleanerDefaults, topic_settings
@@ -591,7 +591,7 @@ def compacted_partitions(
         configs = read_topic_configs(log_dir)
         wanted = set(named)
         for topic, props in configs.items():
-            if "compact" in {p.strip() for p in props.get("cleanup.policy", "").split(",")}:
+            if is_compacted(props):
                 wanted.add(topic)
         for part in partition_dirs(log_dir, topics=wanted):
             out.append((str(part.path), strategy_of(log_dir, part.topic)))

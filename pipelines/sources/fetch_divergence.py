@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from logstore.storage.topic_config import is_compacted
 from logstore.tools.client_config import ClientConfig
 from pipelines.divergence import (
     BatchId,
@@ -160,10 +161,7 @@ def check_fetched_divergence(
     except FetchError as exc:  # e.g. no DESCRIBE_CONFIGS right: judged as compacted, and said
         log(f"divergence check: the topic configs are not readable ({exc})")
         configs = {t: {"cleanup.policy": "compact"} for t in moved}
-    compacted = [
-        t for t, props in configs.items()
-        if "compact" in {s.strip() for s in props.get("cleanup.policy", "").split(",")}
-    ]  # fmt: skip
+    compacted = [t for t, props in configs.items() if is_compacted(props)]
     if compacted:
         log(
             f"divergence check of compacted topics {', '.join(compacted)} through Fetch: by "

@@ -11,6 +11,7 @@ from logstore.storage.config import LogConfig
 from logstore.storage.topic_config import (
     delete_topic_config,
     format_properties,
+    is_compacted,
     parse_properties,
     read_topic_config,
     read_topic_configs,
@@ -97,3 +98,13 @@ def test_broker_keys_finer_unit_wins() -> None:
     )
     assert cfg.retention_ms == 5000 and cfg.segment_bytes == 4096
     assert LogConfig.from_broker_properties({"log.retention.hours": "2"}).retention_ms == 7_200_000
+
+
+@pytest.mark.parametrize(
+    ("policy", "compacted"),
+    [("compact", True), ("delete,compact", True), (" compact , delete", True),
+     ("delete", False), ("", False), (None, False), ("compaction", False)],
+)  # fmt: skip
+def test_is_compacted_reads_cleanup_policy_as_a_list(policy: str | None, compacted: bool) -> None:
+    props = {} if policy is None else {"cleanup.policy": policy}
+    assert is_compacted(props) is compacted
