@@ -76,6 +76,7 @@ __all__ = [
     "ensure_table",
     "load_table",
     "merge_schema",
+    "open_table",
     "read_app_transactions",
 ]
 
@@ -130,6 +131,17 @@ def load_table(
         raise DeltaSinkError(
             f"cannot read the Delta table: {first_error_line(exc)}", path=log.uri
         ) from exc
+
+
+def open_table(
+    path: str | Path | LakeLocation, *, settings: StorageSettings | None = None
+) -> DeltaTable:
+    """The table at ``path`` at its latest version, which must exist (:func:`load_table` with
+    the store's settings); ``DeltaSinkError`` when it does not or the store cannot be read."""
+    dt = load_table(path, settings=settings)
+    if dt is None:
+        raise DeltaSinkError("no Delta table there", path=table_location(path).uri)
+    return dt
 
 
 def create_table(

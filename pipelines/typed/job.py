@@ -66,8 +66,9 @@ from pyspark.sql import SparkSession
 
 from logstore.errors import CorruptRecordError, InvalidConfigError
 from logstore.failpoints import failpoint, kill_session
+from pipelines.compaction.layout import open_input
 from pipelines.compaction.model import Strategy
-from pipelines.delta.commit import ensure_table, load_table, merge_schema
+from pipelines.delta.commit import create_table, ensure_table, load_table, merge_schema, open_table
 from pipelines.delta.direct import StagedWrite, stage_files
 from pipelines.ingest import read_progress
 from pipelines.typed.columns import SchemaChangeError, conform, merge_schemas
@@ -92,6 +93,7 @@ from pipelines.typed.upsert import (
     tombstones_path,
 )
 from pipelines.typed.wire import Decoders, decode_column, reader_type
+from pipelines.worker import start_task
 
 __all__ = [
     "APP_PREFIX",
@@ -214,11 +216,13 @@ def _in_ranges(part: pa.Array, offset: pa.Array, ranges: Mapping[int, tuple[int,
 def _read_records(path: str, ranges: Mapping[int, tuple[int, int]]) -> Iterator[pa.Table]:
     """The rows of ``path`` in ``ranges``, a batch at a time (a data file of ``records`` may
     hold millions of rows: never all of them in memory at once)."""
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS, columns=_RECORD_COLUMNS):
-        keep = _in_ranges(batch.column("partition"), batch.column("offset"), ranges)
-        table = pa.Table.from_batches([batch]).filter(keep)
-        if table.num_rows:
-            yield table
+    with open_input(path) as source:  # the lake's store, with the task's settings
+        reader = pq.ParquetFile(source)
+        for batch in reader.iter_batches(batch_size=_BATCH_ROWS, columns=_RECORD_COLUMNS):
+            keep = _in_ranges(batch.column("partition"), batch.column("offset"), ranges)
+            table = pa.Table.from_batches([batch]).filter(keep)
+            if table.num_rows:
+                yield table
 
 
 def _kafka_column(rows: pa.Table, key_ids: pa.Array, value_ids: pa.Array) -> pa.StructArray:
@@ -324,6 +328,9 @@ def _tombstone_rows(task: _Task, rows: pa.Table) -> Iterator[pa.RecordBatch]:
 def _produce(task: _Task) -> Iterator[Any]:
     """One task: decoded record batches and reports; its dead letters written to files of
     ``dead_letters`` (reported as ``dead_files``), removed again if the task fails."""
+    # the lake's settings travel with the task (an executor has the JVM's environment, not the
+    # driver's): the records files are read, and dead letters written, with them
+    start_task(settings=task.dead_letters.settings)
     client = RegistryClient(task.registry_url)
     value_dec = Decoders(client, task.value_schema)
     key_dec = Decoders(client, task.key_schema, bare=True) if task.key_schema is not None else None
@@ -468,8 +475,8 @@ def decode_topic(
 
     target = build(value_schema)
     if dt is None and upsert:
-        DeltaTable.create(root, target, configuration=CDF)
-        dt = DeltaTable(root)
+        create_table(root, target, configuration=CDF)
+        dt = open_table(root)
     elif dt is None:
         ensure_table(root, target, [])
         dt = load_table(root)
@@ -484,7 +491,7 @@ def decode_topic(
             value_schema = reader
             result.schema_version = reader.version
         result.added_columns = _grow(root, dt, target, log)
-    target = _table_schema(DeltaTable(root))
+    target = _table_schema(open_table(root))
     dead_dt = load_table(config.dead_letters_path)
     dead_done = _progress(dead_dt, topic, list(ingested))
     dead_from = {p: max(dead_done.get(p, 0), s) for p, (s, _e) in ranges.items()}
@@ -675,7 +682,7 @@ def _decode_upsert(
         result.committed = merge_winners(
             root,
             staged,
-            schema=_table_schema(DeltaTable(root)),
+            schema=_table_schema(open_table(root)),
             by_key_only=by_key_only,
             apps=apps,
             expected={app_id(topic, p): done.get(p) for p in result.progress},

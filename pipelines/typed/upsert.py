@@ -68,7 +68,7 @@ from logstore.objectstore import LakeLocation
 from pipelines.compaction._hash import buckets_of
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import versions, winner_indices
-from pipelines.delta.commit import check_app_transactions, commit_files, ensure_table
+from pipelines.delta.commit import check_app_transactions, commit_files, ensure_table, open_table
 from pipelines.delta.direct import run_in_job_group
 
 __all__ = [
@@ -282,7 +282,7 @@ def merge_winners(
     ``_version``) into the table at ``root`` in one commit with ``apps``; False: nothing to do
     (the table already has ``apps``). ``tombstones``: the deleted keys' table, merged first
     (module docstring). The winners stream into delta-rs's merge a bucket at a time."""
-    dt = DeltaTable(root)
+    dt = open_table(root)
     if not check_app_transactions(dt, apps, expected):
         return False
     txns = [Transaction(a, int(v)) for a, v in apps.items()]
@@ -387,7 +387,7 @@ def _remember_deletes(
     reads of the tombstone table and of the typed table is only the rows of the run's keys
     (``_rows_of``), so the driver holds the run's keys, never a table."""
     ensure_table(path, TOMBSTONES_SCHEMA, [])
-    tdt = DeltaTable(path)
+    tdt = open_table(path)
     on = ["key"] if by_key_only else ["partition", "key"]
     tv, to = _existing(keys, _rows_of(tdt, keys, by_key_only=by_key_only), by_key_only=by_key_only)
     keep = ~_above(tv, to, keys[VERSION], keys["offset"])
