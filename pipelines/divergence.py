@@ -77,6 +77,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from logstore.errors import LoglakeError
+from logstore.objectstore import open_store
 from pipelines.config import ON_DIVERGENCE
 from pipelines.delta.commit import RemovedFile, commit_files, load_table
 from pipelines.delta.files import PartitionedFileWriter, WrittenFile, partition_value_string
@@ -622,6 +623,7 @@ def plan_rewind(
     if dt is None:
         raise LoglakeError("cannot rewind: no records table", path=records_path)
     version = dt.version()
+    store = open_store(records_path)  # the lake's store: local disk or an object store
     adds = pa.table(dt.get_add_actions(flatten=True))
     now = pa.scalar(int(time.time() * 1_000_000), pa.timestamp("us", tz="UTC"))
     removes: list[RemovedFile] = []
@@ -651,7 +653,7 @@ def plan_rewind(
             ]
             if not hits:
                 continue
-            data = pq.read_table(Path(records_path) / unquote(row["path"]))
+            data = pq.read_table(pa.BufferReader(store.read(unquote(row["path"]))))
             full = _with_partition_columns(data, values)
             mask = None
             for tp in hits:
@@ -712,8 +714,7 @@ def write_diverged(diverged_path: str, rewind: Rewind, *, compression: str) -> i
                     "rewind_id": partition_value_string(row["partition.rewind_id"]),
                 }
                 removes.append(RemovedFile(row["path"], row["size_bytes"], values))
-    Path(diverged_path).mkdir(parents=True, exist_ok=True)
-    writer = PartitionedFileWriter(
+    writer = PartitionedFileWriter(  # it makes its directories on local disk
         diverged_path,
         write_id=os.urandom(16).hex(),
         task_id=0,
