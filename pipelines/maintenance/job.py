@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from logstore.errors import InvalidConfigError
 from logstore.storage.config import LogConfig
 from logstore.storage.topic_config import read_topic_configs
 from pipelines.maintenance.tables import find_tables, maintain_table, plan_table, records_retention
@@ -121,6 +122,11 @@ def run_maintenance(
     started = time.monotonic()
     summary = MaintenanceSummary(records_retention=config.records_retention, dry_run=dry_run)
     setting = parse_records_retention(config.records_retention)
+    if records and setting == "topic" and not config.log_dirs:
+        raise InvalidConfigError(
+            '[retention] records = "topic" reads each topic\'s retention.ms from the log dirs, '
+            'and log_dirs = []: give an age (e.g. "30d") or "forever"'
+        )
     if records and setting != "forever":
         from pipelines.delta.commit import load_table  # noqa: PLC0415
 
