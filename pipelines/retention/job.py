@@ -141,6 +141,8 @@ class RetentionConfig:
     zorder: bool = False
     delete_records_chunk: int = _DELETE_RECORDS_CHUNK
     kafka: ClientConfig | None = None  # [kafka]: how DeleteRecords connects to the broker
+    # [ingest] bootstrap_servers: the topic configs of records = "topic" without log dirs
+    bootstrap_servers: str = ""
 
     @property
     def records_path(self) -> str:
@@ -196,6 +198,7 @@ def load_retention_config(
         zorder=bool(retention.get("zorder", False)),
         delete_records_chunk=chunk,
         kafka=kafka_client_config(data, p),
+        bootstrap_servers=str(data.get("ingest", {}).get("bootstrap_servers") or ""),
     )
 
 

@@ -8,8 +8,8 @@
   again without it, as before.
 - ``log_dirs = []``: the log side is the broker's own retention (as in Kafka); the job says so,
   starts no Spark, plans nothing, exits 0 with mode ``broker``; the table side
-  (``jobs/maintain.py``) runs without log dirs, and refuses ``records = "topic"`` (which
-  reads the topic configs from the log dirs) with exit 2.
+  (``jobs/maintain.py``) runs without log dirs, and refuses ``records = "topic"`` with exit 2
+  when no broker is set either (with one: ``tests/integration/test_maintenance.py``).
 """
 
 from __future__ import annotations
