@@ -32,7 +32,8 @@ their ``Expiration``; :class:`CredentialChain` resolves again when less than
 :data:`REFRESH_BEFORE_S` remain (botocore refreshes 10-15 minutes ahead). A failed refresh
 keeps the old credentials while they are valid and raises once they have expired. Nothing
 found anywhere: ``None`` (the request goes unsigned, as before; a public bucket or a local
-store without auth answers it). A malformed answer or file raises
+store without auth answers it), and the chain is walked again :data:`NONE_RETRY_S` later, not
+before (an instance metadata probe costs up to a second). A malformed answer or file raises
 :class:`~logstore.errors.ObjectStoreError`, naming the source.
 
 pyarrow and delta-rs are given keys only when they are explicit (1): along 2-4 they resolve the
@@ -55,9 +56,16 @@ from urllib.parse import urlsplit
 
 from logstore.errors import ObjectStoreError
 
-__all__ = ["REFRESH_BEFORE_S", "CredentialChain", "Credentials", "default_chain"]
+__all__ = [
+    "NONE_RETRY_S",
+    "REFRESH_BEFORE_S",
+    "CredentialChain",
+    "Credentials",
+    "default_chain",
+]
 
 REFRESH_BEFORE_S = 600.0
+NONE_RETRY_S = 300.0  # nothing found: asked again after this long (a role attached later)
 _ECS_HOST = "http://169.254.170.2"
 _IMDS_ENDPOINT = "http://169.254.169.254"
 _IMDS_TOKEN_TTL_S = "21600"
@@ -92,17 +100,14 @@ class CredentialChain:
         self._lock = threading.Lock()
         self._cached: Credentials | None = None
         self._resolved = False
+        self._retry_none_at = 0.0
 
     def get(self) -> Credentials | None:
         """The current credentials (resolved on first use, refreshed near expiry)."""
         with self._lock:
             now = self._clock()
             cached = self._cached
-            if self._resolved and (
-                cached is None
-                or cached.expires_at is None
-                or cached.expires_at - now > REFRESH_BEFORE_S
-            ):
+            if self._still_good(now):
                 return cached
             try:
                 self._cached = resolve(os.environ if self._environ is None else self._environ)
@@ -111,7 +116,16 @@ class CredentialChain:
                     return cached  # an advisory refresh failed: the old ones still work
                 raise
             self._resolved = True
+            self._retry_none_at = now + NONE_RETRY_S
             return self._cached
+
+    def _still_good(self, now: float) -> bool:
+        cached = self._cached
+        if not self._resolved:
+            return False
+        if cached is None:
+            return now < self._retry_none_at
+        return cached.expires_at is None or cached.expires_at - now > REFRESH_BEFORE_S
 
 
 _DEFAULT = CredentialChain()

@@ -23,7 +23,12 @@ from logstore.errors import ObjectStoreError
 from logstore.objectstore import StorageSettings
 from logstore.objectstore import credentials as creds_mod
 from logstore.objectstore._s3put import credentials_for, put_if_absent_s3
-from logstore.objectstore.credentials import REFRESH_BEFORE_S, CredentialChain, Credentials
+from logstore.objectstore.credentials import (
+    NONE_RETRY_S,
+    REFRESH_BEFORE_S,
+    CredentialChain,
+    Credentials,
+)
 
 T0 = 1_800_000_000.0
 
@@ -253,7 +258,18 @@ def test_no_metadata_service_means_no_credentials(tmp_path: Path) -> None:
     server.shutdown()
     server.server_close()
     env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": url, "HOME": str(tmp_path)}
-    assert CredentialChain(environ=env).get() is None
+    clock = _Clock()
+    chain = CredentialChain(environ=env, clock=clock)
+    assert chain.get() is None
+    # keys that appear later (a profile written, a role attached) are found after a while
+    (tmp_path / ".aws").mkdir()
+    (tmp_path / ".aws" / "credentials").write_text(
+        "[default]\naws_access_key_id = LATER\naws_secret_access_key = l\n"
+    )
+    assert chain.get() is None  # not walked again on every request
+    clock.now += NONE_RETRY_S
+    later = chain.get()
+    assert later is not None and later.access_key_id == "LATER"
 
 
 def test_the_conditional_put_signs_with_keys_from_a_profile(
