@@ -16,20 +16,17 @@ waits on a guessed time for "nothing more arrives".
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.static.primitive import i8, i32, i64
 
 from logstore.protocol.batch import iter_batches
 from logstore.server.group.offset_store import OFFSETS_TOPIC
 from logstore.server.group.schemas import partition_for
 from tests.integration.broker.clients import new_topic
-from tests.integration.broker.rawclient import RawClient
+from tests.integration.broker.rawclient import RawClient, fetch_request
 
 pytestmark = pytest.mark.integration
 
@@ -228,25 +225,7 @@ def _raw_fetches(bootstrap: str, topic: str, isolation: int) -> list[Any]:
     offset = 0
     with RawClient(bootstrap) as c:
         while True:
-            req = FetchRequest(
-                max_wait=datetime.timedelta(milliseconds=0),
-                min_bytes=i32(1),
-                max_bytes=i32(1 << 20),
-                isolation_level=i8(isolation),
-                topics=(
-                    FetchTopic(
-                        topic=topic,
-                        partitions=(
-                            FetchPartition(
-                                partition=i32(0),
-                                fetch_offset=i64(offset),
-                                partition_max_bytes=i32(1 << 20),
-                            ),
-                        ),
-                    ),
-                ),
-                forgotten_topics_data=(),
-            )
+            req = fetch_request(topic, offset, isolation=isolation)
             answer = c.call(req).responses[0].partitions[0]
             assert answer.error_code == 0, answer
             answers.append(answer)
