@@ -4,14 +4,15 @@
 Table retention and maintenance of the lake, with delta-rs (no Spark session needed).
 
 First records retention ([retention] records: "forever" keeps everything; "topic" mirrors
-each topic's retention.ms; an age such as "30d"): whole date partitions of <lake>/records
-past it are deleted in one commit, logged in <lake>/retention_log. Then, for every Delta table
-under the lake (or each --table): optimize (compaction; z-order by offset with --zorder or
-[retention] zorder; rows deleted by deletion vectors stay deleted), vacuum of files
-unreferenced for longer than --vacuum-hours ([retention] vacuum_hours, default 168; deletion
-vector files under dv/ and change-data files included, live ones never), a checkpoint and
-clean-up of expired log entries. Safe while an
-ingest runs: conflicting commits are retried, then reported.
+each topic's retention.ms, from the log dirs' topic configs or, with log_dirs = [], from
+[ingest] bootstrap_servers (DescribeConfigs); an age such as "30d"): whole date partitions
+of <lake>/records past it are deleted in one commit, logged in <lake>/retention_log. Then,
+for every Delta table under the lake (or each --table): optimize (compaction; z-order by
+offset with --zorder or [retention] zorder; rows deleted by deletion vectors stay deleted),
+vacuum of files unreferenced for longer than --vacuum-hours ([retention] vacuum_hours,
+default 168; deletion vector files under dv/ and change-data files included, live ones
+never), a checkpoint and clean-up of expired log entries. Safe while an ingest runs:
+conflicting commits are retried, then reported.
 
 --dry-run lists what each step would do and changes nothing (no commit, no file removed,
 nothing appended to retention_log): the partitions records retention would delete (topic,

@@ -23,6 +23,12 @@ Online, [retention] delete_records_chunk partitions go per DeleteRecords request
 killed midway leaves it there and the next run logs what the dead one removed (counted in
 "settled_segments") before planning, so each removed segment has exactly one row.
 
+No log dirs ([paths] log_dirs = [], no --log-dirs: a cluster without the broker's disk): the
+log side is the broker's own retention (lake-bounded with log.retention.lake.group), as in
+Kafka; the run says so on stderr, plans and deletes nothing, starts no Spark and exits 0
+(summary mode "broker"). The table side, jobs/maintain.py, needs no log dirs. Executors that
+cannot see a log dir the driver sees: exit 2 at once ("the executors cannot see log dir ...").
+
 Output: the plan as a table on stdout (dry run), a summary on stderr, then the summary as one
 JSON line, last on stdout.
 """
@@ -45,7 +51,8 @@ if TYPE_CHECKING:
 EXIT_CODES = {
     EXIT_FAILED: 'or some partitions could not be trimmed (listed in "errors")',
     EXIT_USAGE: "or a topic of [ingest] topics in none of the log dirs (nothing "
-    "deleted; --allow-missing-topics: a warning on stderr instead)",
+    "deleted; --allow-missing-topics: a warning on stderr instead), or executors that cannot "
+    "see a log dir the driver sees (no shared disk: set log_dirs = [])",
 }
 
 
@@ -89,14 +96,19 @@ def _retention(args: argparse.Namespace) -> int:
         args.config, log_dirs=args.log_dirs, lake=args.lake, broker_config=args.broker_config
     )
     check_log_dirs(config.log_dirs, from_command_line=bool(args.log_dirs), config=args.config)
-    check_topics(
-        {"[ingest] topics": config.ingest_topics or ()},
-        config.log_dirs,
-        allow_missing=args.allow_missing_topics,
-    )
-    spark = job_spark(
-        config.app_name, master=config.master, spark_conf=config.spark_conf, verbose=args.verbose
-    )
+    spark = None
+    if config.log_dirs:  # without any: the broker's own retention, no Spark (run_retention)
+        check_topics(
+            {"[ingest] topics": config.ingest_topics or ()},
+            config.log_dirs,
+            allow_missing=args.allow_missing_topics,
+        )
+        spark = job_spark(
+            config.app_name,
+            master=config.master,
+            spark_conf=config.spark_conf,
+            verbose=args.verbose,
+        )
     plans: list[PartitionPlan] = []
     summary = run_retention(
         spark,

@@ -7,7 +7,8 @@ pyarrow's ``S3FileSystem`` has no conditional write; deltalake's ``DeltaFileSyst
 and obstore are not installed; boto3 is a test-only dependency. The request is a single
 signed HTTP PUT, so it is made here with the standard library: AWS Signature Version 4
 (``UNSIGNED-PAYLOAD`` is not used: the body's SHA-256 is signed), path-style addressing with a
-custom endpoint, virtual-hosted on AWS.
+custom endpoint, virtual-hosted on AWS. Credentials: :func:`credentials_for` (explicit keys,
+else the standard AWS chain of :mod:`logstore.objectstore.credentials`).
 
 Answers: 200 -> written; 412 ``PreconditionFailed`` -> the key exists; 409
 ``ConditionalRequestConflict`` (a concurrent conditional write in flight), 500, 503
@@ -22,15 +23,27 @@ import hmac
 import http.client
 from urllib.parse import quote, urlsplit
 
+from logstore.objectstore.credentials import Credentials, default_chain
 from logstore.objectstore.settings import StorageSettings
 
-__all__ = ["put_if_absent_s3"]
+__all__ = ["credentials_for", "put_if_absent_s3"]
 
 TRANSIENT_STATUS = frozenset({409, 500, 502, 503, 504})
 
 
 def _sign(key: bytes, msg: str) -> bytes:
     return hmac.new(key, msg.encode(), hashlib.sha256).digest()
+
+
+def credentials_for(settings: StorageSettings) -> Credentials | None:
+    """What loglake signs with: the settings' explicit keys (``[storage]`` or the
+    environment's ``AWS_ACCESS_KEY_ID``...), else the standard chain
+    (:mod:`logstore.objectstore.credentials`: shared files, container, instance metadata)."""
+    if settings.access_key_id and settings.secret_access_key:
+        return Credentials(
+            settings.access_key_id, settings.secret_access_key, settings.session_token
+        )
+    return default_chain().get()
 
 
 def put_if_absent_s3(
@@ -57,9 +70,10 @@ def put_if_absent_s3(
         "x-amz-content-sha256": payload_hash,
         "x-amz-date": amz_date,
     }
-    if settings.session_token:
-        headers["x-amz-security-token"] = settings.session_token
-    if settings.access_key_id and settings.secret_access_key:
+    creds = credentials_for(settings)
+    if creds is not None and creds.session_token:
+        headers["x-amz-security-token"] = creds.session_token
+    if creds is not None:
         signed = ";".join(sorted(headers))
         canonical = "\n".join(
             [
@@ -75,12 +89,12 @@ def put_if_absent_s3(
         to_sign = "\n".join(
             ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
         )
-        k = _sign(("AWS4" + settings.secret_access_key).encode(), day)
+        k = _sign(("AWS4" + creds.secret_access_key).encode(), day)
         for part in (settings.region, "s3", "aws4_request"):
             k = _sign(k, part)
         signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
         headers["authorization"] = (
-            f"AWS4-HMAC-SHA256 Credential={settings.access_key_id}/{scope}, "
+            f"AWS4-HMAC-SHA256 Credential={creds.access_key_id}/{scope}, "
             f"SignedHeaders={signed}, Signature={signature}"
         )
     cls = http.client.HTTPSConnection if secure else http.client.HTTPConnection

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from logstore.errors import InvalidConfigError
 from logstore.storage.config import LogConfig
 from logstore.storage.topic_config import read_topic_configs
 from pipelines.maintenance.tables import find_tables, maintain_table, plan_table, records_retention
@@ -106,6 +107,30 @@ def topic_retention(
     return out
 
 
+_RETENTION_KEYS: tuple[str, ...] = ("retention.ms", "cleanup.policy")
+
+
+def broker_topic_retention(config: RetentionConfig, topics: Iterable[str]) -> dict[str, int]:
+    """:func:`topic_retention` without log dirs: each topic's ``retention.ms`` and
+    ``cleanup.policy`` in force on ``[ingest] bootstrap_servers`` (DescribeConfigs, the broker's
+    defaults included); a topic the cluster no longer has gets the ``broker_config`` defaults,
+    as a log dir without its configs would give it."""
+    from pipelines.sources.fetch import cluster_topics, topic_configs  # noqa: PLC0415
+
+    bootstrap, kafka = config.bootstrap_servers, config.kafka
+    wanted = sorted(set(topics))
+    present = set(cluster_topics(bootstrap, config=kafka)) & set(wanted)
+    described = topic_configs(bootstrap, present, config=kafka, effective=True)
+    defaults = broker_defaults(config.broker_config)
+    out: dict[str, int] = {}
+    for topic in wanted:
+        props = described.get(topic, {})
+        keys: dict[str, str] = {k: props[k] for k in _RETENTION_KEYS if k in props}
+        cfg = LogConfig.from_properties(keys, defaults=defaults)
+        out[topic] = cfg.retention_ms if cfg.delete else -1
+    return out
+
+
 def run_maintenance(
     config: RetentionConfig,
     *,
@@ -121,16 +146,24 @@ def run_maintenance(
     started = time.monotonic()
     summary = MaintenanceSummary(records_retention=config.records_retention, dry_run=dry_run)
     setting = parse_records_retention(config.records_retention)
+    if records and setting == "topic" and not config.log_dirs and not config.bootstrap_servers:
+        raise InvalidConfigError(
+            '[retention] records = "topic" reads each topic\'s retention.ms from the log dirs '
+            "or, with log_dirs = [], from [ingest] bootstrap_servers (DescribeConfigs), and "
+            'neither is set: set one, or give an age (e.g. "30d") or "forever"'
+        )
     if records and setting != "forever":
         from pipelines.delta.commit import load_table  # noqa: PLC0415
 
         path = config.records_path
         dt = load_table(path)
         topics = sorted({v["topic"] for v in dt.partitions() if "topic" in v}) if dt else []
-        if setting == "topic":
+        if setting == "topic" and config.log_dirs:
             retention = topic_retention(
                 config.log_dirs, broker_defaults(config.broker_config), topics
             )
+        elif setting == "topic":
+            retention = broker_topic_retention(config, topics)
         else:
             retention = dict.fromkeys(topics, int(setting))
         rows, version, deleted = records_retention(path, retention, now_ms=now_ms, dry_run=dry_run)

@@ -82,6 +82,7 @@ from pipelines.retention.plan import (
     from_wire,
     plan_task,
 )
+from pipelines.sources.plan import replanned
 
 __all__ = [
     "RETENTION_LOG_APP",
@@ -140,6 +141,8 @@ class RetentionConfig:
     zorder: bool = False
     delete_records_chunk: int = _DELETE_RECORDS_CHUNK
     kafka: ClientConfig | None = None  # [kafka]: how DeleteRecords connects to the broker
+    # [ingest] bootstrap_servers: the topic configs of records = "topic" without log dirs
+    bootstrap_servers: str = ""
 
     @property
     def records_path(self) -> str:
@@ -161,7 +164,8 @@ def load_retention_config(
     p = Path(path)
     data = read_pipeline_toml(p)
     retention = data.get("retention", {})
-    common = job_settings(data, p, "retention", log_dirs=log_dirs, lake=lake)
+    # no log dirs ([paths] log_dirs = []): the table side alone (see run_retention)
+    common = job_settings(data, p, "retention", log_dirs=log_dirs, lake=lake, need_log_dirs=False)
     topics = data.get("ingest", {}).get("topics") or None
     records = str(retention.get("records", "forever"))
     try:
@@ -194,6 +198,7 @@ def load_retention_config(
         zorder=bool(retention.get("zorder", False)),
         delete_records_chunk=chunk,
         kafka=kafka_client_config(data, p),
+        bootstrap_servers=str(data.get("ingest", {}).get("bootstrap_servers") or ""),
     )
 
 
@@ -477,6 +482,12 @@ def append_retention_log(path: str, rows: list[dict[str, Any]]) -> None:
     append_table(path, table, schema=RETENTION_LOG_SCHEMA, app_transactions=apps)
 
 
+NO_LOG_DIRS = (
+    "no log dirs (log_dirs = []): log retention is the broker's own here (its periodic "
+    "retention, lake-bounded with log.retention.lake.group); nothing planned or deleted"
+)
+
+
 def run_retention(
     spark: Any,
     config: RetentionConfig,
@@ -488,10 +499,23 @@ def run_retention(
     log: Log = lambda _m: None,
     plan_out: list[PartitionPlan] | None = None,
 ) -> RetentionSummary:
-    """One run (see the module docstring); ``spark`` None plans in this process."""
+    """One run (see the module docstring); ``spark`` None plans in this process.
+
+    Without log dirs (``[paths] log_dirs = []``: a cluster that does not share the broker's
+    disk) there is no log side to plan: a log's retention is then the broker's own job, as in
+    Kafka (its periodic retention, bounded by the lake through ``log.retention.lake.group``).
+    The run says so, makes sure ``retention_log`` exists and returns mode ``broker`` with
+    nothing planned; the table side (``jobs/maintain.py``) works without log dirs."""
     started = time.monotonic()
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     summary = RetentionSummary(forced=force)
+    if not config.log_dirs:
+        summary.mode = "broker"
+        log(NO_LOG_DIRS)
+        if not dry_run:
+            append_retention_log(config.retention_log_path, [])
+        summary.seconds = time.monotonic() - started
+        return summary
     summary.mode = "dry-run" if dry_run else ("online" if bootstrap else "offline")
     defaults = broker_defaults(config.broker_config)
     if summary.mode == "offline":
@@ -509,11 +533,21 @@ def run_retention(
         if settled:
             log(f"logged {len(settled)} segments an interrupted run removed")
     log(f"{len(tasks)} partitions in {', '.join(config.log_dirs)}; progress for {len(progress)}")
-    plans = (
-        plan_local(tasks, now_ms=now, force=force)
-        if spark is None
-        else plan_spark(spark, tasks, now_ms=now, force=force)
-    )
+    listed = [tasks]
+
+    def plan_once() -> list[PartitionPlan]:
+        # a partition directory gone for the driver too is a topic deleted under the run: list
+        # again (replanned); one only the executors miss: LogDirNotSharedError, exit 2
+        current = (
+            listed.pop()
+            if listed
+            else build_tasks(config.log_dirs, defaults, progress, config.ingest_topics)
+        )
+        if spark is None:
+            return plan_local(current, now_ms=now, force=force)
+        return plan_spark(spark, current, now_ms=now, force=force)
+
+    plans = replanned(plan_once, what="retention", log=log)
     summary.plan_seconds = time.monotonic() - started
     if plan_out is not None:
         plan_out.extend(plans)

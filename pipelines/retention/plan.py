@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from logstore.storage.retention import retention_plan
+from pipelines.logdir import PARTITION_DIR_MISSING, PartitionDirMissingError
 from pipelines.retention.scan import SegmentScan, SegmentVanishedError, list_segments
 
 __all__ = [
@@ -175,16 +176,20 @@ def plan_task(tasks: Iterable[PartitionTask], *, now_ms: int, force: bool) -> It
     """Executor side: list and plan each partition, reading only what the rules ask for.
 
     Yields :data:`WirePlan` tuples (:func:`from_wire` turns them into plans). A partition
-    whose directory is gone is skipped; one whose segments vanish while it is read (the
-    broker's own retention or a compaction swap) is listed again, and skipped after
-    ``_ATTEMPTS`` tries (a later run plans it)."""
+    whose segments vanish while it is read (the broker's own retention or a compaction swap)
+    is listed again, and skipped after ``_ATTEMPTS`` tries (a later run plans it). A partition
+    whose directory is not there raises :class:`~pipelines.logdir.PartitionDirMissingError`:
+    only the driver, which listed it, can tell a topic deleted under the run (gone there too:
+    plan again) from executors that do not share its disk (exit 2, as ingest)."""
     for task in tasks:
         plan: WirePlan | None = None
         for _ in range(_ATTEMPTS):
             try:
-                plan = _plan_wire(task, list_segments(task.path), now_ms, force)
+                segments = list_segments(task.path)
             except (FileNotFoundError, NotADirectoryError):
-                break
+                raise PartitionDirMissingError(PARTITION_DIR_MISSING, path=task.path) from None
+            try:
+                plan = _plan_wire(task, segments, now_ms, force)
             except SegmentVanishedError:
                 continue
             break

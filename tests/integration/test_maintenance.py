@@ -9,6 +9,7 @@ another writer appends: nothing lost, no error.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import subprocess
@@ -19,8 +20,10 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
+from logstore.errors import InvalidConfigError
 from logstore.storage.topic_config import write_topic_config
 from pipelines.ingest import read_progress
 from pipelines.maintenance.job import run_maintenance
@@ -160,6 +163,43 @@ def test_run_maintenance_topic_mode_and_retention_log(tmp_path: Path) -> None:
     ]
     names = {Path(t["path"]).name for t in summary.tables}
     assert names == {"records", "retention_log"}
+
+
+def test_topic_mode_without_log_dirs_asks_the_broker(tmp_path: Path, broker_factory) -> None:
+    """``log_dirs = []`` (no shared disk): the topics' retention.ms and cleanup.policy in force
+    come from [ingest] bootstrap_servers (DescribeConfigs), with the same result as the log
+    dir's configs above; a topic gone from the cluster gets broker_config's defaults."""
+    b = broker_factory()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    futures = admin.create_topics(
+        [NewTopic("orders", 1, 1, config={"retention.ms": str(2 * DAY + DAY // 4)}),
+         NewTopic("clicks", 1, 1, config={"retention.ms": "1", "cleanup.policy": "compact"})]
+    )  # fmt: skip
+    for f in futures.values():
+        f.result(30)
+    lake = tmp_path / "lake"
+    _build(lake / "records")
+    _append(lake / "records", "gone", 0, 0, n=10, day=3)  # no such topic on the cluster
+    props = tmp_path / "broker.properties"
+    props.write_text(f"log.retention.ms={2 * DAY}\n")  # "gone": its 2026-11-21 rows go
+    cfg = RetentionConfig(
+        log_dirs=(),
+        lake=str(lake),
+        broker_config=str(props),
+        records_retention="topic",
+        vacuum_hours=0,
+        bootstrap_servers=b.bootstrap,
+    )
+    summary = run_maintenance(cfg, now_ms=NOW)
+    assert not summary.errors
+    assert summary.deleted_rows == 2 * 50 + 10
+    log = pl.read_delta(str(lake / "retention_log"))
+    assert sorted(log.select("topic", "partition", "rows").rows()) == [
+        ("gone", 0, 10), ("orders", 0, 50), ("orders", 1, 50)
+    ]  # fmt: skip
+    # neither log dirs nor a broker: refused before anything changes (exit 2's error)
+    with pytest.raises(InvalidConfigError, match="neither is set"):
+        run_maintenance(dataclasses.replace(cfg, bootstrap_servers=""), now_ms=NOW)
 
 
 def test_maintenance_while_another_writer_appends(tmp_path: Path) -> None:

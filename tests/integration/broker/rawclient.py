@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import socket
 import struct
@@ -9,7 +10,42 @@ from typing import Any
 
 import confluent_kafka as ck
 from kio.index import load_response_schema
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i8, i32, i64
+
+
+def fetch_request(
+    topic: str,
+    offset: int,
+    *,
+    isolation: int = 0,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+    max_bytes: int = 50 * 1024 * 1024,
+    partition_max_bytes: int = 1024 * 1024,
+) -> FetchRequest:
+    """A Fetch v12 of partition 0 of ``topic`` from ``offset`` (``isolation`` 0:
+    read_uncommitted, 1: read_committed)."""
+    return FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=i32(min_bytes),
+        max_bytes=i32(max_bytes),
+        isolation_level=i8(isolation),
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(
+                        partition=i32(0),
+                        fetch_offset=i64(offset),
+                        partition_max_bytes=i32(partition_max_bytes),
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
 
 
 class RawClient:

@@ -15,45 +15,15 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v4.request import FetchPartition as FetchPartitionV4
 from kio.schema.fetch.v4.request import FetchRequest as FetchRequestV4
 from kio.schema.fetch.v4.request import FetchTopic as FetchTopicV4
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.fetch.v12.request import FetchRequest
 from kio.static.primitive import i8, i32, i64
 
 from logstore.protocol.batch import iter_batches
 from tests.fixtures.broker import ROOT
 from tests.integration.broker.clients import ck_produce, make_records, new_topic
-from tests.integration.broker.rawclient import RawClient
+from tests.integration.broker.rawclient import RawClient, fetch_request
 
 pytestmark = pytest.mark.integration
-
-
-def _fetch(
-    topic: str,
-    offset: int,
-    *,
-    max_wait_ms: int = 0,
-    min_bytes: int = 1,
-    max_bytes: int = 50 * 1024 * 1024,
-    partition_max_bytes: int = 1024 * 1024,
-) -> FetchRequest:
-    return FetchRequest(
-        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
-        min_bytes=i32(min_bytes),
-        max_bytes=i32(max_bytes),
-        isolation_level=i8(0),
-        topics=(
-            FetchTopic(
-                topic=topic,
-                partitions=(
-                    FetchPartition(
-                        partition=i32(0),
-                        fetch_offset=i64(offset),
-                        partition_max_bytes=i32(partition_max_bytes),
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-    )
 
 
 def test_fetch_returns_the_segment_bytes_unchanged(broker):
@@ -69,32 +39,32 @@ def test_fetch_returns_the_segment_bytes_unchanged(broker):
     )
     segment = (broker.log_dir / f"{topic}-0" / f"{0:020d}.log").read_bytes()
     with RawClient(broker.bootstrap) as c:
-        resp = c.call(_fetch(topic, 0))
+        resp = c.call(fetch_request(topic, 0))
         part = resp.responses[0].partitions[0]
         assert part.error_code == ErrorCode.none
         assert part.high_watermark == 300
         assert part.log_start_offset == 0
         assert bytes(part.records) == segment  # sendfile of the file region, byte for byte
         # partition_max_bytes smaller than a batch: still the whole first batch (KIP-74)
-        resp = c.call(_fetch(topic, 0, partition_max_bytes=10))
+        resp = c.call(fetch_request(topic, 0, partition_max_bytes=10))
         data = bytes(resp.responses[0].partitions[0].records)
         batches = list(iter_batches(data))
         assert len(batches) == 1 and data == segment[: batches[0][1].size]
         # a fetch from the middle of a batch starts at that batch
         second = list(iter_batches(segment))[1][1]
-        resp = c.call(_fetch(topic, second.base_offset + 1))
+        resp = c.call(fetch_request(topic, second.base_offset + 1))
         assert (
             bytes(resp.responses[0].partitions[0].records)
             == segment[list(iter_batches(segment))[1][0] :]
         )
         # at the end: nothing, no error
-        resp = c.call(_fetch(topic, 300))
+        resp = c.call(fetch_request(topic, 300))
         assert resp.responses[0].partitions[0].error_code == ErrorCode.none
         assert not resp.responses[0].partitions[0].records
         # beyond the end, and unknown partitions
-        resp = c.call(_fetch(topic, 301))
+        resp = c.call(fetch_request(topic, 301))
         assert resp.responses[0].partitions[0].error_code == ErrorCode.offset_out_of_range
-        resp = c.call(_fetch("no-such-topic-here", 0))
+        resp = c.call(fetch_request("no-such-topic-here", 0))
         assert resp.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
         # the oldest version advertised (v4) returns the same bytes
         v4 = FetchRequestV4(
@@ -122,7 +92,7 @@ def test_fetch_long_poll_is_completed_by_a_produce(broker):
 
     def long_poll() -> None:
         with RawClient(broker.bootstrap, timeout=60) as c:
-            result["resp"] = c.call(_fetch(topic, 0, max_wait_ms=50_000, min_bytes=1))
+            result["resp"] = c.call(fetch_request(topic, 0, max_wait_ms=50_000, min_bytes=1))
 
     t = threading.Thread(target=long_poll)
     t.start()
@@ -142,7 +112,7 @@ def test_fetch_long_poll_is_completed_by_a_produce(broker):
 def test_fetch_long_poll_expires_empty(broker):
     topic = new_topic(broker.bootstrap, partitions=1, prefix="lpe")
     with RawClient(broker.bootstrap, timeout=60) as c:
-        resp = c.call(_fetch(topic, 0, max_wait_ms=200, min_bytes=1))
+        resp = c.call(fetch_request(topic, 0, max_wait_ms=200, min_bytes=1))
     part = resp.responses[0].partitions[0]
     assert part.error_code == ErrorCode.none
     assert not part.records
@@ -234,7 +204,7 @@ def test_sigterm_answers_a_waiting_long_poll(broker_factory):
 
     def long_poll() -> None:
         with RawClient(b.bootstrap, timeout=120) as c:
-            result["resp"] = c.call(_fetch(topic, 0, max_wait_ms=100_000, min_bytes=1))
+            result["resp"] = c.call(fetch_request(topic, 0, max_wait_ms=100_000, min_bytes=1))
 
     t = threading.Thread(target=long_poll)
     t.start()
@@ -266,12 +236,12 @@ def test_pipelined_requests_are_answered_in_order_across_inline_and_handler_path
     )
     segment = (broker.log_dir / f"{topic}-0" / f"{0:020d}.log").read_bytes()
     requests = [
-        _fetch(topic, 0),  # the first use of the partition may go to a handler thread
+        fetch_request(topic, 0),  # the first use of the partition may go to a handler thread
         ApiVersionsRequest(),  # always a handler thread
-        _fetch(topic, 0),  # loaded now: inline on the network thread
-        _fetch(topic, 40, max_wait_ms=300),  # at the end: waits in the purgatory, then empty
+        fetch_request(topic, 0),  # loaded now: inline on the network thread
+        fetch_request(topic, 40, max_wait_ms=300),  # at the end: waits in the purgatory, then empty
         ApiVersionsRequest(),
-        _fetch(topic, 0),
+        fetch_request(topic, 0),
     ]
     with RawClient(broker.bootstrap) as c:
         frames = b"".join(

@@ -12,6 +12,8 @@ outside, that the namespace hides the log dirs (a probe process in it sees an em
 directory), that every process below the worker during the run (the executor JVM and its
 Python workers) was in that namespace, that the application's tasks ran in that worker's
 executor, and reads the table back with delta-rs: row for row what confluent-kafka produced.
+On the same cluster, ``jobs/retention.py`` given a log dir that only its driver sees exits 2
+at once, saying so.
 
 Extending to the tier (``[paths] remote_log_storage``, executors reading tiered segments
 straight from the store): the broker here already has its early segments remote (under
@@ -33,6 +35,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from pipelines.retention.model import ModelPartition, ModelSegment
 from tests.fixtures.broker import wait_for
 from tests.fixtures.mount_ns import (
     hiding_prefix,
@@ -40,6 +43,7 @@ from tests.fixtures.mount_ns import (
     mount_namespace,
     unavailable_reason,
 )
+from tests.fixtures.retention_logdirs import write_log_dir
 from tests.fixtures.spark_cluster import EXECUTOR_BACKEND_CLASS, SparkCluster, start_cluster
 from tests.integration.broker.clients import Got, ck_produce, expected, make_records, new_topic
 
@@ -47,6 +51,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
 INGEST_JOB = ROOT / "jobs" / "ingest.py"
+RETENTION_JOB = ROOT / "jobs" / "retention.py"
 PARTITIONS = 3
 RECORDS = 3000
 
@@ -214,3 +219,27 @@ def test_a_blind_cluster_ingests_everything_through_the_broker(
     assert any("Running task" in p.read_text(errors="replace") for p in executor_logs)
 
     assert _table_rows(tmp_path / "lake" / "records") == expected(records)
+
+
+def test_retention_reading_log_dirs_the_executors_cannot_see_exits_2(
+    blind_cluster: SparkCluster, hidden: Path, tmp_path: Path
+) -> None:
+    """The driver sees the log dir, the blind executors do not: exit 2 naming the log dir and
+    ``log_dirs = []``, nothing planned (before: exit 0 with an empty plan, nothing said)."""
+    log_dir = hidden / "retention-logs"
+    old = 1_700_000_000_000
+    segs = [ModelSegment(i * 10, 100, old, old) for i in range(4)]
+    part = ModelPartition(segs, 1000, -1, "delete", 0, 40, None)
+    write_log_dir(log_dir, {("t", 0): part, ("t", 1): part}, {"t": {}})
+    (tmp_path / "broker.properties").write_text("log.retention.ms=1000\n")
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        f'[paths]\nlog_dirs = ["{log_dir}"]\nlake = "{tmp_path / "lake"}"\n'
+        f'[retention]\nbroker_config = "{tmp_path / "broker.properties"}"\n'
+    )
+    result = blind_cluster.submit(
+        RETENTION_JOB, "--config", str(config), "--dry-run", "--force", cwd=tmp_path
+    )
+    assert result.returncode == 2, result.stderr[-4000:]
+    assert f"the executors cannot see log dir {log_dir} (no shared disk?)" in result.stdout
+    assert not (tmp_path / "lake").exists()

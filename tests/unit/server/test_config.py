@@ -115,3 +115,15 @@ def test_a_renamed_key_is_read_under_its_old_name(caplog):
         BrokerConfig(
             {"loglake.request.read.timeout.ms": "1", "socket.request.read.timeout.ms": "2"}
         )
+
+
+def test_the_key_table_keeps_its_public_home() -> None:
+    """The key table lives in ``config_defs`` since the split; ``logstore.server.config`` still
+    exports the same objects under the same names."""
+    from logstore.server import config, config_defs
+
+    for name in config_defs.__all__:
+        if name in config.__all__:
+            assert getattr(config, name) is getattr(config_defs, name), name
+    assert {"BROKER_CONFIG_DEFS", "TOPIC_KEY_FOR_BROKER_KEY", "ConfigDef"} <= set(config.__all__)
+    assert config.BROKER_CONFIG_DEFS["log.retention.hours"].type == "int"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.logdir import PartitionDirMissingError
 from pipelines.retention.model import ModelPartition, ModelSegment, expected_log_start
 from pipelines.retention.plan import PartitionTask, from_wire, plan_partition, plan_task
 from pipelines.retention.scan import SegmentVanishedError, list_segments, scan_partition
@@ -105,5 +106,8 @@ def test_a_segment_deleted_under_the_planner(tmp_path: Path) -> None:
     # plan_task lists again: the plan is of what is left
     (wire,) = plan_task([task], now_ms=NOW, force=False)
     assert from_wire(wire).segments == 2 and from_wire(wire).new_log_start == 200
+    # a partition directory not there: the driver decides (a deleted topic or no shared disk)
     gone = task._replace(path=str(tmp_path / "nope-0"))
-    assert list(plan_task([gone], now_ms=NOW, force=False)) == []
+    with pytest.raises(PartitionDirMissingError) as err:
+        list(plan_task([gone], now_ms=NOW, force=False))
+    assert err.value.path == gone.path

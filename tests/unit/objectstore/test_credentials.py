@@ -1,0 +1,316 @@
+"""The standard AWS credential chain for loglake's own signed requests.
+
+Environment and shared files are real files read by the chain. The container and instance
+metadata endpoints are small local HTTP servers in the test (nothing real fits: they exist only
+inside ECS/EC2), answering as AWS documents them; the IMDS one refuses any GET without the token
+of its PUT (IMDSv2). A moved clock drives expiry and refresh. The signature of the conditional
+PUT is checked against botocore's own SigV4 (test-only dependency), for keys found in a file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from logstore.errors import ObjectStoreError
+from logstore.objectstore import StorageSettings
+from logstore.objectstore import credentials as creds_mod
+from logstore.objectstore._s3put import credentials_for, put_if_absent_s3
+from logstore.objectstore.credentials import (
+    NONE_RETRY_S,
+    REFRESH_BEFORE_S,
+    CredentialChain,
+    Credentials,
+)
+
+T0 = 1_800_000_000.0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _iso(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _Endpoint(http.server.ThreadingHTTPServer):
+    """A local endpoint: ``answers`` maps (method, path) to a callable(headers) ->
+    (status, body); every request is recorded in ``seen``."""
+
+    def __init__(self) -> None:
+        self.answers: dict[tuple[str, str], Any] = {}
+        self.seen: list[tuple[str, str, dict[str, str], bytes]] = []
+        self.fail = False
+        super().__init__(("127.0.0.1", 0), _Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Endpoint
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        self.server.seen.append((self.command, self.path, headers, body))
+        answer = self.server.answers.get((self.command, self.path))
+        status, out = (500, b"down") if self.server.fail or answer is None else answer(headers)
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_PUT(self) -> None:
+        self._answer()
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def endpoint() -> Iterator[_Endpoint]:
+    server = _Endpoint()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _temporary(key: str, expires: float) -> bytes:
+    return json.dumps(
+        {
+            "AccessKeyId": key,
+            "SecretAccessKey": f"{key}-secret",
+            "Token": f"{key}-token",
+            "Expiration": _iso(expires),
+            "Code": "Success",
+        }
+    ).encode()
+
+
+def test_environment_keys_come_first(tmp_path: Path) -> None:
+    (tmp_path / "credentials").write_text(
+        "[default]\naws_access_key_id = F\naws_secret_access_key = f\n"
+    )
+    env = {
+        "AWS_ACCESS_KEY_ID": "E",
+        "AWS_SECRET_ACCESS_KEY": "e",
+        "AWS_SESSION_TOKEN": "t",
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "credentials"),
+    }
+    got = CredentialChain(environ=env).get()
+    assert got == Credentials("E", "e", "t", None, "environment")
+
+
+def test_shared_files_profiles_and_their_order(tmp_path: Path) -> None:
+    cred_file, config_file = tmp_path / "credentials", tmp_path / "config"
+    cred_file.write_text(
+        "[default]\naws_access_key_id = D\naws_secret_access_key = d\n"
+        "[team]\naws_access_key_id = T\naws_secret_access_key = t\naws_session_token = tt\n"
+    )
+    config_file.write_text(
+        "[default]\nregion = eu-west-1\n"
+        "[profile team]\naws_access_key_id = X\naws_secret_access_key = x\n"
+        "[profile conf-only]\naws_access_key_id = C\naws_secret_access_key = c\n"
+        "[profile sso]\nsso_start_url = https://example.invalid\n"
+    )
+    base = {
+        "AWS_SHARED_CREDENTIALS_FILE": str(cred_file),
+        "AWS_CONFIG_FILE": str(config_file),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "HOME": str(tmp_path / "nohome"),
+    }
+    default = CredentialChain(environ=base).get()
+    assert default is not None and (default.access_key_id, default.secret_access_key) == ("D", "d")
+    # the credentials file wins over the config file for the same profile
+    team = CredentialChain(environ={**base, "AWS_PROFILE": "team"}).get()
+    assert team == Credentials("T", "t", "tt", None, f"{cred_file} [team]")
+    # the config file's [profile name] section; AWS_DEFAULT_PROFILE when AWS_PROFILE is unset
+    conf = CredentialChain(environ={**base, "AWS_DEFAULT_PROFILE": "conf-only"}).get()
+    assert conf == Credentials("C", "c", None, None, f"{config_file} [profile conf-only]")
+    # a profile of what is not read here (SSO): no keys, and the chain goes on (IMDS off: none)
+    assert CredentialChain(environ={**base, "AWS_PROFILE": "sso"}).get() is None
+    # ~/.aws of HOME when no file is named
+    (tmp_path / "home" / ".aws").mkdir(parents=True)
+    (tmp_path / "home" / ".aws" / "credentials").write_text(
+        "[default]\naws_access_key_id = H\naws_secret_access_key = h\n"
+    )
+    home = CredentialChain(
+        environ={"HOME": str(tmp_path / "home"), "AWS_EC2_METADATA_DISABLED": "true"}
+    ).get()
+    assert home is not None and home.access_key_id == "H"
+    cred_file.write_text("[default\nbroken")
+    with pytest.raises(ObjectStoreError, match="cannot read AWS shared file"):
+        CredentialChain(environ=base).get()
+
+
+def test_container_credentials_with_a_token_file_refresh_before_expiry(
+    endpoint: _Endpoint, tmp_path: Path
+) -> None:
+    clock = _Clock()
+    keys = iter(["ECS1", "ECS2"])
+    endpoint.answers[("GET", "/v2/creds")] = lambda h: (
+        (200, _temporary(next(keys), clock.now + 3600))
+        if h.get("authorization") == "secret-token"
+        else (401, b"no")
+    )
+    token_file = tmp_path / "token"
+    token_file.write_text("secret-token\n")
+    env = {
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI": f"{endpoint.url}/v2/creds",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(token_file),
+        "HOME": str(tmp_path),
+    }
+    chain = CredentialChain(environ=env, clock=clock)
+    first = chain.get()
+    assert first is not None and first.access_key_id == "ECS1"
+    assert (first.session_token, first.expires_at) == ("ECS1-token", T0 + 3600)
+    clock.now += 3600 - REFRESH_BEFORE_S - 60  # still well before expiry: the cache answers
+    assert chain.get() is first and len(endpoint.seen) == 1
+    clock.now += 120  # within the refresh window
+    second = chain.get()
+    assert second is not None and second.access_key_id == "ECS2" and len(endpoint.seen) == 2
+    # a failed refresh keeps the old credentials while they are valid, raises once expired
+    clock.now = second.expires_at - 60  # type: ignore[operator]
+    endpoint.fail = True
+    assert chain.get() is second
+    clock.now = second.expires_at + 1  # type: ignore[operator]
+    with pytest.raises(ObjectStoreError, match="container credentials: HTTP 500"):
+        chain.get()
+
+
+def test_container_relative_uri_uses_the_ecs_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    urls: list[str] = []
+
+    def fake_http(method: str, url: str, headers: Any) -> tuple[int, bytes]:
+        urls.append(url)
+        return 200, _temporary("REL", T0 + 3600)
+
+    monkeypatch.setattr(creds_mod, "_http", fake_http)  # 169.254.170.2 exists only in ECS
+    env = {"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/credentials/abc", "HOME": "/nonexistent"}
+    got = CredentialChain(environ=env).get()
+    assert got is not None and got.access_key_id == "REL"
+    assert urls == ["http://169.254.170.2/v2/credentials/abc"]
+
+
+def test_imds_v2_token_then_role_credentials_and_refresh(
+    endpoint: _Endpoint, tmp_path: Path
+) -> None:
+    clock = _Clock()
+    keys = iter(["ROLE1", "ROLE2"])
+
+    def with_token(answer: Any) -> Any:
+        return lambda h: answer(h) if h.get("x-aws-ec2-metadata-token") == "tok" else (401, b"")
+
+    endpoint.answers[("PUT", "/latest/api/token")] = lambda h: (
+        (200, b"tok") if h.get("x-aws-ec2-metadata-token-ttl-seconds") == "21600" else (400, b"")
+    )
+    roles = "/latest/meta-data/iam/security-credentials/"
+    endpoint.answers[("GET", roles)] = with_token(lambda h: (200, b"loglake-role\n"))
+    endpoint.answers[("GET", roles + "loglake-role")] = with_token(
+        lambda h: (200, _temporary(next(keys), clock.now + 21600))
+    )
+    env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": endpoint.url, "HOME": str(tmp_path)}
+    chain = CredentialChain(environ=env, clock=clock)
+    first = chain.get()
+    assert first is not None and first.access_key_id == "ROLE1"
+    assert first.source == "instance metadata role loglake-role"
+    assert [(m, p) for m, p, _, _ in endpoint.seen] == [
+        ("PUT", "/latest/api/token"),
+        ("GET", roles),
+        ("GET", roles + "loglake-role"),
+    ]
+    clock.now += 21600 - REFRESH_BEFORE_S + 1
+    second = chain.get()
+    assert second is not None and second.access_key_id == "ROLE2" and len(endpoint.seen) == 6
+    # an instance without a role: none; IMDS disabled: not even asked
+    endpoint.answers[("GET", roles)] = with_token(lambda h: (404, b""))
+    assert CredentialChain(environ=env).get() is None
+    asked = len(endpoint.seen)
+    assert CredentialChain(environ={**env, "AWS_EC2_METADATA_DISABLED": "true"}).get() is None
+    assert len(endpoint.seen) == asked
+
+
+def test_no_metadata_service_means_no_credentials(tmp_path: Path) -> None:
+    # a closed port: what a machine off EC2 sees (connection refused or a timeout)
+    server = _Endpoint()
+    url = server.url
+    server.shutdown()
+    server.server_close()
+    env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": url, "HOME": str(tmp_path)}
+    clock = _Clock()
+    chain = CredentialChain(environ=env, clock=clock)
+    assert chain.get() is None
+    # keys that appear later (a profile written, a role attached) are found after a while
+    (tmp_path / ".aws").mkdir()
+    (tmp_path / ".aws" / "credentials").write_text(
+        "[default]\naws_access_key_id = LATER\naws_secret_access_key = l\n"
+    )
+    assert chain.get() is None  # not walked again on every request
+    clock.now += NONE_RETRY_S
+    later = chain.get()
+    assert later is not None and later.access_key_id == "LATER"
+
+
+def test_the_conditional_put_signs_with_keys_from_a_profile(
+    endpoint: _Endpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No keys in the settings: the PUT is signed with the profile's keys and token, and the
+    signature is the one botocore computes for the same request."""
+    botocore_auth = pytest.importorskip("botocore.auth")
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials as BotoCredentials
+
+    endpoint.answers[("PUT", "/bucket/a/key.json")] = lambda h: (200, b"")
+    (tmp_path / "credentials").write_text(
+        "[lake]\naws_access_key_id = PROFILEKEY\naws_secret_access_key = profile-secret\n"
+        "aws_session_token = profile-token\n"
+    )
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_PROFILE", "lake")
+    monkeypatch.setattr(creds_mod, "_DEFAULT", CredentialChain())
+    settings = StorageSettings.from_environment({"endpoint_url": endpoint.url}, environ={})
+    assert settings.access_key_id is None
+    status, _ = put_if_absent_s3(settings, "bucket", "a/key.json", b'{"x": 1}')
+    assert status == 200
+    (_, path, headers, body) = endpoint.seen[-1]
+    assert body == b'{"x": 1}' and headers["x-amz-security-token"] == "profile-token"
+    assert "Credential=PROFILEKEY/" in headers["authorization"]
+    when = dt.datetime.strptime(headers["x-amz-date"], "%Y%m%dT%H%M%SZ")
+    monkeypatch.setattr(botocore_auth, "get_current_datetime", lambda: when)
+    request = AWSRequest(
+        method="PUT",
+        url=f"{endpoint.url}{path}",
+        data=body,
+        headers={"If-None-Match": "*", "X-Amz-Content-SHA256": headers["x-amz-content-sha256"]},
+    )
+    boto = BotoCredentials("PROFILEKEY", "profile-secret", "profile-token")
+    botocore_auth.S3SigV4Auth(boto, "s3", settings.region).add_auth(request)
+    assert headers["authorization"] == request.headers["Authorization"]
+    # explicit keys in the settings win over the chain
+    explicit = StorageSettings.from_environment(
+        {"access_key_id": "K", "secret_access_key": "S"}, environ={}
+    )
+    assert credentials_for(explicit) == Credentials("K", "S")
