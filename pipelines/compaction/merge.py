@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 from pyspark import TaskContext
 
 from logstore.objectstore import StorageSettings
-from pipelines.compaction.hashing import latest_indices, xxhash64
 from pipelines.compaction._match import KeyIndex
+from pipelines.compaction.hashing import latest_indices, xxhash64
 from pipelines.compaction.layout import (
     BUCKET,
     CDC_SCHEMA,
