@@ -46,13 +46,13 @@ rows. Per record, in a task: reading ``records`` (Parquet, 7 columns) 0.12-0.18 
 kernel and building the nested Arrow arrays 0.38-0.41 us; the rest of the batch (``_kafka``,
 conforming types) ~0.02 us; encoding the typed columns with pyarrow's Parquet writer (zstd,
 dictionaries and statistics on) 0.31 us (snappy 0.28, no compression 0.28, no dictionary and
-no statistics 0.23); Delta statistics 0.02 us. In the tasks of a profiled 10M run (pyinstrument
-in every worker): decode 11.9 CPU-s,
-raw ingest 6.4 CPU-s (its numba Parquet writer; the typed table's lists and nested structs
-take pyarrow's). By this bench's CPU measures (``*_cpu_us``), raw ingest costs ~0.8 CPU-s a
-run plus ~0.42 us a record and decode ~1.4 CPU-s plus ~1.1 us a record (1M: 1.17 vs 2.46 us a
-record, 10M: 0.46 vs 1.24): decode / raw falls from ~0.5 at 1M towards ~0.38, the ratio of
-their per-record costs, as the fixed costs are spread thin.
+no statistics 0.23); Delta statistics 0.02 us. In the tasks of a profiled 10M run
+(pyinstrument in every worker): decode 11.9 CPU-s, raw ingest 6.4 CPU-s (its numba Parquet
+writer; the typed table's lists and nested structs take pyarrow's). By this bench's CPU
+measures (``*_cpu_us``), raw ingest costs ~0.8 CPU-s a run plus ~0.42 us a record and
+decode ~1.4 CPU-s plus ~1.1 us a record (1M: 1.17 vs 2.46 us a record, 10M: 0.46 vs 1.24):
+decode / raw falls from ~0.5 at 1M towards ~0.38, the ratio of their per-record costs, as
+the fixed costs are spread thin.
 
 Last line: one JSON object with records/s per measure and the ratios.
 
