@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 from pyspark import TaskContext
 
 from logstore.objectstore import StorageSettings
-from pipelines.compaction._hash import latest_indices, xxhash64
 from pipelines.compaction._match import KeyIndex
+from pipelines.compaction.hashing import latest_indices, xxhash64
 from pipelines.compaction.layout import (
     BUCKET,
     CDC_SCHEMA,
@@ -248,7 +248,7 @@ def _as_state(rows: pa.Table, strategy: Strategy) -> pa.Table:
 
 def _winners(rows: pa.Table) -> np.ndarray:
     """Ascending indices of the winning rows (one per keyed ``(partition, key)``) of rows with
-    a ``version`` column: ``plan.winner_indices``'s rule in one hash-table pass (``_hash``)."""
+    a ``version`` column: ``plan.winner_indices``'s rule in one hash-table pass (``hashing``)."""
     version = rows.column(VERSION)
     return latest_indices(
         np.asarray(rows.column("partition").to_numpy(zero_copy_only=False)),

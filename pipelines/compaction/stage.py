@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from logstore.failpoints import failpoint, kill_session
 from logstore.objectstore import ObjectStore, StorageSettings
-from pipelines.compaction._hash import latest_indices, xxhash64
+from pipelines.compaction.hashing import latest_indices, xxhash64
 from pipelines.compaction.layout import (
     BUCKET,
     SRC,
@@ -49,8 +49,8 @@ __all__ = ["StageInput", "run_stages"]
 # stage 1, one task per core and group of input files: read them with pyarrow (only the rows of
 # the new offsets, keyed; the winners' columns but partition, offset and key only once the
 # winners are known), keep each task's own winners of those records (the winner is a maximum, so
-# the maximum of the tasks' maxima is the same; ``_hash.latest_indices``), bucket every row
-# (Spark's pmod(xxhash64(key), N), ``_hash``), and write one Arrow IPC file per bucket under
+# the maximum of the tasks' maxima is the same; ``hashing.latest_indices``), bucket every row
+# (Spark's pmod(xxhash64(key), N), ``hashing``), and write one Arrow IPC file per bucket under
 # ``<table>/_loglake_staging/<write_id>/`` (the run's scratch); stage 2, one task per group of
 # buckets: each bucket read from its staged files and merged (``merge_rows``). Only file names
 # and row counts travel through the driver. The scratch is removed when the run ends, committed

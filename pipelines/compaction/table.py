@@ -52,9 +52,9 @@ A run, per topic:
    ``records`` files with pyarrow (only the table's columns, only offsets ``[S[p], E[p])``
    with a key; first the columns that pick the winners, the others then for the winners
    only), keep their own winners of those records (one hash-table pass in numba,
-   ``_hash.latest_indices``: the winner is a maximum, so the maximum of the tasks' maxima is
+   ``hashing.latest_indices``: the winner is a maximum, so the maximum of the tasks' maxima is
    the same), compute each row's bucket (Spark's ``pmod(xxhash64(key), N)``, computed in
-   numba: ``_hash``) and write one Arrow IPC file per bucket under
+   numba: ``hashing``) and write one Arrow IPC file per bucket under
    ``<table>/_loglake_staging/<write id>/`` (the run's scratch, removed when the stage-2
    job ends, whatever its outcome); stage 2 tasks, per bucket they hold, read that bucket's
    staged rows, its current files (and tombstones), merge them (``pipelines.compaction.plan``

@@ -80,6 +80,7 @@ import pyarrow as pa
 from logstore.registry.formats import parse
 from pipelines.decode.arrow import numpy_array
 from pipelines.typed import avro_kernel as k
+from pipelines.typed.arenas import STORE_BIN, STORE_FIXED, STORE_LIST, Arenas
 from pipelines.typed.avro_compile import (
     Node,
     Program,
@@ -213,7 +214,9 @@ class AvroDecoder:
         if n and (offsets.min() < 0 or offsets.max() > len(buf)):  # the kernel trusts these
             raise ValueError("binary array offsets point outside its data buffer")
         payload = int(offsets[-1] - offsets[0])
-        a = _Arenas(self, n, payload)
+        a = Arenas(
+            per_row=self._per_row, store=self._store, width=self._width, rows=n, payload=payload
+        )
         err_code = np.zeros(n, np.int64)
         err_pos = np.zeros(n, np.int64)
         row = 0
@@ -266,7 +269,7 @@ class AvroDecoder:
             n - len(bad),
         )  # fmt: skip
 
-    def _build(self, node: Node, a: _Arenas) -> pa.Array:
+    def _build(self, node: Node, a: Arenas) -> pa.Array:
         i = node.id
         c = int(a.counts[i])
         vb = int(a.vbase[i])
@@ -284,12 +287,12 @@ class AvroDecoder:
                 for ch in node.children
             ]
             return pa.Array.from_buffers(node.arrow, c, [validity], nulls, children=children)
-        if store == k.STORE_FIXED:
+        if store == STORE_FIXED:
             db = int(a.dbase[i])
             buf = pa.py_buffer(a.data[db : db + c * node.width])
             return pa.Array.from_buffers(node.arrow, c, [validity, buf], nulls)
         vals = a.vals[vb : vb + c]
-        if store in (k.STORE_BIN, k.STORE_LIST):
+        if store in (STORE_BIN, STORE_LIST):
             offs = np.zeros(c + 1, np.int64)
             np.cumsum(vals, out=offs[1:])
             if offs[-1] >= 2**31:
@@ -298,7 +301,7 @@ class AvroDecoder:
                     "Arrow's 32-bit offsets; decode smaller batches"
                 )
             obuf = pa.py_buffer(offs.astype(np.int32))
-            if store == k.STORE_BIN:
+            if store == STORE_BIN:
                 db = int(a.dbase[i])
                 dbuf = pa.py_buffer(a.data[db : db + int(offs[-1])])
                 return pa.Array.from_buffers(node.arrow, c, [validity, obuf, dbuf], nulls)
@@ -321,45 +324,6 @@ class AvroDecoder:
         else:
             raw = vals.astype(np.int32) if node.arrow.bit_width == 32 else vals
         return pa.Array.from_buffers(node.arrow, c, [validity, pa.py_buffer(raw)], nulls)
-
-
-class _Arenas:
-    """The kernel's output buffers (see :mod:`avro_kernel`): per node a region of entries in
-    ``vals``/``valid`` and of bytes in ``data``, grown (doubled) when the kernel asks."""
-
-    def __init__(self, dec: AvroDecoder, rows: int, payload: int) -> None:
-        nn = len(dec.nodes)
-        self.ecap = np.where(dec._per_row, rows, 2 * rows + 16).astype(np.int64)
-        self.ecap = np.maximum(self.ecap, 1)
-        store = np.array([nd.store for nd in dec.nodes])
-        width = np.array([nd.width for nd in dec.nodes], np.int64)
-        self.dcap = np.zeros(nn, np.int64)
-        self.dcap[store == k.STORE_FIXED] = (self.ecap * width)[store == k.STORE_FIXED]
-        self.dcap[store == k.STORE_BIN] = min(payload, 64 * rows) + 16
-        self.width = width
-        self.counts = np.zeros(nn, np.int64)
-        self.dcounts = np.zeros(nn, np.int64)
-        self._layout()
-
-    def _layout(self) -> None:
-        self.vbase = np.concatenate([[0], np.cumsum(self.ecap)[:-1]]).astype(np.int64)
-        self.dbase = np.concatenate([[0], np.cumsum(self.dcap)[:-1]]).astype(np.int64)
-        self.vals = np.empty(int(self.ecap.sum()), np.int64)
-        self.fvals = self.vals.view(np.float64)
-        self.valid = np.empty(int(self.ecap.sum()), np.uint8)
-        self.data = np.empty(int(self.dcap.sum()), np.uint8)
-
-    def grow(self, node: int) -> None:
-        old = (self.vbase, self.dbase, self.vals, self.valid, self.data)
-        self.ecap[node] *= 2
-        self.dcap[node] = max(2 * self.dcap[node], self.ecap[node] * self.width[node], 16)
-        self._layout()
-        ovb, odb, ovals, ovalid, odata = old
-        for i in range(len(self.counts)):
-            c, d = int(self.counts[i]), int(self.dcounts[i])
-            self.vals[self.vbase[i] : self.vbase[i] + c] = ovals[ovb[i] : ovb[i] + c]
-            self.valid[self.vbase[i] : self.vbase[i] + c] = ovalid[ovb[i] : ovb[i] + c]
-            self.data[self.dbase[i] : self.dbase[i] + d] = odata[odb[i] : odb[i] + d]
 
 
 _CTX = decimal.Context(prec=100)  # scaleb rounds to the context (28 digits by default)

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from logstore.errors import LoglakeError
+from pipelines.typed import arenas
 from pipelines.typed import avro_kernel as k
 
 __all__ = ["Node", "Program", "UnsupportedSchemaError", "compile_program", "reader_tree"]
@@ -64,14 +65,14 @@ class Node:
     @property
     def store(self) -> int:
         if self.kind in ("record", "union", "null"):
-            return k.STORE_NONE
+            return arenas.STORE_NONE
         if self.kind == "fixed" or self.logical == "decimal":
-            return k.STORE_FIXED
+            return arenas.STORE_FIXED
         if self.kind in ("bytes", "string"):
-            return k.STORE_BIN
+            return arenas.STORE_BIN
         if self.kind in ("array", "map"):
-            return k.STORE_LIST
-        return k.STORE_VALS
+            return arenas.STORE_LIST
+        return arenas.STORE_VALS
 
 
 def _resolve(schema: Any, named: dict[str, Any]) -> Any:

@@ -6,11 +6,8 @@ payload. One kernel serves every schema (compiled once, ``cache=True``), which i
 schema is data here rather than generated code: a Spark worker meets a new schema without a
 numba compilation (about a second per function).
 
-Output layout ("arenas"): every reader node ``n`` owns a region of ``entries`` slots, starting
-at ``vbase[n]`` with room for ``ecap[n]``, in both ``vals`` (int64; float values are written
-through ``fvals``, a float64 view of the same memory) and ``valid`` (one byte per entry), and a
-region of ``dcap[n]`` bytes at ``dbase[n]`` in ``data``. ``counts[n]`` / ``dcounts[n]`` say
-how much is used. What a node writes per entry:
+Output layout: :mod:`arenas` (every reader node owns a region of entries in ``vals`` /
+``valid`` and of bytes in ``data``, shared with the Protobuf kernel). What a node writes per entry:
 
 - scalars (boolean, int, long, float, double, enum index): one ``vals`` slot;
 - strings and bytes: the length in ``vals``, the bytes in ``data``;
@@ -38,6 +35,7 @@ import numpy as np
 from numba import njit
 
 from pipelines.decode._kernels import _copy, _varint, utf8_valid
+from pipelines.typed.arenas import entry, null_entry
 
 __all__ = [
     "ERRORS",
@@ -46,11 +44,6 @@ __all__ = [
     "OPS",
     "STATUS_DONE",
     "STATUS_FULL",
-    "STORE_BIN",
-    "STORE_FIXED",
-    "STORE_LIST",
-    "STORE_NONE",
-    "STORE_VALS",
     "decode_rows",
 ]
 
@@ -78,12 +71,6 @@ OP_ERROR = 18  # b: message index (the schema cannot resolve this branch)
 OPS = {
     name: value for name, value in globals().items() if name.startswith("OP_")
 }  # for tests and dumps
-
-STORE_NONE = 0  # records, unions-as-structs, Arrow null
-STORE_VALS = 1
-STORE_BIN = 2
-STORE_FIXED = 3
-STORE_LIST = 4
 
 STATUS_DONE = 0
 STATUS_FULL = 1
@@ -122,16 +109,6 @@ ERRORS: dict[int, str] = {
 # Zero-size items (nulls, empty records) cost no bytes: their block counts are bounded apart.
 _MAX_FREE_ITEMS = 1 << 24
 _MAX_LIST = (1 << 31) - 1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _entry(counts: np.ndarray, ecap: np.ndarray, n: int) -> int:
-    """The slot of node ``n``'s next entry, or -1 when its region is full."""
-    c = counts[n]
-    if c >= ecap[n]:
-        return -1
-    counts[n] = c + 1
-    return int(c)
 
 
 @njit(cache=True, nogil=True)
@@ -202,7 +179,7 @@ def decode_rows(  # noqa: PLR0917
                     err = ERR_TRAILING
                 break
             if op in (OP_ENTRY, OP_NULLV):
-                slot = _entry(counts, ecap, node)
+                slot = entry(counts, ecap, node)
                 if slot < 0:
                     full = node
                     break
@@ -216,7 +193,7 @@ def decode_rows(  # noqa: PLR0917
                 b = buf[p]
                 p += 1
                 if node >= 0:
-                    slot = _entry(counts, ecap, node)
+                    slot = entry(counts, ecap, node)
                     if slot < 0:
                         full = node
                         break
@@ -234,7 +211,7 @@ def decode_rows(  # noqa: PLR0917
                     break
                 p = q
                 if node >= 0:
-                    slot = _entry(counts, ecap, node)
+                    slot = entry(counts, ecap, node)
                     if slot < 0:
                         full = node
                         break
@@ -251,7 +228,7 @@ def decode_rows(  # noqa: PLR0917
                     err = ERR_TRUNCATED
                     break
                 if node >= 0:
-                    slot = _entry(counts, ecap, node)
+                    slot = entry(counts, ecap, node)
                     if slot < 0:
                         full = node
                         break
@@ -285,7 +262,7 @@ def decode_rows(  # noqa: PLR0917
                     if dcounts[node] + w > dcap[node]:
                         full = node
                         break
-                    slot = _entry(counts, ecap, node)
+                    slot = entry(counts, ecap, node)
                     if slot < 0:
                         full = node
                         break
@@ -312,7 +289,7 @@ def decode_rows(  # noqa: PLR0917
                     if dcounts[node] + w > dcap[node]:
                         full = node
                         break
-                    slot = _entry(counts, ecap, node)
+                    slot = entry(counts, ecap, node)
                     if slot < 0:
                         full = node
                         break
@@ -340,7 +317,7 @@ def decode_rows(  # noqa: PLR0917
                     if r < 0:
                         err = ERR_ENUM_SYMBOL
                         break
-                    slot = _entry(counts, ecap, node)
+                    slot = entry(counts, ecap, node)
                     if slot < 0:
                         full = node
                         break
@@ -403,7 +380,7 @@ def decode_rows(  # noqa: PLR0917
                     n_items = total[depth]
                     depth -= 1
                 if node >= 0:
-                    slot = _entry(counts, ecap, node)
+                    slot = entry(counts, ecap, node)
                     if slot < 0:
                         full = node
                         break
@@ -424,7 +401,7 @@ def decode_rows(  # noqa: PLR0917
             elif op == OP_JUMP:
                 pc = prog[pc, 2]
             elif op == OP_NULL:
-                full = _null(
+                full = null_entry(
                     node, counts, dcounts, ecap, dcap, vbase, dbase, store, width, track,
                     dummy_start, dummy_nodes, vals, valid, data,
                 )  # fmt: skip
@@ -445,7 +422,7 @@ def decode_rows(  # noqa: PLR0917
             return STATUS_FULL, row, full
         err_code[row] = err
         err_pos[row] = p - start
-        full = _null(
+        full = null_entry(
             0, counts, dcounts, ecap, dcap, vbase, dbase, store, width, track,
             dummy_start, dummy_nodes, vals, valid, data,
         )  # fmt: skip
@@ -455,47 +432,6 @@ def decode_rows(  # noqa: PLR0917
                 dcounts[n] = dsnap[n]
             return STATUS_FULL, row, full
     return STATUS_DONE, nrows, -1
-
-
-@njit(cache=True, nogil=True)
-def _null(  # noqa: PLR0917
-    node: int,
-    counts: np.ndarray,
-    dcounts: np.ndarray,
-    ecap: np.ndarray,
-    dcap: np.ndarray,
-    vbase: np.ndarray,
-    dbase: np.ndarray,
-    store: np.ndarray,
-    width: np.ndarray,
-    track: np.ndarray,
-    dummy_start: np.ndarray,
-    dummy_nodes: np.ndarray,
-    vals: np.ndarray,
-    valid: np.ndarray,
-    data: np.ndarray,
-) -> int:
-    """A null entry for ``node`` and a placeholder for each of its struct descendants (valid,
-    zero, empty). Returns -1, or the node whose region is full."""
-    for k in range(dummy_start[node], dummy_start[node + 1]):
-        n = dummy_nodes[k]
-        kind = store[n]
-        w = width[n]
-        if kind == STORE_FIXED and dcounts[n] + w > dcap[n]:
-            return int(n)
-        slot = _entry(counts, ecap, n)
-        if slot < 0:
-            return int(n)
-        if track[n]:
-            valid[vbase[n] + slot] = 0 if n == node else 1
-        if kind in (STORE_VALS, STORE_BIN, STORE_LIST):
-            vals[vbase[n] + slot] = 0
-        elif kind == STORE_FIXED:
-            d = dbase[n] + dcounts[n]
-            for i in range(w):
-                data[d + i] = 0
-            dcounts[n] += w
-    return -1
 
 
 @njit(cache=True, nogil=True, inline="always")

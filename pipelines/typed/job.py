@@ -220,7 +220,9 @@ def _read_records(path: str, ranges: Mapping[int, tuple[int, int]]) -> Iterator[
         reader = pq.ParquetFile(source)
         for batch in reader.iter_batches(batch_size=_BATCH_ROWS, columns=_RECORD_COLUMNS):
             keep = _in_ranges(batch.column("partition"), batch.column("offset"), ranges)
-            table = pa.Table.from_batches([batch]).filter(keep)
+            table = pa.Table.from_batches([batch])
+            if keep.false_count:  # filter() copies every column, even when it keeps all
+                table = table.filter(keep)
             if table.num_rows:
                 yield table
 
@@ -307,7 +309,8 @@ def _decode_rows(
     if task.upsert:
         out = out.append_column(DELETED, deleted)
         out = out.set_column(out.schema.get_field_index(VERSION), VERSION, version)
-    out = out.filter(ok)
+    if nfailed:
+        out = out.filter(ok)
     yield {"rows": out.num_rows, "failed": nfailed}
     yield from out.to_batches(max_chunksize=65536)
 

@@ -65,8 +65,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from logstore.registry.formats import parse
 from pipelines.decode.arrow import numpy_array
 from pipelines.typed import protobuf_kernel as k
-from pipelines.typed.avro import _Arenas
-from pipelines.typed.avro_kernel import STORE_NONE
+from pipelines.typed.arenas import STORE_NONE, Arenas
 from pipelines.typed.protobuf_compile import Node, UnsupportedSchemaError, compile_message
 from pipelines.typed.registry import RegisteredSchema
 
@@ -387,7 +386,7 @@ class ProtobufDecoder:
             starts.append(len(dummies))
         self._dummy_start = np.array(starts, np.int64)
         self._dummy_nodes = np.array(dummies or [0], np.int64)
-        self._per_row = np.zeros(nn, np.bool_)  # one entry per row (read by avro._Arenas)
+        self._per_row = np.zeros(nn, np.bool_)  # one entry per row (read by arenas.Arenas)
         self._per_row[_dummy(self.root)] = True
         self._classes = {
             n.id: message_factory.GetMessageClass(n.desc) for n in self.nodes if n.kind == "json"
@@ -407,7 +406,13 @@ class ProtobufDecoder:
         buf = np.frombuffer(bufs[2] if bufs[2] is not None else b"", np.uint8)
         if n and (offsets.min() < 0 or offsets.max() > len(buf)):
             raise ValueError("binary array offsets point outside its data buffer")
-        a = _Arenas(self, n, int(offsets[-1] - offsets[0]))  # type: ignore[arg-type]
+        a = Arenas(
+            per_row=self._per_row,
+            store=self._store,
+            width=self._width,
+            rows=n,
+            payload=int(offsets[-1] - offsets[0]),
+        )
         err_code = np.zeros(n, np.int64)
         err_pos = np.zeros(n, np.int64)
         p = self.program
@@ -455,7 +460,7 @@ class ProtobufDecoder:
         errors = pa.array(texts, pa.string()).take(pa.array(where, mask=where < 0))
         return ProtobufDecoded(values, errors)
 
-    def _entry_rows(self, node: Node, a: _Arenas, n: int) -> np.ndarray:
+    def _entry_rows(self, node: Node, a: Arenas, n: int) -> np.ndarray:
         """The row of every entry of ``node`` (a list's items belong to the list's row)."""
         path = [node]
         while path[-1].id in self._parent:
@@ -467,7 +472,7 @@ class ProtobufDecoder:
                 rows = np.repeat(rows, lengths)
         return rows
 
-    def _check(self, a: _Arenas, n: int, err_code: np.ndarray) -> dict[int, pa.Array]:
+    def _check(self, a: Arenas, n: int, err_code: np.ndarray) -> dict[int, pa.Array]:
         """The checks the kernel leaves to Python, failing whole rows as upb would: a
         Timestamp or Duration beyond int64 microseconds, and the JSON well-known types, which
         are parsed here (per value: their columns only). Returns the JSON columns."""
@@ -518,7 +523,7 @@ class ProtobufDecoder:
             a.valid[a.vbase[0] + rows] = 0  # the root has one entry per row, in order
         return json
 
-    def _build(self, node: Node, a: _Arenas, json: dict[int, pa.Array]) -> pa.Array:
+    def _build(self, node: Node, a: Arenas, json: dict[int, pa.Array]) -> pa.Array:
         i = node.id
         c = int(a.counts[i])
         vb = int(a.vbase[i])

@@ -29,7 +29,7 @@ import pyarrow as pa
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from logstore.errors import LoglakeError
-from pipelines.typed import avro_kernel as ak
+from pipelines.typed import arenas
 from pipelines.typed import protobuf_kernel as k
 
 __all__ = ["Node", "Program", "UnsupportedSchemaError", "compile_message"]
@@ -104,12 +104,12 @@ class Node:
     @property
     def store(self) -> int:
         if self.kind in ("list", "map"):
-            return ak.STORE_LIST
+            return arenas.STORE_LIST
         if self.kind in ("message", "oneof", "entry", "timestamp", "duration", "wrapper"):
-            return ak.STORE_NONE
+            return arenas.STORE_NONE
         if self.kind in ("string", "bytes", "json"):
-            return ak.STORE_BIN
-        return ak.STORE_VALS
+            return arenas.STORE_BIN
+        return arenas.STORE_VALS
 
 
 @dataclasses.dataclass

@@ -31,7 +31,7 @@ filled; a stack of them replaces recursion):
 
 Entries are appended depth-first in schema order, which is Arrow's order for every node. The
 output arenas, null placeholders and growth (``STATUS_FULL``) are those of
-:mod:`avro_kernel` (same layout, the same ``_entry`` and ``_null``).
+:mod:`arenas` (the Avro kernel's too: ``entry`` and ``null_entry``).
 
 Crash behaviour: inputs are untrusted. Every read is bounds-checked; a bad row restores the
 counters to their values at the row's start, writes a null row and records ``(code,
@@ -44,7 +44,7 @@ import numpy as np
 from numba import njit
 
 from pipelines.decode._kernels import _copy, utf8_valid
-from pipelines.typed.avro_kernel import _entry, _null
+from pipelines.typed.arenas import entry, null_entry
 
 __all__ = ["ERRORS", "decode_rows"]
 
@@ -131,7 +131,7 @@ def _valid_entry(  # noqa: PLR0917
     vbase: np.ndarray,
 ) -> int:  # fmt: skip
     """Node ``n``'s next entry, marked valid where ``n`` can be null; -1 when it is full."""
-    slot = _entry(counts, ecap, n)
+    slot = entry(counts, ecap, n)
     if slot >= 0 and track[n]:
         valid[vbase[n] + slot] = 1
     return slot
@@ -436,12 +436,12 @@ def decode_rows(  # noqa: PLR0917
                         best = order[b - 1]
                         best_r = r
                 if best_r < 0:
-                    full = _null(
+                    full = null_entry(
                         holder, counts, dcounts, ecap, dcap, vbase, dbase, store, width, track,
                         dummy_start, dummy_nodes, vals, valid, data,
                     )  # fmt: skip
                     continue
-                slot = _entry(counts, ecap, holder)
+                slot = entry(counts, ecap, holder)
                 if slot < 0:
                     full = holder
                     break
@@ -454,7 +454,7 @@ def decode_rows(  # noqa: PLR0917
                     if r != best_r:
                         if b > a:
                             cutoff = max(cutoff, order[b - 1])
-                        full = _null(
+                        full = null_entry(
                             fields[r, FIELD_NODE], counts, dcounts, ecap, dcap, vbase, dbase,
                             store, width, track, dummy_start, dummy_nodes, vals, valid, data,
                         )  # fmt: skip
@@ -477,7 +477,7 @@ def decode_rows(  # noqa: PLR0917
             if lst >= 0 and op == V_MESSAGE:  # repeated messages, map entries: a frame each
                 kk = f_k[depth]
                 if kk == 0:
-                    slot = _entry(counts, ecap, lst)
+                    slot = entry(counts, ecap, lst)
                     if slot < 0:
                         full = lst
                         break
@@ -501,13 +501,13 @@ def decode_rows(  # noqa: PLR0917
                     push_hi = b
                     pushing = True
                     continue
-                full = _null(
+                full = null_entry(
                     node, counts, dcounts, ecap, dcap, vbase, dbase, store, width, track,
                     dummy_start, dummy_nodes, vals, valid, data,
                 )  # fmt: skip
                 continue
             if lst < 0 and b == a and fields[r, FIELD_PRESENCE] and not fields[r, FIELD_DEFAULT]:
-                full = _null(
+                full = null_entry(
                     node, counts, dcounts, ecap, dcap, vbase, dbase, store, width, track,
                     dummy_start, dummy_nodes, vals, valid, data,
                 )  # fmt: skip
@@ -584,7 +584,7 @@ def decode_rows(  # noqa: PLR0917
                             if not packed or q >= e:
                                 break
                             # a packed run: every item but the last is written here
-                            slot = _entry(counts, ecap, node)
+                            slot = entry(counts, ecap, node)
                             if slot < 0:
                                 full = node
                                 break
@@ -606,7 +606,7 @@ def decode_rows(  # noqa: PLR0917
                     n_items += 1
                 if lst < 0 or err != 0 or full >= 0:
                     continue
-            slot = _entry(counts, ecap, lst)
+            slot = entry(counts, ecap, lst)
             if slot < 0:
                 full = lst
                 break
@@ -625,7 +625,7 @@ def decode_rows(  # noqa: PLR0917
             return STATUS_SCRATCH, row, -1
         err_code[row] = err
         err_pos[row] = p - start
-        full = _null(
+        full = null_entry(
             0, counts, dcounts, ecap, dcap, vbase, dbase, store, width, track,
             dummy_start, dummy_nodes, vals, valid, data,
         )  # fmt: skip

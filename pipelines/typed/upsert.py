@@ -65,7 +65,7 @@ from pyspark.sql import SparkSession
 
 from logstore.failpoints import failpoint, kill_session
 from logstore.objectstore import LakeLocation
-from pipelines.compaction._hash import buckets_of
+from pipelines.compaction.hashing import buckets_of
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.delta.commit import check_app_transactions, commit_files, ensure_table, open_table

@@ -183,14 +183,20 @@ def decode_column(arr: pa.Array, decoders: Decoders) -> WireDecoded:
         errors.append(pa.array(why, type=pa.string()))
         order.append(bad)
     good = np.nonzero(ok)[0]
+    # the usual batch: every row framed, one schema id. It is decoded in place: no take()
+    # of the input, nor of the nested output back into order (measured: the two takes cost
+    # about as much as the kernel itself, tests/perf/bench_decode.py --job)
+    whole = len(good) == len(arr)
     for schema_id in np.unique(ids[good]):
         rows = good[ids[good] == schema_id]
+        whole = whole and len(rows) == len(arr)
         decoder = decoders.get(int(schema_id))
         if isinstance(decoder, str):
             pieces.append(pa.nulls(len(rows), target))
             errors.append(pa.array([decoder] * len(rows), type=pa.string()))
         else:
-            out = decoder.decode(arr.take(pa.array(rows)), offsets_skip=HEADER_BYTES)
+            taken = arr if whole else arr.take(pa.array(rows))
+            out = decoder.decode(taken, offsets_skip=HEADER_BYTES)
             # flatten() carries the wrapper's nulls (failed rows) into its only child
             values = out.values.flatten()[0] if decoders.unwrap else out.values
             pieces.append(conform(values, target))
@@ -199,6 +205,8 @@ def decode_column(arr: pa.Array, decoders: Decoders) -> WireDecoded:
     ids_arr = pa.array(ids.astype(np.int32), mask=~ok)
     if not pieces:
         return WireDecoded(pa.nulls(0, target), ids_arr, pa.nulls(0, pa.string()))
+    if whole:
+        return WireDecoded(pieces[0], ids_arr, errors[0])
     back = pa.array(np.argsort(np.concatenate(order), kind="stable"))
     return WireDecoded(
         pa.concat_arrays(pieces).take(back), ids_arr, pa.concat_arrays(errors).take(back)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
-from pipelines.compaction._hash import buckets_of, latest_indices, xxhash64
+from pipelines.compaction.hashing import buckets_of, latest_indices, xxhash64
 from pipelines.compaction.plan import winner_indices
 
 

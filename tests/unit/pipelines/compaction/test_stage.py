@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.compaction import stage
-from pipelines.compaction._hash import buckets_of
+from pipelines.compaction.hashing import buckets_of
 from pipelines.compaction.model import Rec, Strategy, latest, parse_strategy
 from pipelines.compaction.stage import StageInput
 from pipelines.compaction.table import BUCKET, SRC, TABLE_SCHEMA, VERSION
