@@ -53,7 +53,11 @@ step and how long the warming read took. Last line: one JSON object.
 ``--lake s3`` measures the incremental figures (only those: the others are local-disk
 baselines) with the lake on a local S3 server (moto's server mode, started here, as the tests'
 ``tests/fixtures/s3.py``): the tables, their inputs, the runs' scratch and deletion vector files
-all in the bucket; ``--cache`` does not apply.
+all in the bucket. With ``--cache`` the incremental cases' inputs are built on local disk (or
+taken from the cache: the same inputs as the local figures) and put into the bucket file for
+file before their measured run (``*_upload_s``); without it they are built on S3.
+``*_moto_cpu_s``: the moto server process's CPU seconds during each measured run (on the same
+cores as the job); ``*_moto_memory_kib``: its resident and peak memory after each run.
 
 ``--cache DIR`` keeps the generated inputs (the ``records`` tables, and the incremental cases'
 tables before their measured run) under ``DIR`` and reuses them on the next run with the same
@@ -248,6 +252,36 @@ def _start_s3() -> tuple[Any, str]:
     )
     server.client().create_bucket(Bucket="bench-compact")
     return server, "s3://bench-compact"
+
+
+def _upload(server: Any, source: Path, bucket: str, prefix: str) -> None:
+    """Every file under ``source`` put into ``bucket`` under ``prefix`` (boto3, one PUT per
+    file): an input built on local disk (``--cache``) becomes the same table on S3 (a Delta
+    table's log names its files relative to its root)."""
+    from boto3.s3.transfer import TransferConfig
+
+    client = server.client()
+    config = TransferConfig(multipart_threshold=4 << 30, max_concurrency=2)
+    for f in sorted(source.rglob("*")):
+        if f.is_file() and f.name != "done":
+            key = f"{prefix}/{f.relative_to(source).as_posix()}"
+            client.upload_file(str(f), bucket, key, Config=config)
+
+
+def _memory_kib(pid: int) -> dict[str, int]:
+    """A process's resident and peak resident memory (``/proc/<pid>/status``), KiB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            fields[name] = int(value.split()[0])
+    return fields
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's user + system CPU seconds so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _timed_compact(spark: Any, lake: Path | str, topic: str, buckets: int) -> tuple[float, Any]:
@@ -637,6 +671,12 @@ def main() -> None:
     parser.add_argument("--cache", help="keep the generated inputs here and reuse them")
     parser.add_argument("--skip-full", action="store_true", help="only the incremental figures")
     parser.add_argument(
+        "--build-only",
+        action="store_true",
+        help="with --cache: build the incremental cases' inputs into the cache and stop, "
+        "nothing measured (the slow 10M-key build can then run outside the benchmark lock)",
+    )
+    parser.add_argument(
         "--page-cache",
         choices=_PAGE_CACHE_MODES,
         default="warm",
@@ -645,10 +685,12 @@ def main() -> None:
         "as-is",
     )
     args = parser.parse_args()
+    if args.build_only and (not args.cache or args.lake != "local"):
+        parser.error("--build-only needs --cache and the local lake")
     new_records = args.new_records or args.keys
     server, s3_root = _start_s3() if args.lake == "s3" else (None, "")
     if server is not None:
-        args.only, args.skip_full, args.cache = "table", True, None
+        args.only, args.skip_full = "table", True
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pipelines.session import get_spark
@@ -694,7 +736,8 @@ def main() -> None:
                            rng=np.random.default_rng(7))  # fmt: skip
 
         t0 = time.perf_counter()
-        lake = _cached(cache, "full", work, full_input) if server is None else work
+        # the full run's input: not built when only the incremental figures are wanted
+        lake = _cached(cache, "full", work, full_input) if not args.skip_full else work
         results["setup_records_s"] = time.perf_counter() - t0
         if not args.skip_full:
             page_cache("full", [lake], args.page_cache)
@@ -744,11 +787,24 @@ def main() -> None:
 
             if server is None:
                 lake_i: Path | str = _cached(cache, f"inc-{name}", work, incremental_input)
+                if args.build_only:
+                    continue
                 page_cache(f"incremental.{name}", [Path(lake_i)], args.page_cache)
-            else:
+            elif cache is None:
                 lake_i = f"{s3_root}/inc-{name}"
                 incremental_input(lake_i)
+            else:
+                # built on local disk (or taken from the cache), then put into the bucket
+                built = _cached(cache, f"inc-{name}", work, incremental_input)
+                t_up = time.perf_counter()
+                _upload(server, built, "bench-compact", f"inc-{name}")
+                incremental[f"{name}_upload_s"] = time.perf_counter() - t_up
+                lake_i = f"{s3_root}/inc-{name}"
+            moto_cpu = _cpu_s(server._process.pid) if server is not None else 0.0
             seconds, res = _timed_compact(spark, lake_i, "t", args.buckets)
+            if server is not None:
+                incremental[f"{name}_moto_cpu_s"] = _cpu_s(server._process.pid) - moto_cpu
+                incremental[f"{name}_moto_memory_kib"] = _memory_kib(server._process.pid)
             incremental[name] = {
                 "table_keys": keys,
                 "new_records": new_records,
@@ -759,6 +815,8 @@ def main() -> None:
                 "updated": res.updated,
                 "steps_seconds": res.seconds,
             }
+        if args.build_only:
+            return
         incremental["ratio_large_to_small"] = (
             incremental["large"]["seconds"] / incremental["small"]["seconds"]
         )
