@@ -17,7 +17,11 @@ random), ``--partitions`` partitions, timestamps increasing. Figures:
   were rewritten and how many were merged with deletion vectors (the small table's buckets,
   mostly replaced, are rewritten; the large table's get deletion vectors). ``steps_seconds``
   gives each run's wall-clock steps and its stage-2 CPU seconds per phase (``stage2_cpu_*``,
-  summed over the tasks): on a loaded machine compare those, not the wall-clock.
+  summed over the tasks): on a loaded machine compare those, not the wall-clock. ``cpu_s``:
+  the CPU seconds of the whole run (the driver, Spark's JVM and its Python workers; with
+  ``--lake s3`` the S3 server's apart, ``moto_cpu_s``), and ``cpu_ratio_large_to_small`` the
+  ratio of those (server included). ``--repeat N`` runs the pair N times, each on a fresh copy
+  of its input: the figures are the round of the median ratio, every round under ``rounds``.
 
 Log section (``--only log`` runs it alone): the same record count, size and key space written
 as segments of a compacted topic (``--partitions`` partitions, 8 MiB segments, uncompressed
@@ -282,6 +286,29 @@ def _cpu_s(pid: int) -> float:
     """A process's user + system CPU seconds so far (``/proc/<pid>/stat``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu_s(root: int, *, skip: int | None = None) -> float:
+    """CPU seconds (user + system, with reaped children's) of ``root`` and every process under
+    it except ``skip``'s subtree: the bench's driver, Spark's JVM and its Python workers."""
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        ticks[int(entry)] = sum(int(f) for f in fields[11:15])
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid != skip:
+            total += ticks.get(pid, 0)
+            todo.extend(children.get(pid, []))
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _timed_compact(spark: Any, lake: Path | str, topic: str, buckets: int) -> tuple[float, Any]:
@@ -671,6 +698,13 @@ def main() -> None:
     parser.add_argument("--cache", help="keep the generated inputs here and reuse them")
     parser.add_argument("--skip-full", action="store_true", help="only the incremental figures")
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of the incremental pair (small then large, each on a fresh copy of its "
+        "input); the figures are the round of the median ratio, every round under rounds",
+    )
+    parser.add_argument(
         "--build-only",
         action="store_true",
         help="with --cache: build the incremental cases' inputs into the cache and stop, "
@@ -771,55 +805,76 @@ def main() -> None:
             )
 
         # incremental: new records into a table of --keys keys vs one of 10x --keys keys
-        incremental: dict[str, Any] = {}
-        for name, keys in (("small", args.keys), ("large", 10 * args.keys)):
+        # incremental: new records into a table of --keys keys vs one of 10x --keys keys, in
+        # --repeat rounds (each on a fresh copy of the inputs)
+        moto_pid = server._process.pid if server is not None else None
+        rounds: list[dict[str, Any]] = []
+        for round_no in range(args.repeat):
+            this: dict[str, Any] = {}
+            for name, keys in (("small", args.keys), ("large", 10 * args.keys)):
 
-            def incremental_input(lake_i: Path | str, keys: int = keys) -> None:
-                # a table of ``keys`` keys, compacted, then the new records (not yet compacted)
-                offs = [0] * args.partitions
-                common = {"value_bytes": args.value_bytes, "partitions": args.partitions,
-                          "rng": np.random.default_rng(keys)}  # fmt: skip
-                append_records(lake_i, "t", keys, key_space=keys, next_offsets=offs, unique=True,
-                               **common)  # fmt: skip
-                _timed_compact(spark, lake_i, "t", args.buckets)
-                append_records(lake_i, "t", new_records, key_space=keys, next_offsets=offs,
-                               **common)  # fmt: skip
+                def incremental_input(lake_i: Path | str, keys: int = keys) -> None:
+                    # a table of ``keys`` keys, compacted, then the new records (not compacted)
+                    offs = [0] * args.partitions
+                    common = {"value_bytes": args.value_bytes, "partitions": args.partitions,
+                              "rng": np.random.default_rng(keys)}  # fmt: skip
+                    append_records(lake_i, "t", keys, key_space=keys, next_offsets=offs,
+                                   unique=True, **common)  # fmt: skip
+                    _timed_compact(spark, lake_i, "t", args.buckets)
+                    append_records(lake_i, "t", new_records, key_space=keys, next_offsets=offs,
+                                   **common)  # fmt: skip
 
-            if server is None:
-                lake_i: Path | str = _cached(cache, f"inc-{name}", work, incremental_input)
-                if args.build_only:
-                    continue
-                page_cache(f"incremental.{name}", [Path(lake_i)], args.page_cache)
-            elif cache is None:
-                lake_i = f"{s3_root}/inc-{name}"
-                incremental_input(lake_i)
-            else:
-                # built on local disk (or taken from the cache), then put into the bucket
-                built = _cached(cache, f"inc-{name}", work, incremental_input)
-                t_up = time.perf_counter()
-                _upload(server, built, "bench-compact", f"inc-{name}")
-                incremental[f"{name}_upload_s"] = time.perf_counter() - t_up
-                lake_i = f"{s3_root}/inc-{name}"
-            moto_cpu = _cpu_s(server._process.pid) if server is not None else 0.0
-            seconds, res = _timed_compact(spark, lake_i, "t", args.buckets)
-            if server is not None:
-                incremental[f"{name}_moto_cpu_s"] = _cpu_s(server._process.pid) - moto_cpu
-                incremental[f"{name}_moto_memory_kib"] = _memory_kib(server._process.pid)
-            incremental[name] = {
-                "table_keys": keys,
-                "new_records": new_records,
-                "seconds": seconds,
-                "buckets_rewritten": res.buckets_rewritten,
-                "buckets_with_deletion_vectors": res.buckets_with_deletion_vectors,
-                "inserted": res.inserted,
-                "updated": res.updated,
-                "steps_seconds": res.seconds,
+                case: dict[str, Any] = {"table_keys": keys, "new_records": new_records}
+                if server is None:
+                    lake_i: Path | str = _cached(cache, f"inc-{name}", work, incremental_input)
+                    if args.build_only:
+                        continue
+                    page_cache(f"incremental.{name}", [Path(lake_i)], args.page_cache)
+                elif cache is None:
+                    lake_i = f"{s3_root}/inc-{name}-{round_no}"
+                    incremental_input(lake_i)
+                else:
+                    # built on local disk (or taken from the cache), then put into the bucket
+                    built = _cached(cache, f"inc-{name}", work, incremental_input)
+                    t_up = time.perf_counter()
+                    _upload(server, built, "bench-compact", f"inc-{name}-{round_no}")
+                    case["upload_s"] = time.perf_counter() - t_up
+                    lake_i = f"{s3_root}/inc-{name}-{round_no}"
+                moto_cpu = _cpu_s(moto_pid) if moto_pid is not None else 0.0
+                job_cpu = _tree_cpu_s(os.getpid(), skip=moto_pid)
+                seconds, res = _timed_compact(spark, lake_i, "t", args.buckets)
+                case["cpu_s"] = _tree_cpu_s(os.getpid(), skip=moto_pid) - job_cpu
+                if moto_pid is not None:
+                    case["moto_cpu_s"] = _cpu_s(moto_pid) - moto_cpu
+                    case["moto_memory_kib"] = _memory_kib(moto_pid)
+                this[name] = {
+                    **case,
+                    "seconds": seconds,
+                    "buckets_rewritten": res.buckets_rewritten,
+                    "buckets_with_deletion_vectors": res.buckets_with_deletion_vectors,
+                    "inserted": res.inserted,
+                    "updated": res.updated,
+                    "steps_seconds": res.seconds,
+                }
+            if args.build_only:
+                return
+            small, large = this["small"], this["large"]
+            this["ratio_large_to_small"] = large["seconds"] / small["seconds"]
+            # the job's processes plus the S3 server's (both on this machine's cores)
+            cpu = {
+                n: c["cpu_s"] + c.get("moto_cpu_s", 0.0)
+                for n, c in (("small", small), ("large", large))
             }
-        if args.build_only:
-            return
-        incremental["ratio_large_to_small"] = (
-            incremental["large"]["seconds"] / incremental["small"]["seconds"]
-        )
+            this["cpu_ratio_large_to_small"] = cpu["large"] / cpu["small"]
+            this["load_avg_after"] = os.getloadavg()
+            rounds.append(this)
+        by_ratio = sorted(rounds, key=lambda r: r["ratio_large_to_small"])
+        incremental = {
+            **by_ratio[len(by_ratio) // 2],  # the round of the median ratio (upper, if even)
+            "ratios_large_to_small": [r["ratio_large_to_small"] for r in rounds],
+            "cpu_ratios_large_to_small": [r["cpu_ratio_large_to_small"] for r in rounds],
+            "rounds": rounds,
+        }
         results["incremental"] = incremental
     finally:
         if not args.keep:
