@@ -59,9 +59,12 @@ baselines) with the lake on a local S3 server (moto's server mode, started here,
 ``tests/fixtures/s3.py``): the tables, their inputs, the runs' scratch and deletion vector files
 all in the bucket. With ``--cache`` the incremental cases' inputs are built on local disk (or
 taken from the cache: the same inputs as the local figures) and put into the bucket file for
-file before their measured run (``*_upload_s``); without it they are built on S3.
-``*_moto_cpu_s``: the moto server process's CPU seconds during each measured run (on the same
-cores as the job); ``*_moto_memory_kib``: its resident and peak memory after each run.
+file before their measured run (``upload_s``); without it they are built on S3.
+``moto_cpu_s``: the moto server process's CPU seconds during each measured run (on the same
+cores as the job); ``moto_memory_kib``: its resident and peak memory after each run (objects
+over ~5 MB are spooled to temporary files, so a 10M-key case peaks at ~1.7 GB). moto reads a
+whole object for every ranged GET: the large table's bucket files (~65 MB each) cost it far
+more per GET than the small table's (~6.5 MB), which a real S3 does not.
 
 ``--cache DIR`` keeps the generated inputs (the ``records`` tables, and the incremental cases'
 tables before their measured run) under ``DIR`` and reuses them on the next run with the same
