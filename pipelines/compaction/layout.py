@@ -1,6 +1,7 @@
 """Names of a compacted topic's tables: paths, columns, the partition column, app ids; and
-the few file operations the tasks do on lake paths (:func:`open_input`, :func:`open_output`,
-:func:`file_size`, :func:`join`), which take a local path or an object-store URI alike.
+the few file operations the tasks do on lake paths (:func:`open_input`, :func:`open_parquet`,
+:func:`open_output`, :func:`file_size`, :func:`join`), which take a local path or an
+object-store URI alike.
 
 A leaf module (no loglake imports but the records schema, ``plan.VERSION``, the object-store
 layer and the staging directory's name): the steps of a
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from logstore.objectstore import LakeLocation, StorageSettings
 from pipelines.compaction.plan import VERSION
@@ -41,6 +43,7 @@ __all__ = [
     "join",
     "open_input",
     "open_output",
+    "open_parquet",
     "table_path",
     "tombstones_path",
 ]
@@ -112,6 +115,26 @@ def open_input(path: str) -> pa.NativeFile:
     from the page cache), a random-access object-store file elsewhere."""
     fs, fs_path, local = _fs(path)
     return pa.memory_map(fs_path) if local else fs.open_input_file(fs_path)
+
+
+def open_parquet(path: str) -> pq.ParquetFile:
+    """A Parquet file of the lake for reading some of its columns.
+
+    On local disk memory-mapped, without pre-buffering: the reader decodes the pages straight
+    from the page cache. Pre-buffering would copy every column chunk into a fresh buffer first,
+    which a task's process faults in page by page (measured: 5 records files of 0.9M records,
+    0.6-1.0 s of system time for their non-key columns, memory-mapped 0.05 s; a 625k-row table
+    file of 100-byte values, about half the CPU).
+
+    On an object store pre-buffered: the reader coalesces the column chunks it reads into a
+    few ranged GETs (holes up to 8 KiB, ranges up to 32 MiB; Arrow's defaults) instead of one
+    GET per column chunk. Measured on moto (which reads the whole object for every ranged
+    GET), a bucket file of 625k rows of 100-byte values, its keys read then 10% of its rows
+    taken (``merge._CurrentRows``): 11 GETs -> 5, 2.0 s -> 0.8 s; fewer requests are fewer
+    round trips on a real store as well.
+    """
+    source = open_input(path)
+    return pq.ParquetFile(source, pre_buffer=not isinstance(source, pa.MemoryMappedFile))
 
 
 def open_output(path: str) -> pa.NativeFile:

@@ -17,7 +17,11 @@ random), ``--partitions`` partitions, timestamps increasing. Figures:
   were rewritten and how many were merged with deletion vectors (the small table's buckets,
   mostly replaced, are rewritten; the large table's get deletion vectors). ``steps_seconds``
   gives each run's wall-clock steps and its stage-2 CPU seconds per phase (``stage2_cpu_*``,
-  summed over the tasks): on a loaded machine compare those, not the wall-clock.
+  summed over the tasks): on a loaded machine compare those, not the wall-clock. ``cpu_s``:
+  the CPU seconds of the whole run (the driver, Spark's JVM and its Python workers; with
+  ``--lake s3`` the S3 server's apart, ``moto_cpu_s``), and ``cpu_ratio_large_to_small`` the
+  ratio of those (server included). ``--repeat N`` runs the pair N times, each on a fresh copy
+  of its input: the figures are the round of the median ratio, every round under ``rounds``.
 
 Log section (``--only log`` runs it alone): the same record count, size and key space written
 as segments of a compacted topic (``--partitions`` partitions, 8 MiB segments, uncompressed
@@ -53,7 +57,14 @@ step and how long the warming read took. Last line: one JSON object.
 ``--lake s3`` measures the incremental figures (only those: the others are local-disk
 baselines) with the lake on a local S3 server (moto's server mode, started here, as the tests'
 ``tests/fixtures/s3.py``): the tables, their inputs, the runs' scratch and deletion vector files
-all in the bucket; ``--cache`` does not apply.
+all in the bucket. With ``--cache`` the incremental cases' inputs are built on local disk (or
+taken from the cache: the same inputs as the local figures) and put into the bucket file for
+file before their measured run (``upload_s``); without it they are built on S3.
+``moto_cpu_s``: the moto server process's CPU seconds during each measured run (on the same
+cores as the job); ``moto_memory_kib``: its resident and peak memory after each run (objects
+over ~5 MB are spooled to temporary files, so a 10M-key case peaks at ~1.7 GB). moto reads a
+whole object for every ranged GET: the large table's bucket files (~65 MB each) cost it far
+more per GET than the small table's (~6.5 MB), which a real S3 does not.
 
 ``--cache DIR`` keeps the generated inputs (the ``records`` tables, and the incremental cases'
 tables before their measured run) under ``DIR`` and reuses them on the next run with the same
@@ -248,6 +259,59 @@ def _start_s3() -> tuple[Any, str]:
     )
     server.client().create_bucket(Bucket="bench-compact")
     return server, "s3://bench-compact"
+
+
+def _upload(server: Any, source: Path, bucket: str, prefix: str) -> None:
+    """Every file under ``source`` put into ``bucket`` under ``prefix`` (boto3, one PUT per
+    file): an input built on local disk (``--cache``) becomes the same table on S3 (a Delta
+    table's log names its files relative to its root)."""
+    from boto3.s3.transfer import TransferConfig
+
+    client = server.client()
+    config = TransferConfig(multipart_threshold=4 << 30, max_concurrency=2)
+    for f in sorted(source.rglob("*")):
+        if f.is_file() and f.name != "done":
+            key = f"{prefix}/{f.relative_to(source).as_posix()}"
+            client.upload_file(str(f), bucket, key, Config=config)
+
+
+def _memory_kib(pid: int) -> dict[str, int]:
+    """A process's resident and peak resident memory (``/proc/<pid>/status``), KiB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            fields[name] = int(value.split()[0])
+    return fields
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's user + system CPU seconds so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu_s(root: int, *, skip: int | None = None) -> float:
+    """CPU seconds (user + system, with reaped children's) of ``root`` and every process under
+    it except ``skip``'s subtree: the bench's driver, Spark's JVM and its Python workers."""
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        ticks[int(entry)] = sum(int(f) for f in fields[11:15])
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid != skip:
+            total += ticks.get(pid, 0)
+            todo.extend(children.get(pid, []))
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _timed_compact(spark: Any, lake: Path | str, topic: str, buckets: int) -> tuple[float, Any]:
@@ -637,6 +701,19 @@ def main() -> None:
     parser.add_argument("--cache", help="keep the generated inputs here and reuse them")
     parser.add_argument("--skip-full", action="store_true", help="only the incremental figures")
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of the incremental pair (small then large, each on a fresh copy of its "
+        "input); the figures are the round of the median ratio, every round under rounds",
+    )
+    parser.add_argument(
+        "--build-only",
+        action="store_true",
+        help="with --cache: build the incremental cases' inputs into the cache and stop, "
+        "nothing measured (the slow 10M-key build can then run outside the benchmark lock)",
+    )
+    parser.add_argument(
         "--page-cache",
         choices=_PAGE_CACHE_MODES,
         default="warm",
@@ -645,10 +722,12 @@ def main() -> None:
         "as-is",
     )
     args = parser.parse_args()
+    if args.build_only and (not args.cache or args.lake != "local"):
+        parser.error("--build-only needs --cache and the local lake")
     new_records = args.new_records or args.keys
     server, s3_root = _start_s3() if args.lake == "s3" else (None, "")
     if server is not None:
-        args.only, args.skip_full, args.cache = "table", True, None
+        args.only, args.skip_full = "table", True
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pipelines.session import get_spark
@@ -694,7 +773,8 @@ def main() -> None:
                            rng=np.random.default_rng(7))  # fmt: skip
 
         t0 = time.perf_counter()
-        lake = _cached(cache, "full", work, full_input) if server is None else work
+        # the full run's input: not built when only the incremental figures are wanted
+        lake = _cached(cache, "full", work, full_input) if not args.skip_full else work
         results["setup_records_s"] = time.perf_counter() - t0
         if not args.skip_full:
             page_cache("full", [lake], args.page_cache)
@@ -728,40 +808,76 @@ def main() -> None:
             )
 
         # incremental: new records into a table of --keys keys vs one of 10x --keys keys
-        incremental: dict[str, Any] = {}
-        for name, keys in (("small", args.keys), ("large", 10 * args.keys)):
+        # incremental: new records into a table of --keys keys vs one of 10x --keys keys, in
+        # --repeat rounds (each on a fresh copy of the inputs)
+        moto_pid = server._process.pid if server is not None else None
+        rounds: list[dict[str, Any]] = []
+        for round_no in range(args.repeat):
+            this: dict[str, Any] = {}
+            for name, keys in (("small", args.keys), ("large", 10 * args.keys)):
 
-            def incremental_input(lake_i: Path | str, keys: int = keys) -> None:
-                # a table of ``keys`` keys, compacted, then the new records (not yet compacted)
-                offs = [0] * args.partitions
-                common = {"value_bytes": args.value_bytes, "partitions": args.partitions,
-                          "rng": np.random.default_rng(keys)}  # fmt: skip
-                append_records(lake_i, "t", keys, key_space=keys, next_offsets=offs, unique=True,
-                               **common)  # fmt: skip
-                _timed_compact(spark, lake_i, "t", args.buckets)
-                append_records(lake_i, "t", new_records, key_space=keys, next_offsets=offs,
-                               **common)  # fmt: skip
+                def incremental_input(lake_i: Path | str, keys: int = keys) -> None:
+                    # a table of ``keys`` keys, compacted, then the new records (not compacted)
+                    offs = [0] * args.partitions
+                    common = {"value_bytes": args.value_bytes, "partitions": args.partitions,
+                              "rng": np.random.default_rng(keys)}  # fmt: skip
+                    append_records(lake_i, "t", keys, key_space=keys, next_offsets=offs,
+                                   unique=True, **common)  # fmt: skip
+                    _timed_compact(spark, lake_i, "t", args.buckets)
+                    append_records(lake_i, "t", new_records, key_space=keys, next_offsets=offs,
+                                   **common)  # fmt: skip
 
-            if server is None:
-                lake_i: Path | str = _cached(cache, f"inc-{name}", work, incremental_input)
-                page_cache(f"incremental.{name}", [Path(lake_i)], args.page_cache)
-            else:
-                lake_i = f"{s3_root}/inc-{name}"
-                incremental_input(lake_i)
-            seconds, res = _timed_compact(spark, lake_i, "t", args.buckets)
-            incremental[name] = {
-                "table_keys": keys,
-                "new_records": new_records,
-                "seconds": seconds,
-                "buckets_rewritten": res.buckets_rewritten,
-                "buckets_with_deletion_vectors": res.buckets_with_deletion_vectors,
-                "inserted": res.inserted,
-                "updated": res.updated,
-                "steps_seconds": res.seconds,
+                case: dict[str, Any] = {"table_keys": keys, "new_records": new_records}
+                if server is None:
+                    lake_i: Path | str = _cached(cache, f"inc-{name}", work, incremental_input)
+                    if args.build_only:
+                        continue
+                    page_cache(f"incremental.{name}", [Path(lake_i)], args.page_cache)
+                elif cache is None:
+                    lake_i = f"{s3_root}/inc-{name}-{round_no}"
+                    incremental_input(lake_i)
+                else:
+                    # built on local disk (or taken from the cache), then put into the bucket
+                    built = _cached(cache, f"inc-{name}", work, incremental_input)
+                    t_up = time.perf_counter()
+                    _upload(server, built, "bench-compact", f"inc-{name}-{round_no}")
+                    case["upload_s"] = time.perf_counter() - t_up
+                    lake_i = f"{s3_root}/inc-{name}-{round_no}"
+                moto_cpu = _cpu_s(moto_pid) if moto_pid is not None else 0.0
+                job_cpu = _tree_cpu_s(os.getpid(), skip=moto_pid)
+                seconds, res = _timed_compact(spark, lake_i, "t", args.buckets)
+                case["cpu_s"] = _tree_cpu_s(os.getpid(), skip=moto_pid) - job_cpu
+                if moto_pid is not None:
+                    case["moto_cpu_s"] = _cpu_s(moto_pid) - moto_cpu
+                    case["moto_memory_kib"] = _memory_kib(moto_pid)
+                this[name] = {
+                    **case,
+                    "seconds": seconds,
+                    "buckets_rewritten": res.buckets_rewritten,
+                    "buckets_with_deletion_vectors": res.buckets_with_deletion_vectors,
+                    "inserted": res.inserted,
+                    "updated": res.updated,
+                    "steps_seconds": res.seconds,
+                }
+            if args.build_only:
+                return
+            small, large = this["small"], this["large"]
+            this["ratio_large_to_small"] = large["seconds"] / small["seconds"]
+            # the job's processes plus the S3 server's (both on this machine's cores)
+            cpu = {
+                n: c["cpu_s"] + c.get("moto_cpu_s", 0.0)
+                for n, c in (("small", small), ("large", large))
             }
-        incremental["ratio_large_to_small"] = (
-            incremental["large"]["seconds"] / incremental["small"]["seconds"]
-        )
+            this["cpu_ratio_large_to_small"] = cpu["large"] / cpu["small"]
+            this["load_avg_after"] = os.getloadavg()
+            rounds.append(this)
+        by_ratio = sorted(rounds, key=lambda r: r["ratio_large_to_small"])
+        incremental = {
+            **by_ratio[len(by_ratio) // 2],  # the round of the median ratio (upper, if even)
+            "ratios_large_to_small": [r["ratio_large_to_small"] for r in rounds],
+            "cpu_ratios_large_to_small": [r["cpu_ratio_large_to_small"] for r in rounds],
+            "rounds": rounds,
+        }
         results["incremental"] = incremental
     finally:
         if not args.keep:
