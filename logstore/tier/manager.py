@@ -861,6 +861,41 @@ class RemoteLogManager:
                 return found
         return None
 
+    def max_timestamp_segment(
+        self, topic: str, partition: int, local_start: int
+    ) -> RemoteSegment | None:
+        """The remote part of a ListOffsets -3 (KIP-734 max timestamp; Kafka's KAFKA-17552):
+        the live remote segment with the partition's largest timestamp (the earliest such, by
+        the metadata's ``max_timestamp_ms``; none wholly below the log start offset), when it
+        lies wholly below the local log start; None when the local log holds it (or none
+        has a timestamp). A snapshot read: fit for a network thread."""
+        start = self.log_start_offset(topic, partition, local_start)
+        best: RemoteSegment | None = None
+        for s in self.live_segments(topic, partition):
+            if s.end_offset < start:
+                continue
+            if best is None or s.max_timestamp_ms > best.max_timestamp_ms:
+                best = s
+        if best is None or best.max_timestamp_ms < 0 or best.end_offset >= local_start:
+            return None
+        return best
+
+    def offset_of_max_timestamp(self, seg: RemoteSegment) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the record holding ``seg``'s largest timestamp
+        (:meth:`SegmentReader.offset_of_max_timestamp`). Waits for the store: call on the
+        reader pool; store errors are logged and raised."""
+        try:
+            return self.reader.offset_of_max_timestamp(seg)
+        except LoglakeError as exc:
+            _log.error(
+                "%s-%d: remote lookup of the max timestamp failed (segment %s): %s",
+                seg.topic,
+                seg.partition,
+                seg.segment_id,
+                exc,
+            )
+            raise
+
 
 def _lower_priority() -> None:
     """nice 10 for the calling thread (Linux schedules threads as tasks, so a thread can have
