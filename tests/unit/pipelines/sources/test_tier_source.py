@@ -125,6 +125,32 @@ def test_a_missing_log_object_is_an_error_naming_it(tmp_path: Path) -> None:
     assert key in str(err.value)
 
 
+def test_the_next_range_is_opened_while_this_one_is_read(tmp_path: Path) -> None:
+    a, log, _last = _remote(tmp_path)
+    b, _, _ = _remote(tmp_path)
+    c, _, _ = _remote(tmp_path)
+    want = _from_file(tmp_path, log, a.start_offset, a.until)
+
+    def read(rng: TierRange, after: TierRange | None = None) -> pa.Table:
+        batches = read_tier_range(rng, min_timestamp=LOW, max_timestamp=HIGH, after=after)
+        return pa.Table.from_batches(list(batches))
+
+    assert read(a, after=b).equals(want)
+    # b's manifest and first window (all of it: one window) were fetched while a was read:
+    # its objects gone, it reads the same
+    for key in layout.segment_keys("", b.segment).values():
+        (Path(b.root) / key).unlink()
+    assert read(b, after=c).equals(want)
+    # a head start is used once: read again, b is read from the store (gone: an error)
+    with pytest.raises(ObjectNotFoundError):
+        read(b)
+    # c's head start fails (its .log went): reading c raises what a plain read raises
+    (Path(c.root) / layout.segment_keys("", c.segment)["log"]).unlink()
+    assert read(a, after=c).equals(want)
+    with pytest.raises(ObjectNotFoundError, match="no such object"):
+        read(c)
+
+
 def _seg(start: int, end: int, partition: int = 0) -> RemoteSegment:
     return RemoteSegment(topic="t", topic_id=TOPIC_ID, partition=partition,
                          segment_id=uuid.uuid4(), start_offset=start, end_offset=end,
