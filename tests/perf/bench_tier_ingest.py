@@ -177,6 +177,7 @@ def as_log_dirs(root: str, bootstrap: str, dest: Path) -> int:
     store = tier_store(root)
     ends: dict[tuple[str, int], int] = {}
     held = 0
+    dest.mkdir(parents=True)
     for (topic, partition), segs in remote_segments(bootstrap).items():
         part = dest / f"{topic}-{partition}"
         part.mkdir(parents=True)

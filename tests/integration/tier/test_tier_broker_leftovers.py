@@ -174,6 +174,9 @@ def test_max_timestamp_is_found_in_the_remote_segments_too(broker_factory, s3):
     topic = _produce(b.bootstrap, records)
     _tiered(b, topic)
     assert _local_bases(b, topic)[0] > 120
+    # (the tier's small objects go up as one PUT each, not a multipart upload of one part)
+    manifest = next(k for k in s3.keys(PREFIX) if k.endswith(".rsm-manifest"))
+    assert "-" not in s3.client.head_object(Bucket=s3.name, Key=manifest)["ETag"]
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     tp = ck.TopicPartition(topic, 0)
 
