@@ -60,6 +60,7 @@ Thread-safe: no shared state.
 from __future__ import annotations
 
 import dataclasses
+import os
 import struct
 import threading
 import uuid
@@ -562,6 +563,18 @@ def _open(rng: TierRange, window_bytes: int, *, first: bool = True) -> _Opened:
 _OPENER: ThreadPoolExecutor | None = None
 _OPENED: dict[tuple[Any, ...], Future[_Opened]] = {}
 _OPENED_LOCK = threading.Lock()
+
+
+def _forget_opener() -> None:
+    """In a forked child (Spark's worker daemon forks its workers): the parent's opener
+    thread does not exist there, nor do its head starts."""
+    global _OPENER, _OPENED_LOCK  # noqa: PLW0603
+    _OPENER = None
+    _OPENED.clear()
+    _OPENED_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_opener)
 
 
 def _range_key(rng: TierRange, window_bytes: int) -> tuple[Any, ...]:

@@ -27,6 +27,7 @@ from logstore.tier.metadata import (
     encode_segment,
     encode_update,
 )
+from pipelines.sources import tier as tier_source
 from pipelines.sources.damage import skipped_offsets
 from pipelines.sources.plan import SegmentRange
 from pipelines.sources.read import RangeReport, read_records
@@ -39,6 +40,7 @@ from pipelines.sources.tier import (
     tier_store,
     tier_tasks,
 )
+from tests.fixtures.broker import wait_for
 
 TOPIC_ID = uuid.UUID(int=0x1234)
 BASE = 1000
@@ -136,8 +138,9 @@ def test_the_next_range_is_opened_while_this_one_is_read(tmp_path: Path) -> None
         return pa.Table.from_batches(list(batches))
 
     assert read(a, after=b).equals(want)
-    # b's manifest and first window (all of it: one window) were fetched while a was read:
-    # its objects gone, it reads the same
+    # b's manifest and first window (all of it: one window) were fetched while a was read
+    # (on a thread: waited for here): its objects gone, it reads the same
+    wait_for(lambda: all(f.done() for f in tier_source._OPENED.values()), 10)
     for key in layout.segment_keys("", b.segment).values():
         (Path(b.root) / key).unlink()
     assert read(b, after=c).equals(want)
@@ -145,6 +148,7 @@ def test_the_next_range_is_opened_while_this_one_is_read(tmp_path: Path) -> None
     with pytest.raises(ObjectNotFoundError):
         read(b)
     # c's head start fails (its .log went): reading c raises what a plain read raises
+    wait_for(lambda: all(f.done() for f in tier_source._OPENED.values()), 10)
     (Path(c.root) / layout.segment_keys("", c.segment)["log"]).unlink()
     assert read(a, after=c).equals(want)
     with pytest.raises(ObjectNotFoundError, match="no such object"):
