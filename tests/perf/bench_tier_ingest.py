@@ -22,7 +22,12 @@ are local. Then, with one Spark session (local[2]) and the shipped ``conf/pipeli
   (the table's options, local disk), i.e. a task's work without Spark and the commit. Spread
   over ``--cores`` cores it bounds any ingest here from below:
   ``ratio_bound = floor_s / (decode_write_cpu_s / cores)`` is the best ratio this decoder and
-  writer could give on this machine (the S3 server's CPU for the GETs not even counted);
+  writer could give on this machine were the GETs free;
+- ``store_cpu_floor_s`` / ``store_cpu_tier_s``: CPU seconds of the S3 server (a child process
+  on the same cores) while it serves the floor's GETs and the tier ingest. A remote store's
+  CPU is not the ingest host's; this one's is: ``ratio_bound_with_store = floor_s /
+  ((decode_write_cpu_s + store_cpu_floor_s) / cores)`` is the best ratio on these cores
+  when the ingest's work and the store's serving of the same bytes share them;
 - ``fetch_s`` (for comparison): the same ingest without ``remote_log_storage``: everything
   through Fetch, the broker reading its tier for the history;
 - ``floor_s``: the same remote segments' ``.log`` bytes fetched with the same ranged GETs
@@ -64,6 +69,7 @@ from pipelines.sources.synthetic import write_high_watermarks  # noqa: E402
 from pipelines.sources.tier import DEFAULT_WINDOW_BYTES, remote_segments, tier_store  # noqa: E402
 from tests.fixtures.broker import BrokerProcess, wait_for  # noqa: E402
 from tests.fixtures.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server  # noqa: E402
+from tests.perf.bench_produce import _cpu_seconds  # noqa: E402
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -258,9 +264,17 @@ def main() -> None:
             floor(root, b.bootstrap)
             decode_only(root, b.bootstrap)
             runs = []
+            store_pid = s3._process.pid or 0
+
+            def store_cpu() -> float:
+                return sum(_cpu_seconds(store_pid))
+
             for i in range(args.runs):
+                at = store_cpu()
                 floor_s, tier_bytes = floor(root, b.bootstrap)
+                store_floor_s, at = store_cpu() - at, store_cpu()
                 tier_s = timed(spark, tier(str(i)), total, verbose=args.verbose)
+                store_tier_s = store_cpu() - at
                 decode_s, decode_cpu_s = decode_only(root, b.bootstrap)
                 task_s, task_cpu_s = decode_only(root, b.bootstrap, Path(tmp) / f"task-{i}")
                 run = {"tier_s": tier_s, "floor_s": floor_s,
@@ -268,6 +282,7 @@ def main() -> None:
                        "fetch_s": timed(spark, fetch(str(i)), total),
                        "decode_1core_s": decode_s, "decode_cpu_s": decode_cpu_s,
                        "decode_write_1core_s": task_s, "decode_write_cpu_s": task_cpu_s,
+                       "store_cpu_floor_s": store_floor_s, "store_cpu_tier_s": store_tier_s,
                        "tier_bytes": tier_bytes}  # fmt: skip
                 runs.append(run)
                 print(json.dumps(run), flush=True)
@@ -279,6 +294,7 @@ def main() -> None:
     floor_s = min(r["floor_s"] for r in runs)
     logdir_s = min(r["logdir_s"] for r in runs)
     write_cpu_s = min(r["decode_write_cpu_s"] for r in runs)
+    store_floor_s = min(r["store_cpu_floor_s"] for r in runs)
     print(
         json.dumps(
             {
@@ -295,7 +311,12 @@ def main() -> None:
                 "tier_records_per_s": round(total / tier_s),
                 "ratio": round(floor_s / tier_s, 3),
                 "ratio_tier_vs_logdir": round(logdir_s / tier_s, 3),
+                "store_cpu_floor_s": round(store_floor_s, 3),
+                "store_cpu_tier_s": round(min(r["store_cpu_tier_s"] for r in runs), 3),
                 "ratio_bound": round(floor_s / (write_cpu_s / args.cores), 3),
+                "ratio_bound_with_store": round(
+                    floor_s / ((write_cpu_s + store_floor_s) / args.cores), 3
+                ),
                 "target": 0.7,
             }
         )
