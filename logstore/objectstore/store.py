@@ -80,10 +80,21 @@ class ObjectInfo:
 class ObjectStore:
     """Objects below ``root`` (see the module docstring for paths, failures, crash behaviour)."""
 
-    def __init__(self, root: LakeLocation, *, settings: StorageSettings | None = None):
+    def __init__(
+        self,
+        root: LakeLocation,
+        *,
+        settings: StorageSettings | None = None,
+        single_put_small: bool = False,
+    ):
+        """``single_put_small``: on S3, an object smaller than one part (10 MiB) is written
+        with one PUT, not as a multipart upload of one part (create, part, complete: three
+        requests); larger ones stay multipart (:meth:`StorageSettings.filesystem`)."""
         self.root = root
         self.settings = settings if settings is not None else StorageSettings.default()
-        self.filesystem: pafs.FileSystem = self.settings.filesystem(root)
+        self.filesystem: pafs.FileSystem = self.settings.filesystem(
+            root, single_put_small=single_put_small
+        )
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.root.uri!r})"
@@ -146,7 +157,8 @@ class ObjectStore:
         that went is an error, never an empty object. On S3 this is a multipart upload:
         pyarrow's S3 output stream sends a part (10 MiB) each time its buffer fills, from
         background threads, and completes the upload on close (checked on the tests' S3
-        server: a 25 MiB file is stored with a 3-part ETag, a small one as a 1-part upload)."""
+        server: a 25 MiB file is stored with a 3-part ETag, a small one as a 1-part upload,
+        or one PUT with ``single_put_small``)."""
         loc = self.location(path)
         size = os.path.getsize(source)
 

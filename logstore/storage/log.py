@@ -763,8 +763,10 @@ class Log:
 
         Special values: -2 (earliest) gives ``(log_start_offset, -1)``, -1 (latest)
         ``(log_end_offset, -1)``, -3 (KIP-734 max timestamp) the offset and value of the
-        largest timestamp. ``None`` when no record is that recent. Decodes at most the records
-        of the batches around the match (reference decoder: not a hot path).
+        largest timestamp (the record's, in the first batch reaching it, as Kafka 3.8+ after
+        KAFKA-16310; before, the batch's last offset). ``None`` when no record is that recent.
+        Decodes at most the records of the batches around the match (reference decoder: not a
+        hot path).
         """
         if timestamp == EARLIEST_TIMESTAMP:
             return (self._log_start_offset, -1)
@@ -773,12 +775,7 @@ class Log:
         segments = self._segments
         start = self._log_start_offset
         if timestamp == MAX_TIMESTAMP:
-            best: tuple[int, int] | None = None
-            for seg in segments:
-                ts = seg.max_timestamp_so_far
-                if ts >= 0 and (best is None or ts > best[1]):
-                    best = (seg.offset_of_max_timestamp_so_far, ts)
-            return best
+            return _offset_of_max_timestamp(segments)
         for seg in segments:
             if seg.max_timestamp_so_far < timestamp:
                 continue
@@ -1088,3 +1085,25 @@ class Log:
             parent = self._dir.parent
             if parent.exists():
                 fsync_dir(parent)
+
+
+def _offset_of_max_timestamp(segments: list[LogSegment]) -> tuple[int, int] | None:
+    """``(offset, timestamp)`` of the record with the largest timestamp of ``segments``: the
+    first segment reaching it, its first batch reaching it (the segment's cached maximum
+    names that batch's last offset), that batch's first record carrying it (Kafka's
+    ``RecordBatch.offsetOfMaxTimestamp``; under LogAppendTime the batch's first record)."""
+    best: LogSegment | None = None
+    for seg in segments:
+        ts = seg.max_timestamp_so_far
+        if ts >= 0 and (best is None or ts > best.max_timestamp_so_far):
+            best = seg
+    if best is None:
+        return None
+    ts, last = best.max_timestamp_so_far, best.offset_of_max_timestamp_so_far
+    loc = best.translate_offset(last)
+    if loc is not None and loc.max_timestamp == ts:
+        _, records = decode_batch(os.pread(best.fileno, loc.size, loc.position))
+        for rec in records:
+            if rec.timestamp == ts:
+                return rec.offset, ts
+    return last, ts

@@ -2,7 +2,9 @@
 tiered-storage plugin's layout and keeps their list in ``__remote_log_metadata``.
 
 :mod:`~logstore.tier.metadata` (Kafka's metadata records), :mod:`~logstore.tier.layout` (object
-keys, indexes, manifest), :mod:`~logstore.tier.manager` (copy, retention, remote reads).
+keys, indexes, manifest), :mod:`~logstore.tier.manager` (copy, retention, topic deletion),
+:mod:`~logstore.tier.reads` (its remote reads), :mod:`~logstore.tier.reader` (the bytes of a
+remote segment).
 """
 
 from __future__ import annotations

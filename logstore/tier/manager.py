@@ -41,14 +41,14 @@ below or above the local part: kept durable in ``remote-log-start-offset`` (a ch
 in the partition directory, since the log's own log start offset is the local part's); the
 next pass deletes the remote segments wholly below it (Kafka's first retention rule).
 
-Reads (:meth:`read`, :meth:`offset_for_timestamp`; the bytes through
-:class:`~logstore.tier.reader.SegmentReader`): the remote segment holding the offset (the live
-list is a snapshot sorted by start offset), its manifest and offset index (the floor entry
-gives the position), then the ``.log`` chunks covering the bytes wanted, all through a
-byte-bounded LRU (``rsm.config.fetch.chunk.cache.size``); whole batches only, at least one
-(KIP-74), and for READ_COMMITTED the aborted transactions overlapping them: from the fetched
-segment's transaction index and the following segments' (remote, then local), until one past
-the last offset read (:meth:`_aborted`, as Kafka).
+Reads (:mod:`logstore.tier.reads`, a mixin: :meth:`read`, :meth:`offset_for_timestamp`, the max
+timestamp; the bytes through :class:`~logstore.tier.reader.SegmentReader`): the remote segment
+holding the offset (the live list is a snapshot sorted by start offset), its manifest and offset
+index (the floor entry gives the position), then the ``.log`` chunks covering the bytes wanted,
+all through a byte-bounded LRU (``rsm.config.fetch.chunk.cache.size``); whole batches only, at
+least one (KIP-74), and for READ_COMMITTED the aborted transactions overlapping them: from the
+fetched segment's transaction index and the following segments' (remote, then local), until one
+past the last offset read (:meth:`_aborted`, as Kafka).
 ListOffsets by timestamp looks in the remote segments below the local log start first, as
 Kafka. Every failure is logged with the segment and becomes the partition's error code
 (``KAFKA_STORAGE_ERROR`` for a store error or a missing object), never an empty answer.
@@ -77,7 +77,6 @@ the store; readers (the pool) read the state through snapshots.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 import os
@@ -95,7 +94,6 @@ from logstore.errors import (
     InvalidConfigError,
     LoglakeError,
     ObjectStoreError,
-    OffsetOutOfRangeError,
     StorageError,
 )
 from logstore.failpoints import failpoint
@@ -107,7 +105,6 @@ from logstore.storage.log import Log
 from logstore.storage.log_manager import LogManager
 from logstore.storage.producer_snapshot import snapshot_path
 from logstore.storage.retention import retention_plan, size_breached, time_breached
-from logstore.storage.txn_index import TxnSearchResult
 from logstore.tier import layout
 from logstore.tier.metadata import (
     METADATA_TOPIC,
@@ -124,6 +121,7 @@ from logstore.tier.metadata import (
     metadata_partition,
 )
 from logstore.tier.reader import ChunkCache, SegmentReader
+from logstore.tier.reads import RemoteReads
 
 __all__ = ["RemoteLogManager", "TierConfig"]
 
@@ -191,7 +189,7 @@ class TierConfig:
         )
 
 
-class RemoteLogManager:
+class RemoteLogManager(RemoteReads):
     """See the module docstring. ``partition_log(topic, partition)`` gives a user partition's
     log (None when gone); ``topic_id(topic)`` its id."""
 
@@ -206,8 +204,12 @@ class RemoteLogManager:
         self._logs = log_manager
         self.config = config
         self.broker_id = broker_id
+        # single PUTs: a segment's .indexes and manifest (and a .log under 10 MiB) are one
+        # request each, not three (a multipart upload's create, part, complete)
         self.store = store or ObjectStore(
-            LakeLocation("s3", config.bucket, "", config.bucket), settings=config.settings
+            LakeLocation("s3", config.bucket, "", config.bucket),
+            settings=config.settings,
+            single_put_small=True,
         )
         self._lock = threading.RLock()
         # (topic id, partition) -> {segment id: metadata with its latest state}; by topic id,
@@ -753,113 +755,6 @@ class RemoteLogManager:
             seg.start_offset,
             seg.end_offset,
         )
-
-    # -- reads (reader pool only: they wait for the store) ---------------------------------------
-
-    def read(
-        self, topic: str, partition: int, offset: int, max_bytes: int, *, max_offset: int
-    ) -> tuple[bytes, list[tuple[int, int]]]:
-        """Whole batches from ``offset`` (at least one, then up to ``max_bytes``) out of the
-        remote segment holding it, none at or above ``max_offset``; and the aborted
-        transactions ``(producer id, first offset)`` overlapping them (:meth:`_aborted`).
-        :class:`OffsetOutOfRangeError` when no live remote segment holds ``offset``;
-        :class:`ObjectStoreError` (``ObjectNotFoundError`` for a missing object) from the
-        store. Waits for the store: call on the reader pool."""
-        live = self.live_segments(topic, partition)
-        starts = [s.start_offset for s in live]
-        i = bisect.bisect_right(starts, offset) - 1
-        if i < 0 or offset > live[i].end_offset:
-            raise OffsetOutOfRangeError(
-                f"{topic}-{partition}: offset {offset} is in no remote segment"
-            )
-        seg = live[i]
-        try:
-            out = self.reader.read(seg, offset, max_bytes, max_offset=max_offset)
-            if out is None:
-                return b"", []
-            body, first, last = out
-            return body, self._aborted(topic, partition, live[i:], first, last + 1)
-        except LoglakeError as exc:  # the store, a manifest or bytes that do not parse
-            _log.error(
-                "%s-%d: remote read of offset %d failed (segment %s): %s",
-                topic,
-                partition,
-                offset,
-                seg.segment_id,
-                exc,
-            )
-            raise
-
-    def _aborted(
-        self, topic: str, partition: int, segments: list[RemoteSegment], start: int, upper: int
-    ) -> list[tuple[int, int]]:
-        """Kafka's ``RemoteLogManager.collectAbortedTransactions``: the aborted transactions
-        ``(producer id, first offset)`` overlapping ``[start, upper)``, from the transaction
-        index of the fetched segment and of the following ones — an entry is in the index of
-        the segment holding its ABORT marker, which may be later than the transaction's
-        batches — the remote segments first (``segments``: from the fetched one on), then the
-        local segments not tiered, until an entry shows no later marker can matter."""
-        seen: set[tuple[int, int]] = set()
-        out: list[tuple[int, int]] = []
-
-        def add(found: TxnSearchResult) -> bool:
-            for e in found.aborted:
-                if (e.producer_id, e.first_offset) not in seen:
-                    seen.add((e.producer_id, e.first_offset))
-                    out.append((e.producer_id, e.first_offset))
-            return found.complete
-
-        for seg in segments:
-            if add(self.reader.aborted(seg, start, upper)):
-                return out
-        lg = self._logs.get_log(topic, partition)
-        if lg is not None:
-            tiered = segments[-1].end_offset if segments else -1
-            for local in list(lg.segments):  # a snapshot: retention may replace the list
-                if local.base_offset > tiered and add(local.txn_index.collect(start, upper)):
-                    break
-        return out
-
-    def needs_remote_lookup(
-        self, topic: str, partition: int, timestamp: int, local_start: int
-    ) -> bool:
-        """Whether a ListOffsets by ``timestamp`` must look at remote segments: one holds
-        offsets below the local log start and records that recent (else the local log
-        answers alone, as before tiering). A snapshot read: fit for a network thread."""
-        return any(
-            s.start_offset < local_start and s.max_timestamp_ms >= timestamp
-            for s in self.live_segments(topic, partition)
-        )
-
-    def offset_for_timestamp(
-        self, topic: str, partition: int, timestamp: int, *, local_start: int
-    ) -> tuple[int, int] | None:
-        """Kafka's remote part of a ListOffsets by timestamp: ``(offset, timestamp)`` of the
-        first record whose timestamp is >= ``timestamp``, looking in the live remote segments
-        below the local log start in offset order, from the partition's log start offset;
-        None when none has one (the caller then asks the local log, as Kafka does). Waits
-        for the store: call on the reader pool; store errors are logged and raised."""
-        start = self.log_start_offset(topic, partition, local_start)
-        for seg in self.live_segments(topic, partition):
-            if seg.start_offset >= local_start:
-                break  # wholly local too: the local log answers for it
-            if seg.max_timestamp_ms < timestamp or seg.end_offset < start:
-                continue
-            try:
-                found = self.reader.offset_for_timestamp(seg, timestamp, start_offset=start)
-            except LoglakeError as exc:
-                _log.error(
-                    "%s-%d: remote lookup of timestamp %d failed (segment %s): %s",
-                    topic,
-                    partition,
-                    timestamp,
-                    seg.segment_id,
-                    exc,
-                )
-                raise
-            if found is not None:
-                return found
-        return None
 
 
 def _lower_priority() -> None:

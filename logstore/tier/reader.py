@@ -204,6 +204,33 @@ class SegmentReader:
                     return rec.offset, rec.timestamp
         return None
 
+    def offset_of_max_timestamp(self, seg: RemoteSegment) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the record holding ``seg``'s largest timestamp (its
+        metadata's ``max_timestamp_ms``): in the first batch whose max timestamp it is, that
+        batch's first record carrying it (Kafka's ``RecordBatch.offsetOfMaxTimestamp``;
+        under LogAppendTime every record carries it, so the batch's first). The time index
+        gives where to start: its greatest entry at or below that timestamp is where the
+        segment's running maximum last grew before it, so no earlier batch reaches it. None
+        when no batch carries it (a segment without timestamps)."""
+        target = seg.max_timestamp_ms
+        if target < 0:
+            return None
+        manifest = self.manifest(seg)
+        relative = layout.time_floor(self.index_part(seg, manifest, "timestamp"), target)
+        index = self.index_part(seg, manifest, "offset")
+        position = layout.floor_position(index, relative)
+        for header, window, pos in self._batches(seg, manifest, position):
+            if header.max_timestamp != target:
+                continue
+            try:
+                _, records = decode_batch(window, pos)
+            except CorruptRecordError as exc:
+                raise StorageError(f"remote segment bytes do not parse: {exc}") from exc
+            for rec in records:
+                if rec.timestamp == target:
+                    return rec.offset, rec.timestamp
+        return None
+
 
 def _select(
     data: bytes, offset: int, max_bytes: int, max_offset: int

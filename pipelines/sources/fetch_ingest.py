@@ -60,12 +60,14 @@ def _read(task: list[FetchRange | TierRange], *, max_bytes: int) -> Iterator[Any
     from pipelines.worker import start_task  # noqa: PLC0415
 
     start_task()
-    for rng in task:
+    for i, rng in enumerate(task):
         report = RangeReport(rng.topic, rng.partition)
         if isinstance(rng, TierRange):
+            after = task[i + 1] if i + 1 < len(task) else None
             yield from read_tier_range(
-                rng, min_timestamp=MIN_OFFSET, max_timestamp=MAX_OFFSET, report=report
-            )
+                rng, min_timestamp=MIN_OFFSET, max_timestamp=MAX_OFFSET, report=report,
+                after=after if isinstance(after, TierRange) else None,
+            )  # fmt: skip
         else:
             yield from read_fetch_range(
                 rng,

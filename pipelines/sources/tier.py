@@ -30,7 +30,9 @@ Executor side, :func:`read_tier_range`: the segment's ``.rsm-manifest`` (chunk i
 each index is), the offset index (ranged read of ``.indexes``) when the range starts inside the
 segment, then the ``.log`` object in windows of whole chunks of about ``window_bytes``, each one
 ranged GET issued one window ahead (a reader thread: the next window arrives while this one is
-decoded), each window's bytes into :func:`pipelines.sources.read.read_records` (``data=``):
+decoded; after a range's last window, the manifest, start position and first window of the range
+its task reads next, so that a task's segments follow each other without waiting for the store),
+each window's bytes into :func:`pipelines.sources.read.read_records` (``data=``):
 the same scan, checks and vectorised decode as a log-dir or Fetch read. A window's range ends
 after its last whole batch; the bytes after it are carried into the next window (no byte is
 fetched twice, no batch cut by a window's end counts as damage). ``segment_base_offset`` and
@@ -58,10 +60,12 @@ Thread-safe: no shared state.
 from __future__ import annotations
 
 import dataclasses
+import os
 import struct
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -389,10 +393,11 @@ def read_tier_range(
     window_bytes: int = DEFAULT_WINDOW_BYTES,
     on_decode_error: str = "skip",
     report: Any = None,
+    after: TierRange | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``rng`` as :data:`RECORDS_ARROW_SCHEMA` batches (module docstring,
     executor side); ``report``: a :class:`~pipelines.sources.read.RangeReport` filled as the
-    windows are read."""
+    windows are read; ``after``: the range read next (:func:`read_tier_windows`)."""
     # Imported here: the driver plans without loading the decoder (numba).
     from pipelines.sources.read import read_records  # noqa: PLC0415
 
@@ -403,8 +408,9 @@ def read_tier_range(
         )  # fmt: skip
 
     yield from read_tier_windows(
-        rng, read, position="batch_position", window_bytes=window_bytes, report=report
-    )
+        rng, read, position="batch_position", window_bytes=window_bytes, report=report,
+        after=after,
+    )  # fmt: skip
 
 
 WindowRead = Callable[[SegmentRange, bytes, Any], Iterator[pa.RecordBatch]]
@@ -417,69 +423,45 @@ def read_tier_windows(
     position: str,
     window_bytes: int = DEFAULT_WINDOW_BYTES,
     report: Any = None,
+    after: TierRange | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """``rng`` read window by window (module docstring, executor side): ``read(window, data,
     part)`` reads one window (a :class:`SegmentRange` over ``data``, the bytes fetched: as
     :func:`~pipelines.sources.read.read_records` or ``read_batches`` with ``data=``), filling
     ``part`` (a :class:`~pipelines.sources.read.RangeReport`: at least ``last_end``, one past
     the last sound batch read); its batches' ``position`` column, an offset in ``data``, is
-    made the segment's. ``report``: every window's ``part`` merged into it."""
+    made the segment's. ``report``: every window's ``part`` merged into it. ``after``: the
+    range the caller reads next (its task's next remote segment): it is opened (manifest,
+    start position, first window) on a thread while this range's last window is decoded."""
     from pipelines.sources.read import RangeReport  # noqa: PLC0415
 
     if window_bytes < 1:
         raise InvalidConfigError(f"window_bytes must be positive, got {window_bytes}")
     seg = rng.segment
-    store = tier_store(rng.root, rng.settings)
-    keys = layout.segment_keys("", seg)
-    manifest = layout.parse_manifest(
-        store.read(keys[layout.MANIFEST]),
-        path=store.uri(keys[layout.MANIFEST]),
-        allow_compression=True,
-    )
-    chunks = manifest.chunks
-    pos = _start_position(store, seg, manifest, rng.start_offset)
+    ahead_of = _take_opened(rng, window_bytes)
+    opened = ahead_of.result() if ahead_of is not None else _open(rng, window_bytes)
+    chunks = opened.manifest.chunks
+    pos = opened.pos
     offset = rng.start_offset
-    uri = store.uri(keys[layout.LOG])
-    step = max(1, window_bytes // chunks.chunk_size) * chunks.chunk_size  # whole chunks a GET
-    read_at = pos // chunks.chunk_size * chunks.chunk_size
+    uri = opened.store.uri(opened.keys[layout.LOG])
+    read_at = opened.read_at
 
-    def get(at: int) -> bytes:
-        """The file's bytes ``[at, at + step)`` (``at`` a chunk's start): one ranged GET of
-        the chunks; compressed ones (``rsm.config.compression.enabled``, the manifest's
-        variable index giving each zstd frame's size) decompressed frame by frame."""
-        want = min(step, chunks.file_size - at)
-        if manifest.compression:
-            wanted = chunks.chunks_for(at, want)
-            first, _ = chunks.chunk_range(wanted[0])
-            last_at, last_len = chunks.chunk_range(wanted[-1])
-            raw = store.read_range(
-                keys[layout.LOG], offset=first, length=last_at + last_len - first
-            )
-            frames = []
-            for i in wanted:
-                frame_at, frame_len = chunks.chunk_range(i)
-                frame = raw[frame_at - first : frame_at - first + frame_len]
-                frames.append(layout.decompress_chunk(frame, max_size=chunks.chunk_size))
-            got = b"".join(frames)
-        else:
-            got = store.read_range(keys[layout.LOG], offset=at, length=want)
-        if len(got) < want:
-            raise LoglakeError(
-                f"{uri}: {len(got)} bytes at {at}, the manifest says {chunks.file_size} bytes "
-                "in all (the object is shorter than its manifest)"
-            )
-        return got
-
-    # One GET ahead: the next window's bytes arrive while this one's are decoded.
+    # One GET ahead: the next window's bytes arrive while this one's are decoded; after the
+    # last, the opening of the range read next (``after``).
     ahead = ThreadPoolExecutor(1, thread_name_prefix="tier-read-ahead")
     try:
-        pending = ahead.submit(get, read_at) if read_at < chunks.file_size else None
+        pending: Future[bytes] | None = None
+        if opened.first is not None:
+            pending = Future()
+            pending.set_result(opened.first)
         carry, base = b"", pos  # bytes read but not decoded yet, from position ``base`` on
         while pending is not None and offset < rng.until:
             fresh = pending.result()
             read_at += len(fresh)
             at_end = read_at >= chunks.file_size
-            pending = None if at_end else ahead.submit(get, read_at)
+            pending = None if at_end else ahead.submit(opened.get, read_at)
+            if at_end and after is not None:
+                _open_ahead(after, window_bytes)
             data = carry + fresh if carry else fresh
             if not carry:
                 base = read_at - len(fresh)
@@ -512,6 +494,105 @@ def read_tier_windows(
             carry, base = data[done:], pos
     finally:
         ahead.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class _Opened:
+    """A range opened for reading: its store and keys, manifest, start position, where its
+    first window starts (``read_at``, a chunk's start) and, once fetched, that window."""
+
+    store: ObjectStore
+    keys: dict[str, str]
+    manifest: layout.Manifest
+    pos: int
+    read_at: int
+    step: int  # bytes a window: whole chunks
+    first: bytes | None = None
+
+    def get(self, at: int) -> bytes:
+        """The file's bytes ``[at, at + step)`` (``at`` a chunk's start): one ranged GET of
+        the chunks; compressed ones (``rsm.config.compression.enabled``, the manifest's
+        variable index giving each zstd frame's size) decompressed frame by frame."""
+        chunks, key = self.manifest.chunks, self.keys[layout.LOG]
+        want = min(self.step, chunks.file_size - at)
+        if self.manifest.compression:
+            wanted = chunks.chunks_for(at, want)
+            first, _ = chunks.chunk_range(wanted[0])
+            last_at, last_len = chunks.chunk_range(wanted[-1])
+            raw = self.store.read_range(key, offset=first, length=last_at + last_len - first)
+            frames = []
+            for i in wanted:
+                frame_at, frame_len = chunks.chunk_range(i)
+                frame = raw[frame_at - first : frame_at - first + frame_len]
+                frames.append(layout.decompress_chunk(frame, max_size=chunks.chunk_size))
+            got = b"".join(frames)
+        else:
+            got = self.store.read_range(key, offset=at, length=want)
+        if len(got) < want:
+            raise LoglakeError(
+                f"{self.store.uri(key)}: {len(got)} bytes at {at}, the manifest says "
+                f"{chunks.file_size} bytes in all (the object is shorter than its manifest)"
+            )
+        return got
+
+
+def _open(rng: TierRange, window_bytes: int, *, first: bool = True) -> _Opened:
+    """``rng`` opened: its manifest, its start position (from the offset index when it starts
+    inside the segment) and, with ``first``, its first window fetched."""
+    seg = rng.segment
+    store = tier_store(rng.root, rng.settings)
+    keys = layout.segment_keys("", seg)
+    manifest = layout.parse_manifest(
+        store.read(keys[layout.MANIFEST]),
+        path=store.uri(keys[layout.MANIFEST]),
+        allow_compression=True,
+    )
+    chunks = manifest.chunks
+    pos = _start_position(store, seg, manifest, rng.start_offset)
+    step = max(1, window_bytes // chunks.chunk_size) * chunks.chunk_size  # whole chunks a GET
+    opened = _Opened(store, keys, manifest, pos, pos // chunks.chunk_size * chunks.chunk_size, step)
+    if first and opened.read_at < chunks.file_size:
+        opened.first = opened.get(opened.read_at)
+    return opened
+
+
+# The opening of the range a task reads next, started while this one's last window is decoded
+# (a task reads several remote segments one after the other; each began with its manifest and
+# first window's GETs waited for, the cores idle). One per process: a Spark Python worker runs
+# one task at a time; a range found here is only a head start, never needed for correctness.
+_OPENER: ThreadPoolExecutor | None = None
+_OPENED: dict[tuple[Any, ...], Future[_Opened]] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def _forget_opener() -> None:
+    """In a forked child (Spark's worker daemon forks its workers): the parent's opener
+    thread does not exist there, nor do its head starts."""
+    global _OPENER, _OPENED_LOCK  # noqa: PLW0603
+    _OPENER = None
+    _OPENED.clear()
+    _OPENED_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_opener)
+
+
+def _range_key(rng: TierRange, window_bytes: int) -> tuple[Any, ...]:
+    return (rng.root, rng.segment.segment_id, rng.start_offset, rng.until, window_bytes)
+
+
+def _open_ahead(rng: TierRange, window_bytes: int) -> None:
+    global _OPENER  # noqa: PLW0603  (one opener thread per process, made on first use)
+    with _OPENED_LOCK:
+        if _OPENER is None:
+            _OPENER = ThreadPoolExecutor(1, thread_name_prefix="tier-open-ahead")
+        _OPENED.clear()  # an earlier head start not taken (its task failed): dropped
+        _OPENED[_range_key(rng, window_bytes)] = _OPENER.submit(_open, rng, window_bytes)
+
+
+def _take_opened(rng: TierRange, window_bytes: int) -> Future[_Opened] | None:
+    with _OPENED_LOCK:
+        return _OPENED.pop(_range_key(rng, window_bytes), None)
 
 
 def _whole_frames(data: bytes, skip: int, at_end: bool) -> tuple[int, bool]:

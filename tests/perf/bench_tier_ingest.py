@@ -11,9 +11,23 @@ are local. Then, with one Spark session (local[2]) and the shipped ``conf/pipeli
 - ``tier_s``: the ingest job with no log dirs and ``remote_log_storage`` set (the tier read by
   the executors, the active segments through Fetch), into a fresh lake; every run's table must
   hold exactly the records produced (read back with deltalake);
-- ``decode_1core_s`` (a diagnostic figure): the same segments read and decoded in the bench's
-  process, one at a time (:func:`pipelines.sources.tier.read_tier_range`, no Spark, nothing
-  written);
+- ``logdir_s`` (context, not the issue's baseline): the same remote segments copied into a
+  log-dir tree (``.log``, ``.index``, ``.timeindex``, high watermarks at the tier's end) and
+  ingested from there, everything else alike: ``ratio_tier_vs_logdir = logdir_s / tier_s``
+  is what reading the store instead of files costs;
+- ``decode_1core_s`` / ``decode_cpu_s`` (diagnostic figures): the same segments read and
+  decoded in the bench's process, one at a time (:func:`pipelines.sources.tier.read_tier_range`,
+  no Spark, nothing written), wall and CPU seconds of the process (all its threads);
+  ``decode_write_cpu_s``: the same plus the Parquet files written as the executors write them
+  (the table's options, local disk), i.e. a task's work without Spark and the commit. Spread
+  over ``--cores`` cores it bounds any ingest here from below:
+  ``ratio_bound = floor_s / (decode_write_cpu_s / cores)`` is the best ratio this decoder and
+  writer could give on this machine were the GETs free;
+- ``store_cpu_floor_s`` / ``store_cpu_tier_s``: CPU seconds of the S3 server (a child process
+  on the same cores) while it serves the floor's GETs and the tier ingest. A remote store's
+  CPU is not the ingest host's; this one's is: ``ratio_bound_with_store = floor_s /
+  ((decode_write_cpu_s + store_cpu_floor_s) / cores)`` is the best ratio on these cores
+  when the ingest's work and the store's serving of the same bytes share them;
 - ``fetch_s`` (for comparison): the same ingest without ``remote_log_storage``: everything
   through Fetch, the broker reading its tier for the history;
 - ``floor_s``: the same remote segments' ``.log`` bytes fetched with the same ranged GETs
@@ -33,6 +47,7 @@ import dataclasses
 import json
 import os
 import random
+import resource
 import sys
 import time
 import uuid
@@ -45,13 +60,16 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import confluent_kafka as ck  # noqa: E402
+import pyarrow as pa  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from logstore.tier import layout  # noqa: E402
 from pipelines.ingest import IngestConfig, load_config, run_ingest  # noqa: E402
+from pipelines.sources.synthetic import write_high_watermarks  # noqa: E402
 from pipelines.sources.tier import DEFAULT_WINDOW_BYTES, remote_segments, tier_store  # noqa: E402
 from tests.fixtures.broker import BrokerProcess, wait_for  # noqa: E402
 from tests.fixtures.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server  # noqa: E402
+from tests.perf.bench_produce import _cpu_seconds  # noqa: E402
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -122,20 +140,66 @@ def floor(root: str, bootstrap: str) -> tuple[float, int]:
     return time.perf_counter() - t, total
 
 
-def decode_only(root: str, bootstrap: str) -> float:
-    """Seconds to read and decode every live remote segment in this process, one at a time
-    (no Spark, nothing written): where the ingest's time goes beyond the GETs."""
+def _cpu() -> float:
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+def decode_only(root: str, bootstrap: str, out: Path | None = None) -> tuple[float, float]:
+    """Wall and CPU seconds (this process, all its threads) to read and decode every live
+    remote segment here, one after the other as a task reads them, no Spark: where the
+    ingest's time goes beyond the GETs. With ``out``, the rows are also written as the
+    executors write them (the table's Parquet options, local disk): the work of a task
+    without Spark and the commit."""
     from logstore.objectstore import StorageSettings
+    from pipelines.delta.files import RECORDS_PARQUET_OPTIONS, PartitionedFileWriter
     from pipelines.sources.tier import TierRange, read_tier_range
 
     settings = StorageSettings.default()
     segments = [s for segs in remote_segments(bootstrap).values() for s in segs]
-    t = time.perf_counter()
-    for seg in segments:
-        rng = TierRange(seg, seg.start_offset, seg.end_offset + 1, root, settings)
-        for _batch in read_tier_range(rng, min_timestamp=-(2**63), max_timestamp=2**63 - 1):
-            pass
-    return time.perf_counter() - t
+    writer = None
+    if out is not None:
+        writer = PartitionedFileWriter(
+            str(out), write_id=uuid.uuid4().hex, task_id=0, attempt=0,
+            partition_by=["topic", "date"], compression="snappy", **RECORDS_PARQUET_OPTIONS,
+        )  # fmt: skip
+    t, cpu = time.perf_counter(), _cpu()
+    ranges = [TierRange(s, s.start_offset, s.end_offset + 1, root, settings) for s in segments]
+    for rng, after in zip(ranges, [*ranges[1:], None], strict=True):
+        for batch in read_tier_range(
+            rng, min_timestamp=-(2**63), max_timestamp=2**63 - 1, after=after
+        ):
+            if writer is not None:
+                writer.write(pa.Table.from_batches([batch]))
+    if writer is not None:
+        writer.close()
+    return time.perf_counter() - t, _cpu() - cpu
+
+
+def as_log_dirs(root: str, bootstrap: str, dest: Path) -> int:
+    """The live remote segments copied into a log-dir tree at ``dest`` (``.log``, ``.index``,
+    ``.timeindex`` from the objects; the high watermarks at the tier's end): the same
+    segments for a log-dir ingest. The offsets they hold."""
+    store = tier_store(root)
+    ends: dict[tuple[str, int], int] = {}
+    held = 0
+    dest.mkdir(parents=True)
+    for (topic, partition), segs in remote_segments(bootstrap).items():
+        part = dest / f"{topic}-{partition}"
+        part.mkdir(parents=True)
+        for seg in segs:
+            keys = layout.segment_keys("", seg)
+            manifest = layout.parse_manifest(store.read(keys[layout.MANIFEST]), path="bench")
+            name = f"{seg.start_offset:020d}"
+            (part / f"{name}.log").write_bytes(store.read(keys[layout.LOG]))
+            indexes = store.read(keys[layout.INDEXES])
+            for index, suffix in (("offset", ".index"), ("timestamp", ".timeindex")):
+                at, n = manifest.indexes.get(index) or (0, 0)
+                (part / f"{name}{suffix}").write_bytes(indexes[at : at + n])
+            ends[(topic, partition)] = seg.end_offset + 1
+            held += seg.end_offset + 1 - seg.start_offset
+    write_high_watermarks(dest, ends)
+    return held
 
 
 def main() -> None:
@@ -145,6 +209,7 @@ def main() -> None:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--segment-mb", type=int, default=8)
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--cores", type=int, default=2, help="local[N]: Spark's cores")
     parser.add_argument("--verbose", action="store_true", help="the runs' log lines, timed")
     parser.add_argument("--config", default=str(ROOT / "conf" / "pipeline.toml"))
     args = parser.parse_args()
@@ -171,7 +236,7 @@ def main() -> None:
             wait_for(lambda: all(len(list(d.glob("*.log"))) == 1 for d in logs), 600)
             spark = get_spark(
                 "bench-tier-ingest",
-                master="local[2]",
+                master=f"local[{args.cores}]",
                 conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
             )
             spark.sparkContext.setLogLevel("ERROR")
@@ -187,16 +252,37 @@ def main() -> None:
             def fetch(n: str) -> IngestConfig:
                 return dataclasses.replace(base, lake=f"{tmp}/fetch-{n}", remote_log_storage="")
 
+            logdirs = Path(tmp) / "logdirs"
+            tiered = as_log_dirs(root, b.bootstrap, logdirs)
+
+            def logdir(n: str) -> IngestConfig:
+                return dataclasses.replace(base, lake=f"{tmp}/logdir-{n}", remote_log_storage="",
+                                           log_dirs=(str(logdirs),))  # fmt: skip
+
             timed(spark, tier("warm"), total)
+            timed(spark, logdir("warm"), tiered)
             floor(root, b.bootstrap)
             decode_only(root, b.bootstrap)
             runs = []
+            store_pid = s3._process.pid or 0
+
+            def store_cpu() -> float:
+                return sum(_cpu_seconds(store_pid))
+
             for i in range(args.runs):
+                at = store_cpu()
                 floor_s, tier_bytes = floor(root, b.bootstrap)
+                store_floor_s, at = store_cpu() - at, store_cpu()
                 tier_s = timed(spark, tier(str(i)), total, verbose=args.verbose)
+                store_tier_s = store_cpu() - at
+                decode_s, decode_cpu_s = decode_only(root, b.bootstrap)
+                task_s, task_cpu_s = decode_only(root, b.bootstrap, Path(tmp) / f"task-{i}")
                 run = {"tier_s": tier_s, "floor_s": floor_s,
+                       "logdir_s": timed(spark, logdir(str(i)), tiered),
                        "fetch_s": timed(spark, fetch(str(i)), total),
-                       "decode_1core_s": decode_only(root, b.bootstrap),
+                       "decode_1core_s": decode_s, "decode_cpu_s": decode_cpu_s,
+                       "decode_write_1core_s": task_s, "decode_write_cpu_s": task_cpu_s,
+                       "store_cpu_floor_s": store_floor_s, "store_cpu_tier_s": store_tier_s,
                        "tier_bytes": tier_bytes}  # fmt: skip
                 runs.append(run)
                 print(json.dumps(run), flush=True)
@@ -206,6 +292,9 @@ def main() -> None:
             s3.close()
     tier_s = min(r["tier_s"] for r in runs)
     floor_s = min(r["floor_s"] for r in runs)
+    logdir_s = min(r["logdir_s"] for r in runs)
+    write_cpu_s = min(r["decode_write_cpu_s"] for r in runs)
+    store_floor_s = min(r["store_cpu_floor_s"] for r in runs)
     print(
         json.dumps(
             {
@@ -214,10 +303,20 @@ def main() -> None:
                 "tier_bytes": runs[-1]["tier_bytes"],
                 "tier_s": round(tier_s, 3),
                 "floor_s": round(floor_s, 3),
-                "decode_1core_s": round(min(r["decode_1core_s"] for r in runs), 3),
+                "logdir_s": round(logdir_s, 3),
                 "fetch_s": round(min(r["fetch_s"] for r in runs), 3),
+                "decode_1core_s": round(min(r["decode_1core_s"] for r in runs), 3),
+                "decode_cpu_s": round(min(r["decode_cpu_s"] for r in runs), 3),
+                "decode_write_cpu_s": round(write_cpu_s, 3),
                 "tier_records_per_s": round(total / tier_s),
                 "ratio": round(floor_s / tier_s, 3),
+                "ratio_tier_vs_logdir": round(logdir_s / tier_s, 3),
+                "store_cpu_floor_s": round(store_floor_s, 3),
+                "store_cpu_tier_s": round(min(r["store_cpu_tier_s"] for r in runs), 3),
+                "ratio_bound": round(floor_s / (write_cpu_s / args.cores), 3),
+                "ratio_bound_with_store": round(
+                    floor_s / ((write_cpu_s + store_floor_s) / args.cores), 3
+                ),
                 "target": 0.7,
             }
         )

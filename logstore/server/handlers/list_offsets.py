@@ -22,6 +22,17 @@ whole request is answered from the tier's reader pool (a :class:`Deferred`: a ne
 handler thread never waits for the store). A store failure is that partition's
 ``KAFKA_STORAGE_ERROR`` (logged by the tier). v10's ``timeout_ms`` is not used: the store's
 own retries bound the wait.
+
+-3 (max timestamp) on a tiered partition looks at the remote segments too (Apache Kafka up to
+4.x answers from the local segments only, a wrong offset once the record with the largest
+timestamp is remote only; KAFKA-17552 / apache/kafka#17248 makes it look at both, as here):
+the live remote segment with the largest ``max_timestamp_ms`` in the metadata (the earliest
+such), when it lies wholly below the local log start and its timestamp is at least the local
+log's largest, is read on the reader pool (its time and offset indexes, then the batch
+carrying that timestamp: :meth:`~logstore.tier.reader.SegmentReader.offset_of_max_timestamp`);
+the larger timestamp wins, on a tie the earlier offset (the remote one), as the local log
+picks the first segment and batch reaching its maximum. Else the local log answers on the
+calling thread, with no store read. Counted only below the same limit as "latest", as Kafka.
 """
 
 from __future__ import annotations
@@ -90,6 +101,8 @@ def _lookup(  # noqa: PLR0917  (the request's parts)
         return ErrorCode.none, part.fetch_limit(isolation), -1
     if ts < EARLIEST_PENDING_UPLOAD:
         return ErrorCode.invalid_request, -1, -1
+    if ts == MAX_TIMESTAMP and tier is not None:
+        return _max_timestamp(part, tier, topic, partition, isolation, remote)
     if tier is not None and tier.needs_remote_lookup(topic, partition, ts, lg.log_start_offset):
         if not remote:
             return None
@@ -107,6 +120,34 @@ def _lookup(  # noqa: PLR0917  (the request's parts)
         return ErrorCode.kafka_storage_error, -1, -1
     except LoglakeError as exc:
         return error_code_for(exc), -1, -1
+    if found is None or found[0] >= part.fetch_limit(isolation):
+        return ErrorCode.none, -1, -1
+    return ErrorCode.none, found[0], found[1]
+
+
+def _max_timestamp(  # noqa: PLR0917  (the request's parts)
+    part: Any, tier: Any, topic: str, partition: int, isolation: IsolationLevel, remote: bool
+) -> tuple[ErrorCode, int, int] | None:
+    """-3 on a tiered partition (module docstring): the local log's answer, or the remote
+    segment's where its largest timestamp is larger (or equal: the earlier offset wins);
+    None when that needs the store and ``remote`` is False."""
+    lg = part.log
+    try:
+        found = lg.offset_for_timestamp(MAX_TIMESTAMP)
+    except OSError:  # Kafka's KafkaStorageException: the client retries
+        return ErrorCode.kafka_storage_error, -1, -1
+    except LoglakeError as exc:
+        return error_code_for(exc), -1, -1
+    seg = tier.max_timestamp_segment(topic, partition, lg.log_start_offset)
+    if seg is not None and (found is None or seg.max_timestamp_ms >= found[1]):
+        if not remote:
+            return None
+        try:
+            theirs = tier.offset_of_max_timestamp(seg)
+        except LoglakeError as exc:  # logged by the tier; the client retries
+            return error_code_for(exc), -1, -1
+        if theirs is not None and (found is None or theirs[1] >= found[1]):
+            found = theirs
     if found is None or found[0] >= part.fetch_limit(isolation):
         return ErrorCode.none, -1, -1
     return ErrorCode.none, found[0], found[1]

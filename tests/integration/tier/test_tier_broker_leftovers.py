@@ -1,5 +1,6 @@
 """Tiered storage, the broker's side beyond copy and fetch: ListOffsets by timestamp below the
-local log start, a deleted topic's remote data deleted (crash-safe), the plugin's zstd chunks.
+local log start and -3 (max timestamp) over the remote segments, a deleted topic's remote data
+deleted (crash-safe), the plugin's zstd chunks.
 
 A real broker tiers to a real S3 server (moto); real clients (confluent-kafka, kafka-python)
 ask; the bucket and ``__remote_log_metadata`` are read back independently (boto3, the log
@@ -21,7 +22,7 @@ import struct
 import confluent_kafka as ck
 import pytest
 import zstandard
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from kio.schema.list_offsets.v11.request import (
     ListOffsetsPartition,
     ListOffsetsRequest,
@@ -32,6 +33,7 @@ from kio.static.primitive import i8, i32, i64
 from logstore.failpoints import FAILPOINT_ENV
 from logstore.protocol.batch import iter_batches
 from logstore.protocol.records import decode_batch
+from logstore.tier import layout
 from logstore.tier.metadata import (
     METADATA_TOPIC,
     PartitionDelete,
@@ -41,6 +43,7 @@ from logstore.tier.metadata import (
     decode_metadata,
     kafka_uuid,
 )
+from pipelines.sources.tier import remote_segments
 from tests.fixtures.broker import wait_for
 from tests.integration.broker.clients import (
     Rec,
@@ -158,6 +161,46 @@ def test_offsets_for_times_below_the_local_start_come_from_the_remote_time_index
     part = _list_offsets_raw(b.bootstrap, topic, times[0] - 1000)
     assert (part.error_code, part.offset) == (KAFKA_STORAGE_ERROR, -1)
     assert "remote lookup of timestamp" in b.log_text()
+
+
+def test_max_timestamp_is_found_in_the_remote_segments_too(broker_factory, s3):
+    # KAFKA-17552: -3 answered from the local segments only gave a record of the local tail
+    # once the largest timestamp was tiered and gone locally
+    b = _tier_broker(broker_factory, s3, **{"rsm.config.fetch.chunk.cache.size": "0"})
+    records = make_records(N, partitions=1, seed=11)
+    top = max(r.timestamp for r in records) + 60_000
+    for i in (37, 120):  # the largest timestamp twice, both tiered: the earlier offset wins
+        records[i] = records[i]._replace(timestamp=top)
+    topic = _produce(b.bootstrap, records)
+    _tiered(b, topic)
+    assert _local_bases(b, topic)[0] > 120
+    # (the tier's small objects go up as one PUT each, not a multipart upload of one part)
+    manifest = next(k for k in s3.keys(PREFIX) if k.endswith(".rsm-manifest"))
+    assert "-" not in s3.client.head_object(Bucket=s3.name, Key=manifest)["ETag"]
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    tp = ck.TopicPartition(topic, 0)
+
+    def max_timestamp() -> tuple[int, int]:
+        r = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(timeout=30)
+        return r.offset, r.timestamp
+
+    assert max_timestamp() == (37, top)
+    raw = _list_offsets_raw(b.bootstrap, topic, -3)
+    assert (raw.error_code, raw.offset, raw.timestamp) == (0, 37, top)
+
+    # the remote segment holding it unreadable: KAFKA_STORAGE_ERROR and a log line
+    seg = next(s for s in remote_segments(b.bootstrap)[(topic, 0)] if s.end_offset >= 37)
+    s3.client.delete_object(Bucket=s3.name, Key=layout.segment_keys(PREFIX, seg)[layout.LOG])
+    raw = _list_offsets_raw(b.bootstrap, topic, -3)
+    assert (raw.error_code, raw.offset) == (KAFKA_STORAGE_ERROR, -1)
+    assert "remote lookup of the max timestamp failed" in b.log_text()
+
+    # a newer record in the local tail: the local log answers, without reading the store
+    later = make_records(3, partitions=1, seed=12)
+    later[1] = later[1]._replace(timestamp=top + 1)
+    ck_produce(b.bootstrap, topic, later, codec="none", acks="all", idempotent=True)
+    assert _local_bases(b, topic)[0] <= N + 1
+    assert max_timestamp() == (N + 1, top + 1)
 
 
 def _metadata(b) -> list[object]:

@@ -168,6 +168,9 @@ def test_offset_for_timestamp(log: Log) -> None:
     assert log.offset_for_timestamp(-2) == (0, -1)
     assert log.offset_for_timestamp(-1) == (10, -1)
     assert log.offset_for_timestamp(-3) == (7, 510)
+    # the record carrying the largest timestamp, not its batch's last offset (KAFKA-16310)
+    log.append(build_batch([(None, b"c", (), 700), (None, b"d", (), 650)]))
+    assert log.offset_for_timestamp(-3) == (10, 700)
 
 
 def test_truncate_to(log: Log) -> None:

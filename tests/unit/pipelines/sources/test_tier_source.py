@@ -27,6 +27,7 @@ from logstore.tier.metadata import (
     encode_segment,
     encode_update,
 )
+from pipelines.sources import tier as tier_source
 from pipelines.sources.damage import skipped_offsets
 from pipelines.sources.plan import SegmentRange
 from pipelines.sources.read import RangeReport, read_records
@@ -39,6 +40,7 @@ from pipelines.sources.tier import (
     tier_store,
     tier_tasks,
 )
+from tests.fixtures.broker import wait_for
 
 TOPIC_ID = uuid.UUID(int=0x1234)
 BASE = 1000
@@ -123,6 +125,34 @@ def test_a_missing_log_object_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ObjectNotFoundError, match="no such object") as err:
         list(read_tier_range(rng, min_timestamp=LOW, max_timestamp=HIGH))
     assert key in str(err.value)
+
+
+def test_the_next_range_is_opened_while_this_one_is_read(tmp_path: Path) -> None:
+    a, log, _last = _remote(tmp_path)
+    b, _, _ = _remote(tmp_path)
+    c, _, _ = _remote(tmp_path)
+    want = _from_file(tmp_path, log, a.start_offset, a.until)
+
+    def read(rng: TierRange, after: TierRange | None = None) -> pa.Table:
+        batches = read_tier_range(rng, min_timestamp=LOW, max_timestamp=HIGH, after=after)
+        return pa.Table.from_batches(list(batches))
+
+    assert read(a, after=b).equals(want)
+    # b's manifest and first window (all of it: one window) were fetched while a was read
+    # (on a thread: waited for here): its objects gone, it reads the same
+    wait_for(lambda: all(f.done() for f in tier_source._OPENED.values()), 10)
+    for key in layout.segment_keys("", b.segment).values():
+        (Path(b.root) / key).unlink()
+    assert read(b, after=c).equals(want)
+    # a head start is used once: read again, b is read from the store (gone: an error)
+    with pytest.raises(ObjectNotFoundError):
+        read(b)
+    # c's head start fails (its .log went): reading c raises what a plain read raises
+    wait_for(lambda: all(f.done() for f in tier_source._OPENED.values()), 10)
+    (Path(c.root) / layout.segment_keys("", c.segment)["log"]).unlink()
+    assert read(a, after=c).equals(want)
+    with pytest.raises(ObjectNotFoundError, match="no such object"):
+        read(c)
 
 
 def _seg(start: int, end: int, partition: int = 0) -> RemoteSegment:
