@@ -97,6 +97,13 @@ def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float
     return {f"{k}_cpu_s": round(after[k] - before[k], 2) for k in before}
 
 
+def _job_log(on: bool, t0: float) -> Any:
+    """The job's log: none, or (``--log``) each line on stderr with the seconds since ``t0``."""
+    if not on:
+        return lambda _msg: None
+    return lambda msg: print(f"[{time.perf_counter() - t0:7.2f}s] {msg}", file=sys.stderr)
+
+
 def timed_ingest(
     spark: Any,
     args: Any,
@@ -121,7 +128,7 @@ def timed_ingest(
         writer_options["row_group_bytes"] = row_group_bytes
     cpu0, t = cpu_sides(moto_pid), time.perf_counter()
     with mock.patch.object(ingest, "RECORDS_PARQUET_OPTIONS", writer_options):
-        summary = run_ingest(spark, config, log=lambda _msg: None)
+        summary = run_ingest(spark, config, log=_job_log(args.log, t))
     seconds, cpu1 = time.perf_counter() - t, cpu_sides(moto_pid)
     uri, options = delta_target(config.records_path)
     rows = DeltaTable(uri, storage_options=options).to_pyarrow_dataset().count_rows()
@@ -131,11 +138,12 @@ def timed_ingest(
 
 
 def floor(
-    settings: StorageSettings, lake: str, threads: int, moto_pid: int
+    settings: StorageSettings, lake: str, threads: int, moto_pid: int, store: Any
 ) -> tuple[float, int, int, dict[str, float]]:
     """Copy the Parquet bytes of ``lake``'s records table to a fresh prefix, timed: the seconds,
     the files, the bytes and the CPU seconds of each side while timed (:func:`cpu_sides`). The
-    bytes are read first (untimed); the lake and the copy are deleted after."""
+    bytes are read first (untimed, with ``store``, a boto3 client); the lake and the copy are
+    deleted after."""
     loc = LakeLocation.parse(lake).join("records")
     fs = settings.filesystem(loc)
     import pyarrow.fs as pafs
@@ -144,8 +152,10 @@ def floor(
     blobs = []
     for info in infos:
         if info.type == pafs.FileType.File and info.path.endswith(".parquet"):
-            with fs.open_input_stream(info.path) as f:
-                blobs.append(f.read())
+            # one GET an object: moto reads a whole object for every ranged GET, and pyarrow's
+            # input stream reads in many ranges (a 10M-record lake took minutes to read back)
+            bucket, key = info.path.split("/", 1)
+            blobs.append(store.get_object(Bucket=bucket, Key=key)["Body"].read())
     target = f"{loc.bucket}/floor-{uuid.uuid4().hex[:8]}"
 
     def put(i: int) -> None:
@@ -172,6 +182,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--config", default=str(ROOT / "conf" / "pipeline.toml"))
     parser.add_argument("--compare-row-group-bytes", type=int, default=0)
+    parser.add_argument("--log", action="store_true", help="the job's log lines, timed")
     args = parser.parse_args()
     from pipelines.session import get_spark
 
@@ -184,7 +195,8 @@ def main() -> None:
             AWS_REGION=REGION,
         )
         bucket = f"bench-{uuid.uuid4().hex[:8]}"
-        server.client().create_bucket(Bucket=bucket)
+        s3 = server.client()
+        s3.create_bucket(Bucket=bucket)
         settings = StorageSettings.from_environment()
         per_part = args.records // args.partitions // args.batch_records * args.batch_records
         total = per_part * args.partitions
@@ -215,7 +227,7 @@ def main() -> None:
                         spark, args, log_dir, lake, total, row_group_bytes=row_group_bytes,
                         moto_pid=moto_pid,
                     )  # fmt: skip
-                    floor_s, files, size, floor_cpu = floor(settings, lake, cores, moto_pid)
+                    floor_s, files, size, floor_cpu = floor(settings, lake, cores, moto_pid, s3)
                     into.append(
                         {"ingest_s": seconds, "floor_s": floor_s, "files": files, "bytes": size,
                          "row_group_bytes": row_group_bytes or "default",
