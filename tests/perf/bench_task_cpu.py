@@ -4,7 +4,7 @@ the task settings of :mod:`pipelines.worker` (transparent huge pages off, Arrow 
 Writes a log dir with ``bench_ingest``'s generator (``--records`` unique records of 100 bytes,
 200 a batch, ``--codec``), plans it as the ingest job does (``conf/pipeline.toml``'s
 ``max_partition_bytes``, two cores) and runs the first task's function directly, without
-Spark: ``ingest`` (``pipelines.ingest._read_ranges`` inside ``pipelines.delta.direct``'s task
+Spark: ``ingest`` (``pipelines.ingest.tasks._read_ranges`` inside ``pipelines.delta.direct``'s task
 writer: decode and write Parquet), ``txn`` (the read_committed pre-pass task), ``lookup``
 (``build_lookups``' offset_lookup task with its writer) and ``check`` (the index check task).
 
@@ -45,7 +45,7 @@ from logstore.protocol.batch import Codec
 from pipelines.delta.direct import _task_writer
 from pipelines.delta.files import RECORDS_PARQUET_OPTIONS, table_location
 from pipelines.delta.staging import Lease
-from pipelines.ingest import _read_ranges, _with_aborted, schedule_tasks
+from pipelines.ingest.tasks import _read_ranges, _with_aborted, schedule_tasks
 from pipelines.lookups import LOOKUP_SCHEMAS, _check_task, _lookup_task
 from pipelines.sources import RECORDS_ARROW_SCHEMA
 from pipelines.sources.plan import SourceOptions, parse_options, plan_ranges
