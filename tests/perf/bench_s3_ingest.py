@@ -20,9 +20,18 @@ buffers ``N``-byte row groups (64 MiB: the size an object store got before row g
 made to stream up, ``pipelines.delta.files.REMOTE_ROW_GROUP_BYTES``), each followed by its own
 floor, and reports both: on a shared machine only such paired, alternated rounds compare.
 
+Each round also gives the CPU seconds of each side while it was timed (from /proc, so a
+shared machine's load does not hide where the work is): ``moto`` (the server process),
+``spark`` (the JVM with its Python daemon and workers) and ``driver`` (this process: the job's
+driver code; for the floor, pyarrow's uploads), and the load average after it.
+
 The server is on this machine, so the floor is its request handling (moto is Python) rather
 than a network: a ratio against AWS S3 would be measured the same way with
-``AWS_ENDPOINT_URL`` unset. Last line: one JSON object.
+``AWS_ENDPOINT_URL`` unset. Why 0.7 is out of reach here: moto spends about as much CPU on an
+ingest's uploads as on the floor's (the same bytes and requests; ~7-8 CPU-s at 10M, on
+about one core, its GIL), and the ingest adds Spark's own ~5-8 CPU-s on the same two cores;
+measured 2026-11-28 under a load of 5-15. ``--log`` prints the job's log lines, timed. Last
+line: one JSON object.
 
     .venv/bin/python tests/perf/bench_s3_ingest.py [--records 10000000]
 """
