@@ -20,6 +20,10 @@ snappy on the value column is ~90. The file is what pyarrow would write for thes
 
 Supported Arrow types (:func:`fast_writer_supports`): integers, bool, timestamp, date32,
 string, binary, and ``list<struct<...>>`` of those. Anything else: use ``pq.ParquetWriter``.
+
+The format's constants, the Thrift compact encoding and the file schema are in
+:mod:`pipelines.delta._parquet_format`; the compiled column encoders in
+:mod:`pipelines.delta._parquet_kernels`.
 """
 
 from __future__ import annotations
@@ -35,271 +39,36 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from logstore.protocol.varint import encode_unsigned_varint, zigzag_encode
 from pipelines.decode.arrow import numpy_array, same_bytes
 from pipelines.delta import _parquet_kernels as k
+from pipelines.delta._parquet_format import (
+    _BOOLEAN,
+    _BYTE_ARRAY,
+    _CODECS,
+    _DATA_PAGE,
+    _DELTA_BINARY_PACKED,
+    _DICTIONARY_PAGE,
+    _DICTIONARY_PAGESIZE_LIMIT,
+    _ENCODINGS,
+    _INT32,
+    _INT64,
+    _MAX_SECONDS,
+    _MAX_STATISTICS_SIZE,
+    _PLAIN,
+    _RLE,
+    _RLE_DICTIONARY,
+    CREATED_BY,
+    MAGIC,
+    Fields,
+    _apply_options,
+    _Leaf,
+    _names,
+    _schema,
+    fast_writer_supports,
+    thrift_struct,
+)
 
 __all__ = ["FastParquetWriter", "fast_writer_supports"]
-
-MAGIC = b"PAR1"
-CREATED_BY = "loglake FastParquetWriter (parquet-format 2.6)"
-
-# parquet.thrift enums
-_BOOLEAN, _INT32, _INT64, _BYTE_ARRAY = 0, 1, 2, 6
-_REQUIRED, _OPTIONAL, _REPEATED = 0, 1, 2
-_PLAIN, _RLE, _DELTA_BINARY_PACKED, _RLE_DICTIONARY = 0, 3, 5, 8
-_DATA_PAGE, _DICTIONARY_PAGE = 0, 2
-_CODECS = {
-    "none": (0, None),
-    "uncompressed": (0, None),
-    "snappy": (1, "snappy"),
-    "gzip": (2, "gzip"),
-    "brotli": (4, "brotli"),
-    "zstd": (6, "zstd"),
-    "lz4": (7, "lz4_raw"),
-    "lz4_raw": (7, "lz4_raw"),
-}
-_ENCODINGS = {"PLAIN": _PLAIN, "DELTA_BINARY_PACKED": _DELTA_BINARY_PACKED}
-_DICTIONARY_PAGESIZE_LIMIT = 1 << 20
-_MAX_STATISTICS_SIZE = 4096
-_MAX_SECONDS = (2**63 - 1) // 1000  # Parquet has no seconds: timestamp[s] is written in ms
-
-
-# --- Thrift compact protocol (only what parquet.thrift's footer and page headers need) ------
-
-# compact protocol type ids: a bool field's value is its type (1 true, 2 false)
-_T_TRUE, _T_FALSE = 1, 2
-_KIND = {"i8": 3, "i16": 4, "i32": 5, "i64": 6, "bin": 8, "list": 9, "struct": 12}
-
-# A struct is a list of (field id, kind, value); a None value leaves the field out. Kinds:
-# i8 i16 i32 i64 bool bin struct, and ("list", element kind) with a list value.
-Fields = list[tuple[int, Any, Any]]
-
-
-def _value(kind: Any, value: Any) -> bytes:
-    if kind == "i8":
-        return bytes([value & 0xFF])
-    if kind in ("i16", "i32", "i64"):
-        return encode_unsigned_varint(zigzag_encode(value))
-    if kind == "bin":
-        raw = value.encode() if isinstance(value, str) else bytes(value)
-        return encode_unsigned_varint(len(raw)) + raw
-    if kind == "struct":
-        return thrift_struct(value)
-    _, elem = kind
-    size = len(value)
-    elem_type = _KIND[elem if isinstance(elem, str) else elem[0]]
-    head = bytes([size << 4 | elem_type]) if size < 15 else bytes([0xF0 | elem_type])
-    head += encode_unsigned_varint(size) if size >= 15 else b""
-    return head + b"".join(_value(elem, v) for v in value)
-
-
-def thrift_struct(fields: Fields) -> bytes:
-    """One struct in Thrift's compact protocol (fields in increasing id order)."""
-    out = bytearray()
-    last = 0
-    for fid, kind, value in fields:
-        if value is None:
-            continue
-        if kind == "bool":
-            t = _T_TRUE if value else _T_FALSE
-        else:
-            t = _KIND[kind if isinstance(kind, str) else kind[0]]
-        if 0 < fid - last <= 15:
-            out.append((fid - last) << 4 | t)
-        else:
-            out.append(t)
-            out += encode_unsigned_varint(zigzag_encode(fid))
-        last = fid
-        if kind != "bool":
-            out += _value(kind, value)
-    out.append(0)
-    return bytes(out)
-
-
-# --- schema ------------------------------------------------------------------------------
-
-
-@dataclass
-class _Leaf:
-    """One Parquet leaf column and how to get its values out of a top-level Arrow column."""
-
-    parts: tuple[str, ...]  # path_in_schema: ("value",), ("headers", "list", "element", "key")
-    column: int  # index of the top-level Arrow column
-    field_index: int | None  # struct field inside list<struct>, None for a flat column
-    type: pa.DataType  # the leaf's Arrow type
-    physical: int
-    max_def: int
-    max_rep: int
-    nullable: tuple[bool, bool, bool]  # (list, element, leaf) for nested; (_, _, leaf) for flat
-    encoding: int = _PLAIN
-    dictionary: bool = False
-    statistics: bool = False
-
-    @property
-    def path(self) -> str:
-        """The name options use, as pyarrow's: "value", "headers.list.element.key"."""
-        return ".".join(self.parts)
-
-
-def _physical(t: pa.DataType) -> int | None:
-    if pa.types.is_boolean(t):
-        return _BOOLEAN
-    if pa.types.is_integer(t) and t.bit_width <= 32 and pa.types.is_signed_integer(t):
-        return _INT32
-    if pa.types.is_date32(t):
-        return _INT32
-    if (pa.types.is_integer(t) and t.bit_width == 64 and pa.types.is_signed_integer(t)) or (
-        pa.types.is_timestamp(t)
-    ):
-        return _INT64
-    if t in (pa.string(), pa.binary()):
-        return _BYTE_ARRAY
-    return None
-
-
-def _nested_struct(t: pa.DataType) -> pa.StructType | None:
-    if pa.types.is_list(t) and pa.types.is_struct(t.value_type):
-        st = t.value_type
-        if all(_physical(st.field(i).type) is not None for i in range(st.num_fields)):
-            return st  # type: ignore[no-any-return]
-    return None
-
-
-def fast_writer_supports(schema: pa.Schema) -> bool:
-    """Whether :class:`FastParquetWriter` can write every column of ``schema``."""
-    return all(_physical(f.type) is not None or _nested_struct(f.type) for f in schema)
-
-
-def _element(
-    name: str,
-    repetition: int | None,
-    t: pa.DataType | None,
-    children: int | None = None,
-    *,
-    is_list: bool = False,
-) -> Fields:
-    """A SchemaElement; logical and converted types as pyarrow writes them."""
-    converted = None
-    logical: Fields | None = None
-    physical = None if t is None else _physical(t)
-    if t is not None:
-        if pa.types.is_string(t):
-            converted, logical = 0, [(1, "struct", [])]
-        elif pa.types.is_date32(t):
-            converted, logical = 6, [(6, "struct", [])]
-        elif pa.types.is_timestamp(t):
-            unit = {"s": 1, "ms": 1, "us": 2, "ns": 3}[t.unit]
-            utc = t.tz is not None
-            logical = [(8, "struct", [(1, "bool", utc), (2, "struct", [(unit, "struct", [])])])]
-            if utc and unit in (1, 2):
-                converted = 9 if unit == 1 else 10
-        elif pa.types.is_integer(t) and t.bit_width < 32:
-            converted = {8: 15, 16: 16}[t.bit_width]
-            logical = [(10, "struct", [(1, "i8", t.bit_width), (2, "bool", True)])]
-    elif is_list:
-        converted, logical = 3, [(3, "struct", [])]
-    return [
-        (1, "i32", physical),
-        (3, "i32", repetition),
-        (4, "bin", name),
-        (5, "i32", children),
-        (6, "i32", converted),
-        (10, "struct", logical),
-    ]
-
-
-def _schema(schema: pa.Schema) -> tuple[list[Fields], list[_Leaf]]:
-    """The Parquet schema elements of ``schema`` and its leaf columns (options not applied)."""
-    elements: list[Fields] = [_element("schema", None, None, len(schema))]
-    leaves: list[_Leaf] = []
-
-    def rep(nullable: bool) -> int:
-        return _OPTIONAL if nullable else _REQUIRED
-
-    for ci, f in enumerate(schema):
-        st = _nested_struct(f.type)
-        if st is None:
-            elements.append(_element(f.name, rep(f.nullable), f.type))
-            leaves.append(
-                _Leaf(
-                    (f.name,),
-                    ci,
-                    None,
-                    f.type,
-                    _physical(f.type),  # type: ignore[arg-type]
-                    int(f.nullable),
-                    0,
-                    (False, False, f.nullable),
-                )
-            )
-            continue
-        item = f.type.value_field  # written as "element" whatever its Arrow name, as pyarrow does
-        elements.append(_element(f.name, rep(f.nullable), None, 1, is_list=True))
-        elements.append(_element("list", _REPEATED, None, 1))
-        elements.append(_element("element", rep(item.nullable), None, st.num_fields))
-        for fi in range(st.num_fields):
-            sub = st.field(fi)
-            elements.append(_element(sub.name, rep(sub.nullable), sub.type))
-            nullable = (f.nullable, item.nullable, sub.nullable)
-            leaves.append(
-                _Leaf(
-                    (f.name, "list", "element", sub.name),
-                    ci,
-                    fi,
-                    sub.type,
-                    _physical(sub.type),  # type: ignore[arg-type]
-                    sum(nullable) + 1,
-                    1,
-                    nullable,
-                )
-            )
-    return elements, leaves
-
-
-def _apply_options(
-    leaves: list[_Leaf],
-    dictionary: set[str],
-    statistics: set[str],
-    encodings: Mapping[str, int],
-    *,
-    all_statistics: bool,
-) -> None:
-    """Set each leaf's encoding, dictionary and statistics from the writer's options, refusing
-    names that are no leaf. ``all_statistics``: statistics were asked for every column (True),
-    where nested leaves are skipped rather than refused."""
-    names = {leaf.path for leaf in leaves}
-    for option, chosen in (
-        ("use_dictionary", dictionary),
-        ("write_statistics", statistics),
-        ("column_encoding", set(encodings)),
-    ):
-        unknown = chosen - names
-        if unknown:
-            raise ValueError(f"{option} names columns not in the file: {sorted(unknown)}")
-    nested = sorted(leaf.path for leaf in leaves if leaf.field_index is not None)
-    asked = sorted(statistics & set(nested))
-    if asked and not all_statistics:
-        raise ValueError(f"write_statistics: this writer has none for nested leaves {asked}")
-    for leaf in leaves:
-        leaf.encoding = encodings.get(leaf.path, _PLAIN)
-        if leaf.encoding == _DELTA_BINARY_PACKED and leaf.physical not in (_INT32, _INT64):
-            raise ValueError(f"DELTA_BINARY_PACKED needs an integer column, {leaf.path} is not")
-        # Dictionaries for flat columns only (a nested leaf named here is written PLAIN).
-        leaf.dictionary = (
-            leaf.path in dictionary and leaf.physical != _BOOLEAN and leaf.field_index is None
-        )
-        leaf.statistics = leaf.path in statistics and leaf.field_index is None
-
-
-def _names(value: bool | Iterable[str] | None, all_names: list[str]) -> set[str]:
-    if value is None or value is False:
-        return set()
-    if value is True:
-        return set(all_names)
-    if isinstance(value, str):
-        raise TypeError(f"expected a bool or a sequence of column names, got {value!r}")
-    return set(value)
 
 
 # --- column values out of Arrow buffers --------------------------------------------------

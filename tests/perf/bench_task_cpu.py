@@ -4,7 +4,7 @@ the task settings of :mod:`pipelines.worker` (transparent huge pages off, Arrow 
 Writes a log dir with ``bench_ingest``'s generator (``--records`` unique records of 100 bytes,
 200 a batch, ``--codec``), plans it as the ingest job does (``conf/pipeline.toml``'s
 ``max_partition_bytes``, two cores) and runs the first task's function directly, without
-Spark: ``ingest`` (``pipelines.ingest._read_ranges`` inside ``pipelines.delta.direct``'s task
+Spark: ``ingest`` (``pipelines.ingest.tasks._read_ranges`` inside ``pipelines.delta.direct``'s task
 writer: decode and write Parquet), ``txn`` (the read_committed pre-pass task), ``lookup``
 (``build_lookups``' offset_lookup task with its writer) and ``check`` (the index check task).
 
@@ -40,10 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_ingest import write_topic
 
+from logstore.objectstore import StorageSettings
 from logstore.protocol.batch import Codec
 from pipelines.delta.direct import _task_writer
-from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
-from pipelines.ingest import _read_ranges, _with_aborted, schedule_tasks
+from pipelines.delta.files import RECORDS_PARQUET_OPTIONS, table_location
+from pipelines.delta.staging import Lease
+from pipelines.ingest.tasks import _read_ranges, _with_aborted, schedule_tasks
 from pipelines.lookups import LOOKUP_SCHEMAS, _check_task, _lookup_task
 from pipelines.sources import RECORDS_ARROW_SCHEMA
 from pipelines.sources.plan import SourceOptions, parse_options, plan_ranges
@@ -85,9 +87,16 @@ def task_functions(log_dir: Path, out: Path) -> dict[str, Callable[[], int]]:
     print(f"first task: {sum(r.end - r.start for r in task) / 1e6:.1f} MB", file=sys.stderr)
 
     def written(produce: Callable[[Any], Any], items: list[Any], **options: Any) -> int:
-        run = _task_writer(str(out), write_id=uuid.uuid4().hex, produce=produce, **options)
-        lines = len(list(run(0, items)))
-        shutil.rmtree(out, ignore_errors=True)
+        root, write_id, settings = table_location(out), uuid.uuid4().hex, StorageSettings.default()
+        lease = Lease.take(root, write_id, settings=settings)  # the driver's, as stage_files
+        try:
+            run = _task_writer(
+                root, settings=settings, write_id=write_id, produce=produce, **options
+            )
+            lines = len(list(run(0, items)))
+        finally:
+            lease.release()
+            shutil.rmtree(out, ignore_errors=True)
         return lines
 
     def ingest() -> int:

@@ -63,6 +63,10 @@ landed is not repeated (a re-run finds ``N == P``). Two runs at once: the later 
 progress moved and fails cleanly (``StaleTransactionError``), or finds exactly its own
 versions there and is a no-op. Quarantine rows precede the records commit; a re-run finds
 them already there.
+
+Modules: this one plans and runs steps 1 and 2; :mod:`pipelines.ingest.config` (the settings,
+the summary), :mod:`pipelines.ingest.tasks` (the executors' side of step 2 and how it is cut
+into tasks), :mod:`pipelines.ingest.commit` (steps 3 and 4).
 """
 
 from __future__ import annotations
@@ -74,42 +78,42 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from logstore.errors import CorruptRecordError, InvalidConfigError, LoglakeError
 from logstore.objectstore import LakeLocation
-from logstore.tools.client_config import ClientConfig
 from pipelines.config import (
     ISOLATION_LEVELS,
-    PARQUET_CODECS,
-    job_settings,
-    kafka_client_config,
-    read_pipeline_toml,
 )
 from pipelines.delta import read_app_transactions
-from pipelines.delta.commit import ensure_table, load_table
-from pipelines.delta.direct import StagedWrite, append_table, stage_files
+from pipelines.delta.commit import ensure_table
+from pipelines.delta.direct import StagedWrite, stage_files
 from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
 from pipelines.divergence import (
     DIVERGED_ARROW_SCHEMA,
     DIVERGED_PARTITION_BY,
-    ON_DIVERGENCE,
-    BatchId,
     check_partition,
-    commit_info,
     divergence_error,
     divergence_point,
-    plan_rewind,
     read_fingerprints,
     rewind_id,
-    write_diverged,
 )
+from pipelines.ingest.commit import QUARANTINE_ARROW_SCHEMA, Divergences, finish_run
+from pipelines.ingest.config import (
+    APP_PREFIX,
+    INTERNAL_TOPIC_PREFIX,
+    RECORDS_TABLE,
+    Gap,
+    IngestConfig,
+    IngestSummary,
+    Log,
+    TopicPartition,
+    app_id,
+    load_config,
+)
+from pipelines.ingest.tasks import PIECES_PER_TASK, _read_ranges, _with_aborted, schedule_tasks
 from pipelines.lake_group import commit_lake_offsets
 from pipelines.logdir import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -119,32 +123,32 @@ from pipelines.logdir import (
     merged_checkpoint,
     partition_dirs,
 )
-from pipelines.sources import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
-from pipelines.sources.damage import Skipped, skipped_offsets
+from pipelines.sources import RECORDS_ARROW_SCHEMA
 from pipelines.sources.plan import (
     SegmentRange,
-    SourceOptions,
     parse_options,
     plan_ranges,
     replanned,
 )
 from pipelines.sources.tier import (
     TierPlan,
-    TierRange,
     plan_summary,
     plan_tier,
-    read_tier_range,
     tier_tasks,
 )
-from pipelines.sources.transactions import AbortedRanges, PartitionTxns, scan_transactions
+from pipelines.sources.transactions import PartitionTxns, scan_transactions
 
 __all__ = [
     "APP_PREFIX",
+    "INTERNAL_TOPIC_PREFIX",
     "ISOLATION_LEVELS",
+    "PIECES_PER_TASK",
+    "RECORDS_TABLE",
     "Divergences",
     "Gap",
     "IngestConfig",
     "IngestSummary",
+    "Log",
     "app_id",
     "finish_run",
     "load_config",
@@ -153,206 +157,6 @@ __all__ = [
     "schedule_tasks",
     "stage_records",
 ]
-
-APP_PREFIX = "loglake-ingest"
-RECORDS_TABLE = "records"
-QUARANTINE_TABLE = "quarantine"
-DIVERGED_TABLE = "diverged"
-_QUARANTINE_KEY = ["topic", "partition", "file", "position"]
-Log = Callable[[str], None]
-TopicPartition = tuple[str, int]
-BatchIdsOf = Callable[[Mapping[TopicPartition, int]], Mapping[TopicPartition, BatchId | None]]
-
-
-INTERNAL_TOPIC_PREFIX = "__"
-# Parquet codecs pyarrow writes and Spark, delta-rs and polars read ("lz4" is LZ4_RAW).
-
-
-def app_id(topic: str, partition: int) -> str:
-    """The app-transaction id carrying ``topic``/``partition``'s progress."""
-    return f"{APP_PREFIX}/{topic}/{partition}"
-
-
-@dataclass(frozen=True)
-class IngestConfig:
-    """What ``conf/pipeline.toml`` says about an ingest run (see that file for each key)."""
-
-    log_dirs: tuple[str, ...]
-    lake: str
-    app_name: str = "loglake-ingest"
-    master: str | None = None
-    topics: tuple[str, ...] | None = None
-    fail_on_corrupt: bool = False
-    compression: str = "snappy"
-    max_partition_bytes: int = 128 << 20
-    max_rows_per_file: int = 5_000_000
-    progress_interval_s: float = 10.0
-    spark_conf: dict[str, str] = field(default_factory=dict)
-    on_divergence: str = "fail"
-    isolation: str = "read_committed"
-    bootstrap_servers: str = ""  # "": the lake group is not committed (pipelines.lake_group)
-    lake_group: str = "loglake-ingest"
-    kafka: ClientConfig | None = None  # [kafka]: how to connect to bootstrap_servers
-    remote_log_storage: str = ""  # [paths]: the cluster's tier, s3://... (pipelines.sources.tier)
-
-    @property
-    def records_path(self) -> str:
-        return LakeLocation.parse(self.lake).join(RECORDS_TABLE).uri
-
-    @property
-    def quarantine_path(self) -> str:
-        return LakeLocation.parse(self.lake).join(QUARANTINE_TABLE).uri
-
-    @property
-    def diverged_path(self) -> str:
-        return LakeLocation.parse(self.lake).join(DIVERGED_TABLE).uri
-
-
-def load_config(
-    path: str | Path,
-    *,
-    log_dirs: Iterable[str] | None = None,
-    lake: str | None = None,
-    fail_on_corrupt: bool | None = None,
-    on_divergence: str | None = None,
-    bootstrap_servers: str | None = None,
-    remote_log_storage: str | None = None,
-) -> IngestConfig:
-    """Read ``[paths]``, ``[spark]`` and ``[ingest]`` of a pipeline TOML file, then overrides.
-
-    Relative paths are taken relative to the current directory (as on a command line).
-    """
-    p = Path(path)
-    data = read_pipeline_toml(p)
-    ingest = data.get("ingest", {})
-    bootstrap = (
-        bootstrap_servers
-        if bootstrap_servers is not None
-        else str(ingest.get("bootstrap_servers", ""))
-    )
-    # with a broker to Fetch from, no log dirs is allowed (pipelines.sources.fetch_ingest)
-    common = job_settings(
-        data, p, "ingest", log_dirs=log_dirs, lake=lake, need_log_dirs=not bootstrap
-    )
-    compression = str(ingest.get("compression", "snappy"))
-    if compression not in PARQUET_CODECS:
-        raise LoglakeError(
-            f"[ingest] compression must be one of {', '.join(PARQUET_CODECS)}, got {compression!r}",
-            path=str(p),
-        )
-    topics = ingest.get("topics") or None
-    divergence = str(on_divergence or ingest.get("on_divergence", "fail"))
-    if divergence not in ON_DIVERGENCE:
-        raise LoglakeError(
-            f"[ingest] on_divergence must be one of {', '.join(ON_DIVERGENCE)}, got {divergence!r}",
-            path=str(p),
-        )
-    isolation = ingest.get("isolation", ISOLATION_LEVELS[0])
-    if isolation not in ISOLATION_LEVELS:
-        raise LoglakeError(
-            f"[ingest] isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation!r}",
-            path=str(p),
-        )
-    tier = str(
-        remote_log_storage
-        if remote_log_storage is not None
-        else data.get("paths", {}).get("remote_log_storage", "")
-    )
-    if tier:
-        tier = LakeLocation.parse(tier).uri
-        if not bootstrap:  # the live remote segments are read from __remote_log_metadata
-            raise InvalidConfigError(
-                "[paths] remote_log_storage is read with [ingest] bootstrap_servers: the tier's "
-                "live segments come from the cluster's __remote_log_metadata; then Fetch (no log "
-                "dirs) or the log dirs from their log start on",
-                path=str(p),
-            )
-    lake_group = str(ingest.get("lake_group", "loglake-ingest"))
-    if not lake_group:
-        raise LoglakeError("[ingest] lake_group must not be empty", path=str(p))
-    return IngestConfig(
-        log_dirs=common.log_dirs,
-        lake=common.lake,
-        app_name=common.app_name,
-        master=common.master,
-        topics=tuple(topics) if topics else None,
-        compression=compression,
-        fail_on_corrupt=bool(ingest.get("fail_on_corrupt", False))
-        if fail_on_corrupt is None
-        else fail_on_corrupt,
-        max_partition_bytes=int(ingest.get("max_partition_bytes", 128 << 20)),
-        max_rows_per_file=int(ingest.get("max_rows_per_file", 5_000_000)),
-        progress_interval_s=float(ingest.get("progress_interval_s", 10.0)),
-        spark_conf=common.spark_conf,
-        on_divergence=divergence,
-        isolation=isolation,
-        bootstrap_servers=bootstrap,
-        lake_group=lake_group,
-        kafka=kafka_client_config(data, p),
-        remote_log_storage=tier,
-    )
-
-
-@dataclass(frozen=True)
-class Gap:
-    """Offsets ``[from_offset, to_offset)`` of a partition that vanished before ingestion."""
-
-    topic: str
-    partition: int
-    from_offset: int
-    to_offset: int
-
-
-@dataclass
-class IngestSummary:
-    """What a run did; ``committed`` is False when there was nothing new (or it was a no-op)."""
-
-    records: int = 0
-    bytes: int = 0
-    partitions: int = 0
-    quarantined: int = 0
-    corrupt_batches: int = 0
-    control_batches: int = 0
-    gaps: list[Gap] = field(default_factory=list)
-    seconds: float = 0.0
-    committed: bool = False
-    table_version: int | None = None
-    progress: dict[str, int] = field(default_factory=dict)
-    # Unreadable byte runs whose offsets the lake will not have (quarantined, progress past).
-    skipped: list[Skipped] = field(default_factory=list)
-    skipped_offsets: int = 0
-    skipped_bytes: int = 0
-    rewinds: list[str] = field(default_factory=list)  # "topic/partition from offset D"
-    diverged_rows: int = 0  # rows moved from records to diverged by those rewinds
-    # read_committed: transactions found in the window read ([progress, high watermark)),
-    # and the partitions held at their last stable offset ("topic/partition": LSO).
-    aborted_transactions: int = 0
-    open_transactions: int = 0
-    held_at_lso: dict[str, int] = field(default_factory=dict)
-    txn_prepass_seconds: float = 0.0  # the read_committed pre-pass (a Spark job of its own)
-    # partitions whose progress was committed to [ingest] lake_group (None: not committed)
-    lake_group_partitions: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def describe(self) -> str:
-        gaps = (
-            ", ".join(
-                f"{g.topic}/{g.partition} [{g.from_offset}, {g.to_offset})" for g in self.gaps
-            )
-            or "none"
-        )
-        return (
-            f"ingest summary: records={self.records} bytes={self.bytes} "
-            f"partitions={self.partitions} quarantined={self.quarantined} "
-            f"corrupt_batches={self.corrupt_batches} control_batches={self.control_batches} "
-            f"gaps={len(self.gaps)} ({gaps}) table_version={self.table_version} "
-            f"seconds={self.seconds:.1f} skipped_offsets={self.skipped_offsets} "
-            f"skipped_bytes={self.skipped_bytes} ({len(self.skipped)} unreadable runs) "
-            f"aborted_transactions={self.aborted_transactions} "
-            f"open_transactions={self.open_transactions} held_at_lso={len(self.held_at_lso)}"
-        )
 
 
 def _stderr(message: str) -> None:
@@ -432,70 +236,11 @@ def _offsets_option(entries: Mapping[TopicPartition, int]) -> dict[str, dict[str
     return out
 
 
-QUARANTINE_ARROW_SCHEMA: pa.Schema = BATCHES_ARROW_SCHEMA.append(
-    pa.field("quarantined_at", pa.timestamp("us", tz="UTC"))
-)
-
-
 def _ensure_tables(config: IngestConfig) -> None:
     """``records``, ``quarantine`` and ``diverged`` exist from the first run on (empty)."""
     ensure_table(config.records_path, RECORDS_ARROW_SCHEMA, ["topic", "date"])
     ensure_table(config.quarantine_path, QUARANTINE_ARROW_SCHEMA, ["topic"])
     ensure_table(config.diverged_path, DIVERGED_ARROW_SCHEMA, DIVERGED_PARTITION_BY)
-
-
-def _quarantine(rows: list[dict[str, Any]], path: str, log: Log, *, compression: str) -> int:
-    """Append the damaged-batch ``rows`` not yet in the quarantine table; returns how many
-    were new. Written from the driver (a handful of rows): no Spark job, and no Python data
-    source whose planner worker could print pyspark's daemon traceback on the console."""
-    new = pa.Table.from_pylist(rows, schema=BATCHES_ARROW_SCHEMA)
-    dt = load_table(path)
-    if dt is not None and new.num_rows:
-        seen = dt.to_pyarrow_table(columns=_QUARANTINE_KEY)
-        known = set(zip(*(seen.column(k).to_pylist() for k in _QUARANTINE_KEY), strict=True))
-        keep = [tuple(r[k] for k in _QUARANTINE_KEY) not in known for r in new.to_pylist()]
-        new = new.filter(pa.array(keep, pa.bool_()))
-    if new.num_rows == 0:
-        return 0
-    stamp = QUARANTINE_ARROW_SCHEMA.field("quarantined_at").type
-    new = new.append_column("quarantined_at", pa.array([datetime.now(UTC)] * new.num_rows, stamp))
-    append_table(
-        path, new, schema=QUARANTINE_ARROW_SCHEMA, partition_by=["topic"], compression=compression
-    )
-    log(f"quarantined {new.num_rows} new damaged batches into {path}")
-    return int(new.num_rows)
-
-
-def _read_ranges(
-    ranges: list[tuple[SegmentRange, AbortedRanges | None] | TierRange], *, options: SourceOptions
-) -> Iterator[Any]:
-    """Executor side of step 2: per range, its records (without those of the aborted
-    transactions given with it) then its :class:`RangeReport` (JSON). A :class:`TierRange`
-    (offsets below the log dirs' start that the tier holds) is read from the object store."""
-    # Imported here: the driver plans without loading the decoder (numba) at all.
-    from pipelines.sources.read import RangeReport, read_records  # noqa: PLC0415
-
-    for item in ranges:
-        if isinstance(item, TierRange):
-            report = RangeReport(item.topic, item.partition)
-            yield from read_tier_range(
-                item,
-                min_timestamp=options.min_timestamp,
-                max_timestamp=options.max_timestamp,
-                report=report,
-            )
-            yield report.to_json()
-            continue
-        rng, aborted = item
-        report = RangeReport(rng.topic, rng.partition)
-        yield from read_records(
-            rng,
-            min_timestamp=options.min_timestamp,
-            max_timestamp=options.max_timestamp,
-            report=report,
-            aborted=aborted,
-        )
-        yield report.to_json()
 
 
 def _stable_ranges(
@@ -534,75 +279,6 @@ def _stable_ranges(
         )
     )
     return out, txns
-
-
-def _with_aborted(
-    tasks: list[list[SegmentRange]], txns: Mapping[TopicPartition, PartitionTxns]
-) -> list[list[tuple[SegmentRange, AbortedRanges | None]]]:
-    """Each range with the aborted transactions that can reach its segment's offsets."""
-    out = []
-    for task in tasks:
-        items: list[tuple[SegmentRange, AbortedRanges | None]] = []
-        for r in task:
-            found = txns.get((r.topic, r.partition))
-            aborted = None
-            if found is not None and len(found.aborted):
-                high = r.until if r.next_base_offset is None else r.next_base_offset
-                aborted = found.aborted.overlapping(
-                    max(r.start_offset, r.segment_base_offset), min(r.until, high)
-                )
-            items.append((r, aborted if aborted is not None and len(aborted) else None))
-        out.append(items)
-    return out
-
-
-# Segments are planned in pieces of max_partition_bytes / PIECES_PER_TASK, the smallest task
-# schedule_tasks makes.
-PIECES_PER_TASK = 8
-
-
-def schedule_tasks(
-    pieces: Sequence[SegmentRange], cores: int, max_bytes: int, min_bytes: int
-) -> list[list[SegmentRange]]:
-    """Cut ``pieces`` (planned ranges in file order) into tasks, largest first, so that
-    ``cores`` cores running them in order finish together.
-
-    Spark starts a stage's tasks in index order, each on the first free core. A task takes
-    ``max_bytes`` while more than ``cores`` tasks of that size are left, then a core's share
-    of the rest (``left / cores``), and so on down to ``min_bytes`` (guided self-scheduling);
-    a run of less than ``min_bytes`` a core goes down to its share a core instead, so every
-    core still gets some. A rest under half of that smallest task joins the last task.
-
-    Tasks of equal bytes do not finish together: on a busy machine the same bytes cost one
-    task up to 30% more than another, and a core that finished its last big task idled while
-    the other still worked (up to 0.45 s of a 1.8 s run, measured). Tasks that run out small
-    let the first free core take the next one. A task is consecutive pieces; pieces of one
-    segment that meet are merged into one range (one sequential read).
-    """
-    cores = max(1, cores)
-    left = sum(p.end - p.start for p in pieces)
-    tasks: list[list[SegmentRange]] = []
-    task: list[SegmentRange] = []
-    size = 0
-    # a run smaller than min_bytes a core is still spread over the cores
-    smallest = min(min_bytes, -(-left // cores))
-    target = max(smallest, min(max_bytes, -(-left // cores)))
-    for piece in pieces:
-        piece_size = piece.end - piece.start
-        if task and size + piece_size > target and left - size > smallest // 2:
-            tasks.append(task)
-            left -= size
-            task, size = [], 0
-            target = max(smallest, min(max_bytes, -(-left // cores)))
-        previous = task[-1] if task else None
-        if previous is not None and previous.path == piece.path and previous.end == piece.start:
-            task[-1] = dataclasses.replace(previous, end=piece.end, is_tail=piece.is_tail)
-        else:
-            task.append(piece)
-        size += piece_size
-    if task:
-        tasks.append(task)
-    return tasks
 
 
 def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr) -> IngestSummary:
@@ -785,132 +461,6 @@ def stage_records(
     return staged
 
 
-def finish_run(  # noqa: PLR0917
-    spark: SparkSession,
-    config: IngestConfig,
-    summary: IngestSummary,
-    staged: StagedWrite,
-    starts: Mapping[TopicPartition, int],
-    progress: Mapping[TopicPartition, int],
-    high_watermarks: Mapping[TopicPartition, int] | None,
-    log: Log,
-    divergence: Divergences | None = None,
-) -> IngestSummary:
-    """Steps 3 and 4: quarantine, then commit the staged files with the new progress.
-
-    ``high_watermarks``: where each partition's offsets to ingest end (the high watermark,
-    or the last stable offset below it under ``read_committed``)."""
-    divergence = divergence or Divergences()
-    ends: dict[TopicPartition, int] = {}
-    sizes: dict[TopicPartition, tuple[int, int]] = {}
-    damaged: dict[tuple[str, int, str, int], dict[str, Any]] = {}
-    for report in staged.reports:
-        tp = (report["topic"], report["partition"])
-        if report["next_offset"] is not None:
-            ends[tp] = max(ends.get(tp, report["next_offset"]), report["next_offset"])
-        b, c = sizes.get(tp, (0, 0))
-        sizes[tp] = (b + report["bytes"], c + report["control_batches"])
-    # Damage: runs of unreadable bytes between sound batches; progress moves past each run
-    # below the high watermark, and its offsets are reported as skipped (never a silent gap).
-    skipped, damage_rows, past_damage = skipped_offsets(staged.reports, starts, high_watermarks)
-    for row in damage_rows:
-        damaged[(row["topic"], row["partition"], row["file"], row["position"])] = row
-    for tp, end in past_damage.items():
-        ends[tp] = max(ends.get(tp, end), end)
-    summary.skipped = skipped
-    summary.skipped_offsets = sum(s.offsets for s in skipped)
-    summary.skipped_bytes = sum(s.bytes for s in skipped)
-    for s in skipped:
-        to = "the unknown log end" if s.to_offset is None else s.to_offset
-        log(
-            f"SKIPPED {s.topic}/{s.partition}: offsets [{s.from_offset}, {to}) ({s.offsets} "
-            f"offsets) are unreadable: {s.bytes} bytes at position {s.position} of {s.file} "
-            f"({s.error})"
-        )
-    try:
-        summary.corrupt_batches = len(damaged)
-        if damaged:
-            log(f"{len(damaged)} damaged batches found")
-            summary.quarantined += _quarantine(
-                list(damaged.values()), config.quarantine_path, log, compression=config.compression
-            )
-        if damaged and config.fail_on_corrupt:
-            raise CorruptRecordError(
-                f"{len(damaged)} damaged batches (see {config.quarantine_path}): "
-                f"{summary.skipped_offsets} offsets in {summary.skipped_bytes} bytes unreadable; "
-                "fail_on_corrupt is set, progress not moved"
-            )
-        new_progress: dict[TopicPartition, int] = {}
-        for tp, start in starts.items():
-            end = ends.get(tp, start)
-            if high_watermarks is not None and tp in high_watermarks:
-                end = min(end, high_watermarks[tp])
-            if end > start:
-                new_progress[tp] = end
-                summary.partitions += 1
-                summary.bytes += sizes[tp][0]
-                summary.control_batches += sizes[tp][1]
-            elif start > progress.get(tp, 0):
-                # Only a gap was skipped: the partition still moves, so it is reported once.
-                new_progress[tp] = start
-        new_progress.update(divergence.progress_after(new_progress))
-        if not new_progress:
-            log("nothing new to ingest")
-            staged.abort()
-            return summary
-    except BaseException:
-        staged.abort()
-        raise
-    log(
-        f"committing {staged.num_rows} records of {len(new_progress)} partitions: "
-        + ", ".join(
-            f"{t}/{p} [{starts[(t, p)]}, {new_progress[(t, p)]})" for t, p in sorted(new_progress)
-        )
-    )
-    apps = {app_id(t, p): v for (t, p), v in new_progress.items()}
-    expected = {app_id(t, p): progress.get((t, p)) for (t, p) in new_progress}
-    try:
-        extra = _rewind(config, staged, divergence, summary, log)
-        # through Fetch, the batches' identities are read from the broker: may fail too
-        found = divergence.batch_ids(new_progress) if divergence.batch_ids else None
-    except BaseException:
-        staged.abort()
-        raise
-    extra["commit_info"] = commit_info(
-        new_progress, divergence.parts, divergence.fingerprints, progress, divergence.ids.values(),
-        found=found,
-    )  # fmt: skip
-    result = staged.commit(app_transactions=apps, expected_versions=expected, **extra)
-    summary.records = result.num_rows
-    if result.committed:  # rows a rewind wrote back to new files are not new records
-        summary.records -= sum(f.num_rows for f in extra.get("extra_files", ()))
-    summary.committed = result.committed
-    summary.table_version = result.version
-    summary.progress = dict(sorted(apps.items()))
-    if not result.committed:
-        log("another run already committed exactly this range: nothing written")
-    return summary
-
-
-@dataclass
-class Divergences:
-    """What the divergence check of a run found (see :mod:`pipelines.divergence`)."""
-
-    parts: Mapping[TopicPartition, Path] = field(default_factory=dict)
-    fingerprints: dict[TopicPartition, BatchId | None] = field(default_factory=dict)
-    starts: dict[TopicPartition, int] = field(default_factory=dict)  # divergence points
-    ids: dict[TopicPartition, str] = field(default_factory=dict)
-    reasons: dict[TopicPartition, str] = field(default_factory=dict)
-    # through Fetch (no log dirs, so no parts): the batches ending at the new progress - 1
-    batch_ids: BatchIdsOf | None = None
-
-    def progress_after(
-        self, new_progress: Mapping[TopicPartition, int]
-    ) -> dict[TopicPartition, int]:
-        """Rewound partitions with nothing re-read still move: back to their divergence point."""
-        return {tp: d for tp, d in self.starts.items() if tp not in new_progress}
-
-
 def _check_divergence(  # noqa: PLR0917
     config: IngestConfig,
     parts: Mapping[TopicPartition, Path],
@@ -961,44 +511,3 @@ def _check_divergence(  # noqa: PLR0917
         out.reasons[tp] = div.describe()
         log(f"DIVERGED {div.describe()}; rewinding {tp[0]}/{tp[1]} from offset {point}")
     return out
-
-
-def _rewind(
-    config: IngestConfig,
-    staged: StagedWrite,
-    divergence: Divergences,
-    summary: IngestSummary,
-    log: Log,
-) -> dict[str, Any]:
-    """Rewind step 1 (``diverged`` written); returns what the records commit needs for step 2."""
-    if not divergence.starts:
-        return {}
-    options = {
-        "compression": config.compression,
-        "max_rows_per_file": config.max_rows_per_file,
-        **RECORDS_PARQUET_OPTIONS,
-    }
-    rewind = plan_rewind(
-        config.records_path,
-        divergence.starts,
-        divergence.ids,
-        divergence.reasons,
-        write_id=staged.write_id,
-        writer_options=options,
-    )
-    summary.diverged_rows = write_diverged(
-        config.diverged_path, rewind, compression=config.compression
-    )
-    summary.rewinds = [
-        f"{t}/{p} from offset {d}" for (t, p), d in sorted(divergence.starts.items())
-    ]
-    log(
-        f"moved {summary.diverged_rows} rows to {config.diverged_path}: {rewind.describe()}; "
-        f"{len(rewind.removes)} data files rewritten in the records commit"
-    )
-    return {
-        "extra_files": rewind.kept_files,
-        "removes": rewind.removes,
-        "read_version": rewind.read_version,
-        "rewind_apps": {app_id(t, p) for t, p in divergence.starts},
-    }
