@@ -37,9 +37,11 @@ merges, repeated fields append (packed and unpacked both read), a oneof keeps th
 came last, a map key given twice keeps the last entry, unknown fields (and known ones with
 another wire type) are skipped by wire type, groups included; invalid UTF-8 in a string, a
 truncated field, wire types 4/6/7, a malformed varint and field number 0 fail the row, where
-upb fails. The Struct/Value/ListValue/Any columns keep their bytes in the kernel and become
-JSON per value (protobuf's ``MessageToDict``): the only per-record work, on those columns
-only.
+upb fails (one difference: upb skips a field number 0 inside a message with no fields at all;
+field number 0 is invalid in protobuf and Java's parser, which Confluent's deserializers use,
+always refuses it, so the row fails here). The Struct/Value/ListValue/Any columns keep their
+bytes in the kernel and become JSON per value (protobuf's ``MessageToDict``): the only
+per-record work, on those columns only.
 
 :class:`UpbDecoder` (upb per record, then a walk of the message) is the reference and the
 fallback: :func:`compile_protobuf` uses it for the messages the compiler refuses (proto2
