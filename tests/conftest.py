@@ -16,6 +16,16 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+# A pytest-xdist worker runs under execnet's bootstrap: its ``__main__`` has neither ``__file__``
+# nor ``__spec__``, which ``pyspark.sql.connect`` (imported by Great Expectations) takes for a
+# doctest run without Spark Connect's dependencies and answers with ``sys.exit(0)`` at import,
+# killing the worker. ``sys.ps1`` is the other sign it accepts of a real ``__main__``; with it
+# the import fails with ImportError as under plain pytest (GX then leaves Connect out). Nothing
+# else in the test environment reads ``sys.ps1`` but Hypothesis (a REPL-only warning) and
+# python-dotenv's REPL detection, which the tests do not use.
+if os.environ.get("PYTEST_XDIST_WORKER") and not hasattr(sys.modules["__main__"], "__file__"):
+    sys.ps1 = ">>> "
+
 
 @pytest.fixture(scope="session")
 def kafka_real() -> Path:
