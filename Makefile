@@ -13,11 +13,14 @@ setup:
 demo: setup
 	@$(VENV)/python -m pipelines.demo $(DEMO_ARGS)
 
-## Runs the test suite (lint and type checks included).
+## Runs the test suite (lint and type checks included) on TEST_WORKERS pytest-xdist workers,
+## whole files to a worker (their module fixtures start once), the slowest files first
+## (tests/conftest.py). TEST_WORKERS=0: in this process, as a plain `pytest` runs.
+TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/ruff check .
 	$(VENV)/mypy
-	$(VENV)/pytest
+	$(VENV)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: setup
 	$(VENV)/ruff check .

@@ -245,9 +245,20 @@ def test_tiny_request_pool_serves_concurrent_big_produces(broker_factory):
         return run
 
     threads = [threading.Thread(target=produce(p)) for p in range(producers)]
+    # Half the pool held by a partial frame while the producers start: their ~1 MB requests
+    # then find it full whatever the machine's load (left to themselves, six producers on a
+    # busy machine were once read one request at a time and never filled it; seen under
+    # pytest-xdist). The frame is let go once the broker says so, and the producers go on.
+    hold = _connect(b, struct.pack(">i", MiB) + b"h" * (MiB // 2))
     t0 = time.monotonic()
-    for t in threads:
-        t.start()
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        while "request memory full" not in b.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        hold.close()
     for t in threads:
         t.join(300)
     elapsed = time.monotonic() - t0
