@@ -18,6 +18,7 @@ from pipelines.sources.plan import (
 )
 from pipelines.sources.tier import (
     TierRange,
+    next_tier_range,
     read_tier_range,
 )
 from pipelines.sources.transactions import AbortedRanges, PartitionTxns
@@ -37,7 +38,7 @@ def _read_ranges(
     # Imported here: the driver plans without loading the decoder (numba) at all.
     from pipelines.sources.read import RangeReport, read_records  # noqa: PLC0415
 
-    for item in ranges:
+    for i, item in enumerate(ranges):
         if isinstance(item, TierRange):
             report = RangeReport(item.topic, item.partition)
             yield from read_tier_range(
@@ -45,6 +46,7 @@ def _read_ranges(
                 min_timestamp=options.min_timestamp,
                 max_timestamp=options.max_timestamp,
                 report=report,
+                after=next_tier_range(ranges, i),
             )
             yield report.to_json()
             continue

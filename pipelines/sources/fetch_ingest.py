@@ -40,6 +40,7 @@ from pipelines.sources.fetch_divergence import check_fetched_divergence
 from pipelines.sources.plan import MAX_OFFSET, MIN_OFFSET
 from pipelines.sources.tier import (
     TierRange,
+    next_tier_range,
     plan_summary,
     plan_tier,
     read_tier_range,
@@ -63,10 +64,9 @@ def _read(task: list[FetchRange | TierRange], *, max_bytes: int) -> Iterator[Any
     for i, rng in enumerate(task):
         report = RangeReport(rng.topic, rng.partition)
         if isinstance(rng, TierRange):
-            after = task[i + 1] if i + 1 < len(task) else None
             yield from read_tier_range(
                 rng, min_timestamp=MIN_OFFSET, max_timestamp=MAX_OFFSET, report=report,
-                after=after if isinstance(after, TierRange) else None,
+                after=next_tier_range(task, i),
             )  # fmt: skip
         else:
             yield from read_fetch_range(

@@ -64,7 +64,7 @@ import os
 import struct
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +102,7 @@ __all__ = [
     "TierPlan",
     "TierRange",
     "WindowRead",
+    "next_tier_range",
     "partition_delete",
     "plan_summary",
     "plan_tier",
@@ -383,6 +384,13 @@ def _with_positions(batch: pa.RecordBatch, shift: int, column: str) -> pa.Record
     at = batch.schema.get_field_index(column)
     moved = pc.add(batch.column(at), pa.scalar(shift, pa.int64()))
     return batch.set_column(at, batch.schema.field(at), moved)
+
+
+def next_tier_range(task: Sequence[object], i: int) -> TierRange | None:
+    """The range a task reads after its ``i``-th when that one is a :class:`TierRange` too
+    (the ``after`` of :func:`read_tier_range`: its opening is started ahead), else None."""
+    nxt = task[i + 1] if i + 1 < len(task) else None
+    return nxt if isinstance(nxt, TierRange) else None
 
 
 def read_tier_range(

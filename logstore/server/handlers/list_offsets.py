@@ -111,15 +111,28 @@ def _lookup(  # noqa: PLR0917  (the request's parts)
         except LoglakeError as exc:  # logged by the tier; the client retries
             return error_code_for(exc), -1, -1
         if found is not None:
-            if found[0] >= part.fetch_limit(isolation):
-                return ErrorCode.none, -1, -1
-            return ErrorCode.none, found[0], found[1]
+            return _answer(part, isolation, found)
+    found = _local(lg, ts)
+    if isinstance(found, ErrorCode):
+        return found, -1, -1
+    return _answer(part, isolation, found)
+
+
+def _local(lg: Any, ts: int) -> tuple[int, int] | ErrorCode | None:
+    """The local log's ``(offset, timestamp)`` for ``ts`` (None: none), or the error code
+    its failure answers with."""
     try:
-        found = lg.offset_for_timestamp(ts)
+        return lg.offset_for_timestamp(ts)  # type: ignore[no-any-return]
     except OSError:  # Kafka's KafkaStorageException: the client retries
-        return ErrorCode.kafka_storage_error, -1, -1
+        return ErrorCode.kafka_storage_error
     except LoglakeError as exc:
-        return error_code_for(exc), -1, -1
+        return error_code_for(exc)
+
+
+def _answer(
+    part: Any, isolation: IsolationLevel, found: tuple[int, int] | None
+) -> tuple[ErrorCode, int, int]:
+    """``found`` as the answer, or none (-1, -1) when it is absent or not yet fetchable."""
     if found is None or found[0] >= part.fetch_limit(isolation):
         return ErrorCode.none, -1, -1
     return ErrorCode.none, found[0], found[1]
@@ -132,12 +145,9 @@ def _max_timestamp(  # noqa: PLR0917  (the request's parts)
     segment's where its largest timestamp is larger (or equal: the earlier offset wins);
     None when that needs the store and ``remote`` is False."""
     lg = part.log
-    try:
-        found = lg.offset_for_timestamp(MAX_TIMESTAMP)
-    except OSError:  # Kafka's KafkaStorageException: the client retries
-        return ErrorCode.kafka_storage_error, -1, -1
-    except LoglakeError as exc:
-        return error_code_for(exc), -1, -1
+    found = _local(lg, MAX_TIMESTAMP)
+    if isinstance(found, ErrorCode):
+        return found, -1, -1
     seg = tier.max_timestamp_segment(topic, partition, lg.log_start_offset)
     if seg is not None and (found is None or seg.max_timestamp_ms >= found[1]):
         if not remote:
@@ -148,9 +158,7 @@ def _max_timestamp(  # noqa: PLR0917  (the request's parts)
             return error_code_for(exc), -1, -1
         if theirs is not None and (found is None or theirs[1] >= found[1]):
             found = theirs
-    if found is None or found[0] >= part.fetch_limit(isolation):
-        return ErrorCode.none, -1, -1
-    return ErrorCode.none, found[0], found[1]
+    return _answer(part, isolation, found)
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
