@@ -62,6 +62,7 @@ __all__ = [
     "decode_records",
     "encode_record",
     "first_keyless_record",
+    "first_record_at_time",
 ]
 
 Header = tuple[str, bytes | None]
@@ -220,6 +221,34 @@ def first_keyless_record(
         finally:
             section.release()
     return _walk_keys(data, header.records_count, pos)
+
+
+def first_record_at_time(
+    buf: Buffer,
+    pos: int = 0,
+    *,
+    timestamp: int,
+    min_offset: int = -1,
+    exact: bool = False,
+) -> tuple[int, int] | None:
+    """``(offset, timestamp)`` of the first record of the batch at ``pos`` whose timestamp is
+    >= ``timestamp`` (== with ``exact``) and whose offset is >= ``min_offset``; None when no
+    record qualifies.
+
+    The one decode behind ListOffsets by timestamp (the local log and remote segments):
+    ``exact`` finds the record carrying a batch's max timestamp (Kafka's
+    ``RecordBatch.offsetOfMaxTimestamp``), where a batch whose header understates its
+    records' timestamps must not answer with a larger one. Decodes the whole batch
+    (:func:`decode_batch`: CRC checked, one object per record): callers pick the batch first
+    from its header, so this runs once or twice per lookup, never on a fetch path. Raises
+    :class:`CorruptRecordError` (``position=pos``) for a malformed batch.
+    """
+    _, records = decode_batch(buf, pos)
+    for rec in records:
+        ts = rec.timestamp
+        if (ts == timestamp if exact else ts >= timestamp) and rec.offset >= min_offset:
+            return rec.offset, ts
+    return None
 
 
 def _walk_keys(data: bytes, count: int, pos: int) -> int | None:
