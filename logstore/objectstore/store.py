@@ -57,7 +57,7 @@ _TMP_PREFIX = ".tmp-"
 _COPY_CHUNK = 8 << 20  # bytes per read of write_file's source
 # pyarrow / AWS SDK / curl wordings of errors worth another try
 _TRANSIENT = re.compile(
-    r"connect|timed? ?out|timeout|reset|refused|broken pipe|slow ?down|throttl|"
+    r"connect|timed? ?out|timeout|reset|refused|broken pipe|slow[ _]?down|throttl|"
     r"service unavailable|internal ?error|503|500|502|504|network|curlcode",
     re.IGNORECASE,
 )
@@ -85,16 +85,12 @@ class ObjectStore:
         root: LakeLocation,
         *,
         settings: StorageSettings | None = None,
-        single_put_small: bool = False,
     ):
-        """``single_put_small``: on S3, an object smaller than one part (10 MiB) is written
-        with one PUT, not as a multipart upload of one part (create, part, complete: three
-        requests); larger ones stay multipart (:meth:`StorageSettings.filesystem`)."""
+        """On S3 an object smaller than one part (10 MiB) is written with one PUT, larger
+        ones as a multipart upload (:meth:`StorageSettings.filesystem`)."""
         self.root = root
         self.settings = settings if settings is not None else StorageSettings.default()
-        self.filesystem: pafs.FileSystem = self.settings.filesystem(
-            root, single_put_small=single_put_small
-        )
+        self.filesystem: pafs.FileSystem = self.settings.filesystem(root)
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.root.uri!r})"
@@ -154,11 +150,11 @@ class ObjectStore:
         """Write (or replace) the object from local file ``source``, streamed in chunks of
         :data:`_COPY_CHUNK` (a segment of a gigabyte is never whole in memory); its size.
         ``FileNotFoundError`` (not retried) when ``source`` is missing: an upload of a file
-        that went is an error, never an empty object. On S3 this is a multipart upload:
-        pyarrow's S3 output stream sends a part (10 MiB) each time its buffer fills, from
-        background threads, and completes the upload on close (checked on the tests' S3
-        server: a 25 MiB file is stored with a 3-part ETag, a small one as a 1-part upload,
-        or one PUT with ``single_put_small``)."""
+        that went is an error, never an empty object. On S3 a file larger than one part is
+        a multipart upload: pyarrow's S3 output stream sends a part (10 MiB) each time its
+        buffer fills (the first one starts the upload), from background threads, and
+        completes the upload on close (checked on the tests' S3 server: a 25 MiB file is
+        stored with a 3-part ETag, a file under one part with one PUT)."""
         loc = self.location(path)
         size = os.path.getsize(source)
 
