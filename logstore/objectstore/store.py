@@ -33,7 +33,8 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -335,7 +336,11 @@ def _tmp_sibling(target: Path) -> Path:
     return target.with_name(f"{_TMP_PREFIX}{target.name}.{uuid.uuid4().hex}")
 
 
-def _write_local(target: Path, data: bytes) -> None:
+@contextmanager
+def _synced_tmp(target: Path, data: bytes) -> Iterator[Path]:
+    """``data`` in a new temporary sibling of ``target`` (its directory made), fsynced: what
+    a rename or a link then makes visible whole. Removed on the way out (after a rename,
+    there is nothing left to remove)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_sibling(target)
     try:
@@ -343,9 +348,14 @@ def _write_local(target: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        yield tmp
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _write_local(target: Path, data: bytes) -> None:
+    with _synced_tmp(target, data) as tmp:
+        os.replace(tmp, target)
 
 
 def _link_local(target: Path, data: bytes) -> bool:
@@ -353,19 +363,11 @@ def _link_local(target: Path, data: bytes) -> bool:
     it visible under the target name, and ``link`` fails if the name exists (atomic). The
     directory is synced after a link, so a written object (a Delta commit) survives a power
     cut once this returns True."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_sibling(target)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+    with _synced_tmp(target, data) as tmp:
         try:
             os.link(tmp, target)
         except FileExistsError:
             return False
-    finally:
-        tmp.unlink(missing_ok=True)
     dir_fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
