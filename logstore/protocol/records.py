@@ -107,20 +107,22 @@ def decode_batch(
     magic and codec) with ``position=pos``.
     """
     header = validate_batch(buf, pos, verify_crc=verify_crc)
+    data = _records_section(buf, pos, header, max_decompressed_size)
+    return header, decode_records(data, header, position=pos)
+
+
+def _records_section(buf: Buffer, pos: int, header: BatchHeader, max_size: int) -> bytes:
+    """The records section of the (validated) batch at ``pos``, decompressed when it has a
+    codec; codec errors re-raised with ``position=pos``."""
     with memoryview(buf) as view:
         section = view[pos + HEADER_SIZE : pos + header.size]
         try:
-            if header.attributes & CODEC_MASK:
-                data: Buffer = decompress(
-                    header.attributes & CODEC_MASK, section, max_size=max_decompressed_size
-                )
-            else:
-                data = bytes(section)
+            codec = header.attributes & CODEC_MASK
+            return decompress(codec, section, max_size=max_size) if codec else bytes(section)
         except LoglakeError as exc:
             raise type(exc)(exc.message, position=pos) from exc
         finally:
             section.release()
-    return header, decode_records(data, header, position=pos)
 
 
 def decode_records(data: Buffer, header: BatchHeader, *, position: int = 0) -> list[Record]:
@@ -207,19 +209,7 @@ def first_keyless_record(
     :class:`CorruptRecordError` (``position=pos``) for a malformed batch or records section.
     """
     header = validate_batch(buf, pos)
-    with memoryview(buf) as view:
-        section = view[pos + HEADER_SIZE : pos + header.size]
-        try:
-            codec = header.attributes & CODEC_MASK
-            data = (
-                decompress(codec, section, max_size=max_decompressed_size)
-                if codec
-                else bytes(section)
-            )
-        except LoglakeError as exc:
-            raise type(exc)(exc.message, position=pos) from exc
-        finally:
-            section.release()
+    data = _records_section(buf, pos, header, max_decompressed_size)
     return _walk_keys(data, header.records_count, pos)
 
 
