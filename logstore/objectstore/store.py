@@ -33,7 +33,8 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -57,7 +58,7 @@ _TMP_PREFIX = ".tmp-"
 _COPY_CHUNK = 8 << 20  # bytes per read of write_file's source
 # pyarrow / AWS SDK / curl wordings of errors worth another try
 _TRANSIENT = re.compile(
-    r"connect|timed? ?out|timeout|reset|refused|broken pipe|slow ?down|throttl|"
+    r"connect|timed? ?out|timeout|reset|refused|broken pipe|slow[ _]?down|throttl|"
     r"service unavailable|internal ?error|503|500|502|504|network|curlcode",
     re.IGNORECASE,
 )
@@ -85,16 +86,12 @@ class ObjectStore:
         root: LakeLocation,
         *,
         settings: StorageSettings | None = None,
-        single_put_small: bool = False,
     ):
-        """``single_put_small``: on S3, an object smaller than one part (10 MiB) is written
-        with one PUT, not as a multipart upload of one part (create, part, complete: three
-        requests); larger ones stay multipart (:meth:`StorageSettings.filesystem`)."""
+        """On S3 an object smaller than one part (10 MiB) is written with one PUT, larger
+        ones as a multipart upload (:meth:`StorageSettings.filesystem`)."""
         self.root = root
         self.settings = settings if settings is not None else StorageSettings.default()
-        self.filesystem: pafs.FileSystem = self.settings.filesystem(
-            root, single_put_small=single_put_small
-        )
+        self.filesystem: pafs.FileSystem = self.settings.filesystem(root)
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.root.uri!r})"
@@ -154,11 +151,11 @@ class ObjectStore:
         """Write (or replace) the object from local file ``source``, streamed in chunks of
         :data:`_COPY_CHUNK` (a segment of a gigabyte is never whole in memory); its size.
         ``FileNotFoundError`` (not retried) when ``source`` is missing: an upload of a file
-        that went is an error, never an empty object. On S3 this is a multipart upload:
-        pyarrow's S3 output stream sends a part (10 MiB) each time its buffer fills, from
-        background threads, and completes the upload on close (checked on the tests' S3
-        server: a 25 MiB file is stored with a 3-part ETag, a small one as a 1-part upload,
-        or one PUT with ``single_put_small``)."""
+        that went is an error, never an empty object. On S3 a file larger than one part is
+        a multipart upload: pyarrow's S3 output stream sends a part (10 MiB) each time its
+        buffer fills (the first one starts the upload), from background threads, and
+        completes the upload on close (checked on the tests' S3 server: a 25 MiB file is
+        stored with a 3-part ETag, a file under one part with one PUT)."""
         loc = self.location(path)
         size = os.path.getsize(source)
 
@@ -339,7 +336,11 @@ def _tmp_sibling(target: Path) -> Path:
     return target.with_name(f"{_TMP_PREFIX}{target.name}.{uuid.uuid4().hex}")
 
 
-def _write_local(target: Path, data: bytes) -> None:
+@contextmanager
+def _synced_tmp(target: Path, data: bytes) -> Iterator[Path]:
+    """``data`` in a new temporary sibling of ``target`` (its directory made), fsynced: what
+    a rename or a link then makes visible whole. Removed on the way out (after a rename,
+    there is nothing left to remove)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_sibling(target)
     try:
@@ -347,9 +348,14 @@ def _write_local(target: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        yield tmp
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _write_local(target: Path, data: bytes) -> None:
+    with _synced_tmp(target, data) as tmp:
+        os.replace(tmp, target)
 
 
 def _link_local(target: Path, data: bytes) -> bool:
@@ -357,19 +363,11 @@ def _link_local(target: Path, data: bytes) -> bool:
     it visible under the target name, and ``link`` fails if the name exists (atomic). The
     directory is synced after a link, so a written object (a Delta commit) survives a power
     cut once this returns True."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_sibling(target)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+    with _synced_tmp(target, data) as tmp:
         try:
             os.link(tmp, target)
         except FileExistsError:
             return False
-    finally:
-        tmp.unlink(missing_ok=True)
     dir_fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -204,12 +204,8 @@ class RemoteLogManager(RemoteReads):
         self._logs = log_manager
         self.config = config
         self.broker_id = broker_id
-        # single PUTs: a segment's .indexes and manifest (and a .log under 10 MiB) are one
-        # request each, not three (a multipart upload's create, part, complete)
         self.store = store or ObjectStore(
-            LakeLocation("s3", config.bucket, "", config.bucket),
-            settings=config.settings,
-            single_put_small=True,
+            LakeLocation("s3", config.bucket, "", config.bucket), settings=config.settings
         )
         self._lock = threading.RLock()
         # (topic id, partition) -> {segment id: metadata with its latest state}; by topic id,
