@@ -131,7 +131,7 @@ def _parse_json(text: str) -> ParsedSchema:
     if not isinstance(doc, (dict, bool)):
         raise InvalidSchemaError(f"a JSON schema is an object or a boolean, not {doc!r:.60}")
     # imported here: ~90 ms, and every Spark worker decoding Avro imports this module
-    import jsonschema  # type: ignore[import-untyped]
+    import jsonschema  # type: ignore[import-untyped]  # noqa: PLC0415
 
     try:
         jsonschema.validators.validator_for(doc).check_schema(doc)

@@ -403,7 +403,7 @@ def _ingest_progress(records_path: str, rec_dt: DeltaTable) -> dict[str, dict[in
     """Ingest's progress per topic and partition in the pinned ``records`` snapshot."""
     # here, not at the top: the executors import this module for ``_produce``, and
     # ``pipelines.ingest`` brings the broker's client (kio, hypothesis): ~1 s a Python worker
-    from pipelines.ingest import read_progress
+    from pipelines.ingest import read_progress  # noqa: PLC0415
 
     out: dict[str, dict[int, int]] = {}
     for topic, partition in read_progress(records_path):

@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from pipelines.typed.job import app_id, run_decode
