@@ -148,8 +148,9 @@ def test_shared_files_profiles_and_their_order(tmp_path: Path) -> None:
     # the config file's [profile name] section; AWS_DEFAULT_PROFILE when AWS_PROFILE is unset
     conf = CredentialChain(environ={**base, "AWS_DEFAULT_PROFILE": "conf-only"}).get()
     assert conf == Credentials("C", "c", None, None, f"{config_file} [profile conf-only]")
-    # a profile of what is not read here (SSO): no keys, and the chain goes on (IMDS off: none)
-    assert CredentialChain(environ={**base, "AWS_PROFILE": "sso"}).get() is None
+    # a profile of what is not read here (SSO): a clear error, not the next source's keys
+    with pytest.raises(ObjectStoreError, match="'sso' uses IAM Identity Center"):
+        CredentialChain(environ={**base, "AWS_PROFILE": "sso"}).get()
     # ~/.aws of HOME when no file is named
     (tmp_path / "home" / ".aws").mkdir(parents=True)
     (tmp_path / "home" / ".aws" / "credentials").write_text(
