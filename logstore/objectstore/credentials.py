@@ -13,9 +13,11 @@ library, in botocore's order (``create_credential_resolver``; first that answers
 2. Assume role, when the profile (``AWS_PROFILE``, else ``AWS_DEFAULT_PROFILE``, else
    ``default``) has ``role_arn`` and no ``web_identity_token_file``: STS ``AssumeRole``
    (:mod:`logstore.objectstore._sts`), SigV4-signed with the credentials of exactly one of
-   ``source_profile`` (a profile's own keys, web identity or ``credential_process``; or itself a
-   role profile: chained, loops refused; or the role's own profile: its static keys) or
-   ``credential_source`` (``Environment``, ``EcsContainer``, ``Ec2InstanceMetadata``), with
+   ``source_profile`` (its keys, web identity or ``credential_process``, the role's own profile
+   included; a role profile without keys is assumed first: chained, loops refused) or
+   ``credential_source`` (``Environment``, ``EcsContainer``, ``Ec2InstanceMetadata``;
+   ``Environment`` can only fail here, as in botocore without an explicit session profile:
+   environment keys come first in the chain), with
    ``role_session_name``, ``external_id``, ``duration_seconds``. ``mfa_serial`` is refused (it
    needs a code typed in).
 3. Web identity (EKS IRSA): ``AWS_WEB_IDENTITY_TOKEN_FILE`` / ``AWS_ROLE_ARN`` /
@@ -400,17 +402,16 @@ def _assume_role(
         if not profiles.exists(source_profile):
             raise ObjectStoreError(f"{where}: source_profile {source_profile!r} does not exist")
         parent = profiles.get(source_profile)
-        if (
-            source_profile != name
-            and "role_arn" in parent
-            and "web_identity_token_file" not in parent
-        ):
-            source = _assume_role(env, profiles, source_profile, chain=(*chain, name))
-        elif source_profile == name:  # the role's own profile holds the keys that assume it
-            source = _static_keys(profiles.get(name), f"AWS profile {name!r}")
-        else:
+        has_keys = _static_keys(parent, "") is not None
+        if has_keys or "role_arn" not in parent or "web_identity_token_file" in parent:
+            # botocore: a source profile with keys (the role's own profile too) gives them,
+            # else its web identity, credential_process...; only a keyless role is assumed
             source = _from_web_identity(env, parent, source_profile, use_env=False)
             source = source or _from_profile(profiles, source_profile)
+        elif source_profile == name:
+            source = None  # a role profile naming itself needs keys of its own
+        else:
+            source = _assume_role(env, profiles, source_profile, chain=(*chain, name))
         what = f"source_profile {source_profile!r}"
     else:
         source = _from_credential_source(env, credential_source or "", where)

@@ -132,6 +132,8 @@ def test_assume_role_profile_signs_sts_with_the_source_keys_and_the_put_with_the
         "source_profile = writer\n"
         "[profile badsession]\nrole_arn = arn:aws:iam::123456789012:role/x\n"
         f"source_profile = base\nrole_session_name = {'s' * 70}\n"
+        f"[profile self]\nrole_arn = {ROLE}\nsource_profile = self\n"
+        "aws_access_key_id = AKIASELFKEY\naws_secret_access_key = self-secret\n"
     )
     monkeypatch.setenv("AWS_ENDPOINT_URL_STS", proxy.endpoint)
     monkeypatch.setenv("AWS_PROFILE", "writer")
@@ -151,6 +153,12 @@ def test_assume_role_profile_signs_sts_with_the_source_keys_and_the_put_with_the
     (_, first_hop), (second_signer, _) = _signers(proxy)[1:]
     assert first_hop == "sts" and second_signer.startswith("ASIA")
     assert chained.access_key_id not in (second_signer, "AKIABASEKEY")
+
+    # a role profile that is its own source: its keys sign AssumeRole
+    monkeypatch.setenv("AWS_PROFILE", "self")
+    own = CredentialChain().get()
+    assert own is not None and own.access_key_id.startswith("ASIA")
+    assert _signers(proxy)[-1] == ("AKIASELFKEY", "sts")
 
     # STS refusing: a clear error naming the profile and STS's code
     monkeypatch.setenv("AWS_PROFILE", "badsession")
