@@ -24,9 +24,9 @@ library, in botocore's order (``create_credential_resolver``; first that answers
    ``AWS_ROLE_SESSION_NAME``, each over the profile's ``web_identity_token_file`` /
    ``role_arn`` / ``role_session_name``: STS ``AssumeRoleWithWebIdentity`` (unsigned), the
    token file read again at every resolution (the kubelet rotates it).
-4. SSO (``sso_start_url`` / ``sso_session``): not read (it needs the SSO OIDC token cache and
-   the SSO portal's ``GetRoleCredentials``); such a profile raises a clear error rather than
-   letting the chain go on to other keys, since botocore would stop at it.
+4. SSO (IAM Identity Center: ``sso_role_name`` / ``sso_account_id``, with ``sso_session``):
+   the token ``aws sso login`` cached, traded at the SSO portal for the role's credentials
+   (:mod:`logstore.objectstore._sso`; the token is not refreshed here: expired, a clear error).
 5. The profile's static keys in the credentials file (``AWS_SHARED_CREDENTIALS_FILE``, default
    ``~/.aws/credentials``, section ``[name]``).
 6. ``credential_process`` of the profile: the command, split as by a shell (``shlex``, no shell
@@ -82,7 +82,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from logstore.errors import ObjectStoreError
-from logstore.objectstore import _sts
+from logstore.objectstore import _sso, _sts
 
 __all__ = [
     "NONE_RETRY_S",
@@ -179,7 +179,7 @@ def resolve(env: Mapping[str, str]) -> Credentials | None:
         return _assume_role(env, profiles, name, chain=())
     found = _from_web_identity(env, profile, name, use_env=True)
     if found is None:
-        found = _from_profile(profiles, name)
+        found = _from_profile(env, profiles, name)
     if found is not None:
         return found
     if env.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") or env.get(
@@ -203,7 +203,7 @@ class _Profiles:
     (``[default]``) of the config file, key by key, as botocore merges them."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
-        home = Path(env.get("HOME") or Path.home())
+        home = self.home = Path(env.get("HOME") or Path.home())
         self.creds_file = Path(
             env.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials"
         )
@@ -227,6 +227,12 @@ class _Profiles:
     def get(self, name: str) -> dict[str, str]:
         return {**self.in_config(name), **self.in_credentials(name)}
 
+    def sso_sessions(self) -> dict[str, dict[str, str]]:
+        prefix = "sso-session "
+        return {
+            k[len(prefix) :].strip(): v for k, v in self._config.items() if k.startswith(prefix)
+        }
+
 
 def _static_keys(values: Mapping[str, str], source: str) -> Credentials | None:
     key, secret = values.get("aws_access_key_id"), values.get("aws_secret_access_key")
@@ -235,16 +241,12 @@ def _static_keys(values: Mapping[str, str], source: str) -> Credentials | None:
     return None
 
 
-def _from_profile(profiles: _Profiles, name: str) -> Credentials | None:
-    """A profile's own keys, botocore's order after web identity: SSO (refused), the
-    credentials file's keys, ``credential_process``, the config file's keys."""
+def _from_profile(env: Mapping[str, str], profiles: _Profiles, name: str) -> Credentials | None:
+    """A profile's own keys, botocore's order after web identity: SSO, the credentials file's
+    keys, ``credential_process``, the config file's keys."""
     profile = profiles.get(name)
-    if "sso_start_url" in profile or "sso_session" in profile:
-        raise ObjectStoreError(
-            f"AWS profile {name!r} uses IAM Identity Center (SSO), which loglake's own signer "
-            "does not read: export its keys (aws configure export-credentials --format env) "
-            "or put them in [storage]"
-        )
+    if _sso.is_sso_profile(profile):
+        return _from_sso(env, profiles, name)
     found = _static_keys(profiles.in_credentials(name), f"{profiles.creds_file} [{name}]")
     if found is None and profile.get("credential_process"):
         found = _from_process(profile["credential_process"], name)
@@ -252,6 +254,24 @@ def _from_profile(profiles: _Profiles, name: str) -> Credentials | None:
         section = profiles.config_section(name)
         found = _static_keys(profiles.in_config(name), f"{profiles.config_file} [{section}]")
     return found
+
+
+def _from_sso(env: Mapping[str, str], profiles: _Profiles, name: str) -> Credentials:
+    request = _sso.role_credentials_request(
+        env=env,
+        profile=profiles.get(name),
+        name=name,
+        sessions=profiles.sso_sessions(),
+        home=profiles.home,
+        now=time.time(),
+    )
+    source = f"SSO of AWS profile {name!r}"
+    try:
+        status, body = _http("GET", request.url, request.headers, timeout=_STS_TIMEOUT_S)
+    except OSError as exc:
+        raise ObjectStoreError(f"{source}: portal unreachable: {exc}") from None
+    key, secret, token, expires_at = _sso.parse_role_credentials(status, body, source=source)
+    return Credentials(key, secret, token, expires_at, source)
 
 
 def _ini(path: Path) -> dict[str, dict[str, str]]:
@@ -407,7 +427,7 @@ def _assume_role(
             # botocore: a source profile with keys (the role's own profile too) gives them,
             # else its web identity, credential_process...; only a keyless role is assumed
             source = _from_web_identity(env, parent, source_profile, use_env=False)
-            source = source or _from_profile(profiles, source_profile)
+            source = source or _from_profile(env, profiles, source_profile)
         elif source_profile == name:
             source = None  # a role profile naming itself needs keys of its own
         else:

@@ -10,11 +10,13 @@ PUT is checked against botocore's own SigV4 (test-only dependency), for keys fou
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import http.server
 import json
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,9 +152,9 @@ def test_shared_files_profiles_and_their_order(tmp_path: Path) -> None:
     # the config file's [profile name] section; AWS_DEFAULT_PROFILE when AWS_PROFILE is unset
     conf = CredentialChain(environ={**base, "AWS_DEFAULT_PROFILE": "conf-only"}).get()
     assert conf == Credentials("C", "c", None, None, f"{config_file} [profile conf-only]")
-    # a profile of what is not read here (SSO): a clear error, not the next source's keys
-    with pytest.raises(ObjectStoreError, match="'sso' uses IAM Identity Center"):
-        CredentialChain(environ={**base, "AWS_PROFILE": "sso"}).get()
+    # a profile with only a start URL is not an SSO credentials profile (as in botocore): no
+    # keys, and the chain goes on (IMDS off: none)
+    assert CredentialChain(environ={**base, "AWS_PROFILE": "sso"}).get() is None
     # ~/.aws of HOME when no file is named
     (tmp_path / "home" / ".aws").mkdir(parents=True)
     (tmp_path / "home" / ".aws" / "credentials").write_text(
@@ -504,3 +506,59 @@ def test_sts_error_answers_name_the_source_and_code() -> None:
         _sts.parse_answer(503, b"busy", source="x")
     with pytest.raises(ObjectStoreError, match="malformed STS answer"):
         _sts.parse_answer(200, b"<AssumeRoleResponse/>", source="x")
+
+
+def test_sso_profile_trades_the_cached_token_at_the_portal(
+    endpoint: _Endpoint, tmp_path: Path
+) -> None:
+    """The SSO portal is a local endpoint (moto does not serve it), answering as AWS documents
+    ``GetRoleCredentials``; the token is the one ``aws sso login`` caches."""
+    expires_ms = int((time.time() + 3600) * 1000)
+    path = "/federation/credentials?role_name=LakeWriter&account_id=123456789012"
+    endpoint.answers[("GET", path)] = lambda h: (
+        (
+            200,
+            json.dumps(
+                {
+                    "roleCredentials": {
+                        "accessKeyId": "SSOKEY",
+                        "secretAccessKey": "sso-secret",
+                        "sessionToken": "sso-token",
+                        "expiration": expires_ms,
+                    }
+                }
+            ).encode(),
+        )
+        if h.get("x-amz-sso_bearer_token") == "login-token"
+        else (401, b'{"message": "Session token not found or invalid"}')
+    )
+    home = tmp_path / "home"
+    (home / ".aws" / "sso" / "cache").mkdir(parents=True)
+    (home / ".aws" / "config").write_text(
+        "[profile dev]\nsso_session = corp\nsso_account_id = 123456789012\n"
+        "sso_role_name = LakeWriter\n"
+        "[sso-session corp]\nsso_start_url = https://corp.awsapps.com/start\n"
+        "sso_region = eu-west-1\n"
+        "[profile partial]\nsso_role_name = LakeWriter\n"
+    )
+    cache = home / ".aws" / "sso" / "cache" / (hashlib.sha1(b"corp").hexdigest() + ".json")
+    env = {"HOME": str(home), "AWS_PROFILE": "dev", "AWS_ENDPOINT_URL_SSO": endpoint.url}
+    with pytest.raises(ObjectStoreError, match="no cached SSO token: run aws sso login"):
+        CredentialChain(environ=env).get()
+    cache.write_text(json.dumps({"accessToken": "login-token", "expiresAt": _iso(time.time() - 1)}))
+    with pytest.raises(ObjectStoreError, match="the SSO token has expired"):
+        CredentialChain(environ=env).get()
+    cache.write_text(
+        json.dumps({"accessToken": "login-token", "expiresAt": _iso(time.time() + 600)})
+    )
+    got = CredentialChain(environ=env).get()
+    assert got == Credentials(
+        "SSOKEY", "sso-secret", "sso-token", expires_ms / 1000, "SSO of AWS profile 'dev'"
+    )
+    # a token the portal refuses: a clear error, the token not in it
+    cache.write_text(json.dumps({"accessToken": "stale", "expiresAt": _iso(time.time() + 600)}))
+    with pytest.raises(ObjectStoreError, match="HTTP 401 Session token not found") as e:
+        CredentialChain(environ=env).get()
+    assert "stale" not in str(e.value)
+    with pytest.raises(ObjectStoreError, match="missing sso_account_id, sso_start_url"):
+        CredentialChain(environ={**env, "AWS_PROFILE": "partial"}).get()
