@@ -17,14 +17,13 @@ library, in botocore's order (``create_credential_resolver``; first that answers
    included; a role profile without keys is assumed first: chained, loops refused) or
    ``credential_source`` (``Environment``, ``EcsContainer``, ``Ec2InstanceMetadata``;
    ``Environment`` can only fail here, as in botocore without an explicit session profile:
-   environment keys come first in the chain), with
-   ``role_session_name``, ``external_id``, ``duration_seconds``. ``mfa_serial`` is refused (it
-   needs a code typed in).
+   environment keys come first in the chain), with ``role_session_name``, ``external_id``,
+   ``duration_seconds``. ``mfa_serial`` is refused (it needs a code typed in).
 3. Web identity (EKS IRSA): ``AWS_WEB_IDENTITY_TOKEN_FILE`` / ``AWS_ROLE_ARN`` /
    ``AWS_ROLE_SESSION_NAME``, each over the profile's ``web_identity_token_file`` /
    ``role_arn`` / ``role_session_name``: STS ``AssumeRoleWithWebIdentity`` (unsigned), the
    token file read again at every resolution (the kubelet rotates it).
-4. SSO (IAM Identity Center: ``sso_role_name`` / ``sso_account_id``, with ``sso_session``):
+4. SSO (IAM Identity Center: ``sso_role_name`` / ``sso_account_id``; ``sso_session`` or legacy):
    the token ``aws sso login`` cached, traded at the SSO portal for the role's credentials
    (:mod:`logstore.objectstore._sso`; the token is not refreshed here: expired, a clear error).
 5. The profile's static keys in the credentials file (``AWS_SHARED_CREDENTIALS_FILE``, default
@@ -52,7 +51,7 @@ profile's ``region``, else ``us-east-1``); the session name defaults to
 ``loglake-session-<epoch>`` (botocore: ``botocore-session-<epoch>``). Not read: botocore's
 legacy boto2 files, and a profile's ``services`` endpoints.
 
-Temporary credentials (2, 3, 6, 8 and 9; files with a token and no expiry never refresh)
+Temporary credentials (2, 3, 4, 6, 8 and 9; files with a token and no expiry never refresh)
 carry their ``Expiration``; :class:`CredentialChain` resolves again when less than
 :data:`REFRESH_BEFORE_S` remain (botocore refreshes 10-15 minutes ahead). A failed refresh
 keeps the old credentials while they are valid and raises once they have expired. Nothing
