@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -84,6 +85,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer()
 
     def do_PUT(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
         self._answer()
 
     def log_message(self, *_args: Any) -> None:
@@ -562,3 +566,48 @@ def test_sso_profile_trades_the_cached_token_at_the_portal(
     assert "stale" not in str(e.value)
     with pytest.raises(ObjectStoreError, match="missing sso_account_id, sso_start_url"):
         CredentialChain(environ={**env, "AWS_PROFILE": "partial"}).get()
+
+
+def test_web_identity_sends_the_rotated_token_at_each_refresh(
+    endpoint: _Endpoint, tmp_path: Path
+) -> None:
+    """What AssumeRoleWithWebIdentity sends (moto's STS, in the integration test, does not
+    check the token): the token file as it is at each refresh, the role and session name."""
+    clock = _Clock()
+    endpoint.answers[("POST", "/")] = lambda h: (
+        200,
+        (
+            "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
+            f"<AccessKeyId>WEB{len(endpoint.seen)}</AccessKeyId><SecretAccessKey>s"
+            "</SecretAccessKey><SessionToken>t</SessionToken>"
+            f"<Expiration>{_iso(clock.now + 3600)}</Expiration></Credentials>"
+            "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"
+        ).encode(),
+    )
+    token = tmp_path / "token"
+    token.write_text("first-token\n")
+    config = tmp_path / "config"
+    config.write_text(
+        f"[profile pod]\nweb_identity_token_file = {token}\nrole_arn = arn:profile-role\n"
+        "role_session_name = from-profile\n"
+    )
+    env = {
+        "AWS_CONFIG_FILE": str(config),
+        "HOME": str(tmp_path),
+        "AWS_PROFILE": "pod",
+        "AWS_ROLE_ARN": "arn:env-role",  # the variable over the profile's key
+        "AWS_ENDPOINT_URL_STS": endpoint.url,
+    }
+    chain = CredentialChain(environ=env, clock=clock)
+    first = chain.get()
+    assert first is not None and first.access_key_id == "WEB1"
+    token.write_text("second-token\n")
+    clock.now += 3600 - REFRESH_BEFORE_S + 1
+    second = chain.get()
+    assert second is not None and second.access_key_id == "WEB2"
+    sent = [parse_qs(body.decode()) for _, _, _, body in endpoint.seen]
+    assert [s["WebIdentityToken"] for s in sent] == [["first-token"], ["second-token"]]
+    assert all(s["Action"] == ["AssumeRoleWithWebIdentity"] for s in sent)
+    assert all(s["RoleArn"] == ["arn:env-role"] for s in sent)
+    assert all(s["RoleSessionName"] == ["from-profile"] for s in sent)
+    assert all("authorization" not in h for _, _, h, _ in endpoint.seen)
