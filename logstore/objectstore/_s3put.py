@@ -6,9 +6,10 @@ pyarrow's ``S3FileSystem`` has no conditional write; deltalake's ``DeltaFileSyst
 (its ``copy_file``/``move_file`` also hold the GIL while they wait for the store); fsspec/s3fs
 and obstore are not installed; boto3 is a test-only dependency. The request is a single
 signed HTTP PUT, so it is made here with the standard library: AWS Signature Version 4
-(``UNSIGNED-PAYLOAD`` is not used: the body's SHA-256 is signed), path-style addressing with a
-custom endpoint, virtual-hosted on AWS. Credentials: :func:`credentials_for` (explicit keys,
-else the standard AWS chain of :mod:`logstore.objectstore.credentials`).
+(:mod:`logstore.objectstore._sigv4`; ``UNSIGNED-PAYLOAD`` is not used: the body's SHA-256 is
+signed), path-style addressing with a custom endpoint, virtual-hosted on AWS. Credentials:
+:func:`credentials_for` (explicit keys, else the standard AWS chain of
+:mod:`logstore.objectstore.credentials`).
 
 Answers: 200 -> written; 412 ``PreconditionFailed`` -> the key exists; 409
 ``ConditionalRequestConflict`` (a concurrent conditional write in flight), 500, 503
@@ -19,20 +20,16 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import hmac
 import http.client
 from urllib.parse import quote, urlsplit
 
+from logstore.objectstore._sigv4 import sign_v4
 from logstore.objectstore.credentials import Credentials, default_chain
 from logstore.objectstore.settings import StorageSettings
 
 __all__ = ["credentials_for", "put_if_absent_s3"]
 
 TRANSIENT_STATUS = frozenset({409, 500, 502, 503, 504})
-
-
-def _sign(key: bytes, msg: str) -> bytes:
-    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
 
 
 def credentials_for(settings: StorageSettings) -> Credentials | None:
@@ -60,43 +57,23 @@ def put_if_absent_s3(
         secure = True
         host = f"{bucket}.s3.{settings.region}.amazonaws.com"
         path = f"/{quote(key, safe='/~')}"
-    now = dt.datetime.now(dt.UTC)
-    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
-    day = now.strftime("%Y%m%d")
     payload_hash = hashlib.sha256(data).hexdigest()
-    headers = {
-        "host": host,
-        "if-none-match": "*",
-        "x-amz-content-sha256": payload_hash,
-        "x-amz-date": amz_date,
-    }
+    headers = {"host": host, "if-none-match": "*", "x-amz-content-sha256": payload_hash}
     creds = credentials_for(settings)
-    if creds is not None and creds.session_token:
-        headers["x-amz-security-token"] = creds.session_token
     if creds is not None:
-        signed = ";".join(sorted(headers))
-        canonical = "\n".join(
-            [
-                "PUT",
-                path,
-                "",
-                "".join(f"{k}:{headers[k].strip()}\n" for k in sorted(headers)),
-                signed,
-                payload_hash,
-            ]
+        sign_v4(
+            headers,
+            method="PUT",
+            path=path,
+            payload_hash=payload_hash,
+            access_key_id=creds.access_key_id,
+            secret_access_key=creds.secret_access_key,
+            session_token=creds.session_token,
+            region=settings.region,
+            service="s3",
         )
-        scope = f"{day}/{settings.region}/s3/aws4_request"
-        to_sign = "\n".join(
-            ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
-        )
-        k = _sign(("AWS4" + creds.secret_access_key).encode(), day)
-        for part in (settings.region, "s3", "aws4_request"):
-            k = _sign(k, part)
-        signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
-        headers["authorization"] = (
-            f"AWS4-HMAC-SHA256 Credential={creds.access_key_id}/{scope}, "
-            f"SignedHeaders={signed}, Signature={signature}"
-        )
+    else:
+        headers["x-amz-date"] = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     cls = http.client.HTTPSConnection if secure else http.client.HTTPConnection
     conn = cls(host, timeout=settings.request_timeout_s)
     try:

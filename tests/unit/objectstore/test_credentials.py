@@ -10,12 +10,17 @@ PUT is checked against botocore's own SigV4 (test-only dependency), for keys fou
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import http.server
 import json
+import re
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -80,6 +85,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer()
 
     def do_PUT(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
         self._answer()
 
     def log_message(self, *_args: Any) -> None:
@@ -148,7 +156,8 @@ def test_shared_files_profiles_and_their_order(tmp_path: Path) -> None:
     # the config file's [profile name] section; AWS_DEFAULT_PROFILE when AWS_PROFILE is unset
     conf = CredentialChain(environ={**base, "AWS_DEFAULT_PROFILE": "conf-only"}).get()
     assert conf == Credentials("C", "c", None, None, f"{config_file} [profile conf-only]")
-    # a profile of what is not read here (SSO): no keys, and the chain goes on (IMDS off: none)
+    # a profile with only a start URL is not an SSO credentials profile (as in botocore): no
+    # keys, and the chain goes on (IMDS off: none)
     assert CredentialChain(environ={**base, "AWS_PROFILE": "sso"}).get() is None
     # ~/.aws of HOME when no file is named
     (tmp_path / "home" / ".aws").mkdir(parents=True)
@@ -314,3 +323,291 @@ def test_the_conditional_put_signs_with_keys_from_a_profile(
         {"access_key_id": "K", "secret_access_key": "S"}, environ={}
     )
     assert credentials_for(explicit) == Credentials("K", "S")
+
+
+def _process_script(tmp_path: Path, body: str) -> str:
+    """A credential_process helper: a Python script in the test's tmp dir; returns the
+    profile's command line (the interpreter, then the script, whose path has a space)."""
+    script = tmp_path / "cred helper.py"
+    script.write_text("import json, sys, pathlib\n" + body)
+    return f'{sys.executable} "{script}" --role lake'
+
+
+def test_credential_process_runs_without_a_shell_and_refreshes(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    command = _process_script(
+        tmp_path,
+        f"runs = pathlib.Path({str(runs)!r})\n"
+        "n = len(runs.read_text()) if runs.exists() else 0\n"
+        "runs.write_text('x' * (n + 1))\n"
+        "assert sys.argv[1:] == ['--role', 'lake'], sys.argv\n"
+        "print(json.dumps({'Version': 1, 'AccessKeyId': f'PROC{n}', 'SecretAccessKey': 's',\n"
+        "                  'SessionToken': 't', 'Expiration': '2027-01-15T10:00:00Z'}))\n",
+    )
+    config = tmp_path / "config"
+    config.write_text(
+        f"[profile proc]\ncredential_process = {command}\n"
+        "aws_access_key_id = CONFKEY\naws_secret_access_key = c\n"
+    )
+    env = {
+        "AWS_CONFIG_FILE": str(config),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "credentials"),
+        "AWS_PROFILE": "proc",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    expires = dt.datetime(2027, 1, 15, 10, tzinfo=dt.UTC).timestamp()
+    clock = _Clock()
+    clock.now = expires - 3600
+    chain = CredentialChain(environ=env, clock=clock)
+    first = chain.get()
+    # credential_process comes before the config file's keys of the same profile
+    assert first == Credentials(
+        "PROC0", "s", "t", expires, "credential_process of AWS profile 'proc'"
+    )
+    clock.now = expires - REFRESH_BEFORE_S + 1
+    second = chain.get()
+    assert second is not None and second.access_key_id == "PROC1"
+    # the credentials file's keys come before credential_process
+    (tmp_path / "credentials").write_text(
+        "[proc]\naws_access_key_id = FILEKEY\naws_secret_access_key = f\n"
+    )
+    got = CredentialChain(environ=env).get()
+    assert got is not None and got.access_key_id == "FILEKEY"
+    assert runs.read_text() == "xx"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            "sys.stderr.write('token expired, run login'); sys.exit(3)",
+            "exited with 3: token expired",
+        ),
+        ("print('AccessKeyId=K SecretAccessKey=S3CRET')", "its output is not JSON"),
+        (
+            "print(json.dumps({'Version': 2, 'AccessKeyId': 'K', 'SecretAccessKey': 'S3CRET'}))",
+            "Version 2 in its output, expected 1",
+        ),
+        (
+            "print(json.dumps({'Version': 1, 'AccessKeyId': 'K', 'SessionToken': 'S3CRET'}))",
+            "SecretAccessKey missing from its output",
+        ),
+        (
+            "print(json.dumps({'Version': 1, 'AccessKeyId': 'K', 'SecretAccessKey': 'S3CRET',"
+            " 'Expiration': 'tomorrow'}))",
+            "Expiration 'tomorrow' is not ISO 8601",
+        ),
+    ],
+)
+def test_credential_process_failures_are_clear_and_keep_secrets_out(
+    tmp_path: Path, body: str, message: str
+) -> None:
+    command = _process_script(tmp_path, body)
+    config = tmp_path / "config"
+    config.write_text(f"[default]\ncredential_process = {command} --secret S3CRET\n")
+    env = {"AWS_CONFIG_FILE": str(config), "HOME": str(tmp_path)}
+    with pytest.raises(ObjectStoreError, match="credential_process of AWS profile 'default'") as e:
+        CredentialChain(environ=env).get()
+    assert message in str(e.value) and "S3CRET" not in str(e.value)
+    config.write_text("[default]\ncredential_process = /nonexistent/helper --x\n")
+    with pytest.raises(ObjectStoreError, match="could not run it: FileNotFoundError"):
+        CredentialChain(environ=env).get()
+
+
+def test_profile_precedence_and_role_configuration_errors(tmp_path: Path) -> None:
+    """botocore's order: environment keys, then an assume-role profile, then web identity,
+    then the profile's own keys; a role profile's mistakes are named."""
+    config = tmp_path / "config"
+    config.write_text(
+        "[profile both]\nrole_arn = arn:r\nsource_profile = a\ncredential_source = Environment\n"
+        "[profile neither]\nrole_arn = arn:r\naws_access_key_id = K\naws_secret_access_key = k\n"
+        "[profile loop1]\nrole_arn = arn:r\nsource_profile = loop2\n"
+        "[profile loop2]\nrole_arn = arn:r\nsource_profile = loop1\n"
+        "[profile missing]\nrole_arn = arn:r\nsource_profile = nowhere\n"
+        "[profile badsource]\nrole_arn = arn:r\ncredential_source = Laptop\n"
+        "[profile mfa]\nrole_arn = arn:r\nsource_profile = mfa\nmfa_serial = arn:mfa\n"
+        "[profile badduration]\nrole_arn = arn:r\nsource_profile = badduration\n"
+        "duration_seconds = 1h\naws_access_key_id = K\naws_secret_access_key = k\n"
+        "[profile nokeys]\nrole_arn = arn:r\ncredential_source = Environment\n"
+        "[profile irsa]\nweb_identity_token_file = /nonexistent/token\n"
+        "[profile irsa-norole]\nweb_identity_token_file = /nonexistent/token\n"
+    )
+    base = {"AWS_CONFIG_FILE": str(config), "HOME": str(tmp_path)}
+    cases = {
+        "both": "role_arn needs exactly one of source_profile and credential_source",
+        "neither": "role_arn needs exactly one of source_profile and credential_source",
+        "loop1": "source_profile loop loop1 -> loop2",
+        "missing": "source_profile 'nowhere' does not exist",
+        "badsource": "credential_source 'Laptop' is not one of",
+        "mfa": "mfa_serial needs a code typed in",
+        "badduration": "duration_seconds '1h' is not an integer",
+        "nokeys": "credential_source Environment gave no credentials to assume arn:r",
+        "irsa-norole": "without a role: set AWS_ROLE_ARN",
+    }
+    for profile, message in cases.items():
+        with pytest.raises(ObjectStoreError, match=re.escape(message)):
+            CredentialChain(environ={**base, "AWS_PROFILE": profile}).get()
+    with pytest.raises(ObjectStoreError, match="cannot read the web identity token") as e:
+        CredentialChain(environ={**base, "AWS_PROFILE": "irsa", "AWS_ROLE_ARN": "arn:r"}).get()
+    assert e.value.path == "/nonexistent/token"  # type: ignore[attr-defined]
+    # environment keys come before every profile source
+    env_keys = {"AWS_ACCESS_KEY_ID": "E", "AWS_SECRET_ACCESS_KEY": "e"}
+    got = CredentialChain(environ={**base, **env_keys, "AWS_PROFILE": "both"}).get()
+    assert got is not None and got.source == "environment"
+    # web identity from the environment needs its role as well
+    with pytest.raises(ObjectStoreError, match="without a role"):
+        CredentialChain(environ={**base, "AWS_WEB_IDENTITY_TOKEN_FILE": "/x"}).get()
+
+
+def test_sts_assume_role_signature_is_botocores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one SigV4 signer, for STS: the same Authorization botocore computes."""
+    botocore_auth = pytest.importorskip("botocore.auth")
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials as BotoCredentials
+
+    from logstore.objectstore import _sts
+
+    when = dt.datetime(2026, 11, 28, 4, 30, tzinfo=dt.UTC)
+    request = _sts.assume_role(
+        endpoint="https://sts.eu-west-1.amazonaws.com",
+        region="eu-west-1",
+        access_key_id="AKIASOURCE",
+        secret_access_key="source-secret",
+        session_token="source-token",
+        role_arn="arn:aws:iam::1:role/r",
+        session_name="s",
+        external_id="x y",
+        duration_s=900,
+        now=when,
+    )
+    assert b"ExternalId=x+y" in request.body and b"DurationSeconds=900" in request.body
+    boto_request = AWSRequest(
+        method="POST",
+        url=request.url,
+        data=request.body,
+        headers={"Content-Type": request.headers["content-type"]},
+    )
+    monkeypatch.setattr(botocore_auth, "get_current_datetime", lambda: when.replace(tzinfo=None))
+    boto = BotoCredentials("AKIASOURCE", "source-secret", "source-token")
+    botocore_auth.SigV4Auth(boto, "sts", "eu-west-1").add_auth(boto_request)
+    assert request.headers["authorization"] == boto_request.headers["Authorization"]
+    assert request.headers["x-amz-security-token"] == "source-token"
+
+
+def test_sts_error_answers_name_the_source_and_code() -> None:
+    from logstore.objectstore import _sts
+
+    error = (
+        b'<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error>'
+        b"<Type>Sender</Type><Code>InvalidIdentityToken</Code>"
+        b"<Message>Token expired</Message></Error></ErrorResponse>"
+    )
+    with pytest.raises(
+        ObjectStoreError, match="web identity for r: STS answered HTTP 400 InvalidIdentityToken"
+    ):
+        _sts.parse_answer(400, error, source="web identity for r")
+    with pytest.raises(ObjectStoreError, match="STS answered HTTP 503 : busy"):
+        _sts.parse_answer(503, b"busy", source="x")
+    with pytest.raises(ObjectStoreError, match="malformed STS answer"):
+        _sts.parse_answer(200, b"<AssumeRoleResponse/>", source="x")
+
+
+def test_sso_profile_trades_the_cached_token_at_the_portal(
+    endpoint: _Endpoint, tmp_path: Path
+) -> None:
+    """The SSO portal is a local endpoint (moto does not serve it), answering as AWS documents
+    ``GetRoleCredentials``; the token is the one ``aws sso login`` caches."""
+    expires_ms = int((time.time() + 3600) * 1000)
+    path = "/federation/credentials?role_name=LakeWriter&account_id=123456789012"
+    endpoint.answers[("GET", path)] = lambda h: (
+        (
+            200,
+            json.dumps(
+                {
+                    "roleCredentials": {
+                        "accessKeyId": "SSOKEY",
+                        "secretAccessKey": "sso-secret",
+                        "sessionToken": "sso-token",
+                        "expiration": expires_ms,
+                    }
+                }
+            ).encode(),
+        )
+        if h.get("x-amz-sso_bearer_token") == "login-token"
+        else (401, b'{"message": "Session token not found or invalid"}')
+    )
+    home = tmp_path / "home"
+    (home / ".aws" / "sso" / "cache").mkdir(parents=True)
+    (home / ".aws" / "config").write_text(
+        "[profile dev]\nsso_session = corp\nsso_account_id = 123456789012\n"
+        "sso_role_name = LakeWriter\n"
+        "[sso-session corp]\nsso_start_url = https://corp.awsapps.com/start\n"
+        "sso_region = eu-west-1\n"
+        "[profile partial]\nsso_role_name = LakeWriter\n"
+    )
+    cache = home / ".aws" / "sso" / "cache" / (hashlib.sha1(b"corp").hexdigest() + ".json")
+    env = {"HOME": str(home), "AWS_PROFILE": "dev", "AWS_ENDPOINT_URL_SSO": endpoint.url}
+    with pytest.raises(ObjectStoreError, match="no cached SSO token: run aws sso login"):
+        CredentialChain(environ=env).get()
+    cache.write_text(json.dumps({"accessToken": "login-token", "expiresAt": _iso(time.time() - 1)}))
+    with pytest.raises(ObjectStoreError, match="the SSO token has expired"):
+        CredentialChain(environ=env).get()
+    cache.write_text(
+        json.dumps({"accessToken": "login-token", "expiresAt": _iso(time.time() + 600)})
+    )
+    got = CredentialChain(environ=env).get()
+    assert got == Credentials(
+        "SSOKEY", "sso-secret", "sso-token", expires_ms / 1000, "SSO of AWS profile 'dev'"
+    )
+    # a token the portal refuses: a clear error, the token not in it
+    cache.write_text(json.dumps({"accessToken": "stale", "expiresAt": _iso(time.time() + 600)}))
+    with pytest.raises(ObjectStoreError, match="HTTP 401 Session token not found") as e:
+        CredentialChain(environ=env).get()
+    assert "stale" not in str(e.value)
+    with pytest.raises(ObjectStoreError, match="missing sso_account_id, sso_start_url"):
+        CredentialChain(environ={**env, "AWS_PROFILE": "partial"}).get()
+
+
+def test_web_identity_sends_the_rotated_token_at_each_refresh(
+    endpoint: _Endpoint, tmp_path: Path
+) -> None:
+    """What AssumeRoleWithWebIdentity sends (moto's STS, in the integration test, does not
+    check the token): the token file as it is at each refresh, the role and session name."""
+    clock = _Clock()
+    endpoint.answers[("POST", "/")] = lambda h: (
+        200,
+        (
+            "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
+            f"<AccessKeyId>WEB{len(endpoint.seen)}</AccessKeyId><SecretAccessKey>s"
+            "</SecretAccessKey><SessionToken>t</SessionToken>"
+            f"<Expiration>{_iso(clock.now + 3600)}</Expiration></Credentials>"
+            "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"
+        ).encode(),
+    )
+    token = tmp_path / "token"
+    token.write_text("first-token\n")
+    config = tmp_path / "config"
+    config.write_text(
+        f"[profile pod]\nweb_identity_token_file = {token}\nrole_arn = arn:profile-role\n"
+        "role_session_name = from-profile\n"
+    )
+    env = {
+        "AWS_CONFIG_FILE": str(config),
+        "HOME": str(tmp_path),
+        "AWS_PROFILE": "pod",
+        "AWS_ROLE_ARN": "arn:env-role",  # the variable over the profile's key
+        "AWS_ENDPOINT_URL_STS": endpoint.url,
+    }
+    chain = CredentialChain(environ=env, clock=clock)
+    first = chain.get()
+    assert first is not None and first.access_key_id == "WEB1"
+    token.write_text("second-token\n")
+    clock.now += 3600 - REFRESH_BEFORE_S + 1
+    second = chain.get()
+    assert second is not None and second.access_key_id == "WEB2"
+    sent = [parse_qs(body.decode()) for _, _, _, body in endpoint.seen]
+    assert [s["WebIdentityToken"] for s in sent] == [["first-token"], ["second-token"]]
+    assert all(s["Action"] == ["AssumeRoleWithWebIdentity"] for s in sent)
+    assert all(s["RoleArn"] == ["arn:env-role"] for s in sent)
+    assert all(s["RoleSessionName"] == ["from-profile"] for s in sent)
+    assert all("authorization" not in h for _, _, h, _ in endpoint.seen)
