@@ -182,17 +182,49 @@ def ingest_config(log_dir: Path, lake: Path, topic: str, args: Any) -> IngestCon
     changes: dict[str, Any] = {"topics": (topic,), "progress_interval_s": 0.0}
     if args.compression:
         changes["compression"] = args.compression
+    if args.isolation:
+        changes["isolation"] = args.isolation
     return dataclasses.replace(config, **changes)
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds() -> float:
+    """User + system CPU-seconds of this process and every live descendant (the driver JVM
+    and its Python workers, which ``spark.python.worker.reuse`` keeps alive between runs),
+    from ``/proc``: steadier than wall-clock on a shared machine."""
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            raw = stat.read_text()
+        except OSError:  # exited meanwhile
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        pid = int(stat.parent.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 def timed_ingest(spark: Any, config: IngestConfig, expected: int) -> tuple[float, dict[str, Any]]:
-    """One ``run_ingest`` into a fresh lake; checks every record landed, exactly once."""
+    """One ``run_ingest`` into a fresh lake; checks every record landed, exactly once. The
+    summary gets ``cpu_seconds``: the process tree's CPU during the run (driver, JVM,
+    workers)."""
     from deltalake import DeltaTable
 
     shutil.rmtree(config.lake, ignore_errors=True)
+    cpu = tree_cpu_seconds()
     t = time.perf_counter()
     summary = run_ingest(spark, config, log=lambda _msg: None)
     seconds = time.perf_counter() - t
+    cpu = tree_cpu_seconds() - cpu
     rows = DeltaTable(config.records_path).to_pyarrow_dataset().count_rows()
     if not (summary.committed and summary.records == expected and rows == expected):
         raise SystemExit(
@@ -202,7 +234,7 @@ def timed_ingest(spark: Any, config: IngestConfig, expected: int) -> tuple[float
     if summary.corrupt_batches or summary.gaps:
         raise SystemExit(f"unexpected damage or gaps: {summary.describe()}")
     shutil.rmtree(config.lake, ignore_errors=True)
-    return seconds, summary.to_json()
+    return seconds, {**summary.to_json(), "cpu_seconds": cpu}
 
 
 def figures(n: int, size: int, secs: float, pass_rate: float, kp: float) -> dict[str, float]:
@@ -282,6 +314,14 @@ def main() -> None:
         "--compression", help="override [ingest] compression of --config (Parquet codec)"
     )
     parser.add_argument(
+        "--isolation",
+        choices=("read_committed", "read_uncommitted"),
+        help="override [ingest] isolation of --config",
+    )
+    parser.add_argument(
+        "--codecs", default="none,lz4", help="comma-separated topics' codecs to measure"
+    )
+    parser.add_argument(
         "--ingest-runs", type=int, default=5, help="timed end-to-end runs per codec (best kept)"
     )
     parser.add_argument(
@@ -302,8 +342,9 @@ def main() -> None:
         "master": "local[2]",
         "load_avg_1m_start": os.getloadavg()[0],
     }
+    codecs = [c for c in (Codec.NONE, Codec.LZ4) if c.label in args.codecs.split(",")]
     try:
-        for codec in (Codec.NONE, Codec.LZ4):
+        for codec in codecs:
             topic = f"bench-{codec.label}"
             if not (log_dir / f"{topic}-0").is_dir():
                 t = time.perf_counter()
@@ -316,7 +357,7 @@ def main() -> None:
                 write_topic(log_dir, "warmup", 10_000, Codec.LZ4, args, partition=partition)
         # The broker's high watermarks: every record written is committed, so the job's
         # default ``until`` covers all of them.
-        ends = {(f"bench-{c.label}", 0): per_topic for c in (Codec.NONE, Codec.LZ4)}
+        ends = {(f"bench-{c.label}", 0): per_topic for c in codecs}
         write_high_watermarks(log_dir, {**ends, ("warmup", 0): 10_000, ("warmup", 1): 10_000})
         spark = get_spark(
             "bench-ingest",
@@ -333,7 +374,7 @@ def main() -> None:
         for where in ("log_dirs", "lake", "topics"):
             settings.pop(where)
         results["ingest_config"] = settings
-        for codec in (Codec.NONE, Codec.LZ4):
+        for codec in codecs:
             topic = f"bench-{codec.label}"
             df = read_segments(spark, str(log_dir), topics=topic, until="latest")
             partitions = df.rdd.getNumPartitions()
@@ -385,6 +426,10 @@ def main() -> None:
                     "driver_jit_ms": jit_ms,
                     "median": figures(n, size, median_seconds, pass_rate, kp),
                     "ingest_summary_seconds": summary["seconds"],
+                    "cpu_seconds": [run[1]["cpu_seconds"] for run in runs],
+                    "cpu_ns_per_record": statistics.median(run[1]["cpu_seconds"] for run in runs)
+                    / n
+                    * 1e9,
                     "table_rows": n,
                 },
             }
@@ -401,7 +446,8 @@ def main() -> None:
                         f"x{f['paired_vs_kafka_python_median']:.1f}"
                         if "median" in f
                         else ""
-                    ),
+                    )
+                    + (f"; {f['cpu_ns_per_record']:.0f} CPU-ns/record" if "median" in f else ""),
                     file=sys.stderr,
                 )
         spark.stop()
