@@ -32,11 +32,13 @@ transactional batch. Here the run reads **optimistically**:
 
 Exactness: the committed files are those of tasks whose partitions' ranges need no mask and
 no cut (identical to what the two-pass design wrote) plus the precise re-read; the reports
-that set progress and quarantine damage are those of the same tasks. Crash behaviour is
-that of any staged write: a run killed before, between or during the two jobs leaves only
+that set progress and quarantine damage are those of the same tasks. Crash behaviour is that
+of any staged write: a run killed before, between or during the two jobs leaves only
 unreferenced files of its write (reaped by a later run once its lease expired) and progress
-unchanged. The ranges from the tier (``pipelines.sources.tier``, judged by the broker's own
-``read_committed`` listing) and the Fetch path (the broker filters) are not affected.
+unchanged (crash test: ``LOGLAKE_FAILPOINT=ingest.before_reread`` kills the session after
+step 3 discarded the affected tasks' files, before their second read). The ranges from the
+tier (``pipelines.sources.tier``, judged by the broker's own ``read_committed`` listing) and
+the Fetch path (the broker filters) are not affected.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from logstore.failpoints import failpoint, kill_session
 from pipelines.delta.direct import StagedWrite
 from pipelines.ingest.config import IngestSummary, Log, TopicPartition
 from pipelines.ingest.tasks import _with_aborted
@@ -131,6 +134,7 @@ def stage_committed(
             if any((r.topic, r.partition) in wrong for r in task)
         ]  # fmt: skip
         staged.discard_tasks({len(head) + i for i in redo})
+        failpoint("ingest.before_reread", kill=kill_session)
         again = [cut for i in redo if (cut := cut_at_lso(tasks[i], txns))]
         staged = stage(_with_aborted(again, txns), into=staged)
         summary.txn_reread_seconds = time.monotonic() - began

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
+import signal
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +30,10 @@ from logstore.protocol.records import build_batch
 from logstore.storage.checkpoints import write_offset_checkpoint
 from logstore.storage.config import LogConfig
 from logstore.storage.log import Log
+from pipelines.delta.staging import LEASE_TTL_ENV
 from pipelines.ingest import IngestConfig, read_progress, run_ingest
+from tests.conftest import ROOT
+from tests.fixtures.jobs import spark_submit
 
 pytestmark = pytest.mark.integration
 
@@ -390,3 +397,35 @@ def test_a_transaction_late_in_a_range_is_read_again_exactly(
         assert s.records == len(want)
     finally:
         logs.close()
+
+
+def test_a_run_killed_between_its_two_reads_leaves_the_lake_as_it_was(
+    tmp_path: Path, logs: TxnLogs
+) -> None:
+    """The session SIGKILLed after the first pass found aborted and open transactions and
+    discarded those tasks' files, before the second read: nothing committed, its files in no
+    snapshot; the next run (the dead write's lease expired) removes them and is exact."""
+    lake = tmp_path / "lake"
+    _interleaved(logs)
+    # small tasks (as _config's): plain-0's are not among those read again
+    conf = tmp_path / "pipeline.toml"
+    shipped = (ROOT / "conf" / "pipeline.toml").read_text()
+    small = shipped.replace("max_partition_bytes = 134217728", "max_partition_bytes = 4096")
+    assert small != shipped
+    conf.write_text(small)
+    args = ["--config", str(conf), "--log-dirs", str(logs.root), "--lake", str(lake)]
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, LEASE_TTL_ENV: "3"}  # fmt: skip
+    killed = spark_submit("ingest.py", args, failpoint="ingest.before_reread", env=env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    left = sorted((lake / "records").rglob("part-*.parquet"))
+    assert left, "the first pass's files of the partitions without aborted transactions"
+    assert not DeltaTable.is_deltatable(str(lake / "records"))
+
+    time.sleep(3 + 2 + 1.5)  # the killed run's lease expires (ttl + margin, whole seconds)
+    ok = spark_submit("ingest.py", args, env=env)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "data files of earlier runs that were killed before commit" in ok.stdout + ok.stderr
+    assert not any(p.exists() for p in left)
+    want, stops = consumer_view(logs)
+    assert lake_rows(lake) == want and read_progress(lake / "records") == stops
