@@ -4,9 +4,9 @@ A ``read_committed`` run must leave out the records of aborted transactions and 
 partition at its last stable offset (LSO); which batches those are is decided by looking
 *forward* from each transactional batch to its producer's next marker
 (:mod:`pipelines.sources.transactions`), so it is not known before the range has been read.
-Until 11-24's design a pre-pass (a Spark job of its own over the same ranges) found them
-first; it cost +12-16% of every run, also of the (usual) runs over logs without a single
-transactional batch. Here the run reads **optimistically**:
+Until 11-28 a pre-pass (a Spark job of its own over the same ranges, on by default since
+11-24) found them first; it cost +11-16% of every run (CPU and wall), also of the usual runs
+over logs without a single transactional batch. Here the run reads **optimistically**:
 
 1. the records pass runs as under ``read_uncommitted`` (no aborted ranges, up to the high
    watermark), and each segment range's report also carries the transaction events its walk

@@ -34,8 +34,9 @@ every damaged batch or unreadable range (undecodable ones included), and the dam
 between sound batches with the offsets around them — the ingest job needs nothing else.
 With ``aborted`` (:class:`~pipelines.sources.transactions.AbortedRanges`), the batches of
 aborted transactions are left undecoded (a numpy mask over each chunk's headers), while the
-report still counts them as read; :func:`read_txn_frames` is the same walk for the
-read_committed pre-pass: only the transactional batches and markers, nothing decoded.
+report still counts them as read; :func:`read_txn_frames` is the same walk for
+transactions alone (the transactional batches and markers, nothing decoded), and a
+:class:`RangeReport` with ``txn`` collects the same frames during the records walk.
 
 ``kind="batches"`` yields one :data:`BATCHES_ARROW_SCHEMA` row per frame (and per unreadable
 stop), with the reason in ``error``; ``verify="full"`` decodes the records too so that
