@@ -241,5 +241,6 @@ class IngestSummary:
             f"seconds={self.seconds:.1f} skipped_offsets={self.skipped_offsets} "
             f"skipped_bytes={self.skipped_bytes} ({len(self.skipped)} unreadable runs) "
             f"aborted_transactions={self.aborted_transactions} "
-            f"open_transactions={self.open_transactions} held_at_lso={len(self.held_at_lso)}"
+            f"open_transactions={self.open_transactions} held_at_lso={len(self.held_at_lso)} "
+            f"txn_reread_partitions={self.txn_reread_partitions}"
         )
