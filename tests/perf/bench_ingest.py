@@ -32,7 +32,12 @@ compiles Spark's per-job code (ClosureCleaner's ASM class reader, Java deseriali
 of the two cores, measured at 0.3-0.6 s of C2 compiler time per run for the first ~5 runs and
 ~0.06 s after; each timed run's compile time is reported (``driver_jit_ms``). A fresh
 ``spark-submit`` pays that once per job; a cold job is timed by hand (see the issue's notes),
-this bench measures the pipeline's steady state. Last line: one JSON object.
+this bench measures the pipeline's steady state. Each run's CPU-seconds (the process tree:
+driver, JVM, Python workers; steadier than wall-clock on a shared machine) are reported too,
+as ``cpu_ns_per_record`` (median). ``--isolation`` overrides the config's; with
+``--paired-isolation`` every timed run is followed by one with that isolation, and the
+per-round CPU and wall ratios are reported (what ``read_committed`` costs over
+``read_uncommitted``). Last line: one JSON object.
 
     .venv/bin/python tests/perf/bench_ingest.py [--records 10000000] [--keep DIR]
 """
@@ -319,6 +324,11 @@ def main() -> None:
         help="override [ingest] isolation of --config",
     )
     parser.add_argument(
+        "--paired-isolation",
+        choices=("read_committed", "read_uncommitted"),
+        help="after each timed run, one run with this isolation too (CPU and wall per round)",
+    )
+    parser.add_argument(
         "--codecs", default="none,lz4", help="comma-separated topics' codecs to measure"
     )
     parser.add_argument(
@@ -398,11 +408,18 @@ def main() -> None:
             kp_runs: list[float] = []
             runs: list[tuple[float, dict[str, Any]]] = []
             jit_ms: list[int] = []
+            other = None
+            if args.paired_isolation:
+                other = dataclasses.replace(config, isolation=args.paired_isolation)
+                timed_ingest(spark, other, n)  # its warm-up
+            others: list[tuple[float, dict[str, Any]]] = []
             for _ in range(max(1, args.ingest_runs)):
                 kp_runs.append(kafka_python_once(part_dir, args.baseline_records))
                 compiled = jit.getTotalCompilationTime()
                 runs.append(timed_ingest(spark, config, n))
                 jit_ms.append(jit.getTotalCompilationTime() - compiled)
+                if other is not None:
+                    others.append(timed_ingest(spark, other, n))
             kp = max(kp_runs)
             e2e_seconds, summary = min(runs, key=lambda run: run[0])
             median_seconds = statistics.median(run[0] for run in runs)
@@ -431,6 +448,23 @@ def main() -> None:
                     / n
                     * 1e9,
                     "table_rows": n,
+                    **(
+                        {
+                            "paired_isolation": args.paired_isolation,
+                            "paired_isolation_seconds": [o[0] for o in others],
+                            "paired_isolation_cpu_seconds": [o[1]["cpu_seconds"] for o in others],
+                            # per round: this config's run / the other isolation's (CPU, wall)
+                            "cpu_ratio_to_paired_isolation": [
+                                r[1]["cpu_seconds"] / o[1]["cpu_seconds"]
+                                for r, o in zip(runs, others, strict=True)
+                            ],
+                            "wall_ratio_to_paired_isolation": [
+                                r[0] / o[0] for r, o in zip(runs, others, strict=True)
+                            ],
+                        }
+                        if others
+                        else {}
+                    ),
                 },
             }
             results[codec.label] = r
