@@ -197,8 +197,9 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 def tree_cpu_seconds() -> float:
     """User + system CPU-seconds of this process and every live descendant (the driver JVM
-    and its Python workers, which ``spark.python.worker.reuse`` keeps alive between runs),
-    from ``/proc``: steadier than wall-clock on a shared machine."""
+    and its Python workers), their reaped children's included (a Python worker that exited
+    is in its parent's ``cutime``/``cstime``), from ``/proc``: steadier than wall-clock on a
+    shared machine."""
     children: dict[int, list[int]] = {}
     cpu: dict[int, float] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -209,7 +210,7 @@ def tree_cpu_seconds() -> float:
         fields = raw[raw.rindex(")") + 2 :].split()
         pid = int(stat.parent.name)
         children.setdefault(int(fields[1]), []).append(pid)
-        cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
+        cpu[pid] = sum(int(v) for v in fields[11:15]) / _TICKS
     total, todo = 0.0, [os.getpid()]
     while todo:
         pid = todo.pop()
