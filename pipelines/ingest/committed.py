@@ -26,9 +26,20 @@ over logs without a single transactional batch. Here the run reads **optimistica
    and read again in a second job into the same staged write: those partitions' ranges cut
    at their LSO and with their aborted ranges masked (the events of step 1 are already the
    pre-pass's result: no pre-pass job), the other ranges of those tasks read again as they
-   were. Such a run costs about one more read of the affected tasks (a pre-pass plus a
-   precise pass cost ~1.12x; a partition in a transaction at every run pays ~2x its read
-   here), which the run reports (``txn_reread_partitions``, ``txn_reread_seconds``).
+   were. Such a run costs about one more read of the affected tasks (see below), which the
+   run reports (``txn_reread_partitions``, ``txn_reread_seconds``).
+
+Measured (11-28, local[2], load 0.5-3.4; ``tests/perf/bench_ingest.py --paired-isolation
+read_uncommitted``, 10M x 100 B, each read_committed run paired with a read_uncommitted one):
+read_committed / read_uncommitted CPU-seconds median 0.97-1.00, wall 0.97-1.01 (lz4 and
+none); the pre-pass design in the same setting: CPU 1.14-1.15, wall 1.13-1.15. The price is
+paid by partitions with aborted or open transactions: ``tests/perf/bench_ingest_txn.py``
+(2M records in transactions of 5 batches, every tenth aborted, the last one open) runs
+1.9-2.4x read_uncommitted's time, the second read 46-51% of the run (the pre-pass design:
+1.31x, its plain log 1.32x; this design's plain log 1.03x). A partition whose producers keep
+a transaction open at every run pays that at every run; a predictor that sends such
+partitions straight to a walk-first pass (e.g. the last run found transactions there) would
+bring it back to ~1.3x — not built.
 
 Exactness: the committed files are those of tasks whose partitions' ranges need no mask and
 no cut (identical to what the two-pass design wrote) plus the precise re-read; the reports
