@@ -9,7 +9,7 @@ record sits right after the 61-byte header, uncompressed::
 
 :func:`marker_types` reads that key for the control batches a caller names — a few bytes per
 marker, one Python step per marker (one per transaction and partition), never per record.
-:func:`txn_frames` selects, in file order, the frames a transaction pre-pass needs: the
+:func:`txn_frames` selects, in file order, the frames ``read_committed`` needs: the
 transactional data batches and the markers. Pure functions over a buffer and its
 :class:`~pipelines.decode.batches.BatchScan`; thread-safe for distinct inputs.
 """

@@ -116,11 +116,14 @@ def _task_writer(
     schema: pa.Schema,
     partition_by: list[str],
     writer_options: Mapping[str, Any],
+    first_task: int = 0,
 ) -> Callable[[int, Iterable[T]], Iterator[str]]:
     """The function each Spark task runs: produce, write files, yield their metadata and the
-    task's reports as JSON lines (``{"file": ...}`` / ``{"report": ...}``)."""
+    task's reports as JSON lines (``{"file": ...}`` / ``{"report": ..., "task": ...}``); the
+    task's id (in its files' names) is ``first_task`` plus its Spark partition index."""
 
     def run(index: int, items: Iterable[T]) -> Iterator[str]:
+        index += first_task
         start_task()  # no full GC of the worker's modules between tasks
         ctx = TaskContext.get()
         attempt = ctx.attemptNumber() if ctx is not None else 0
@@ -154,7 +157,7 @@ def _task_writer(
         for f in files:
             yield json.dumps({"file": asdict(f)})
         for r in reports:
-            yield json.dumps({"report": r})
+            yield json.dumps({"report": r, "task": index})
 
     return run
 
@@ -164,7 +167,8 @@ class StagedWrite:
     """Data files written by :func:`stage_files` (referenced by no snapshot yet).
 
     ``reports`` holds what the tasks' ``produce`` yielded besides record batches, in task
-    order. Call :meth:`commit` or :meth:`abort` exactly once.
+    order, and ``report_tasks`` the id of the task that yielded each. Call :meth:`commit` or
+    :meth:`abort` exactly once.
     """
 
     location: LakeLocation
@@ -175,7 +179,9 @@ class StagedWrite:
     lease: Lease | None = None
     files: list[WrittenFile] = field(default_factory=list)
     reports: list[Any] = field(default_factory=list)
+    report_tasks: list[int] = field(default_factory=list)
     reaped: int = 0  # files of earlier crashed writes removed before this one started
+    tasks: int = 0  # tasks staged so far (the next stage_files(into=...) numbers on from here)
 
     @property
     def root(self) -> str:
@@ -241,6 +247,29 @@ class StagedWrite:
         self._release()
         return result
 
+    def discard_tasks(self, task_ids: Collection[int]) -> int:
+        """Drop the files and reports of tasks ``task_ids`` from this write and remove the
+        files from the store (before the commit: a caller that found their contents wrong
+        re-stages them with :func:`stage_files` ``into=`` this write). Returns the files
+        removed. A process killed meanwhile leaves only unreferenced files of this write,
+        reaped as after any crash."""
+        drop = set(task_ids)
+        pairs = list(zip(self.reports, self.report_tasks, strict=True))
+        self.reports = [r for r, t in pairs if t not in drop]
+        self.report_tasks = [t for _, t in pairs if t not in drop]
+        gone = [f for f in self.files if _task_of(f.path) in drop]
+        if not gone:
+            return 0
+        self.files = [f for f in self.files if _task_of(f.path) not in drop]
+        removed = cleanup_write_files(
+            self.location,
+            self.write_id,
+            keep={unquote(f.path) for f in self.files},
+            dirs={posixpath.dirname(unquote(f.path)) for f in gone},
+            settings=self.settings,
+        )
+        return removed
+
     def abort(self) -> None:
         """Remove every file of this write (nothing was committed)."""
         try:
@@ -252,6 +281,12 @@ class StagedWrite:
         if self.lease is not None:
             self.lease.release()
             self.lease = None
+
+
+def _task_of(path: str) -> int:
+    """The task id in a staged file's name (``part-<task:05d>-<write id>-...``, see
+    :class:`~pipelines.delta.files.PartitionedFileWriter`)."""
+    return int(posixpath.basename(path).split("-", 2)[1])
 
 
 def stage_files(
@@ -267,6 +302,7 @@ def stage_files(
     writer_options: Mapping[str, Any] | None = None,
     settings: StorageSettings | None = None,
     lease_ttl_s: float | None = None,
+    into: StagedWrite | None = None,
 ) -> StagedWrite:
     """Run ``produce(task)`` for every task in the executors and write what it yields.
 
@@ -279,20 +315,26 @@ def stage_files(
     Raises ``DeltaSinkError`` (wrapping the task's error) when a task fails; nothing is left
     on disk then. ``path``: a local directory or an object-store URI; ``settings``: how to
     reach the store (the AWS environment when not given); ``lease_ttl_s``: the write's lease
-    (:func:`~pipelines.delta.staging.lease_ttl_s` when not given).
+    (:func:`~pipelines.delta.staging.lease_ttl_s` when not given). ``into``: add these
+    tasks' files and reports to that write (same table, write id and lease; task ids numbered
+    on), which a failure here removes entirely.
     """
     parts = list(partition_by or [])
     missing = [c for c in parts if c not in schema.names]
     if missing:
         raise DeltaSinkError(f"partition columns {missing} are not in the data")
-    loc = table_location(path)
-    resolved = settings if settings is not None else StorageSettings.default()
-    dt = load_table(loc, settings=resolved)
-    if dt is not None:
-        check_schema(dt, schema, parts)
-    staged = StagedWrite(loc, uuid.uuid4().hex, schema, parts, resolved)
-    staged.reaped = reap_crashed_writes(loc, settings=resolved)
-    staged.lease = Lease.take(loc, staged.write_id, settings=resolved, ttl_s=lease_ttl_s)
+    if into is not None:
+        staged = into
+        loc, resolved = into.location, into.settings
+    else:
+        loc = table_location(path)
+        resolved = settings if settings is not None else StorageSettings.default()
+        dt = load_table(loc, settings=resolved)
+        if dt is not None:
+            check_schema(dt, schema, parts)
+        staged = StagedWrite(loc, uuid.uuid4().hex, schema, parts, resolved)
+        staged.reaped = reap_crashed_writes(loc, settings=resolved)
+        staged.lease = Lease.take(loc, staged.write_id, settings=resolved, ttl_s=lease_ttl_s)
     if not tasks:
         return staged
     options: dict[str, Any] = {
@@ -308,7 +350,9 @@ def stage_files(
         schema=schema,
         partition_by=parts,
         writer_options=options,
+        first_task=staged.tasks,
     )
+    staged.tasks += len(tasks)
     # parallelize() cuts n items into n slices of exactly one item each.
     rdd = spark.sparkContext.parallelize(list(tasks), len(tasks))
     try:
@@ -330,6 +374,7 @@ def stage_files(
             staged.files.append(WrittenFile(**item["file"]))
         else:
             staged.reports.append(item["report"])
+            staged.report_tasks.append(item["task"])
     return staged
 
 

@@ -25,14 +25,16 @@ A run:
    Python worker (``pipelines.delta.direct``: records never cross into the JVM), and report
    where their sound batches end, their bytes and control batches, and every damaged batch —
    CRC failures, impossible headers, torn frames and batches whose records cannot be decoded.
-   With ``isolation="read_committed"`` (the default) a pre-pass over the same ranges first
-   finds each partition's aborted transactions and its **last stable offset** (LSO, the
-   first offset of the earliest transaction still open at the high watermark) from the batch
-   headers and markers alone (:mod:`pipelines.sources.transactions`, which states its cost);
-   the pass then reads each partition only below its LSO and leaves out the batches of
-   aborted transactions, so ``records`` never holds an aborted record and an open
-   transaction waits for a later run. ``"read_uncommitted"`` reads everything below the
-   high watermark (control batches are never records);
+   With ``isolation="read_committed"`` (the default) the same pass also collects each
+   partition's transactional batches and markers, from which the driver finds its aborted
+   transactions and its **last stable offset** (LSO, the first offset of the earliest
+   transaction still open at the high watermark) (:mod:`pipelines.sources.transactions`);
+   a partition holding an aborted or an open transaction has its tasks' files discarded and
+   is read again only below its LSO with the batches of aborted transactions left out
+   (:mod:`pipelines.ingest.committed`: one Spark job when, as usually, there is none), so
+   ``records`` never holds an aborted record and an open transaction waits for a later run.
+   ``"read_uncommitted"`` reads everything below the high watermark (control batches are
+   never records);
 3. appends damaged batches not yet in ``quarantine`` to it (idempotent by file and position);
    damage never ends a read (the reader resynchronises on the next sound batch), and each run
    of unreadable bytes is reported as **skipped** offsets — from the end of the sound batch
@@ -66,12 +68,12 @@ them already there.
 
 Modules: this one plans and runs steps 1 and 2; :mod:`pipelines.ingest.config` (the settings,
 the summary), :mod:`pipelines.ingest.tasks` (the executors' side of step 2 and how it is cut
-into tasks), :mod:`pipelines.ingest.commit` (steps 3 and 4).
+into tasks), :mod:`pipelines.ingest.committed` (step 2 under ``read_committed``),
+:mod:`pipelines.ingest.commit` (steps 3 and 4).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import sys
@@ -101,6 +103,7 @@ from pipelines.divergence import (
     rewind_id,
 )
 from pipelines.ingest.commit import QUARANTINE_ARROW_SCHEMA, Divergences, finish_run
+from pipelines.ingest.committed import stage_committed
 from pipelines.ingest.config import (
     APP_PREFIX,
     INTERNAL_TOPIC_PREFIX,
@@ -125,7 +128,6 @@ from pipelines.logdir import (
 )
 from pipelines.sources import RECORDS_ARROW_SCHEMA
 from pipelines.sources.plan import (
-    SegmentRange,
     parse_options,
     plan_ranges,
     replanned,
@@ -136,7 +138,7 @@ from pipelines.sources.tier import (
     plan_tier,
     tier_tasks,
 )
-from pipelines.sources.transactions import PartitionTxns, scan_transactions
+from pipelines.sources.transactions import PartitionTxns
 
 __all__ = [
     "APP_PREFIX",
@@ -243,44 +245,6 @@ def _ensure_tables(config: IngestConfig) -> None:
     ensure_table(config.diverged_path, DIVERGED_ARROW_SCHEMA, DIVERGED_PARTITION_BY)
 
 
-def _stable_ranges(
-    spark: SparkSession,
-    ranges: list[SegmentRange],
-    tasks: list[list[SegmentRange]],
-    summary: IngestSummary,
-    log: Log,
-) -> tuple[list[SegmentRange], dict[TopicPartition, PartitionTxns]]:
-    """``read_committed``: the pre-pass over ``tasks``, then ``ranges`` cut at each
-    partition's LSO (ranges wholly at or above it dropped)."""
-    began = time.monotonic()
-    txns = scan_transactions(spark, tasks)
-    summary.txn_prepass_seconds = time.monotonic() - began
-    out = []
-    for r in ranges:
-        lso = txns[(r.topic, r.partition)].lso(r.until)
-        if r.start_offset >= lso or r.segment_base_offset >= lso:
-            continue
-        out.append(dataclasses.replace(r, until=lso) if lso < r.until else r)
-    until = {(r.topic, r.partition): r.until for r in ranges}
-    for tp, found in sorted(txns.items()):
-        summary.aborted_transactions += len(found.aborted)
-        summary.open_transactions += found.open
-        if found.open_from is not None and found.open_from < until[tp]:
-            summary.held_at_lso[f"{tp[0]}/{tp[1]}"] = found.open_from
-    log(
-        f"read_committed: {summary.aborted_transactions} aborted and {summary.open_transactions} "
-        f"open transactions below the high watermarks (pre-pass "
-        f"{summary.txn_prepass_seconds:.2f} s); "
-        + (
-            "held at their last stable offset: "
-            + ", ".join(f"{k} at {v}" for k, v in summary.held_at_lso.items())
-            if summary.held_at_lso
-            else "no partition held below its high watermark"
-        )
-    )
-    return out, txns
-
-
 def run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log = _stderr) -> IngestSummary:
     """One ingest run (see the module docstring). Raises ``LoglakeError`` on failure.
 
@@ -384,29 +348,29 @@ def _run_ingest(spark: SparkSession, config: IngestConfig, *, log: Log) -> Inges
     # cores finish together (equal tasks left a core idle for up to 15% of a run).
     cores = spark.sparkContext.defaultParallelism
     tasks = schedule_tasks(ranges, cores, config.max_partition_bytes, piece)
+    total = sum(r.end - r.start for r in ranges)
+    log(
+        f"reading {len(ranges)} ranges ({total / 1e6:.1f} MB) of {len(starts)} partitions up to "
+        f"their high watermarks in {len(tasks)} tasks"
+    )
+
+    def stage(items: Sequence[Any], *, collect_txn: bool = False, **more: Any) -> StagedWrite:
+        read = functools.partial(_read_ranges, options=source, collect_txn=collect_txn)
+        return stage_records(spark, config, items, read, log, **more)
+
+    head = tier_tasks(tier.ranges, cores)
     txns: dict[TopicPartition, PartitionTxns] = {}
-    if config.isolation == "read_committed" and ranges:
-        ranges, txns = _stable_ranges(spark, ranges, tasks, summary, log)
-        tasks = schedule_tasks(ranges, cores, config.max_partition_bytes, piece)
+    with _ProgressReporter(spark, config.progress_interval_s, log):
+        if config.isolation == "read_committed" and ranges:
+            staged, txns = stage_committed(tasks, head=head, stage=stage, summary=summary, log=log)
+        else:
+            staged = stage([*head, *_with_aborted(tasks, {})])
     # the offsets this run may ingest end at the high watermark, or the LSO below it
     limits = dict(high_watermarks) if high_watermarks is not None else None
     for tp, found in txns.items():
         if found.open_from is not None:
             limits = limits if limits is not None else {}
             limits[tp] = found.lso(limits.get(tp, found.open_from))
-    total = sum(r.end - r.start for r in ranges)
-    log(
-        f"reading {len(ranges)} ranges ({total / 1e6:.1f} MB) of {len(starts)} partitions up to "
-        f"their high watermarks in {len(tasks)} tasks"
-    )
-    with _ProgressReporter(spark, config.progress_interval_s, log):
-        staged = stage_records(
-            spark,
-            config,
-            [*tier_tasks(tier.ranges, cores), *_with_aborted(tasks, txns)],
-            functools.partial(_read_ranges, options=source),
-            log,
-        )
     try:
         return finish_run(spark, config, summary, staged, firsts, progress, limits, log, divergence)
     finally:
@@ -440,11 +404,15 @@ def stage_records(
     tasks: Sequence[Any],
     read: Callable[[Any], Iterator[Any]],
     log: Log,
+    *,
+    into: StagedWrite | None = None,
 ) -> StagedWrite:
     """The run's ``records`` files, staged by the executors (``read`` per task: its rows, then
     its reports), in the table's one shape (schema, partitions, Parquet options) whichever
     source the rows came from (log dirs, the tier, Fetch); the files of runs killed before
-    their commit are reaped first. Ends with :func:`finish_run`."""
+    their commit are reaped first. ``into``: more tasks of that staged write (a
+    ``read_committed`` re-read, :mod:`pipelines.ingest.committed`). Ends with
+    :func:`finish_run`."""
     staged = stage_files(
         spark,
         config.records_path,
@@ -455,8 +423,9 @@ def stage_records(
         compression=config.compression,
         max_rows_per_file=config.max_rows_per_file,
         writer_options=RECORDS_PARQUET_OPTIONS,
+        into=into,
     )
-    if staged.reaped:
+    if staged.reaped and into is None:
         log(f"removed {staged.reaped} data files of earlier runs that were killed before commit")
     return staged
 

@@ -216,7 +216,10 @@ class IngestSummary:
     aborted_transactions: int = 0
     open_transactions: int = 0
     held_at_lso: dict[str, int] = field(default_factory=dict)
-    txn_prepass_seconds: float = 0.0  # the read_committed pre-pass (a Spark job of its own)
+    # partitions read again because they hold aborted or open transactions, and the seconds
+    # of that second Spark job (0: the run's one pass was exact; pipelines.ingest.committed)
+    txn_reread_partitions: int = 0
+    txn_reread_seconds: float = 0.0
     # partitions whose progress was committed to [ingest] lake_group (None: not committed)
     lake_group_partitions: int | None = None
 
@@ -238,5 +241,6 @@ class IngestSummary:
             f"seconds={self.seconds:.1f} skipped_offsets={self.skipped_offsets} "
             f"skipped_bytes={self.skipped_bytes} ({len(self.skipped)} unreadable runs) "
             f"aborted_transactions={self.aborted_transactions} "
-            f"open_transactions={self.open_transactions} held_at_lso={len(self.held_at_lso)}"
+            f"open_transactions={self.open_transactions} held_at_lso={len(self.held_at_lso)} "
+            f"txn_reread_partitions={self.txn_reread_partitions}"
         )

@@ -21,7 +21,7 @@ from pipelines.sources.tier import (
     next_tier_range,
     read_tier_range,
 )
-from pipelines.sources.transactions import AbortedRanges, PartitionTxns
+from pipelines.sources.transactions import AbortedRanges, PartitionTxns, TxnEvents
 
 __all__ = [
     "PIECES_PER_TASK",
@@ -30,11 +30,17 @@ __all__ = [
 
 
 def _read_ranges(
-    ranges: list[tuple[SegmentRange, AbortedRanges | None] | TierRange], *, options: SourceOptions
+    ranges: list[tuple[SegmentRange, AbortedRanges | None] | TierRange],
+    *,
+    options: SourceOptions,
+    collect_txn: bool = False,
 ) -> Iterator[Any]:
     """Executor side of step 2: per range, its records (without those of the aborted
     transactions given with it) then its :class:`RangeReport` (JSON). A :class:`TierRange`
-    (offsets below the log dirs' start that the tier holds) is read from the object store."""
+    (offsets below the log dirs' start that the tier holds) is read from the object store.
+    ``collect_txn``: a segment range's report also carries, under ``"txn"``, the
+    :class:`TxnEvents` its walk met (compacted; left out when there are none), for
+    :mod:`pipelines.ingest.committed`."""
     # Imported here: the driver plans without loading the decoder (numba) at all.
     from pipelines.sources.read import RangeReport, read_records  # noqa: PLC0415
 
@@ -51,7 +57,7 @@ def _read_ranges(
             yield report.to_json()
             continue
         rng, aborted = item
-        report = RangeReport(rng.topic, rng.partition)
+        report = RangeReport(rng.topic, rng.partition, txn=[] if collect_txn else None)
         yield from read_records(
             rng,
             min_timestamp=options.min_timestamp,
@@ -59,7 +65,12 @@ def _read_ranges(
             report=report,
             aborted=aborted,
         )
-        yield report.to_json()
+        out = report.to_json()
+        if report.txn:
+            events = TxnEvents.of(*report.txn_frames()).compact()
+            if len(events):
+                out["txn"] = events.to_json()
+        yield out
 
 
 def _with_aborted(

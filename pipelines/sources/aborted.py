@@ -1,9 +1,10 @@
 """The aborted transactions of one partition, as the records reader applies them to a chunk.
 
 Why a module of its own: the reader (:mod:`pipelines.sources.read`) needs
-:class:`AbortedRanges` and the transactions pre-pass (:mod:`pipelines.sources.transactions`)
-needs the reader's walk; with the class inside the pre-pass module the two imported each
-other. This module imports neither. Pure numpy, picklable (the driver ships it to executors).
+:class:`AbortedRanges`, and the driver's :mod:`pipelines.sources.transactions` (which once ran
+a pre-pass with the reader's walk, and the two imported each other) must stay free of the
+reader and its compiled kernels. This module imports neither. Pure numpy, picklable (the
+driver ships it to executors).
 """
 
 from __future__ import annotations

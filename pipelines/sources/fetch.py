@@ -20,8 +20,8 @@ returned (producer id, first offset); as Kafka's consumer does, a producer's tra
 batches from that first offset up to its ABORT marker are dropped — the marker is found in the
 same bytes (:func:`pipelines.decode.transactions.txn_frames`), else the transaction runs past
 the response and every later batch of it in the response is aborted. The ranges are the same
-:class:`~pipelines.sources.transactions.AbortedRanges` the segment path builds from its
-pre-pass, applied by the same mask.
+:class:`~pipelines.sources.transactions.AbortedRanges` the segment path builds from the
+events of its records pass, applied by the same mask.
 
 Rows: ``segment_base_offset`` and ``batch_position`` name a local file's segment and byte
 position; through Fetch no file is read, so both are ``-1`` (every other column is equal, row

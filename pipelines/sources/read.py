@@ -34,8 +34,9 @@ every damaged batch or unreadable range (undecodable ones included), and the dam
 between sound batches with the offsets around them — the ingest job needs nothing else.
 With ``aborted`` (:class:`~pipelines.sources.transactions.AbortedRanges`), the batches of
 aborted transactions are left undecoded (a numpy mask over each chunk's headers), while the
-report still counts them as read; :func:`read_txn_frames` is the same walk for the
-read_committed pre-pass: only the transactional batches and markers, nothing decoded.
+report still counts them as read; :func:`read_txn_frames` is the same walk for
+transactions alone (the transactional batches and markers, nothing decoded), and a
+:class:`RangeReport` with ``txn`` collects the same frames during the records walk.
 
 ``kind="batches"`` yields one :data:`BATCHES_ARROW_SCHEMA` row per frame (and per unreadable
 stop), with the reason in ``error``; ``verify="full"`` decodes the records too so that
@@ -91,6 +92,9 @@ _MAX_MS = (2**63 - 1) // 1000
 
 _LOG_OVERHEAD = 12
 _V2_HEADER = 61
+
+# (producer_id, kind, first_offset, last_offset): see read_txn_frames
+TxnFrames = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 _CODECS = string_array([*CODEC_LABELS, "unknown", "unknown", "unknown"])
 
@@ -536,6 +540,11 @@ class RangeReport:
     last one's last offset, whatever the window; with ``file``/``start`` they let the driver
     join runs across ranges (:func:`pipelines.sources.damage.stitch_regions`).
     JSON-able through :meth:`to_json`, so an executor can hand it back to the driver.
+
+    ``txn``: when a list is given, :func:`read_records` appends to it, per chunk, what
+    :func:`read_txn_frames` would return for it (the same sound frames, taken before any
+    record is decoded): the ingest's single ``read_committed`` pass
+    (:mod:`pipelines.ingest.committed`); :meth:`txn_frames` joins them. Not in the JSON.
     """
 
     topic: str
@@ -550,7 +559,12 @@ class RangeReport:
     first_sound: int | None = None
     last_end: int | None = None
     regions: list[dict[str, Any]] = field(default_factory=list)
+    txn: list[TxnFrames] | None = field(default=None, repr=False)
     _open: dict[str, Any] | None = field(default=None, repr=False)
+
+    def txn_frames(self) -> TxnFrames:
+        """The transaction frames collected in :attr:`txn`, in file order."""
+        return _join_frames(self.txn or [])
 
     def add(
         self, rng: SegmentRange, chunk: _Chunk, errors: list[str | None], min_timestamp: int
@@ -697,6 +711,12 @@ def read_records(
     for chunk in _chunks(rng, chunk_bytes, data):
         buf, base_position, scan, errors = chunk.buf, chunk.base_position, chunk.scan, chunk.errors
         select = np.fromiter((e is None for e in errors), np.bool_, len(errors))
+        if report is not None and report.txn is not None and len(scan):
+            frames = txn_frames(
+                buf, scan, select, base_position=base_position,
+                min_offset=rng.start_offset, until=rng.until,
+            )  # fmt: skip
+            report.txn.append(frames)
         if aborted is not None and len(aborted):
             txn = (scan.magic == 2) & scan.is_transactional & ~scan.is_control
             select &= ~aborted.mask(scan.producer_id, scan.base_offset, txn)
@@ -750,7 +770,7 @@ def read_txn_frames(
     *,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     data: bytes | memoryview | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> TxnFrames:
     """``(producer_id, kind, first_offset, last_offset)`` of the sound transactional data
     batches and ABORT/COMMIT markers of ``rng`` inside its offset window, in file order
     (:func:`pipelines.decode.transactions.txn_frames`), walked exactly as
@@ -764,6 +784,10 @@ def read_txn_frames(
                 min_offset=rng.start_offset, until=rng.until,
             )  # fmt: skip
             parts.append(frames)
+    return _join_frames(parts)
+
+
+def _join_frames(parts: list[TxnFrames]) -> TxnFrames:
     if not parts:
         empty = np.zeros(0, np.int64)
         return empty, np.zeros(0, np.int8), empty, empty

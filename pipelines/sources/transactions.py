@@ -22,66 +22,57 @@ it does not matter who wrote them (our broker, Kafka, a copy of either):
   (KRaft types) or whose key cannot be read ends nothing (its transaction stays open: the
   safe side, see :func:`pipelines.decode.transactions.marker_types`).
 
-How a run uses it (:func:`scan_transactions`, the pre-pass):
+How a run uses it (:mod:`pipelines.ingest.committed`):
 
-1. a Spark job over the same tasks as the records pass walks each range's frames with the
-   records reader's own walk (:func:`pipelines.sources.read.read_txn_frames`: the same
-   chunked reads, CRC checks and resynchronisation after damage, so both passes agree on
-   which batches are sound), keeps only transactional data batches and markers in the
-   offset window ``[start, high watermark)``, and returns them as :class:`TxnEvents`
-   compacted per producer (consecutive data batches of one producer with no marker between
-   them are one span): O(transactions) numbers per range, not O(batches);
+1. the records pass walks each range with the records reader (:func:`pipelines.sources.read.
+   read_records`: chunked reads, CRC checks, resynchronisation after damage) and, from the
+   same chunks before any record is decoded, keeps the transactional data batches and
+   markers in the offset window ``[start, high watermark)``
+   (:func:`pipelines.decode.transactions.txn_frames`; :func:`~pipelines.sources.read.
+   read_txn_frames` is that walk alone), returned as :class:`TxnEvents` compacted per
+   producer (consecutive data batches of one producer with no marker between them are one
+   span): O(transactions) numbers per range, not O(batches);
 2. the driver concatenates a partition's events (any order: offsets only grow in a
    partition, so sorting by ``(producer, offset)`` restores each producer's sequence) and
    :func:`resolve` classifies every span by the marker after it — all numpy, no Python step
    per batch or per transaction;
-3. the records pass reads each partition only below its LSO, and every task gets the
-   aborted ranges that overlap its segment; :meth:`AbortedRanges.mask` drops the batches
-   inside them (numpy, one sort per chunk) before any record is decoded.
+3. a partition with an aborted or an open transaction is read again only below its LSO,
+   every task getting the aborted ranges that overlap its segment; :meth:`AbortedRanges.mask`
+   drops the batches inside them (numpy, one sort per chunk) before any record is decoded.
 
-Cost: the pre-pass reads the bytes the records pass reads (sequential ``preadv``, the CRC
-check, the header walk; no decompression, no record decoding) — it warms the page cache for
-the records pass; per transaction a few numbers cross to the driver. ``.txnindex`` files are
-not read: they list aborted transactions only, not the open ones the LSO needs (Kafka keeps
-those in its in-memory producer state), so the walk is needed anyway, and it finds the
-aborted ranges on the way; it also works for logs written before such an index existed.
-The records pass's own cost is unchanged but for the mask. Measured with
-``tests/perf/bench_ingest_txn.py`` (local[2], lz4, 100-byte values, 200-record batches, on a
-shared machine under a load of 9-16 on 2 cores): the pre-pass is 6-16% of the run it belongs
-to (median 12% for a log without transactions, 10% for one in transactions of 1,000 records
-with every tenth aborted; 4M records, 20,000 batches). A
-partition held at its LSO has its bytes above the LSO walked again by every run until the
-transaction ends.
+Cost: nothing is read for transactions alone. Until 11-28 step 1 was a pre-pass (a Spark job
+of its own over the same bytes: sequential ``preadv``, the CRC check, the header walk), 6-16%
+of every run (``tests/perf/bench_ingest_txn.py``, local[2], on a shared machine), also of the
+runs over logs without any transaction; step 1 now rides on the records pass, and only the
+tasks of partitions that need a mask or a cut are read twice. ``.txnindex`` files are not
+read: they list aborted transactions only, not the open ones the LSO needs (Kafka keeps those
+in its in-memory producer state), so the walk is needed anyway, and it finds the aborted
+ranges on the way; it also works for logs written before such an index existed. A partition
+held at its LSO has its bytes above the LSO walked again by every run until the transaction
+ends.
 
 A marker lost to damage leaves its transaction open: the partition stops at that
 transaction's first offset until the log is repaired (never a record of an unknown fate in
 ``records``).
 
-Pure numpy here (no numba): the driver imports this module; the executors' part imports the
-reader lazily.
+Pure numpy here (no numba, no reader): the driver imports this module.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from logstore.errors import LoglakeError
-from pipelines.delta.errors import first_error_line
 from pipelines.sources.aborted import AbortedRanges, as_int64
-from pipelines.sources.plan import SegmentRange
 
 __all__ = [
     "AbortedRanges",  # defined in pipelines.sources.aborted; part of PartitionTxns
     "PartitionTxns",
     "TxnEvents",
     "resolve",
-    "scan_transactions",
 ]
 
 TopicPartition = tuple[str, int]
@@ -193,52 +184,3 @@ def resolve(events: TxnEvents) -> PartitionTxns:
         committed=int((data & (nxt == KIND_COMMIT)).sum()),
         open=int(opened.sum()),
     )
-
-
-def _txn_task(items: Iterable[list[SegmentRange]]) -> Iterator[str]:
-    """Executor side of the pre-pass: one JSON line of compacted events per range."""
-    # Imported here: this module's driver side needs no reader (as pipelines.ingest does it).
-    from pipelines.sources.read import read_txn_frames  # noqa: PLC0415
-
-    for ranges in items:
-        for rng in ranges:
-            events = TxnEvents.of(*read_txn_frames(rng)).compact()
-            yield json.dumps({"topic": rng.topic, "partition": rng.partition, **events.to_json()})
-
-
-_PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
-
-
-def _task_error(exc: BaseException) -> str:
-    """The Python exception line of a failed task (``module.SomeError: message``) inside
-    Spark's wrapping, else the first line naming an error."""
-    for raw in str(exc).splitlines():
-        line = raw.strip()
-        if _PYTHON_ERROR.match(line) and not line.startswith(("org.", "java.", "py4j.")):
-            return line
-    return first_error_line(exc)
-
-
-def scan_transactions(
-    spark: Any, tasks: Sequence[Sequence[SegmentRange]]
-) -> dict[TopicPartition, PartitionTxns]:
-    """The pre-pass (module docstring, steps 1 and 2) over ``tasks`` (lists of ranges, each
-    with its offset window ``[start_offset, until)``): every partition with a range gets
-    its :class:`PartitionTxns`. A failed task raises :class:`LoglakeError` (its first
-    error line)."""
-    parts: dict[TopicPartition, list[TxnEvents]] = {}
-    for task in tasks:
-        for rng in task:
-            parts.setdefault((rng.topic, rng.partition), [])
-    if tasks:
-        rdd = spark.sparkContext.parallelize([list(t) for t in tasks], len(tasks))
-        try:
-            lines = rdd.mapPartitions(_txn_task).collect()
-        except Exception as exc:  # a task's error arrives wrapped by Spark (Py4J)
-            raise LoglakeError(
-                f"read_committed pre-pass failed, nothing ingested: {_task_error(exc)}"
-            ) from exc
-        for line in lines:
-            item = json.loads(line)
-            parts[(item["topic"], item["partition"])].append(TxnEvents.from_json(item))
-    return {tp: resolve(TxnEvents.concat(evs)) for tp, evs in parts.items()}

@@ -32,7 +32,12 @@ compiles Spark's per-job code (ClosureCleaner's ASM class reader, Java deseriali
 of the two cores, measured at 0.3-0.6 s of C2 compiler time per run for the first ~5 runs and
 ~0.06 s after; each timed run's compile time is reported (``driver_jit_ms``). A fresh
 ``spark-submit`` pays that once per job; a cold job is timed by hand (see the issue's notes),
-this bench measures the pipeline's steady state. Last line: one JSON object.
+this bench measures the pipeline's steady state. Each run's CPU-seconds (the process tree:
+driver, JVM, Python workers; steadier than wall-clock on a shared machine) are reported too,
+as ``cpu_ns_per_record`` (median). ``--isolation`` overrides the config's; with
+``--paired-isolation`` every timed run is followed by one with that isolation, and the
+per-round CPU and wall ratios are reported (what ``read_committed`` costs over
+``read_uncommitted``). Last line: one JSON object.
 
     .venv/bin/python tests/perf/bench_ingest.py [--records 10000000] [--keep DIR]
 """
@@ -182,17 +187,50 @@ def ingest_config(log_dir: Path, lake: Path, topic: str, args: Any) -> IngestCon
     changes: dict[str, Any] = {"topics": (topic,), "progress_interval_s": 0.0}
     if args.compression:
         changes["compression"] = args.compression
+    if args.isolation:
+        changes["isolation"] = args.isolation
     return dataclasses.replace(config, **changes)
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds() -> float:
+    """User + system CPU-seconds of this process and every live descendant (the driver JVM
+    and its Python workers), their reaped children's included (a Python worker that exited
+    is in its parent's ``cutime``/``cstime``), from ``/proc``: steadier than wall-clock on a
+    shared machine."""
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            raw = stat.read_text()
+        except OSError:  # exited meanwhile
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        pid = int(stat.parent.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        cpu[pid] = sum(int(v) for v in fields[11:15]) / _TICKS
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 def timed_ingest(spark: Any, config: IngestConfig, expected: int) -> tuple[float, dict[str, Any]]:
-    """One ``run_ingest`` into a fresh lake; checks every record landed, exactly once."""
+    """One ``run_ingest`` into a fresh lake; checks every record landed, exactly once. The
+    summary gets ``cpu_seconds``: the process tree's CPU during the run (driver, JVM,
+    workers)."""
     from deltalake import DeltaTable
 
     shutil.rmtree(config.lake, ignore_errors=True)
+    cpu = tree_cpu_seconds()
     t = time.perf_counter()
     summary = run_ingest(spark, config, log=lambda _msg: None)
     seconds = time.perf_counter() - t
+    cpu = tree_cpu_seconds() - cpu
     rows = DeltaTable(config.records_path).to_pyarrow_dataset().count_rows()
     if not (summary.committed and summary.records == expected and rows == expected):
         raise SystemExit(
@@ -202,7 +240,7 @@ def timed_ingest(spark: Any, config: IngestConfig, expected: int) -> tuple[float
     if summary.corrupt_batches or summary.gaps:
         raise SystemExit(f"unexpected damage or gaps: {summary.describe()}")
     shutil.rmtree(config.lake, ignore_errors=True)
-    return seconds, summary.to_json()
+    return seconds, {**summary.to_json(), "cpu_seconds": cpu}
 
 
 def figures(n: int, size: int, secs: float, pass_rate: float, kp: float) -> dict[str, float]:
@@ -282,6 +320,19 @@ def main() -> None:
         "--compression", help="override [ingest] compression of --config (Parquet codec)"
     )
     parser.add_argument(
+        "--isolation",
+        choices=("read_committed", "read_uncommitted"),
+        help="override [ingest] isolation of --config",
+    )
+    parser.add_argument(
+        "--paired-isolation",
+        choices=("read_committed", "read_uncommitted"),
+        help="after each timed run, one run with this isolation too (CPU and wall per round)",
+    )
+    parser.add_argument(
+        "--codecs", default="none,lz4", help="comma-separated topics' codecs to measure"
+    )
+    parser.add_argument(
         "--ingest-runs", type=int, default=5, help="timed end-to-end runs per codec (best kept)"
     )
     parser.add_argument(
@@ -302,8 +353,9 @@ def main() -> None:
         "master": "local[2]",
         "load_avg_1m_start": os.getloadavg()[0],
     }
+    codecs = [c for c in (Codec.NONE, Codec.LZ4) if c.label in args.codecs.split(",")]
     try:
-        for codec in (Codec.NONE, Codec.LZ4):
+        for codec in codecs:
             topic = f"bench-{codec.label}"
             if not (log_dir / f"{topic}-0").is_dir():
                 t = time.perf_counter()
@@ -316,7 +368,7 @@ def main() -> None:
                 write_topic(log_dir, "warmup", 10_000, Codec.LZ4, args, partition=partition)
         # The broker's high watermarks: every record written is committed, so the job's
         # default ``until`` covers all of them.
-        ends = {(f"bench-{c.label}", 0): per_topic for c in (Codec.NONE, Codec.LZ4)}
+        ends = {(f"bench-{c.label}", 0): per_topic for c in codecs}
         write_high_watermarks(log_dir, {**ends, ("warmup", 0): 10_000, ("warmup", 1): 10_000})
         spark = get_spark(
             "bench-ingest",
@@ -333,7 +385,7 @@ def main() -> None:
         for where in ("log_dirs", "lake", "topics"):
             settings.pop(where)
         results["ingest_config"] = settings
-        for codec in (Codec.NONE, Codec.LZ4):
+        for codec in codecs:
             topic = f"bench-{codec.label}"
             df = read_segments(spark, str(log_dir), topics=topic, until="latest")
             partitions = df.rdd.getNumPartitions()
@@ -357,11 +409,18 @@ def main() -> None:
             kp_runs: list[float] = []
             runs: list[tuple[float, dict[str, Any]]] = []
             jit_ms: list[int] = []
+            other = None
+            if args.paired_isolation:
+                other = dataclasses.replace(config, isolation=args.paired_isolation)
+                timed_ingest(spark, other, n)  # its warm-up
+            others: list[tuple[float, dict[str, Any]]] = []
             for _ in range(max(1, args.ingest_runs)):
                 kp_runs.append(kafka_python_once(part_dir, args.baseline_records))
                 compiled = jit.getTotalCompilationTime()
                 runs.append(timed_ingest(spark, config, n))
                 jit_ms.append(jit.getTotalCompilationTime() - compiled)
+                if other is not None:
+                    others.append(timed_ingest(spark, other, n))
             kp = max(kp_runs)
             e2e_seconds, summary = min(runs, key=lambda run: run[0])
             median_seconds = statistics.median(run[0] for run in runs)
@@ -385,7 +444,28 @@ def main() -> None:
                     "driver_jit_ms": jit_ms,
                     "median": figures(n, size, median_seconds, pass_rate, kp),
                     "ingest_summary_seconds": summary["seconds"],
+                    "cpu_seconds": [run[1]["cpu_seconds"] for run in runs],
+                    "cpu_ns_per_record": statistics.median(run[1]["cpu_seconds"] for run in runs)
+                    / n
+                    * 1e9,
                     "table_rows": n,
+                    **(
+                        {
+                            "paired_isolation": args.paired_isolation,
+                            "paired_isolation_seconds": [o[0] for o in others],
+                            "paired_isolation_cpu_seconds": [o[1]["cpu_seconds"] for o in others],
+                            # per round: this config's run / the other isolation's (CPU, wall)
+                            "cpu_ratio_to_paired_isolation": [
+                                r[1]["cpu_seconds"] / o[1]["cpu_seconds"]
+                                for r, o in zip(runs, others, strict=True)
+                            ],
+                            "wall_ratio_to_paired_isolation": [
+                                r[0] / o[0] for r, o in zip(runs, others, strict=True)
+                            ],
+                        }
+                        if others
+                        else {}
+                    ),
                 },
             }
             results[codec.label] = r
@@ -401,7 +481,8 @@ def main() -> None:
                         f"x{f['paired_vs_kafka_python_median']:.1f}"
                         if "median" in f
                         else ""
-                    ),
+                    )
+                    + (f"; {f['cpu_ns_per_record']:.0f} CPU-ns/record" if "median" in f else ""),
                     file=sys.stderr,
                 )
         spark.stop()

@@ -5,7 +5,8 @@ Writes a log dir with ``bench_ingest``'s generator (``--records`` unique records
 200 a batch, ``--codec``), plans it as the ingest job does (``conf/pipeline.toml``'s
 ``max_partition_bytes``, two cores) and runs the first task's function directly, without
 Spark: ``ingest`` (``pipelines.ingest.tasks._read_ranges`` inside ``pipelines.delta.direct``'s task
-writer: decode and write Parquet), ``txn`` (the read_committed pre-pass task), ``lookup``
+writer: decode and write Parquet), ``txn`` (the same under ``read_committed``: collecting the
+transaction events too, :mod:`pipelines.ingest.committed`), ``lookup``
 (``build_lookups``' offset_lookup task with its writer) and ``check`` (the index check task).
 
 Per task and variant: CPU seconds of the calling thread (``time.thread_time``) and of the
@@ -50,7 +51,6 @@ from pipelines.lookups import LOOKUP_SCHEMAS, _check_task, _lookup_task
 from pipelines.sources import RECORDS_ARROW_SCHEMA
 from pipelines.sources.plan import SourceOptions, parse_options, plan_ranges
 from pipelines.sources.synthetic import write_high_watermarks
-from pipelines.sources.transactions import _txn_task
 from pipelines.worker import arrow_single_threaded, without_huge_pages
 
 TOPIC = "t"
@@ -99,9 +99,9 @@ def task_functions(log_dir: Path, out: Path) -> dict[str, Callable[[], int]]:
             shutil.rmtree(out, ignore_errors=True)
         return lines
 
-    def ingest() -> int:
+    def ingest(*, collect_txn: bool = False) -> int:
         return written(
-            functools.partial(_read_ranges, options=records),
+            functools.partial(_read_ranges, options=records, collect_txn=collect_txn),
             _with_aborted([task], {}),
             schema=RECORDS_ARROW_SCHEMA,
             partition_by=["topic", "date"],
@@ -109,8 +109,8 @@ def task_functions(log_dir: Path, out: Path) -> dict[str, Callable[[], int]]:
                             **RECORDS_PARQUET_OPTIONS},
         )  # fmt: skip
 
-    def txn() -> int:
-        return len(list(_txn_task([task])))
+    def txn() -> int:  # the read_committed pass: ingest collecting transaction events
+        return ingest(collect_txn=True)
 
     def lookup() -> int:
         produce = functools.partial(

@@ -92,3 +92,30 @@ def test_tasks_freeze_what_is_alive_when_they_start(spark: SparkSession, tmp_pat
         # the worker's modules (pyspark, pyarrow...) are frozen; what the collector still
         # tracks is what the task made since it started
         assert report["frozen"] > 10_000 and report["tracked"] < report["frozen"] // 10, report
+
+
+def test_discarded_tasks_are_staged_again_into_the_same_write(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A caller drops some tasks' files and reports before the commit and stages other tasks
+    into the same write (ingest's read_committed re-read): the commit holds exactly the kept
+    tasks' rows and the new ones, the dropped files are gone from disk, task ids never clash."""
+    root = tmp_path / "t"
+    staged = stage_files(spark, root, [("a", 0, 7), ("b", 100, 5), ("a", 50, 4)], _produce,
+                         schema=SCHEMA, partition_by=["part"])  # fmt: skip
+    assert staged.report_tasks == [0, 1, 2] and staged.tasks == 3
+    first = _parquet_files(root)
+    assert staged.discard_tasks({1, 2}) >= 2  # b's file and a's second one
+    assert staged.reports == [{"part": "a", "rows": 7}] and staged.report_tasks == [0]
+    assert len(_parquet_files(root)) == 1 and _parquet_files(root) < first
+    again = stage_files(spark, root, [("b", 200, 2), ("c", 300, 1)], _produce, schema=SCHEMA,
+                        partition_by=["part"], into=staged)  # fmt: skip
+    assert again is staged and staged.report_tasks == [0, 3, 4] and staged.tasks == 5
+    assert staged.reports[1:] == [{"part": "b", "rows": 2}, {"part": "c", "rows": 1}]
+    result = staged.commit(app_transactions={"app": 1}, expected_versions={"app": None})
+    assert result.committed and result.num_rows == 10
+    got = pl.read_delta(str(root)).sort("n")
+    assert got["n"].to_list() == [*range(7), 200, 201, 300]
+    assert got["part"].to_list() == ["a"] * 7 + ["b", "b", "c"]
+    live = {Path(u).resolve() for u in DeltaTable(str(root)).file_uris()}
+    assert _parquet_files(root) == live and len(live) == 3

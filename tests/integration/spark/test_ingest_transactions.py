@@ -11,7 +11,12 @@ is read back with deltalake (no Spark), every row compared, duplicates included.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import os
+import signal
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,16 +24,16 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from logstore.errors import LoglakeError
 from logstore.protocol.batch import Codec, iter_batches
 from logstore.protocol.control import ControlType, build_control_batch
 from logstore.protocol.records import build_batch
 from logstore.storage.checkpoints import write_offset_checkpoint
 from logstore.storage.config import LogConfig
 from logstore.storage.log import Log
+from pipelines.delta.staging import LEASE_TTL_ENV
 from pipelines.ingest import IngestConfig, read_progress, run_ingest
-from pipelines.sources.plan import SegmentRange
-from pipelines.sources.transactions import scan_transactions
+from tests.conftest import ROOT
+from tests.fixtures.jobs import spark_submit
 
 pytestmark = pytest.mark.integration
 
@@ -323,12 +328,104 @@ def test_damage_above_the_lso_waits_with_the_open_transaction(
     assert read_progress(lake / "records") == logs.hws
 
 
-def test_a_failed_pre_pass_is_a_clear_error(spark: SparkSession, tmp_path: Path) -> None:
-    gone = SegmentRange(
-        topic="t", partition=0, path=str(tmp_path / "00000000000000000000.log"),
-        segment_base_offset=0, start=0, end=100, start_offset=0, until=10,
-        next_base_offset=None, is_tail=True,
-    )  # fmt: skip
-    with pytest.raises(LoglakeError, match="read_committed pre-pass failed") as err:
-        scan_transactions(spark, [[gone]])
-    assert "vanished between planning and reading" in str(err.value)
+def _spark_jobs(spark: SparkSession) -> int:
+    """Spark jobs the session has run so far (its status store, after the listener bus has
+    delivered every event)."""
+    sc = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
+    sc.listenerBus().waitUntilEmpty(10_000)
+    return int(sc.statusStore().jobsList(None).size())
+
+
+def test_a_log_without_aborted_or_open_transactions_is_read_in_one_spark_job(
+    spark: SparkSession, tmp_path: Path, logs: TxnLogs
+) -> None:
+    """No pre-pass: plain records and committed transactions need no mask and no cut, so the
+    records pass alone is exact (pipelines.ingest.committed)."""
+    lake = tmp_path / "lake"
+    for _ in range(3):
+        logs.data(PLAIN, -1, 5, txn=False)
+    logs.data(P1, -1, 3, txn=False)
+    logs.data(P1, 30, 4)
+    logs.data(P1, -1, 2, txn=False)
+    logs.data(P1, 30, 4)
+    logs.end(P1, 30, commit=True)
+    logs.data(P1, -1, 2, txn=False)
+    logs.checkpoint()
+    before = _spark_jobs(spark)
+    s = run_ingest(spark, _config(logs, lake), log=_quiet)
+    assert _spark_jobs(spark) - before == 1
+    want, stops = consumer_view(logs)
+    assert stops == logs.hws and lake_rows(lake) == want and len(want) == 30
+    assert read_progress(lake / "records") == logs.hws
+    assert (s.aborted_transactions, s.open_transactions, s.held_at_lso) == (0, 0, {})
+    assert (s.txn_reread_partitions, s.txn_reread_seconds) == (0, 0.0)
+    assert s.records == 30 and s.control_batches == 1
+
+
+def test_a_transaction_late_in_a_range_is_read_again_exactly(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Only the end of a long range holds transactions (an aborted one, then one still open):
+    the optimistic pass finds them and re-reads only that partition's tasks; the lake is the
+    READ_COMMITTED view, each record once, the partition held at its LSO."""
+    logs = TxnLogs(tmp_path / "big-segments", segment_bytes=1 << 20)  # one range a partition
+    lake = tmp_path / "lake"
+    try:
+        for _ in range(40):
+            logs.data(P0, -1, 20, txn=False)
+            logs.data(PLAIN, -1, 20, txn=False)
+        logs.data(P0, 40, 5)
+        logs.data(P0, -1, 3, txn=False)
+        logs.end(P0, 40, commit=False)  # aborted, after 800 plain records
+        logs.data(P0, 41, 4)
+        logs.data(P0, -1, 3, txn=False)  # above 41's first offset: waits with it
+        logs.checkpoint()
+        assert len(list((logs.root / "pay-0").glob("*.log"))) == 1
+        config = dataclasses.replace(_config(logs, lake), max_partition_bytes=128 << 20)
+        before = _spark_jobs(spark)
+        messages: list[str] = []
+        s = run_ingest(spark, config, log=messages.append)
+        assert _spark_jobs(spark) - before == 2, messages  # the pass and one re-read
+        reread = [m for m in messages if "read again" in m]
+        assert len(reread) == 1 and "of 1 partitions" in reread[0], messages
+        want, stops = consumer_view(logs)
+        assert stops[P0] == logs.entries[P0][-2].first < logs.hws[P0]
+        assert lake_rows(lake) == want and len(want) == 800 + 3 + 800
+        assert read_progress(lake / "records") == stops
+        assert (s.aborted_transactions, s.open_transactions) == (1, 1)
+        assert s.held_at_lso == {"pay/0": stops[P0]} and s.txn_reread_partitions == 1
+        assert s.records == len(want)
+    finally:
+        logs.close()
+
+
+def test_a_run_killed_between_its_two_reads_leaves_the_lake_as_it_was(
+    tmp_path: Path, logs: TxnLogs
+) -> None:
+    """The session SIGKILLed after the first pass found aborted and open transactions and
+    discarded those tasks' files, before the second read: nothing committed, its files in no
+    snapshot; the next run (the dead write's lease expired) removes them and is exact."""
+    lake = tmp_path / "lake"
+    _interleaved(logs)
+    # small tasks (as _config's): plain-0's are not among those read again
+    conf = tmp_path / "pipeline.toml"
+    shipped = (ROOT / "conf" / "pipeline.toml").read_text()
+    small = shipped.replace("max_partition_bytes = 134217728", "max_partition_bytes = 4096")
+    assert small != shipped
+    conf.write_text(small)
+    args = ["--config", str(conf), "--log-dirs", str(logs.root), "--lake", str(lake)]
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, LEASE_TTL_ENV: "3"}  # fmt: skip
+    killed = spark_submit("ingest.py", args, failpoint="ingest.before_reread", env=env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    left = sorted((lake / "records").rglob("part-*.parquet"))
+    assert left, "the first pass's files of the partitions without aborted transactions"
+    assert not DeltaTable.is_deltatable(str(lake / "records"))
+
+    time.sleep(3 + 2 + 1.5)  # the killed run's lease expires (ttl + margin, whole seconds)
+    ok = spark_submit("ingest.py", args, env=env)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "data files of earlier runs that were killed before commit" in ok.stdout + ok.stderr
+    assert not any(p.exists() for p in left)
+    want, stops = consumer_view(logs)
+    assert lake_rows(lake) == want and read_progress(lake / "records") == stops

@@ -1,0 +1,160 @@
+"""``read_committed`` ingest from log dirs in one pass when no transaction needs a second.
+
+A ``read_committed`` run must leave out the records of aborted transactions and stop each
+partition at its last stable offset (LSO); which batches those are is decided by looking
+*forward* from each transactional batch to its producer's next marker
+(:mod:`pipelines.sources.transactions`), so it is not known before the range has been read.
+Until 11-28 a pre-pass (a Spark job of its own over the same ranges, on by default since
+11-24) found them first; it cost +11-16% of every run (CPU and wall), also of the usual runs
+over logs without a single transactional batch. Here the run reads **optimistically**:
+
+1. the records pass runs as under ``read_uncommitted`` (no aborted ranges, up to the high
+   watermark), and each segment range's report also carries the transaction events its walk
+   met (``collect_txn`` of :func:`pipelines.ingest.tasks._read_ranges`: the transactional
+   data batches and ABORT/COMMIT markers among its sound frames, compacted per producer —
+   exactly what the pre-pass's walk returned for that range, taken from the same chunks
+   before any record is decoded: a few numpy operations over each chunk's headers);
+2. the driver resolves each partition's events (:func:`~pipelines.sources.transactions.
+   resolve`, as after the pre-pass). A partition with **no aborted transaction and none
+   open** — no transactional batch at all, or only committed transactions — is done: the
+   pre-pass would have found the same nothing, and the precise pass would have read the very
+   ranges just read, with nothing masked and nothing cut. That is every partition of most
+   runs: one Spark job, nothing extra but the event collection;
+3. only when some partition holds an aborted or an open transaction, the tasks that read
+   any of its ranges are **discarded** (their staged files removed before anything is
+   committed, :meth:`~pipelines.delta.direct.StagedWrite.discard_tasks`, with their reports)
+   and read again in a second job into the same staged write: those partitions' ranges cut
+   at their LSO and with their aborted ranges masked (the events of step 1 are already the
+   pre-pass's result: no pre-pass job), the other ranges of those tasks read again as they
+   were. Such a run costs about one more read of the affected tasks (see below), which the
+   run reports (``txn_reread_partitions``, ``txn_reread_seconds``).
+
+Measured (11-28, local[2], load 0.5-3.4; ``tests/perf/bench_ingest.py --paired-isolation
+read_uncommitted``, 10M x 100 B, each read_committed run paired with a read_uncommitted one):
+read_committed / read_uncommitted CPU-seconds median 0.97-1.00, wall 0.97-1.01 (lz4 and
+none); the pre-pass design in the same setting: CPU 1.14-1.15, wall 1.13-1.15. The price is
+paid by partitions with aborted or open transactions: ``tests/perf/bench_ingest_txn.py``
+(2M records in transactions of 5 batches, every tenth aborted, the last one open) runs
+1.9-2.4x read_uncommitted's time, the second read 46-51% of the run (the pre-pass design:
+1.31x, its plain log 1.32x; this design's plain log 1.03x). A partition whose producers keep
+a transaction open at every run pays that at every run; a predictor that sends such
+partitions straight to a walk-first pass (e.g. the last run found transactions there) would
+bring it back to ~1.3x — not built.
+
+Exactness: the committed files are those of tasks whose partitions' ranges need no mask and
+no cut (identical to what the two-pass design wrote) plus the precise re-read; the reports
+that set progress and quarantine damage are those of the same tasks. Crash behaviour is that
+of any staged write: a run killed before, between or during the two jobs leaves only
+unreferenced files of its write (reaped by a later run once its lease expired) and progress
+unchanged (crash test: ``LOGLAKE_FAILPOINT=ingest.before_reread`` kills the session after
+step 3 discarded the affected tasks' files, before their second read). The ranges from the
+tier (``pipelines.sources.tier``, judged by the broker's own ``read_committed`` listing) and
+the Fetch path (the broker filters) are not affected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from logstore.failpoints import failpoint, kill_session
+from pipelines.delta.direct import StagedWrite
+from pipelines.ingest.config import IngestSummary, Log, TopicPartition
+from pipelines.ingest.tasks import _with_aborted
+from pipelines.sources.plan import SegmentRange
+from pipelines.sources.transactions import PartitionTxns, TxnEvents, resolve
+
+__all__ = ["Stage", "cut_at_lso", "stage_committed"]
+
+# stage(tasks, collect_txn=..., into=...): stage_records of the run with its reader
+Stage = Callable[..., StagedWrite]
+
+
+def cut_at_lso(
+    ranges: Sequence[SegmentRange], txns: Mapping[TopicPartition, PartitionTxns]
+) -> list[SegmentRange]:
+    """``ranges`` cut at their partition's LSO (ranges wholly at or above it dropped)."""
+    out = []
+    for r in ranges:
+        found = txns.get((r.topic, r.partition))
+        lso = r.until if found is None else found.lso(r.until)
+        if r.start_offset >= lso or r.segment_base_offset >= lso:
+            continue
+        out.append(dataclasses.replace(r, until=lso) if lso < r.until else r)
+    return out
+
+
+def _resolve(staged: StagedWrite, first: int) -> dict[TopicPartition, PartitionTxns]:
+    """Each partition's transactions, from the events in the reports of tasks ``>= first``
+    (the segment ranges; the tier's tasks come first)."""
+    events: dict[TopicPartition, list[TxnEvents]] = {}
+    for report, task in zip(staged.reports, staged.report_tasks, strict=True):
+        if task >= first and "txn" in report:
+            tp = (report["topic"], report["partition"])
+            events.setdefault(tp, []).append(TxnEvents.from_json(report["txn"]))
+    return {tp: resolve(TxnEvents.concat(evs)) for tp, evs in events.items()}
+
+
+def _report(
+    txns: Mapping[TopicPartition, PartitionTxns],
+    until: Mapping[TopicPartition, int],
+    summary: IngestSummary,
+    log: Log,
+) -> None:
+    for tp, found in sorted(txns.items()):
+        summary.aborted_transactions += len(found.aborted)
+        summary.open_transactions += found.open
+        if found.open_from is not None and found.open_from < until[tp]:
+            summary.held_at_lso[f"{tp[0]}/{tp[1]}"] = found.open_from
+    log(
+        f"read_committed: {summary.aborted_transactions} aborted and {summary.open_transactions} "
+        f"open transactions below the high watermarks; "
+        + (
+            "held at their last stable offset: "
+            + ", ".join(f"{k} at {v}" for k, v in summary.held_at_lso.items())
+            if summary.held_at_lso
+            else "no partition held below its high watermark"
+        )
+    )
+
+
+def stage_committed(
+    tasks: list[list[SegmentRange]],
+    *,
+    head: Sequence[Any],
+    stage: Stage,
+    summary: IngestSummary,
+    log: Log,
+) -> tuple[StagedWrite, dict[TopicPartition, PartitionTxns]]:
+    """Steps 1-3 of the module docstring over ``tasks`` (the segment ranges' tasks), staged
+    after ``head`` (the tier's tasks, read in the same first job). Returns the staged write
+    and each partition's transactions (partitions without any are left out)."""
+    staged = stage([*head, *_with_aborted(tasks, {})], collect_txn=True)
+    try:
+        txns = _resolve(staged, len(head))
+        until = {(r.topic, r.partition): r.until for task in tasks for r in task}
+        _report(txns, until, summary, log)
+        wrong = {tp for tp, t in txns.items() if len(t.aborted) or t.open_from is not None}
+        if not wrong:
+            return staged, txns
+        began = time.monotonic()
+        redo = [
+            i for i, task in enumerate(tasks)
+            if any((r.topic, r.partition) in wrong for r in task)
+        ]  # fmt: skip
+        staged.discard_tasks({len(head) + i for i in redo})
+        failpoint("ingest.before_reread", kill=kill_session)
+        again = [cut for i in redo if (cut := cut_at_lso(tasks[i], txns))]
+        staged = stage(_with_aborted(again, txns), into=staged)
+        summary.txn_reread_seconds = time.monotonic() - began
+        summary.txn_reread_partitions = len(wrong)
+        log(
+            f"read_committed: {len(redo)} tasks of {len(wrong)} partitions with aborted or open "
+            f"transactions read again ({summary.txn_reread_seconds:.2f} s)"
+        )
+        return staged, txns
+    except BaseException:
+        staged.abort()
+        raise
