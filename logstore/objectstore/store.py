@@ -46,7 +46,12 @@ from logstore.errors import (
     ObjectStoreError,
     ObjectStoreUnavailableError,
 )
-from logstore.objectstore._s3put import TRANSIENT_STATUS, put_if_absent_s3
+from logstore.objectstore._s3put import (
+    SINGLE_PUT_MAX_BYTES,
+    TRANSIENT_STATUS,
+    put_if_absent_s3,
+    put_object_s3,
+)
 from logstore.objectstore.location import LakeLocation, check_relative
 from logstore.objectstore.settings import StorageSettings
 
@@ -89,8 +94,11 @@ class ObjectStore:
     ):
         """``single_put_small``: on S3, an object smaller than one part (10 MiB) is written
         with one PUT, not as a multipart upload of one part (create, part, complete: three
-        requests); larger ones stay multipart (:meth:`StorageSettings.filesystem`)."""
+        requests), by :func:`~logstore.objectstore._s3put.put_object_s3` with an unsigned
+        payload and a CRC32C checksum (the broker's tier uploads: why, in that module);
+        larger ones stay pyarrow's multipart uploads (:meth:`StorageSettings.filesystem`)."""
         self.root = root
+        self._single_put = single_put_small and root.scheme == "s3"
         self.settings = settings if settings is not None else StorageSettings.default()
         self.filesystem: pafs.FileSystem = self.settings.filesystem(
             root, single_put_small=single_put_small
@@ -143,6 +151,9 @@ class ObjectStore:
         if loc.is_local:
             self._retry("write", loc, lambda: _write_local(Path(loc.key), data))
             return
+        if self._single_put and len(data) < SINGLE_PUT_MAX_BYTES:
+            self._retry("write", loc, lambda: self._put(loc, data))
+            return
 
         def op() -> None:
             with self.filesystem.open_output_stream(loc.fs_path) as f:
@@ -158,11 +169,21 @@ class ObjectStore:
         pyarrow's S3 output stream sends a part (10 MiB) each time its buffer fills, from
         background threads, and completes the upload on close (checked on the tests' S3
         server: a 25 MiB file is stored with a 3-part ETag, a small one as a 1-part upload,
-        or one PUT with ``single_put_small``)."""
+        or one PUT with ``single_put_small``, the file read whole: it is under 10 MiB)."""
         loc = self.location(path)
         size = os.path.getsize(source)
 
         def op() -> None:
+            if self._single_put and size < SINGLE_PUT_MAX_BYTES:
+                with open(source, "rb") as src:
+                    data = src.read()
+                if len(data) != size:
+                    raise ObjectStoreError(
+                        f"{source} changed size during its upload ({size} -> {len(data)} bytes)",
+                        path=loc.uri,
+                    )
+                self._put(loc, data)
+                return
             with open(source, "rb") as src:
                 if loc.is_local:
                     target = Path(loc.key)
@@ -199,17 +220,19 @@ class ObjectStore:
 
         def op() -> bool:
             status, body = put_if_absent_s3(self.settings, loc.bucket, loc.key, data)
-            if status == 200:
-                return True
             if status == 412:
                 return False
-            if status in TRANSIENT_STATUS:
-                raise OSError(f"HTTP {status} (transient): {_s3_code(body)}")
-            raise ObjectStoreError(
-                f"conditional PUT refused: HTTP {status} {_s3_code(body)}", path=loc.uri
-            )
+            _check_put(status, body, loc, "conditional PUT")
+            return True
 
         return self._retry("put-if-absent", loc, op)
+
+    def _put(self, loc: LakeLocation, data: bytes) -> None:
+        """One PUT of ``data`` at ``loc`` (S3, ``single_put_small``)."""
+        status, body = put_object_s3(
+            self.settings, loc.bucket, loc.key, data, unsigned_payload=True
+        )
+        _check_put(status, body, loc, "PUT")
 
     def exists(self, path: str) -> bool:
         """Whether an object (or, on local disk, a directory) has this key."""
@@ -324,6 +347,16 @@ def open_store(
     unless given."""
     loc = location if isinstance(location, LakeLocation) else LakeLocation.parse(location)
     return ObjectStore(loc, settings=settings)
+
+
+def _check_put(status: int, body: str, loc: LakeLocation, what: str) -> None:
+    """A PUT's answer: 200 passes; a transient status is an ``OSError`` (retried by
+    ``_retry``); any other an :class:`ObjectStoreError` with S3's code."""
+    if status == 200:
+        return
+    if status in TRANSIENT_STATUS:
+        raise OSError(f"HTTP {status} (transient): {_s3_code(body)}")
+    raise ObjectStoreError(f"{what} refused: HTTP {status} {_s3_code(body)}", path=loc.uri)
 
 
 def _one_line(text: str) -> str:
