@@ -14,14 +14,16 @@ path-style addressing with a custom endpoint, virtual-hosted on AWS. Credentials
 
 Why the tier's uploads are here (``unsigned_payload``): through pyarrow (its AWS SDK) a 4 MiB
 segment was copied from Python into an Arrow buffer, hashed for the signature (the SDK signs
-the payload over http) and handed to curl on the SDK's threads: 0.23 CPU-s of the broker per
-200k 1 KiB records produced with tiering on (the whole tiering cost 0.26 s over 0.53 s off:
-``/proc`` per thread, ``tests/perf/bench_tier.py``'s workload). Here the body is the file's
-bytes read once, sent with ``UNSIGNED-PAYLOAD`` in place of its SHA-256 (S3 accepts it in the
-Authorization header's signature: AWS, "Signature Calculations for the Authorization Header:
-Transferring Payload in a Single Chunk") and an ``x-amz-checksum-crc32c`` header (signed), which
-S3 checks against the body: integrity without hashing the body for the signature, at CRC32C's
-speed (hardware, the GIL released for large buffers).
+the payload over http) and handed to curl on the SDK's threads: the upload thread and the
+SDK's threads took about 0.23 of the 0.26 CPU-s that tiering added to the broker per 200k
+1 KiB records produced (``/proc`` per thread, ``tests/perf/bench_tier.py``'s workload, load
+11-14); with this PUT tiering adds about 0.15 CPU-s, the upload thread 0.02-0.03. The body is
+the file's bytes read once, sent with ``UNSIGNED-PAYLOAD`` in place of its SHA-256 (S3 takes
+it in the Authorization header's signature: AWS, "Signature Calculations for the Authorization
+Header: Transferring Payload in a Single Chunk"; the SDKs sign the payload over http by
+choice) and an ``x-amz-checksum-crc32c`` header, signed, which S3 checks against the body:
+integrity without hashing the body for the signature, at CRC32C's speed (hardware, the GIL
+released for large buffers).
 
 Answers: 200 -> written; 412 ``PreconditionFailed`` -> the key exists; 409
 ``ConditionalRequestConflict`` (a concurrent conditional write in flight), 500, 503
