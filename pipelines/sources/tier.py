@@ -652,11 +652,13 @@ def tier_tasks(
     joins the last task.
 
     Why not one task per core (as before): tasks of equal bytes do not finish together on a
-    shared machine, and with one task a core a core that finished idled while the other one
-    still read (at 10M records the tier run took 2x the log-dir run of the same segments,
-    which is cut this way). Why not a task per segment: each task costs a worker round trip
-    and a Parquet file per task (that was slower than Fetch in two tasks, seen in
-    ``tests/perf/bench_tier_ingest.py``)."""
+    shared machine (measured for the log-dir path, :func:`~pipelines.ingest.schedule_tasks`),
+    and with one task a core, a core that finished first idled while the other one still
+    read; the tasks after them (the active segments through Fetch) waited as long. Why not a
+    task per segment: each task costs a worker round trip and a Parquet file (that was slower
+    than Fetch in two tasks, seen in ``tests/perf/bench_tier_ingest.py``). At 10M records
+    under load 12-13 the two plans gave 9.3 and 9.4 s (one a core) and 14.2 and 7.6 s (these):
+    that machine's noise, not a measured gain."""
     cores = max(1, cores)
     sizes = [_range_bytes(r) for r in ranges]
     left = sum(sizes)
