@@ -44,6 +44,18 @@ are local. Then, with one Spark session (local[2]) and the shipped ``conf/pipeli
   (:data:`pipelines.sources.tier.DEFAULT_WINDOW_BYTES` windows of whole chunks), two at a time
   (the two cores' tasks), nothing decoded or written: what reading the tier costs at least.
 
+Why decode+write cost 0.556 us a record here (10M, an earlier session) against ~0.26 in
+``bench_ingest.py``: not the data, as far as this machine can tell. Decoded from log-dir
+segments and written as the executors write, in one process at one load (10), 1M records:
+``bench_ingest``'s data (half-random values, 200-record batches) 0.105 us decode + 0.129 us
+write (snappy); this bench's (random 100 B values, ~2,400-record lz4 batches) 0.116 + 0.085;
+its values in 200-record batches 0.092 + 0.213 — repeats spread 2-3x. lz4 of incompressible
+batches: 48 ms per 922k records (cProfile); snappy of incompressible values: 0.03-0.18 us a
+record over ``none`` for files only 15% smaller. What reading the tier adds is the GET's client
+side, ~0.09 us a record (curl, a copy into ``bytes``). The rest is how CPU-seconds swell on this
+loaded 2-vCPU machine: the same in-process decode of the same 1M records measured 0.16 and
+0.57 us a record within an hour.
+
 Each the best of ``--runs`` after one untimed warm-up of each. ``ratio = floor_s / tier_s``.
 Last line: one JSON object.
 
