@@ -656,9 +656,9 @@ def tier_tasks(
     and with one task a core, a core that finished first idled while the other one still
     read; the tasks after them (the active segments through Fetch) waited as long. Why not a
     task per segment: each task costs a worker round trip and a Parquet file (that was slower
-    than Fetch in two tasks, seen in ``tests/perf/bench_tier_ingest.py``). At 10M records
-    under load 12-13 the two plans gave 9.3 and 9.4 s (one a core) and 14.2 and 7.6 s (these):
-    that machine's noise, not a measured gain."""
+    than Fetch in two tasks, seen in ``tests/perf/bench_tier_ingest.py``). Measured against
+    one task a core, 6 paired runs of 1M records at load 3: medians 0.363 and 0.370 s, no
+    difference there; at 10M and load 12-13 the machine's noise (7.6-14.2 s) hid any."""
     cores = max(1, cores)
     sizes = [_range_bytes(r) for r in ranges]
     left = sum(sizes)

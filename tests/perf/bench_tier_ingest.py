@@ -34,10 +34,12 @@ are local. Then, with one Spark session (local[2]) and the shipped ``conf/pipeli
   and what is left of the wall time beyond ``(ran + waited) / cores``: about the time the run
   waited for something else than a CPU (the store's answers, Spark's scheduling, locks); a
   rough figure, negative when more of its threads were runnable at once than there are cores.
-  Why (this session, 10M records at load 12-13): the tier run took 9.3-14.2 s for ~7.6 CPU-s
-  (workers 3.5-5.7, S3 server 1.4-1.7, JVM 0.4-0.9), the log-dir run of the same segments
-  10.1 s: the tier run was no slower than the log dirs; the wall time beyond the CPU was the
-  machine's;
+  Why (2026-11-28, 10M records): at load 12-13 the tier run took 7.6-14.2 s for ~7 CPU-s
+  (Spark's Python workers 3.5-5.7, the S3 server 1.4-1.7, the JVM 0.4-0.9) and the log-dir run
+  of the same segments 7.4-10.1 s; the workers' threads waited runnable for a CPU 5-25 s in
+  all, more than they ran: the wall time beyond the CPU was the machine's, not a wait of the
+  tier reader. At load 3: tier 2.91 s (ran 3.82, waited for a CPU 3.16, the rest -0.58),
+  log dirs 2.14-2.54 s, floor 1.12 s: ratio 0.38 against a bound of 0.47 with the store's CPU;
 - ``fetch_s`` (for comparison): the same ingest without ``remote_log_storage``: everything
   through Fetch, the broker reading its tier for the history;
 - ``floor_s``: the same remote segments' ``.log`` bytes fetched with the same ranged GETs
