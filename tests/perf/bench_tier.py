@@ -41,7 +41,9 @@ a 3.2 s run with tiering on, 0.28 s of 2.2 s off: now ``fdatasync``, which relea
 AWS SDK (a copy into an Arrow buffer, the payload's SHA-256 for the signature, curl) took about
 0.23 CPU-s of the 0.26 that tiering added: now one PUT with an unsigned payload and a CRC32C
 (:mod:`logstore.objectstore._s3put`), tiering adds about 0.15 CPU-s. 6 paired rounds after
-both (load 12-15): on/off median 0.914 (rounds 0.70-1.18), broker 1.95 -> 2.23 us a record.
+both: at load 12-15 on/off median 0.914 (rounds 0.70-1.18), broker 1.95 -> 2.23 us a record;
+at load 0.3-0.7 median 0.900 (rounds 0.80-0.99; 313k vs 353k records/s), broker 1.43 -> 1.58
+us a record (a run is 0.6 s there: 2-7 of its ~26 segments tier during it).
 
     .venv/bin/python tests/perf/bench_tier.py [--records 200000] [--rounds 5]
         [--segment-bytes 4194304]
