@@ -33,7 +33,8 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -62,7 +63,7 @@ _TMP_PREFIX = ".tmp-"
 _COPY_CHUNK = 8 << 20  # bytes per read of write_file's source
 # pyarrow / AWS SDK / curl wordings of errors worth another try
 _TRANSIENT = re.compile(
-    r"connect|timed? ?out|timeout|reset|refused|broken pipe|slow ?down|throttl|"
+    r"connect|timed? ?out|timeout|reset|refused|broken pipe|slow[ _]?down|throttl|"
     r"service unavailable|internal ?error|503|500|502|504|network|curlcode",
     re.IGNORECASE,
 )
@@ -90,19 +91,17 @@ class ObjectStore:
         root: LakeLocation,
         *,
         settings: StorageSettings | None = None,
-        single_put_small: bool = False,
+        unsigned_put_small: bool = False,
     ):
-        """``single_put_small``: on S3, an object smaller than one part (10 MiB) is written
-        with one PUT, not as a multipart upload of one part (create, part, complete: three
-        requests), by :func:`~logstore.objectstore._s3put.put_object_s3` with an unsigned
-        payload and a CRC32C checksum (the broker's tier uploads: why, in that module);
-        larger ones stay pyarrow's multipart uploads (:meth:`StorageSettings.filesystem`)."""
+        """On S3 an object smaller than one part (10 MiB) is written with one PUT, larger
+        ones as a multipart upload (:meth:`StorageSettings.filesystem`). With
+        ``unsigned_put_small`` that PUT of :meth:`write` and :meth:`write_file` is loglake's
+        own (:func:`~logstore.objectstore._s3put.put_object_s3`: an unsigned payload and a
+        CRC32C checksum), not pyarrow's: the broker's tier uploads (why, in that module)."""
         self.root = root
-        self._single_put = single_put_small and root.scheme == "s3"
+        self._single_put = unsigned_put_small and root.scheme == "s3"
         self.settings = settings if settings is not None else StorageSettings.default()
-        self.filesystem: pafs.FileSystem = self.settings.filesystem(
-            root, single_put_small=single_put_small
-        )
+        self.filesystem: pafs.FileSystem = self.settings.filesystem(root)
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.root.uri!r})"
@@ -165,11 +164,12 @@ class ObjectStore:
         """Write (or replace) the object from local file ``source``, streamed in chunks of
         :data:`_COPY_CHUNK` (a segment of a gigabyte is never whole in memory); its size.
         ``FileNotFoundError`` (not retried) when ``source`` is missing: an upload of a file
-        that went is an error, never an empty object. On S3 this is a multipart upload:
-        pyarrow's S3 output stream sends a part (10 MiB) each time its buffer fills, from
-        background threads, and completes the upload on close (checked on the tests' S3
-        server: a 25 MiB file is stored with a 3-part ETag, a small one as a 1-part upload,
-        or one PUT with ``single_put_small``, the file read whole: it is under 10 MiB)."""
+        that went is an error, never an empty object. On S3 a file larger than one part is
+        a multipart upload: pyarrow's S3 output stream sends a part (10 MiB) each time its
+        buffer fills (the first one starts the upload), from background threads, and
+        completes the upload on close (checked on the tests' S3 server: a 25 MiB file is
+        stored with a 3-part ETag, a file under one part with one PUT; with
+        ``unsigned_put_small`` loglake's own PUT, the file read whole: it is under 10 MiB)."""
         loc = self.location(path)
         size = os.path.getsize(source)
 
@@ -228,7 +228,7 @@ class ObjectStore:
         return self._retry("put-if-absent", loc, op)
 
     def _put(self, loc: LakeLocation, data: bytes) -> None:
-        """One PUT of ``data`` at ``loc`` (S3, ``single_put_small``)."""
+        """One PUT of ``data`` at ``loc`` (S3, ``unsigned_put_small``)."""
         status, body = put_object_s3(
             self.settings, loc.bucket, loc.key, data, unsigned_payload=True
         )
@@ -372,7 +372,11 @@ def _tmp_sibling(target: Path) -> Path:
     return target.with_name(f"{_TMP_PREFIX}{target.name}.{uuid.uuid4().hex}")
 
 
-def _write_local(target: Path, data: bytes) -> None:
+@contextmanager
+def _synced_tmp(target: Path, data: bytes) -> Iterator[Path]:
+    """``data`` in a new temporary sibling of ``target`` (its directory made), fsynced: what
+    a rename or a link then makes visible whole. Removed on the way out (after a rename,
+    there is nothing left to remove)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_sibling(target)
     try:
@@ -380,9 +384,14 @@ def _write_local(target: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        yield tmp
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _write_local(target: Path, data: bytes) -> None:
+    with _synced_tmp(target, data) as tmp:
+        os.replace(tmp, target)
 
 
 def _link_local(target: Path, data: bytes) -> bool:
@@ -390,19 +399,11 @@ def _link_local(target: Path, data: bytes) -> bool:
     it visible under the target name, and ``link`` fails if the name exists (atomic). The
     directory is synced after a link, so a written object (a Delta commit) survives a power
     cut once this returns True."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_sibling(target)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+    with _synced_tmp(target, data) as tmp:
         try:
             os.link(tmp, target)
         except FileExistsError:
             return False
-    finally:
-        tmp.unlink(missing_ok=True)
     dir_fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

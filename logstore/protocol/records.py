@@ -62,6 +62,7 @@ __all__ = [
     "decode_records",
     "encode_record",
     "first_keyless_record",
+    "first_record_at_time",
 ]
 
 Header = tuple[str, bytes | None]
@@ -106,20 +107,22 @@ def decode_batch(
     magic and codec) with ``position=pos``.
     """
     header = validate_batch(buf, pos, verify_crc=verify_crc)
+    data = _records_section(buf, pos, header, max_decompressed_size)
+    return header, decode_records(data, header, position=pos)
+
+
+def _records_section(buf: Buffer, pos: int, header: BatchHeader, max_size: int) -> bytes:
+    """The records section of the (validated) batch at ``pos``, decompressed when it has a
+    codec; codec errors re-raised with ``position=pos``."""
     with memoryview(buf) as view:
         section = view[pos + HEADER_SIZE : pos + header.size]
         try:
-            if header.attributes & CODEC_MASK:
-                data: Buffer = decompress(
-                    header.attributes & CODEC_MASK, section, max_size=max_decompressed_size
-                )
-            else:
-                data = bytes(section)
+            codec = header.attributes & CODEC_MASK
+            return decompress(codec, section, max_size=max_size) if codec else bytes(section)
         except LoglakeError as exc:
             raise type(exc)(exc.message, position=pos) from exc
         finally:
             section.release()
-    return header, decode_records(data, header, position=pos)
 
 
 def decode_records(data: Buffer, header: BatchHeader, *, position: int = 0) -> list[Record]:
@@ -206,20 +209,36 @@ def first_keyless_record(
     :class:`CorruptRecordError` (``position=pos``) for a malformed batch or records section.
     """
     header = validate_batch(buf, pos)
-    with memoryview(buf) as view:
-        section = view[pos + HEADER_SIZE : pos + header.size]
-        try:
-            codec = header.attributes & CODEC_MASK
-            data = (
-                decompress(codec, section, max_size=max_decompressed_size)
-                if codec
-                else bytes(section)
-            )
-        except LoglakeError as exc:
-            raise type(exc)(exc.message, position=pos) from exc
-        finally:
-            section.release()
+    data = _records_section(buf, pos, header, max_decompressed_size)
     return _walk_keys(data, header.records_count, pos)
+
+
+def first_record_at_time(
+    buf: Buffer,
+    pos: int = 0,
+    *,
+    timestamp: int,
+    min_offset: int = -1,
+    exact: bool = False,
+) -> tuple[int, int] | None:
+    """``(offset, timestamp)`` of the first record of the batch at ``pos`` whose timestamp is
+    >= ``timestamp`` (== with ``exact``) and whose offset is >= ``min_offset``; None when no
+    record qualifies.
+
+    The one decode behind ListOffsets by timestamp (the local log and remote segments):
+    ``exact`` finds the record carrying a batch's max timestamp (Kafka's
+    ``RecordBatch.offsetOfMaxTimestamp``), where a batch whose header understates its
+    records' timestamps must not answer with a larger one. Decodes the whole batch
+    (:func:`decode_batch`: CRC checked, one object per record): callers pick the batch first
+    from its header, so this runs once or twice per lookup, never on a fetch path. Raises
+    :class:`CorruptRecordError` (``position=pos``) for a malformed batch.
+    """
+    _, records = decode_batch(buf, pos)
+    for rec in records:
+        ts = rec.timestamp
+        if (ts == timestamp if exact else ts >= timestamp) and rec.offset >= min_offset:
+            return rec.offset, ts
+    return None
 
 
 def _walk_keys(data: bytes, count: int, pos: int) -> int | None:

@@ -37,7 +37,6 @@ import json
 import re
 from typing import Any, Literal
 
-import jsonschema  # type: ignore[import-untyped]
 from fastavro.schema import SchemaParseException, UnknownType, parse_schema
 from google.protobuf import (
     descriptor_pb2,
@@ -131,6 +130,9 @@ def _parse_json(text: str) -> ParsedSchema:
         raise InvalidSchemaError(f"not JSON: {exc}") from None
     if not isinstance(doc, (dict, bool)):
         raise InvalidSchemaError(f"a JSON schema is an object or a boolean, not {doc!r:.60}")
+    # imported here: ~90 ms, and every Spark worker decoding Avro imports this module
+    import jsonschema  # type: ignore[import-untyped]  # noqa: PLC0415
+
     try:
         jsonschema.validators.validator_for(doc).check_schema(doc)
     except jsonschema.SchemaError as exc:

@@ -94,7 +94,7 @@ from logstore.protocol.batch import (
     stamp_batch,
     validate_batch,
 )
-from logstore.protocol.records import decode_batch
+from logstore.protocol.records import first_record_at_time
 from logstore.storage.checkpoints import LeaderEpochCache
 from logstore.storage.config import LogConfig
 from logstore.storage.files import (
@@ -784,11 +784,13 @@ class Log:
             for loc in seg.batches(position):
                 if loc.max_timestamp < timestamp or loc.last_offset < start:
                     continue
-                data = os.pread(seg.fileno, loc.size, loc.position)
-                _, recs = decode_batch(data)
-                for rec in recs:
-                    if rec.timestamp >= timestamp and rec.offset >= start:
-                        return (rec.offset, rec.timestamp)
+                found = first_record_at_time(
+                    os.pread(seg.fileno, loc.size, loc.position),
+                    timestamp=timestamp,
+                    min_offset=start,
+                )
+                if found is not None:
+                    return found
         return None
 
     # -- flush --------------------------------------------------------------------------------
@@ -1102,8 +1104,8 @@ def _offset_of_max_timestamp(segments: list[LogSegment]) -> tuple[int, int] | No
     ts, last = best.max_timestamp_so_far, best.offset_of_max_timestamp_so_far
     loc = best.translate_offset(last)
     if loc is not None and loc.max_timestamp == ts:
-        _, records = decode_batch(os.pread(best.fileno, loc.size, loc.position))
-        for rec in records:
-            if rec.timestamp == ts:
-                return rec.offset, ts
+        data = os.pread(best.fileno, loc.size, loc.position)
+        found = first_record_at_time(data, timestamp=ts, exact=True)
+        if found is not None:
+            return found
     return last, ts

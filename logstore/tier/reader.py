@@ -18,12 +18,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from logstore.errors import CorruptRecordError, StorageError
 from logstore.objectstore import ObjectStore
 from logstore.protocol.batch import BatchHeader, iter_batches
-from logstore.protocol.records import decode_batch
+from logstore.protocol.records import first_record_at_time
 from logstore.storage.txn_index import TxnSearchResult, collect_aborted, decode_entries
 from logstore.tier import layout
 from logstore.tier.metadata import RemoteSegment
@@ -134,12 +135,10 @@ class SegmentReader:
         while position < size:
             window = self.bytes_at(seg, manifest, position, want)
             end = 0
-            try:
+            with _parsing():
                 for pos, header in iter_batches(window, allow_torn_tail=True):
                     end = pos + header.size
                     yield header, window, pos
-            except CorruptRecordError as exc:
-                raise StorageError(f"remote segment bytes do not parse: {exc}") from exc
             if end == 0:
                 if position + len(window) >= size:
                     raise StorageError(
@@ -186,23 +185,7 @@ class SegmentReader:
         when the segment has none. The time index gives where to start (the greatest entry
         at or below the target: everything before it is older), the offset index its
         position; batches whose max timestamp is older are skipped undecoded."""
-        manifest = self.manifest(seg)
-        time_index = self.index_part(seg, manifest, "timestamp")
-        relative = layout.time_floor(time_index, timestamp)
-        first = max(seg.start_offset + relative, start_offset)
-        index = self.index_part(seg, manifest, "offset")
-        position = layout.floor_position(index, first - seg.start_offset)
-        for header, window, pos in self._batches(seg, manifest, position):
-            if header.max_timestamp < timestamp or header.last_offset < start_offset:
-                continue
-            try:
-                _, records = decode_batch(window, pos)
-            except CorruptRecordError as exc:
-                raise StorageError(f"remote segment bytes do not parse: {exc}") from exc
-            for rec in records:
-                if rec.timestamp >= timestamp and rec.offset >= start_offset:
-                    return rec.offset, rec.timestamp
-        return None
+        return self._first_at_time(seg, timestamp, start_offset=start_offset, exact=False)
 
     def offset_of_max_timestamp(self, seg: RemoteSegment) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the record holding ``seg``'s largest timestamp (its
@@ -215,21 +198,42 @@ class SegmentReader:
         target = seg.max_timestamp_ms
         if target < 0:
             return None
+        return self._first_at_time(seg, target, start_offset=seg.start_offset, exact=True)
+
+    def _first_at_time(
+        self, seg: RemoteSegment, timestamp: int, *, start_offset: int, exact: bool
+    ) -> tuple[int, int] | None:
+        """The scan behind both lookups: from the time index's floor of ``timestamp`` (no
+        earlier batch reaches it), the first batch at or above ``start_offset`` whose max
+        timestamp reaches ``timestamp`` (equals it with ``exact``) and has a record that
+        :func:`first_record_at_time` accepts; batches that cannot are skipped undecoded."""
         manifest = self.manifest(seg)
-        relative = layout.time_floor(self.index_part(seg, manifest, "timestamp"), target)
+        relative = layout.time_floor(self.index_part(seg, manifest, "timestamp"), timestamp)
+        first = max(seg.start_offset + relative, start_offset)
         index = self.index_part(seg, manifest, "offset")
-        position = layout.floor_position(index, relative)
+        position = layout.floor_position(index, first - seg.start_offset)
         for header, window, pos in self._batches(seg, manifest, position):
-            if header.max_timestamp != target:
+            top = header.max_timestamp
+            if header.last_offset < start_offset or (
+                top != timestamp if exact else top < timestamp
+            ):
                 continue
-            try:
-                _, records = decode_batch(window, pos)
-            except CorruptRecordError as exc:
-                raise StorageError(f"remote segment bytes do not parse: {exc}") from exc
-            for rec in records:
-                if rec.timestamp == target:
-                    return rec.offset, rec.timestamp
+            with _parsing():
+                found = first_record_at_time(
+                    window, pos, timestamp=timestamp, min_offset=start_offset, exact=exact
+                )
+            if found is not None:
+                return found
         return None
+
+
+@contextmanager
+def _parsing() -> Iterator[None]:
+    """Segment bytes that do not parse, as the :class:`StorageError` this module raises."""
+    try:
+        yield
+    except CorruptRecordError as exc:
+        raise StorageError(f"remote segment bytes do not parse: {exc}") from exc
 
 
 def _select(
@@ -240,7 +244,7 @@ def _select(
     not whole in ``data``."""
     begin = end = -1
     first = last = -1
-    try:
+    with _parsing():
         for pos, header in iter_batches(data, allow_torn_tail=True):
             if header.last_offset < offset:
                 continue
@@ -252,8 +256,6 @@ def _select(
             if begin < 0:
                 begin, first = pos, header.base_offset
             end, last = pos + size, header.last_offset
-    except CorruptRecordError as exc:
-        raise StorageError(f"remote segment bytes do not parse: {exc}") from exc
     if begin < 0:
         return None
     return data[begin:end], first, last

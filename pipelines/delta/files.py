@@ -17,13 +17,15 @@ Where: the table's location is a local directory or an object-store prefix
 (:class:`~logstore.objectstore.LakeLocation`); files are written through the pyarrow
 filesystem of that location (:meth:`~logstore.objectstore.StorageSettings.filesystem`), so an
 executor writes straight to S3 (a multipart upload streamed while the Parquet writer runs, no
-local copy) exactly as it writes to disk. The settings travel to executors inside the task (a
+local copy; a file under one part, 10 MiB, is one PUT at its close) exactly as it writes to
+disk. The settings travel to executors inside the task (a
 frozen dataclass): an executor's environment is the JVM's, not the driver's.
 
 Crash behaviour: a file is written in place and is invisible until a commit references it; a
 killed task leaves a partial file that no snapshot contains (``cleanup_write_files`` removes it;
-on S3 an upload that never completed leaves no object at all, only an incomplete multipart
-upload that the bucket's lifecycle rule ``AbortIncompleteMultipartUpload`` expires).
+on S3 an upload that never completed leaves no object at all: nothing for a file that had
+not filled a part, else an incomplete multipart upload that the bucket's lifecycle rule
+``AbortIncompleteMultipartUpload`` expires).
 Thread-safety: one ``PartitionedFileWriter`` per task; not shared between threads.
 """
 

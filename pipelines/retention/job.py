@@ -398,16 +398,19 @@ def delete_records_online(
     return out
 
 
+def _broker_running(exc: LogDirLockedError) -> LogDirLockedError:
+    return LogDirLockedError(
+        f"{exc}: a broker is running on the log dir; give --bootstrap-server to delete through it"
+    )
+
+
 def _check_unlocked(log_dirs: Iterable[str]) -> None:
     for d in log_dirs:
         lock = DirLock(d)
         try:
             lock.acquire()
         except LogDirLockedError as exc:
-            raise LogDirLockedError(
-                f"{exc}: a broker is running on the log dir; give --bootstrap-server to delete "
-                "through it"
-            ) from None
+            raise _broker_running(exc) from None
         lock.release()
 
 
@@ -419,10 +422,7 @@ def delete_records_offline(
     try:
         manager = LogManager(list(log_dirs), default_config=defaults, background=False)
     except LogDirLockedError as exc:
-        raise LogDirLockedError(
-            f"{exc}: a broker is running on the log dir; give --bootstrap-server to delete "
-            "through it"
-        ) from None
+        raise _broker_running(exc) from None
     try:
         for (topic, partition), offset in sorted(starts.items()):
             lg = manager.get_log(topic, partition)

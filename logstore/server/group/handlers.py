@@ -424,15 +424,7 @@ def _fetch_group(
         # v1 has no group-level error: every partition carries it.
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for t, p in wanted:
-            by_topic.setdefault(t, []).append(
-                {
-                    "partition_index": p,
-                    "committed_offset": -1,
-                    "committed_leader_epoch": -1,
-                    "metadata": "",
-                    "error_code": error,
-                }
-            )
+            by_topic.setdefault(t, []).append(_no_offset(p, error))
         return {
             "group_id": group_id,
             "error_code": error,
@@ -450,19 +442,22 @@ def _fetch_group(
             }
         )
     for t, p in denied:
-        grouped.setdefault(t, []).append(
-            {
-                "partition_index": p,
-                "committed_offset": -1,
-                "committed_leader_epoch": -1,
-                "metadata": "",
-                "error_code": ErrorCode.topic_authorization_failed,
-            }
-        )
+        grouped.setdefault(t, []).append(_no_offset(p, ErrorCode.topic_authorization_failed))
     return {
         "group_id": group_id,
         "error_code": error,
         "topics": [{"name": t, "partitions": ps} for t, ps in grouped.items()],
+    }
+
+
+def _no_offset(partition: int, error: ErrorCode) -> dict[str, Any]:
+    """An OffsetFetch partition answered with ``error`` and no committed offset."""
+    return {
+        "partition_index": partition,
+        "committed_offset": -1,
+        "committed_leader_epoch": -1,
+        "metadata": "",
+        "error_code": error,
     }
 
 

@@ -120,6 +120,18 @@ class _PartitionRead:
     remote: tuple[str, int, int, int] | None = None
 
 
+def _failed_read(pid: int, part: Any, exc: LoglakeError) -> _PartitionRead:
+    """The answer for a partition whose read raised ``exc``: its error code, with the offsets
+    the partition has now (as before the read)."""
+    return _PartitionRead(
+        pid,
+        error_code_for(exc),
+        part.high_watermark,
+        part.log_start_offset,
+        last_stable_offset=part.last_stable_offset,
+    )
+
+
 def _read(
     ctx: RequestContext, request: Any, topics: list[_Topic]
 ) -> tuple[list[tuple[str | uuid.UUID, list[_PartitionRead]]], int, bool]:
@@ -175,14 +187,7 @@ def _read(
                 if r.remote is not None:
                     total += max(int(getattr(request, "min_bytes", 1)), 1)  # answer now
             except LoglakeError as exc:
-                # offsets as the partition has them now, as before the read
-                r = _PartitionRead(
-                    pid,
-                    error_code_for(exc),
-                    part.high_watermark,
-                    part.log_start_offset,
-                    last_stable_offset=part.last_stable_offset,
-                )
+                r = _failed_read(pid, part, exc)
                 errors = True
             else:
                 r = _PartitionRead(
@@ -223,13 +228,7 @@ def _remote_or_error(  # noqa: PLR0917
     pid = int(p.partition)
     offset = int(p.fetch_offset)
     committed = isolation == IsolationLevel.READ_COMMITTED
-    r = _PartitionRead(
-        pid,
-        error_code_for(exc),
-        part.high_watermark,
-        part.log_start_offset,
-        last_stable_offset=part.last_stable_offset,
-    )
+    r = _failed_read(pid, part, exc)
     tier = getattr(broker, "tier", None)
     if tier is None or not tier.is_tiered(part.log):
         return r

@@ -38,6 +38,7 @@ from logstore.protocol.batch import iter_batches
 from logstore.protocol.records import decode_batch
 from logstore.tier.metadata import METADATA_TOPIC, SegmentState, decode_record, kafka_uuid
 from tests.fixtures.broker import wait_for
+from tests.fixtures.s3 import S3Proxy, Throttle
 from tests.integration.broker.clients import (
     Got,
     by_partition,
@@ -387,101 +388,17 @@ def test_compacted_topics_cannot_enable_remote_storage(broker_factory, s3):
         fut.result(30)
 
 
-class _Throttler:
-    """An HTTP proxy before the S3 server that answers every other PUT with S3's 503
-    SlowDown (throttling), forwarding everything else unchanged."""
-
-    def __init__(self, upstream_port: int) -> None:
-        import http.client
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        owner = self
-        self.puts = 0
-        self.throttled = 0
-        lock = threading.Lock()
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                return
-
-            def _body(self) -> bytes:
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    out = b""
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0], 16)
-                        chunk = self.rfile.read(size)
-                        self.rfile.readline()
-                        if size == 0:
-                            return out
-                        out += chunk
-                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-            def _forward(self) -> None:
-                body = self._body()
-                if self.command == "PUT":
-                    with lock:
-                        owner.puts += 1
-                        throttle = owner.puts % 2 == 1
-                        owner.throttled += throttle
-                    if throttle:
-                        data = (
-                            b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code>"
-                            b"<Message>Please reduce your request rate.</Message></Error>"
-                        )
-                        self.send_response(503)
-                        self.send_header("Content-Type", "application/xml")
-                        self.send_header("Content-Length", str(len(data)))
-                        self.end_headers()
-                        self.wfile.write(data)
-                        return
-                headers = {
-                    k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"
-                }
-                headers["Content-Length"] = str(len(body))
-                conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=60)
-                try:
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                finally:
-                    conn.close()
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
-                        self.send_header(k, v)
-                length = resp.getheader("Content-Length") if self.command == "HEAD" else None
-                self.send_header("Content-Length", length or str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward  # noqa: N815
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_a_throttling_store_slows_uploads_and_loses_nothing(broker_factory, s3):
-    proxy = _Throttler(s3.server.port)
+    throttle = Throttle(methods=frozenset({"PUT"}), every=2)  # every other PUT
+    proxy = S3Proxy(s3.server.endpoint, reply=throttle)
     try:
         b = _tier_broker(
-            broker_factory,
-            s3,
-            **{"rsm.config.storage.s3.endpoint.url": f"http://127.0.0.1:{proxy.port}"},
+            broker_factory, s3, **{"rsm.config.storage.s3.endpoint.url": proxy.endpoint}
         )
         topic, records = _produce(b.bootstrap)
         _tiered(b, topic)
         wait_for(lambda: _consistent(b, s3), 60)
-        assert proxy.throttled > 0
+        assert throttle.throttled > 0
         _assert_reads_all(b.bootstrap, topic, records)
     finally:
         proxy.close()

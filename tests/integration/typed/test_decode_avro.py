@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -113,6 +114,25 @@ def test_avro_values_decode_into_typed_columns(
     assert kafka["key_schema_id"] is None and "_key" not in rows[0]
     assert kafka["headers"] == [{"key": "h", "value": b"x"}]
     assert kafka["timestamp"] == dt.datetime.fromtimestamp(recs[3].timestamp / 1000, tz=dt.UTC)
+
+    # the data files' layout (typed_parquet_options), and Spark's own reader on it
+    [uri] = DeltaTable(config.table_path("orders")).file_uris()
+    chunks = pq.ParquetFile(uri.removeprefix("file://")).metadata.row_group(0)
+    col = {chunks.column(i).path_in_schema: chunks.column(i) for i in range(chunks.num_columns)}
+    assert "DELTA_BINARY_PACKED" in col["_kafka.offset"].encodings
+    assert "DELTA_BINARY_PACKED" in col["_kafka.timestamp"].encodings
+    assert col["_kafka.offset"].statistics.max == 19 and col["id"].statistics.min == 0
+    assert col["_kafka.partition"].is_stats_set and col["customer"].is_stats_set
+    assert not col["tags.list.element"].is_stats_set and not col["ship.city"].is_stats_set
+    assert not col["_kafka.key"].is_stats_set
+    by_spark = spark.read.parquet(uri).selectExpr(
+        "_kafka.offset AS o", "unix_micros(_kafka.timestamp) AS ts", "tags", "ship.zip", "amount"
+    )
+    assert sorted(tuple(r) for r in by_spark.collect()) == [
+        (k["offset"], k["timestamp"].timestamp() * 10**6, r["tags"], r["ship"]["zip"], r["amount"])
+        for r in rows
+        for k in [r["_kafka"]]
+    ]
 
     # a re-run is a no-op: no new version of the table
     table = DeltaTable(config.table_path("orders"))

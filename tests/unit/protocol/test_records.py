@@ -16,7 +16,13 @@ from logstore.protocol.batch import (
     set_log_append_time,
     validate_batch,
 )
-from logstore.protocol.records import Record, build_batch, decode_batch, encode_record
+from logstore.protocol.records import (
+    Record,
+    build_batch,
+    decode_batch,
+    encode_record,
+    first_record_at_time,
+)
 from logstore.protocol.varint import encode_varint
 
 T0 = 1_700_000_000_000
@@ -221,3 +227,34 @@ def test_verify_crc_false_still_decodes_a_bad_crc_batch() -> None:
         decode_batch(buf)
     assert decode_batch(buf, verify_crc=False)[1][0].value == b"v"
     assert read_header(buf).crc != compute_crc(buf, 0, len(buf))
+
+
+def test_first_record_at_time_picks_by_timestamp_offset_and_exactness() -> None:
+    # offsets 100..104, timestamps out of order as producers may send them
+    batch = build_batch(
+        [(b"k", b"v", [], ts) for ts in (10, 30, 20, 30, 40)], codec=Codec.LZ4, base_offset=100
+    )
+    buf = bytes(7) + batch  # not at position 0, as in a segment window
+    assert first_record_at_time(buf, 7, timestamp=25) == (101, 30)
+    assert first_record_at_time(buf, 7, timestamp=25, min_offset=102) == (103, 30)
+    assert first_record_at_time(buf, 7, timestamp=15, min_offset=102) == (102, 20)
+    assert first_record_at_time(buf, 7, timestamp=41) is None
+    assert first_record_at_time(buf, 7, timestamp=20, exact=True) == (102, 20)
+    assert first_record_at_time(buf, 7, timestamp=25, exact=True) is None
+    assert first_record_at_time(buf, 7, timestamp=30, min_offset=104) == (104, 40)
+    assert first_record_at_time(buf, 7, timestamp=30, min_offset=104, exact=True) is None
+
+
+def test_first_record_at_time_under_log_append_time_is_the_first_record() -> None:
+    buf = build_batch([(b"a", b"1", [], 1), (b"b", b"2", [], 2)], base_offset=5)
+    set_log_append_time(buf, 0, 9_999)
+    assert first_record_at_time(buf, timestamp=9_999, exact=True) == (5, 9_999)
+    assert first_record_at_time(buf, timestamp=2) == (5, 9_999)
+
+
+def test_first_record_at_time_refuses_a_corrupt_batch() -> None:
+    buf = bytearray(b"\x00" * 3) + build_batch([(b"k", b"v", [], 1)])
+    buf[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="CRC") as err:
+        first_record_at_time(buf, 3, timestamp=0)
+    assert err.value.position == 3
