@@ -47,7 +47,12 @@ from logstore.errors import (
     ObjectStoreError,
     ObjectStoreUnavailableError,
 )
-from logstore.objectstore._s3put import TRANSIENT_STATUS, put_if_absent_s3
+from logstore.objectstore._s3put import (
+    SINGLE_PUT_MAX_BYTES,
+    TRANSIENT_STATUS,
+    put_if_absent_s3,
+    put_object_s3,
+)
 from logstore.objectstore.location import LakeLocation, check_relative
 from logstore.objectstore.settings import StorageSettings
 
@@ -86,10 +91,15 @@ class ObjectStore:
         root: LakeLocation,
         *,
         settings: StorageSettings | None = None,
+        unsigned_put_small: bool = False,
     ):
         """On S3 an object smaller than one part (10 MiB) is written with one PUT, larger
-        ones as a multipart upload (:meth:`StorageSettings.filesystem`)."""
+        ones as a multipart upload (:meth:`StorageSettings.filesystem`). With
+        ``unsigned_put_small`` that PUT of :meth:`write` and :meth:`write_file` is loglake's
+        own (:func:`~logstore.objectstore._s3put.put_object_s3`: an unsigned payload and a
+        CRC32C checksum), not pyarrow's: the broker's tier uploads (why, in that module)."""
         self.root = root
+        self._single_put = unsigned_put_small and root.scheme == "s3"
         self.settings = settings if settings is not None else StorageSettings.default()
         self.filesystem: pafs.FileSystem = self.settings.filesystem(root)
 
@@ -140,6 +150,9 @@ class ObjectStore:
         if loc.is_local:
             self._retry("write", loc, lambda: _write_local(Path(loc.key), data))
             return
+        if self._single_put and len(data) < SINGLE_PUT_MAX_BYTES:
+            self._retry("write", loc, lambda: self._put(loc, data))
+            return
 
         def op() -> None:
             with self.filesystem.open_output_stream(loc.fs_path) as f:
@@ -155,11 +168,22 @@ class ObjectStore:
         a multipart upload: pyarrow's S3 output stream sends a part (10 MiB) each time its
         buffer fills (the first one starts the upload), from background threads, and
         completes the upload on close (checked on the tests' S3 server: a 25 MiB file is
-        stored with a 3-part ETag, a file under one part with one PUT)."""
+        stored with a 3-part ETag, a file under one part with one PUT; with
+        ``unsigned_put_small`` loglake's own PUT, the file read whole: it is under 10 MiB)."""
         loc = self.location(path)
         size = os.path.getsize(source)
 
         def op() -> None:
+            if self._single_put and size < SINGLE_PUT_MAX_BYTES:
+                with open(source, "rb") as src:
+                    data = src.read()
+                if len(data) != size:
+                    raise ObjectStoreError(
+                        f"{source} changed size during its upload ({size} -> {len(data)} bytes)",
+                        path=loc.uri,
+                    )
+                self._put(loc, data)
+                return
             with open(source, "rb") as src:
                 if loc.is_local:
                     target = Path(loc.key)
@@ -196,17 +220,19 @@ class ObjectStore:
 
         def op() -> bool:
             status, body = put_if_absent_s3(self.settings, loc.bucket, loc.key, data)
-            if status == 200:
-                return True
             if status == 412:
                 return False
-            if status in TRANSIENT_STATUS:
-                raise OSError(f"HTTP {status} (transient): {_s3_code(body)}")
-            raise ObjectStoreError(
-                f"conditional PUT refused: HTTP {status} {_s3_code(body)}", path=loc.uri
-            )
+            _check_put(status, body, loc, "conditional PUT")
+            return True
 
         return self._retry("put-if-absent", loc, op)
+
+    def _put(self, loc: LakeLocation, data: bytes) -> None:
+        """One PUT of ``data`` at ``loc`` (S3, ``unsigned_put_small``)."""
+        status, body = put_object_s3(
+            self.settings, loc.bucket, loc.key, data, unsigned_payload=True
+        )
+        _check_put(status, body, loc, "PUT")
 
     def exists(self, path: str) -> bool:
         """Whether an object (or, on local disk, a directory) has this key."""
@@ -321,6 +347,16 @@ def open_store(
     unless given."""
     loc = location if isinstance(location, LakeLocation) else LakeLocation.parse(location)
     return ObjectStore(loc, settings=settings)
+
+
+def _check_put(status: int, body: str, loc: LakeLocation, what: str) -> None:
+    """A PUT's answer: 200 passes; a transient status is an ``OSError`` (retried by
+    ``_retry``); any other an :class:`ObjectStoreError` with S3's code."""
+    if status == 200:
+        return
+    if status in TRANSIENT_STATUS:
+        raise OSError(f"HTTP {status} (transient): {_s3_code(body)}")
+    raise ObjectStoreError(f"{what} refused: HTTP {status} {_s3_code(body)}", path=loc.uri)
 
 
 def _one_line(text: str) -> str:

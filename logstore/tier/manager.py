@@ -204,8 +204,12 @@ class RemoteLogManager(RemoteReads):
         self._logs = log_manager
         self.config = config
         self.broker_id = broker_id
+        # a segment's .indexes, manifest and a .log under 10 MiB: one PUT each, loglake's own
+        # (unsigned payload, CRC32C: no SHA-256 pass over every segment on the broker)
         self.store = store or ObjectStore(
-            LakeLocation("s3", config.bucket, "", config.bucket), settings=config.settings
+            LakeLocation("s3", config.bucket, "", config.bucket),
+            settings=config.settings,
+            unsigned_put_small=True,
         )
         self._lock = threading.RLock()
         # (topic id, partition) -> {segment id: metadata with its latest state}; by topic id,

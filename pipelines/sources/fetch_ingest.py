@@ -148,7 +148,7 @@ def run_fetch_ingest(
     staged = stage_records(
         spark,
         config,
-        [*tier_tasks(tier, cores), *([r] for r in ranges)],
+        [*tier_tasks(tier, cores, max_bytes=config.max_partition_bytes), *([r] for r in ranges)],
         functools.partial(_read, max_bytes=max_bytes),
         log,
     )

@@ -97,6 +97,7 @@ from pipelines.sources.fetch import (
 from pipelines.sources.plan import SegmentRange
 
 __all__ = [
+    "DEFAULT_TASK_BYTES",
     "DEFAULT_WINDOW_BYTES",
     "RlmmState",
     "TierPlan",
@@ -115,6 +116,7 @@ __all__ = [
 ]
 
 DEFAULT_WINDOW_BYTES = 8 << 20
+DEFAULT_TASK_BYTES = 128 << 20  # [ingest] max_partition_bytes' default: a task's most bytes
 PARTITION_DELETE_API_KEY = 2
 _PARTITION_FIXED = struct.Struct(">i")
 TopicPartition = tuple[str, int]
@@ -635,22 +637,55 @@ def _end_position(part: Any, data: bytes, skip: int, end: int) -> int:
     return int(scan.position[k]) + int(scan.size[k])
 
 
-def tier_tasks(ranges: list[TierRange], cores: int) -> list[list[TierRange]]:
-    """``ranges`` (in plan order) grouped into about ``cores`` tasks of similar offset counts,
-    consecutive segments together: a task per remote segment cost each a task's fixed
-    price (a worker round trip, a Parquet file per task) and made the run slower than the
-    same offsets through Fetch in two tasks (seen in ``tests/perf/bench_tier_ingest.py``)."""
-    total = sum(r.until - r.start_offset for r in ranges)
-    target = max(1, -(-total // max(1, cores)))
+def tier_tasks(
+    ranges: list[TierRange],
+    cores: int,
+    *,
+    max_bytes: int = DEFAULT_TASK_BYTES,
+    min_bytes: int | None = None,
+) -> list[list[TierRange]]:
+    """``ranges`` (in plan order) cut into tasks of consecutive segments that run out small,
+    the log-dir path's guided self-scheduling (:func:`pipelines.ingest.schedule_tasks`, by
+    the segments' bytes): a task takes ``max_bytes`` while more than ``cores`` such tasks are
+    left, then a core's share of the rest, and so on down to ``min_bytes`` (default a
+    ``PIECES_PER_TASK``-th, 8, of ``max_bytes``) or one segment; a rest under half of that
+    joins the last task.
+
+    Why not one task per core (as before): tasks of equal bytes do not finish together on a
+    shared machine (measured for the log-dir path, :func:`~pipelines.ingest.schedule_tasks`),
+    and with one task a core, a core that finished first idled while the other one still
+    read; the tasks after them (the active segments through Fetch) waited as long. Why not a
+    task per segment: each task costs a worker round trip and a Parquet file (that was slower
+    than Fetch in two tasks, seen in ``tests/perf/bench_tier_ingest.py``). Measured against
+    one task a core, 6 paired runs of 1M records at load 3: medians 0.363 and 0.370 s, no
+    difference there; at 10M and load 12-13 the machine's noise (7.6-14.2 s) hid any."""
+    cores = max(1, cores)
+    sizes = [_range_bytes(r) for r in ranges]
+    left = sum(sizes)
+    share = -(-left // cores)
+    smallest = min(max_bytes // 8 if min_bytes is None else min_bytes, share)
+    target = max(smallest, min(max_bytes, share))
     tasks: list[list[TierRange]] = []
+    task: list[TierRange] = []
     size = 0
-    for r in ranges:
-        if not tasks or size >= target:
-            tasks.append([])
-            size = 0
-        tasks[-1].append(r)
-        size += r.until - r.start_offset
+    for r, n in zip(ranges, sizes, strict=True):
+        if task and size + n > target and left - size > smallest // 2:
+            tasks.append(task)
+            left -= size
+            task, size = [], 0
+            target = max(smallest, min(max_bytes, -(-left // cores)))
+        task.append(r)
+        size += n
+    if task:
+        tasks.append(task)
     return tasks
+
+
+def _range_bytes(rng: TierRange) -> int:
+    """About how many of its segment's bytes ``rng`` reads (its share of the offsets)."""
+    seg = rng.segment
+    span = max(1, seg.end_offset + 1 - seg.start_offset)
+    return max(1, seg.segment_size * (rng.until - rng.start_offset) // span)
 
 
 def plan_summary(plan: TierPlan, parts: Iterable[TopicPartition]) -> str:

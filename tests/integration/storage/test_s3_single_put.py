@@ -80,3 +80,27 @@ def test_a_small_delta_append_is_one_put_per_file_and_a_conditional_commit(
     assert store.put_if_absent("_delta_log/00000000000000000000.json", b"{}\n") is False
     assert s3.get("t/_delta_log/00000000000000000000.json") == before
     assert store.put_if_absent("_delta_log/00000000000000000001.json", b"{}\n") is True
+
+
+def test_the_tiers_unsigned_puts_are_one_put_each(
+    s3: S3Bucket, proxy: S3Proxy, tmp_path: Path
+) -> None:
+    """``unsigned_put_small`` (the broker's tier store): an object under one part, from bytes
+    or from a file, is one PUT of loglake's own (its headers: ``tests/unit/objectstore/
+    test_credentials.py``), stored whole; a larger file is still pyarrow's multipart upload."""
+    settings = StorageSettings.from_environment({"endpoint_url": proxy.endpoint})
+    store = ObjectStore(LakeLocation.parse(s3.uri("q")), settings=settings, unsigned_put_small=True)
+    segment, big = tmp_path / "segment", tmp_path / "big"
+    segment.write_bytes(os.urandom(4 << 20))
+    big.write_bytes(os.urandom(12 << 20))
+    manifest = os.urandom(1000)
+    store.write("m", manifest)
+    assert store.write_file("s", segment) == 4 << 20
+    puts = [r.path for r in proxy.requests if r.kind == "PutObject"]
+    assert sorted(puts) == [f"/{s3.name}/q/m", f"/{s3.name}/q/s"], proxy.kinds()
+    assert not MULTIPART & set(proxy.kinds())
+    store.write_file("b", big)
+    assert set(proxy.kinds()) >= MULTIPART
+    assert s3.get("q/m") == manifest
+    assert s3.get("q/s") == segment.read_bytes()
+    assert s3.get("q/b") == big.read_bytes()

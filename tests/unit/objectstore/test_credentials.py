@@ -9,6 +9,7 @@ PUT is checked against botocore's own SigV4 (test-only dependency), for keys fou
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import http.server
@@ -23,11 +24,12 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+from crc32c import crc32c
 
 from logstore.errors import ObjectStoreError
 from logstore.objectstore import StorageSettings
 from logstore.objectstore import credentials as creds_mod
-from logstore.objectstore._s3put import credentials_for, put_if_absent_s3
+from logstore.objectstore._s3put import credentials_for, put_if_absent_s3, put_object_s3
 from logstore.objectstore.credentials import (
     NONE_RETRY_S,
     REFRESH_BEFORE_S,
@@ -611,3 +613,46 @@ def test_web_identity_sends_the_rotated_token_at_each_refresh(
     assert all(s["RoleArn"] == ["arn:env-role"] for s in sent)
     assert all(s["RoleSessionName"] == ["from-profile"] for s in sent)
     assert all("authorization" not in h for _, _, h, _ in endpoint.seen)
+
+
+def test_an_unsigned_payload_put_signs_as_botocore_and_sends_the_crc32c(
+    endpoint: _Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tier's single PUT (``unsigned_payload``): ``UNSIGNED-PAYLOAD`` in place of the
+    body's SHA-256, the body's CRC32C (big-endian, base64) in a signed header; the signature
+    is botocore's for the same request with payload signing off."""
+    botocore_auth = pytest.importorskip("botocore.auth")
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials as BotoCredentials
+
+    endpoint.answers[("PUT", "/bucket/t/0.log")] = lambda h: (200, b"")
+    settings = StorageSettings.from_environment(
+        {"endpoint_url": endpoint.url, "access_key_id": "K", "secret_access_key": "S"},
+        environ={},
+    )
+    body = b"123456789" * 1000
+    status, _ = put_object_s3(settings, "bucket", "t/0.log", body, unsigned_payload=True)
+    assert status == 200
+    (_, path, headers, got) = endpoint.seen[-1]
+    assert got == body
+    assert headers["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD"
+    assert "if-none-match" not in headers
+    crc = base64.b64decode(headers["x-amz-checksum-crc32c"])
+    assert int.from_bytes(crc, "big") == crc32c(body)
+    assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value (RFC 3720)
+    when = dt.datetime.strptime(headers["x-amz-date"], "%Y%m%dT%H%M%SZ")
+    monkeypatch.setattr(botocore_auth, "get_current_datetime", lambda: when)
+    request = AWSRequest(
+        method="PUT",
+        url=f"{endpoint.url}{path}",
+        data=body,
+        headers={
+            "X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD",
+            "x-amz-checksum-crc32c": headers["x-amz-checksum-crc32c"],
+        },
+    )
+    auth = botocore_auth.S3SigV4Auth(BotoCredentials("K", "S"), "s3", settings.region)
+    monkeypatch.setattr(auth, "_should_sha256_sign_payload", lambda request: False)
+    auth.add_auth(request)
+    assert "x-amz-checksum-crc32c" in headers["authorization"]
+    assert headers["authorization"] == request.headers["Authorization"]

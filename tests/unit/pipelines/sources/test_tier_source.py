@@ -6,6 +6,7 @@ missing; deletes and partition deletes in ``__remote_log_metadata``. Compared wi
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import uuid
 from pathlib import Path
@@ -204,11 +205,30 @@ def test_thetier_part_is_contiguous_from_the_start() -> None:
     assert tier_part(segs, 45, 100) == ([], 45)
 
 
-def test_tier_tasks_are_about_one_per_core_in_plan_order() -> None:
+def _sized(start: int, end: int, size: int) -> RemoteSegment:
+    return dataclasses.replace(_seg(start, end), segment_size=size)
+
+
+def test_tier_tasks_run_out_small_in_plan_order() -> None:
+    """Guided self-scheduling by the segments' bytes (as the log-dir path's tasks): big tasks
+    first, then a core's share of the rest, down to the smallest task; every segment once,
+    in plan order; a range's bytes are its share of its segment's offsets."""
     settings = StorageSettings.from_environment({})
-    ranges = [TierRange(_seg(a, a + 9), a, a + 10, "/x", settings) for a in range(0, 120, 10)]
-    tasks = tier_tasks(ranges, 2)
-    assert [len(t) for t in tasks] == [6, 6]
+    mib = 1 << 20
+    ranges = [
+        TierRange(_sized(a, a + 9, 8 * mib), a, a + 10, "/x", settings) for a in range(0, 1200, 10)
+    ]  # 120 segments of 8 MiB: 960 MiB
+    tasks = tier_tasks(ranges, 2, max_bytes=128 * mib)
+    # MiB a task: 128 while more than 2 such tasks are left, then half the rest each time,
+    # down to 24 (a core's share of the last 48 MiB: above the smallest task, 128 / 8)
+    assert [8 * len(t) for t in tasks] == [128] * 6 + [96, 48, 24, 24]
     assert [r for t in tasks for r in t] == ranges
-    assert len(tier_tasks(ranges, 5)) == 4  # 3 segments (30 offsets) reach a fifth of 120
+    # a few segments: still at least one task a core, each a core's share
+    few = tier_tasks(ranges[:4], 2, max_bytes=128 * mib)
+    assert [len(t) for t in few] == [2, 2]
+    # a range reading half its segment counts half its bytes
+    half = TierRange(_sized(0, 9, 8 * mib), 5, 10, "/x", settings)
+    assert [len(t) for t in tier_tasks([half, *ranges[1:3]], 1, max_bytes=12 * mib)] == [2, 1]
+    whole = TierRange(_sized(0, 9, 8 * mib), 0, 10, "/x", settings)
+    assert [len(t) for t in tier_tasks([whole, *ranges[1:3]], 1, max_bytes=12 * mib)] == [1, 1, 1]
     assert tier_tasks([], 2) == []
