@@ -21,7 +21,9 @@ over logs without a single transactional batch. Here the run reads **optimistica
    ranges just read, with nothing masked and nothing cut. That is every partition of most
    runs: one Spark job, nothing extra but the event collection;
 3. only when some partition holds an aborted or an open transaction, the tasks that read
-   any of its ranges are **discarded** (their staged files removed before anything is
+   its batches in reach of an aborted transaction or at or above its LSO
+   (:func:`_tasks_to_reread`; the others' output is already what the precise read gives) are
+   **discarded** (their staged files removed before anything is
    committed, :meth:`~pipelines.delta.direct.StagedWrite.discard_tasks`, with their reports)
    and read again in a second job into the same staged write: those partitions' ranges cut
    at their LSO and with their aborted ranges masked (the events of step 1 are already the
@@ -36,10 +38,13 @@ none); the pre-pass design in the same setting: CPU 1.14-1.15, wall 1.13-1.15. T
 paid by partitions with aborted or open transactions: ``tests/perf/bench_ingest_txn.py``
 (2M records in transactions of 5 batches, every tenth aborted, the last one open) runs
 1.9-2.4x read_uncommitted's time, the second read 46-51% of the run (the pre-pass design:
-1.31x, its plain log 1.32x; this design's plain log 1.03x). A partition whose producers keep
-a transaction open at every run pays that at every run; a predictor that sends such
-partitions straight to a walk-first pass (e.g. the last run found transactions there) would
-bring it back to ~1.3x — not built.
+1.31x, its plain log 1.32x; this design's plain log 1.03x). Only the tasks whose batches
+reach an aborted transaction or the LSO are read again, so a partition whose producers merely
+keep a transaction open at the end (a streaming exactly-once producer between two commits)
+re-reads its last tasks, not the partition; a log with aborted transactions all through it
+re-reads them all. A predictor that sends such partitions straight to a walk-first pass (e.g.
+the last run found aborted transactions there) would bring that case back to ~1.3x — not
+built.
 
 Exactness: the committed files are those of tasks whose partitions' ranges need no mask and
 no cut (identical to what the two-pass design wrote) plus the precise re-read; the reports
@@ -97,6 +102,29 @@ def _resolve(staged: StagedWrite, first: int) -> dict[TopicPartition, PartitionT
     return {tp: resolve(TxnEvents.concat(evs)) for tp, evs in events.items()}
 
 
+def _tasks_to_reread(
+    staged: StagedWrite, first: int, wrong: Mapping[TopicPartition, PartitionTxns]
+) -> set[int]:
+    """The segment tasks (indexes from ``first``, the first segment task) whose output the
+    precise read would change: a task is read again when one of its ranges, in a partition of
+    ``wrong``, read a sound batch in reach of an aborted range (any producer's: offsets only,
+    an over-approximation) or at or above the partition's open transaction (the LSO). The
+    offsets a range read are its report's ``[first_sound, last_end)``, the sound batches
+    whatever the window: wider than what it emitted, so a range outside them emitted exactly
+    what the masked, cut read emits. A range that read no sound batch emitted no record."""
+    redo: set[int] = set()
+    for report, task in zip(staged.reports, staged.report_tasks, strict=True):
+        found = wrong.get((report["topic"], report["partition"]))
+        low, high = report.get("first_sound"), report.get("last_end")
+        if task < first or found is None or low is None or high is None:
+            continue
+        if (found.open_from is not None and high > found.open_from) or len(
+            found.aborted.overlapping(low, high)
+        ):
+            redo.add(task - first)
+    return redo
+
+
 def _report(
     txns: Mapping[TopicPartition, PartitionTxns],
     until: Mapping[TopicPartition, int],
@@ -140,18 +168,18 @@ def stage_committed(
         if not wrong:
             return staged, txns
         began = time.monotonic()
-        redo = [
-            i for i, task in enumerate(tasks)
-            if any((r.topic, r.partition) in wrong for r in task)
-        ]  # fmt: skip
+        redo = sorted(_tasks_to_reread(staged, len(head), {tp: txns[tp] for tp in wrong}))
+        if not redo:  # no task read a batch in their reach: what it wrote is already exact
+            return staged, txns
+        reread = {(r.topic, r.partition) for i in redo for r in tasks[i]} & wrong
         staged.discard_tasks({len(head) + i for i in redo})
         failpoint("ingest.before_reread", kill=kill_session)
         again = [cut for i in redo if (cut := cut_at_lso(tasks[i], txns))]
         staged = stage(_with_aborted(again, txns), into=staged)
         summary.txn_reread_seconds = time.monotonic() - began
-        summary.txn_reread_partitions = len(wrong)
+        summary.txn_reread_partitions = len(reread)
         log(
-            f"read_committed: {len(redo)} tasks of {len(wrong)} partitions with aborted or open "
+            f"read_committed: {len(redo)} tasks of {len(reread)} partitions with aborted or open "
             f"transactions read again ({summary.txn_reread_seconds:.2f} s)"
         )
         return staged, txns

@@ -399,6 +399,41 @@ def test_a_transaction_late_in_a_range_is_read_again_exactly(
         logs.close()
 
 
+def test_an_open_transaction_at_the_end_rereads_only_the_tasks_that_reach_it(
+    spark: SparkSession, tmp_path: Path, logs: TxnLogs
+) -> None:
+    """A streaming exactly-once producer between two commits: plain and committed records
+    all along pay-0, one transaction open at its end. Only the tasks whose batches reach the
+    open transaction are read again (pipelines.ingest.committed._tasks_to_reread), not the
+    partition's; the lake is the READ_COMMITTED view and the partition waits at its LSO."""
+    lake = tmp_path / "lake"
+    for i in range(30):
+        logs.data(P0, -1, 4, txn=False)
+        if i % 5 == 0:
+            logs.data(P0, 50 + i, 3)
+            logs.end(P0, 50 + i, commit=True)
+    logs.data(P0, 90, 3)  # open at the high watermark
+    logs.data(P0, -1, 2, txn=False)
+    logs.checkpoint()
+    messages: list[str] = []
+    before = _spark_jobs(spark)
+    s = run_ingest(spark, _config(logs, lake), log=messages.append)
+    # the pass, and a re-read unless the tasks to read again lie wholly at or above the LSO
+    assert _spark_jobs(spark) - before in (1, 2), messages
+    (planned,) = [m for m in messages if m.startswith("reading ")]
+    total = int(planned.split(" in ")[1].split()[0])
+    (reread,) = [m for m in messages if "read again" in m]
+    again = int(reread.split("read_committed: ")[1].split()[0])
+    assert 1 <= again < total // 2, messages  # the tail, not the partition's dozens of tasks
+    assert "of 1 partitions" in reread
+    want, stops = consumer_view(logs)
+    assert stops[P0] == logs.entries[P0][-2].first < logs.hws[P0]
+    assert lake_rows(lake) == want and len(want) == 30 * 4 + 6 * 3
+    assert read_progress(lake / "records") == stops
+    assert (s.aborted_transactions, s.open_transactions, s.txn_reread_partitions) == (0, 1, 1)
+    assert s.records == len(want)
+
+
 def test_a_run_killed_between_its_two_reads_leaves_the_lake_as_it_was(
     tmp_path: Path, logs: TxnLogs
 ) -> None:
