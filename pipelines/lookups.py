@@ -230,7 +230,7 @@ _MARKER_PREFIX = 128
 def marker_column(batches: pa.RecordBatch, *, data: bytes | None = None) -> pa.Array:
     """``offset_lookup.marker`` of each row of ``kind=batches`` rows: for a control batch, the
     type its record's key names — ``commit``, ``abort``, else ``other`` (another control type,
-    an unreadable key, a compressed control batch) — judged as the ingest pre-pass judges it
+    an unreadable key, a compressed control batch) — judged as read_committed ingest judges it
     (:func:`pipelines.decode.transactions.marker_types`); null for data batches. One ``pread``
     of at most 128 bytes per control batch (one per transaction and partition), nothing per
     data batch; with ``data``, a slice of those bytes instead (through Fetch)."""

@@ -36,7 +36,7 @@ cut into pieces, one row per piece and explanation:
 1. below the log start offset: ``retention`` (the broker deleted those segments);
 2. inside a control batch (``offset_lookup.is_control``): ``transaction_marker``;
 3. inside a transactional data batch of an aborted transaction: ``aborted_transaction``
-   (a ``read_committed`` ingest leaves those records out). The rule is the ingest pre-pass's
+   (a ``read_committed`` ingest leaves those records out). The rule is read_committed ingest's
    (:mod:`pipelines.sources.transactions`): a transactional data batch of producer ``P``
    belongs to the transaction ended by ``P``'s next COMMIT or ABORT marker after it
    (``offset_lookup.producer_id`` and ``marker``); aborted when that marker is an ABORT;
@@ -55,7 +55,7 @@ the end of the expected range, is at or below it. Aborted transactions are judge
 ``offset_lookup`` alone, not from the segment files: the lookups job reads every batch once,
 as it is written, with the reader ingest uses (so both agree on which batches are sound),
 and its rows outlive the segments retention deletes — a quality run needs neither a second
-pass over the log (the pre-pass reads every byte) nor segments still being there, and a gap
+pass over the log (every byte read again) nor segments still being there, and a gap
 is tied to its marker exactly (per producer, by offset) with a window over the transactional
 batches inside gaps plus the markers (O(transactions), not O(batches)). A lookups table of an
 earlier release has no ``marker`` until the lookups job next runs (it adds the column); its
