@@ -15,6 +15,7 @@ from pipelines.ingest.config import TopicPartition
 from pipelines.sources.plan import (
     SegmentRange,
     SourceOptions,
+    guided_cuts,
 )
 from pipelines.sources.tier import (
     TierRange,
@@ -104,11 +105,10 @@ def schedule_tasks(
     """Cut ``pieces`` (planned ranges in file order) into tasks, largest first, so that
     ``cores`` cores running them in order finish together.
 
-    Spark starts a stage's tasks in index order, each on the first free core. A task takes
-    ``max_bytes`` while more than ``cores`` tasks of that size are left, then a core's share
-    of the rest (``left / cores``), and so on down to ``min_bytes`` (guided self-scheduling);
-    a run of less than ``min_bytes`` a core goes down to its share a core instead, so every
-    core still gets some. A rest under half of that smallest task joins the last task.
+    Spark starts a stage's tasks in index order, each on the first free core. The cut is
+    :func:`~pipelines.sources.plan.guided_cuts` by the pieces' bytes (guided
+    self-scheduling: ``max_bytes`` tasks first, then a core's share of the rest, down to
+    ``min_bytes``).
 
     Tasks of equal bytes do not finish together: on a busy machine the same bytes cost one
     task up to 30% more than another, and a core that finished its last big task idled while
@@ -116,27 +116,14 @@ def schedule_tasks(
     let the first free core take the next one. A task is consecutive pieces; pieces of one
     segment that meet are merged into one range (one sequential read).
     """
-    cores = max(1, cores)
-    left = sum(p.end - p.start for p in pieces)
     tasks: list[list[SegmentRange]] = []
-    task: list[SegmentRange] = []
-    size = 0
-    # a run smaller than min_bytes a core is still spread over the cores
-    smallest = min(min_bytes, -(-left // cores))
-    target = max(smallest, min(max_bytes, -(-left // cores)))
-    for piece in pieces:
-        piece_size = piece.end - piece.start
-        if task and size + piece_size > target and left - size > smallest // 2:
-            tasks.append(task)
-            left -= size
-            task, size = [], 0
-            target = max(smallest, min(max_bytes, -(-left // cores)))
-        previous = task[-1] if task else None
-        if previous is not None and previous.path == piece.path and previous.end == piece.start:
-            task[-1] = dataclasses.replace(previous, end=piece.end, is_tail=piece.is_tail)
-        else:
-            task.append(piece)
-        size += piece_size
-    if task:
+    for lo, hi in guided_cuts([p.end - p.start for p in pieces], cores, max_bytes, min_bytes):
+        task: list[SegmentRange] = []
+        for piece in pieces[lo:hi]:
+            previous = task[-1] if task else None
+            if previous is not None and previous.path == piece.path and previous.end == piece.start:
+                task[-1] = dataclasses.replace(previous, end=piece.end, is_tail=piece.is_tail)
+            else:
+                task.append(piece)
         tasks.append(task)
     return tasks

@@ -38,7 +38,7 @@ import json
 import os
 import re
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -72,6 +72,7 @@ __all__ = [
     "SourceOptions",
     "check_partition_dir_missing",
     "deleted_from_front",
+    "guided_cuts",
     "missing_partition_dir",
     "parse_options",
     "plan_ranges",
@@ -481,3 +482,31 @@ def _plan_partition(  # noqa: PLR0917
                 next_base_offset=next_base,
                 is_tail=is_last and i == len(cuts) - 1,
             )
+
+
+def guided_cuts(
+    sizes: Sequence[int], cores: int, max_bytes: int, min_bytes: int
+) -> list[tuple[int, int]]:
+    """Consecutive items of ``sizes`` bytes cut into tasks ``[lo, hi)`` that run out small
+    (guided self-scheduling): a task takes ``max_bytes`` while more than ``cores`` tasks of
+    that size are left, then a core's share of the rest (``left / cores``), and so on down to
+    ``min_bytes``; a run of less than ``min_bytes`` a core goes down to its share a core
+    instead, so every core still gets some; a rest under half of the smallest task joins the
+    last task. Why tasks that run out small: :func:`pipelines.ingest.schedule_tasks`; the
+    tier's tasks are cut the same way (:func:`pipelines.sources.tier.tier_tasks`)."""
+    cores = max(1, cores)
+    left = sum(sizes)
+    smallest = min(min_bytes, -(-left // cores))
+    target = max(smallest, min(max_bytes, -(-left // cores)))
+    cuts: list[tuple[int, int]] = []
+    lo, size = 0, 0
+    for i, n in enumerate(sizes):
+        if i > lo and size + n > target and left - size > smallest // 2:
+            cuts.append((lo, i))
+            left -= size
+            lo, size = i, 0
+            target = max(smallest, min(max_bytes, -(-left // cores)))
+        size += n
+    if lo < len(sizes):
+        cuts.append((lo, len(sizes)))
+    return cuts

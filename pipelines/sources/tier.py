@@ -94,7 +94,7 @@ from pipelines.sources.fetch import (
     plan_fetch_ranges,
     read_fetch_range,
 )
-from pipelines.sources.plan import SegmentRange
+from pipelines.sources.plan import SegmentRange, guided_cuts
 
 __all__ = [
     "DEFAULT_TASK_BYTES",
@@ -659,26 +659,9 @@ def tier_tasks(
     than Fetch in two tasks, seen in ``tests/perf/bench_tier_ingest.py``). Measured against
     one task a core, 6 paired runs of 1M records at load 3: medians 0.363 and 0.370 s, no
     difference there; at 10M and load 12-13 the machine's noise (7.6-14.2 s) hid any."""
-    cores = max(1, cores)
     sizes = [_range_bytes(r) for r in ranges]
-    left = sum(sizes)
-    share = -(-left // cores)
-    smallest = min(max_bytes // 8 if min_bytes is None else min_bytes, share)
-    target = max(smallest, min(max_bytes, share))
-    tasks: list[list[TierRange]] = []
-    task: list[TierRange] = []
-    size = 0
-    for r, n in zip(ranges, sizes, strict=True):
-        if task and size + n > target and left - size > smallest // 2:
-            tasks.append(task)
-            left -= size
-            task, size = [], 0
-            target = max(smallest, min(max_bytes, -(-left // cores)))
-        task.append(r)
-        size += n
-    if task:
-        tasks.append(task)
-    return tasks
+    smallest = max_bytes // 8 if min_bytes is None else min_bytes
+    return [list(ranges[lo:hi]) for lo, hi in guided_cuts(sizes, cores, max_bytes, smallest)]
 
 
 def _range_bytes(rng: TierRange) -> int:
