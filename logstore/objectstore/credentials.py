@@ -380,12 +380,7 @@ def _from_web_identity(
             f"web identity token file {token_file} without a role: set AWS_ROLE_ARN "
             f"(or role_arn in AWS profile {name!r})"
         )
-    try:
-        token = Path(token_file).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ObjectStoreError(
-            f"cannot read the web identity token: {exc.strerror or exc}", path=token_file
-        ) from None
+    token = _read_token(token_file, "the web identity token")
     source = f"web identity for {role_arn}"
     request = _sts.web_identity(
         endpoint=_sts.sts_endpoint(env, _region(env, profile)),
@@ -479,6 +474,14 @@ def _from_credential_source(env: Mapping[str, str], name: str, where: str) -> Cr
     )
 
 
+def _read_token(path: str, what: str) -> str:
+    """A token file's text (re-read at every fetch: these tokens rotate)."""
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ObjectStoreError(f"cannot read {what}: {exc.strerror or exc}", path=path) from None
+
+
 def _from_container(env: Mapping[str, str]) -> Credentials:
     relative = env.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
     url = _ECS_HOST + relative if relative else env["AWS_CONTAINER_CREDENTIALS_FULL_URI"]
@@ -486,12 +489,7 @@ def _from_container(env: Mapping[str, str]) -> Credentials:
     token = env.get("AWS_CONTAINER_AUTHORIZATION_TOKEN")
     token_file = env.get("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")
     if token_file:
-        try:
-            token = Path(token_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ObjectStoreError(
-                f"cannot read the container credentials token: {exc}", path=token_file
-            ) from None
+        token = _read_token(token_file, "the container credentials token")
     if token:
         headers["Authorization"] = token
     status, body = _http("GET", url, headers)
