@@ -44,10 +44,11 @@ Cost: nothing is read for transactions alone. Until 11-28 step 1 was a pre-pass 
 of its own over the same bytes: sequential ``preadv``, the CRC check, the header walk), 6-16%
 of every run (``tests/perf/bench_ingest_txn.py``, local[2], on a shared machine), also of the
 runs over logs without any transaction; step 1 now rides on the records pass, and only the
-tasks of partitions that need a mask or a cut are read twice. ``.txnindex`` files are not
-read: they list aborted transactions only, not the open ones the LSO needs (Kafka keeps those
-in its in-memory producer state), so the walk is needed anyway, and it finds the aborted
-ranges on the way; it also works for logs written before such an index existed. A partition
+tasks of partitions that need a mask or a cut are read twice. The ``.txnindex`` files only
+*predict* the aborted ranges (:func:`pipelines.ingest.committed.indexed_aborts`): they list
+aborted transactions, not the open ones the LSO needs (Kafka keeps those in its in-memory
+producer state), and a log may have none (written before such an index existed, or copied
+without it), so the walk is needed anyway and judges the prediction. A partition
 held at its LSO has its bytes above the LSO walked again by every run until the transaction
 ends.
 

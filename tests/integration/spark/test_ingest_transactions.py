@@ -30,6 +30,7 @@ from logstore.protocol.records import build_batch
 from logstore.storage.checkpoints import write_offset_checkpoint
 from logstore.storage.config import LogConfig
 from logstore.storage.log import Log
+from logstore.storage.txn_index import AbortedTxn
 from pipelines.delta.staging import LEASE_TTL_ENV
 from pipelines.ingest import IngestConfig, read_progress, run_ingest
 from tests.conftest import ROOT
@@ -53,15 +54,20 @@ class Entry:
 
 
 class TxnLogs:
-    """A log dir written batch by batch; remembers every batch in offset order."""
+    """A log dir written batch by batch; remembers every batch in offset order.
 
-    def __init__(self, root: Path, *, segment_bytes: int = 700) -> None:
+    ``index_aborts``: every ABORT marker's transaction also goes into the ``.txnindex`` of its
+    segment, as a broker writes it (``Log.append`` alone writes no index entry)."""
+
+    def __init__(self, root: Path, *, segment_bytes: int = 700, index_aborts: bool = False) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.config = LogConfig(segment_bytes=segment_bytes)
         self.logs: dict[TopicPartition, Log] = {}
         self.entries: dict[TopicPartition, list[Entry]] = {}
         self.seq = 0
+        self.index_aborts = index_aborts
+        self.txn_first: dict[tuple[TopicPartition, int], int] = {}
 
     def _log(self, tp: TopicPartition) -> Log:
         if tp not in self.logs:
@@ -84,6 +90,8 @@ class TxnLogs:
         else:
             batch = build_batch(items, codec=codec)
         info = log.append(batch)
+        if txn:
+            self.txn_first.setdefault((tp, pid), info.first_offset)
         rows = [
             (tp[0], tp[1], info.first_offset + i, k, v) for i, (k, v, _h, _t) in enumerate(items)
         ]
@@ -96,6 +104,10 @@ class TxnLogs:
             build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=BASE_MS)
         )
         self.entries[tp].append(Entry("commit" if commit else "abort", pid, info.first_offset))
+        first = self.txn_first.pop((tp, pid), None)
+        if self.index_aborts and not commit and first is not None:
+            marker = info.first_offset
+            self._log(tp).append_aborted_txn(AbortedTxn(pid, first, marker, marker + 1))
 
     def checkpoint(self, high_watermarks: dict[TopicPartition, int] | None = None) -> None:
         """Flush; the high watermarks are the log ends unless given."""
@@ -174,6 +186,15 @@ def logs(tmp_path: Path):  # type: ignore[no-untyped-def]
     d.close()
 
 
+@pytest.fixture
+def indexed(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Logs whose aborted transactions are in ``.txnindex`` files, as a broker leaves them
+    (``pipelines.ingest.committed`` takes them as a prediction)."""
+    d = TxnLogs(tmp_path / "indexed", index_aborts=True)
+    yield d
+    d.close()
+
+
 P0, P1, PLAIN = ("pay", 0), ("pay", 1), ("plain", 0)
 
 
@@ -206,9 +227,12 @@ def _interleaved(logs: TxnLogs) -> None:
     logs.checkpoint()
 
 
+@pytest.mark.parametrize("index", [False, True], ids=["no-txnindex", "txnindex"])
 def test_read_committed_is_the_consumer_view_exactly_once_across_runs(
-    spark: SparkSession, tmp_path: Path, logs: TxnLogs
+    spark: SparkSession, tmp_path: Path, logs: TxnLogs, indexed: TxnLogs, index: bool
 ) -> None:
+    """The same lake whether the aborted transactions' index predicts them or not."""
+    logs = indexed if index else logs
     lake = tmp_path / "lake"
     _interleaved(logs)
     assert len(list((logs.root / "pay-0").glob("*.log"))) > 3  # several segments
@@ -464,3 +488,57 @@ def test_a_run_killed_between_its_two_reads_leaves_the_lake_as_it_was(
     assert not any(p.exists() for p in left)
     want, stops = consumer_view(logs)
     assert lake_rows(lake) == want and read_progress(lake / "records") == stops
+
+
+def _aborts_all_through(logs: TxnLogs) -> None:
+    """pay-0: transactions of three producers all along, every third aborted, plain records
+    between; nothing open at the end."""
+    for i in range(24):
+        pid = 30 + i % 3
+        logs.data(P0, pid, 3)
+        logs.data(P0, -1, 2, txn=False)
+        logs.data(P0, pid, 2)
+        logs.end(P0, pid, commit=i % 3 != 0)
+    logs.data(PLAIN, -1, 5, txn=False)
+    logs.checkpoint()
+
+
+def test_aborts_that_the_txnindex_predicts_need_no_second_read(
+    spark: SparkSession, tmp_path: Path, indexed: TxnLogs
+) -> None:
+    """Aborted transactions all through a partition whose segments' ``.txnindex`` files list
+    them: the records pass is masked with them, the walk confirms them, one Spark job."""
+    _aborts_all_through(indexed)
+    assert any(p.stat().st_size for p in (indexed.root / "pay-0").glob("*.txnindex"))
+    lake = tmp_path / "lake"
+    messages: list[str] = []
+    before = _spark_jobs(spark)
+    s = run_ingest(spark, _config(indexed, lake), log=messages.append)
+    assert _spark_jobs(spark) - before == 1, messages
+    assert any("predicted the aborted transactions of 1 partitions, 1 exactly" in m
+               for m in messages), messages  # fmt: skip
+    want, stops = consumer_view(indexed)
+    assert stops == indexed.hws and lake_rows(lake) == want
+    assert (s.aborted_transactions, s.txn_reread_partitions) == (8, 0)
+
+
+def test_a_wrong_txnindex_costs_a_second_read_never_a_record(
+    spark: SparkSession, tmp_path: Path, indexed: TxnLogs
+) -> None:
+    """An index that lies (a committed transaction listed as aborted, an aborted one left
+    out): the walk finds both differences, the tasks in reach are read again with the walk's
+    ranges, and the lake is the consumer view: nothing dropped, nothing aborted kept."""
+    _aborts_all_through(indexed)
+    data, marker = indexed.entries[P0][4], indexed.entries[P0][7]  # the second transaction
+    assert (data.kind, marker.kind, data.producer_id) == ("txn", "commit", marker.producer_id)
+    indexed.logs[P0].append_aborted_txn(AbortedTxn(data.producer_id, data.first, marker.first, 0))
+    listed = [p for p in sorted((indexed.root / "pay-0").glob("*.txnindex")) if p.stat().st_size]
+    listed[-1].write_bytes(b"")  # the aborted transactions of the last such segment: left out
+    indexed.checkpoint()
+    lake = tmp_path / "lake"
+    messages: list[str] = []
+    s = run_ingest(spark, _config(indexed, lake), log=messages.append)
+    assert any("1 partitions, 0 exactly" in m for m in messages), messages
+    want, stops = consumer_view(indexed)
+    assert stops == indexed.hws and lake_rows(lake) == want
+    assert s.aborted_transactions == 8 and s.txn_reread_partitions == 1
