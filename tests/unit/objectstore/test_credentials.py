@@ -10,11 +10,13 @@ PUT is checked against botocore's own SigV4 (test-only dependency), for keys fou
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import hashlib
 import http.server
 import json
 import re
+import socket
 import sys
 import threading
 import time
@@ -656,3 +658,94 @@ def test_an_unsigned_payload_put_signs_as_botocore_and_sends_the_crc32c(
     auth.add_auth(request)
     assert "x-amz-checksum-crc32c" in headers["authorization"]
     assert headers["authorization"] == request.headers["Authorization"]
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """An endpoint that accepts connections and never answers (a hung STS or SSO portal)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def hold() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def test_a_silent_sts_times_out_and_a_refresh_keeps_the_valid_keys(
+    endpoint: _Endpoint, silent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """STS stops answering (connections accepted, no reply): a first resolution fails in the
+    timeout with a clear error; a refresh ahead of expiry keeps the keys it has and fails
+    once they expired; STS answering again gives new ones."""
+    monkeypatch.setattr(creds_mod, "_STS_TIMEOUT_S", 0.5)
+    clock = _Clock()
+    endpoint.answers[("POST", "/")] = lambda h: (
+        200,
+        (
+            "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
+            f"<AccessKeyId>WEB{len(endpoint.seen)}</AccessKeyId><SecretAccessKey>s"
+            "</SecretAccessKey><SessionToken>t</SessionToken>"
+            f"<Expiration>{_iso(clock.now + 3600)}</Expiration></Credentials>"
+            "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"
+        ).encode(),
+    )
+    token = tmp_path / "token"
+    token.write_text("a-token\n")
+    env = {
+        "HOME": str(tmp_path),
+        "AWS_WEB_IDENTITY_TOKEN_FILE": str(token),
+        "AWS_ROLE_ARN": "arn:role",
+        "AWS_ENDPOINT_URL_STS": silent,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    with pytest.raises(ObjectStoreError, match="STS unreachable: timed out"):
+        CredentialChain(environ=env, clock=clock).get()
+
+    env["AWS_ENDPOINT_URL_STS"] = endpoint.url
+    chain = CredentialChain(environ=env, clock=clock)
+    first = chain.get()
+    assert first is not None and first.access_key_id == "WEB1"
+    env["AWS_ENDPOINT_URL_STS"] = silent  # the chain reads its environment at each resolution
+    clock.now += 3600 - REFRESH_BEFORE_S + 1  # due for a refresh, still valid
+    assert chain.get() == first
+    clock.now += REFRESH_BEFORE_S  # expired
+    with pytest.raises(ObjectStoreError, match="STS unreachable: timed out"):
+        chain.get()
+    env["AWS_ENDPOINT_URL_STS"] = endpoint.url
+    again = chain.get()
+    assert again is not None and again.access_key_id == "WEB2"
+
+
+def test_a_hung_credential_process_is_killed_at_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``credential_process`` that never exits: a clear error at the timeout (botocore would
+    wait forever), the helper killed, not left behind."""
+    monkeypatch.setattr(creds_mod, "_PROCESS_TIMEOUT_S", 2.0)  # the helper starts
+    pid_file = tmp_path / "pid"
+    command = _process_script(
+        tmp_path,
+        f"import os, time\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\n"
+        "time.sleep(600)\n",
+    )
+    config = tmp_path / "config"
+    config.write_text(f"[default]\ncredential_process = {command}\n")
+    env = {"AWS_CONFIG_FILE": str(config), "HOME": str(tmp_path)}
+    with pytest.raises(ObjectStoreError, match="could not run it: TimeoutExpired"):
+        CredentialChain(environ=env).get()
+    pid = int(pid_file.read_text())
+    assert not Path(f"/proc/{pid}").exists()  # killed and reaped
