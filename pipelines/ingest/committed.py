@@ -50,10 +50,10 @@ none); the pre-pass design in the same setting: CPU 1.14-1.15, wall 1.13-1.15.
 aborted, the last one open; load 0.1-0.5): without the prediction 1.8-2.4x the plain log's
 read_uncommitted time (every task read twice, the second read 46-51% of the run; the pre-pass
 design: 1.31x); with the segments' ``.txnindex`` as a broker leaves them **1.06x** (0.38 s
-against 0.66 s without; only the tail at the open transaction read again). Only the tasks whose batches reach a
-mispredicted aborted transaction or the LSO are read again, so a partition whose producers
-merely keep a transaction open at the end (a streaming exactly-once producer between two
-commits) re-reads its last tasks, not the partition.
+against 0.66 s without; only the tail at the open transaction read again). Only the tasks
+whose batches reach a mispredicted aborted transaction or the LSO are read again, so a
+partition whose producers merely keep a transaction open at the end (a streaming exactly-once
+producer between two commits) re-reads its last tasks, not the partition.
 
 Exactness: the committed files are those of tasks whose ranges needed no cut and no mask, or
 were masked with exactly the walk's aborted ranges (identical to what the two-pass design
