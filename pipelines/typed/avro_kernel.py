@@ -253,7 +253,12 @@ def decode_rows(  # noqa: PLR0917
                 if ln > end - q:
                     err = ERR_TRUNCATED
                     break
-                if op == OP_BYTES and prog[pc, 2] == 1 and not utf8_valid(buf, q, q + ln):
+                if (
+                    op == OP_BYTES
+                    and prog[pc, 2] == 1
+                    and not _ascii(buf, q, q + ln)
+                    and not utf8_valid(buf, q, q + ln)
+                ):
                     p = q
                     err = ERR_UTF8
                     break
@@ -432,6 +437,19 @@ def decode_rows(  # noqa: PLR0917
                 dcounts[n] = dsnap[n]
             return STATUS_FULL, row, full
     return STATUS_DONE, nrows, -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _ascii(buf: np.ndarray, p: int, end: int) -> bool:
+    """Whether ``buf[p:end]`` is all ASCII (so valid UTF-8): one branch-free OR over the
+    bytes, which LLVM vectorises, before :func:`utf8_valid`'s byte-by-byte walk (a branch
+    per byte). Measured 2026-11-28 on ``bench_decode.py``'s schema (five or more strings a
+    row, ASCII), 1M records in one process, load 4-5 on 2 cores: the kernel took 0.41-0.44 us
+    a row with the walk alone, 0.33 with no check at all, 0.34-0.38 with this test first."""
+    acc = np.uint8(0)
+    for i in range(p, end):
+        acc |= buf[i]
+    return int(acc) < 0x80
 
 
 @njit(cache=True, nogil=True, inline="always")

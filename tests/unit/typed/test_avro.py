@@ -350,3 +350,30 @@ def test_null_inputs_fail_even_when_their_slot_has_bytes() -> None:
     out = decode(schema, data)
     assert out.values.to_pylist() == [{"s": "a"}, None, {"s": "b"}]
     assert out.errors.to_pylist() == [None, "value is null", None]
+
+
+def test_string_check_matches_python_utf8_around_the_ascii_fast_path() -> None:
+    # The kernel tests a string for all-ASCII first (an OR over its bytes) and walks only the
+    # others; a bad byte anywhere in a long ASCII run (vector body or tail) must still fail.
+    schema = record(("s", "string"))
+    cases = [b"", b"a" * 100, "é".encode(), b"\xed\xa0\x80", b"\xc0\xaf", b"\x80"]
+    for at in (0, 7, 8, 15, 16, 31, 32, 63, 99):
+        for bad in (b"\xff", b"\x80", "é".encode(), "\U0001f600".encode(), b"\xe2\x82"):
+            s = bytearray(b"x" * 100)
+            s[at : at + len(bad)] = bad
+            cases.append(bytes(s[:100]))
+    values = [HEADER + encode_varlong(len(c)) + c for c in cases]
+    out = decode(schema, pa.array(values, pa.binary()))
+
+    def valid(c: bytes) -> bool:
+        try:
+            c.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    assert [e is None for e in out.errors.to_pylist()] == [valid(c) for c in cases]
+    assert sum(valid(c) for c in cases) not in (0, len(cases))
+    got = out.values.to_pylist()
+    for c, v in zip(cases, got, strict=True):
+        assert v == ({"s": c.decode("utf-8")} if valid(c) else None)
