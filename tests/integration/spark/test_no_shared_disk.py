@@ -83,14 +83,16 @@ class _NamespaceWatch(threading.Thread):
     def __init__(self, cluster: SparkCluster) -> None:
         super().__init__(daemon=True)
         self.cluster = cluster
-        self.seen: dict[int, tuple[str, str]] = {}  # pid -> (command line, namespace)
+        # (pid, command line, namespace): every command line a pid showed, since a process
+        # may be sampled before its exec (the executor JVM as Java's ``jspawnhelper``)
+        self.seen: set[tuple[int, str, str]] = set()
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.is_set():
             for pid, cmd in self.cluster.worker_processes(0).items():
                 try:
-                    self.seen.setdefault(pid, (cmd, mount_namespace(pid)))
+                    self.seen.add((pid, cmd, mount_namespace(pid)))
                 except OSError:  # ended in between
                     continue
             self.done.wait(0.1)
@@ -207,8 +209,8 @@ def test_a_blind_cluster_ingests_everything_through_the_broker(
 
     # every process the worker ran during the job was in its namespace: the executor JVM and
     # the Python workers that read through Fetch and wrote the Parquet files
-    assert {ns for _cmd, ns in watch.seen.values()} == {mount_namespace(worker)}
-    commands = [cmd for cmd, _ns in watch.seen.values()]
+    assert {ns for _pid, _cmd, ns in watch.seen} == {mount_namespace(worker)}
+    commands = [cmd for _pid, cmd, _ns in watch.seen]
     assert any(EXECUTOR_BACKEND_CLASS in cmd for cmd in commands), commands
     assert any("spark_daemon" in cmd or "pyspark" in cmd for cmd in commands), commands
     # the application's tasks ran there (its executor's log is in that worker's work dir)
