@@ -542,3 +542,21 @@ def test_a_wrong_txnindex_costs_a_second_read_never_a_record(
     want, stops = consumer_view(indexed)
     assert stops == indexed.hws and lake_rows(lake) == want
     assert s.aborted_transactions == 8 and s.txn_reread_partitions == 1
+
+
+def test_a_damaged_txnindex_predicts_nothing_and_the_walk_decides(
+    spark: SparkSession, tmp_path: Path, indexed: TxnLogs
+) -> None:
+    """A torn ``.txnindex`` (a partial entry at its end): that file predicts nothing, the
+    walk finds its aborted transactions, the tasks in reach are read again; the lake is exact."""
+    _aborts_all_through(indexed)
+    listed = [p for p in sorted((indexed.root / "pay-0").glob("*.txnindex")) if p.stat().st_size]
+    with listed[0].open("ab") as f:
+        f.write(b"\x00" * 7)  # no longer a multiple of the 34-byte entry
+    lake = tmp_path / "lake"
+    messages: list[str] = []
+    s = run_ingest(spark, _config(indexed, lake), log=messages.append)
+    assert any("1 partitions, 0 exactly" in m for m in messages), messages
+    want, stops = consumer_view(indexed)
+    assert stops == indexed.hws and lake_rows(lake) == want
+    assert s.aborted_transactions == 8 and s.txn_reread_partitions == 1

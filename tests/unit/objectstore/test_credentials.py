@@ -572,12 +572,9 @@ def test_sso_profile_trades_the_cached_token_at_the_portal(
         CredentialChain(environ={**env, "AWS_PROFILE": "partial"}).get()
 
 
-def test_web_identity_sends_the_rotated_token_at_each_refresh(
-    endpoint: _Endpoint, tmp_path: Path
-) -> None:
-    """What AssumeRoleWithWebIdentity sends (moto's STS, in the integration test, does not
-    check the token): the token file as it is at each refresh, the role and session name."""
-    clock = _Clock()
+def _answer_web_identity(endpoint: _Endpoint, clock: _Clock) -> None:
+    """``endpoint`` answers AssumeRoleWithWebIdentity with keys ``WEB<n>`` (n: requests seen),
+    valid for an hour of ``clock``."""
     endpoint.answers[("POST", "/")] = lambda h: (
         200,
         (
@@ -588,6 +585,15 @@ def test_web_identity_sends_the_rotated_token_at_each_refresh(
             "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"
         ).encode(),
     )
+
+
+def test_web_identity_sends_the_rotated_token_at_each_refresh(
+    endpoint: _Endpoint, tmp_path: Path
+) -> None:
+    """What AssumeRoleWithWebIdentity sends (moto's STS, in the integration test, does not
+    check the token): the token file as it is at each refresh, the role and session name."""
+    clock = _Clock()
+    _answer_web_identity(endpoint, clock)
     token = tmp_path / "token"
     token.write_text("first-token\n")
     config = tmp_path / "config"
@@ -693,16 +699,7 @@ def test_a_silent_sts_times_out_and_a_refresh_keeps_the_valid_keys(
     once they expired; STS answering again gives new ones."""
     monkeypatch.setattr(creds_mod, "_STS_TIMEOUT_S", 0.5)
     clock = _Clock()
-    endpoint.answers[("POST", "/")] = lambda h: (
-        200,
-        (
-            "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
-            f"<AccessKeyId>WEB{len(endpoint.seen)}</AccessKeyId><SecretAccessKey>s"
-            "</SecretAccessKey><SessionToken>t</SessionToken>"
-            f"<Expiration>{_iso(clock.now + 3600)}</Expiration></Credentials>"
-            "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"
-        ).encode(),
-    )
+    _answer_web_identity(endpoint, clock)
     token = tmp_path / "token"
     token.write_text("a-token\n")
     env = {
