@@ -5,7 +5,9 @@ checked by :func:`~logstore.objectstore.location.check_relative` (no ``..``). Re
 listing and deletes go through the pyarrow filesystem of the location
 (:meth:`StorageSettings.filesystem`); put-if-absent is an ``os.link`` of a fully written
 temporary file on local disk (atomic, never a partly written object) and a ``PutObject`` with
-``If-None-Match: *`` on S3 (:mod:`logstore.objectstore._s3put`, why it is not pyarrow there).
+``If-None-Match: *`` on S3 (:mod:`logstore.objectstore._s3put`, why it is not pyarrow there);
+:meth:`ObjectStore.read_range_into` on S3 is a ranged GET of loglake's own into the caller's
+buffer (:mod:`logstore.objectstore._s3get`, why there).
 
 Failures:
 

@@ -241,6 +241,30 @@ def decode_only(root: str, bootstrap: str, out: Path | None = None) -> tuple[flo
     return time.perf_counter() - t, _cpu() - cpu
 
 
+def decode_log_dirs(dest: Path) -> tuple[float, float]:
+    """Wall and CPU seconds (this process) to read and decode the segments of
+    :func:`as_log_dirs`' tree at ``dest`` one after the other, as :func:`decode_only` does
+    from the store: ``decode_cpu_s`` minus this is what reading the store adds to a task's
+    CPU (its GETs' client side, the window handling)."""
+    from pipelines.sources.plan import SegmentRange
+    from pipelines.sources.read import read_records
+
+    ranges = []
+    for part in sorted(p for p in dest.iterdir() if p.is_dir()):
+        topic, _, partition = part.name.rpartition("-")
+        logs = sorted(part.glob("*.log"))
+        bases = [int(f.stem) for f in logs]
+        for log, base, nxt in zip(logs, bases, [*bases[1:], None], strict=True):
+            size = log.stat().st_size
+            ranges.append(SegmentRange(topic, int(partition), str(log), base, 0, size, base,
+                                       2**63 - 1, nxt, False))  # fmt: skip
+    t, cpu = time.perf_counter(), _cpu()
+    for rng in ranges:
+        for _batch in read_records(rng, min_timestamp=-(2**63), max_timestamp=2**63 - 1):
+            pass
+    return time.perf_counter() - t, _cpu() - cpu
+
+
 def as_log_dirs(root: str, bootstrap: str, dest: Path) -> int:
     """The live remote segments copied into a log-dir tree at ``dest`` (``.log``, ``.index``,
     ``.timeindex`` from the objects; the high watermarks at the tier's end): the same
@@ -328,6 +352,7 @@ def main() -> None:
             timed(spark, logdir("warm"), tiered)
             floor(root, b.bootstrap)
             decode_only(root, b.bootstrap)
+            decode_log_dirs(logdirs)
             runs = []
             store_pid = s3._process.pid or 0
 
@@ -344,11 +369,13 @@ def main() -> None:
                 store_tier_s = store_cpu() - at
                 ran, waited = (a - b for a, b in zip(_sched(pids), (ran, waited), strict=True))
                 decode_s, decode_cpu_s = decode_only(root, b.bootstrap)
+                _, decode_logdir_cpu_s = decode_log_dirs(logdirs)
                 task_s, task_cpu_s = decode_only(root, b.bootstrap, Path(tmp) / f"task-{i}")
                 run = {"tier_s": tier_s, "floor_s": floor_s,
                        "logdir_s": timed(spark, logdir(str(i)), tiered),
                        "fetch_s": timed(spark, fetch(str(i)), total),
                        "decode_1core_s": decode_s, "decode_cpu_s": decode_cpu_s,
+                       "decode_logdir_cpu_s": decode_logdir_cpu_s,
                        "decode_write_1core_s": task_s, "decode_write_cpu_s": task_cpu_s,
                        "store_cpu_floor_s": store_floor_s, "store_cpu_tier_s": store_tier_s,
                        "tier_ran_s": ran, "tier_runnable_wait_s": waited,
@@ -378,6 +405,7 @@ def main() -> None:
                 "fetch_s": round(min(r["fetch_s"] for r in runs), 3),
                 "decode_1core_s": round(min(r["decode_1core_s"] for r in runs), 3),
                 "decode_cpu_s": round(min(r["decode_cpu_s"] for r in runs), 3),
+                "decode_logdir_cpu_s": round(min(r["decode_logdir_cpu_s"] for r in runs), 3),
                 "decode_write_cpu_s": round(write_cpu_s, 3),
                 "tier_records_per_s": round(total / tier_s),
                 "ratio": round(floor_s / tier_s, 3),
