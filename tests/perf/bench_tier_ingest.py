@@ -23,6 +23,9 @@ are local. Then, with one Spark session (local[2]) and the shipped ``conf/pipeli
   over ``--cores`` cores it bounds any ingest here from below:
   ``ratio_bound = floor_s / (decode_write_cpu_s / cores)`` is the best ratio this decoder and
   writer could give on this machine were the GETs free;
+- ``decode_logdir_cpu_s`` (diagnostic): ``decode_cpu_s``'s work on the log-dir copy of the same
+  segments (below), read from files: ``decode_cpu_s`` minus it is what reading the store adds
+  to a task's CPU (the GETs' client side, the windows' handling);
 - ``store_cpu_floor_s`` / ``store_cpu_tier_s``: CPU seconds of the S3 server (a child process
   on the same cores) while it serves the floor's GETs and the tier ingest. A remote store's
   CPU is not the ingest host's; this one's is: ``ratio_bound_with_store = floor_s /
@@ -53,10 +56,20 @@ segments and written as the executors write, in one process at one load (10), 1M
 write (snappy); this bench's (random 100 B values, ~2,400-record lz4 batches) 0.116 + 0.085;
 its values in 200-record batches 0.092 + 0.213 — repeats spread 2-3x. lz4 of incompressible
 batches: 48 ms per 922k records (cProfile); snappy of incompressible values: 0.03-0.18 us a
-record over ``none`` for files only 15% smaller. What reading the tier adds is the GET's client
-side, ~0.09 us a record (curl, a copy into ``bytes``). The rest is how CPU-seconds swell on this
+record over ``none`` for files only 15% smaller. What reading the tier added was the GET's client
+side, ~0.09 us a record (curl, a copy into ``bytes``); the rest is how CPU-seconds swell on this
 loaded 2-vCPU machine: the same in-process decode of the same 1M records measured 0.16 and
 0.57 us a record within an hour.
+
+Since the tier reader's own GETs (2026-11-28, :mod:`logstore.objectstore._s3get`): one process,
+0.92M records, load 1-1.6, read and decode from the store 214 -> 131 ns a record (from log
+dirs: 80), the S3 server's CPU 162 -> 97 ns a record (no HEADs). At 10M here (load 2.4-3.6):
+``decode_cpu_s`` 1.25-1.58 CPU-s against ``decode_logdir_cpu_s`` 0.62-0.99, and the tier run as
+fast as the log-dir run of the same segments (2.14 s each; before, 0.74-0.87 of it). So the
+tier's own part no longer bounds ``ratio``: the decode and write do (``decode_write_cpu_s``
+3.9-5.8 CPU-s at that load), the log-dir path's as much as the tier's, with the S3 server's
+CPU on the same cores. A log-dir ingest of the same segments, which GETs nothing, took
+2.1-2.7 s against a 1.12 s floor (0.41-0.53): 0.7 needs the ingest itself at ~1.6 s here.
 
 Each the best of ``--runs`` after one untimed warm-up of each. ``ratio = floor_s / tier_s``.
 Last line: one JSON object.
