@@ -210,7 +210,7 @@ def build_time_lookup(batches: DataFrame) -> DataFrame:
 
 
 def lookup_rows(
-    table: str, batches: pa.RecordBatch, *, data: bytes | None = None
+    table: str, batches: pa.RecordBatch, *, data: bytes | memoryview | None = None
 ) -> pa.RecordBatch:
     """``table``'s rows (:data:`LOOKUP_SCHEMAS`) from a record batch of ``kind=batches`` rows
     (:data:`~pipelines.sources.BATCHES_ARROW_SCHEMA`; sound batches only). ``data``: the
@@ -227,7 +227,7 @@ def lookup_rows(
 _MARKER_PREFIX = 128
 
 
-def marker_column(batches: pa.RecordBatch, *, data: bytes | None = None) -> pa.Array:
+def marker_column(batches: pa.RecordBatch, *, data: bytes | memoryview | None = None) -> pa.Array:
     """``offset_lookup.marker`` of each row of ``kind=batches`` rows: for a control batch, the
     type its record's key names — ``commit``, ``abort``, else ``other`` (another control type,
     an unreadable key, a compressed control batch) — judged as read_committed ingest judges it

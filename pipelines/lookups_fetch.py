@@ -51,7 +51,7 @@ def _fetched_rows(rng: FetchRange, table: str) -> Iterator[pa.RecordBatch]:
 def _tier_rows(rng: TierRange, table: str) -> Iterator[pa.RecordBatch]:
     from pipelines.sources.read import read_batches  # noqa: PLC0415 (numba on executors only)
 
-    def read(window: SegmentRange, data: bytes, part: Any) -> Iterator[pa.RecordBatch]:
+    def read(window: SegmentRange, data: memoryview, part: Any) -> Iterator[pa.RecordBatch]:
         for batch in read_batches(window, min_timestamp=MIN_TIMESTAMP, data=data):
             rows = lookup_rows(table, batch, data=data)  # positions in ``data``: the markers
             if rows.num_rows:

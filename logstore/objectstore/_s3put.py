@@ -37,6 +37,7 @@ import base64
 import datetime as dt
 import hashlib
 import http.client
+import re
 from urllib.parse import quote, urlsplit
 
 from crc32c import crc32c
@@ -45,7 +46,15 @@ from logstore.objectstore._sigv4 import sign_v4
 from logstore.objectstore.credentials import Credentials, default_chain
 from logstore.objectstore.settings import StorageSettings
 
-__all__ = ["SINGLE_PUT_MAX_BYTES", "credentials_for", "put_if_absent_s3", "put_object_s3"]
+__all__ = [
+    "SINGLE_PUT_MAX_BYTES",
+    "credentials_for",
+    "error_code",
+    "put_if_absent_s3",
+    "put_object_s3",
+    "request_target",
+    "sign_request",
+]
 
 TRANSIENT_STATUS = frozenset({409, 500, 502, 503, 504})
 # objects below this go up in one PUT (pyarrow's part size: larger ones are multipart uploads)
@@ -62,6 +71,53 @@ def credentials_for(settings: StorageSettings) -> Credentials | None:
             settings.access_key_id, settings.secret_access_key, settings.session_token
         )
     return default_chain().get()
+
+
+def error_code(body: str) -> str:
+    """S3's error code in an error answer's XML body (else the body, on one line, cut)."""
+    match = re.search(r"<Code>([^<]+)</Code>", body)
+    return match.group(1) if match else " ".join(body.split())[:200]
+
+
+def request_target(settings: StorageSettings, bucket: str, key: str) -> tuple[bool, str, str]:
+    """``(https, host, path)`` of object ``bucket/key``: path-style addressing with a custom
+    endpoint (``settings.endpoint_url``), virtual-hosted on AWS."""
+    if settings.endpoint_url:
+        parts = urlsplit(settings.endpoint_url)
+        return (
+            parts.scheme == "https",
+            parts.netloc,
+            f"/{quote(bucket, safe='')}/{quote(key, safe='/~')}",
+        )
+    return True, f"{bucket}.s3.{settings.region}.amazonaws.com", f"/{quote(key, safe='/~')}"
+
+
+def sign_request(
+    settings: StorageSettings,
+    headers: dict[str, str],
+    *,
+    method: str,
+    path: str,
+    payload_hash: str,
+) -> None:
+    """Sign ``headers`` (``host`` among them) for one S3 request with :func:`credentials_for`
+    (AWS Signature Version 4; anonymous, only dated, without credentials)."""
+    headers["x-amz-content-sha256"] = payload_hash
+    creds = credentials_for(settings)
+    if creds is None:
+        headers["x-amz-date"] = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        return
+    sign_v4(
+        headers,
+        method=method,
+        path=path,
+        payload_hash=payload_hash,
+        access_key_id=creds.access_key_id,
+        secret_access_key=creds.secret_access_key,
+        session_token=creds.session_token,
+        region=settings.region,
+        service="s3",
+    )
 
 
 def put_if_absent_s3(
@@ -85,15 +141,7 @@ def put_object_s3(
     ``unsigned_payload``: the body's CRC32C sent and signed instead of its SHA-256 (module
     docstring). Returns (HTTP status, response body); raises ``OSError`` when the endpoint
     cannot be reached or times out."""
-    if settings.endpoint_url:
-        parts = urlsplit(settings.endpoint_url)
-        secure = parts.scheme == "https"
-        host = parts.netloc
-        path = f"/{quote(bucket, safe='')}/{quote(key, safe='/~')}"
-    else:
-        secure = True
-        host = f"{bucket}.s3.{settings.region}.amazonaws.com"
-        path = f"/{quote(key, safe='/~')}"
+    secure, host, path = request_target(settings, bucket, key)
     headers = {"host": host}
     if if_none_match:
         headers["if-none-match"] = "*"
@@ -103,22 +151,7 @@ def put_object_s3(
         headers["x-amz-checksum-crc32c"] = base64.b64encode(crc).decode()
     else:
         payload_hash = hashlib.sha256(data).hexdigest()
-    headers["x-amz-content-sha256"] = payload_hash
-    creds = credentials_for(settings)
-    if creds is not None:
-        sign_v4(
-            headers,
-            method="PUT",
-            path=path,
-            payload_hash=payload_hash,
-            access_key_id=creds.access_key_id,
-            secret_access_key=creds.secret_access_key,
-            session_token=creds.session_token,
-            region=settings.region,
-            service="s3",
-        )
-    else:
-        headers["x-amz-date"] = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    sign_request(settings, headers, method="PUT", path=path, payload_hash=payload_hash)
     cls = http.client.HTTPSConnection if secure else http.client.HTTPConnection
     conn = cls(host, timeout=settings.request_timeout_s)
     try:

@@ -23,6 +23,9 @@ are local. Then, with one Spark session (local[2]) and the shipped ``conf/pipeli
   over ``--cores`` cores it bounds any ingest here from below:
   ``ratio_bound = floor_s / (decode_write_cpu_s / cores)`` is the best ratio this decoder and
   writer could give on this machine were the GETs free;
+- ``decode_logdir_cpu_s`` (diagnostic): ``decode_cpu_s``'s work on the log-dir copy of the same
+  segments (below), read from files: ``decode_cpu_s`` minus it is what reading the store adds
+  to a task's CPU (the GETs' client side, the windows' handling);
 - ``store_cpu_floor_s`` / ``store_cpu_tier_s``: CPU seconds of the S3 server (a child process
   on the same cores) while it serves the floor's GETs and the tier ingest. A remote store's
   CPU is not the ingest host's; this one's is: ``ratio_bound_with_store = floor_s /
@@ -53,10 +56,20 @@ segments and written as the executors write, in one process at one load (10), 1M
 write (snappy); this bench's (random 100 B values, ~2,400-record lz4 batches) 0.116 + 0.085;
 its values in 200-record batches 0.092 + 0.213 — repeats spread 2-3x. lz4 of incompressible
 batches: 48 ms per 922k records (cProfile); snappy of incompressible values: 0.03-0.18 us a
-record over ``none`` for files only 15% smaller. What reading the tier adds is the GET's client
-side, ~0.09 us a record (curl, a copy into ``bytes``). The rest is how CPU-seconds swell on this
+record over ``none`` for files only 15% smaller. What reading the tier added was the GET's client
+side, ~0.09 us a record (curl, a copy into ``bytes``); the rest is how CPU-seconds swell on this
 loaded 2-vCPU machine: the same in-process decode of the same 1M records measured 0.16 and
 0.57 us a record within an hour.
+
+Since the tier reader's own GETs (2026-11-28, :mod:`logstore.objectstore._s3get`): one process,
+0.92M records, load 1-1.6, read and decode from the store 214 -> 131 ns a record (from log
+dirs: 80), the S3 server's CPU 162 -> 97 ns a record (no HEADs). At 10M here (load 2.4-3.6):
+``decode_cpu_s`` 1.25-1.58 CPU-s against ``decode_logdir_cpu_s`` 0.62-0.99, and the tier run as
+fast as the log-dir run of the same segments (2.14 s each; before, 0.74-0.87 of it). So the
+tier's own part no longer bounds ``ratio``: the decode and write do (``decode_write_cpu_s``
+3.9-5.8 CPU-s at that load), the log-dir path's as much as the tier's, with the S3 server's
+CPU on the same cores. A log-dir ingest of the same segments, which GETs nothing, took
+2.1-2.7 s against a 1.12 s floor (0.41-0.53): 0.7 needs the ingest itself at ~1.6 s here.
 
 Each the best of ``--runs`` after one untimed warm-up of each. ``ratio = floor_s / tier_s``.
 Last line: one JSON object.
@@ -241,6 +254,30 @@ def decode_only(root: str, bootstrap: str, out: Path | None = None) -> tuple[flo
     return time.perf_counter() - t, _cpu() - cpu
 
 
+def decode_log_dirs(dest: Path) -> tuple[float, float]:
+    """Wall and CPU seconds (this process) to read and decode the segments of
+    :func:`as_log_dirs`' tree at ``dest`` one after the other, as :func:`decode_only` does
+    from the store: ``decode_cpu_s`` minus this is what reading the store adds to a task's
+    CPU (its GETs' client side, the window handling)."""
+    from pipelines.sources.plan import SegmentRange
+    from pipelines.sources.read import read_records
+
+    ranges = []
+    for part in sorted(p for p in dest.iterdir() if p.is_dir()):
+        topic, _, partition = part.name.rpartition("-")
+        logs = sorted(part.glob("*.log"))
+        bases = [int(f.stem) for f in logs]
+        for log, base, nxt in zip(logs, bases, [*bases[1:], None], strict=True):
+            size = log.stat().st_size
+            ranges.append(SegmentRange(topic, int(partition), str(log), base, 0, size, base,
+                                       2**63 - 1, nxt, False))  # fmt: skip
+    t, cpu = time.perf_counter(), _cpu()
+    for rng in ranges:
+        for _batch in read_records(rng, min_timestamp=-(2**63), max_timestamp=2**63 - 1):
+            pass
+    return time.perf_counter() - t, _cpu() - cpu
+
+
 def as_log_dirs(root: str, bootstrap: str, dest: Path) -> int:
     """The live remote segments copied into a log-dir tree at ``dest`` (``.log``, ``.index``,
     ``.timeindex`` from the objects; the high watermarks at the tier's end): the same
@@ -328,6 +365,7 @@ def main() -> None:
             timed(spark, logdir("warm"), tiered)
             floor(root, b.bootstrap)
             decode_only(root, b.bootstrap)
+            decode_log_dirs(logdirs)
             runs = []
             store_pid = s3._process.pid or 0
 
@@ -344,11 +382,13 @@ def main() -> None:
                 store_tier_s = store_cpu() - at
                 ran, waited = (a - b for a, b in zip(_sched(pids), (ran, waited), strict=True))
                 decode_s, decode_cpu_s = decode_only(root, b.bootstrap)
+                _, decode_logdir_cpu_s = decode_log_dirs(logdirs)
                 task_s, task_cpu_s = decode_only(root, b.bootstrap, Path(tmp) / f"task-{i}")
                 run = {"tier_s": tier_s, "floor_s": floor_s,
                        "logdir_s": timed(spark, logdir(str(i)), tiered),
                        "fetch_s": timed(spark, fetch(str(i)), total),
                        "decode_1core_s": decode_s, "decode_cpu_s": decode_cpu_s,
+                       "decode_logdir_cpu_s": decode_logdir_cpu_s,
                        "decode_write_1core_s": task_s, "decode_write_cpu_s": task_cpu_s,
                        "store_cpu_floor_s": store_floor_s, "store_cpu_tier_s": store_tier_s,
                        "tier_ran_s": ran, "tier_runnable_wait_s": waited,
@@ -378,6 +418,7 @@ def main() -> None:
                 "fetch_s": round(min(r["fetch_s"] for r in runs), 3),
                 "decode_1core_s": round(min(r["decode_1core_s"] for r in runs), 3),
                 "decode_cpu_s": round(min(r["decode_cpu_s"] for r in runs), 3),
+                "decode_logdir_cpu_s": round(min(r["decode_logdir_cpu_s"] for r in runs), 3),
                 "decode_write_cpu_s": round(write_cpu_s, 3),
                 "tier_records_per_s": round(total / tier_s),
                 "ratio": round(floor_s / tier_s, 3),

@@ -7,9 +7,10 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from logstore.errors import ObjectNotFoundError, ObjectStoreUnavailableError
+from logstore.errors import ObjectNotFoundError, ObjectStoreError, ObjectStoreUnavailableError
 from logstore.objectstore import ObjectStore, StorageSettings, open_store
 from logstore.objectstore import store as store_module
 from tests.fixtures.s3 import S3Bucket
@@ -94,6 +95,28 @@ def test_ranged_reads(store: ObjectStore) -> None:
     assert store.read_range("seg/00000000000000000000.log", offset=7, length=0) == b""
 
 
+def test_ranged_reads_into_a_buffer(store: ObjectStore) -> None:
+    """``read_range_into`` fills only the view it is given, the count read; fewer bytes at
+    the object's end, none past it."""
+    data = bytes(range(256)) * 64
+    store.write("seg/a.log", data)
+    area = bytearray(b"\xee" * 500)
+    view = memoryview(area)
+    assert store.read_range_into("seg/a.log", offset=1000, into=view[100:400]) == 300
+    assert area[100:400] == data[1000:1300]
+    assert area[:100] == b"\xee" * 100 and area[400:] == b"\xee" * 100  # nothing outside
+    assert store.read_range_into("seg/a.log", offset=len(data) - 5, into=view[:50]) == 5
+    assert area[:5] == data[-5:]
+    assert store.read_range_into("seg/a.log", offset=len(data), into=view[:50]) == 0
+    assert store.read_range_into("seg/a.log", offset=len(data) + 7, into=view[:50]) == 0
+    assert store.read_range_into("seg/a.log", offset=7, into=view[:0]) == 0
+    big = np.zeros(len(data) + 10, np.uint8)  # the tier reader's buffers: numpy's
+    assert store.read_range_into("seg/a.log", offset=0, into=big.data) == len(data)
+    assert big[: len(data)].tobytes() == data and not big[len(data) :].any()
+    with pytest.raises(ObjectStoreError, match="offset >= 0"):
+        store.read_range_into("seg/a.log", offset=-1, into=view)
+
+
 def test_put_if_absent_keeps_the_first(store: ObjectStore) -> None:
     assert store.put_if_absent("t/_delta_log/00001.json", b"first") is True
     assert store.put_if_absent("t/_delta_log/00001.json", b"second") is False
@@ -170,10 +193,12 @@ def test_object_deleted_between_list_and_read(store: ObjectStore) -> None:
     with pytest.raises(ObjectNotFoundError, match=r"t/b\.parquet"):
         store.read_range(listed[1].path, offset=0, length=1)
     with pytest.raises(ObjectNotFoundError, match=r"t/b\.parquet"):
+        store.read_range_into(listed[1].path, offset=0, into=memoryview(bytearray(1)))
+    with pytest.raises(ObjectNotFoundError, match=r"t/b\.parquet"):
         store.size(listed[1].path)
 
 
-@pytest.mark.parametrize("op", ["read", "write", "put_if_absent", "list"])
+@pytest.mark.parametrize("op", ["read", "read_range_into", "write", "put_if_absent", "list"])
 def test_server_stopped_mid_run(s3: S3Bucket, op: str) -> None:
     """The store goes away: a clear error naming the object after bounded retries, no hang;
     after a restart the same store works again and nothing was half-written."""
@@ -187,6 +212,9 @@ def test_server_stopped_mid_run(s3: S3Bucket, op: str) -> None:
     s3.server.stop()
     calls = {
         "read": lambda: store.read("t/a"),
+        "read_range_into": lambda: store.read_range_into(
+            "t/a", offset=0, into=memoryview(bytearray(6))
+        ),
         "write": lambda: store.write("t/b", b"during"),
         "put_if_absent": lambda: store.put_if_absent("t/b", b"during"),
         "list": lambda: store.list("t"),

@@ -119,6 +119,24 @@ def test_windows_and_mid_segment_start_read_what_the_segment_file_holds(
         assert skipped_offsets([report.to_json()], tp, {("t", 0): part.until}) == ([], [], {})
 
 
+@pytest.mark.parametrize("window", [1500, 4000])
+def test_a_carry_longer_than_the_headroom_is_joined_not_lost(
+    tmp_path: Path, window: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tail a window's end cut is put before the next window's bytes in its buffer's
+    headroom; a tail longer than the headroom (here 16 bytes, a batch is longer) is joined
+    with a copy: the same rows either way, the window buffers reused across windows."""
+    monkeypatch.setattr(tier_source, "_HEADROOM", 16)
+    monkeypatch.setattr(tier_source, "_POOL", [])
+    rng, log, _last = _remote(tmp_path)
+    for _ in range(2):  # the second read takes the buffers the first gave back
+        got = pa.Table.from_batches(
+            list(read_tier_range(rng, window_bytes=window, min_timestamp=LOW, max_timestamp=HIGH))
+        )
+        assert got.equals(_from_file(tmp_path, log, rng.start_offset, rng.until))
+    assert tier_source._POOL  # given back once read whole
+
+
 def test_a_missing_log_object_is_an_error_naming_it(tmp_path: Path) -> None:
     rng, _log, _last = _remote(tmp_path)
     key = layout.segment_keys("", rng.segment)["log"]
