@@ -79,12 +79,8 @@ def decode_rows(
     err_code, err_pos, max_depth,
 ):
     nrows = offsets.shape[0] - 1
-    snap = np.empty({nnodes}, np.int64)
-    dsnap = np.empty({nnodes}, np.int64)
     for row in range(row0, nrows):
-        for n in range({nnodes}):
-            snap[n] = counts[n]
-            dsnap[n] = dcounts[n]
+{snapshot}
         start = offsets[row]
         end = offsets[row + 1]
         p = start + skip
@@ -97,12 +93,8 @@ def decode_rows(
 {body}
             break
         if full < 0 and err == 0:
-            err_code[row] = 0
-            err_pos[row] = 0
-            continue
-        for n in range({nnodes}):
-            counts[n] = snap[n]
-            dcounts[n] = dsnap[n]
+            continue  # err_code / err_pos are zero from the caller
+{restore}
         if full >= 0:
             return {STATUS_FULL}, row, full
         err_code[row] = err
@@ -112,9 +104,7 @@ def decode_rows(
             dummy_start, dummy_nodes, vals, valid, data,
         )
         if full >= 0:
-            for n in range({nnodes}):
-                counts[n] = snap[n]
-                dcounts[n] = dsnap[n]
+{restore2}
             return {STATUS_FULL}, row, full
     return {STATUS_DONE}, nrows, -1
 """
@@ -416,9 +406,19 @@ def generate_source(prog: np.ndarray, layout: Layout) -> str:
     nnodes = len(layout.store)
     g = _Gen(prog, layout)
     g.block(0, len(prog), 3)
+    # the counters a row can move: every node's entries, the bytes of the BIN/FIXED nodes
+    moved = [(f"counts[{n}]", f"s{n}") for n in range(nnodes)]
+    moved += [
+        (f"dcounts[{n}]", f"d{n}")
+        for n in range(nnodes)
+        if int(layout.store[n]) in (STORE_BIN, STORE_FIXED)
+    ]
     driver = _DRIVER.format(
+        snapshot="\n".join(f"        {var} = {cell}" for cell, var in moved),
+        restore="\n".join(f"        {cell} = {var}" for cell, var in moved),
+        restore2="\n".join(f"            {cell} = {var}" for cell, var in moved),
         body="\n".join(g.lines),
-        nnodes=max(nnodes, 1), ERR_SHORT=k.ERR_SHORT, STATUS_FULL=k.STATUS_FULL,
+        ERR_SHORT=k.ERR_SHORT, STATUS_FULL=k.STATUS_FULL,
         STATUS_DONE=k.STATUS_DONE,
     )  # fmt: skip
     return _HEADER + driver
