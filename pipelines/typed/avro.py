@@ -49,7 +49,8 @@ Schema resolution (writer -> reader, Avro's rules): see :mod:`avro_compile`. Log
 not take part (as in Avro), except that decimals must keep their scale. A decimal larger than
 its Arrow type, an enum symbol the reader lacks (and no reader default), a writer union branch
 the reader cannot read, an int beyond 32 bits, invalid UTF-8 in a string, trailing bytes after
-the value and any truncation are errors of that row.
+the value, a time-millis or time-micros outside 00:00-24:00 (Arrow's time types hold a time of
+day) and any truncation are errors of that row.
 
 Where this decoder and fastavro's ``schemaless_reader`` differ (the tests avoid these cases
 in the random cross-check and pin this side's behaviour by example):

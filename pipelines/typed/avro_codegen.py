@@ -235,6 +235,9 @@ class _Gen:
             if op == k.OP_INT:
                 out(ind, "if v < -2147483648 or v > 2147483647:")
                 self.fail(ind + 1, f"{k.ERR_INT_RANGE}")
+            if c > 0:
+                out(ind, f"if v < 0 or v >= {c}:")
+                self.fail(ind + 1, f"{k.ERR_TIME_RANGE}")
             out(ind, "p = q")
             if node >= 0:
                 self.entry(ind, node)
