@@ -49,7 +49,8 @@ Schema resolution (writer -> reader, Avro's rules): see :mod:`avro_compile`. Log
 not take part (as in Avro), except that decimals must keep their scale. A decimal larger than
 its Arrow type, an enum symbol the reader lacks (and no reader default), a writer union branch
 the reader cannot read, an int beyond 32 bits, invalid UTF-8 in a string, trailing bytes after
-the value and any truncation are errors of that row.
+the value, a time-millis or time-micros outside 00:00-24:00 (Arrow's time types hold a time of
+day) and any truncation are errors of that row.
 
 Where this decoder and fastavro's ``schemaless_reader`` differ (the tests avoid these cases
 in the random cross-check and pin this side's behaviour by example):
@@ -71,6 +72,7 @@ import decimal
 import io
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import fastavro
@@ -81,6 +83,7 @@ from logstore.registry.formats import parse
 from pipelines.decode.arrow import numpy_array
 from pipelines.typed import avro_kernel as k
 from pipelines.typed.arenas import STORE_BIN, STORE_FIXED, STORE_LIST, Arenas
+from pipelines.typed.avro_codegen import MAX_INSTRUCTIONS, Layout, generated_kernel, is_cached
 from pipelines.typed.avro_compile import (
     Node,
     Program,
@@ -90,6 +93,7 @@ from pipelines.typed.avro_compile import (
 )
 
 __all__ = [
+    "KERNELS",
     "AvroDecoder",
     "Decoded",
     "UnsupportedSchemaError",
@@ -130,12 +134,15 @@ def arrow_type(schema: str | dict[str, Any] | list[Any]) -> pa.DataType:
     return root.children[0].arrow if root.schema is None else root.arrow
 
 
-def compile_decoder(writer_schema: str, reader_schema: str | None = None) -> AvroDecoder:
+def compile_decoder(
+    writer_schema: str, reader_schema: str | None = None, *, kernel: str = "auto"
+) -> AvroDecoder:
     """A decoder of values written with ``writer_schema`` into ``reader_schema``'s shape (the
     writer's own when None). Raises ``InvalidSchemaError`` (a schema fastavro cannot parse)
     or :class:`UnsupportedSchemaError` (recursive). Incompatibilities are not raised here:
-    they fail exactly the rows they concern (see the module docstring)."""
-    return AvroDecoder(writer_schema, reader_schema)
+    they fail exactly the rows they concern (see the module docstring). ``kernel``: see
+    :class:`AvroDecoder`."""
+    return AvroDecoder(writer_schema, reader_schema, kernel=kernel)
 
 
 def _nodes(root: Node) -> list[Node]:
@@ -145,11 +152,28 @@ def _nodes(root: Node) -> list[Node]:
     return out
 
 
+KERNELS = ("auto", "interpreter", "generated")
+# "auto" compiles the generated kernel once a process has decoded this many rows of a pair
+AUTO_ROWS = 1_000_000
+_AUTO_SEEN: dict[bytes, int] = {}  # rows decoded by the interpreter, by program
+
+
 class AvroDecoder:
     """A compiled (writer, reader) pair. Thread-safe: :meth:`decode` keeps its buffers local
-    (the kernel releases the GIL)."""
+    (the kernel releases the GIL).
 
-    def __init__(self, writer_schema: str, reader_schema: str | None = None) -> None:
+    ``kernel``: ``"interpreter"`` runs :mod:`avro_kernel`'s one kernel for every schema (no
+    compilation: for small batches and many schemas, e.g. the tests' random ones);
+    ``"generated"`` a kernel specialised to this pair (:mod:`avro_codegen`: faster, compiled
+    once per machine and schema pair, the interpreter beyond its size limit); ``"auto"``
+    (the default) the interpreter until the generated kernel pays (:meth:`_kernel`). All
+    give the same output, errors included."""
+
+    def __init__(
+        self, writer_schema: str, reader_schema: str | None = None, *, kernel: str = "auto"
+    ) -> None:
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, not {kernel!r}")
         wparsed, wnamed = _parse(writer_schema)
         rparsed, rnamed = (wparsed, wnamed) if reader_schema is None else _parse(reader_schema)
         self.root = reader_tree(rparsed, rnamed)
@@ -186,6 +210,33 @@ class AvroDecoder:
                 self._bound_at[n.id] = at
                 at += 2 * (n.width // 8)
         self._bounds = np.concatenate(limbs).astype(np.uint64)
+        self.kernel = kernel
+        self._layout = Layout(
+            self._track, self._store, self._width, self._dummy_start, self._dummy_nodes
+        )
+        self._generated: Callable[..., Any] | None = None
+        self._cached: bool | None = None
+        if len(prog) > MAX_INSTRUCTIONS:
+            self.kernel = "interpreter"  # numba's compile time grows with the code
+        elif self.kernel == "generated":
+            self._generated = generated_kernel(prog, self._layout)
+
+    def _kernel(self, rows: int) -> Callable[..., Any]:
+        """The kernel for a call of ``rows`` rows: ``"auto"`` takes the generated one when
+        this machine compiled it before (its source is in the cache: loading takes ~0.2 s),
+        or once this process has decoded :data:`AUTO_ROWS` rows of this pair (compiling
+        takes seconds; it saves ~0.1 us a row on the bench's schema), else the interpreter."""
+        if self._generated is not None:
+            return self._generated
+        if self.kernel == "auto":
+            key = self.program.prog.tobytes()
+            if self._cached is None:
+                self._cached = is_cached(self.program.prog, self._layout)
+            if self._cached or _AUTO_SEEN.get(key, 0) + rows >= AUTO_ROWS:
+                self._generated = generated_kernel(self.program.prog, self._layout)
+                return self._generated
+            _AUTO_SEEN[key] = _AUTO_SEEN.get(key, 0) + rows
+        return k.decode_rows
 
     def _dummy(self, node: Node, detached: set[int]) -> list[int]:
         """``node`` and its struct descendants that the kernel writes (not the defaults)."""
@@ -220,8 +271,9 @@ class AvroDecoder:
         err_code = np.zeros(n, np.int64)
         err_pos = np.zeros(n, np.int64)
         row = 0
+        kernel = self._kernel(n)
         while True:
-            status, row, full = k.decode_rows(
+            status, row, full = kernel(
                 self.program.prog, self.program.enum_maps, buf, offsets, offsets_skip, row,
                 a.counts, a.dcounts, a.ecap, a.dcap, a.vbase, a.dbase, self._store, self._width,
                 self._track, self._bounds, self._bound_at, self._dummy_start, self._dummy_nodes,

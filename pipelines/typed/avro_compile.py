@@ -328,7 +328,10 @@ class _Emitter:
         elif rk == "boolean":
             self.op(k.OP_BOOL, nid)
         elif wk in ("int", "long") and rk in ("int", "long", "float", "double"):
-            self.op(k.OP_INT if wk == "int" else k.OP_LONG, nid, int(rk in ("float", "double")))
+            # Arrow's time32[ms] / time64[us] hold a time of day: anything else is an error
+            day = {"time-millis": 86_400_000, "time-micros": 86_400_000_000}
+            op = k.OP_INT if wk == "int" else k.OP_LONG
+            self.op(op, nid, int(rk in ("float", "double")), day.get(node.logical or "", 0))
         elif wk in ("float", "double"):
             self.op(k.OP_FLOAT if wk == "float" else k.OP_DOUBLE, nid)
         elif node.logical == "decimal":

@@ -52,8 +52,8 @@ OP_END = 0  # the value is complete
 OP_ENTRY = 1  # a record / union-as-struct entry of node a (valid)
 OP_NULLV = 2  # a null read into Arrow's null type (node a)
 OP_BOOL = 3
-OP_INT = 4  # b: 1 = store as float64 (promotion)
-OP_LONG = 5  # b: 1 = store as float64
+OP_INT = 4  # b: 1 = store as float64 (promotion); c: the end of a time of day's range, or 0
+OP_LONG = 5  # b: 1 = store as float64; c: as OP_INT
 OP_FLOAT = 6
 OP_DOUBLE = 7
 OP_BYTES = 8  # b: 1 = check UTF-8 (the reader wants a string)
@@ -88,6 +88,7 @@ ERR_BLOCK_COUNT = 10
 ERR_TRAILING = 11
 ERR_SHORT = 12
 ERR_NULL = 13  # set by the caller: a null input value
+ERR_TIME_RANGE = 14
 ERR_SCHEMA = 100  # + the message index of an OP_ERROR
 
 ERRORS: dict[int, str] = {
@@ -104,6 +105,7 @@ ERRORS: dict[int, str] = {
     ERR_TRAILING: "bytes left after the value",
     ERR_SHORT: "payload shorter than its header",
     ERR_NULL: "value is null",
+    ERR_TIME_RANGE: "time of day outside 00:00-24:00 (time-millis / time-micros)",
 }
 
 # Zero-size items (nulls, empty records) cost no bytes: their block counts are bounded apart.
@@ -208,6 +210,9 @@ def decode_rows(  # noqa: PLR0917
                     break
                 if op == OP_INT and (v < -2147483648 or v > 2147483647):
                     err = ERR_INT_RANGE
+                    break
+                if prog[pc, 3] > 0 and (v < 0 or v >= prog[pc, 3]):
+                    err = ERR_TIME_RANGE
                     break
                 p = q
                 if node >= 0:

@@ -218,6 +218,31 @@ def test_errors_name_the_failure_and_position() -> None:
     assert ref.errors.is_null().to_pylist() == out.errors.is_null().to_pylist()
 
 
+@pytest.mark.parametrize("kernel", ["interpreter", "generated"])
+def test_a_time_of_day_outside_the_day_fails_its_row(kernel: str) -> None:
+    """Arrow's time32[ms] / time64[us] hold a time of day: a value outside [0, 24h) would make
+    an invalid array (and files Spark misreads), so it is an error of its row."""
+    schema = record(
+        ("ms", {"type": "int", "logicalType": "time-millis"}),
+        ("us", {"type": "long", "logicalType": "time-micros"}),
+    )
+    day_ms, day_us = 86_400_000, 86_400_000_000
+    raw = [
+        HEADER + encode_varlong(ms) + encode_varlong(us)
+        for ms, us in ((0, 0), (day_ms - 1, day_us - 1), (day_ms, 0), (-1, 0), (0, day_us),
+                       (0, -1))
+    ]  # fmt: skip
+    dec = compile_decoder(json.dumps(schema), kernel=kernel)
+    out = dec.decode(pa.array(raw, pa.binary()))
+    out.values.validate(full=True)
+    assert out.errors.to_pylist() == [None, None] + [
+        f"time of day outside 00:00-24:00 (time-millis / time-micros) (at byte {at} of {n})"
+        for at, n in ((5, 10), (5, 7), (6, 12), (6, 7))
+    ]
+    assert out.values.field("ms").cast(pa.int32()).to_pylist()[:2] == [0, day_ms - 1]
+    assert out.values.field("us").cast(pa.int64()).to_pylist()[:2] == [0, day_us - 1]
+
+
 def test_hostile_block_counts_end_quickly() -> None:
     schema = record(
         ("a", {"type": "array", "items": "null"}), ("b", {"type": "array", "items": "long"})
