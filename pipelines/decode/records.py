@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import cramjam
 import numpy as np
 import pyarrow as pa
 
@@ -49,7 +48,6 @@ from pipelines.decode.batches import (
 from pipelines.decode.codecs import (
     CODEC_LABELS,
     LZ4_INDEPENDENT,
-    LZ4_STORED,
     decompress,
     decompress_lz4_blocks_into,
     decompress_lz4_into,
@@ -218,31 +216,6 @@ def decode_records(
                 raise CorruptRecordError(f"lz4 data decompresses to more than {max_size} bytes")
             # lz4 block by block (no frame decoder) where the frame allows: one block, or
             # independent blocks; bounded by the declared size or what the blocks can hold.
-            if single > 0 and not single & LZ4_STORED:
-                # One compressed block, the usual lz4 batch: straight into the arena, without
-                # the block list and the general path's steps (measured, one lz4 ingest task of
-                # 1.43M records in 7k batches, 4 x 15 interleaved runs: 1.3-2% less CPU).
-                size = declared if declared >= 0 else min(block_max, 255 * single + 16, max_size)
-                if filled and filled + size > arena.shape[0]:
-                    yield _flush(arena[:filled], scan, g_idx, g_start, g_end, errors, filters)
-                    g_idx, g_start, g_end, errors, filled = [], [], [], [], 0
-                if size > arena.shape[0]:
-                    arena = _empty(size, np.uint8)
-                block = view[first + 4 : first + 4 + single]
-                try:  # at most block_max bytes, as decompress_lz4_blocks_into
-                    held = cramjam.lz4.decompress_block_into(
-                        block,
-                        arena[filled : filled + min(size, block_max)],  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on 3.12+ only
-                    )
-                except cramjam.DecompressionError as exc:
-                    raise CorruptRecordError(f"lz4 decompression failed: {exc}") from exc
-                if declared >= 0 and held != declared:
-                    raise CorruptRecordError(f"lz4 frame declares {declared} bytes, holds {held}")
-                g_idx.append(i)
-                g_start.append(filled)
-                filled += held
-                g_end.append(filled)
-                continue
             if first >= 0 and single >= 0:
                 blocks = [(first + 4, single)]
             elif first >= 0 and flg & LZ4_INDEPENDENT:

@@ -69,8 +69,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import functools
 import io
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -83,7 +85,13 @@ from logstore.registry.formats import parse
 from pipelines.decode.arrow import numpy_array
 from pipelines.typed import avro_kernel as k
 from pipelines.typed.arenas import STORE_BIN, STORE_FIXED, STORE_LIST, Arenas
-from pipelines.typed.avro_codegen import MAX_INSTRUCTIONS, Layout, generated_kernel, is_cached
+from pipelines.typed.avro_codegen import (
+    MAX_INSTRUCTIONS,
+    Layout,
+    generate_source,
+    generated_kernel,
+    is_cached,
+)
 from pipelines.typed.avro_compile import (
     Node,
     Program,
@@ -152,6 +160,7 @@ def _nodes(root: Node) -> list[Node]:
     return out
 
 
+_LOG = logging.getLogger(__name__)
 KERNELS = ("auto", "interpreter", "generated")
 # "auto" compiles the generated kernel once a process has decoded this many rows of a pair
 AUTO_ROWS = 1_000_000
@@ -219,21 +228,36 @@ class AvroDecoder:
         if len(prog) > MAX_INSTRUCTIONS:
             self.kernel = "interpreter"  # numba's compile time grows with the code
         elif self.kernel == "generated":
-            self._generated = generated_kernel(prog, self._layout)
+            self._generated = generated_kernel(self._source)
+
+    @functools.cached_property
+    def _source(self) -> str:
+        """The generated kernel's source (generated once: its SHA-256 names it)."""
+        return generate_source(self.program.prog, self._layout)
 
     def _kernel(self, rows: int) -> Callable[..., Any]:
         """The kernel for a call of ``rows`` rows: ``"auto"`` takes the generated one when
         this machine compiled it before (its source is in the cache: loading takes ~0.2 s),
         or once this process has decoded :data:`AUTO_ROWS` rows of this pair (compiling
-        takes seconds; it saves ~0.1 us a row on the bench's schema), else the interpreter."""
+        takes seconds; it saves ~0.1 us a row on the bench's schema), else the interpreter.
+        A generated kernel that fails to compile leaves ``"auto"`` on the interpreter (logged:
+        the interpreter decodes every program); ``"generated"`` raises."""
         if self._generated is not None:
             return self._generated
         if self.kernel == "auto":
             key = self.program.prog.tobytes()
             if self._cached is None:
-                self._cached = is_cached(self.program.prog, self._layout)
+                self._cached = is_cached(self._source)
             if self._cached or _AUTO_SEEN.get(key, 0) + rows >= AUTO_ROWS:
-                self._generated = generated_kernel(self.program.prog, self._layout)
+                try:
+                    self._generated = generated_kernel(self._source)
+                except Exception as exc:  # numba's errors have no common base
+                    _LOG.warning(
+                        "the generated Avro kernel did not compile (%s: %s); this decoder "
+                        "keeps the interpreter", type(exc).__name__, exc,
+                    )  # fmt: skip
+                    self.kernel = "interpreter"
+                    return k.decode_rows
                 return self._generated
             _AUTO_SEEN[key] = _AUTO_SEEN.get(key, 0) + rows
         return k.decode_rows

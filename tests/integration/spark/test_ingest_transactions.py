@@ -522,6 +522,20 @@ def test_aborts_that_the_txnindex_predicts_need_no_second_read(
     assert (s.aborted_transactions, s.txn_reread_partitions) == (8, 0)
 
 
+def _ingest_reads_one_partition_again(
+    spark: SparkSession, tmp_path: Path, indexed: TxnLogs
+) -> None:
+    """Ingest ``indexed`` after one partition's index went wrong: the log line says the
+    prediction missed, that partition is read again, and the lake is the consumer view."""
+    lake = tmp_path / "lake"
+    messages: list[str] = []
+    s = run_ingest(spark, _config(indexed, lake), log=messages.append)
+    assert any("1 partitions, 0 exactly" in m for m in messages), messages
+    want, stops = consumer_view(indexed)
+    assert stops == indexed.hws and lake_rows(lake) == want
+    assert s.aborted_transactions == 8 and s.txn_reread_partitions == 1
+
+
 def test_a_wrong_txnindex_costs_a_second_read_never_a_record(
     spark: SparkSession, tmp_path: Path, indexed: TxnLogs
 ) -> None:
@@ -535,13 +549,7 @@ def test_a_wrong_txnindex_costs_a_second_read_never_a_record(
     listed = [p for p in sorted((indexed.root / "pay-0").glob("*.txnindex")) if p.stat().st_size]
     listed[-1].write_bytes(b"")  # the aborted transactions of the last such segment: left out
     indexed.checkpoint()
-    lake = tmp_path / "lake"
-    messages: list[str] = []
-    s = run_ingest(spark, _config(indexed, lake), log=messages.append)
-    assert any("1 partitions, 0 exactly" in m for m in messages), messages
-    want, stops = consumer_view(indexed)
-    assert stops == indexed.hws and lake_rows(lake) == want
-    assert s.aborted_transactions == 8 and s.txn_reread_partitions == 1
+    _ingest_reads_one_partition_again(spark, tmp_path, indexed)
 
 
 def test_a_damaged_txnindex_predicts_nothing_and_the_walk_decides(
@@ -553,10 +561,4 @@ def test_a_damaged_txnindex_predicts_nothing_and_the_walk_decides(
     listed = [p for p in sorted((indexed.root / "pay-0").glob("*.txnindex")) if p.stat().st_size]
     with listed[0].open("ab") as f:
         f.write(b"\x00" * 7)  # no longer a multiple of the 34-byte entry
-    lake = tmp_path / "lake"
-    messages: list[str] = []
-    s = run_ingest(spark, _config(indexed, lake), log=messages.append)
-    assert any("1 partitions, 0 exactly" in m for m in messages), messages
-    want, stops = consumer_view(indexed)
-    assert stops == indexed.hws and lake_rows(lake) == want
-    assert s.aborted_transactions == 8 and s.txn_reread_partitions == 1
+    _ingest_reads_one_partition_again(spark, tmp_path, indexed)

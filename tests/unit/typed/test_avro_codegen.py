@@ -197,7 +197,7 @@ def test_the_cache_rewrites_a_torn_file_and_refuses_a_shared_directory(
     dec = compile_decoder(SIMPLE, kernel="generated")
     (source,) = kernel_cache.glob("loglake_avro_*.py")
     assert dec.decode(values).values.to_pylist() == [{"a": "x"}, {"a": None}]
-    assert avro_codegen.is_cached(dec.program.prog, dec._layout)
+    assert avro_codegen.is_cached(dec._source)
     # a torn (or tampered) file under the expected name is rewritten before import
     text = source.read_text()
     source.write_text(text[: len(text) // 2])
@@ -209,7 +209,7 @@ def test_the_cache_rewrites_a_torn_file_and_refuses_a_shared_directory(
     os.chmod(kernel_cache, 0o777)
     assert avro_codegen.cache_dir() is None
     avro_codegen._LOADED.clear()
-    assert not avro_codegen.is_cached(dec.program.prog, dec._layout)
+    assert not avro_codegen.is_cached(dec._source)
     third = compile_decoder(SIMPLE, kernel="generated")
     assert third._generated is not None
     assert third.decode(values).values.to_pylist() == [{"a": "x"}, {"a": None}]
@@ -236,6 +236,23 @@ def test_auto_switches_once_the_generated_kernel_pays(
     assert other.decode(values).values.to_pylist() == [{"a": "x"}, {"a": None}]
     assert other._generated is not None
     assert compile_decoder(SIMPLE, kernel="interpreter")._kernel(10**9) is not other._generated
+
+
+def test_auto_keeps_the_interpreter_when_the_generated_kernel_does_not_compile(
+    kernel_cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(source: str) -> Any:
+        raise RuntimeError("numba refused the generated code")
+
+    monkeypatch.setattr(avro, "generated_kernel", broken)
+    monkeypatch.setattr(avro, "AUTO_ROWS", 1)
+    values = frame(json.loads(SIMPLE), [{"a": "x"}, {"a": None}])
+    dec = compile_decoder(SIMPLE)
+    assert dec.decode(values).values.to_pylist() == [{"a": "x"}, {"a": None}]
+    assert dec.kernel == "interpreter" and dec._generated is None
+    assert "did not compile (RuntimeError: numba refused" in caplog.text
+    with pytest.raises(RuntimeError, match="numba refused"):  # asked for explicitly: raised
+        compile_decoder(SIMPLE, kernel="generated")
 
 
 def test_unknown_kernel_is_refused() -> None:
