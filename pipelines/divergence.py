@@ -217,7 +217,9 @@ def _index_start(path: Path, base: int, offset: int, size: int) -> int:
 
     Entries (relative offset i32 = a batch's last offset, position i32 = its start) increase;
     the active segment's file is preallocated with zeros after them. A binary search with
-    8-byte reads finds the last entry below ``offset`` without reading the (10 MiB) file.
+    8-byte reads finds the last entry below ``offset`` without reading the (10 MiB) file. The
+    broker may roll the segment meanwhile, cutting the file to its entries: a read past the
+    new end is no entry, like the zeros it replaced.
     """
     try:
         fd = os.open(path.with_suffix(".index"), os.O_RDONLY)
@@ -227,7 +229,10 @@ def _index_start(path: Path, base: int, offset: int, size: int) -> int:
         n = os.fstat(fd).st_size // 8
 
         def below(i: int) -> tuple[bool, int]:
-            rel, pos = _ENTRY.unpack(os.pread(fd, 8, i * 8))
+            raw = os.pread(fd, 8, i * 8)
+            if len(raw) < 8:  # cut since the fstat: the segment rolled and its index was
+                return False, 0  # trimmed to its entries (all before this one)
+            rel, pos = _ENTRY.unpack(raw)
             sane = (i == 0 or rel > 0) and 0 <= pos < size and rel >= 0
             return sane and rel + base < offset, pos
 

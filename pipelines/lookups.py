@@ -65,6 +65,7 @@ import functools
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -382,19 +383,46 @@ def check_segment_indexes(
 
     ``read_to``: the active segment, read while the broker appends to it: the batches end at
     this byte position, and the index entries of batches written after the read (an ``.index``
-    position at or past it, a ``.timeindex`` offset past the last batch) are not judged.
+    position at or past it, an offset past the last batch) are not judged. The broker writes
+    an entry into its memory map while this reads the file, so one read can catch an entry
+    half-written, or an unwritten one before a written one: an active segment whose first read
+    shows a problem is read again after :data:`_REREAD_S`, and only what that read shows is
+    reported (an entry in flight has landed by then; damage is still there).
     """
-    problems: list[IndexProblem] = []
-    log = Path(log_path)
     order = np.argsort(positions)
     pos, first, last, maxts = (
         a[order] for a in (positions, first_offsets, last_offsets, max_timestamps)
     )
+    problems = _index_problems(log_path, segment, pos, first, last, maxts, read_to)
+    if problems and read_to is not None:
+        time.sleep(_REREAD_S)
+        problems = _index_problems(log_path, segment, pos, first, last, maxts, read_to)
+    return problems
+
+
+# how long an active segment's index files are left before the second read (see above): an
+# entry is one 8-12 byte copy of the broker's
+_REREAD_S = 0.05
+
+
+def _index_problems(  # noqa: PLR0917
+    log_path: str,
+    segment: int,
+    pos: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    maxts: np.ndarray,
+    read_to: int | None,
+) -> list[IndexProblem]:
+    """One read of the segment's two index files, judged (:func:`check_segment_indexes`)."""
+    problems: list[IndexProblem] = []
+    log = Path(log_path)
     index = _entries(log.with_suffix(".index"), _OFFSET_ENTRY)
     times = _entries(log.with_suffix(".timeindex"), _TIME_ENTRY)
     if read_to is not None:
         index = index[index["pos"] < read_to]
         if len(last):
+            index = index[segment + index["rel"].astype(np.int64) <= int(last[-1])]
             times = times[segment + times["rel"].astype(np.int64) <= int(last[-1])]
     prev_rel, prev_pos = -1, -1
     for i, (rel, p) in enumerate(zip(index["rel"].tolist(), index["pos"].tolist(), strict=True)):

@@ -19,9 +19,15 @@ SHA-256), path-style with a custom endpoint, virtual-hosted on AWS; one connecti
 Answers: 206 -> the body, whose ``Content-Range`` must start at ``offset``; 416 -> the range
 starts at or past the object's end: nothing read; 404 -> ``FileNotFoundError``; 500, 502, 503,
 504 -> an ``OSError`` naming the status (transient: the caller retries); a connection that
-breaks or an answer cut short -> ``ConnectionResetError`` (transient); any other status ->
+breaks or an answer cut short -> ``ConnectionResetError`` (transient); 200 (a server that
+ignores ``Range`` and sends the whole object) and any other status ->
 :class:`~logstore.errors.ObjectStoreError` with S3's error code. A retry writes the buffer
 again from its start.
+
+Nothing the server says is trusted for a size: of an answer other than 206 at most
+:data:`ERROR_BODY_MAX` bytes are read (its error code is in the first few hundred; a 200's
+body is the whole object), and a 206's ``Content-Range`` must lie inside the range asked for
+and be non-empty before a byte is written to the buffer.
 """
 
 from __future__ import annotations
@@ -33,10 +39,12 @@ from logstore.errors import ObjectStoreError
 from logstore.objectstore._s3put import TRANSIENT_STATUS, error_code, request_target, sign_request
 from logstore.objectstore.settings import StorageSettings
 
-__all__ = ["EMPTY_SHA256", "get_range_into_s3"]
+__all__ = ["EMPTY_SHA256", "ERROR_BODY_MAX", "get_range_into_s3"]
 
 # the SHA-256 of an empty body: what a GET signs as its payload
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+# what is read of an answer that is not the range: enough for any S3 error document
+ERROR_BODY_MAX = 64 << 10
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
@@ -65,9 +73,15 @@ def get_range_into_s3(
             if response.status == 404:
                 raise FileNotFoundError(f"s3://{bucket}/{key}")
             if response.status != 206:
-                body = response.read().decode("utf-8", "replace")
+                body = response.read(ERROR_BODY_MAX).decode("utf-8", "replace")
                 if response.status in TRANSIENT_STATUS:
                     raise OSError(f"HTTP {response.status} (transient): {error_code(body)}")
+                if response.status == 200:
+                    raise ObjectStoreError(
+                        "ranged GET answered with the whole object (HTTP 200): the server "
+                        "ignores Range; loglake needs an S3-compatible store that answers 206",
+                        path=f"s3://{bucket}/{key}",
+                    )
                 raise ObjectStoreError(
                     f"ranged GET refused: HTTP {response.status} {error_code(body)}",
                     path=f"s3://{bucket}/{key}",
@@ -89,9 +103,11 @@ def _read_body(response: http.client.HTTPResponse, offset: int, into: memoryview
             path=uri,
         )
     size = int(match.group(2)) + 1 - offset
-    if size > len(into):
+    if not 0 < size <= len(into):
         raise ObjectStoreError(
-            f"ranged GET of {len(into)} bytes from {offset}: the answer holds {size}", path=uri
+            f"ranged GET of {len(into)} bytes from {offset}: the answer's Content-Range "
+            f"{response.getheader('content-range')!r} holds {size}",
+            path=uri,
         )
     got = 0
     while got < size:

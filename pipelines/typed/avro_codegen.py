@@ -35,6 +35,7 @@ import the wrong code. Where no cache directory can be used, the source is compi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -514,16 +515,32 @@ def generated_kernel(source: str) -> Callable[..., Any]:
     return fn
 
 
+def _write_atomically(directory: Path, path: Path, text: str) -> None:
+    """``text`` to ``path`` through a temporary file renamed over it; on any error (a full
+    disk) the temporary file is removed and the error raised (the caller compiles in memory).
+
+    Not :func:`logstore.storage.files.write_atomically`: its one fixed ``<name>.tmp`` would
+    have two Spark workers writing the same kernel truncate each other's file; here each
+    writer has its own (``mkstemp``). No fsync: a torn file is found by the comparison before
+    import and rewritten."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def _load(source: str, name: str) -> Callable[..., Any]:
     directory = cache_dir()
     if directory is not None:
         path = directory / f"{name}.py"
         try:
             if not path.exists() or path.read_text() != source:
-                fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-                with os.fdopen(fd, "w") as f:
-                    f.write(source)
-                os.replace(tmp, path)
+                _write_atomically(directory, path, source)
             spec = importlib.util.spec_from_file_location(name, path)
             if spec is not None and spec.loader is not None and path.read_text() == source:
                 module = importlib.util.module_from_spec(spec)

@@ -14,7 +14,6 @@ exited 0, and retention did delete (what the lake had) meanwhile.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import traceback
@@ -58,15 +57,20 @@ def _high_watermarks_reach(log_dir: Path, ends: dict[int, int]) -> bool:
     return all(hw.get((TOPIC, p), -1) >= end for p, end in ends.items())
 
 
-def _loop(job: Any, argv: list[str], stop: threading.Event, codes: list[int]) -> None:
-    """Run ``job.main(argv)`` back to back until ``stop``; every exit code in ``codes``."""
+def _loop(
+    job: Any, argv: list[str], stop: threading.Event, codes: list[int], raised: list[str]
+) -> None:
+    """Run ``job.main(argv)`` back to back until ``stop``; every exit code in ``codes``.
+
+    A raise is a failed run too: -1 in ``codes`` and its traceback in ``raised``, which the
+    assertions show (stderr's tail would hold the later runs' output, not the raise).
+    """
     while not stop.is_set():
         try:
             codes.append(job.main(argv))
-        except BaseException:  # a raise is a failed run too: recorded, never lost
+        except BaseException:
             codes.append(-1)
-            # on stderr: the assertion below shows stderr's tail (stdout is not kept)
-            print(f"job raised: {traceback.format_exc()[-2000:]}", file=sys.stderr, flush=True)
+            raised.append(traceback.format_exc()[-4000:])
 
 
 def test_every_acknowledged_record_reaches_the_lake_once_while_retention_races(
@@ -95,6 +99,7 @@ def test_every_acknowledged_record_reaches_the_lake_once_while_retention_races(
     argv = ["--config", str(config)]
     ingest, lookups = load_job("ingest"), load_job("build_lookups")
     codes: dict[str, list[int]] = {"ingest": [], "build_lookups": []}
+    raised: list[str] = []
     stop = threading.Event()
     with Traffic(b.bootstrap, TOPIC, partitions=PARTITIONS, produce_interval_s=0.001) as bg:
         # 1. no lake offset yet: well past retention.bytes, nothing is deleted
@@ -103,8 +108,10 @@ def test_every_acknowledged_record_reaches_the_lake_once_while_retention_races(
         assert all(_bases(b.log_dir, p)[0] == 0 for p in range(PARTITIONS))
         # 2. both jobs again and again, overlapping, while retention deletes what the lake has
         threads = [
-            threading.Thread(target=_loop, args=(ingest, argv, stop, codes["ingest"])),
-            threading.Thread(target=_loop, args=(lookups, argv, stop, codes["build_lookups"])),
+            threading.Thread(target=_loop, args=(ingest, argv, stop, codes["ingest"], raised)),
+            threading.Thread(
+                target=_loop, args=(lookups, argv, stop, codes["build_lookups"], raised)
+            ),
         ]
         for t in threads:
             t.start()
@@ -127,6 +134,7 @@ def test_every_acknowledged_record_reaches_the_lake_once_while_retention_races(
         f"{len(codes['build_lookups'])}; re-planned attempts {replans}; log starts "
         f"{[_bases(b.log_dir, p)[0] for p in range(PARTITIONS)]}"
     )
+    assert not raised, "\n".join(raised)
     assert codes["ingest"] and set(codes["ingest"]) == {0}, (codes, err[-3000:])
     problems = [line for line in err.splitlines() if " entry " in line]
     assert codes["build_lookups"] and set(codes["build_lookups"]) == {0}, (codes, problems[:20])

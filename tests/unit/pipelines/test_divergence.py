@@ -9,9 +9,11 @@ grew, or lost offsets to retention (a gap), alone.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from logstore.protocol.records import build_batch
 from logstore.storage.config import LogConfig
@@ -176,4 +178,30 @@ def test_log_end_reaches_past_a_damaged_tail_to_the_high_watermark(tmp_path: Pat
     data[last.position :] = bytes(len(data) - last.position)
     segment.write_bytes(bytes(data))
     assert log_end(part, hw) == spans[-2][1] + 1
+    log.close()
+
+
+def test_log_end_while_the_broker_rolls_the_segment_and_trims_its_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The active segment's ``.index`` is preallocated (zeros after its entries); the broker
+    rolling it cuts the file to its entries. Cut between the walk's ``fstat`` of the index and
+    its reads (what ingest met racing retention): reads past the new end are no entries, the
+    end is still right."""
+    part = tmp_path / "t-0"
+    log = Log.open(part, LogConfig(segment_bytes=1 << 20, index_interval_bytes=256))
+    spans = [_append(log, 1 + i % 7, "a") for i in range(40)]
+    (index,) = part.glob("*.index")
+    entries = len(log.active_segment.offset_index)
+    assert 0 < entries * 8 < index.stat().st_size  # preallocated
+    real_fstat = os.fstat
+
+    def stat_then_roll(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        os.truncate(index, entries * 8)  # the broker's trim, right after the walk measured
+        return st
+
+    monkeypatch.setattr(os, "fstat", stat_then_roll)
+    assert log_end(part, None) == spans[-1][1] + 1
+    monkeypatch.undo()
     log.close()

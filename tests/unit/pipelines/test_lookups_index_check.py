@@ -4,9 +4,12 @@ itself, over batches read with the executor code)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
+import pytest
 
+from pipelines import lookups
 from pipelines.lookups import _CHECK_COLUMNS, _check_segment_table
 from pipelines.sources.plan import parse_options, plan_ranges
 from pipelines.sources.read import read_range
@@ -38,3 +41,51 @@ def test_entries_past_what_was_read_of_the_active_segment_are_not_judged(tmp_pat
     assert all(p.offset > seen.column("last_offset")[-1].as_py() for p in late)
     # as the log's active segment: those entries are the broker's appends since, not damage
     assert _check_segment_table(seen, active=True) == []
+
+
+def _torn_then_landed(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch, *, lands: bool
+) -> tuple[pa.Table, list[float]]:
+    """The active segment's time index with its last entry as a reader can catch the broker
+    writing it: struct writes a big-endian int64 from its last byte back, so the timestamp's
+    low bytes are there, its high bytes and the relative offset are still zero. The pause
+    before the second read is where the broker finishes the entry (``lands``) or not."""
+    records = [(b"k%d" % i, b"v" * 200, [], 1_700_000_000_000 + i) for i in range(400)]
+    write_partition(log_dir, "t", 0, records, batch_records=5, index_interval_bytes=512)
+    whole = _segment_batches(log_dir)
+    (timeindex,) = (log_dir / "t-0").glob("*.timeindex")
+    data = bytearray(timeindex.read_bytes())
+    entries = len(data) // 12
+    last = bytes(data[(entries - 1) * 12 :])
+    torn = bytes(4) + last[4:8] + bytes(4)
+    timeindex.write_bytes(bytes(data[: (entries - 1) * 12]) + torn + bytes(12 * 50))
+    pauses: list[float] = []
+
+    def broker_writes_meanwhile(seconds: float) -> None:
+        pauses.append(seconds)
+        if lands:
+            timeindex.write_bytes(bytes(data[: (entries - 1) * 12]) + last + bytes(12 * 50))
+
+    monkeypatch.setattr(lookups, "time", SimpleNamespace(sleep=broker_writes_meanwhile))
+    return whole, pauses
+
+
+def test_an_entry_the_broker_is_writing_is_read_again_not_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole, pauses = _torn_then_landed(tmp_path / "logs", monkeypatch, lands=True)
+    assert _check_segment_table(whole, active=True) == []
+    assert pauses == [lookups._REREAD_S]  # the first read saw the torn entry
+
+
+def test_damage_in_the_active_segment_is_still_reported_after_the_second_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole, pauses = _torn_then_landed(tmp_path / "logs", monkeypatch, lands=False)
+    problems = _check_segment_table(whole, active=True)
+    assert [p.problem for p in problems] == ["timestamps not increasing"]
+    assert problems[0].kind == "timeindex" and pauses == [lookups._REREAD_S]
+    # a rolled segment is final: read once
+    pauses.clear()
+    assert [p.problem for p in _check_segment_table(whole)] == ["timestamps not increasing"]
+    assert pauses == []

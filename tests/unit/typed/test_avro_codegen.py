@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from pipelines.typed import avro, avro_codegen
 from pipelines.typed.avro import compile_decoder
+from tests.fixtures.tmpfs import fill
 from tests.unit.typed.avro_strategies import values_of, with_evolution
 from tests.unit.typed.test_avro_property import frame
 
@@ -258,3 +259,29 @@ def test_auto_keeps_the_interpreter_when_the_generated_kernel_does_not_compile(
 def test_unknown_kernel_is_refused() -> None:
     with pytest.raises(ValueError, match="kernel must be one of"):
         compile_decoder(SIMPLE, kernel="jit")
+
+
+def test_a_full_disk_under_the_cache_compiles_in_memory_and_leaves_no_file(
+    tmpfs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache directory on a real filesystem with no free byte (a 1 MiB tmpfs, filled):
+    writing the kernel's source fails with ENOSPC, the kernel compiles in memory and decodes,
+    and no temporary file is left behind; with room again, the next process caches it."""
+    disk = tmpfs(1)
+    monkeypatch.setenv("LOGLAKE_CACHE_DIR", str(disk))
+    monkeypatch.setattr(avro_codegen, "_LOADED", {})  # as in a new process
+    kernels = avro_codegen.cache_dir()
+    assert kernels is not None
+    filler = fill(disk)
+    values = frame(json.loads(SIMPLE), [{"a": "x"}, {"a": None}])
+    dec = compile_decoder(SIMPLE, kernel="generated")
+    assert dec._generated is not None
+    assert dec.decode(values).values.to_pylist() == [{"a": "x"}, {"a": None}]
+    assert list(kernels.iterdir()) == []  # neither the source nor a torn temporary file
+    assert avro_codegen.is_cached(dec._source)  # loaded in this process only
+    filler.unlink()
+    monkeypatch.setattr(avro_codegen, "_LOADED", {})
+    assert not avro_codegen.is_cached(dec._source)
+    again = compile_decoder(SIMPLE, kernel="generated")
+    assert again.decode(values).values.to_pylist() == [{"a": "x"}, {"a": None}]
+    assert [p.suffix for p in kernels.glob("loglake_avro_*")] == [".py"]
