@@ -243,9 +243,12 @@ def delta_binary_packed(values: np.ndarray, width: int, out: np.ndarray, pos: in
 
     Why this shape: the columns written with it (offsets, timestamps, batch positions) mostly
     have one delta per miniblock, so a miniblock is usually 0 bits wide and writes nothing;
-    the others are packed through a 64-bit register, 8 bytes at a time, instead of a bit loop
-    per value (1.43M values, one core: consecutive offsets 1.8 -> 0.5 ns a value, per-batch
-    positions 2.6 -> 0.7, measured)."""
+    one pass a block finds the deltas, the block's smallest and each miniblock's largest
+    (whose distance to the smallest is the miniblock's width), and the other miniblocks are
+    packed through a 64-bit register, 8 bytes at a time, instead of a bit loop per value.
+    Measured, 1.43M values, one core, interleaved with the previous loops (three passes a
+    block and a per-value bit loop): consecutive offsets 1.1-2.0 -> 0.9 ns a value, batch
+    positions (a jump every 200 rows) 1.9-2.8 -> 1.15."""
     n = values.shape[0]
     pos = _put_varint(out, pos, BLOCK)
     pos = _put_varint(out, pos, BLOCK // MINIBLOCK)
