@@ -196,29 +196,38 @@ def scan_headers(buf: np.ndarray, start: int, end: int, cap: int) -> tuple:  # t
 
 @njit(cache=True, nogil=True, inline="always")
 def _varint(buf: np.ndarray, p: int, end: int, max_bytes: int) -> tuple:  # type: ignore[type-arg]
-    """Zigzag varint at ``p`` (at most ``max_bytes`` bytes, before ``end``): (value, next, ok)."""
-    if p + 1 < end:
-        # The common cases without the loop: one or two bytes (values within +-8 Ki).
-        b = buf[p]
-        if b < 0x80:
-            u = np.uint64(b)
-            return np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1)), p + 1, True
-        b1 = buf[p + 1]
-        if b1 < 0x80:
-            u = np.uint64(b & 0x7F) | (np.uint64(b1) << np.uint64(7))
-            return np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1)), p + 2, True
+    """Zigzag varint at ``p`` (at most ``max_bytes`` bytes, before ``end``): (value, next, ok).
+
+    One- and two-byte values (within +-8 Ki) without the loop. One ``return``, on purpose:
+    numba inlines this function's IR with a reference to ``buf`` taken on entry and dropped at
+    every exit, and only a single exit lets its reference-count pruning remove the pair; with a
+    ``return`` per case each call cost an atomic ``NRT_incref``/``NRT_decref`` pair (3.8% of an
+    lz4 ingest task's samples, py-spy --native). With this shape :func:`records_to_columns`
+    went from 22.6-23.0 to 18.0 ns a record of 100 bytes (one core, in-process, interleaved)."""
     u = np.uint64(0)
-    shift = np.uint64(0)
-    for i in range(max_bytes):
-        q = p + i
-        if q >= end:
-            return np.int64(0), q, False
-        b = buf[q]
-        u |= np.uint64(b & 0x7F) << shift
-        if b < 0x80:
-            return np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1)), q + 1, True
-        shift += np.uint64(7)
-    return np.int64(0), p + max_bytes, False
+    q = p
+    ok = False
+    if p + 1 < end and buf[p] < 0x80:
+        u = np.uint64(buf[p])
+        q = p + 1
+        ok = True
+    elif p + 1 < end and buf[p + 1] < 0x80:
+        u = np.uint64(buf[p] & 0x7F) | (np.uint64(buf[p + 1]) << np.uint64(7))
+        q = p + 2
+        ok = True
+    else:
+        shift = np.uint64(0)
+        while q < end and q < p + max_bytes:
+            b = buf[q]
+            u |= np.uint64(b & 0x7F) << shift
+            q += 1
+            if b < 0x80:
+                ok = True
+                break
+            shift += np.uint64(7)
+        if not ok:
+            u = np.uint64(0)
+    return np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1)), q, ok
 
 
 @intrinsic
@@ -338,7 +347,8 @@ def records_to_columns(  # noqa: PLR0917 (one pass, arrays)
     ``space`` the sum of ``b_end - b_start`` (which bounds the key bytes, and the value bytes):
     ``r_offset``, ``r_ts`` int64[cap]; ``k_off``, ``v_off`` int32[cap + 1] and ``k_data``,
     ``v_data`` uint8[space] (Arrow binary offsets + data); ``k_valid``, ``v_valid``
-    uint8[(cap + 7) // 8] (validity bitmaps, bit set = not null); ``h_off`` int32[cap + 1]
+    uint8[(cap + 7) // 8] (validity bitmaps, bit set = not null; filled whole, the bits past
+    row ``n`` set); ``h_off`` int32[cap + 1]
     (list offsets of the headers column); ``h_raw`` uint8[space] (scratch: the headers
     sections of the kept records, end to end, for :func:`copy_headers`).
 
@@ -353,6 +363,10 @@ def records_to_columns(  # noqa: PLR0917 (one pass, arrays)
     k_off[0] = 0
     v_off[0] = 0
     h_off[0] = 0
+    # Validity: every row present, a bit cleared per null (most columns have none: a bit
+    # written per row cost ~1 ns a record).
+    k_valid[:] = 0xFF
+    v_valid[:] = 0xFF
     n = 0  # rows written
     kt = 0  # key bytes written
     vt = 0
@@ -366,6 +380,10 @@ def records_to_columns(  # noqa: PLR0917 (one pass, arrays)
         p = b_start[bi]
         end = b_end[bi]
         count = b_count[bi]
+        base_offset = b_base_offset[bi]
+        base_ts = b_base_ts[bi]
+        log_append = b_log_append[bi]
+        max_ts_b = b_max_ts[bi]
         # Roll-back marks: a failed batch leaves nothing behind.
         mark = n
         mark_kt, mark_vt, mark_k_nulls, mark_v_nulls = kt, vt, k_nulls, v_nulls
@@ -395,8 +413,8 @@ def records_to_columns(  # noqa: PLR0917 (one pass, arrays)
             if not ok:
                 err = ERR_VARINT
                 break
-            offset = b_base_offset[bi] + off_delta
-            ts = b_max_ts[bi] if b_log_append[bi] else b_base_ts[bi] + ts_delta
+            offset = base_offset + off_delta
+            ts = max_ts_b if log_append else base_ts + ts_delta
             keep = offset >= min_offset and offset < until and ts >= min_ts and ts <= max_ts
             # A key or value running past its record is what the reference decoders call a
             # size mismatch (ERR_RECORD_SIZE); any negative length is null, as in Kafka.
@@ -461,8 +479,10 @@ def records_to_columns(  # noqa: PLR0917 (one pass, arrays)
             if keep:
                 r_offset[n] = offset
                 r_ts[n] = ts
-                _set_bit(k_valid, n, klen >= 0)
-                _set_bit(v_valid, n, vlen >= 0)
+                if klen < 0:
+                    _set_bit(k_valid, n, False)
+                if vlen < 0:
+                    _set_bit(v_valid, n, False)
                 k_nulls += klen < 0
                 v_nulls += vlen < 0
                 k_off[n + 1] = kt
@@ -481,6 +501,9 @@ def records_to_columns(  # noqa: PLR0917 (one pass, arrays)
             err = ERR_HEADER_KEY_UTF8
         if err != ERR_OK:
             status[bi] = err
+            for r in range(mark, n):  # rows given back: present again until written
+                _set_bit(k_valid, r, True)
+                _set_bit(v_valid, r, True)
             n = mark
             kt, vt, k_nulls, v_nulls = mark_kt, mark_vt, mark_k_nulls, mark_v_nulls
             ht, nh, hk_bytes, hv_bytes = mark_ht, mark_nh, mark_hk, mark_hv

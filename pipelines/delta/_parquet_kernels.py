@@ -24,6 +24,7 @@ __all__ = [
     "BLOCK",
     "MINIBLOCK",
     "delta_binary_packed",
+    "delta_binary_packed_bound",
     "list_levels",
     "plain_binary",
     "plain_binary_take",
@@ -220,11 +221,34 @@ def runs_binary(offsets: np.ndarray, data: np.ndarray, starts: np.ndarray) -> in
     return k
 
 
+def delta_binary_packed_bound(n: int) -> int:
+    """Most bytes :func:`delta_binary_packed` writes for ``n`` values: the header (4 varints),
+    per block of 128 deltas its min (a varint) and 4 widths, and 8 bytes a delta, the last
+    block's miniblocks padded to 32 values (up to 1 KiB of padding)."""
+    return 32 + 9 * n + 14 + BLOCK * 8
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_le64(out: np.ndarray, pos: int, value: np.uint64, nbytes: int) -> None:
+    """The low ``nbytes`` (<= 8) bytes of ``value`` into ``out[pos:]``, little-endian."""
+    for b in range(nbytes):
+        out[pos + b] = np.uint8((value >> np.uint64(8 * b)) & np.uint64(0xFF))
+
+
 @njit(cache=True, nogil=True)
 def delta_binary_packed(values: np.ndarray, width: int, out: np.ndarray, pos: int) -> int:
     """DELTA_BINARY_PACKED of int64 ``values`` into ``out`` from ``pos`` (``width`` 32: the
     column is INT32, deltas wrap at 32 bits); returns the end. ``out`` must hold
-    ``32 + len(values) * 9`` bytes from ``pos`` (headers plus the widest miniblocks)."""
+    :func:`delta_binary_packed_bound` bytes from ``pos``.
+
+    Why this shape: the columns written with it (offsets, timestamps, batch positions) mostly
+    have one delta per miniblock, so a miniblock is usually 0 bits wide and writes nothing;
+    one pass a block finds the deltas, the block's smallest and each miniblock's largest
+    (whose distance to the smallest is the miniblock's width), and the other miniblocks are
+    packed through a 64-bit register, 8 bytes at a time, instead of a bit loop per value.
+    Measured, 1.43M values, one core, interleaved with the previous loops (three passes a
+    block and a per-value bit loop): consecutive offsets 1.1-2.0 -> 0.9 ns a value, batch
+    positions (a jump every 200 rows) 1.9-2.8 -> 1.15."""
     n = values.shape[0]
     pos = _put_varint(out, pos, BLOCK)
     pos = _put_varint(out, pos, BLOCK // MINIBLOCK)
@@ -232,45 +256,62 @@ def delta_binary_packed(values: np.ndarray, width: int, out: np.ndarray, pos: in
     if n == 0:
         return _put_varint(out, pos, 0)
     pos = _put_varint(out, pos, _zigzag(np.int64(values[0])))
+    mask = np.uint64(0xFFFFFFFF) if width == 32 else np.uint64(0xFFFFFFFFFFFFFFFF)
     deltas = np.empty(BLOCK, np.int64)
+    highest = np.empty(BLOCK // MINIBLOCK, np.int64)  # per miniblock, its largest delta
     i = 1
     while i < n:
         count = min(BLOCK, n - i)
-        lo = np.int64(0)
-        for k in range(count):
-            d = np.int64(np.uint64(values[i + k]) - np.uint64(values[i + k - 1]))
+        # One pass: the deltas, each miniblock's largest and the block's smallest. A
+        # miniblock's width is that of (largest - smallest): x - lo grows with x.
+        lo = np.int64(0x7FFFFFFFFFFFFFFF)
+        for m in range(BLOCK // MINIBLOCK):
+            first = m * MINIBLOCK
+            hi = np.int64(-0x7FFFFFFFFFFFFFFF - 1)
+            last = min(first + MINIBLOCK, count)
             if width == 32:
-                d = np.int64(np.int32(d))
-            deltas[k] = d
-            if k == 0 or d < lo:
-                lo = d
+                for k in range(first, last):
+                    d = np.int64(np.int32(values[i + k] - values[i + k - 1]))
+                    deltas[k] = d
+                    lo = min(lo, d)
+                    hi = max(hi, d)
+            else:
+                for k in range(first, last):
+                    d = np.int64(np.uint64(values[i + k]) - np.uint64(values[i + k - 1]))
+                    deltas[k] = d
+                    lo = min(lo, d)
+                    hi = max(hi, d)
+            highest[m] = hi
         pos = _put_varint(out, pos, _zigzag(lo))
         widths_at = pos
         pos += BLOCK // MINIBLOCK
+        ulo = np.uint64(lo)
         for m in range(BLOCK // MINIBLOCK):
             first = m * MINIBLOCK
-            if first >= count:
-                out[widths_at + m] = 0
-                continue
             last = min(first + MINIBLOCK, count)
-            top = np.uint64(0)
-            for k in range(first, last):
-                u = np.uint64(deltas[k]) - np.uint64(lo)
-                if width == 32:
-                    u &= np.uint64(0xFFFFFFFF)
-                top |= u
+            top = (np.uint64(highest[m]) - ulo) & mask if first < count else np.uint64(0)
             bits = 0
             while bits < 64 and (top >> np.uint64(bits)) != 0:
                 bits += 1
             out[widths_at + m] = bits
-            out[pos : pos + MINIBLOCK * bits // 8] = 0
-            bitpos = pos * 8
-            for k in range(first, last):
-                u = np.uint64(deltas[k]) - np.uint64(lo)
-                if width == 32:
-                    u &= np.uint64(0xFFFFFFFF)
-                bitpos = _bitpack(out, bitpos, u, bits)
-            pos += MINIBLOCK * bits // 8  # a padded miniblock is always whole bytes
+            if bits == 0:
+                continue
+            # 32 values of ``bits`` bits: 4 * bits whole bytes; values past ``count`` are 0.
+            acc = np.uint64(0)
+            held = 0
+            for k in range(first, first + MINIBLOCK):
+                u = (np.uint64(deltas[k]) - ulo) & mask if k < last else np.uint64(0)
+                acc |= u << np.uint64(held)
+                held += bits
+                if held >= 64:
+                    _put_le64(out, pos, acc, 8)
+                    pos += 8
+                    held -= 64
+                    # the bits of u that did not fit (none when it ended exactly at 64)
+                    acc = u >> np.uint64(bits - held) if held else np.uint64(0)
+            if held:
+                _put_le64(out, pos, acc, (held + 7) // 8)
+                pos += (held + 7) // 8
         i += count
     return pos
 

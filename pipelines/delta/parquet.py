@@ -535,7 +535,7 @@ def _values_bound(
     if leaf.physical == _BOOLEAN:
         return n // 8 + 1
     if leaf.encoding == _DELTA_BINARY_PACKED:
-        return 32 + 9 * n
+        return k.delta_binary_packed_bound(n)
     return n * (4 if leaf.physical == _INT32 else 8)
 
 

@@ -109,6 +109,24 @@ def test_hand_built_batch_fields() -> None:
     assert {r["codec"] for r in rows} == {"none"}
 
 
+def test_nulls_of_a_rolled_back_batch_leave_no_trace_in_the_validity() -> None:
+    # The first batch writes rows with null keys and values, then fails (its last record is
+    # cut short) and is rolled back: the next batch's rows take the same slots, all present.
+    nulls = b"".join(raw_record(i, 0, None, None) for i in range(9))
+    damaged = raw_batch(nulls + raw_record(9, 0, b"k", b"v")[:-1], count=10, base_offset=0)
+    present = b"".join(raw_record(i, 0, b"k%d" % i, b"v%d" % i) for i in range(9))
+    mixed = raw_record(0, 0, None, b"x") + raw_record(1, 0, b"y", None)
+    buf = damaged + raw_batch(present, count=9, base_offset=10)
+    buf += raw_batch(mixed, count=2, base_offset=19)
+    rows, bad = decode_all(buf)
+    assert len(bad) == 1 and bad[0][0] == 0
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == [
+        *((10 + i, b"k%d" % i, b"v%d" % i) for i in range(9)),
+        (19, None, b"x"),
+        (20, b"y", None),
+    ]
+
+
 def test_log_append_time_uses_max_timestamp() -> None:
     recs = raw_record(0, 1, b"a", b"b") + raw_record(1, 2, b"c", b"d")
     buf = raw_batch(recs, count=2, attributes=0x08, base_ts=10, max_ts=99)

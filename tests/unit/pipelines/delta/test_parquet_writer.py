@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipelines.delta import _parquet_kernels as kernels
 from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
 from pipelines.delta.parquet import FastParquetWriter, fast_writer_supports
 from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
@@ -862,6 +863,21 @@ def test_delta_binary_packed_around_block_and_miniblock_boundaries(count: int) -
                 check_file(data, [table], table.schema, None, options)
             except AssertionError as e:
                 raise AssertionError(f"{pattern}, {count} values, page {page}: {e}") from e
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 33, 129, 257])
+def test_delta_binary_packed_stays_within_its_bound(count: int) -> None:
+    # The last block's miniblocks are padded to 32 values: full-width deltas in a short
+    # column take far more than 9 bytes a value. The kernel writes into a buffer of exactly
+    # the bound, behind a guard region that must stay untouched.
+    values = np.random.default_rng(count).integers(-(2**63), 2**63 - 1, count, endpoint=True)
+    for width in (64, 32):
+        wide = values if width == 64 else values.astype(np.int32).astype(np.int64)
+        bound = kernels.delta_binary_packed_bound(count)
+        out = np.full(bound + 64, 0xAB, np.uint8)
+        end = kernels.delta_binary_packed(wide, width, out, 0)
+        assert 0 < end <= bound
+        assert (out[bound:] == 0xAB).all()
 
 
 # ---------------------------------------------------------------------------------------------
