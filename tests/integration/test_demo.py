@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 
 from logstore.storage.checkpoints import read_offset_checkpoint
 from pipelines.demo import read_table
+from tests.fixtures.jobs import SHORT_JVM_OPTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,8 +35,9 @@ if not (ROOT / "airflow" / ".venv" / "bin" / "airflow").is_file():
 def test_make_demo_shows_the_whole_lakehouse(tmp_path: Path) -> None:
     work = tmp_path / "demo"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYSPARK"))}
+    # SPARK_SUBMIT_OPTS: the DAG tasks' spark-submit drivers (Airflow's hook passes the env on)
     env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-               PYSPARK_DRIVER_PYTHON=sys.executable)  # fmt: skip
+               PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_SUBMIT_OPTS=SHORT_JVM_OPTS)  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-m", "pipelines.demo", "--dir", str(work), "--records", "400"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=2300, check=False,

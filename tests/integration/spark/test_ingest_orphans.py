@@ -24,26 +24,10 @@ from deltalake import DeltaTable
 
 from pipelines.delta.staging import LEASE_TTL_ENV, STAGING_DIR, reap_crashed_writes
 from tests.fixtures.broker import ROOT
+from tests.fixtures.jobs import spark_submit
 from tests.integration.broker.clients import new_topic
 
 pytestmark = pytest.mark.integration
-
-
-def _spark_submit(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    submit = Path(sys.executable).parent.parent / "lib" / "python3.11" / "site-packages"
-    cmd = [
-        str(submit / "pyspark" / "bin" / "spark-submit"),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        str(ROOT / "jobs" / "ingest.py"),
-        *args,
-    ]
-    return subprocess.run(
-        cmd, env=env, capture_output=True, text=True, timeout=300, start_new_session=True,
-        check=False,
-    )  # fmt: skip
 
 
 def test_killed_run_files_removed_by_next_run_never_a_live_writers(
@@ -68,7 +52,7 @@ def test_killed_run_files_removed_by_next_run_never_a_live_writers(
     args = ["--config", str(ROOT / "conf" / "pipeline.toml"), "--log-dirs", str(b.log_dir)]
     args += ["--lake", str(lake)]
 
-    killed = _spark_submit(args, {**env, "LOGLAKE_FAILPOINT": "delta.before_commit"})
+    killed = spark_submit("ingest.py", args, env=env, failpoint="delta.before_commit")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     orphans = sorted(records.rglob("part-*.parquet"))
     assert orphans, "the killed run had written its data files"
@@ -87,7 +71,7 @@ def test_killed_run_files_removed_by_next_run_never_a_live_writers(
         assert live_files
         time.sleep(3 + 2 + 1.5)  # the killed run's lease expires (ttl + margin, whole seconds)
 
-        ok = _spark_submit(args, env)
+        ok = spark_submit("ingest.py", args, env=env)
         assert ok.returncode == 0, ok.stderr[-3000:]
         summary = json.loads(ok.stdout.strip().splitlines()[-1])
         assert summary["records"] == 400 and summary["committed"] is True

@@ -37,6 +37,7 @@ from pipelines.ingest import (
     run_ingest,
     schedule_tasks,
 )
+from tests.fixtures.jobs import spark_submit
 
 pytestmark = pytest.mark.integration
 
@@ -340,29 +341,7 @@ def test_concurrent_run_is_a_no_op_or_refused(
     assert _records(lake) == sorted(logs.rows)
 
 
-def _spark_submit(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    pyspark_bin = Path(sys.executable).parent.parent / "lib" / "python3.11" / "site-packages"
-    submit = pyspark_bin / "pyspark" / "bin" / "spark-submit"
-    cmd = [
-        str(submit),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-        str(ROOT / "jobs" / "ingest.py"),
-        *args,
-    ]
-    return subprocess.run(
-        cmd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-        check=False,
-    )
+_SHUFFLE = {"spark.sql.shuffle.partitions": "2"}
 
 
 def test_spark_submit_killed_before_commit_then_rerun_is_exact(
@@ -386,13 +365,15 @@ def test_spark_submit_killed_before_commit_then_rerun_is_exact(
         "--lake",
         str(lake),
     ]
-    killed = _spark_submit(args, {**env, "LOGLAKE_FAILPOINT": "delta.before_commit"})
+    killed = spark_submit(
+        "ingest.py", args, env=env, failpoint="delta.before_commit", conf=_SHUFFLE
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     written = [p for p in (lake / "records").rglob("*.parquet")]
     assert written, "the killed run had written its data files"
     assert not DeltaTable.is_deltatable(str(lake / "records"))
 
-    ok = _spark_submit(args, env)
+    ok = spark_submit("ingest.py", args, env=env, conf=_SHUFFLE)
     assert ok.returncode == 0, ok.stderr[-3000:]
     summary = json.loads(ok.stdout.strip().splitlines()[-1])
     assert summary["records"] == len(logs.rows) == 24 and summary["committed"] is True

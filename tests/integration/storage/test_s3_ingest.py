@@ -28,21 +28,17 @@ from deltalake import DeltaTable, QueryBuilder
 from logstore.objectstore import delta_target
 from pipelines.delta.staging import LEASE_TTL_ENV
 from tests.fixtures.broker import ROOT
+from tests.fixtures.jobs import spark_submit
 from tests.fixtures.s3 import S3Bucket
 from tests.integration.broker.clients import new_topic
 
 pytestmark = pytest.mark.integration
 
 
-def _ingest(lake: str, log_dir: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    submit = Path(sys.executable).parent.parent / "lib" / "python3.11" / "site-packages"
-    cmd = [
-        str(submit / "pyspark" / "bin" / "spark-submit"),
-        "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-        str(ROOT / "jobs" / "ingest.py"),
-        "--config", str(ROOT / "conf" / "pipeline.toml"),
-        "--log-dirs", str(log_dir), "--lake", lake,
-    ]  # fmt: skip
+def _ingest(
+    lake: str, log_dir: Path, *, failpoint: str | None = None, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
+    args = ["--config", str(ROOT / "conf" / "pipeline.toml"), "--log-dirs", str(log_dir)]
     env = {
         **os.environ,  # the s3 fixture's AWS_ENDPOINT_URL, keys and region
         "SPARK_LOCAL_IP": "127.0.0.1",
@@ -50,10 +46,9 @@ def _ingest(lake: str, log_dir: Path, **extra_env: str) -> subprocess.CompletedP
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         **extra_env,
     }
-    return subprocess.run(
-        cmd, env=env, capture_output=True, text=True, timeout=600, start_new_session=True,
-        check=False,
-    )  # fmt: skip
+    return spark_submit(
+        "ingest.py", [*args, "--lake", lake], failpoint=failpoint, env=env, timeout=600
+    )
 
 
 def _records(lake: str) -> list[tuple[int, int, bytes, bytes]]:
@@ -147,7 +142,7 @@ def test_a_run_killed_before_its_commit_leaves_the_s3_table_as_it_was(
     log_dir, want = _produced_log(broker_factory, "s3kill", 200)
     lake = s3.uri("kill")
     short = {LEASE_TTL_ENV: "3"}
-    killed = _ingest(lake, log_dir, LOGLAKE_FAILPOINT="delta.before_commit", **short)
+    killed = _ingest(lake, log_dir, failpoint="delta.before_commit", **short)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     # no commit (the first run's commit also creates the table): no table, as before
     assert [k for k in s3.keys("kill/records/_delta_log/") if k.endswith(".json")] == []

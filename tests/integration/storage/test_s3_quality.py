@@ -1,7 +1,11 @@
 """``spark-submit jobs/quality.py --lake s3://...`` on a real S3 server (moto): the suites over
 an S3 lake ingested by the real job, ``quality_results`` committed in the bucket (read back
 with deltalake) and the Data Docs site under ``<lake>/_quality/`` (listed and read with boto3,
-independently of the job); a second run keeps the first run's pages and adds its own."""
+independently of the job); a second run keeps the first run's pages and adds its own.
+
+The ingest before is ``jobs/ingest.py``'s ``main`` in-process on the shared Spark session (its
+``spark-submit`` into S3 is tests/integration/storage/test_s3_ingest.py's): a spark-submit
+less, 10-20 s of a loaded 2-core machine."""
 
 from __future__ import annotations
 
@@ -9,16 +13,19 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
 
 from logstore.objectstore import delta_target
 from tests.fixtures.broker import ROOT
-from tests.fixtures.jobs import spark_submit
+from tests.fixtures.jobs import load_job, spark_submit
 from tests.fixtures.s3 import S3Bucket
-from tests.integration.storage.test_s3_ingest import _ingest, _produced_log
+from tests.integration.storage.test_s3_ingest import _produced_log
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.integration
 
@@ -38,12 +45,12 @@ def _quality(lake: str, log_dir: Path, run_id: str) -> Any:
 
 
 def test_quality_on_an_s3_lake_results_and_data_docs_in_the_bucket(
-    broker_factory: Any, s3: S3Bucket
+    broker_factory: Any, s3: S3Bucket, spark: SparkSession
 ) -> None:
     log_dir, _want = _produced_log(broker_factory, "s3qual", 200)
     lake = s3.uri("q")
-    ingested = _ingest(lake, log_dir)
-    assert ingested.returncode == 0, ingested.stderr[-3000:]
+    args = ["--config", str(ROOT / "conf" / "pipeline.toml"), "--log-dirs", str(log_dir)]
+    assert load_job("ingest").main([*args, "--lake", lake]) == 0
 
     first = _quality(lake, log_dir, "run-one")
     assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]

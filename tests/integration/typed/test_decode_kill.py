@@ -1,6 +1,13 @@
 """``spark-submit jobs/decode.py`` killed (SIGKILL of its whole session, ``LOGLAKE_FAILPOINT``)
 at each step of its commit: the typed table stays as it was, and the next run writes every row
-and every dead letter exactly once."""
+and every dead letter exactly once.
+
+Only the killed runs are ``spark-submit``s: the kill of a whole process session is what they
+test. The runs before and after a kill are the same job (``jobs/decode.py``'s ``main``, the
+same pipeline TOML) in-process on the shared Spark session, as other job tests run theirs:
+they see the killed run's leftovers exactly as a new process would (its staged files, its
+lease on disk), and each ``spark-submit`` saved is 10-20 s of a loaded 2-core machine.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -18,8 +26,11 @@ from deltalake import DeltaTable
 from pipelines.delta.staging import LEASE_TTL_ENV, STAGING_DIR
 from pipelines.typed.job import app_id
 from tests.fixtures.compaction import read_table_rows
-from tests.fixtures.jobs import spark_submit, unreferenced_files
+from tests.fixtures.jobs import load_job, spark_submit, unreferenced_files
 from tests.fixtures.typed import ingest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +50,17 @@ def _leftovers(table: Path) -> list[str]:
     ]
 
 
+def _decode(conf: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """``jobs/decode.py --config conf`` in-process (the shared session): its JSON summary, the
+    last line of its stdout; fails the test on a non-zero exit code."""
+    capsys.readouterr()
+    code = load_job("decode").main(["--config", str(conf)])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    summary: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return summary
+
+
 SCHEMA = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}
 
 
@@ -46,7 +68,13 @@ SCHEMA = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"
 @pytest.mark.parametrize(
     "step", ["decode.before_dead_letters", "delta.before_commit", "decode.before_commit"]
 )
-def test_kill_at_each_step_then_rerun(tmp_path: Path, registry_url: str, step: str) -> None:
+def test_kill_at_each_step_then_rerun(
+    tmp_path: Path,
+    registry_url: str,
+    step: str,
+    spark: SparkSession,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     sr = SchemaRegistryClient({"url": registry_url})
     ser = AvroSerializer(sr, json.dumps(SCHEMA))
     ctx = SerializationContext("k", MessageField.VALUE)
@@ -56,8 +84,7 @@ def test_kill_at_each_step_then_rerun(tmp_path: Path, registry_url: str, step: s
         f'[paths]\nlake = "{tmp_path}"\n[decode]\nschema_registry_url = "{registry_url}"\n',
         encoding="utf-8",
     )
-    first = spark_submit("decode.py", ["--config", str(conf)])
-    assert first.returncode == 0, first.stderr[-3000:]
+    _decode(conf, capsys)
     table = tmp_path / "tables" / "k"
     version = DeltaTable(str(table)).version()
 
@@ -68,9 +95,8 @@ def test_kill_at_each_step_then_rerun(tmp_path: Path, registry_url: str, step: s
     assert DeltaTable(str(table)).version() == version  # the typed table is as it was
     assert sorted(r["n"] for r in read_table_rows(table)) == list(range(5))
 
-    rerun = spark_submit("decode.py", ["--config", str(conf)])
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert json.loads(rerun.stdout.splitlines()[-1])["topics"][0]["rows"] == 4
+    rerun = _decode(conf, capsys)
+    assert rerun["topics"][0]["rows"] == 4
     assert sorted(r["n"] for r in read_table_rows(table)) == list(range(9))
     dead = read_table_rows(tmp_path / "dead_letters")
     assert [(d["offset"], d["value"]) for d in dead] == [(9, b"bad")]
@@ -92,7 +118,7 @@ ENVELOPE = {"type": "record", "name": "Envelope", "namespace": "db.t", "fields":
 
 @pytest.mark.timeout(900)
 def test_kill_between_the_tombstones_and_the_upsert_table(
-    tmp_path: Path, registry_url: str
+    tmp_path: Path, registry_url: str, spark: SparkSession, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A CDC table ordered by ``source.lsn``: killed after the tombstones' commit, before the
     table's; the re-run still applies the run's delete (the tombstone it finds is its own)."""
@@ -111,8 +137,7 @@ def test_kill_between_the_tombstones_and_the_upsert_table(
         '[decode.cdc]\nc = "source.lsn"\n',
         encoding="utf-8",
     )
-    first = spark_submit("decode.py", ["--config", str(conf)])
-    assert first.returncode == 0, first.stderr[-3000:]
+    _decode(conf, capsys)
     table, tombstones = tmp_path / "tables" / "c", tmp_path / "table_tombstones" / "c"
     version = DeltaTable(str(table)).version()
 
@@ -128,22 +153,20 @@ def test_kill_between_the_tombstones_and_the_upsert_table(
     assert DeltaTable(str(table)).version() == version
     assert [r["key"] for r in read_table_rows(tombstones)] == [b"1"]  # committed before the kill
 
-    rerun = spark_submit("decode.py", ["--config", str(conf)])
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    _decode(conf, capsys)
     assert {r["_kafka"]["key"]: r["email"] for r in read_table_rows(table)} == {b"2": "2@12"}
     assert [(r["key"], r["_version"]) for r in read_table_rows(tombstones)] == [(b"1", 30)]
     assert DeltaTable(str(table)).transaction_version(app_id("c", 0)) == 4
 
     # and the remembered delete holds against an older change arriving later
     ingest(tmp_path, "c", [change("u", 1, 20)], keys=[b"1"], start=4)
-    again = spark_submit("decode.py", ["--config", str(conf)])
-    assert again.returncode == 0, again.stderr[-3000:]
+    _decode(conf, capsys)
     assert {r["_kafka"]["key"] for r in read_table_rows(table)} == {b"2"}
 
 
 @pytest.mark.timeout(900)
 def test_kill_in_a_topics_first_run_leaves_an_empty_table_the_rerun_fills(
-    tmp_path: Path, registry_url: str
+    tmp_path: Path, registry_url: str, spark: SparkSession, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The first run creates the table (empty, no progress: every loglake table exists from its
     job's first run on) before decoding; killed then, the re-run decodes everything once."""
@@ -165,8 +188,7 @@ def test_kill_in_a_topics_first_run_leaves_an_empty_table_the_rerun_fills(
     assert read_table_rows(table) == []
     assert DeltaTable(str(table)).transaction_version(app_id("f", 0)) is None
 
-    rerun = spark_submit("decode.py", ["--config", str(conf)])
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    _decode(conf, capsys)
     assert sorted(r["n"] for r in read_table_rows(table)) == [0, 1, 2, 3]
     assert DeltaTable(str(table)).transaction_version(app_id("f", 0)) == 4
     assert _leftovers(table) == []
