@@ -7,7 +7,9 @@ instructions a row on ``tests/perf/bench_decode.py``'s 12-field schema. Here eac
 becomes its own block of code with the opcode, the node, the widths, the enum offsets and the
 tracked-ness folded to constants; unions become ``if``/``elif`` on the branch index, arrays and
 maps ``for`` loops. Measured (2026-11-28, ``tests/perf/bench_decode.py``'s 12-field schema,
-1M rows, CPU time in one process): the interpreter 0.33-0.34 us a row, this 0.25. Two things
+1M rows, CPU time in one process): the interpreter 0.33-0.34 us a row, this 0.25, and
+0.15-0.16 since strings are checked for ASCII and decimals of up to 8 bytes decoded in line
+(:meth:`_Gen.text`, :meth:`_Gen.decimal`; ``decode()`` in batches of 65536, load ~9). Two things
 made a first version *slower* than the interpreter (0.48-0.89 us) and are calls here: numba's
 in-line copies, at every field, of the UTF-8 check, the multi-byte varint loop and the decimal
 check (the function outgrew what LLVM optimises well; a one-byte varint stays in line), and
@@ -121,13 +123,15 @@ def decode_rows(
 class Layout:
     """What the generated code folds in of :class:`avro.AvroDecoder`'s arrays (the same ones
     it passes to the kernel at run time): per node, whether its validity bytes are written,
-    its ``STORE_*`` kind and width, and the nodes a null of it fills."""
+    its ``STORE_*`` kind and width, the nodes a null of it fills, and the precision of the
+    decimal nodes (0 for the others)."""
 
     track: np.ndarray
     store: np.ndarray
     width: np.ndarray
     dummy_start: np.ndarray
     dummy_nodes: np.ndarray
+    precision: np.ndarray
 
 
 _MAX_UNROLLED_NULL = 16
@@ -198,6 +202,51 @@ class _Gen:
         self.out(ind + 1, "if not ok:")
         self.fail(ind + 2, f"({k.ERR_TRUNCATED} if q >= end else {k.ERR_VARINT})")
 
+    def text(self, ind: int) -> None:
+        """Stop the row unless the string ``buf[q:q+ln]`` is valid UTF-8: a byte loop in line
+        that calls :func:`text_ok` only at the first byte >= 0x80 (a call per string cost the
+        bench's schema ~75 of the kernel's ~245 ns a row; with this loop and
+        :meth:`decimal`'s in-line path the kernel takes ~160, 1M rows in one process,
+        2026-11-28). Unlike the vectorised OR of :func:`avro_kernel._ascii`, the loop is a few
+        instructions per string site, so the function stays small enough to optimise."""
+        self.out(ind, "bad = False")
+        self.out(ind, "for _t in range(q, q + ln):")
+        self.out(ind + 1, "if buf[_t] >= 0x80:")
+        self.out(ind + 2, "bad = not text_ok(buf, q, ln)")
+        self.out(ind + 2, "break")
+        self.out(ind, "if bad:")
+        self.fail(ind + 1, f"{k.ERR_UTF8}", "q")
+
+    def decimal(self, ind: int, node: int, *, start: str, n: str, w: int, at: str = "") -> None:
+        """``n`` bytes of big-endian two's complement at ``buf[start]`` as ``w`` little-endian
+        bytes at ``data[d]``, or stop the row (:func:`avro_kernel._decimal`'s contract). Values
+        of 1-8 bytes take an in-line path: one int64, compared with the precision's bounds as
+        constants (none from 19 digits on: every int64 fits), 8 bytes and the sign's fill;
+        longer ones call :func:`decimal_at`. Why: that call, its branch per output byte and
+        its limb-by-limb compare cost ~50 ns a value (see :meth:`text`)."""
+        out = self.out
+        call = f"decimal_at(buf, {start}, {n}, data, d, {w}, bounds, bound_at[{node}])"
+        if n.isdigit() and not 0 < int(n) <= 8:  # a fixed of another size: the call only
+            out(ind, f"if not {call}:")
+            self.fail(ind + 1, f"{k.ERR_DECIMAL_RANGE}", at)
+            return
+        top = 10 ** int(self.layout.precision[node]) - 1
+        out(ind, f"if 0 < {n} <= 8:")
+        out(ind + 1, f"v = np.int64(np.int8(buf[{start}]))")  # the sign comes with byte 0
+        out(ind + 1, f"for _t in range(1, {n}):")
+        out(ind + 2, f"v = (v << 8) | np.int64(buf[{start} + _t])")
+        if top < 2**63:
+            out(ind + 1, f"if v > {top} or v < -{top}:")
+            self.fail(ind + 2, f"{k.ERR_DECIMAL_RANGE}", at)
+        out(ind + 1, "du = np.uint64(v)")
+        out(ind + 1, "for _t in range(8):")
+        out(ind + 2, "data[d + _t] = np.uint8((du >> np.uint64(8 * _t)) & np.uint64(0xFF))")
+        out(ind + 1, "dfill = np.uint8(0xFF) if v < 0 else np.uint8(0)")
+        out(ind + 1, f"for _t in range(8, {w}):")
+        out(ind + 2, "data[d + _t] = dfill")
+        out(ind, f"elif not {call}:")
+        self.fail(ind + 1, f"{k.ERR_DECIMAL_RANGE}", at)
+
     def entry(self, ind: int, node: int, *, valid: int = 1) -> None:
         """A new entry of ``node`` in ``c`` (its validity byte ``valid`` when tracked), or stop
         the row: its region is full."""
@@ -264,8 +313,7 @@ class _Gen:
             out(ind, "if ln > end - q:")
             self.fail(ind + 1, f"{k.ERR_TRUNCATED}")
             if op == k.OP_BYTES and b == 1:
-                out(ind, "if not text_ok(buf, q, ln):")
-                self.fail(ind + 1, f"{k.ERR_UTF8}", "q")
+                self.text(ind)
             if node >= 0:
                 w = "ln" if op == k.OP_BYTES else str(b)
                 out(ind, f"if dcounts[{node}] + {w} > dcap[{node}]:")
@@ -276,9 +324,7 @@ class _Gen:
                     out(ind, f"vals[vbase[{node}] + c] = ln")
                     out(ind, "_copy(data, d, buf, q, ln)")
                 else:
-                    args = f"buf, q, ln, data, d, {w}, bounds, bound_at[{node}]"
-                    out(ind, f"if not decimal_at({args}):")
-                    self.fail(ind + 1, f"{k.ERR_DECIMAL_RANGE}", "q")
+                    self.decimal(ind, node, start="q", n="ln", w=b, at="q")
                 out(ind, f"dcounts[{node}] += {w}")
             out(ind, "p = q + ln")
         elif op in (k.OP_FIXED, k.OP_DEC_FIXED):
@@ -293,9 +339,7 @@ class _Gen:
                 if op == k.OP_FIXED:
                     out(ind, f"_copy(data, d, buf, p, {b})")
                 else:
-                    args = f"buf, p, {b}, data, d, {w}, bounds, bound_at[{node}]"
-                    out(ind, f"if not decimal_at({args}):")
-                    self.fail(ind + 1, f"{k.ERR_DECIMAL_RANGE}")
+                    self.decimal(ind, node, start="p", n=str(b), w=c)
                 out(ind, f"dcounts[{node}] += {w}")
             out(ind, f"p += {b}")
         elif op == k.OP_ENUM:
