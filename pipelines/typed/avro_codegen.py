@@ -30,14 +30,17 @@ or ``~/.cache/loglake``, then ``avro-kernels/``; created 0700 and refused unless
 user and not writable by others, since the file is imported). The file name is the SHA-256 of
 the source, which is written atomically (a temporary file, then a rename) and compared with the
 expected source before import, so two Spark workers racing, a torn file or a stale one cannot
-import the wrong code. Where no cache directory can be used, the source is compiled in memory
-(no disk cache: each process pays the compilation). Programs longer than
-:data:`MAX_INSTRUCTIONS` keep the interpreter (compile time grows with the code).
+import the wrong code; the source carries a digest of the modules its callees come from, so a
+changed helper means a new kernel (:func:`_callees_digest`). Where no cache directory can be
+used, the source is compiled in memory (no disk cache: each process pays the compilation).
+Programs longer than :data:`MAX_INSTRUCTIONS` keep the interpreter (compile time grows with
+the code).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import os
@@ -52,7 +55,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from pipelines.decode import _kernels
 from pipelines.decode._kernels import _varint, utf8_valid
+from pipelines.typed import arenas
 from pipelines.typed import avro_kernel as k
 from pipelines.typed.arenas import STORE_BIN, STORE_FIXED, STORE_LIST, STORE_VALS
 from pipelines.typed.avro_kernel import _ascii, _decimal
@@ -471,7 +476,21 @@ def generate_source(prog: np.ndarray, layout: Layout) -> str:
         ERR_SHORT=k.ERR_SHORT, STATUS_FULL=k.STATUS_FULL,
         STATUS_DONE=k.STATUS_DONE,
     )  # fmt: skip
-    return _HEADER + driver
+    return _HEADER + f"# callees: {_callees_digest()}\n" + driver
+
+
+@functools.cache
+def _callees_digest() -> str:
+    """The SHA-256 of the modules whose functions a generated kernel calls (this one,
+    :mod:`avro_kernel`, :mod:`arenas`, :mod:`pipelines.decode._kernels`), written into its
+    source. Why: numba's cache of the kernel holds the machine code of its callees too and is
+    keyed by the kernel's own file only, so a changed helper (a fix, a faster path) would
+    never reach a machine that compiled the kernel before; with the digest in the source the
+    kernel gets a new name and is compiled again once."""
+    h = hashlib.sha256()
+    for module in (sys.modules[__name__], k, arenas, _kernels):
+        h.update(Path(str(module.__file__)).read_bytes())
+    return h.hexdigest()[:32]
 
 
 def cache_dir() -> Path | None:
