@@ -88,8 +88,9 @@ buffer for floats) it takes ~140 (interpreter 0.33 us, load ~6), and the Conflue
 are read in one compiled pass (~19 -> ~6 ns). At 10M, alternated with ``main`` under the
 bench lock: decode 0.73 and 0.72 CPU-us a record (``main`` 0.82 and 0.90), raw ingest 0.35
 (0.35-0.36); by CPU 0.48 and 0.49, wall 0.47 and 0.48. Then with two-byte varints in line
-as well (kernel ~140 -> ~130 ns a row), one run, load 2.3 -> 9.9: decode 0.69, raw ingest
-0.37, by CPU 0.53, wall 0.56 (the spread between runs is +-0.05 CPU-us a record).
+as well (kernel ~140 -> ~130 ns a row), two runs, load 2.3 -> 9.9 and 8.9 -> 8.4: decode 0.69
+and 0.77, raw ingest 0.37 and 0.41, by CPU 0.53 and 0.53, wall 0.56 and 0.74 (the spread
+between runs is +-0.05 CPU-us a record).
 
 Last line: one JSON object with records/s per measure and the ratios.
 
