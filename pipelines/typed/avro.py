@@ -209,6 +209,7 @@ class AvroDecoder:
         self._track[prog[prog[:, 0] == k.OP_NULL, 1]] = 1
         # Decimal nodes: the largest and the smallest value of their precision, in limbs.
         self._bound_at = np.zeros(len(self.nodes), np.int64)
+        precision = np.zeros(len(self.nodes), np.int64)
         limbs: list[np.ndarray] = [np.zeros(1, np.uint64)]
         at = 1
         for n in self.nodes:
@@ -217,11 +218,12 @@ class AvroDecoder:
                 for v in (top, -top):
                     limbs.append(np.frombuffer(v.to_bytes(n.width, "little", signed=True), "<u8"))
                 self._bound_at[n.id] = at
+                precision[n.id] = n.arrow.precision
                 at += 2 * (n.width // 8)
         self._bounds = np.concatenate(limbs).astype(np.uint64)
         self.kernel = kernel
         self._layout = Layout(
-            self._track, self._store, self._width, self._dummy_start, self._dummy_nodes
+            self._track, self._store, self._width, self._dummy_start, self._dummy_nodes, precision
         )
         self._generated: Callable[..., Any] | None = None
         self._cached: bool | None = None

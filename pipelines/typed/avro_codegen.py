@@ -7,7 +7,9 @@ instructions a row on ``tests/perf/bench_decode.py``'s 12-field schema. Here eac
 becomes its own block of code with the opcode, the node, the widths, the enum offsets and the
 tracked-ness folded to constants; unions become ``if``/``elif`` on the branch index, arrays and
 maps ``for`` loops. Measured (2026-11-28, ``tests/perf/bench_decode.py``'s 12-field schema,
-1M rows, CPU time in one process): the interpreter 0.33-0.34 us a row, this 0.25. Two things
+1M rows, CPU time in one process): the interpreter 0.33-0.34 us a row, this 0.25, and
+0.15-0.16 since strings are checked for ASCII and decimals of up to 8 bytes decoded in line
+(:meth:`_Gen.text`, :meth:`_Gen.decimal`; ``decode()`` in batches of 65536, load ~9). Two things
 made a first version *slower* than the interpreter (0.48-0.89 us) and are calls here: numba's
 in-line copies, at every field, of the UTF-8 check, the multi-byte varint loop and the decimal
 check (the function outgrew what LLVM optimises well; a one-byte varint stays in line), and
@@ -28,15 +30,18 @@ or ``~/.cache/loglake``, then ``avro-kernels/``; created 0700 and refused unless
 user and not writable by others, since the file is imported). The file name is the SHA-256 of
 the source, which is written atomically (a temporary file, then a rename) and compared with the
 expected source before import, so two Spark workers racing, a torn file or a stale one cannot
-import the wrong code. Where no cache directory can be used, the source is compiled in memory
-(no disk cache: each process pays the compilation). Programs longer than
-:data:`MAX_INSTRUCTIONS` keep the interpreter (compile time grows with the code).
+import the wrong code; the source carries a digest of the modules its callees come from, so a
+changed helper means a new kernel (:func:`_callees_digest`). Where no cache directory can be
+used, the source is compiled in memory (no disk cache: each process pays the compilation).
+Programs longer than :data:`MAX_INSTRUCTIONS` keep the interpreter (compile time grows with
+the code).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import os
@@ -51,7 +56,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from pipelines.decode import _kernels
 from pipelines.decode._kernels import _varint, utf8_valid
+from pipelines.typed import arenas
 from pipelines.typed import avro_kernel as k
 from pipelines.typed.arenas import STORE_BIN, STORE_FIXED, STORE_LIST, STORE_VALS
 from pipelines.typed.avro_kernel import _ascii, _decimal
@@ -75,7 +82,7 @@ from numba import njit
 
 from pipelines.decode._kernels import _copy, _varint
 from pipelines.typed.arenas import null_entry
-from pipelines.typed.avro_codegen import decimal_at, float32_at, float64_at, text_ok, varint_at
+from pipelines.typed.avro_codegen import decimal_at, text_ok, varint_at
 '''
 
 _DRIVER = """
@@ -87,6 +94,9 @@ def decode_rows(
     err_code, err_pos, max_depth,
 ):
     nrows = offsets.shape[0] - 1
+    scratch = np.zeros(8, np.uint8)
+    f64 = scratch.view(np.float64)
+    f32 = scratch[:4].view(np.float32)
     for row in range(row0, nrows):
 {snapshot}
         start = offsets[row]
@@ -122,13 +132,15 @@ def decode_rows(
 class Layout:
     """What the generated code folds in of :class:`avro.AvroDecoder`'s arrays (the same ones
     it passes to the kernel at run time): per node, whether its validity bytes are written,
-    its ``STORE_*`` kind and width, and the nodes a null of it fills."""
+    its ``STORE_*`` kind and width, the nodes a null of it fills, and the precision of the
+    decimal nodes (0 for the others)."""
 
     track: np.ndarray
     store: np.ndarray
     width: np.ndarray
     dummy_start: np.ndarray
     dummy_nodes: np.ndarray
+    precision: np.ndarray
 
 
 _MAX_UNROLLED_NULL = 16
@@ -189,15 +201,67 @@ class _Gen:
         self.out(ind + 1, "break")
 
     def varint(self, ind: int, target: str) -> None:
-        """``target`` = the varint at p; q is the position after it (p unchanged)."""
+        """``target`` = the varint at p; q is the position after it (p unchanged). One and
+        two bytes in line (:func:`_varint`'s own fast cases), longer ones a call: the bench's
+        ids (2-3 bytes) made that call ~5-15 of the kernel's ~140 ns a row (1M rows, one
+        process, 2026-11-28)."""
         self.out(ind, "if p < end and buf[p] < 0x80:")
         self.out(ind + 1, "u = np.int64(buf[p])")
         self.out(ind + 1, f"{target} = (u >> 1) ^ -(u & 1)")
         self.out(ind + 1, "q = p + 1")
+        self.out(ind, "elif p + 1 < end and buf[p + 1] < 0x80:")
+        self.out(ind + 1, "u = (np.int64(buf[p]) & 0x7F) | (np.int64(buf[p + 1]) << 7)")
+        self.out(ind + 1, f"{target} = (u >> 1) ^ -(u & 1)")
+        self.out(ind + 1, "q = p + 2")
         self.out(ind, "else:")
         self.out(ind + 1, f"{target}, q, ok = varint_at(buf, p, end)")
         self.out(ind + 1, "if not ok:")
         self.fail(ind + 2, f"({k.ERR_TRUNCATED} if q >= end else {k.ERR_VARINT})")
+
+    def text(self, ind: int) -> None:
+        """Stop the row unless the string ``buf[q:q+ln]`` is valid UTF-8: a byte loop in line
+        that calls :func:`text_ok` only at the first byte >= 0x80 (a call per string cost the
+        bench's schema ~75 of the kernel's ~245 ns a row; with this loop and
+        :meth:`decimal`'s in-line path the kernel takes ~160, 1M rows in one process,
+        2026-11-28). Unlike the vectorised OR of :func:`avro_kernel._ascii`, the loop is a few
+        instructions per string site, so the function stays small enough to optimise."""
+        self.out(ind, "bad = False")
+        self.out(ind, "for _t in range(q, q + ln):")
+        self.out(ind + 1, "if buf[_t] >= 0x80:")
+        self.out(ind + 2, "bad = not text_ok(buf, q, ln)")
+        self.out(ind + 2, "break")
+        self.out(ind, "if bad:")
+        self.fail(ind + 1, f"{k.ERR_UTF8}", "q")
+
+    def decimal(self, ind: int, node: int, *, start: str, n: str, w: int, at: str = "") -> None:
+        """``n`` bytes of big-endian two's complement at ``buf[start]`` as ``w`` little-endian
+        bytes at ``data[d]``, or stop the row (:func:`avro_kernel._decimal`'s contract). Values
+        of 1-8 bytes take an in-line path: one int64, compared with the precision's bounds as
+        constants (none from 19 digits on: every int64 fits), 8 bytes and the sign's fill;
+        longer ones call :func:`decimal_at`. Why: that call, its branch per output byte and
+        its limb-by-limb compare cost ~50 ns a value (see :meth:`text`)."""
+        out = self.out
+        call = f"decimal_at(buf, {start}, {n}, data, d, {w}, bounds, bound_at[{node}])"
+        if n.isdigit() and not 0 < int(n) <= 8:  # a fixed of another size: the call only
+            out(ind, f"if not {call}:")
+            self.fail(ind + 1, f"{k.ERR_DECIMAL_RANGE}", at)
+            return
+        top = 10 ** int(self.layout.precision[node]) - 1
+        out(ind, f"if 0 < {n} <= 8:")
+        out(ind + 1, f"v = np.int64(np.int8(buf[{start}]))")  # the sign comes with byte 0
+        out(ind + 1, f"for _t in range(1, {n}):")
+        out(ind + 2, f"v = (v << 8) | np.int64(buf[{start} + _t])")
+        if top < 2**63:
+            out(ind + 1, f"if v > {top} or v < -{top}:")
+            self.fail(ind + 2, f"{k.ERR_DECIMAL_RANGE}", at)
+        out(ind + 1, "du = np.uint64(v)")
+        out(ind + 1, "for _t in range(8):")
+        out(ind + 2, "data[d + _t] = np.uint8((du >> np.uint64(8 * _t)) & np.uint64(0xFF))")
+        out(ind + 1, "dfill = np.uint8(0xFF) if v < 0 else np.uint8(0)")
+        out(ind + 1, f"for _t in range(8, {w}):")
+        out(ind + 2, "data[d + _t] = dfill")
+        out(ind, f"elif not {call}:")
+        self.fail(ind + 1, f"{k.ERR_DECIMAL_RANGE}", at)
 
     def entry(self, ind: int, node: int, *, valid: int = 1) -> None:
         """A new entry of ``node`` in ``c`` (its validity byte ``valid`` when tracked), or stop
@@ -254,8 +318,13 @@ class _Gen:
             out(ind, f"if end - p < {size}:")
             self.fail(ind + 1, f"{k.ERR_TRUNCATED}")
             if node >= 0:
+                # through a scratch buffer with float views made once a call, as the
+                # interpreter does: a call per value that views a slice of ``buf`` cost
+                # ~10 ns (1M rows of the bench's schema: ~165 -> ~147 ns a row)
                 self.entry(ind, node)
-                what = f"float{8 * size}_at(buf, p)"
+                out(ind, f"for _t in range({size}):")
+                out(ind + 1, "scratch[_t] = buf[p + _t]")
+                what = "f64[0]" if size == 8 else "np.float64(f32[0])"
                 out(ind, f"fvals[vbase[{node}] + c] = {what}")
             out(ind, f"p += {size}")
         elif op in (k.OP_BYTES, k.OP_DEC_BYTES):
@@ -265,8 +334,7 @@ class _Gen:
             out(ind, "if ln > end - q:")
             self.fail(ind + 1, f"{k.ERR_TRUNCATED}")
             if op == k.OP_BYTES and b == 1:
-                out(ind, "if not text_ok(buf, q, ln):")
-                self.fail(ind + 1, f"{k.ERR_UTF8}", "q")
+                self.text(ind)
             if node >= 0:
                 w = "ln" if op == k.OP_BYTES else str(b)
                 out(ind, f"if dcounts[{node}] + {w} > dcap[{node}]:")
@@ -277,9 +345,7 @@ class _Gen:
                     out(ind, f"vals[vbase[{node}] + c] = ln")
                     out(ind, "_copy(data, d, buf, q, ln)")
                 else:
-                    args = f"buf, q, ln, data, d, {w}, bounds, bound_at[{node}]"
-                    out(ind, f"if not decimal_at({args}):")
-                    self.fail(ind + 1, f"{k.ERR_DECIMAL_RANGE}", "q")
+                    self.decimal(ind, node, start="q", n="ln", w=b, at="q")
                 out(ind, f"dcounts[{node}] += {w}")
             out(ind, "p = q + ln")
         elif op in (k.OP_FIXED, k.OP_DEC_FIXED):
@@ -294,9 +360,7 @@ class _Gen:
                 if op == k.OP_FIXED:
                     out(ind, f"_copy(data, d, buf, p, {b})")
                 else:
-                    args = f"buf, p, {b}, data, d, {w}, bounds, bound_at[{node}]"
-                    out(ind, f"if not decimal_at({args}):")
-                    self.fail(ind + 1, f"{k.ERR_DECIMAL_RANGE}")
+                    self.decimal(ind, node, start="p", n=str(b), w=c)
                 out(ind, f"dcounts[{node}] += {w}")
             out(ind, f"p += {b}")
         elif op == k.OP_ENUM:
@@ -428,7 +492,21 @@ def generate_source(prog: np.ndarray, layout: Layout) -> str:
         ERR_SHORT=k.ERR_SHORT, STATUS_FULL=k.STATUS_FULL,
         STATUS_DONE=k.STATUS_DONE,
     )  # fmt: skip
-    return _HEADER + driver
+    return _HEADER + f"# callees: {_callees_digest()}\n" + driver
+
+
+@functools.cache
+def _callees_digest() -> str:
+    """The SHA-256 of the modules whose functions a generated kernel calls (this one,
+    :mod:`avro_kernel`, :mod:`arenas`, :mod:`pipelines.decode._kernels`), written into its
+    source. Why: numba's cache of the kernel holds the machine code of its callees too and is
+    keyed by the kernel's own file only, so a changed helper (a fix, a faster path) would
+    never reach a machine that compiled the kernel before; with the digest in the source the
+    kernel gets a new name and is compiled again once."""
+    h = hashlib.sha256()
+    for module in (sys.modules[__name__], k, arenas, _kernels):
+        h.update(Path(str(module.__file__)).read_bytes())
+    return h.hexdigest()[:32]
 
 
 def cache_dir() -> Path | None:
@@ -461,19 +539,6 @@ def varint_at(buf: np.ndarray, p: int, end: int) -> tuple:  # type: ignore[type-
     """:func:`_varint` as a call, for the varints of more than one byte (see :func:`text_ok`);
     a generated kernel decodes one-byte varints in line."""
     return _varint(buf, p, end, 10)
-
-
-@njit(cache=True, nogil=True)
-def float32_at(buf: np.ndarray, p: int) -> float:
-    """The little-endian float32 at ``buf[p]``, as a float64 (the caller checked the bounds);
-    a call: in line, its byte assembly doubled a generated kernel's compile time."""
-    return float(buf[p : p + 4].view(np.float32)[0])
-
-
-@njit(cache=True, nogil=True)
-def float64_at(buf: np.ndarray, p: int) -> float:
-    """The little-endian float64 at ``buf[p]`` (see :func:`float32_at`)."""
-    return float(buf[p : p + 8].view(np.float64)[0])
 
 
 @njit(cache=True, nogil=True)

@@ -81,6 +81,17 @@ code outgrew what LLVM optimises well: 0.48 us), and ``null_entry``'s fifteen ar
 per null (unrolled instead). At 10M, load 3.5 -> 2.3: decode 0.73 CPU-us a record (was
 0.98-1.06), raw ingest 0.33; wall 0.46, by CPU 0.45.
 
+Fourth pass (session 17): the generated kernel's per-value calls to the UTF-8 check, the
+decimal conversion and the float reads were ~75, ~50 and ~20 ns of its ~250 a row; in line
+(an ASCII byte loop before the check, int64 decimals against constant bounds, a scratch
+buffer for floats) it takes ~140 (interpreter 0.33 us, load ~6), and the Confluent headers
+are read in one compiled pass (~19 -> ~6 ns). At 10M, alternated with ``main`` under the
+bench lock: decode 0.73 and 0.72 CPU-us a record (``main`` 0.82 and 0.90), raw ingest 0.35
+(0.35-0.36); by CPU 0.48 and 0.49, wall 0.47 and 0.48. Then with two-byte varints in line
+as well (kernel ~140 -> ~130 ns a row), two runs, load 2.3 -> 9.9 and 8.9 -> 8.4: decode 0.69
+and 0.77, raw ingest 0.37 and 0.41, by CPU 0.53 and 0.53, wall 0.56 and 0.74 (the spread
+between runs is +-0.05 CPU-us a record).
+
 Last line: one JSON object with records/s per measure and the ratios.
 
     .venv/bin/python tests/perf/bench_decode.py [--records 1000000] [--spark] [--job]

@@ -164,6 +164,67 @@ def test_every_instruction_decodes_as_the_interpreter(kernel_cache: Path) -> Non
     assert len(list(kernel_cache.glob("loglake_avro_*.py"))) == 1
 
 
+def _zigzag(n: int) -> bytes:
+    z, out = (n << 1) ^ (n >> 63), b""
+    while z >= 0x80:
+        out += bytes([z & 0x7F | 0x80])
+        z >>= 7
+    return out + bytes([z])
+
+
+def test_decimals_and_text_at_the_edges_decode_as_the_interpreter(kernel_cache: Path) -> None:
+    """The generated kernel's in-line paths (decimals of 1-8 bytes against the precision's
+    bounds, the ASCII loop before the UTF-8 check) against the interpreter and the values:
+    +-(10^p - 1) decode, +-10^p are errors, at every width from 1 to 10 bytes (sign-extended,
+    so 9 and 10 take the call), for bytes and fixed decimals of 4, 18 and 19 digits."""
+    schema = {
+        "type": "record",
+        "name": "Edges",
+        "fields": [
+            {"name": "p4", "type": {"type": "bytes", "logicalType": "decimal", "precision": 4}},
+            {"name": "p18", "type": {"type": "bytes", "logicalType": "decimal", "precision": 18}},
+            {"name": "p19", "type": {"type": "bytes", "logicalType": "decimal", "precision": 19}},
+            {"name": "f6", "type": {"type": "fixed", "name": "F3", "size": 3,
+                                    "logicalType": "decimal", "precision": 6}},
+            {"name": "text", "type": "string"},
+        ],
+    }  # fmt: skip
+    cases = []  # (p4, p18, p19, f6, text), whether it decodes
+    for p, field in ((4, 0), (18, 1), (19, 2)):
+        for v in (10**p - 1, -(10**p - 1), 10**p, -(10**p), 0, -1, 1):
+            for width in range(1, 11):
+                if not -(2 ** (8 * width - 1)) <= v < 2 ** (8 * width - 1):
+                    continue
+                row: list[Any] = [1, 1, 1, 1, "ok"]
+                row[field] = v.to_bytes(width, "big", signed=True)
+                cases.append((row, abs(v) < 10**p))
+    for v in (999_999, -999_999, 1_000_000, -1_000_000, 0, -1):
+        cases.append(([1, 1, 1, v, "ok"], abs(v) < 10**6))
+    for text, ok in (("plain", True), ("été", True), ("x" * 40 + "ñ", True), (b"a\xff", False),
+                     (b"abc\xc3", False), (b"", True)):  # fmt: skip
+        cases.append(([1, 1, 1, 1, text], ok))
+    values = []
+    for row, _ in cases:
+        out = b"\x00\x00\x00\x00\x01"
+        for v in row[:3]:
+            raw = v if isinstance(v, bytes) else v.to_bytes(1, "big", signed=True)
+            out += _zigzag(len(raw)) + raw
+        out += row[3].to_bytes(3, "big", signed=True)
+        text = row[4].encode() if isinstance(row[4], str) else row[4]
+        values.append(out + _zigzag(len(text)) + text)
+    arr = pa.array(values, pa.binary())
+    gen = compile_decoder(json.dumps(schema), kernel="generated")
+    got = gen.decode(arr)
+    assert gen._generated is not None
+    assert_identical(got, compile_decoder(json.dumps(schema), kernel="interpreter").decode(arr))
+    assert [e is None for e in got.errors.to_pylist()] == [ok for _, ok in cases]
+    for (row, ok), value in zip(cases, got.values.to_pylist(), strict=True):
+        if ok:
+            want = [int.from_bytes(v, "big", signed=True) if isinstance(v, bytes) else v
+                    for v in row[:4]]  # fmt: skip
+            assert [int(value[k]) for k in ("p4", "p18", "p19", "f6")] == want
+
+
 SETTINGS = settings(
     max_examples=4,
     deadline=None,

@@ -71,14 +71,18 @@ def test_headers_of_every_shape() -> None:
 
     reader = RegisteredSchema("AVRO", '{"type":"record","name":"R","fields":[]}')
     decoders = Decoders(NoRegistry(), reader)  # type: ignore[arg-type]
-    data = pa.array([b"", b"\x00", b"\x01\x00\x00\x00\x01x", b"\x00\x00\x00\x00"], pa.binary())
+    data = pa.array(
+        [b"", b"\x00", b"\x01\x00\x00\x00\x01x", b"\x00\x00\x00\x00", None, b"\xff"], pa.binary()
+    )
     out = decode_column(data.slice(0), decoders)
-    assert out.values.null_count == 4 and out.schema_ids.null_count == 4
+    assert out.values.null_count == 6 and out.schema_ids.null_count == 6
     assert out.errors.to_pylist() == [
         "truncated: 0 bytes, shorter than the 5-byte header",
         "truncated: 1 bytes, shorter than the 5-byte header",
         "no magic byte: first byte is 0x01, not 0x00",
         "truncated: 4 bytes, shorter than the 5-byte header",
+        "null value",
+        "no magic byte: first byte is 0xff, not 0x00",
     ]
     sliced = decode_column(data.slice(2, 1), decoders)
     assert sliced.errors.to_pylist() == ["no magic byte: first byte is 0x01, not 0x00"]
