@@ -31,8 +31,8 @@ from pipelines.delta.staging import LEASE_TTL_ENV
 from pipelines.divergence import DivergenceError, batch_at, rewind_id
 from pipelines.ingest import IngestConfig, read_progress, run_ingest
 from tests.fixtures.broker import ROOT
+from tests.fixtures.jobs import spark_submit
 from tests.integration.broker.clients import new_topic
-from tests.integration.spark.test_ingest_orphans import _spark_submit
 
 pytestmark = pytest.mark.integration
 
@@ -234,10 +234,9 @@ def test_rewind_killed_before_the_records_commit_then_rerun_is_exact(
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "LOGLAKE_FAILPOINT": "delta.before_commit",
         LEASE_TTL_ENV: "3",  # its lease expires 3 s (+ the reaper's margin) after the kill
     }
-    killed = _spark_submit(args, env)
+    killed = spark_submit("ingest.py", args, env=env, failpoint="delta.before_commit")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     # records exactly as before; diverged holds the rewind's rows, named by its rewind id
     assert DeltaTable(str(lake / "records")).version() == version
