@@ -36,15 +36,19 @@ import http.client
 import re
 
 from logstore.errors import ObjectStoreError
-from logstore.objectstore._s3put import TRANSIENT_STATUS, error_code, request_target, sign_request
+from logstore.objectstore._s3put import (
+    ERROR_BODY_MAX,
+    TRANSIENT_STATUS,
+    error_code,
+    request_target,
+    sign_request,
+)
 from logstore.objectstore.settings import StorageSettings
 
-__all__ = ["EMPTY_SHA256", "ERROR_BODY_MAX", "get_range_into_s3"]
+__all__ = ["EMPTY_SHA256", "get_range_into_s3"]
 
 # the SHA-256 of an empty body: what a GET signs as its payload
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-# what is read of an answer that is not the range: enough for any S3 error document
-ERROR_BODY_MAX = 64 << 10
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 

@@ -47,6 +47,7 @@ from logstore.objectstore.credentials import Credentials, default_chain
 from logstore.objectstore.settings import StorageSettings
 
 __all__ = [
+    "ERROR_BODY_MAX",
     "SINGLE_PUT_MAX_BYTES",
     "credentials_for",
     "error_code",
@@ -57,6 +58,9 @@ __all__ = [
 ]
 
 TRANSIENT_STATUS = frozenset({409, 500, 502, 503, 504})
+# Most bytes read of an answer's body that is not data (a PUT's answer, a GET's error): S3's
+# error documents are a few hundred bytes; a peer declaring more is not believed.
+ERROR_BODY_MAX = 64 << 10
 # objects below this go up in one PUT (pyarrow's part size: larger ones are multipart uploads)
 SINGLE_PUT_MAX_BYTES = 10 << 20
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
@@ -157,6 +161,6 @@ def put_object_s3(
     try:
         conn.request("PUT", path, body=data, headers=headers)
         response = conn.getresponse()
-        return response.status, response.read().decode("utf-8", "replace")
+        return response.status, response.read(ERROR_BODY_MAX).decode("utf-8", "replace")
     finally:
         conn.close()

@@ -19,7 +19,7 @@ import pytest
 
 from logstore.errors import ObjectStoreError, ObjectStoreUnavailableError
 from logstore.objectstore import StorageSettings, open_store
-from logstore.objectstore._s3get import ERROR_BODY_MAX
+from logstore.objectstore._s3put import ERROR_BODY_MAX
 from tests.fixtures.s3 import S3Bucket
 
 pytestmark = pytest.mark.integration
@@ -164,3 +164,21 @@ def test_an_error_answer_declaring_10_gb_is_reported_with_its_code(
     with pytest.raises(ObjectStoreError, match="HTTP 403 AccessDenied") as err:
         _read(s3, hostile)
     assert not isinstance(err.value, ObjectStoreUnavailableError)
+
+
+def test_a_put_answered_with_an_error_declaring_10_gb_is_reported_with_its_code(
+    s3: S3Bucket, hostile: HostileServer
+) -> None:
+    """The PUTs (``_s3put``) read their answer with the same cap: a 403 whose body declares
+    10 GB is reported with its code, not read to its declared end."""
+    document = b"<?xml version='1.0'?><Error><Code>AccessDenied</Code></Error>"
+    padding = b" " * (2 * ERROR_BODY_MAX)
+    hostile.answer = _answer("403 Forbidden", {"Content-Length": str(10 << 30)}, document + padding)
+    settings = StorageSettings.from_environment(
+        {"endpoint_url": hostile.endpoint, "max_attempts": 2, "request_timeout_s": 10.0}
+    )
+    store = open_store(s3.uri("lake"), settings=settings)
+    with pytest.raises(ObjectStoreError, match="AccessDenied") as err:
+        store.put_if_absent("seg/a.json", b"{}")
+    assert not isinstance(err.value, ObjectStoreUnavailableError)
+    assert hostile.requests[0].lower().startswith(b"put /")
