@@ -65,9 +65,10 @@ pyarrow and delta-rs are given keys only when they are explicit (1): along 2-9 t
 same credentials themselves, and refresh them themselves.
 
 Bounded answers: every answer read here (instance metadata, the container endpoint, STS, the
-SSO portal) is read up to :data:`~logstore.objectstore._limits.ERROR_BODY_MAX` (64 KiB; a
-credentials document is under 4 KiB) plus one byte; more is refused with an error naming the
-source and the limit, never parsed cut. Each HTTP exchange has a total
+SSO portal, a ``credential_process``'s stdout) is read up to
+:data:`~logstore.objectstore._limits.ERROR_BODY_MAX` (64 KiB; a credentials document is under
+4 KiB) plus one byte; more is refused with an error naming the source and the limit, never
+parsed cut (a ``credential_process`` printing more is killed). Each HTTP exchange has a total
 deadline (its timeout: 1 s for instance metadata and the container endpoint, 10 s for STS and
 SSO), not only a per-socket-operation one: a peer sending a byte now and then would otherwise
 hold a resolution, and the lock of :class:`CredentialChain` with it, forever.
@@ -81,6 +82,7 @@ import http.client
 import io
 import json
 import os
+import selectors
 import shlex
 import socket
 import subprocess
@@ -305,21 +307,21 @@ def _ini(path: Path) -> dict[str, dict[str, str]]:
 
 def _from_process(command: str, profile: str) -> Credentials:
     """``credential_process``: the command split as a shell would (no shell runs it), its JSON
-    on stdout. Neither the command line (it may carry a secret) nor stdout is put in a
+    on stdout (at most :data:`ERROR_BODY_MAX` bytes, :func:`_run_capped`). Neither the command line (it may carry a secret) nor stdout is put in a
     message; stderr's first 500 characters are (botocore shows all of it)."""
     source = f"credential_process of AWS profile {profile!r}"
     try:
         args = shlex.split(command)
-        done = subprocess.run(args, capture_output=True, timeout=_PROCESS_TIMEOUT_S, check=False)
+        returncode, stdout, stderr_bytes = _run_capped(args, source)
     except (ValueError, OSError, subprocess.TimeoutExpired) as exc:
         detail = f" ({exc.strerror})" if isinstance(exc, OSError) and exc.strerror else ""
         what = type(exc).__name__
         raise ObjectStoreError(f"{source}: could not run it: {what}{detail}") from None
-    if done.returncode != 0:
-        stderr = done.stderr.decode("utf-8", "replace").strip()[:500]
-        raise ObjectStoreError(f"{source}: exited with {done.returncode}: {stderr}")
+    if returncode != 0:
+        stderr = stderr_bytes.decode("utf-8", "replace").strip()[:500]
+        raise ObjectStoreError(f"{source}: exited with {returncode}: {stderr}")
     try:
-        doc = json.loads(done.stdout)
+        doc = json.loads(stdout)
     except ValueError:
         raise ObjectStoreError(f"{source}: its output is not JSON") from None
     if not isinstance(doc, dict) or doc.get("Version") != 1:
@@ -345,6 +347,45 @@ def _from_process(command: str, profile: str) -> Credentials:
         expires_at,
         source,
     )
+
+
+def _run_capped(args: list[str], source: str) -> tuple[int, bytes, bytes]:
+    """Run ``args`` (stdin inherited, as botocore does): ``(exit status, stdout, stderr)``.
+    Both pipes are drained as the child writes (a full pipe would block it); stdout over
+    :data:`ERROR_BODY_MAX` raises :class:`ObjectStoreError` (the AWS CLI caps nothing; a
+    helper printing without end must not fill this process's memory), stderr past that is
+    read and dropped. Past :data:`_PROCESS_TIMEOUT_S` in all, ``subprocess.TimeoutExpired``.
+    On any error the child is killed and reaped (``Popen.__exit__`` waits)."""
+    deadline = time.monotonic() + _PROCESS_TIMEOUT_S
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        out, err = cast(io.BufferedReader, child.stdout), cast(io.BufferedReader, child.stderr)
+        stdout, stderr = bytearray(), bytearray()
+        kept = {out.fileno(): stdout, err.fileno(): stderr}
+        try:
+            with selectors.DefaultSelector() as selector:
+                for pipe in (out, err):
+                    selector.register(pipe, selectors.EVENT_READ)
+                while selector.get_map():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise subprocess.TimeoutExpired(args, _PROCESS_TIMEOUT_S)
+                    for key, _ in selector.select(left):
+                        chunk = os.read(key.fd, ERROR_BODY_MAX)
+                        if not chunk:
+                            selector.unregister(key.fileobj)
+                            continue
+                        buf = kept[key.fd]
+                        buf += chunk[: ERROR_BODY_MAX + 1 - len(buf)]
+                        if buf is stdout and len(buf) > ERROR_BODY_MAX:
+                            raise ObjectStoreError(
+                                f"{source}: output over {ERROR_BODY_MAX} bytes, refused "
+                                "(the helper was killed)"
+                            )
+            returncode = child.wait(max(deadline - time.monotonic(), 0.0))
+        except BaseException:
+            child.kill()
+            raise
+    return returncode, bytes(stdout), bytes(stderr)
 
 
 def _region(env: Mapping[str, str], profile: Mapping[str, str]) -> str:

@@ -6,8 +6,8 @@ inside ECS/EC2), answering as AWS documents them; the IMDS one refuses any GET w
 of its PUT (IMDSv2). A moved clock drives expiry and refresh. The signature of the conditional
 PUT is checked against botocore's own SigV4 (test-only dependency), for keys found in a file.
 Hostile endpoints (a 10 MB credentials document, an oversized STS answer, a container endpoint
-trickling its answer: :class:`~tests.fixtures.hostile.HostileServer`) each end in a clear error,
-having read at most ``ERROR_BODY_MAX`` + 1 bytes.
+trickling its answer: :class:`~tests.fixtures.hostile.HostileServer`) and a credential_process
+printing 100 MB each end in a clear error, having read at most ``ERROR_BODY_MAX`` + 1 bytes.
 """
 
 from __future__ import annotations
@@ -836,6 +836,33 @@ def test_a_container_endpoint_trickling_its_answer_ends_at_the_timeout(
     assert "no whole answer within 1 s" in str(e.value)
     assert e.value.path == url
     assert hostile.sent < len(hostile.answer)
+
+
+def test_a_credential_process_printing_100_mb_is_killed_at_the_cap(tmp_path: Path) -> None:
+    """The helper prints valid credentials JSON padded to 100 MB: refused at the cap, the
+    helper killed mid-print (it never reaches its last line) and reaped."""
+    pid_file, done = tmp_path / "pid", tmp_path / "done"
+    doc = {"Version": 1, "AccessKeyId": "K", "SecretAccessKey": "S3CRET"}
+    command = _process_script(
+        tmp_path,
+        f"import os\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\n"
+        f'head = json.dumps({doc!r})[:-1] + \', "Padding": "\'\n'
+        "sys.stdout.write(head)\n"
+        "for _ in range(100):\n"
+        "    sys.stdout.write('x' * (1 << 20))\n"
+        "sys.stdout.write('\"}')\n"
+        "sys.stdout.flush()\n"
+        f"pathlib.Path({str(done)!r}).write_text('printed it all')\n",
+    )
+    config = tmp_path / "config"
+    config.write_text(f"[default]\ncredential_process = {command}\n")
+    env = {"AWS_CONFIG_FILE": str(config), "HOME": str(tmp_path)}
+    with pytest.raises(ObjectStoreError, match=f"output over {ERROR_BODY_MAX} bytes") as e:
+        CredentialChain(environ=env).get()
+    assert "credential_process of AWS profile 'default'" in str(e.value)
+    assert "S3CRET" not in str(e.value)
+    assert not done.exists()  # killed mid-print
+    assert not Path(f"/proc/{int(pid_file.read_text())}").exists()  # and reaped
 
 
 @pytest.mark.parametrize(
