@@ -307,8 +307,9 @@ def _ini(path: Path) -> dict[str, dict[str, str]]:
 
 def _from_process(command: str, profile: str) -> Credentials:
     """``credential_process``: the command split as a shell would (no shell runs it), its JSON
-    on stdout (at most :data:`ERROR_BODY_MAX` bytes, :func:`_run_capped`). Neither the command line (it may carry a secret) nor stdout is put in a
-    message; stderr's first 500 characters are (botocore shows all of it)."""
+    on stdout (at most :data:`ERROR_BODY_MAX` bytes, :func:`_run_capped`). Neither the command
+    line (it may carry a secret) nor stdout is put in a message; stderr's first 500 characters
+    are (botocore shows all of it)."""
     source = f"credential_process of AWS profile {profile!r}"
     try:
         args = shlex.split(command)
