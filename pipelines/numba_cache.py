@@ -32,8 +32,11 @@ module) is left with a warning. Old digest directories are pruned when a new one
 (:func:`prune`).
 
 Cost: the digest reads every ``.py`` file of the two packages (246 files, 2.7 MB) and hashes
-the 11 that import numba: 4-5 ms in one process (measured 2026-11-28 on the 2-core dev box),
-once per process (forked Spark workers inherit it from the daemon).
+the 11 that import numba: 7-11 ms for :func:`configure` on the 2-core dev box at load ~2.8
+(2026-11-28: listing 1.5 ms, reading 3.5-5, finding the imports 2.4; 4-5 ms in all at load ~1),
+once per process: forked Spark workers inherit it from the daemon, and a job's ``--help``
+imports the same standard modules anyway. Not cached by file stamps: reading is most of it and
+a stamp file would be one more thing to trust.
 """
 
 from __future__ import annotations
