@@ -16,7 +16,9 @@ snappy on the value column is ~90. The file is what pyarrow would write for thes
   of equal values, so a column holding one value per Kafka batch costs one run a batch; a
   dictionary over ``dictionary_pagesize_limit`` falls back to PLAIN for that chunk, as
   pyarrow's does); DELTA_BINARY_PACKED (``column_encoding``, integer and timestamp columns);
-- statistics (``write_statistics``): min, max and null count of flat columns.
+- statistics (``write_statistics``): min, max and null count of flat columns;
+- snappy: a column whose pages do not shrink (random values) has its data pages stored as one
+  snappy literal each, a copy, re-probed every few pages (``FastParquetWriter._snappy``).
 
 Supported Arrow types (:func:`fast_writer_supports`): integers, bool, timestamp, date32,
 string, binary, and ``list<struct<...>>`` of those. Anything else: use ``pq.ParquetWriter``.
@@ -202,6 +204,8 @@ class FastParquetWriter:
         self._page_size = max(1, data_page_size)
         self._dict_limit = dictionary_pagesize_limit
         self._scratch, self._compressed = _thread_buffers()
+        # snappy data pages still to store uncompressed, per leaf (see _snappy)
+        self._snappy_stored: dict[tuple[str, ...], int] = {}
         self._own = isinstance(where, str)
         self._sink: Any = pa.OSFile(where, "wb") if isinstance(where, str) else where
         self._sink.write(MAGIC)
@@ -298,15 +302,21 @@ class FastParquetWriter:
         )
         self._rows += n
 
-    def _page(
-        self, page_type: int, header_field: int, header: Fields, body: np.ndarray, chunk: _Chunk
+    def _page(  # noqa: PLR0917
+        self,
+        page_type: int,
+        header_field: int,
+        header: Fields,
+        body: np.ndarray,
+        chunk: _Chunk,
+        leaf: _Leaf | None = None,
     ) -> None:
         """Compress ``body``, then write its PageHeader (type, both sizes, and ``header`` as
-        field ``header_field``: 5 data page, 7 dictionary page) and it."""
+        field ``header_field``: 5 data page, 7 dictionary page) and it. ``leaf``: the data
+        page's column, whose snappy pages may be stored (:meth:`_snappy`)."""
         size = body.shape[0]
         if self._codec_id == _CODECS["snappy"][0]:
-            out = self._compressed.get(cramjam.snappy.compress_raw_max_len(body))
-            data: Any = out[: cramjam.snappy.compress_raw_into(body, out)]
+            data: Any = self._snappy(body, leaf)
         elif self._codec is not None:
             data = self._codec.compress(body, asbytes=False)
         else:
@@ -325,6 +335,28 @@ class FastParquetWriter:
         self._pos += len(head) + written
         chunk.uncompressed += len(head) + size
         chunk.compressed += len(head) + written
+
+    def _snappy(self, body: np.ndarray, leaf: _Leaf | None) -> np.ndarray:
+        """``body`` as a snappy stream, in the compressed-page buffer.
+
+        Data pages of a column whose last compressed page did not shrink below
+        :data:`_SNAPPY_KEEP` of its size are stored: one snappy literal (:func:`snappy_stored`,
+        a valid stream every reader decodes), a copy instead of a compression, for the next
+        :data:`_SNAPPY_PROBE_EVERY` - 1 pages; then a page is compressed again to look.
+        Why: snappy cost ~60 ns a record (1.6 GB/s) on random 100-byte values
+        (``tests/perf/bench_tier_ingest.py``'s records, the tier ingest's task) to save nothing;
+        values that do shrink (half-random ones: ~45%) are compressed as before."""
+        stored = leaf is not None and self._snappy_stored.get(leaf.parts, 0) > 0
+        if stored:
+            assert leaf is not None
+            self._snappy_stored[leaf.parts] -= 1
+            out = self._compressed.get(body.shape[0] + _SNAPPY_STORED_OVERHEAD)
+            return out[: snappy_stored(body, out)]
+        out = self._compressed.get(cramjam.snappy.compress_raw_max_len(body))
+        data = out[: cramjam.snappy.compress_raw_into(body, out)]
+        if leaf is not None and data.shape[0] > _SNAPPY_KEEP * body.shape[0]:
+            self._snappy_stored[leaf.parts] = _SNAPPY_PROBE_EVERY - 1
+        return data
 
     def _column_chunk(self, leaf: _Leaf, arrays: list[pa.Array], chunk: _Chunk) -> None:
         arrays = [a for a in arrays if len(a)]
@@ -355,7 +387,7 @@ class FastParquetWriter:
                     (3, "i32", _RLE),
                     (4, "i32", _RLE),
                 ]
-                self._page(_DATA_PAGE, 5, header, body, chunk)
+                self._page(_DATA_PAGE, 5, header, body, chunk, leaf)
                 chunk.num_values += page.num_values
                 pages += 1
         chunk.page_stats.append((_DATA_PAGE, encoding, pages))
@@ -384,6 +416,48 @@ class FastParquetWriter:
         else:
             pos = _put_values(out, pos, leaf, arr, page)
         return out[:pos]
+
+
+# A snappy page is kept compressed when it is at most this fraction of its size; past it, the
+# column's next pages are stored, and every _SNAPPY_PROBE_EVERY-th is compressed to look again
+# (random bytes come out at ~1.0001 of their size; half-random values at ~0.55).
+_SNAPPY_KEEP = 0.9
+_SNAPPY_PROBE_EVERY = 8
+_SNAPPY_STORED_OVERHEAD = 10  # the length's varint (<= 5 bytes), the literal's tag (<= 5)
+
+
+def snappy_stored(body: np.ndarray, out: np.ndarray) -> int:
+    """``body`` as a snappy stream of one literal, into ``out``; its length.
+
+    The format (google/snappy's ``format_description.txt``): the uncompressed length as a
+    varint, then elements; a literal's tag byte holds ``length - 1`` in its upper six bits when
+    below 60, else 60-63 for that many minus 59 little-endian bytes of ``length - 1`` after it.
+    Decoders take literals of any length (the compressor itself cuts its input into 64 KiB
+    fragments, not the format), so a page is one literal: a copy of the bytes."""
+    n = body.shape[0]
+    pos = 0
+    rest = n
+    while True:  # the uncompressed length, varint
+        if rest < 0x80:
+            out[pos] = rest
+            pos += 1
+            break
+        out[pos] = (rest & 0x7F) | 0x80
+        rest >>= 7
+        pos += 1
+    if n == 0:
+        return pos
+    m = n - 1
+    if m < 60:
+        out[pos] = m << 2
+        pos += 1
+    else:
+        width = (m.bit_length() + 7) // 8  # 1-4 bytes (a page is below 4 GiB)
+        out[pos] = (59 + width) << 2
+        out[pos + 1 : pos + 1 + width] = np.frombuffer(m.to_bytes(width, "little"), np.uint8)
+        pos += 1 + width
+    out[pos : pos + n] = body
+    return pos + n
 
 
 class _Buffer:

@@ -17,8 +17,10 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+import cramjam
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -29,8 +31,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.delta import _parquet_kernels as kernels
+from pipelines.delta import parquet as parquet_module
 from pipelines.delta.files import RECORDS_PARQUET_OPTIONS
-from pipelines.delta.parquet import FastParquetWriter, fast_writer_supports
+from pipelines.delta.parquet import FastParquetWriter, fast_writer_supports, snappy_stored
 from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
 from tests.fixtures.records import records_table
 
@@ -1237,6 +1240,77 @@ def test_compression_codecs_are_recorded_and_decoded(compression: str, level: in
     assert column_chunks(data)["offset"].compression == ref["offset"].compression
 
 
+@pytest.mark.parametrize("n", [0, 1, 59, 60, 61, 256, 257, 65_536, 65_537, (1 << 24) + 3])
+def test_a_stored_snappy_stream_is_decoded_by_arrow_and_cramjam(n: int) -> None:
+    """One literal of ``n`` bytes, around every width of the literal's length (0-4 bytes)."""
+    body = np.frombuffer(np.random.default_rng(n).bytes(n), np.uint8)
+    out = np.empty(n + 10, np.uint8)
+    stream = out[: snappy_stored(body, out)].tobytes()
+    assert len(stream) <= n + 10
+    got = pa.Codec("snappy").decompress(stream, decompressed_size=n).to_pybytes()
+    assert got == body.tobytes()
+    assert bytes(cramjam.snappy.decompress_raw(stream)) == body.tobytes()
+
+
+def _random_then_repeated(n: int) -> pa.Table:
+    """``r`` random 64-byte values then ``n - r`` repeated ones (``r = n // 2``), a
+    compressible column beside them, and nulls."""
+    rng = np.random.default_rng(5)
+    half = n // 2
+    values = [None if k % 13 == 0 else rng.bytes(64) for k in range(half)]
+    values += [None if k % 13 == 0 else b"abcdefgh" * 8 for k in range(half, n)]
+    text = [f"row {k % 7} of a very repetitive column" for k in range(n)]
+    return pa.table({"v": pa.array(values, pa.binary()), "t": pa.array(text)})
+
+
+def test_incompressible_snappy_pages_are_stored_and_compressible_ones_compressed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Random values: after a page that snappy could not shrink, the column's pages are stored
+    (a literal, no compression: counted at cramjam's compressor, which still does the work)
+    but for one page in _SNAPPY_PROBE_EVERY; once the values repeat, the next probe compresses
+    again and the rest stay compressed. The file reads back exactly (pyarrow, polars); the
+    repetitive column is compressed throughout."""
+    calls = []
+    real = cramjam.snappy
+
+    def compress_raw_into(body: Any, out: Any) -> int:
+        calls.append(len(body))
+        return int(real.compress_raw_into(body, out))
+
+    monkeypatch.setattr(
+        parquet_module,
+        "cramjam",
+        SimpleNamespace(
+            snappy=SimpleNamespace(
+                compress_raw_max_len=real.compress_raw_max_len,
+                compress_raw_into=compress_raw_into,
+            )
+        ),
+    )
+    table = _random_then_repeated(4_000)
+    data = _write_fast([table], compression="snappy", data_page_size=2_048)
+    assert_round_trips(data, table)
+    ((v, t),) = chunks_of(data)
+    assert {v.codec, t.codec} == {CODECS["snappy"]}
+    ends = np.cumsum([p.num_values for p in v.data_pages])
+    random = [p for p, end in zip(v.data_pages, ends, strict=True) if end <= 2_000]
+    repeated = [p for p, end in zip(v.data_pages, ends, strict=True) if end - p.num_values >= 2_000]
+    assert len(random) >= 40 and len(repeated) >= 40
+    assert all(p.compressed > 0.9 * p.uncompressed for p in random)
+    # stored until the next probe (at most 7 pages on), compressed from there
+    late = next(i for i, p in enumerate(repeated) if p.compressed < p.uncompressed // 4)
+    assert late < 8
+    assert all(p.compressed < p.uncompressed // 4 for p in repeated[late:])
+    assert all(p.compressed < p.uncompressed // 2 for p in t.data_pages)
+    # every page of t and of the repeated half compressed, one in 8 of the random half (+1:
+    # the probe that finds the values repeating again may fall on either side)
+    straddling = len(v.data_pages) - len(random) - len(repeated)
+    expected = len(t.data_pages) + len(repeated) - late + straddling + -(-len(random) // 8)
+    assert expected - 1 <= len(calls) <= expected + 1, (len(calls), expected)
+    assert len(calls) < len(t.data_pages) + len(v.data_pages) - 30
+
+
 @pytest.mark.parametrize("compression", ["SNAPPY", "Zstd", "NONE", "LZ4", None])
 def test_compression_names_are_taken_as_pyarrow_takes_them(compression: str | None) -> None:
     """Codec names in any case, and None for no compression, as ``pq.ParquetWriter``."""
@@ -1539,6 +1613,29 @@ def test_records_table_reads_back_with_spark(spark: SparkSession, tmp_path: Path
             for name in layouts:
                 got = spark.read.parquet(str(tmp_path / name)).orderBy("offset").toArrow()
                 assert_same_table(got, expected, f"spark, vectorized={vectorized}, {name}")
+    finally:
+        spark.conf.set(key, before)
+
+
+@pytest.mark.integration
+def test_stored_snappy_pages_read_back_with_spark(spark: SparkSession, tmp_path: Path) -> None:
+    """Pages stored as one snappy literal (random values) are read by Spark's vectorized
+    reader and parquet-mr's (snappy-java), the compressed pages beside them too."""
+    table = _random_then_repeated(6_000)
+    table = table.append_column("n", pa.array(np.arange(6_000), pa.int64()))
+    _write_fast(
+        [table],
+        compression="snappy",
+        data_page_size=2_048,
+        where=str(tmp_path / "part-00000.parquet"),
+    )
+    key = "spark.sql.parquet.enableVectorizedReader"
+    before = str(spark.conf.get(key))
+    try:
+        for vectorized in ("true", "false"):
+            spark.conf.set(key, vectorized)
+            got = spark.read.parquet(str(tmp_path)).orderBy("n").toArrow()
+            assert_same_table(got, table, f"spark, vectorized={vectorized}")
     finally:
         spark.conf.set(key, before)
 
