@@ -14,9 +14,10 @@ says 100 and whose batch says 0).
 
 Damage never ends a range: after a batchLength too small for a header, a frame that runs past
 the range, or a frame whose CRC fails while a sound batch starts inside it (its length was
-wrong), the reader *resynchronises*: it scans the bytes that follow (numpy, over the read
-buffer, only then) for the first position holding a sound batch — magic 2, a length that fits,
-a base offset above the last sound batch's and inside the segment's bounds, a matching CRC-32C,
+wrong), the reader *resynchronises* (:mod:`pipelines.sources.resync`): it scans the bytes that
+follow (numpy, over the read buffer, only then) for the first position holding a sound
+batch — magic 2, a length that fits, a base offset above the last sound batch's and inside
+the segment's bounds, a matching CRC-32C,
 offsets that agree with the segment's ``.index`` — and goes on from there. The bytes skipped
 are one unreadable range (file, position, size), reported like a damaged batch. A frame cut by
 the end of the last (active) segment may be a batch still being written: ``kind="batches"``
@@ -51,17 +52,15 @@ import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from crc32c import crc32c
 
 from logstore.errors import CorruptRecordError
 from pipelines.decode.arrow import numpy_array, numpy_values, repeated_string, string_array
-from pipelines.decode.batches import ATTR_CODEC_MASK, BatchScan, scan_batches, verify_batches
+from pipelines.decode.batches import BatchScan, scan_batches, verify_batches
 from pipelines.decode.codecs import CODEC_LABELS
 from pipelines.decode.records import BatchError, decode_records
 from pipelines.decode.transactions import txn_frames
@@ -72,6 +71,14 @@ from pipelines.sources.plan import (
     UNDECODABLE_BATCH,
     SegmentRange,
     SegmentVanishedError,
+)
+from pipelines.sources.resync import (
+    LOG_OVERHEAD,
+    MIN_RESYNC_READ,
+    V2_HEADER,
+    SegmentIndex,
+    be_ints,
+    find_sync,
 )
 from pipelines.sources.schema import BATCHES_ARROW_SCHEMA, RECORDS_ARROW_SCHEMA
 
@@ -89,9 +96,6 @@ _MS_PER_DAY = 86_400_000
 # Timestamps are carried to Spark in microseconds: beyond this many ms they would overflow.
 _MAX_MS = (2**63 - 1) // 1000
 
-
-_LOG_OVERHEAD = 12
-_V2_HEADER = 61
 
 # (producer_id, kind, first_offset, last_offset): see read_txn_frames
 TxnFrames = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -113,10 +117,6 @@ def _open(path: str) -> int:
                 # an executor without the driver's disk; the driver tells them apart
                 raise PartitionDirMissingError(PARTITION_DIR_MISSING, path=part_dir) from None
             raise SegmentVanishedError(f"{SEGMENT_VANISHED}; plan again", path=path) from None
-
-
-# A resync read is at least this long, so that its last unexamined header start moves on.
-_MIN_RESYNC_READ = 4 * _V2_HEADER
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,152 +146,6 @@ class _Chunk:
     gap: _Gap | None
 
 
-def _be(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """Big-endian signed integers of ``width`` bytes at positions ``at`` of ``buf``."""
-    v = np.zeros(at.shape[0], np.uint64)
-    for i in range(width):
-        v = (v << np.uint64(8)) | buf[at + i].astype(np.uint64)
-    bits = 8 * width
-    if bits == 64:
-        return v.view(np.int64)
-    signed = v.astype(np.int64)
-    return np.where(signed >= 1 << (bits - 1), signed - (1 << bits), signed)
-
-
-@dataclass(frozen=True, slots=True)
-class _Index:
-    """The usable prefix of a segment's ``.index``: ``last_offset[i]`` (absolute) is the last
-    offset of the batch that starts at ``position[i]``."""
-
-    last_offset: np.ndarray
-    position: np.ndarray
-
-    @staticmethod
-    def load(rng: SegmentRange) -> _Index:
-        try:
-            raw = np.fromfile(Path(rng.path).with_suffix(".index"), dtype=">i4")
-        except OSError:
-            raw = np.empty(0, ">i4")
-        pairs = raw[: raw.shape[0] // 2 * 2].reshape(-1, 2).astype(np.int64)
-        rel, pos = pairs[:, 0], pairs[:, 1]
-        # A preallocated or stale tail: keep the prefix where both columns strictly increase.
-        good = np.ones(rel.shape[0], np.bool_)
-        good[1:] = (np.diff(rel) > 0) & (np.diff(pos) > 0)
-        bad = np.flatnonzero(~good | (rel < 0) | (pos < 0))
-        stop = int(bad[0]) if bad.shape[0] else rel.shape[0]
-        return _Index(rel[:stop] + rng.segment_base_offset, pos[:stop])
-
-    def agrees(self, position: int, base_offset: int, last_offset: int) -> bool:
-        """Whether a batch ``[base_offset, last_offset]`` at ``position`` fits the index: an
-        entry there names its last offset, entries before it name lower offsets, entries
-        after it higher ones (an empty index agrees with anything)."""
-        j = int(np.searchsorted(self.position, position))
-        if j > 0 and int(self.last_offset[j - 1]) >= base_offset:
-            return False
-        if j < self.position.shape[0]:
-            if int(self.position[j]) == position:
-                return int(self.last_offset[j]) == last_offset
-            return int(self.last_offset[j]) > last_offset
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class _Sync:
-    """What a resync search found: ``at`` (relative) is a verified batch start when ``found``;
-    else the search must go on from ``at`` with at least ``need`` bytes read (``at`` None:
-    nothing more to look at)."""
-
-    found: bool
-    at: int | None
-    need: int = 0
-
-
-def _find_sync(  # noqa: PLR0917
-    buf: np.ndarray,
-    lo: int,
-    hi: int,
-    base_position: int,
-    rng: SegmentRange,
-    floor: int,
-    final: bool,
-    index: _Index,
-) -> _Sync:
-    """The first position in ``buf[lo:hi]`` where a sound v2 batch starts, by scanning.
-
-    A candidate has magic 2, a batchLength that fits before the range's end, a base offset at
-    or above ``floor`` (the end of the last sound batch, or the segment's base offset) and
-    below the next segment's, sane lastOffsetDelta/recordsCount/codec, a CRC-32C that
-    matches, and offsets that agree with the segment's ``.index`` (which knows where later
-    batches start and what they hold): bytes that merely look like a header are never taken.
-    Vectorised over the buffer (numpy); one CRC per candidate that passes the header checks.
-    Runs only on damage.
-    """
-    got = buf.shape[0]
-    top = min(hi, got - _V2_HEADER + 1)  # candidates whose whole header is in buf
-    # Windows that double from 64 KiB: the next sound batch is usually close, and a buffer of
-    # many MB is only scanned as far as needed.
-    start, width = lo, 1 << 16
-    while start < top:
-        stop = min(top, start + width)
-        found = _sync_in(buf, start, stop, base_position, rng, floor, final, index)
-        if found is not None:
-            return found
-        start, width = stop, width * 2
-    if not final and hi > top:
-        return _Sync(False, max(top, lo), 0)
-    return _Sync(False, None)
-
-
-def _sync_in(  # noqa: PLR0917
-    buf: np.ndarray,
-    lo: int,
-    hi: int,
-    base_position: int,
-    rng: SegmentRange,
-    floor: int,
-    final: bool,
-    index: _Index,
-) -> _Sync | None:
-    """:func:`_find_sync` over candidates ``[lo, hi)`` (whole headers in ``buf``); None: none."""
-    got = buf.shape[0]
-    cands = lo + np.flatnonzero(buf[lo + 16 : hi + 16] == 2).astype(np.int64)
-    if not cands.shape[0]:
-        return None
-    length = _be(buf, cands + 8, 4)
-    base = _be(buf, cands, 8)
-    delta = _be(buf, cands + 23, 4)
-    count = _be(buf, cands + 57, 4)
-    codec = buf[cands + 22] & ATTR_CODEC_MASK
-    ok = (
-        (length >= _V2_HEADER - _LOG_OVERHEAD)
-        & (base_position + cands + _LOG_OVERHEAD + length <= rng.end)
-        & (base >= floor)
-        & (delta >= 0)
-        & (count >= 0)
-        & (count <= delta + 1)
-        & (codec <= 4)
-    )
-    # a segment's offsets fit in 32 bits above its base (relative offsets in its indexes)
-    span = rng.segment_base_offset + 2**31
-    ok &= (base < span) & (delta < span - base)
-    if rng.next_base_offset is not None:
-        ok &= base <= rng.next_base_offset - 1 - np.maximum(delta, 0)
-    view = buf.data
-    for i in np.flatnonzero(ok).tolist():
-        c = int(cands[i])
-        size = int(length[i]) + _LOG_OVERHEAD
-        if c + size > got:  # cannot be checked in this read: read again from there
-            if final:
-                continue  # the file ends before it (it shrank): not a batch
-            return _Sync(False, c, size)
-        stored = int.from_bytes(view[c + 17 : c + 21], "big")
-        if crc32c(view[c + 21 : c + size]) == stored and index.agrees(
-            base_position + c, int(base[i]), int(base[i]) + int(delta[i])
-        ):
-            return _Sync(True, c)
-    return None
-
-
 def _doubtful(crc_ok: np.ndarray) -> np.ndarray:
     """Frames whose length no matching CRC vouches for (v0/v1 frames, whose CRC is not
     checked, included: a frame whose magic byte is damaged may look like one)."""
@@ -306,7 +160,7 @@ def _chunks(
 
     Damage never ends the walk: after an impossible batchLength, a frame that runs past the
     range, or a frame whose CRC fails while a sound batch starts inside it (its length was
-    wrong), the reader resynchronises on the next sound batch (:func:`_find_sync`) and the
+    wrong), the reader resynchronises on the next sound batch (:func:`find_sync`) and the
     bytes skipped are a :class:`_Gap`. Only the end of the range (or of the file) ends it.
     """
     fd = _open(rng.path) if data is None else -1
@@ -318,11 +172,11 @@ def _chunks(
     gap_reason = ""
     gap_torn = False  # the damage is a frame cut short (at the active segment's end: in flight)
     need = 0  # a frame or candidate that must fit whole in the next read
-    loaded: list[_Index] = []
+    loaded: list[SegmentIndex] = []
 
-    def index() -> _Index:  # read only when damage is found
+    def index() -> SegmentIndex:  # read only when damage is found
         if not loaded:
-            loaded.append(_Index.load(rng))
+            loaded.append(SegmentIndex.load(rng))
         return loaded[0]
 
     try:
@@ -337,7 +191,7 @@ def _chunks(
             final = pos + want >= rng.end or shrunk
             buf = area[:got]
             if gap_start is not None:
-                sync = _find_sync(buf, 0, got, pos, rng, floor, final, index())
+                sync = find_sync(buf, 0, got, pos, rng, floor, final, index())
                 if sync.at is None:  # nothing sound up to the end of the range
                     yield _gap_chunk(
                         rng, buf, pos, gap_start, pos + got, gap_reason, gap_torn, tail=True
@@ -345,7 +199,7 @@ def _chunks(
                     return
                 if not sync.found:
                     pos += sync.at
-                    need = max(sync.need, _MIN_RESYNC_READ)
+                    need = max(sync.need, MIN_RESYNC_READ)
                     continue
                 yield _gap_chunk(
                     rng, buf, pos, gap_start, pos + sync.at, gap_reason, gap_torn, tail=False
@@ -365,7 +219,7 @@ def _chunks(
                 start = int(scan.position[i]) - pos
                 size = int(scan.size[i])
                 below = _floor(floor, rng, scan, crc_ok, upto=i)
-                sync = _find_sync(buf, start + 1, start + size, pos, rng, below, final, index())
+                sync = find_sync(buf, start + 1, start + size, pos, rng, below, final, index())
                 if sync.found or sync.at is not None:
                     cut = (i, start, sync)
                     break
@@ -390,7 +244,7 @@ def _chunks(
                     pos += sync.at
                 else:  # read again from the doubtful frame, far enough to decide
                     assert sync.at is not None
-                    need = max(sync.at - start + max(sync.need, _V2_HEADER), size + _V2_HEADER)
+                    need = max(sync.at - start + max(sync.need, V2_HEADER), size + V2_HEADER)
                     pos += start
                 continue
             floor = _floor(floor, rng, scan, crc_ok)
@@ -408,13 +262,13 @@ def _chunks(
                 continue
             at = scan.end - pos  # relative start of the frame the walk could not take
             rest = got - at
-            length = int(_be(buf, np.array([at + 8]), 4)[0]) if rest >= _LOG_OVERHEAD else None
-            fits = length is not None and scan.end + _LOG_OVERHEAD + length <= rng.end
-            if scan.stop == "torn" and (rest < _LOG_OVERHEAD or fits) and not final:
+            length = int(be_ints(buf, np.array([at + 8]), 4)[0]) if rest >= LOG_OVERHEAD else None
+            fits = length is not None and scan.end + LOG_OVERHEAD + length <= rng.end
+            if scan.stop == "torn" and (rest < LOG_OVERHEAD or fits) and not final:
                 # Cut by the end of this read: read on from it (whole, if larger than a read).
                 yield _Chunk(buf, pos, scan, crc_ok, errors, None)
                 if length is not None and len(scan) == 0:
-                    need = length + _LOG_OVERHEAD
+                    need = length + LOG_OVERHEAD
                 pos = scan.end
                 continue
             yield _Chunk(buf, pos, scan, crc_ok, errors, None)
@@ -425,7 +279,7 @@ def _chunks(
             else:
                 gap_reason = f"impossible batchLength {length}"
             gap_torn = scan.stop == "torn"
-            if final and rest < _V2_HEADER:
+            if final and rest < V2_HEADER:
                 # Too short to hold a batch: nothing can follow it in the range.
                 yield _gap_chunk(
                     rng, buf, pos, scan.end, pos + got, gap_reason, gap_torn, tail=True
@@ -433,7 +287,7 @@ def _chunks(
                 return
             gap_start = scan.end
             pos = scan.end + 1
-            need = _MIN_RESYNC_READ
+            need = MIN_RESYNC_READ
         if gap_start is not None:
             yield _gap_chunk(
                 rng, area[:0], pos, gap_start, rng.end, gap_reason, gap_torn, tail=True
