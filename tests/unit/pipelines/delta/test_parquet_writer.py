@@ -1252,6 +1252,12 @@ def test_a_stored_snappy_stream_is_decoded_by_arrow_and_cramjam(n: int) -> None:
     assert bytes(cramjam.snappy.decompress_raw(stream)) == body.tobytes()
 
 
+def test_a_body_past_4_gib_has_no_stored_snappy_form() -> None:
+    body = np.broadcast_to(np.zeros(1, np.uint8), ((1 << 32) + 1,))  # no memory behind it
+    with pytest.raises(ValueError, match="at most 4 GiB"):
+        snappy_stored(body, np.empty(16, np.uint8))
+
+
 def _random_then_repeated(n: int) -> pa.Table:
     """``r`` random 64-byte values then ``n - r`` repeated ones (``r = n // 2``), a
     compressible column beside them, and nulls."""
