@@ -95,7 +95,7 @@ from pipelines.compaction.model import DEFAULT_STRATEGY, Rec, Strategy, latest, 
 from pipelines.compaction.plan import versions, winner_indices
 from pipelines.decode import BatchScan, decode_records, scan_batches, verify_batches
 from pipelines.decode._kernels import ERROR_REASONS
-from pipelines.decode.batches import ATTR_CODEC_MASK, ATTR_CONTROL
+from pipelines.decode.batches import ATTR_CODEC_MASK, ATTR_CONTROL, HEADER_SIZE
 from pipelines.logdir import as_partition_dir, partition_dirs
 from pipelines.worker import start_task, without_huge_pages
 
@@ -114,7 +114,6 @@ __all__ = [
 ]
 
 
-_HEADER_SIZE = 61  # a v2 batch header; its records follow
 _SWAP_THREADS = 4  # partitions swapped at once when the job swaps under the .lock
 
 
@@ -215,7 +214,7 @@ class _KeyRows:
         """The records of the uncompressed batches ``idx`` of ``scan`` (frames in ``data``),
         walked where they lie (:func:`pipelines.compaction._keymap.record_keys`). The
         status of the first batch that failed, else 0 (then nothing was added)."""
-        starts = scan.position[idx] + _HEADER_SIZE
+        starts = scan.position[idx] + HEADER_SIZE
         ends = scan.position[idx] + scan.size[idx]
         counts = scan.records_count[idx]
         self._reserve(int(counts.clip(0).sum(dtype=np.int64)), int((ends - starts).sum()))

@@ -37,8 +37,8 @@ ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 
-_HEADER_SIZE = 61
-_LOG_OVERHEAD = 12  # baseOffset + batchLength
+HEADER_SIZE = 61  # a v2 batch's header, baseOffset to recordsCount; its records follow
+LOG_OVERHEAD = 12  # baseOffset + batchLength, before a frame's length counts
 _CRC_START = 21
 
 StopReason = Literal["end", "torn", "corrupt"]
@@ -156,7 +156,7 @@ def scan_batches(
     # reach a zero batchLength to say so: fewer zero bytes may be the start of a frame cut by
     # the end of the buffer (a baseOffset below 2^40 begins with zero bytes).
     tail = data[stop_pos:stop_at]
-    if reason != "end" and tail.shape[0] >= _LOG_OVERHEAD and not tail.any():
+    if reason != "end" and tail.shape[0] >= LOG_OVERHEAD and not tail.any():
         reason = "end"
         stop_pos = stop_at
     fields = {f: a[:n] for f, a in zip(_ARRAY_FIELDS, arrays, strict=True)}
@@ -189,7 +189,7 @@ def verify_batches(
         | (scan.last_offset_delta < 0)
         | (scan.records_count < 0)
         | (scan.records_count.astype(np.int64) > scan.last_offset_delta.astype(np.int64) + 1)
-        | ((codec == 0) & (scan.records_count.astype(np.int64) * 7 > sizes - _HEADER_SIZE))
+        | ((codec == 0) & (scan.records_count.astype(np.int64) * 7 > sizes - HEADER_SIZE))
     )
     for i in np.flatnonzero(bad).tolist():
         errors[i] = _header_error(scan, i, int(codec[i]), int(sizes[i]))
@@ -226,4 +226,4 @@ def _header_error(scan: BatchScan, i: int, codec: int, size: int) -> str:
         return f"negative lastOffsetDelta {delta}"
     if count < 0 or count > delta + 1:
         return f"recordsCount {count} does not fit lastOffsetDelta {delta}"
-    return f"recordsCount {count} cannot fit in {size - _HEADER_SIZE} bytes of records"
+    return f"recordsCount {count} cannot fit in {size - HEADER_SIZE} bytes of records"

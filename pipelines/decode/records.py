@@ -42,6 +42,7 @@ from pipelines.decode.batches import (
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
+    HEADER_SIZE,
     BatchScan,
     as_uint8,
 )
@@ -71,7 +72,6 @@ __all__ = [
 
 MIN_OFFSET = -(2**63)
 MAX_OFFSET = 2**63 - 1
-_HEADER_SIZE = 61
 # Arrow binary offsets are int32: one output chunk's keys (or values) stay below 2 GiB.
 _MAX_ARROW_BYTES = 2**31 - 1
 # The default bound of one output chunk's records streams (decompressed). Why 32 MiB: every
@@ -176,7 +176,7 @@ def decode_records(
     filters = _Filters(min_offset, until, min_timestamp, max_timestamp)
     if not codec.any():
         # All uncompressed: records are decoded in place, groups cut by raw size.
-        starts = rel + _HEADER_SIZE
+        starts = rel + HEADER_SIZE
         ends = rel + sizes
         cuts = _cuts(np.cumsum(sizes), limit)
         for lo, hi in itertools.pairwise(cuts):
@@ -192,7 +192,7 @@ def decode_records(
     errors: list[BatchError] = []
     filled = 0
     max_size = _MAX_ARROW_BYTES // 2  # one Arrow chunk holds at most 1 GiB of records
-    frames = lz4_frames(data, rel + _HEADER_SIZE, rel + sizes)
+    frames = lz4_frames(data, rel + HEADER_SIZE, rel + sizes)
     lz4 = codec == _LZ4
     # One Python step per batch (not per record): plain ints, not numpy scalars.
     for i, p, end, cid, declared, first, block_max, single, flg in zip(
@@ -207,7 +207,7 @@ def decode_records(
         frames.flg.tolist(),
         strict=True,
     ):
-        stream = view[p + _HEADER_SIZE : end]
+        stream = view[p + HEADER_SIZE : end]
         raw = None
         blocks = None
         snappy = None

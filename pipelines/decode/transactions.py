@@ -21,7 +21,13 @@ import numpy as np
 from logstore.errors import CorruptRecordError
 from logstore.protocol.control import ControlType
 from logstore.protocol.varint import decode_varint, decode_varlong
-from pipelines.decode.batches import ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_TRANSACTIONAL, BatchScan
+from pipelines.decode.batches import (
+    ATTR_CODEC_MASK,
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    HEADER_SIZE,
+    BatchScan,
+)
 
 __all__ = ["KIND_ABORT", "KIND_COMMIT", "KIND_DATA", "KIND_OTHER", "marker_types", "txn_frames"]
 
@@ -29,13 +35,12 @@ KIND_DATA = 0  # a transactional data batch
 KIND_COMMIT = 1  # a COMMIT marker
 KIND_ABORT = 2  # an ABORT marker
 KIND_OTHER = -1  # a control batch that is no transaction marker (or whose key is unreadable)
-_HEADER_SIZE = 61
 _KEY_BYTES = 4
 
 
 def _marker_kind(buf: np.ndarray, start: int, end: int) -> int:
     """The kind of the control batch in ``buf[start:end]`` (its first record's key)."""
-    view = buf[start + _HEADER_SIZE : end].tobytes()
+    view = buf[start + HEADER_SIZE : end].tobytes()
     try:
         _length, pos = decode_varint(view, 0)
         pos += 1  # attributes

@@ -60,7 +60,13 @@ import pyarrow.compute as pc
 
 from logstore.errors import CorruptRecordError
 from pipelines.decode.arrow import numpy_array, numpy_values, repeated_string, string_array
-from pipelines.decode.batches import BatchScan, scan_batches, verify_batches
+from pipelines.decode.batches import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchScan,
+    scan_batches,
+    verify_batches,
+)
 from pipelines.decode.codecs import CODEC_LABELS
 from pipelines.decode.records import BatchError, decode_records
 from pipelines.decode.transactions import txn_frames
@@ -73,9 +79,7 @@ from pipelines.sources.plan import (
     SegmentVanishedError,
 )
 from pipelines.sources.resync import (
-    LOG_OVERHEAD,
     MIN_RESYNC_READ,
-    V2_HEADER,
     SegmentIndex,
     be_ints,
     find_sync,
@@ -244,7 +248,7 @@ def _chunks(
                     pos += sync.at
                 else:  # read again from the doubtful frame, far enough to decide
                     assert sync.at is not None
-                    need = max(sync.at - start + max(sync.need, V2_HEADER), size + V2_HEADER)
+                    need = max(sync.at - start + max(sync.need, HEADER_SIZE), size + HEADER_SIZE)
                     pos += start
                 continue
             floor = _floor(floor, rng, scan, crc_ok)
@@ -279,7 +283,7 @@ def _chunks(
             else:
                 gap_reason = f"impossible batchLength {length}"
             gap_torn = scan.stop == "torn"
-            if final and rest < V2_HEADER:
+            if final and rest < HEADER_SIZE:
                 # Too short to hold a batch: nothing can follow it in the range.
                 yield _gap_chunk(
                     rng, buf, pos, scan.end, pos + got, gap_reason, gap_torn, tail=True

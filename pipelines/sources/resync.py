@@ -16,24 +16,19 @@ from pathlib import Path
 import numpy as np
 from crc32c import crc32c
 
-from pipelines.decode.batches import ATTR_CODEC_MASK
+from pipelines.decode.batches import ATTR_CODEC_MASK, HEADER_SIZE, LOG_OVERHEAD
 from pipelines.sources.plan import SegmentRange
 
 __all__ = [
-    "LOG_OVERHEAD",
     "MIN_RESYNC_READ",
-    "V2_HEADER",
     "SegmentIndex",
     "Sync",
     "be_ints",
     "find_sync",
 ]
 
-LOG_OVERHEAD = 12  # baseOffset + batchLength, before a frame's length counts
-V2_HEADER = 61  # a v2 batch's header, baseOffset to recordsCount
-
 # A resync read is at least this long, so that its last unexamined header start moves on.
-MIN_RESYNC_READ = 4 * V2_HEADER
+MIN_RESYNC_READ = 4 * HEADER_SIZE
 
 
 def be_ints(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
@@ -117,7 +112,7 @@ def find_sync(  # noqa: PLR0917
     Runs only on damage.
     """
     got = buf.shape[0]
-    top = min(hi, got - V2_HEADER + 1)  # candidates whose whole header is in buf
+    top = min(hi, got - HEADER_SIZE + 1)  # candidates whose whole header is in buf
     # Windows that double from 64 KiB: the next sound batch is usually close, and a buffer of
     # many MB is only scanned as far as needed.
     start, width = lo, 1 << 16
@@ -153,7 +148,7 @@ def _sync_in(  # noqa: PLR0917
     count = be_ints(buf, cands + 57, 4)
     codec = buf[cands + 22] & ATTR_CODEC_MASK
     ok = (
-        (length >= V2_HEADER - LOG_OVERHEAD)
+        (length >= HEADER_SIZE - LOG_OVERHEAD)
         & (base_position + cands + LOG_OVERHEAD + length <= rng.end)
         & (base >= floor)
         & (delta >= 0)
