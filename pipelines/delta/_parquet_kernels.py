@@ -25,7 +25,7 @@ __all__ = [
     "MINIBLOCK",
     "delta_binary_packed",
     "delta_binary_packed_bound",
-    "list_levels",
+    "levels",
     "plain_binary",
     "plain_binary_take",
     "rle_hybrid",
@@ -317,51 +317,81 @@ def delta_binary_packed(values: np.ndarray, width: int, out: np.ndarray, pos: in
 
 
 @njit(cache=True, nogil=True)
-def list_levels(  # noqa: PLR0917 (numba: no keyword-only parameters)
-    list_offsets: np.ndarray,
-    list_valid: np.ndarray,
-    elem_valid: np.ndarray,
-    leaf_valid: np.ndarray,
-    d_list: int,
-    d_elem: int,
-    d_leaf: int,
+def levels(  # noqa: PLR0917 (numba: no keyword-only parameters)
+    r0: int,
+    r1: int,
+    pre: np.ndarray,
+    pre_row: np.ndarray,
+    pre_def: np.ndarray,
+    offsets: np.ndarray,
+    post: np.ndarray,
+    post_row: np.ndarray,
+    post_def: np.ndarray,
     rep: np.ndarray,
     dfn: np.ndarray,
     take: np.ndarray,
 ) -> tuple[int, int]:
-    """Repetition and definition levels of one leaf of a ``list<struct<...>>`` column.
+    """Repetition and definition levels of rows ``r0 .. r1 - 1`` of one leaf column whose path
+    holds structs and at most one list, in one pass.
 
-    Rows ``0 .. len(list_offsets) - 2``; ``list_offsets`` index the struct (child) array;
-    ``*_valid`` empty means no nulls at that level, else non-zero = present (``elem_valid`` and
-    ``leaf_valid`` are indexed by child row). ``d_*`` are 1 where that level is nullable. Writes
-    one level pair per leaf entry (a null or empty list is one entry) and the child rows whose
-    leaf value is present into ``take``; returns (entries, values).
+    The path's nodes are in two parts: ``pre`` (the nodes indexed by row: the top-level column,
+    the structs under it, the list itself; without a list, every node down to the leaf) and
+    ``post`` (the nodes under the list, indexed by the list's child rows: the element, its
+    structs, the leaf). Per node ``i``: ``*_def[i]`` 1 if it is nullable, ``*_row[i]`` its row
+    in the validity matrix ``pre`` / ``post`` (non-zero = present), -1 when it has no nulls.
+    ``offsets``: the list's (absolute, one per row and one more), empty without a list.
+
+    A node adds 1 to the definition level when nullable and present; a non-empty list adds 1 for
+    its repeated group. Writes one (rep, dfn) pair per entry (a row without a list; else a
+    missing or empty list, or each item) and, into ``take``, the leaf rows whose value is present
+    (row numbers, or child rows under a list). Returns (entries, values), or (-1, row) where a
+    non-nullable node holds a null under present parents (the data contradicts its schema).
+    ``rep`` is not written without a list.
     """
     e = 0
     t = 0
-    top = d_list + 1 + d_elem + d_leaf
-    for r in range(list_offsets.shape[0] - 1):
-        if list_valid.shape[0] != 0 and list_valid[r] == 0:
+    has_list = offsets.shape[0] != 0
+    for r in range(r0, r1):
+        d = 0
+        defined = True
+        for i in range(pre_row.shape[0]):
+            row = pre_row[i]
+            if row >= 0 and pre[row, r] == 0:
+                if pre_def[i] == 0:
+                    return -1, r
+                defined = False
+                break
+            d += pre_def[i]
+        if not has_list:
+            dfn[e] = d
+            e += 1
+            if defined:
+                take[t] = r
+                t += 1
+            continue
+        a = offsets[r]
+        b = offsets[r + 1]
+        if not defined or a == b:
             rep[e] = 0
-            dfn[e] = 0
+            dfn[e] = d
             e += 1
             continue
-        a = list_offsets[r]
-        b = list_offsets[r + 1]
-        if a == b:
-            rep[e] = 0
-            dfn[e] = d_list
-            e += 1
-            continue
+        d += 1
         for c in range(a, b):
             rep[e] = 0 if c == a else 1
-            if elem_valid.shape[0] != 0 and elem_valid[c] == 0:
-                dfn[e] = d_list + 1
-            elif leaf_valid.shape[0] != 0 and leaf_valid[c] == 0:
-                dfn[e] = d_list + 1 + d_elem
-            else:
-                dfn[e] = top
+            dd = d
+            present = True
+            for j in range(post_row.shape[0]):
+                row = post_row[j]
+                if row >= 0 and post[row, c] == 0:
+                    if post_def[j] == 0:
+                        return -1, r
+                    present = False
+                    break
+                dd += post_def[j]
+            dfn[e] = dd
+            e += 1
+            if present:
                 take[t] = c
                 t += 1
-            e += 1
     return e, t
