@@ -181,43 +181,60 @@ def rle_runs(lengths: np.ndarray, values: np.ndarray, width: int, out: np.ndarra
 
 
 @njit(cache=True, nogil=True)
-def runs_fixed(values: np.ndarray, starts: np.ndarray) -> int:
-    """Row numbers where a run of equal values starts (first: 0) into ``starts``; returns how
-    many. ``values``: a fixed-width array (ints, or bytes viewed as an integer type)."""
+def runs_fixed(values: np.ndarray, valid: np.ndarray, starts: np.ndarray, most: int) -> int:
+    """Row numbers where a run starts (first: 0) into ``starts``; returns how many, or -1 as
+    soon as there are more than ``most`` (the caller then takes another way). A run is equal
+    present values or nulls (``valid`` empty: no nulls; else 0 = null, whose slot holds
+    arbitrary bytes). ``values``: a fixed-width array (ints, or floats viewed as ints)."""
     n = values.shape[0]
     if n == 0:
         return 0
     k = 1
     starts[0] = 0
+    all_valid = valid.shape[0] == 0
     for i in range(1, n):
-        if values[i] != values[i - 1]:
-            starts[k] = i
-            k += 1
+        if all_valid:
+            if values[i] == values[i - 1]:
+                continue
+        elif valid[i] == valid[i - 1] and (valid[i] == 0 or values[i] == values[i - 1]):
+            continue
+        if k == most:
+            return -1
+        starts[k] = i
+        k += 1
     return k
 
 
 @njit(cache=True, nogil=True)
-def runs_binary(offsets: np.ndarray, data: np.ndarray, starts: np.ndarray) -> int:
+def runs_binary(
+    offsets: np.ndarray, data: np.ndarray, valid: np.ndarray, starts: np.ndarray, most: int
+) -> int:
     """:func:`runs_fixed` for Arrow byte arrays (``offsets`` absolute into ``data``)."""
     n = offsets.shape[0] - 1
     if n <= 0:
         return 0
     k = 1
     starts[0] = 0
+    all_valid = valid.shape[0] == 0
     for i in range(1, n):
-        a0 = offsets[i - 1]
-        b0 = offsets[i]
-        la = b0 - a0
-        lb = offsets[i + 1] - b0
-        same = la == lb
-        if same:
-            for j in range(la):
-                if data[a0 + j] != data[b0 + j]:
-                    same = False
-                    break
-        if not same:
-            starts[k] = i
-            k += 1
+        if all_valid or valid[i] == valid[i - 1]:
+            if not all_valid and valid[i] == 0:
+                continue
+            a0 = offsets[i - 1]
+            b0 = offsets[i]
+            la = b0 - a0
+            same = la == offsets[i + 1] - b0
+            if same:
+                for j in range(la):
+                    if data[a0 + j] != data[b0 + j]:
+                        same = False
+                        break
+            if same:
+                continue
+        if k == most:
+            return -1
+        starts[k] = i
+        k += 1
     return k
 
 
