@@ -377,9 +377,13 @@ class FastParquetWriter:
                 # chunk for every small column: the decoder yields chunks of ~40k records.
                 arrays, levels = [pa.concat_arrays(arrays)], [_concat_levels(leaf, flat)]
                 walks = [None]
-        if leaf.statistics:
-            chunk.statistics = _statistics(leaf, arrays)
         dictionary = _dictionary(leaf, arrays, self._dict_limit) if leaf.dictionary else None
+        if leaf.statistics:
+            # min/max over the dictionary when there is one: it holds exactly the present
+            # values (strings of the typed bench table: ~15 ns a row less)
+            nulls = sum(a.null_count for a in arrays)
+            present = arrays if dictionary is None else [dictionary[0]]
+            chunk.statistics = _statistics(leaf, present, nulls)
         if dictionary is not None:
             values, plain, _ = dictionary
             chunk.dictionary_offset = self._pos
@@ -828,10 +832,10 @@ def _put_dictionary_indices(
 # --- statistics --------------------------------------------------------------------------
 
 
-def _statistics(leaf: _Leaf, arrays: list[pa.Array]) -> Fields:
-    """Statistics of a flat column chunk: null count, min and max (PLAIN bytes); min/max are
-    left out above 4 KiB, as pyarrow does."""
-    nulls = sum(a.null_count for a in arrays)
+def _statistics(leaf: _Leaf, arrays: list[pa.Array], nulls: int) -> Fields:
+    """Statistics of a column chunk not under a list: ``nulls``, and min and max (PLAIN bytes)
+    of the values of ``arrays`` (its values or their dictionary); min/max are left out above
+    4 KiB, as pyarrow does."""
     present = [a for a in arrays if a.null_count < len(a)]
     if not present:
         return [(3, "i64", nulls)]
