@@ -65,6 +65,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # Fixture modules, each owned by the package it starts (broker, Spark session).
 pytest_plugins = [
     "tests.fixtures.broker",
+    "tests.fixtures.hostile",
     "tests.fixtures.s3",
     "tests.fixtures.spark",
     "tests.fixtures.tmpfs",

@@ -54,11 +54,13 @@ fi
 .venv/bin/python -m compileall -q -j 0 logstore pipelines jobs >/dev/null
 
 # 6. An ingest task's numba kernels (decoder, Parquet writer) and a decode task's (the typed
-# tables' Avro kernel) into numba's on-disk cache (next to the modules), once per change of
-# any: otherwise the first job compiles them in every Python worker (~6 s).
-if [ -z "$(find pipelines/decode/__pycache__ -name '_kernels.records_to_columns-*.nbi' -newer pipelines/decode/_kernels.py 2>/dev/null)" ] ||
-  [ -z "$(find pipelines/delta/__pycache__ -name '_parquet_kernels.plain_binary-*.nbi' -newer pipelines/delta/_parquet_kernels.py 2>/dev/null)" ] ||
-  [ -z "$(find pipelines/typed/__pycache__ -name 'avro_kernel.decode_rows-*.nbi' -newer pipelines/typed/avro_kernel.py 2>/dev/null)" ]; then
+# tables' Avro and Protobuf kernels) into numba's on-disk cache, once per change of any kernel
+# module: otherwise the first job compiles them in every Python worker (~6 s). The cache is a
+# directory per digest of the kernel modules' sources (pipelines/numba_cache.py); Python says
+# whether the current one holds them (~0.1 s; a changed kernel module means a new, empty one).
+if ! .venv/bin/python -c 'import sys; from pipelines.numba_cache import holds; sys.exit(not holds(sys.argv[1:]))' \
+    pipelines.decode._kernels.records_to_columns pipelines.delta._parquet_kernels.plain_binary \
+    pipelines.typed.avro_kernel.decode_rows pipelines.typed.protobuf_kernel.decode_rows; then
   .venv/bin/python -m pipelines.decode.warmup
 fi
 

@@ -42,6 +42,7 @@ from urllib.parse import quote, urlsplit
 
 from crc32c import crc32c
 
+from logstore.objectstore._limits import ERROR_BODY_MAX
 from logstore.objectstore._sigv4 import sign_v4
 from logstore.objectstore.credentials import Credentials, default_chain
 from logstore.objectstore.settings import StorageSettings
@@ -58,9 +59,6 @@ __all__ = [
 ]
 
 TRANSIENT_STATUS = frozenset({409, 500, 502, 503, 504})
-# Most bytes read of an answer's body that is not data (a PUT's answer, a GET's error): S3's
-# error documents are a few hundred bytes; a peer declaring more is not believed.
-ERROR_BODY_MAX = 64 << 10
 # objects below this go up in one PUT (pyarrow's part size: larger ones are multipart uploads)
 SINGLE_PUT_MAX_BYTES = 10 << 20
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"

@@ -42,8 +42,9 @@ library, in botocore's order (``create_credential_resolver``; first that answers
 9. EC2 instance metadata, IMDSv2 only: ``PUT /latest/api/token`` (a 6-hour token), then
    ``GET /latest/meta-data/iam/security-credentials/`` (the role) and ``.../<role>``; endpoint
    ``AWS_EC2_METADATA_SERVICE_ENDPOINT`` (default ``http://169.254.169.254``); skipped when
-   ``AWS_EC2_METADATA_DISABLED=true``. One attempt, 1 s timeout (botocore's defaults), so a
-   machine off EC2 loses at most about a second, once per process.
+   ``AWS_EC2_METADATA_DISABLED=true``. One attempt, 1 s timeout (botocore's defaults; here
+   for each whole exchange, see below), so a machine off EC2 loses at most about a second,
+   once per process.
 
 STS is ``AWS_ENDPOINT_URL_STS``, else ``AWS_ENDPOINT_URL``, else
 ``https://sts.<region>.amazonaws.com`` (region: ``AWS_REGION``, ``AWS_DEFAULT_REGION``, the
@@ -62,6 +63,15 @@ before (an instance metadata probe costs up to a second). A malformed answer or 
 
 pyarrow and delta-rs are given keys only when they are explicit (1): along 2-9 they resolve the
 same credentials themselves, and refresh them themselves.
+
+Bounded answers: every answer read here (instance metadata, the container endpoint, STS, the
+SSO portal, a ``credential_process``'s stdout) is read up to
+:data:`~logstore.objectstore._limits.ERROR_BODY_MAX` (64 KiB; a credentials document is under
+4 KiB) plus one byte; more is refused with an error naming the source and the limit, never
+parsed cut (a ``credential_process`` printing more is killed). Each HTTP exchange has a total
+deadline (its timeout: 1 s for instance metadata and the container endpoint, 10 s for STS and
+SSO), not only a per-socket-operation one: a peer sending a byte now and then would otherwise
+hold a resolution, and the lock of :class:`CredentialChain` with it, forever.
 """
 
 from __future__ import annotations
@@ -69,19 +79,24 @@ from __future__ import annotations
 import configparser
 import datetime as dt
 import http.client
+import io
 import json
 import os
+import selectors
 import shlex
+import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 from urllib.parse import urlsplit
 
 from logstore.errors import ObjectStoreError
 from logstore.objectstore import _sso, _sts
+from logstore.objectstore._limits import ERROR_BODY_MAX
 
 __all__ = [
     "NONE_RETRY_S",
@@ -266,7 +281,9 @@ def _from_sso(env: Mapping[str, str], profiles: _Profiles, name: str) -> Credent
     )
     source = f"SSO of AWS profile {name!r}"
     try:
-        status, body = _http("GET", request.url, request.headers, timeout=_STS_TIMEOUT_S)
+        status, body = _http(
+            "GET", request.url, request.headers, source=source, timeout=_STS_TIMEOUT_S
+        )
     except OSError as exc:
         raise ObjectStoreError(f"{source}: portal unreachable: {exc}") from None
     key, secret, token, expires_at = _sso.parse_role_credentials(status, body, source=source)
@@ -290,21 +307,22 @@ def _ini(path: Path) -> dict[str, dict[str, str]]:
 
 def _from_process(command: str, profile: str) -> Credentials:
     """``credential_process``: the command split as a shell would (no shell runs it), its JSON
-    on stdout. Neither the command line (it may carry a secret) nor stdout is put in a
-    message; stderr's first 500 characters are (botocore shows all of it)."""
+    on stdout (at most :data:`ERROR_BODY_MAX` bytes, :func:`_run_capped`). Neither the command
+    line (it may carry a secret) nor stdout is put in a message; stderr's first 500 characters
+    are (botocore shows all of it)."""
     source = f"credential_process of AWS profile {profile!r}"
     try:
         args = shlex.split(command)
-        done = subprocess.run(args, capture_output=True, timeout=_PROCESS_TIMEOUT_S, check=False)
+        returncode, stdout, stderr_bytes = _run_capped(args, source)
     except (ValueError, OSError, subprocess.TimeoutExpired) as exc:
         detail = f" ({exc.strerror})" if isinstance(exc, OSError) and exc.strerror else ""
         what = type(exc).__name__
         raise ObjectStoreError(f"{source}: could not run it: {what}{detail}") from None
-    if done.returncode != 0:
-        stderr = done.stderr.decode("utf-8", "replace").strip()[:500]
-        raise ObjectStoreError(f"{source}: exited with {done.returncode}: {stderr}")
+    if returncode != 0:
+        stderr = stderr_bytes.decode("utf-8", "replace").strip()[:500]
+        raise ObjectStoreError(f"{source}: exited with {returncode}: {stderr}")
     try:
-        doc = json.loads(done.stdout)
+        doc = json.loads(stdout)
     except ValueError:
         raise ObjectStoreError(f"{source}: its output is not JSON") from None
     if not isinstance(doc, dict) or doc.get("Version") != 1:
@@ -332,6 +350,45 @@ def _from_process(command: str, profile: str) -> Credentials:
     )
 
 
+def _run_capped(args: list[str], source: str) -> tuple[int, bytes, bytes]:
+    """Run ``args`` (stdin inherited, as botocore does): ``(exit status, stdout, stderr)``.
+    Both pipes are drained as the child writes (a full pipe would block it); stdout over
+    :data:`ERROR_BODY_MAX` raises :class:`ObjectStoreError` (the AWS CLI caps nothing; a
+    helper printing without end must not fill this process's memory), stderr past that is
+    read and dropped. Past :data:`_PROCESS_TIMEOUT_S` in all, ``subprocess.TimeoutExpired``.
+    On any error the child is killed and reaped (``Popen.__exit__`` waits)."""
+    deadline = time.monotonic() + _PROCESS_TIMEOUT_S
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        out, err = cast(io.BufferedReader, child.stdout), cast(io.BufferedReader, child.stderr)
+        stdout, stderr = bytearray(), bytearray()
+        kept = {out.fileno(): stdout, err.fileno(): stderr}
+        try:
+            with selectors.DefaultSelector() as selector:
+                for pipe in (out, err):
+                    selector.register(pipe, selectors.EVENT_READ)
+                while selector.get_map():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise subprocess.TimeoutExpired(args, _PROCESS_TIMEOUT_S)
+                    for key, _ in selector.select(left):
+                        chunk = os.read(key.fd, ERROR_BODY_MAX)
+                        if not chunk:
+                            selector.unregister(key.fileobj)
+                            continue
+                        buf = kept[key.fd]
+                        buf += chunk[: ERROR_BODY_MAX + 1 - len(buf)]
+                        if buf is stdout and len(buf) > ERROR_BODY_MAX:
+                            raise ObjectStoreError(
+                                f"{source}: output over {ERROR_BODY_MAX} bytes, refused "
+                                "(the helper was killed)"
+                            )
+            returncode = child.wait(max(deadline - time.monotonic(), 0.0))
+        except BaseException:
+            child.kill()
+            raise
+    return returncode, bytes(stdout), bytes(stderr)
+
+
 def _region(env: Mapping[str, str], profile: Mapping[str, str]) -> str:
     return (
         env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or profile.get("region") or _REGION
@@ -345,7 +402,12 @@ def _session_name(given: str | None) -> str:
 def _call_sts(request: _sts.StsRequest, *, source: str) -> _sts.StsAnswer:
     try:
         status, body = _http(
-            "POST", request.url, request.headers, body=request.body, timeout=_STS_TIMEOUT_S
+            "POST",
+            request.url,
+            request.headers,
+            source=source,
+            body=request.body,
+            timeout=_STS_TIMEOUT_S,
         )
     except OSError as exc:
         raise ObjectStoreError(f"{source}: STS unreachable: {exc}", path=request.url) from None
@@ -492,7 +554,10 @@ def _from_container(env: Mapping[str, str]) -> Credentials:
         token = _read_token(token_file, "the container credentials token")
     if token:
         headers["Authorization"] = token
-    status, body = _http("GET", url, headers)
+    try:
+        status, body = _http("GET", url, headers, source="container credentials")
+    except OSError as exc:
+        raise ObjectStoreError(f"container credentials: unreachable: {exc}", path=url) from None
     if status != 200:
         raise ObjectStoreError(f"container credentials: HTTP {status}", path=url)
     return _parse_temporary(body, source=f"container credentials {url}")
@@ -502,23 +567,30 @@ def _from_imds(env: Mapping[str, str]) -> Credentials | None:
     base = (env.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or _IMDS_ENDPOINT).rstrip("/")
     try:
         ttl = {"X-aws-ec2-metadata-token-ttl-seconds": _IMDS_TOKEN_TTL_S}
-        status, token = _http("PUT", f"{base}/latest/api/token", ttl)
+        status, token = _http("PUT", f"{base}/latest/api/token", ttl, source="instance metadata")
     except OSError:
         return None  # no instance metadata here: not on EC2 (or IMDS turned off)
     if status != 200:
         return None
     headers = {"X-aws-ec2-metadata-token": token.decode()}
     roles_url = f"{base}/latest/meta-data/iam/security-credentials/"
-    status, body = _http("GET", roles_url, headers)
+    status, body = _imds_get(roles_url, headers)
     if status == 404:
         return None  # an instance without a role
     if status != 200 or not body.strip():
         raise ObjectStoreError(f"instance metadata: HTTP {status} listing roles", path=roles_url)
     role = body.decode().split()[0]
-    status, body = _http("GET", roles_url + role, headers)
+    status, body = _imds_get(roles_url + role, headers)
     if status != 200:
         raise ObjectStoreError(f"instance metadata: HTTP {status}", path=roles_url + role)
     return _parse_temporary(body, source=f"instance metadata role {role}")
+
+
+def _imds_get(url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
+    try:
+        return _http("GET", url, headers, source="instance metadata")
+    except OSError as exc:
+        raise ObjectStoreError(f"instance metadata: unreachable: {exc}", path=url) from None
 
 
 def _parse_temporary(body: bytes, *, source: str) -> Credentials:
@@ -546,16 +618,87 @@ def _http(
     url: str,
     headers: Mapping[str, str],
     *,
+    source: str,
     body: bytes | None = None,
     timeout: float = _METADATA_TIMEOUT_S,
 ) -> tuple[int, bytes]:
+    """One HTTP exchange: ``(status, body)``. ``timeout`` bounds the whole exchange (connect,
+    send, status line, headers, body), not each socket operation; past it ``TimeoutError``
+    (an ``OSError``, as an unreachable endpoint). A body over :data:`ERROR_BODY_MAX` or an
+    answer that is not HTTP or cut short raises :class:`ObjectStoreError` naming ``source``."""
     parts = urlsplit(url)
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    deadline = time.monotonic() + timeout
     conn = cls(parts.netloc, timeout=timeout)
+    response: http.client.HTTPResponse | None = None
     try:
+        conn.connect()
+        conn.sock = cast(socket.socket, _DeadlineSocket(conn.sock, deadline))
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         conn.request(method, path or "/", body=body, headers=dict(headers))
         response = conn.getresponse()
-        return response.status, response.read()
+        status, answer = response.status, response.read(ERROR_BODY_MAX + 1)
+        if len(answer) <= ERROR_BODY_MAX and response.length:
+            # read(amt) returns a body cut short of its Content-Length as it is: never parsed
+            raise http.client.IncompleteRead(answer, response.length)
+    except TimeoutError:
+        raise TimeoutError(f"timed out: no whole answer within {timeout:g} s") from None
+    except OSError:
+        raise  # refused, reset (RemoteDisconnected too): unreachable, as the callers word it
+    except http.client.HTTPException as exc:
+        raise ObjectStoreError(f"{source}: bad HTTP answer ({exc!r})", path=url) from None
     finally:
+        if response is not None:
+            response.close()  # an answer cut at the cap: its socket closed now, not at GC
         conn.close()
+    if len(answer) > ERROR_BODY_MAX:
+        raise ObjectStoreError(f"{source}: answer over {ERROR_BODY_MAX} bytes, refused", path=url)
+    return status, answer
+
+
+class _DeadlineSocket:
+    """A connected socket whose sends and receives wait at most until ``deadline``
+    (``time.monotonic``): what :mod:`http.client` calls of its socket (``sendall``,
+    ``makefile`` for the answer, ``close``). ``http.client``'s own timeout is per socket
+    operation, so a peer trickling a byte at a time never trips it. As for a socket, the
+    socket is closed when both it and the answer's file are (``http.client`` closes the
+    connection before the body of an answer that ends with it is read)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._files = 0
+        self._closed = False
+
+    def _arm(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        self._sock.settimeout(left)
+
+    def sendall(self, data: bytes) -> None:
+        self._arm()
+        self._sock.sendall(data)
+
+    def recv_into(self, buffer: memoryview, nbytes: int = 0, flags: int = 0) -> int:
+        self._arm()
+        return self._sock.recv_into(buffer, nbytes, flags)
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        if mode != "rb":
+            raise ValueError(f"mode {mode!r}: only 'rb' is served")
+        self._files += 1
+        return io.BufferedReader(socket.SocketIO(cast(socket.socket, self), "rb"))
+
+    def _decref_socketios(self) -> None:  # called by SocketIO.close()
+        self._files -= 1
+        if self._closed and not self._files:
+            self._sock.close()
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def close(self) -> None:
+        self._closed = True
+        if not self._files:
+            self._sock.close()

@@ -37,7 +37,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -247,22 +247,29 @@ def _chunk_single(arr: pa.Array) -> bool:
 
 
 class _Stats:
-    """Running per-file statistics over the chunks written to one file."""
+    """Running per-file statistics over the chunks written to one file.
 
-    def __init__(self, schema: pa.Schema) -> None:
+    ``footer``: string columns whose bounds are taken from the Parquet footer the writer makes
+    anyway (:meth:`from_footer`, after the file is closed) instead of a ``min_max`` pass of
+    their own here: ~12 ns a row per string column (3 of the decode bench's 12 columns: ~36 ns
+    of a typed row's ~1.3 us), computed twice otherwise.
+    """
+
+    def __init__(self, schema: pa.Schema, footer: Collection[str] = ()) -> None:
         self.num_records = 0
         self.mins: dict[str, Any] = {}
         self.maxs: dict[str, Any] = {}
         self.no_bounds: set[str] = set()
         self.nulls: dict[str, int] = {}
         self.fields = [f for f in schema][:NUM_INDEXED_COLS]
+        self.footer = {f.name for f in self.fields if f.name in footer and _is_string(f.type)}
 
     def update(self, table: pa.Table) -> None:
         self.num_records += table.num_rows
         for f in self.fields:
             col = table.column(f.name)
             self.nulls[f.name] = self.nulls.get(f.name, 0) + col.null_count
-            if f.name in self.no_bounds or not _has_bounds(f.type):
+            if f.name in self.no_bounds or f.name in self.footer or not _has_bounds(f.type):
                 continue
             if col.null_count == len(col):
                 continue
@@ -278,6 +285,28 @@ class _Stats:
             if f.name in self.mins:
                 lo, hi = min(lo, self.mins[f.name]), max(hi, self.maxs[f.name])
             self.mins[f.name], self.maxs[f.name] = lo, hi
+
+    def from_footer(self, metadata: pq.FileMetaData) -> None:
+        """The bounds of the ``footer`` columns from the file's row groups' statistics (top-level
+        columns: their path is their name). A row group with present values but no min/max
+        leaves the column without bounds: none rather than wrong ones."""
+        index = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+        for name in self.footer:
+            lo = hi = None
+            for g in range(metadata.num_row_groups):
+                column = metadata.row_group(g).column(index[name])
+                st = column.statistics
+                if st is not None and st.has_null_count and st.null_count == column.num_values:
+                    continue  # all null: no bounds to take
+                if st is None or not st.has_min_max:
+                    self.no_bounds.add(name)
+                    break
+                g_lo, g_hi = st.min_raw, st.max_raw  # bytes, compared as Parquet orders them
+                lo = g_lo if lo is None else min(lo, g_lo)
+                hi = g_hi if hi is None else max(hi, g_hi)
+            if name not in self.no_bounds and lo is not None and hi is not None:
+                self.mins[name] = lo.decode("utf-8") if isinstance(lo, bytes) else lo
+                self.maxs[name] = hi.decode("utf-8") if isinstance(hi, bytes) else hi
 
     def to_json(self) -> str:
         mins: dict[str, Any] = {}
@@ -509,6 +538,7 @@ class PartitionedFileWriter:
         else:  # object stores have no directories to make
             sink = self._fs.open_output_stream(fs_path)
         writer: pq.ParquetWriter | FastParquetWriter
+        footer: list[str] = []
         decimals = bool(self.parquet_options["store_decimal_as_integer"])
         if self.parquet_writer == "loglake" and _fast_writer().fast_writer_supports(
             schema, store_decimal_as_integer=decimals
@@ -516,7 +546,9 @@ class PartitionedFileWriter:
             writer = _fast_writer().FastParquetWriter(sink, schema, **self.parquet_options)
         else:
             writer = pq.ParquetWriter(sink, schema, **self.parquet_options)
-        return _OpenFile(rel, fs_path, values, writer, sink, _Stats(schema))
+            asked = self.parquet_options["write_statistics"]
+            footer = [n for n in schema.names if asked is True or (asked and n in asked)]
+        return _OpenFile(rel, fs_path, values, writer, sink, _Stats(schema, footer))
 
     def _check_column_names(self, schema: pa.Schema) -> None:
         """Refuse option names that are no Parquet column of ``schema`` (pyarrow ignores them)."""
@@ -540,6 +572,8 @@ class PartitionedFileWriter:
         f = self._open.pop(key)
         self._flush(f)
         f.writer.close()
+        if f.stats.footer and isinstance(f.writer, pq.ParquetWriter):
+            f.stats.from_footer(f.writer.writer.metadata)
         size = f.sink.tell()  # every byte of the file went through this stream
         f.sink.close()  # on S3: completes the upload; the object exists from here on
         self._done.append(

@@ -24,14 +24,16 @@ compare (``tests/unit/typed/test_avro_codegen.py``).
 
 Compilation: numba compiles the generated source on first use, ~4 s for the bench's schema (37
 instructions) and 12-15 s for the tests' 22-field schema with every type, ~0.2 s to load from
-the cache afterwards; ``cache=True`` keeps the machine code on disk next to the source, which
-is written to a per-user cache directory (``$LOGLAKE_CACHE_DIR`` or ``$XDG_CACHE_HOME/loglake``
+the cache afterwards; ``cache=True`` keeps the machine code on disk in numba's cache
+(:mod:`pipelines.numba_cache`: a directory per digest of the kernel modules). The source is
+written to a per-user cache directory (``$LOGLAKE_CACHE_DIR`` or ``$XDG_CACHE_HOME/loglake``
 or ``~/.cache/loglake``, then ``avro-kernels/``; created 0700 and refused unless owned by this
 user and not writable by others, since the file is imported). The file name is the SHA-256 of
 the source, which is written atomically (a temporary file, then a rename) and compared with the
 expected source before import, so two Spark workers racing, a torn file or a stale one cannot
-import the wrong code; the source carries a digest of the modules its callees come from, so a
-changed helper means a new kernel (:func:`_callees_digest`). Where no cache directory can be
+import the wrong code; the source carries the digest of every kernel module
+(:func:`pipelines.numba_cache.current_digest`, which also names the directory numba caches the
+machine code in), so a changed helper means a new kernel. Where no cache directory can be
 used, the source is compiled in memory (no disk cache: each process pays the compilation).
 Programs longer than :data:`MAX_INSTRUCTIONS` keep the interpreter (compile time grows with
 the code).
@@ -41,11 +43,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import importlib.util
 import os
-import stat
 import sys
 import tempfile
 import threading
@@ -56,9 +56,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pipelines.decode import _kernels
 from pipelines.decode._kernels import _varint, utf8_valid
-from pipelines.typed import arenas
+from pipelines.numba_cache import current_digest, private_directory, user_cache_dir
 from pipelines.typed import avro_kernel as k
 from pipelines.typed.arenas import STORE_BIN, STORE_FIXED, STORE_LIST, STORE_VALS
 from pipelines.typed.avro_kernel import _ascii, _decimal
@@ -492,39 +491,13 @@ def generate_source(prog: np.ndarray, layout: Layout) -> str:
         ERR_SHORT=k.ERR_SHORT, STATUS_FULL=k.STATUS_FULL,
         STATUS_DONE=k.STATUS_DONE,
     )  # fmt: skip
-    return _HEADER + f"# callees: {_callees_digest()}\n" + driver
-
-
-@functools.cache
-def _callees_digest() -> str:
-    """The SHA-256 of the modules whose functions a generated kernel calls (this one,
-    :mod:`avro_kernel`, :mod:`arenas`, :mod:`pipelines.decode._kernels`), written into its
-    source. Why: numba's cache of the kernel holds the machine code of its callees too and is
-    keyed by the kernel's own file only, so a changed helper (a fix, a faster path) would
-    never reach a machine that compiled the kernel before; with the digest in the source the
-    kernel gets a new name and is compiled again once."""
-    h = hashlib.sha256()
-    for module in (sys.modules[__name__], k, arenas, _kernels):
-        h.update(Path(str(module.__file__)).read_bytes())
-    return h.hexdigest()[:32]
+    return _HEADER + f"# callees: {current_digest()}\n" + driver
 
 
 def cache_dir() -> Path | None:
     """This user's directory of generated kernels, or None where none is usable (see the
     module docstring)."""
-    base = os.environ.get("LOGLAKE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "loglake",
-    )
-    path = Path(base) / "avro-kernels"
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = path.stat()
-    except OSError:
-        return None
-    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return None
-    return path
+    return private_directory(user_cache_dir() / "avro-kernels")
 
 
 @njit(cache=True, nogil=True)
@@ -551,7 +524,8 @@ def decimal_at(  # noqa: PLR0917
 
 def is_cached(source: str) -> bool:
     """Whether the kernel of ``source`` (:func:`generate_source`) is loaded in this process,
-    or in this machine's cache (compiled before: numba's cache sits beside the source)."""
+    or in this machine's cache (its source was written, so it was compiled before against the
+    kernel modules of the digest it carries, which names numba's cache directory too)."""
     name = _name(source)
     if name in _LOADED:
         return True

@@ -11,71 +11,17 @@ against the S3 server in ``test_object_store.py``.
 
 from __future__ import annotations
 
-import socket
-import threading
-from collections.abc import Iterator
-
 import pytest
 
 from logstore.errors import ObjectStoreError, ObjectStoreUnavailableError
 from logstore.objectstore import StorageSettings, open_store
 from logstore.objectstore._s3put import ERROR_BODY_MAX
+from tests.fixtures.hostile import HostileServer, http_answer
 from tests.fixtures.s3 import S3Bucket
 
 pytestmark = pytest.mark.integration
 
 OBJECT = bytes(range(256)) * 4096  # 1 MiB: what a server ignoring Range would send
-
-
-class HostileServer:
-    """Answers each connection's first request with :attr:`answer` (raw bytes), then closes."""
-
-    def __init__(self) -> None:
-        self.answer = b""
-        self.requests: list[bytes] = []
-        self._stop = threading.Event()
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self._sock.settimeout(0.1)  # accept() wakes up to see close()
-        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    head += chunk
-                self.requests.append(head)
-                try:
-                    conn.sendall(self.answer)
-                    conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass  # the client stopped reading and closed: what a capped read does
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self._sock.close()
-
-
-@pytest.fixture
-def hostile() -> Iterator[HostileServer]:
-    server = HostileServer()
-    yield server
-    server.close()
-
-
-def _answer(status: str, headers: dict[str, str], body: bytes) -> bytes:
-    lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers.items()), "", ""]
-    return "\r\n".join(lines).encode() + body
 
 
 def _read(s3: S3Bucket, server: HostileServer, *, offset: int = 1000, size: int = 100) -> int:
@@ -92,7 +38,7 @@ def test_the_range_is_asked_for_and_a_well_formed_206_is_read(
     """The control: the same server answering what S3 answers is read, and the request names
     the range and is signed."""
     body = OBJECT[1000:1100]
-    hostile.answer = _answer(
+    hostile.answer = http_answer(
         "206 Partial Content",
         {"Content-Range": f"bytes 1000-1099/{len(OBJECT)}", "Content-Length": "100"},
         body,
@@ -109,7 +55,7 @@ def test_a_server_ignoring_range_is_refused_after_reading_only_the_start(
     """200 with a declared 10 GB whole object, 1 MiB of it sent: refused as a server that
     ignores Range, reading at most ERROR_BODY_MAX (reading it all would wait for 10 GB and
     then fail as a cut answer, retried as if transient)."""
-    hostile.answer = _answer("200 OK", {"Content-Length": str(10 << 30)}, OBJECT)
+    hostile.answer = http_answer("200 OK", {"Content-Length": str(10 << 30)}, OBJECT)
     assert len(OBJECT) > ERROR_BODY_MAX
     with pytest.raises(ObjectStoreError, match=r"HTTP 200.*ignores Range") as err:
         _read(s3, hostile)
@@ -130,7 +76,7 @@ def test_a_server_ignoring_range_is_refused_after_reading_only_the_start(
 def test_a_206_whose_content_range_is_not_the_range_asked_for_is_refused(
     s3: S3Bucket, hostile: HostileServer, content_range: str, why: str
 ) -> None:
-    hostile.answer = _answer(
+    hostile.answer = http_answer(
         "206 Partial Content",
         {"Content-Range": content_range, "Content-Length": "100"},
         OBJECT[1000:1100],
@@ -142,7 +88,7 @@ def test_a_206_whose_content_range_is_not_the_range_asked_for_is_refused(
 
 
 def test_a_206_cut_short_is_tried_again_then_reported(s3: S3Bucket, hostile: HostileServer) -> None:
-    hostile.answer = _answer(
+    hostile.answer = http_answer(
         "206 Partial Content",
         {"Content-Range": f"bytes 1000-1099/{len(OBJECT)}", "Content-Length": "100"},
         OBJECT[1000:1040],
@@ -160,7 +106,9 @@ def test_an_error_answer_declaring_10_gb_is_reported_with_its_code(
     reported after reading at most ERROR_BODY_MAX."""
     document = b"<?xml version='1.0'?><Error><Code>AccessDenied</Code></Error>"
     padding = b" " * (2 * ERROR_BODY_MAX)
-    hostile.answer = _answer("403 Forbidden", {"Content-Length": str(10 << 30)}, document + padding)
+    hostile.answer = http_answer(
+        "403 Forbidden", {"Content-Length": str(10 << 30)}, document + padding
+    )
     with pytest.raises(ObjectStoreError, match="HTTP 403 AccessDenied") as err:
         _read(s3, hostile)
     assert not isinstance(err.value, ObjectStoreUnavailableError)
@@ -173,7 +121,9 @@ def test_a_put_answered_with_an_error_declaring_10_gb_is_reported_with_its_code(
     10 GB is reported with its code, not read to its declared end."""
     document = b"<?xml version='1.0'?><Error><Code>AccessDenied</Code></Error>"
     padding = b" " * (2 * ERROR_BODY_MAX)
-    hostile.answer = _answer("403 Forbidden", {"Content-Length": str(10 << 30)}, document + padding)
+    hostile.answer = http_answer(
+        "403 Forbidden", {"Content-Length": str(10 << 30)}, document + padding
+    )
     settings = StorageSettings.from_environment(
         {"endpoint_url": hostile.endpoint, "max_attempts": 2, "request_timeout_s": 10.0}
     )

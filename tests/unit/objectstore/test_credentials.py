@@ -5,6 +5,9 @@ metadata endpoints are small local HTTP servers in the test (nothing real fits: 
 inside ECS/EC2), answering as AWS documents them; the IMDS one refuses any GET without the token
 of its PUT (IMDSv2). A moved clock drives expiry and refresh. The signature of the conditional
 PUT is checked against botocore's own SigV4 (test-only dependency), for keys found in a file.
+Hostile endpoints (a 10 MB credentials document, an oversized STS answer, a container endpoint
+trickling its answer: :class:`~tests.fixtures.hostile.HostileServer`) and a credential_process
+printing 100 MB each end in a clear error, having read at most ``ERROR_BODY_MAX`` + 1 bytes.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from crc32c import crc32c
 from logstore.errors import ObjectStoreError
 from logstore.objectstore import StorageSettings
 from logstore.objectstore import credentials as creds_mod
+from logstore.objectstore._limits import ERROR_BODY_MAX
 from logstore.objectstore._s3put import credentials_for, put_if_absent_s3, put_object_s3
 from logstore.objectstore.credentials import (
     NONE_RETRY_S,
@@ -38,6 +42,7 @@ from logstore.objectstore.credentials import (
     CredentialChain,
     Credentials,
 )
+from tests.fixtures.hostile import HostileServer, http_answer
 
 T0 = 1_800_000_000.0
 
@@ -68,6 +73,10 @@ class _Endpoint(http.server.ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # else: the client hung up (a cap)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -215,7 +224,7 @@ def test_container_credentials_with_a_token_file_refresh_before_expiry(
 def test_container_relative_uri_uses_the_ecs_address(monkeypatch: pytest.MonkeyPatch) -> None:
     urls: list[str] = []
 
-    def fake_http(method: str, url: str, headers: Any) -> tuple[int, bytes]:
+    def fake_http(method: str, url: str, headers: Any, **_: Any) -> tuple[int, bytes]:
         urls.append(url)
         return 200, _temporary("REL", T0 + 3600)
 
@@ -746,3 +755,133 @@ def test_a_hung_credential_process_is_killed_at_its_timeout(
         CredentialChain(environ=env).get()
     pid = int(pid_file.read_text())
     assert not Path(f"/proc/{pid}").exists()  # killed and reaped
+
+
+def _padded(doc: dict[str, Any], size: int) -> bytes:
+    """``doc`` as JSON, valid, with a ``Padding`` field making it about ``size`` bytes: read
+    whole, it would parse and give keys; only a cap refuses it."""
+    return json.dumps({**doc, "Padding": "x" * size}).encode()
+
+
+def test_imds_answering_a_10_mb_credentials_document_is_refused(
+    endpoint: _Endpoint, tmp_path: Path
+) -> None:
+    """The role's credentials are 10 MB of valid JSON: refused at the cap, naming the source
+    and the limit, not read whole and not parsed."""
+    endpoint.answers[("PUT", "/latest/api/token")] = lambda h: (200, b"tok")
+    roles = "/latest/meta-data/iam/security-credentials/"
+    endpoint.answers[("GET", roles)] = lambda h: (200, b"loglake-role\n")
+    document = json.loads(_temporary("BIG", T0 + 3600))
+    endpoint.answers[("GET", roles + "loglake-role")] = lambda h: (
+        200,
+        _padded(document, 10 << 20),
+    )
+    env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": endpoint.url, "HOME": str(tmp_path)}
+    with pytest.raises(ObjectStoreError, match=f"instance metadata: answer over {ERROR_BODY_MAX}"):
+        CredentialChain(environ=env).get()
+
+
+def test_sts_assume_role_answering_an_oversized_body_is_refused(
+    endpoint: _Endpoint, tmp_path: Path
+) -> None:
+    """AssumeRole's answer is a valid AssumeRoleResponse padded to 1 MiB: refused at the cap,
+    the message naming the role and the limit."""
+    padding = "<!--" + "x" * (1 << 20) + "-->"
+    endpoint.answers[("POST", "/")] = lambda h: (
+        200,
+        (
+            "<AssumeRoleResponse><AssumeRoleResult><Credentials><AccessKeyId>ROLE</AccessKeyId>"
+            "<SecretAccessKey>s</SecretAccessKey><SessionToken>t</SessionToken>"
+            f"<Expiration>{_iso(T0 + 3600)}</Expiration></Credentials>{padding}"
+            "</AssumeRoleResult></AssumeRoleResponse>"
+        ).encode(),
+    )
+    config = tmp_path / "config"
+    config.write_text(
+        "[profile base]\naws_access_key_id = K\naws_secret_access_key = k\n"
+        "[profile writer]\nrole_arn = arn:aws:iam::1:role/w\nsource_profile = base\n"
+    )
+    env = {
+        "AWS_CONFIG_FILE": str(config),
+        "HOME": str(tmp_path),
+        "AWS_PROFILE": "writer",
+        "AWS_ENDPOINT_URL_STS": endpoint.url,
+    }
+    with pytest.raises(
+        ObjectStoreError,
+        match=re.escape("role arn:aws:iam::1:role/w of AWS profile 'writer'")
+        + f".*: answer over {ERROR_BODY_MAX} bytes, refused",
+    ):
+        CredentialChain(environ=env).get()
+    assert [(m, p) for m, p, _, _ in endpoint.seen] == [("POST", "/")]
+
+
+@pytest.mark.parametrize("trickled", ["headers", "body"])
+def test_a_container_endpoint_trickling_its_answer_ends_at_the_timeout(
+    hostile: HostileServer, trickled: str
+) -> None:
+    """Ten bytes a second, from the status line (or from the body) on: each arrives well
+    within the 1 s per-operation timeout, so only a deadline on the whole exchange ends it,
+    with a clear error; the client hung up before the answer was all sent."""
+    document = _temporary("SLOW", T0 + 3600)
+    hostile.answer = http_answer("200 OK", {"Content-Length": str(len(document))}, document)
+    hostile.trickle_s = 0.1
+    hostile.trickle_from = 0 if trickled == "headers" else len(hostile.answer) - len(document)
+    url = f"{hostile.endpoint}/v2/creds"
+    env = {"AWS_CONTAINER_CREDENTIALS_FULL_URI": url, "HOME": "/nonexistent"}
+    with pytest.raises(
+        ObjectStoreError, match="container credentials: unreachable: timed out"
+    ) as e:
+        CredentialChain(environ=env).get()
+    assert "no whole answer within 1 s" in str(e.value)
+    assert e.value.path == url
+    assert hostile.sent < len(hostile.answer)
+
+
+def test_a_credential_process_printing_100_mb_is_killed_at_the_cap(tmp_path: Path) -> None:
+    """The helper prints valid credentials JSON padded to 100 MB: refused at the cap, the
+    helper killed mid-print (it never reaches its last line) and reaped."""
+    pid_file, done = tmp_path / "pid", tmp_path / "done"
+    doc = {"Version": 1, "AccessKeyId": "K", "SecretAccessKey": "S3CRET"}
+    command = _process_script(
+        tmp_path,
+        f"import os\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\n"
+        f'head = json.dumps({doc!r})[:-1] + \', "Padding": "\'\n'
+        "sys.stdout.write(head)\n"
+        "for _ in range(100):\n"
+        "    sys.stdout.write('x' * (1 << 20))\n"
+        "sys.stdout.write('\"}')\n"
+        "sys.stdout.flush()\n"
+        f"pathlib.Path({str(done)!r}).write_text('printed it all')\n",
+    )
+    config = tmp_path / "config"
+    config.write_text(f"[default]\ncredential_process = {command}\n")
+    env = {"AWS_CONFIG_FILE": str(config), "HOME": str(tmp_path)}
+    with pytest.raises(ObjectStoreError, match=f"output over {ERROR_BODY_MAX} bytes") as e:
+        CredentialChain(environ=env).get()
+    assert "credential_process of AWS profile 'default'" in str(e.value)
+    assert "S3CRET" not in str(e.value)
+    assert not done.exists()  # killed mid-print
+    assert not Path(f"/proc/{int(pid_file.read_text())}").exists()  # and reaped
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "BadStatusLine"),
+        (
+            http_answer("200 OK", {"Content-Length": "4000"}, b'{"AccessKeyId": "K"'),
+            "IncompleteRead",
+        ),
+    ],
+)
+def test_a_container_endpoint_answering_garbage_or_cut_short_is_a_clear_error(
+    hostile: HostileServer, answer: bytes, why: str
+) -> None:
+    """Not HTTP, or a body cut short of its declared length: an error naming the source, not
+    ``http.client``'s own exception escaping the chain."""
+    hostile.answer = answer
+    url = f"{hostile.endpoint}/v2/creds"
+    env = {"AWS_CONTAINER_CREDENTIALS_FULL_URI": url, "HOME": "/nonexistent"}
+    with pytest.raises(ObjectStoreError, match=f"container credentials: bad HTTP answer \\({why}"):
+        CredentialChain(environ=env).get()

@@ -20,6 +20,7 @@ from pipelines.decode.codecs import LZ4_STORED, lz4_frames
 from pipelines.decode.reference import reference_decode
 from pipelines.decode.warmup import warm
 from pipelines.delta import _parquet_kernels
+from pipelines.numba_cache import digest_directory, holds
 
 
 def zigzag(n: int) -> bytes:
@@ -640,9 +641,17 @@ def test_positions_are_absolute_with_base_position() -> None:
 def test_the_setup_warm_up_reads_its_segments_through_the_ingest_path() -> None:
     """``python -m pipelines.decode.warmup`` (run by tools/bootstrap.sh) fills numba's cache
     by reading one uncompressed and one lz4 batch of two records each and writing them with
-    the ingest job's Parquet writer: both kernel modules have a cache index afterwards."""
+    the ingest job's Parquet writer: both kernel modules have a cache index afterwards, in
+    the digest directory (:mod:`pipelines.numba_cache`) where :func:`holds` looks for it."""
     assert warm() == 4
+    digest_dir = digest_directory()
+    assert digest_dir is not None
     for module, kernel in ((_kernels, "records_to_columns"), (_parquet_kernels, "plain_binary")):
-        cache = Path(module.__file__).parent / "__pycache__"  # type: ignore[arg-type]
+        cache = Path(getattr(module, kernel).stats.cache_path)
+        assert cache.parent == digest_dir, cache
         stem = Path(module.__file__).stem  # type: ignore[arg-type]
         assert list(cache.glob(f"{stem}.{kernel}-*.nbi")), (module.__name__, kernel)
+    assert holds([
+        "pipelines.decode._kernels.records_to_columns",
+        "pipelines.delta._parquet_kernels.plain_binary",
+    ])  # fmt: skip

@@ -428,3 +428,42 @@ def test_the_fast_writer_takes_the_typed_tables_schema_and_options(tmp_path: Pat
     pq.write_table(table, reference, store_decimal_as_integer=True, compression="zstd", **options)
     ref_schema = pq.read_metadata(pa.BufferReader(reference.getvalue())).schema
     assert schemas["loglake"].equals(ref_schema)
+
+
+def test_string_bounds_from_the_parquet_footer_equal_the_computed_ones(tmp_path: Path) -> None:
+    """pyarrow's writer computes min/max of the string columns it keeps statistics for: the
+    Delta bounds are taken from its footer (over every row group), not computed a second
+    time, and equal what computing them gives (the writer without statistics)."""
+    rng = np.random.default_rng(7)
+    words = ["zeta", "Alpha", "ähre", "éclair", "x" * 40, "", "日本", "b"]
+    chunks = [
+        pa.table(
+            {
+                "s": pa.array(
+                    [
+                        None if rng.random() < 0.2 else words[rng.integers(len(words))]
+                        for _ in range(500)
+                    ],
+                    pa.string(),
+                ),
+                "n": pa.array([None] * 500, pa.string()),  # never a value: no bounds
+                "ascii": pa.array([f"k{i:05d}" for i in rng.integers(0, 10**5, 500)]),
+            }
+        )
+        for _ in range(6)
+    ]
+    stats = {}
+    for name, asked in (("footer", True), ("computed", False)):
+        w = PartitionedFileWriter(
+            tmp_path / name, write_id="w", task_id=0, attempt=0, partition_by=[],
+            write_statistics=asked, row_group_bytes=4096,
+        )  # fmt: skip
+        for chunk in chunks:
+            w.write(chunk)
+        (f,) = w.close()
+        if asked:  # several row groups, so the bounds were merged over them
+            assert pq.ParquetFile(tmp_path / name / f.path).metadata.num_row_groups > 3
+        stats[name] = json.loads(f.stats)
+    assert stats["footer"] == stats["computed"]
+    assert stats["footer"]["minValues"]["s"] == "" and stats["footer"]["maxValues"]["s"] == "日本"
+    assert "n" not in stats["footer"]["minValues"] and stats["footer"]["nullCount"]["n"] == 3000
