@@ -25,6 +25,7 @@ __all__ = [
     "MINIBLOCK",
     "delta_binary_packed",
     "delta_binary_packed_bound",
+    "dictionary_fixed",
     "levels",
     "plain_binary",
     "plain_binary_take",
@@ -37,6 +38,10 @@ __all__ = [
 
 BLOCK = 128
 MINIBLOCK = 32  # 4 miniblocks a block
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio (Fibonacci hashing)
+_TAG = np.uint64(0xFFFFFFFF00000000)
+_ENTRY = np.uint64(0xFFFFFFFF)
+_FIRST_SLOTS = 1024
 
 
 @njit(cache=True, nogil=True)
@@ -412,3 +417,76 @@ def levels(  # noqa: PLR0917 (numba: no keyword-only parameters)
                 take[t] = c
                 t += 1
     return e, t
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hash_word(value: np.int64) -> np.uint64:
+    h = np.uint64(value) * _GOLDEN
+    return h ^ (h >> np.uint64(29))
+
+
+@njit(cache=True, nogil=True)
+def _grown(table: np.ndarray, hashes: np.ndarray, count: int) -> np.ndarray:
+    """:func:`dictionary_fixed`'s table of entries ``0 .. count - 1`` at twice its size."""
+    size = table.shape[0] * 2
+    out = np.zeros(size, np.uint64)
+    mask = np.uint64(size - 1)
+    for e in range(count):
+        h = hashes[e]
+        s = h & mask
+        while out[s] != 0:
+            s = (s + np.uint64(1)) & mask
+        out[s] = (h & _TAG) | np.uint64(e + 1)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def dictionary_fixed(
+    values: np.ndarray, valid: np.ndarray, keys: np.ndarray, index: np.ndarray, firsts: np.ndarray
+) -> int:
+    """Dictionary-encode fixed-width ``values`` (ints; floats viewed as ints: bits compare, so
+    -0.0 and 0.0 are two entries, as in pyarrow's ``dictionary_encode``): entries in order of
+    first appearance, their values into ``keys`` and their first rows into ``firsts``, each
+    row's entry into ``index`` (nulls, ``valid`` 0: index 0; ``valid`` empty: no nulls).
+    Returns the number of entries, or -1 as soon as there would be more than ``len(keys)``
+    (the caller's dictionary page limit: it writes PLAIN then).
+
+    An open-addressing table (linear probing, at most half full, doubled as it fills) whose
+    slots hold the hash's high 32 bits and ``entry + 1`` (0: empty), so a probe reads one slot
+    and, when the tags agree, the compact ``keys``; never the rows of earlier values.
+    """
+    n = values.shape[0]
+    most = keys.shape[0]
+    all_valid = valid.shape[0] == 0
+    table = np.zeros(_FIRST_SLOTS, np.uint64)
+    mask = np.uint64(_FIRST_SLOTS - 1)
+    hashes = np.empty(max(min(n, most), 1), np.uint64)
+    count = 0
+    for i in range(n):
+        if not all_valid and valid[i] == 0:
+            index[i] = 0
+            continue
+        v = values[i]
+        h = _hash_word(np.int64(v))
+        tag = h & _TAG
+        s = h & mask
+        while True:
+            slot = table[s]
+            if slot == 0:
+                if count == most:
+                    return -1
+                table[s] = tag | np.uint64(count + 1)
+                hashes[count] = h
+                firsts[count] = i
+                keys[count] = v
+                index[i] = count
+                count += 1
+                if 2 * count > table.shape[0]:
+                    table = _grown(table, hashes, count)
+                    mask = np.uint64(table.shape[0] - 1)
+                break
+            if slot & _TAG == tag and keys[np.int64(slot & _ENTRY) - 1] == v:
+                index[i] = np.int64(slot & _ENTRY) - 1
+                break
+            s = (s + np.uint64(1)) & mask
+    return count

@@ -976,6 +976,75 @@ def test_dictionary_over_its_page_limit_reads_back() -> None:
     assert {p.encoding for p in small["s"].data_pages} == {ENC_RLE_DICTIONARY}
 
 
+def _fixed_bits(arr: pa.Array) -> np.ndarray:
+    """Every row's value as the ints the writer hashes (floats as their bits; nulls' slots
+    included), from the array's offset."""
+    width = arr.type.bit_width // 8
+    ints = np.int32 if width == 4 else np.int64
+    return np.frombuffer(arr.buffers()[1], ints, len(arr), arr.offset * width)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pa.array([], pa.int64()),
+        pa.array([None, None], pa.int32()),
+        pa.array([3, None, 3, -(2**63), None, 2**63 - 1, 3], pa.int64()),
+        pa.array(np.arange(5000) % 1234 * 7919, pa.int64()).slice(17, 4000),  # grows, sliced
+        pa.array([0.0, -0.0, math.nan, None, 0.0, math.inf, -0.0], pa.float64()),
+        pa.array([1.5, None, -0.0, 0.0, 1.5], pa.float32()),
+        pa.array(np.array([5, 7, 7, 9]), pa.int32(), mask=np.array([False, True, False, False])),
+    ],
+)
+def test_dictionary_kernel_matches_pyarrows_dictionary_encode(values: pa.Array) -> None:
+    """``dictionary_fixed``: the entries (first-appearance order, floats by their bits) and
+    every present row's index are ``pc.dictionary_encode``'s; nulls get index 0."""
+    bits = _fixed_bits(values)
+    valid = np.array(values.is_valid(), np.uint8) if values.null_count else np.empty(0, np.uint8)
+    n = len(values)
+    keys, index = np.empty(n, bits.dtype), np.full(n, -1, np.int32)
+    firsts = np.empty(max(n, 1), np.int64)
+    count = kernels.dictionary_fixed(bits, valid, keys, index, firsts)
+    encoded = pc.dictionary_encode(values)
+    assert count == len(encoded.dictionary)
+    assert _fixed_bits(encoded.dictionary).tolist() == keys[:count].tolist()
+    assert bits[firsts[:count]].tolist() == keys[:count].tolist()
+    expected = [0 if i is None else i for i in encoded.indices.to_pylist()]
+    assert index.tolist() == expected
+
+
+def test_dictionary_kernel_gives_up_past_its_entries() -> None:
+    """-1 as soon as a value would be entry ``len(keys) + 1`` (the page limit), not before."""
+    values = np.array([4, 1, 4, 2, 1, 3, 2], np.int64)  # 4 distinct
+    index, firsts = np.empty(7, np.int32), np.empty(7, np.int64)
+    for room, count in ((4, 4), (3, -1), (0, -1)):
+        keys = np.empty(room, np.int64)
+        assert kernels.dictionary_fixed(values, _NO_NULLS, keys, index, firsts) == count
+    keys = np.empty(0, np.int64)
+    assert kernels.dictionary_fixed(values[:0], _NO_NULLS, keys, index, firsts) == 0
+
+
+_NO_NULLS = np.empty(0, np.uint8)
+
+
+@pytest.mark.parametrize("distinct", [127, 128, 129])
+def test_fixed_dictionary_at_its_page_limit(distinct: int) -> None:
+    """1024 bytes of dictionary page: 128 distinct int64 keep the dictionary, 129 fall back to
+    PLAIN; with nulls, in a sliced column, reading back equal either way."""
+    values = [None if k % 9 == 0 else k % distinct for k in range(3 * distinct + 40)]
+    table = pa.table({"i": pa.array(values, pa.int64()).slice(3)})
+    options = {"compression": "none", "use_dictionary": True, "write_statistics": True,
+               "dictionary_pagesize_limit": 1024}  # fmt: skip
+    data = _write_fast([table], **options)
+    check_file(data, [table], table.schema, None, options)
+    present = len({v for v in table.column("i").to_pylist() if v is not None})
+    chunk = chunks_of(data)[0][0]
+    if present * 8 <= 1024:
+        assert chunk.pages[0].type == PAGE_DICTIONARY and chunk.pages[0].num_values == present
+    else:
+        assert {p.encoding for p in chunk.data_pages} == {ENC_PLAIN}
+
+
 @pytest.mark.parametrize(
     "values",
     [
