@@ -1,7 +1,13 @@
 """The Parquet format as :mod:`pipelines.delta.parquet`'s writer needs it: parquet.thrift's
 constants, the Thrift compact protocol of the footer and page headers (:func:`thrift_struct`),
 and the file schema built from an Arrow schema (its leaf columns, :class:`_Leaf`, with the
-writer's per-column options applied). Pure functions of their arguments; no I/O."""
+writer's per-column options applied). Pure functions of their arguments; no I/O.
+
+A leaf column is described by its path from the top-level Arrow column: the struct and list
+nodes above it (:data:`_STRUCT`, :data:`_LIST`, each nullable or not) and the leaf itself. Its
+maximum definition level counts the nullable nodes, the leaf if nullable, and one for the
+list's repeated group; its maximum repetition level is 1 under a list, else 0 (one list level
+at most: lists of lists and maps are left to pyarrow's writer)."""
 
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ MAGIC = b"PAR1"
 CREATED_BY = "loglake FastParquetWriter (parquet-format 2.6)"
 
 # parquet.thrift enums
-_BOOLEAN, _INT32, _INT64, _BYTE_ARRAY = 0, 1, 2, 6
+_BOOLEAN, _INT32, _INT64, _FLOAT, _DOUBLE, _BYTE_ARRAY = 0, 1, 2, 4, 5, 6
 _REQUIRED, _OPTIONAL, _REPEATED = 0, 1, 2
 _PLAIN, _RLE, _DELTA_BINARY_PACKED, _RLE_DICTIONARY = 0, 3, 5, 8
 _DATA_PAGE, _DICTIONARY_PAGE = 0, 2
@@ -42,7 +48,12 @@ _CODECS = {
 _ENCODINGS = {"PLAIN": _PLAIN, "DELTA_BINARY_PACKED": _DELTA_BINARY_PACKED}
 _DICTIONARY_PAGESIZE_LIMIT = 1 << 20
 _MAX_STATISTICS_SIZE = 4096
-_MAX_SECONDS = (2**63 - 1) // 1000  # Parquet has no seconds: timestamp[s] is written in ms
+_MAX_SECONDS = (2**63 - 1) // 1000
+# store_decimal_as_integer: pyarrow's (and Spark's) INT32 / INT64 decimals
+_MAX_INT32_DECIMAL, _MAX_INT_DECIMAL = (
+    9,
+    18,
+)  # Parquet has no seconds: timestamp[s] is written in ms
 
 
 # --- Thrift compact protocol (only what parquet.thrift's footer and page headers need) ------
@@ -100,18 +111,23 @@ def thrift_struct(fields: Fields) -> bytes:
 # --- schema ------------------------------------------------------------------------------
 
 
+_STRUCT, _LIST = 0, 1  # kinds of the nodes on a leaf's path
+
+
 @dataclass
 class _Leaf:
     """One Parquet leaf column and how to get its values out of a top-level Arrow column."""
 
     parts: tuple[str, ...]  # path_in_schema: ("value",), ("headers", "list", "element", "key")
     column: int  # index of the top-level Arrow column
-    field_index: int | None  # struct field inside list<struct>, None for a flat column
+    # the nodes above the leaf, top-level column first: (kind, nullable, struct field index to
+    # descend to; -1 for a list, whose values are its one child)
+    steps: tuple[tuple[int, bool, int], ...]
+    leaf_nullable: bool
     type: pa.DataType  # the leaf's Arrow type
     physical: int
     max_def: int
     max_rep: int
-    nullable: tuple[bool, bool, bool]  # (list, element, leaf) for nested; (_, _, leaf) for flat
     encoding: int = _PLAIN
     dictionary: bool = False
     statistics: bool = False
@@ -121,8 +137,13 @@ class _Leaf:
         """The name options use, as pyarrow's: "value", "headers.list.element.key"."""
         return ".".join(self.parts)
 
+    @property
+    def under_list(self) -> bool:
+        """A list on the path: the leaf has repetition levels and one entry per list item."""
+        return self.max_rep > 0
 
-def _physical(t: pa.DataType) -> int | None:
+
+def _physical(t: pa.DataType, *, decimals: bool = True) -> int | None:
     if pa.types.is_boolean(t):
         return _BOOLEAN
     if pa.types.is_integer(t) and t.bit_width <= 32 and pa.types.is_signed_integer(t):
@@ -135,20 +156,34 @@ def _physical(t: pa.DataType) -> int | None:
         return _INT64
     if t in (pa.string(), pa.binary()):
         return _BYTE_ARRAY
+    if pa.types.is_float32(t):
+        return _FLOAT
+    if pa.types.is_float64(t):
+        return _DOUBLE
+    if decimals and pa.types.is_decimal128(t) and t.precision <= _MAX_INT_DECIMAL:
+        return _INT32 if t.precision <= _MAX_INT32_DECIMAL else _INT64
     return None
 
 
-def _nested_struct(t: pa.DataType) -> pa.StructType | None:
-    if pa.types.is_list(t) and pa.types.is_struct(t.value_type):
-        st = t.value_type
-        if all(_physical(st.field(i).type) is not None for i in range(st.num_fields)):
-            return st  # type: ignore[no-any-return]
-    return None
+def _supported(t: pa.DataType, *, under_list: bool, decimals: bool) -> bool:
+    if _physical(t, decimals=decimals) is not None:
+        return True
+    if pa.types.is_struct(t):
+        return t.num_fields > 0 and all(
+            _supported(t.field(i).type, under_list=under_list, decimals=decimals)
+            for i in range(t.num_fields)
+        )
+    if pa.types.is_list(t) and not under_list:
+        return _supported(t.value_type, under_list=True, decimals=decimals)
+    return False
 
 
-def fast_writer_supports(schema: pa.Schema) -> bool:
-    """Whether :class:`FastParquetWriter` can write every column of ``schema``."""
-    return all(_physical(f.type) is not None or _nested_struct(f.type) for f in schema)
+def fast_writer_supports(schema: pa.Schema, *, store_decimal_as_integer: bool = False) -> bool:
+    """Whether :class:`FastParquetWriter` can write every column of ``schema`` (with that
+    ``store_decimal_as_integer``: decimals are written as INT32 / INT64 only)."""
+    return all(
+        _supported(f.type, under_list=False, decimals=store_decimal_as_integer) for f in schema
+    )
 
 
 def _element(
@@ -162,6 +197,7 @@ def _element(
     """A SchemaElement; logical and converted types as pyarrow writes them."""
     converted = None
     logical: Fields | None = None
+    scale = precision = None
     physical = None if t is None else _physical(t)
     if t is not None:
         if pa.types.is_string(t):
@@ -177,6 +213,9 @@ def _element(
         elif pa.types.is_integer(t) and t.bit_width < 32:
             converted = {8: 15, 16: 16}[t.bit_width]
             logical = [(10, "struct", [(1, "i8", t.bit_width), (2, "bool", True)])]
+        elif pa.types.is_decimal(t):
+            converted, scale, precision = 5, t.scale, t.precision
+            logical = [(5, "struct", [(1, "i32", t.scale), (2, "i32", t.precision)])]
     elif is_list:
         converted, logical = 3, [(3, "struct", [])]
     return [
@@ -185,55 +224,71 @@ def _element(
         (4, "bin", name),
         (5, "i32", children),
         (6, "i32", converted),
+        (7, "i32", scale),
+        (8, "i32", precision),
         (10, "struct", logical),
     ]
 
 
+def _rep(nullable: bool) -> int:
+    return _OPTIONAL if nullable else _REQUIRED
+
+
+def _node(
+    f: pa.Field,
+    parts: tuple[str, ...],
+    column: int,
+    steps: tuple[tuple[int, bool, int], ...],
+    *,
+    elements: list[Fields],
+    leaves: list[_Leaf],
+) -> None:
+    """The schema elements of ``f`` (depth first, as pyarrow orders them) and its leaves."""
+    t = f.type
+    if pa.types.is_struct(t):
+        elements.append(_element(f.name, _rep(f.nullable), None, t.num_fields))
+        for i in range(t.num_fields):
+            sub = t.field(i)
+            step = ((_STRUCT, f.nullable, i),)
+            _node(sub, (*parts, sub.name), column, steps + step, elements=elements, leaves=leaves)
+        return
+    if pa.types.is_list(t):
+        # the element is written as "element" whatever its Arrow name, as pyarrow does
+        item = t.value_field.with_name("element")
+        elements.append(_element(f.name, _rep(f.nullable), None, 1, is_list=True))
+        elements.append(_element("list", _REPEATED, None, 1))
+        step = ((_LIST, f.nullable, -1),)
+        _node(
+            item,
+            (*parts, "list", "element"),
+            column,
+            steps + step,
+            elements=elements,
+            leaves=leaves,
+        )
+        return
+    elements.append(_element(f.name, _rep(f.nullable), t))
+    lists = sum(kind == _LIST for kind, _, _ in steps)
+    leaves.append(
+        _Leaf(
+            parts,
+            column,
+            steps,
+            f.nullable,
+            t,
+            _physical(t),  # type: ignore[arg-type]
+            sum(nullable for _, nullable, _ in steps) + int(f.nullable) + lists,
+            lists,
+        )
+    )
+
+
 def _schema(schema: pa.Schema) -> tuple[list[Fields], list[_Leaf]]:
     """The Parquet schema elements of ``schema`` and its leaf columns (options not applied)."""
-    elements: list[Fields] = [_element("schema", None, None, len(schema))]
+    elements: list[Fields] = [_element("schema", _REQUIRED, None, len(schema))]  # as pyarrow
     leaves: list[_Leaf] = []
-
-    def rep(nullable: bool) -> int:
-        return _OPTIONAL if nullable else _REQUIRED
-
     for ci, f in enumerate(schema):
-        st = _nested_struct(f.type)
-        if st is None:
-            elements.append(_element(f.name, rep(f.nullable), f.type))
-            leaves.append(
-                _Leaf(
-                    (f.name,),
-                    ci,
-                    None,
-                    f.type,
-                    _physical(f.type),  # type: ignore[arg-type]
-                    int(f.nullable),
-                    0,
-                    (False, False, f.nullable),
-                )
-            )
-            continue
-        item = f.type.value_field  # written as "element" whatever its Arrow name, as pyarrow does
-        elements.append(_element(f.name, rep(f.nullable), None, 1, is_list=True))
-        elements.append(_element("list", _REPEATED, None, 1))
-        elements.append(_element("element", rep(item.nullable), None, st.num_fields))
-        for fi in range(st.num_fields):
-            sub = st.field(fi)
-            elements.append(_element(sub.name, rep(sub.nullable), sub.type))
-            nullable = (f.nullable, item.nullable, sub.nullable)
-            leaves.append(
-                _Leaf(
-                    (f.name, "list", "element", sub.name),
-                    ci,
-                    fi,
-                    sub.type,
-                    _physical(sub.type),  # type: ignore[arg-type]
-                    sum(nullable) + 1,
-                    1,
-                    nullable,
-                )
-            )
+        _node(f, (f.name,), ci, (), elements=elements, leaves=leaves)
     return elements, leaves
 
 
@@ -247,7 +302,7 @@ def _apply_options(
 ) -> None:
     """Set each leaf's encoding, dictionary and statistics from the writer's options, refusing
     names that are no leaf. ``all_statistics``: statistics were asked for every column (True),
-    where nested leaves are skipped rather than refused."""
+    where leaves under a list are skipped rather than refused."""
     names = {leaf.path for leaf in leaves}
     for option, chosen in (
         ("use_dictionary", dictionary),
@@ -257,19 +312,20 @@ def _apply_options(
         unknown = chosen - names
         if unknown:
             raise ValueError(f"{option} names columns not in the file: {sorted(unknown)}")
-    nested = sorted(leaf.path for leaf in leaves if leaf.field_index is not None)
-    asked = sorted(statistics & set(nested))
+    listed = sorted(leaf.path for leaf in leaves if leaf.under_list)
+    asked = sorted(statistics & set(listed))
     if asked and not all_statistics:
-        raise ValueError(f"write_statistics: this writer has none for nested leaves {asked}")
+        raise ValueError(f"write_statistics: this writer has none for leaves under a list {asked}")
     for leaf in leaves:
         leaf.encoding = encodings.get(leaf.path, _PLAIN)
         if leaf.encoding == _DELTA_BINARY_PACKED and leaf.physical not in (_INT32, _INT64):
             raise ValueError(f"DELTA_BINARY_PACKED needs an integer column, {leaf.path} is not")
-        # Dictionaries for flat columns only (a nested leaf named here is written PLAIN).
+        # Dictionaries for leaves not under a list only (a leaf under a list named here is
+        # written PLAIN: its dictionary indices would follow the levels, not the rows).
         leaf.dictionary = (
-            leaf.path in dictionary and leaf.physical != _BOOLEAN and leaf.field_index is None
+            leaf.path in dictionary and leaf.physical != _BOOLEAN and not leaf.under_list
         )
-        leaf.statistics = leaf.path in statistics and leaf.field_index is None
+        leaf.statistics = leaf.path in statistics and not leaf.under_list
 
 
 def _names(value: bool | Iterable[str] | None, all_names: list[str]) -> set[str]:

@@ -25,7 +25,8 @@ __all__ = [
     "MINIBLOCK",
     "delta_binary_packed",
     "delta_binary_packed_bound",
-    "list_levels",
+    "dictionary_fixed",
+    "levels",
     "plain_binary",
     "plain_binary_take",
     "rle_hybrid",
@@ -37,6 +38,10 @@ __all__ = [
 
 BLOCK = 128
 MINIBLOCK = 32  # 4 miniblocks a block
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio (Fibonacci hashing)
+_TAG = np.uint64(0xFFFFFFFF00000000)
+_ENTRY = np.uint64(0xFFFFFFFF)
+_FIRST_SLOTS = 1024
 
 
 @njit(cache=True, nogil=True)
@@ -181,43 +186,60 @@ def rle_runs(lengths: np.ndarray, values: np.ndarray, width: int, out: np.ndarra
 
 
 @njit(cache=True, nogil=True)
-def runs_fixed(values: np.ndarray, starts: np.ndarray) -> int:
-    """Row numbers where a run of equal values starts (first: 0) into ``starts``; returns how
-    many. ``values``: a fixed-width array (ints, or bytes viewed as an integer type)."""
+def runs_fixed(values: np.ndarray, valid: np.ndarray, starts: np.ndarray, most: int) -> int:
+    """Row numbers where a run starts (first: 0) into ``starts``; returns how many, or -1 as
+    soon as there are more than ``most`` (the caller then takes another way). A run is equal
+    present values or nulls (``valid`` empty: no nulls; else 0 = null, whose slot holds
+    arbitrary bytes). ``values``: a fixed-width array (ints, or floats viewed as ints)."""
     n = values.shape[0]
     if n == 0:
         return 0
     k = 1
     starts[0] = 0
+    all_valid = valid.shape[0] == 0
     for i in range(1, n):
-        if values[i] != values[i - 1]:
-            starts[k] = i
-            k += 1
+        if all_valid:
+            if values[i] == values[i - 1]:
+                continue
+        elif valid[i] == valid[i - 1] and (valid[i] == 0 or values[i] == values[i - 1]):
+            continue
+        if k == most:
+            return -1
+        starts[k] = i
+        k += 1
     return k
 
 
 @njit(cache=True, nogil=True)
-def runs_binary(offsets: np.ndarray, data: np.ndarray, starts: np.ndarray) -> int:
+def runs_binary(
+    offsets: np.ndarray, data: np.ndarray, valid: np.ndarray, starts: np.ndarray, most: int
+) -> int:
     """:func:`runs_fixed` for Arrow byte arrays (``offsets`` absolute into ``data``)."""
     n = offsets.shape[0] - 1
     if n <= 0:
         return 0
     k = 1
     starts[0] = 0
+    all_valid = valid.shape[0] == 0
     for i in range(1, n):
-        a0 = offsets[i - 1]
-        b0 = offsets[i]
-        la = b0 - a0
-        lb = offsets[i + 1] - b0
-        same = la == lb
-        if same:
-            for j in range(la):
-                if data[a0 + j] != data[b0 + j]:
-                    same = False
-                    break
-        if not same:
-            starts[k] = i
-            k += 1
+        if all_valid or valid[i] == valid[i - 1]:
+            if not all_valid and valid[i] == 0:
+                continue
+            a0 = offsets[i - 1]
+            b0 = offsets[i]
+            la = b0 - a0
+            same = la == offsets[i + 1] - b0
+            if same:
+                for j in range(la):
+                    if data[a0 + j] != data[b0 + j]:
+                        same = False
+                        break
+            if same:
+                continue
+        if k == most:
+            return -1
+        starts[k] = i
+        k += 1
     return k
 
 
@@ -317,51 +339,154 @@ def delta_binary_packed(values: np.ndarray, width: int, out: np.ndarray, pos: in
 
 
 @njit(cache=True, nogil=True)
-def list_levels(  # noqa: PLR0917 (numba: no keyword-only parameters)
-    list_offsets: np.ndarray,
-    list_valid: np.ndarray,
-    elem_valid: np.ndarray,
-    leaf_valid: np.ndarray,
-    d_list: int,
-    d_elem: int,
-    d_leaf: int,
+def levels(  # noqa: PLR0917 (numba: no keyword-only parameters)
+    r0: int,
+    r1: int,
+    pre: np.ndarray,
+    pre_row: np.ndarray,
+    pre_def: np.ndarray,
+    offsets: np.ndarray,
+    post: np.ndarray,
+    post_row: np.ndarray,
+    post_def: np.ndarray,
     rep: np.ndarray,
     dfn: np.ndarray,
     take: np.ndarray,
 ) -> tuple[int, int]:
-    """Repetition and definition levels of one leaf of a ``list<struct<...>>`` column.
+    """Repetition and definition levels of rows ``r0 .. r1 - 1`` of one leaf column whose path
+    holds structs and at most one list, in one pass.
 
-    Rows ``0 .. len(list_offsets) - 2``; ``list_offsets`` index the struct (child) array;
-    ``*_valid`` empty means no nulls at that level, else non-zero = present (``elem_valid`` and
-    ``leaf_valid`` are indexed by child row). ``d_*`` are 1 where that level is nullable. Writes
-    one level pair per leaf entry (a null or empty list is one entry) and the child rows whose
-    leaf value is present into ``take``; returns (entries, values).
+    The path's nodes are in two parts: ``pre`` (the nodes indexed by row: the top-level column,
+    the structs under it, the list itself; without a list, every node down to the leaf) and
+    ``post`` (the nodes under the list, indexed by the list's child rows: the element, its
+    structs, the leaf). Per node ``i``: ``*_def[i]`` 1 if it is nullable, ``*_row[i]`` its row
+    in the validity matrix ``pre`` / ``post`` (non-zero = present), -1 when it has no nulls.
+    ``offsets``: the list's (absolute, one per row and one more), empty without a list.
+
+    A node adds 1 to the definition level when nullable and present; a non-empty list adds 1 for
+    its repeated group. Writes one (rep, dfn) pair per entry (a row without a list; else a
+    missing or empty list, or each item) and, into ``take``, the leaf rows whose value is present
+    (row numbers, or child rows under a list). Returns (entries, values), or (-1, row) where a
+    non-nullable node holds a null under present parents (the data contradicts its schema).
+    ``rep`` is not written without a list.
     """
     e = 0
     t = 0
-    top = d_list + 1 + d_elem + d_leaf
-    for r in range(list_offsets.shape[0] - 1):
-        if list_valid.shape[0] != 0 and list_valid[r] == 0:
+    has_list = offsets.shape[0] != 0
+    for r in range(r0, r1):
+        d = 0
+        defined = True
+        for i in range(pre_row.shape[0]):
+            row = pre_row[i]
+            if row >= 0 and pre[row, r] == 0:
+                if pre_def[i] == 0:
+                    return -1, r
+                defined = False
+                break
+            d += pre_def[i]
+        if not has_list:
+            dfn[e] = d
+            e += 1
+            if defined:
+                take[t] = r
+                t += 1
+            continue
+        a = offsets[r]
+        b = offsets[r + 1]
+        if not defined or a == b:
             rep[e] = 0
-            dfn[e] = 0
+            dfn[e] = d
             e += 1
             continue
-        a = list_offsets[r]
-        b = list_offsets[r + 1]
-        if a == b:
-            rep[e] = 0
-            dfn[e] = d_list
-            e += 1
-            continue
+        d += 1
         for c in range(a, b):
             rep[e] = 0 if c == a else 1
-            if elem_valid.shape[0] != 0 and elem_valid[c] == 0:
-                dfn[e] = d_list + 1
-            elif leaf_valid.shape[0] != 0 and leaf_valid[c] == 0:
-                dfn[e] = d_list + 1 + d_elem
-            else:
-                dfn[e] = top
+            dd = d
+            present = True
+            for j in range(post_row.shape[0]):
+                row = post_row[j]
+                if row >= 0 and post[row, c] == 0:
+                    if post_def[j] == 0:
+                        return -1, r
+                    present = False
+                    break
+                dd += post_def[j]
+            dfn[e] = dd
+            e += 1
+            if present:
                 take[t] = c
                 t += 1
-            e += 1
     return e, t
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hash_word(value: np.int64) -> np.uint64:
+    h = np.uint64(value) * _GOLDEN
+    return h ^ (h >> np.uint64(29))
+
+
+@njit(cache=True, nogil=True)
+def _grown(table: np.ndarray, hashes: np.ndarray, count: int) -> np.ndarray:
+    """:func:`dictionary_fixed`'s table of entries ``0 .. count - 1`` at twice its size."""
+    size = table.shape[0] * 2
+    out = np.zeros(size, np.uint64)
+    mask = np.uint64(size - 1)
+    for e in range(count):
+        h = hashes[e]
+        s = h & mask
+        while out[s] != 0:
+            s = (s + np.uint64(1)) & mask
+        out[s] = (h & _TAG) | np.uint64(e + 1)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def dictionary_fixed(
+    values: np.ndarray, valid: np.ndarray, keys: np.ndarray, index: np.ndarray, firsts: np.ndarray
+) -> int:
+    """Dictionary-encode fixed-width ``values`` (ints; floats viewed as ints: bits compare, so
+    -0.0 and 0.0 are two entries, as in pyarrow's ``dictionary_encode``): entries in order of
+    first appearance, their values into ``keys`` and their first rows into ``firsts``, each
+    row's entry into ``index`` (nulls, ``valid`` 0: index 0; ``valid`` empty: no nulls).
+    Returns the number of entries, or -1 as soon as there would be more than ``len(keys)``
+    (the caller's dictionary page limit: it writes PLAIN then).
+
+    An open-addressing table (linear probing, at most half full, doubled as it fills) whose
+    slots hold the hash's high 32 bits and ``entry + 1`` (0: empty), so a probe reads one slot
+    and, when the tags agree, the compact ``keys``; never the rows of earlier values.
+    """
+    n = values.shape[0]
+    most = keys.shape[0]
+    all_valid = valid.shape[0] == 0
+    table = np.zeros(_FIRST_SLOTS, np.uint64)
+    mask = np.uint64(_FIRST_SLOTS - 1)
+    hashes = np.empty(max(min(n, most), 1), np.uint64)
+    count = 0
+    for i in range(n):
+        if not all_valid and valid[i] == 0:
+            index[i] = 0
+            continue
+        v = values[i]
+        h = _hash_word(np.int64(v))
+        tag = h & _TAG
+        s = h & mask
+        while True:
+            slot = table[s]
+            if slot == 0:
+                if count == most:
+                    return -1
+                table[s] = tag | np.uint64(count + 1)
+                hashes[count] = h
+                firsts[count] = i
+                keys[count] = v
+                index[i] = count
+                count += 1
+                if 2 * count > table.shape[0]:
+                    table = _grown(table, hashes, count)
+                    mask = np.uint64(table.shape[0] - 1)
+                break
+            if slot & _TAG == tag and keys[np.int64(slot & _ENTRY) - 1] == v:
+                index[i] = np.int64(slot & _ENTRY) - 1
+                break
+            s = (s + np.uint64(1)) & mask
+    return count

@@ -408,15 +408,17 @@ class PartitionedFileWriter:
     store, where a row group is also the unit in which the file streams up. ``close()``
     returns the files written; ``abort()`` removes them.
 
-    ``compression``, ``compression_level``, ``use_dictionary``, ``write_statistics`` and
-    ``column_encoding`` mean what they mean for ``pyarrow.parquet.ParquetWriter``; column
+    ``compression``, ``compression_level``, ``use_dictionary``, ``write_statistics``,
+    ``column_encoding`` and ``store_decimal_as_integer`` mean what they mean for
+    ``pyarrow.parquet.ParquetWriter``; column
     names are Parquet leaf paths (:func:`parquet_column_paths`: ``headers.list.element.key``
     for a field of a list of structs), and a name that is no column of the file is refused
     (pyarrow would silently ignore it). The defaults are pyarrow's (dictionary and statistics
     on every column) with zstd; :data:`RECORDS_PARQUET_OPTIONS` is the ingest job's choice.
     ``parquet_writer``: ``"pyarrow"`` (``pq.ParquetWriter``) or ``"loglake"``
     (:class:`pipelines.delta.parquet.FastParquetWriter`, same options and file layout, used
-    when it supports every column type of the file, else pyarrow's).
+    when it supports every column type of the file with these options, else pyarrow's: it
+    writes decimals only as integers, ``store_decimal_as_integer=True``).
     """
 
     def __init__(
@@ -436,6 +438,7 @@ class PartitionedFileWriter:
         max_rows_per_file: int = 10_000_000,
         row_group_bytes: int | None = None,
         parquet_writer: str = "pyarrow",
+        store_decimal_as_integer: bool = False,
     ) -> None:
         self.location = table_location(root)
         self.settings = settings if settings is not None else StorageSettings.default()
@@ -453,6 +456,7 @@ class PartitionedFileWriter:
             "column_encoding": (
                 dict(column_encoding) if isinstance(column_encoding, Mapping) else column_encoding
             ),
+            "store_decimal_as_integer": store_decimal_as_integer,
         }
         self._named_columns = {
             name
@@ -535,7 +539,10 @@ class PartitionedFileWriter:
             sink = self._fs.open_output_stream(fs_path)
         writer: pq.ParquetWriter | FastParquetWriter
         footer: list[str] = []
-        if self.parquet_writer == "loglake" and _fast_writer().fast_writer_supports(schema):
+        decimals = bool(self.parquet_options["store_decimal_as_integer"])
+        if self.parquet_writer == "loglake" and _fast_writer().fast_writer_supports(
+            schema, store_decimal_as_integer=decimals
+        ):
             writer = _fast_writer().FastParquetWriter(sink, schema, **self.parquet_options)
         else:
             writer = pq.ParquetWriter(sink, schema, **self.parquet_options)

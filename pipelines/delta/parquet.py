@@ -1,5 +1,6 @@
-"""A Parquet writer for Arrow tables of flat columns and lists of structs, built for the ingest
-job's ``records`` table: :class:`FastParquetWriter`, same calls as ``pq.ParquetWriter``.
+"""A Parquet writer for Arrow tables of flat and nested columns, built for the ingest job's
+``records`` table and the decode job's typed tables: :class:`FastParquetWriter`, same calls as
+``pq.ParquetWriter``.
 
 Why: writing ``records`` with pyarrow's writer cost ~200-275 ns a record on one core, more
 than half of an ingest task's CPU, and most of it outside compression (per record: the value
@@ -11,17 +12,31 @@ snappy on the value column is ~90. The file is what pyarrow would write for thes
 
 - format: data page v1, one dictionary page per column chunk where dictionary encoding is on,
   footer with the Arrow schema (``ARROW:schema``, taken from pyarrow) so readers restore the
-  exact Arrow types, and pyarrow's Parquet schema (physical, logical and converted types);
-- encodings: PLAIN; RLE_DICTIONARY (``use_dictionary``; dictionaries are built from the runs
-  of equal values, so a column holding one value per Kafka batch costs one run a batch; a
-  dictionary over ``dictionary_pagesize_limit`` falls back to PLAIN for that chunk, as
-  pyarrow's does); DELTA_BINARY_PACKED (``column_encoding``, integer and timestamp columns);
-- statistics (``write_statistics``): min, max and null count of flat columns;
+  exact Arrow types, and pyarrow's Parquet schema (groups, LIST annotations, physical,
+  logical and converted types: the same SchemaElements);
+- levels: one compiled pass per leaf (:func:`~pipelines.delta._parquet_kernels.levels`) over
+  the validity of each struct and list on its path; a leaf with no list on its path has no
+  repetition levels and one definition level a row;
+- encodings: PLAIN; RLE_DICTIONARY (``use_dictionary``, leaves not under a list, struct fields
+  included; dictionaries are built from the runs of equal present values, so a column holding
+  one value per Kafka batch costs one run a batch; a dictionary over
+  ``dictionary_pagesize_limit`` falls back to PLAIN for that chunk, as pyarrow's does);
+  DELTA_BINARY_PACKED (``column_encoding``, integer, decimal and timestamp leaves). Leaves
+  under a list are written PLAIN even where a dictionary is asked for (pyarrow writes one):
+  their values follow the levels, not the rows, and the runs the dictionaries are built from
+  are rows;
+- statistics (``write_statistics``): min, max and null count of leaves not under a list (a
+  null at any level of the path counts as a null, as pyarrow counts it); floats' min/max as
+  pyarrow writes them (NaN left out, a zero min as -0.0, a zero max as +0.0). None for leaves
+  under a list (naming one is refused);
 - snappy: a column whose pages do not shrink (random values) has its data pages stored as one
   snappy literal each, a copy, re-probed every few pages (``FastParquetWriter._snappy``).
 
-Supported Arrow types (:func:`fast_writer_supports`): integers, bool, timestamp, date32,
-string, binary, and ``list<struct<...>>`` of those. Anything else: use ``pq.ParquetWriter``.
+Supported Arrow types (:func:`fast_writer_supports`): integers, bool, float32/float64,
+timestamp, date32, string, binary, decimal128 of up to 18 digits (INT32 / INT64, as pyarrow's
+``store_decimal_as_integer=True`` and Spark write them: that option is required), structs of
+any depth and one list level anywhere on a leaf's path. Lists of lists, maps, wider decimals,
+unsigned and large types: use ``pq.ParquetWriter``.
 
 The format's constants, the Thrift compact encoding and the file schema are in
 :mod:`pipelines.delta._parquet_format`; the compiled column encoders in
@@ -52,9 +67,13 @@ from pipelines.delta._parquet_format import (
     _DELTA_BINARY_PACKED,
     _DICTIONARY_PAGE,
     _DICTIONARY_PAGESIZE_LIMIT,
+    _DOUBLE,
     _ENCODINGS,
+    _FLOAT,
     _INT32,
     _INT64,
+    _LIST,
+    _MAX_INT32_DECIMAL,
     _MAX_SECONDS,
     _MAX_STATISTICS_SIZE,
     _PLAIN,
@@ -97,11 +116,19 @@ _INT_DTYPES = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
 
 def _fixed_values(arr: pa.Array) -> np.ndarray:
     """Integer (or timestamp/date) values of every row, nulls included, as numpy int32/int64;
-    booleans as uint8 0/1; timestamps in seconds as milliseconds (Parquet has no seconds)."""
+    booleans as uint8 0/1; timestamps in seconds as milliseconds (Parquet has no seconds);
+    floats as float32/float64; decimal128 (precision <= 18) as the int32/int64 it is stored as
+    (the low word of its 16-byte two's complement: the value fits in it)."""
     t = arr.type
     n = len(arr)
     if pa.types.is_boolean(t):
         return _bits(arr.buffers()[1], arr.offset, n)
+    if pa.types.is_floating(t):
+        dtype = np.float32 if t.bit_width == 32 else np.float64
+        return np.frombuffer(arr.buffers()[1], dtype, n, arr.offset * (t.bit_width // 8))
+    if pa.types.is_decimal(t):
+        words = np.frombuffer(arr.buffers()[1], np.int64, 2 * n, arr.offset * 16)[::2]
+        return words.astype(np.int32 if t.precision <= _MAX_INT32_DECIMAL else np.int64)
     width = t.bit_width
     dtype = _INT_DTYPES[width]
     values = np.frombuffer(arr.buffers()[1], dtype, n, arr.offset * (width // 8))
@@ -126,14 +153,14 @@ def _binary_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 @dataclass
 class _Page:
     """One data page: its levels and which leaf values it holds (``take``: the present rows of
-    the leaf array; None: every row in ``rows`` of a flat column)."""
+    the leaf array, or child rows under a list; None: every row in ``rows``)."""
 
-    num_values: int  # level entries (rows for a flat column)
-    rep: np.ndarray | None  # None: a flat column (no repetition levels)
+    num_values: int  # level entries (rows for a leaf not under a list)
+    rep: np.ndarray | None  # None: no list on the leaf's path (no repetition levels)
     dfn: np.ndarray | None  # None: every entry present (all levels max_def, or no levels)
     rows: tuple[int, int]  # rows of the top-level column
     take: np.ndarray | None  # present leaf rows (nested, or flat with nulls)
-    child_rows: tuple[int, int] = (0, 0)  # nested: the struct rows the page's lists span
+    child_rows: tuple[int, int] = (0, 0)  # under a list: the child rows the page's lists span
 
 
 @dataclass
@@ -156,7 +183,9 @@ class FastParquetWriter:
     ``where``: a path or a writable ``pyarrow.NativeFile``. ``compression``: none, snappy,
     gzip, brotli, zstd, lz4 (LZ4_RAW). ``use_dictionary``, ``write_statistics``: True, False or
     leaf column paths; ``column_encoding``: ``{path: "PLAIN" | "DELTA_BINARY_PACKED"}``.
-    ``write_table`` writes row groups of at most ``row_group_size`` rows.
+    ``store_decimal_as_integer``: as pyarrow's, and required for decimal columns (this writer
+    has no FIXED_LEN_BYTE_ARRAY decimals). ``write_table`` writes row groups of at most
+    ``row_group_size`` rows.
     """
 
     def __init__(
@@ -171,9 +200,13 @@ class FastParquetWriter:
         column_encoding: str | Mapping[str, str] | None = None,
         data_page_size: int = 1 << 20,
         dictionary_pagesize_limit: int = _DICTIONARY_PAGESIZE_LIMIT,
+        store_decimal_as_integer: bool = False,
     ) -> None:
-        if not fast_writer_supports(schema):
-            raise TypeError(f"FastParquetWriter cannot write {schema}; use pq.ParquetWriter")
+        if not fast_writer_supports(schema, store_decimal_as_integer=store_decimal_as_integer):
+            decimals = "" if store_decimal_as_integer else " (decimals: store_decimal_as_integer)"
+            raise TypeError(
+                f"FastParquetWriter cannot write {schema}{decimals}; use pq.ParquetWriter"
+            )
         name = (compression or "none").lower()
         if name not in _CODECS:
             raise ValueError(f"unknown compression {compression!r}")
@@ -360,15 +393,31 @@ class FastParquetWriter:
             self._snappy_stored[leaf.parts] = _SNAPPY_PROBE_EVERY - 1
         return data
 
-    def _column_chunk(self, leaf: _Leaf, arrays: list[pa.Array], chunk: _Chunk) -> None:
-        arrays = [a for a in arrays if len(a)]
-        if len(arrays) > 1 and leaf.field_index is None and leaf.physical != _BYTE_ARRAY:
-            # A few bytes a row to copy, against a page (and its Python steps) per input chunk
-            # for every small column: the decoder yields chunks of ~40k records.
-            arrays = [pa.concat_arrays(arrays)]
-        if leaf.statistics:
-            chunk.statistics = _statistics(leaf, arrays)
+    def _column_chunk(self, leaf: _Leaf, columns: list[pa.Array], chunk: _Chunk) -> None:
+        columns = [a for a in columns if len(a)]
+        walks: list[_Walk | None]
+        levels: list[np.ndarray | None]
+        if leaf.under_list:
+            walks = [_walk(leaf, a) for a in columns]
+            arrays = [w.values for w in walks]  # type: ignore[union-attr]
+            levels = [None] * len(arrays)
+        else:
+            flat = [_flat(leaf, a) for a in columns]
+            arrays = [a for a, _ in flat]
+            levels = [d for _, d in flat]
+            walks = [None] * len(arrays)
+            if len(arrays) > 1 and leaf.physical != _BYTE_ARRAY:
+                # A few bytes a row to copy, against a page (and its Python steps) per input
+                # chunk for every small column: the decoder yields chunks of ~40k records.
+                arrays, levels = [pa.concat_arrays(arrays)], [_concat_levels(leaf, flat)]
+                walks = [None]
         dictionary = _dictionary(leaf, arrays, self._dict_limit) if leaf.dictionary else None
+        if leaf.statistics:
+            # min/max over the dictionary when there is one: it holds exactly the present
+            # values (strings of the typed bench table: ~15 ns a row less)
+            nulls = sum(a.null_count for a in arrays)
+            present = arrays if dictionary is None else [dictionary[0]]
+            chunk.statistics = _statistics(leaf, present, nulls)
         if dictionary is not None:
             values, plain, _ = dictionary
             chunk.dictionary_offset = self._pos
@@ -381,7 +430,13 @@ class FastParquetWriter:
         encoding = _RLE_DICTIONARY if dictionary is not None else leaf.encoding
         for ai, arr in enumerate(arrays):
             runs = None if dictionary is None else dictionary[2][ai]
-            for page in _pages(leaf, arr, self._page_size):
+            walk = walks[ai]
+            split = (
+                _list_pages(leaf, walk, self._page_size)
+                if walk is not None
+                else _flat_pages(leaf, arr, levels[ai], self._page_size)
+            )
+            for page in split:
                 body = self._page_body(leaf, arr, page, runs)
                 header = [
                     (1, "i32", page.num_values),
@@ -396,10 +451,14 @@ class FastParquetWriter:
         chunk.encodings.update((encoding, _RLE))
 
     def _page_body(
-        self, leaf: _Leaf, arr: pa.Array, page: _Page, runs: tuple[np.ndarray, np.ndarray] | None
+        self,
+        leaf: _Leaf,
+        arr: pa.Array,
+        page: _Page,
+        runs: tuple[np.ndarray | None, np.ndarray] | None,
     ) -> np.ndarray:
         """Levels then values of one data page, in the writer's scratch buffer (valid until
-        the next page)."""
+        the next page). ``arr``: the leaf's values (rows, or the list's child rows)."""
         width = leaf.max_def.bit_length()
         bound = 0
         if leaf.max_rep:
@@ -518,51 +577,154 @@ def _put_levels(  # noqa: PLR0917
     return end
 
 
-def _pages(leaf: _Leaf, arr: pa.Array, page_size: int) -> Iterable[_Page]:
-    """Split one Arrow array (a chunk of the column) into data pages of about ``page_size``."""
+# --- levels ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Walk:
+    """One leaf's path through one Arrow array of its top-level column, as
+    :func:`pipelines.delta._parquet_kernels.levels` takes it."""
+
+    values: pa.Array  # the leaf's array: one per row, or per child row of the list
+    pre: np.ndarray  # validity (0/1) of the nodes indexed by row that have nulls
+    pre_row: np.ndarray  # per node: its row in ``pre``, -1 without nulls
+    pre_def: np.ndarray  # per node: 1 if nullable
+    offsets: np.ndarray  # the list's offsets, empty without a list
+    post: np.ndarray  # the same for the nodes under the list (indexed by child row)
+    post_row: np.ndarray
+    post_def: np.ndarray
+
+
+def _walk(leaf: _Leaf, arr: pa.Array) -> _Walk:
+    """Follow ``leaf``'s path from ``arr`` down: the validity of each node on it and the list's
+    offsets. ``StructArray.field`` applies the struct's offset; a list's ``values`` is its whole
+    child array, which its (absolute) offsets index."""
+    parts: list[list[tuple[pa.Array, bool]]] = [[], []]
+    side = 0
+    offsets = _NO_OFFSETS
+    for kind, nullable, child in leaf.steps:
+        parts[side].append((arr, nullable))
+        if kind == _LIST:
+            offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
+            arr = arr.values
+            side = 1
+        else:
+            arr = arr.field(child)
+    parts[side].append((arr, leaf.leaf_nullable))
+    matrices = []
+    for nodes in parts:
+        rows = [_bits(a.buffers()[0], a.offset, len(a)) for a, _ in nodes if a.null_count]
+        at = np.cumsum([bool(a.null_count) for a, _ in nodes]) - 1
+        matrices += [
+            np.vstack(rows) if rows else _NO_MATRIX,
+            np.array(
+                [r if a.null_count else -1 for r, (a, _) in zip(at, nodes, strict=True)], np.int64
+            ),
+            np.array([int(nullable) for _, nullable in nodes], np.int64),
+        ]
+    pre, pre_row, pre_def, post, post_row, post_def = matrices
+    return _Walk(arr, pre, pre_row, pre_def, offsets, post, post_row, post_def)
+
+
+_NO_OFFSETS = np.empty(0, np.int32)
+_NO_MATRIX = np.empty((0, 0), np.uint8)
+_NO_LEVELS = np.empty(0, np.uint8)
+
+
+def _levels(  # noqa: PLR0917
+    leaf: _Leaf, walk: _Walk, r0: int, r1: int, rep: np.ndarray, dfn: np.ndarray, take: np.ndarray
+) -> tuple[int, int]:
+    """Levels of rows ``r0 .. r1 - 1`` (see the kernel); a null where the schema has none is
+    refused."""
+    e, t = k.levels(
+        r0,
+        r1,
+        walk.pre,
+        walk.pre_row,
+        walk.pre_def,
+        walk.offsets,
+        walk.post,
+        walk.post_row,
+        walk.post_def,
+        rep,
+        dfn,
+        take,
+    )
+    if e < 0:
+        raise ValueError(
+            f"column {leaf.path}: a null in a non-nullable field under present parents "
+            f"(row {t} of the array)"
+        )
+    return int(e), int(t)
+
+
+def _flat(leaf: _Leaf, arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+    """A leaf not under a list as a flat column: its values, null where the definition level is
+    below the maximum (a null at any level of its path: what statistics count as nulls and
+    dictionaries skip), and its definition levels (None: all at the maximum)."""
+    if not leaf.steps:
+        if arr.null_count and not leaf.max_def:
+            raise ValueError(f"column {leaf.path}: {arr.null_count} nulls in a non-nullable field")
+        return arr, (_validity(arr) if arr.null_count else None)
+    walk = _walk(leaf, arr)
     n = len(arr)
-    if leaf.field_index is None:
-        per_row = _row_bytes(leaf, arr)
-        rows = max(1, min(n, page_size // max(per_row, 1)))
-        valid = _validity(arr) if leaf.max_def else np.empty(0, np.uint8)
-        for r0 in range(0, n, rows):
-            r1 = min(n, r0 + rows)
-            dfn = None  # no nulls here: every level is max_def (one RLE run)
-            take = None
-            if valid.shape[0]:
-                dfn = valid[r0:r1]
-                take = np.flatnonzero(dfn) + r0
-            yield _Page(r1 - r0, None, dfn, (r0, r1), take)
-        return
-    # list<struct>: pages at row boundaries, each page's levels into buffers reused by the next
-    offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4)
-    items = arr.values  # the struct array, not sliced to this list's offsets
-    child = items.field(leaf.field_index)
-    n_list, n_elem, n_leaf = leaf.nullable
-    list_valid = _validity(arr) if n_list else np.empty(0, np.uint8)
-    elem_valid = _validity(items) if n_elem else np.empty(0, np.uint8)
-    leaf_valid = _validity(child) if n_leaf else np.empty(0, np.uint8)
+    dfn = np.empty(n, np.uint8)
+    take = np.empty(n, np.int64)
+    _, present = _levels(leaf, walk, 0, n, _NO_LEVELS, dfn, take)
+    values = walk.values
+    if present == n:
+        return values, None
+    defined = np.zeros(values.offset + n, np.uint8)
+    defined[values.offset + take[:present]] = 1
+    bitmap = pa.py_buffer(np.packbits(defined, bitorder="little"))
+    rebuilt = pa.Array.from_buffers(
+        values.type, n, [bitmap, *values.buffers()[1:]], n - present, values.offset
+    )
+    return rebuilt, dfn
+
+
+def _concat_levels(
+    leaf: _Leaf, flat: list[tuple[pa.Array, np.ndarray | None]]
+) -> np.ndarray | None:
+    if all(d is None for _, d in flat):
+        return None
+    return np.concatenate(
+        [np.full(len(a), leaf.max_def, np.uint8) if d is None else d for a, d in flat]
+    )
+
+
+def _flat_pages(
+    leaf: _Leaf, arr: pa.Array, dfn: np.ndarray | None, page_size: int
+) -> Iterable[_Page]:
+    """Pages of a leaf not under a list: rows of about ``page_size`` bytes."""
+    n = len(arr)
+    per_row = _row_bytes(leaf, arr)
+    rows = max(1, min(n, page_size // max(per_row, 1)))
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        if dfn is None:  # every level is max_def (one RLE run)
+            yield _Page(r1 - r0, None, None, (r0, r1), None)
+            continue
+        levels = dfn[r0:r1]
+        take = np.flatnonzero(levels == leaf.max_def) + r0
+        yield _Page(r1 - r0, None, levels, (r0, r1), take)
+
+
+def _list_pages(leaf: _Leaf, walk: _Walk, page_size: int) -> Iterable[_Page]:
+    """Pages of a leaf under a list, at row boundaries, each page's levels into buffers reused
+    by the next."""
+    offsets = walk.offsets
+    n = offsets.shape[0] - 1
     span = int(offsets[-1] - offsets[0])
     entries = n + span
     rep = np.empty(entries, np.uint8)
     dfn = np.empty(entries, np.uint8)
     take = np.empty(span, np.int64)
-    per_row = max(1, (_row_bytes(leaf, child) * span) // max(n, 1) + 2)
+    per_row = max(1, (_row_bytes(leaf, walk.values) * span) // max(n, 1) + 2)
     rows = max(1, min(n, page_size // per_row))
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
-        e, t = k.list_levels(
-            offsets[r0 : r1 + 1],
-            list_valid[r0:r1] if list_valid.shape[0] else list_valid,
-            elem_valid,
-            leaf_valid,
-            int(n_list),
-            int(n_elem),
-            int(n_leaf),
-            rep,
-            dfn,
-            take,
-        )
+        e, t = _levels(leaf, walk, r0, r1, rep, dfn, take)
         yield _Page(
             e,
             rep[:e],
@@ -573,18 +735,19 @@ def _pages(leaf: _Leaf, arr: pa.Array, page_size: int) -> Iterable[_Page]:
         )
 
 
+_WIDTH = {_BOOLEAN: 1, _INT32: 4, _INT64: 8, _FLOAT: 4, _DOUBLE: 8}
+
+
 def _row_bytes(leaf: _Leaf, arr: pa.Array) -> int:
     if leaf.physical == _BYTE_ARRAY:
         n = max(len(arr), 1)
         offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
         return int(offsets[-1] - offsets[0]) // n + 4
-    if leaf.physical == _BOOLEAN:
-        return 1
-    return 4 if leaf.physical == _INT32 else 8
+    return _WIDTH[leaf.physical]
 
 
 def _values_bound(
-    leaf: _Leaf, arr: pa.Array, page: _Page, runs: tuple[np.ndarray, np.ndarray] | None
+    leaf: _Leaf, arr: pa.Array, page: _Page, runs: tuple[np.ndarray | None, np.ndarray] | None
 ) -> int:
     """Most bytes the page's values (or dictionary indices) can take."""
     r0, r1 = page.rows
@@ -592,24 +755,21 @@ def _values_bound(
     if runs is not None:
         return 1 + _levels_bound(n, 32) + 14 * (r1 - r0)
     if leaf.physical == _BYTE_ARRAY:
-        if leaf.field_index is None:
-            offsets, _ = _binary_buffers(arr)
-            return 4 * (r1 - r0) + int(offsets[r1] - offsets[r0])
-        offsets, _ = _binary_buffers(arr.values.field(leaf.field_index))
-        c0, c1 = page.child_rows
+        offsets, _ = _binary_buffers(arr)
+        c0, c1 = page.child_rows if leaf.under_list else page.rows
         return 4 * (c1 - c0) + int(offsets[c1] - offsets[c0])
     if leaf.physical == _BOOLEAN:
         return n // 8 + 1
     if leaf.encoding == _DELTA_BINARY_PACKED:
         return k.delta_binary_packed_bound(n)
-    return n * (4 if leaf.physical == _INT32 else 8)
+    return n * _WIDTH[leaf.physical]
 
 
 def _put_values(out: np.ndarray, pos: int, leaf: _Leaf, arr: pa.Array, page: _Page) -> int:
     """The present values of the page, PLAIN or DELTA_BINARY_PACKED, into ``out``."""
     r0, r1 = page.rows
     index = page.take
-    source = arr if leaf.field_index is None else arr.values.field(leaf.field_index)
+    source = arr
     if leaf.physical == _BYTE_ARRAY:
         offsets, data = _binary_buffers(source)
         if index is None:
@@ -634,36 +794,106 @@ _NONE = np.empty(0, np.uint8)
 # --- dictionaries ------------------------------------------------------------------------
 
 
-def _run_starts(leaf: _Leaf, arr: pa.Array) -> np.ndarray:
+def _run_starts(leaf: _Leaf, arr: pa.Array) -> np.ndarray | None:
     """Rows where a run of equal values starts; a run is all null or all present (a null's
-    slot holds arbitrary bytes, so runs also break where the validity changes)."""
+    slot holds arbitrary bytes, so runs also break where the validity changes), found in one
+    pass with the validity (a merge of value runs and validity changes in numpy, ``union1d``,
+    cost ~200 ns a row on a float column with nulls: it sorts). None when there are more runs
+    than one per :data:`_ROWS_PER_RUN` rows (the kernel stops there), in the first
+    :data:`_RUN_SAMPLE` rows already: else a column of short runs was scanned up to a quarter
+    of its rows before the kernel gave up."""
+    if len(arr) > 2 * _RUN_SAMPLE and _run_starts(leaf, arr.slice(0, _RUN_SAMPLE)) is None:
+        return None
+    most = max(1, len(arr) // _ROWS_PER_RUN)
     starts = np.empty(max(len(arr), 1), np.int64)
+    valid = _validity(arr)
     if leaf.physical == _BYTE_ARRAY:
         offsets, data = _binary_buffers(arr)
         if len(arr) and not arr.null_count and same_bytes(arr):
             # one run (a per-chunk label such as codec): ~0.4 ns a row, the kernel ~3.3
             return np.zeros(1, np.int64)
-        count = k.runs_binary(offsets, data, starts)
+        count = k.runs_binary(offsets, data, valid, starts, most)
     else:
-        count = k.runs_fixed(_fixed_values(arr), starts)
-    starts = starts[:count]
-    if arr.null_count:
-        changes = np.flatnonzero(np.diff(_validity(arr))) + 1
-        starts = np.union1d(starts, changes)
-    return starts
+        values = _fixed_values(arr)
+        if values.dtype.kind == "f":  # bits, not values: -0.0 == 0.0, NaN != NaN
+            values = values.view(np.int32 if values.dtype.itemsize == 4 else np.int64)
+        count = k.runs_fixed(values, valid, starts, most)
+    return starts[:count] if count >= 0 else None
+
+
+# Dictionaries from runs while a run covers this many rows on average, else from every row:
+# the runs cost a take of their first values and searches per page, worth it only where
+# values repeat in runs (a value per Kafka batch).
+_ROWS_PER_RUN = 4
+_RUN_SAMPLE = 4096
 
 
 def _dictionary(
     leaf: _Leaf, arrays: list[pa.Array], limit: int
-) -> tuple[pa.Array, np.ndarray, list[tuple[np.ndarray, np.ndarray]]] | None:
+) -> tuple[pa.Array, np.ndarray, list[tuple[np.ndarray | None, np.ndarray]]] | None:
     """``(dictionary values, their PLAIN page, per array (run starts, run indices))`` from the
-    runs of equal values; None when the PLAIN dictionary would exceed ``limit`` bytes. Runs
-    of nulls get index 0: only the indices of present rows are written."""
-    starts = [_run_starts(leaf, a) for a in arrays]
-    firsts = [a.take(numpy_array(s)) for a, s in zip(arrays, starts, strict=True)]
-    if not firsts:
+    runs of equal values, or from every row where runs are short (run starts None, an index
+    per row); None when the PLAIN dictionary would exceed ``limit`` bytes. Nulls get index 0:
+    only the indices of present rows are written."""
+    if not arrays:
         return None
-    run_values = pa.concat_arrays(firsts) if len(firsts) > 1 else firsts[0]
+    found = [_run_starts(leaf, a) for a in arrays]
+    starts: list[np.ndarray | None]
+    if any(s is None for s in found):
+        starts = [None] * len(arrays)
+        run_values = pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]
+        sizes = [len(a) for a in arrays]
+    else:
+        starts = list(found)
+        firsts = [a.take(numpy_array(s)) for a, s in zip(arrays, found, strict=True)]
+        run_values = pa.concat_arrays(firsts) if len(firsts) > 1 else firsts[0]
+        sizes = [len(s) for s in found if s is not None]
+    if leaf.physical in (_BYTE_ARRAY, _BOOLEAN):
+        found_dict = _dictionary_encoded(leaf, run_values, limit)
+    else:
+        found_dict = _dictionary_hashed(run_values, limit)
+    if found_dict is None:
+        return None
+    values, plain, index_np = found_dict
+    per_array = []
+    at = 0
+    for s, size in zip(starts, sizes, strict=True):
+        per_array.append((s, index_np[at : at + size]))
+        at += size
+    return values, plain, per_array
+
+
+def _dictionary_hashed(
+    run_values: pa.Array, limit: int
+) -> tuple[pa.Array, np.ndarray, np.ndarray] | None:
+    """``(dictionary values, their PLAIN page, an int32 index per row)`` of a fixed-width
+    column by :func:`~pipelines.delta._parquet_kernels.dictionary_fixed`, which stops as soon as
+    the page would pass ``limit`` bytes (None). Why not ``pc.dictionary_encode``: it encodes
+    every row before the limit can be checked (a column of distinct ids: 1M rows hashed to be
+    thrown away) and its int32 indices were copied to int64; measured on the typed bench table
+    (1M rows, ~20k distinct, thread CPU ns a row, kernel vs ``dictionary_encode``): int64 id
+    4.9 vs 7.0, timestamp 4.8 vs 9.4, double 5.3 vs 8.9, decimal as int64 5.1 vs 16.2, int32
+    2.5 vs 4.6, a float of one value 1.8 vs 8.1."""
+    fixed = _fixed_values(run_values)
+    if fixed.dtype.kind == "f":  # bits, not values, as pyarrow's hash of floats
+        fixed = fixed.view(np.int32 if fixed.dtype.itemsize == 4 else np.int64)
+    n = len(run_values)
+    keys = np.empty(min(limit // fixed.dtype.itemsize, n), fixed.dtype)
+    index = np.empty(n, np.int32)
+    firsts = np.empty(max(n, 1), np.int64)
+    count = k.dictionary_fixed(fixed, _validity(run_values), keys, index, firsts)
+    if count < 0:
+        return None
+    values = run_values.take(pa.array(firsts[:count]))
+    return values, keys[:count].view(np.uint8), index
+
+
+def _dictionary_encoded(
+    leaf: _Leaf, run_values: pa.Array, limit: int
+) -> tuple[pa.Array, np.ndarray, np.ndarray] | None:
+    """:func:`_dictionary_hashed` for byte arrays (and booleans) by ``pc.dictionary_encode``:
+    a numba kernel hashing the bytes (words of 8, the distinct values copied compactly into the
+    page) measured ~2x slower on the bench table's strings (customer 54.8 vs 24.7 ns a row)."""
     encoded = pc.dictionary_encode(run_values)  # nulls: null indices, not in the dictionary
     values = encoded.dictionary
     plain = _plain_of(leaf, values)
@@ -671,15 +901,11 @@ def _dictionary(
         return None
     # (pc.fill_null / pc.index_in with a Python value import pandas: ~1.5 s in a fresh worker)
     indices = encoded.indices
-    index_np = _fixed_values(indices).astype(np.int64)
+    index = _fixed_values(indices)  # int32, read-only: copied only to zero the nulls' slots
     if indices.null_count:
-        index_np[_validity(indices) == 0] = 0
-    per_array = []
-    at = 0
-    for s in starts:
-        per_array.append((s, index_np[at : at + len(s)]))
-        at += len(s)
-    return values, plain, per_array
+        index = index.copy()
+        index[_validity(indices) == 0] = 0
+    return values, plain, index
 
 
 def _plain_of(leaf: _Leaf, values: pa.Array) -> np.ndarray:
@@ -692,13 +918,17 @@ def _plain_of(leaf: _Leaf, values: pa.Array) -> np.ndarray:
 
 
 def _put_dictionary_indices(
-    out: np.ndarray, pos: int, runs: tuple[np.ndarray, np.ndarray], page: _Page
+    out: np.ndarray, pos: int, runs: tuple[np.ndarray | None, np.ndarray], page: _Page
 ) -> int:
     """Bit width byte, then the dictionary indices of the page's present rows: one RLE run
     per run of equal values (rows ``r0 .. r1`` all present), else the hybrid encoding of the
-    present rows' indices."""
+    present rows' indices (``runs`` without starts: an index per row)."""
     starts, index = runs
     r0, r1 = page.rows
+    if starts is None:
+        rows = index[r0:r1] if page.take is None else index[page.take]
+        out[pos] = width = max(1, (int(rows.max()) if rows.shape[0] else 0).bit_length())
+        return int(k.rle_hybrid(rows, width, out, pos + 1))
     width = max(1, (int(index.max()) if index.shape[0] else 0).bit_length())
     out[pos] = width
     if page.take is None:
@@ -715,10 +945,10 @@ def _put_dictionary_indices(
 # --- statistics --------------------------------------------------------------------------
 
 
-def _statistics(leaf: _Leaf, arrays: list[pa.Array]) -> Fields:
-    """Statistics of a flat column chunk: null count, min and max (PLAIN bytes); min/max are
-    left out above 4 KiB, as pyarrow does."""
-    nulls = sum(a.null_count for a in arrays)
+def _statistics(leaf: _Leaf, arrays: list[pa.Array], nulls: int) -> Fields:
+    """Statistics of a column chunk not under a list: ``nulls``, and min and max (PLAIN bytes)
+    of the values of ``arrays`` (its values or their dictionary); min/max are left out above
+    4 KiB, as pyarrow does."""
     present = [a for a in arrays if a.null_count < len(a)]
     if not present:
         return [(3, "i64", nulls)]
@@ -727,17 +957,45 @@ def _statistics(leaf: _Leaf, arrays: list[pa.Array]) -> Fields:
         lo, hi = mm["min"].as_py(), mm["max"].as_py()
         if max(len(lo), len(hi)) > _MAX_STATISTICS_SIZE:
             return [(3, "i64", nulls)]
-        return [(3, "i64", nulls), (5, "bin", hi), (6, "bin", lo)]
+        return [
+            (3, "i64", nulls),
+            (5, "bin", hi),
+            (6, "bin", lo),
+            (7, "bool", True),
+            (8, "bool", True),
+        ]
     values = np.concatenate(
         [_fixed_values(a)[_validity(a) != 0] if a.null_count else _fixed_values(a) for a in present]
     )
-    size = {_BOOLEAN: 1, _INT32: 4, _INT64: 8}[leaf.physical]
-    lo_raw = int(values.min()).to_bytes(size, "little", signed=True)
-    hi_raw = int(values.max()).to_bytes(size, "little", signed=True)
+    if values.dtype.kind == "f":
+        lo_raw, hi_raw = _float_bounds(values)
+        if lo_raw is None:
+            return [(3, "i64", nulls)]
+    else:
+        size = _WIDTH[leaf.physical]
+        lo_raw = int(values.min()).to_bytes(size, "little", signed=True)
+        hi_raw = int(values.max()).to_bytes(size, "little", signed=True)
     return [
         (1, "bin", hi_raw),
         (2, "bin", lo_raw),
         (3, "i64", nulls),
         (5, "bin", hi_raw),
         (6, "bin", lo_raw),
+        (7, "bool", True),  # is_max_value_exact, is_min_value_exact: as pyarrow writes them
+        (8, "bool", True),
     ]
+
+
+def _float_bounds(values: np.ndarray) -> tuple[bytes, bytes] | tuple[None, None]:
+    """Min and max of floats as Parquet wants them: NaN left out (none if only NaN), a zero
+    minimum written as -0.0 and a zero maximum as +0.0 (the spec's rule for readers that
+    cannot tell the zeros apart, and what pyarrow writes)."""
+    lo = np.fmin.reduce(values)  # fmin/fmax skip NaN
+    hi = np.fmax.reduce(values)
+    if np.isnan(lo):
+        return None, None
+    if lo == 0:
+        lo = -values.dtype.type(0.0)
+    if hi == 0:
+        hi = values.dtype.type(0.0)
+    return lo.tobytes(), hi.tobytes()

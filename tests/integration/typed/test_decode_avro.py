@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -117,7 +118,12 @@ def test_avro_values_decode_into_typed_columns(
 
     # the data files' layout (typed_parquet_options), and Spark's own reader on it
     [uri] = DeltaTable(config.table_path("orders")).file_uris()
-    chunks = pq.ParquetFile(uri.removeprefix("file://")).metadata.row_group(0)
+    meta = pq.ParquetFile(uri.removeprefix("file://")).metadata
+    # pyarrow's writer (FastParquetWriter has no maps: attrs), with TYPED_PARQUET_WRITER's
+    # decimals as integers
+    assert meta.created_by.startswith("parquet-cpp"), meta.created_by
+    assert meta.schema.column(meta.schema.names.index("amount")).physical_type == "INT64"
+    chunks = meta.row_group(0)
     col = {chunks.column(i).path_in_schema: chunks.column(i) for i in range(chunks.num_columns)}
     assert "DELTA_BINARY_PACKED" in col["_kafka.offset"].encodings
     assert "DELTA_BINARY_PACKED" in col["_kafka.timestamp"].encodings
@@ -141,6 +147,56 @@ def test_avro_values_decode_into_typed_columns(
     assert again.topics[0].committed is False and again.topics[0].note == "up to date"
     assert DeltaTable(config.table_path("orders")).version() == before
     assert table.transaction_version(app_id("orders", 0)) == 20
+
+
+def test_typed_files_of_loglakes_writer_read_back_everywhere(
+    spark: SparkSession, tmp_path: Path, registry_url: str
+) -> None:
+    """A schema FastParquetWriter supports (ORDER_V1 without its map) is written by it
+    (TYPED_PARQUET_WRITER), decimals as INT64: Spark's reader, delta-rs and polars read the
+    rows back, and the Delta statistics of the decimal are its values'."""
+    schema = {**ORDER_V1, "fields": [f for f in ORDER_V1["fields"] if f["name"] != "attrs"]}
+    sr = SchemaRegistryClient({"url": registry_url})
+    ctx = SerializationContext("orders", MessageField.VALUE)
+    ser = AvroSerializer(sr, json.dumps(schema))
+    orders = [{k: v for k, v in _order(i).items() if k != "attrs"} for i in range(20)]
+    ingest(tmp_path, "orders", [ser(o, ctx) for o in orders])
+    config = decode_config(tmp_path, registry_url)
+    [res] = run_decode(spark, config).topics
+    assert (res.rows, res.dead_letters, res.committed) == (20, 0, True)
+
+    table = DeltaTable(config.table_path("orders"))
+    [uri] = table.file_uris()
+    path = uri.removeprefix("file://")
+    meta = pq.ParquetFile(path).metadata
+    assert meta.created_by.startswith("loglake"), meta.created_by
+    assert meta.schema.column(meta.schema.names.index("amount")).physical_type == "INT64"
+
+    by_offset = sorted(read_table_rows(config.table_path("orders")),
+                       key=lambda r: r["_kafka"]["offset"])  # fmt: skip
+    assert [_normalise(r) for r in by_offset] == orders
+    by_polars = pl.read_parquet(path).sort(pl.col("_kafka").struct.field("offset"))
+    assert by_polars["amount"].to_list() == [o["amount"] for o in orders]
+    assert by_polars["customer"].to_list() == [o["customer"] for o in orders]
+    by_spark = spark.read.parquet(uri).selectExpr(
+        "_kafka.offset AS o", "id", "customer", "amount", "day", "status", "tags", "note",
+        "ship.city", "ship.zip",
+    ).collect()  # fmt: skip
+    assert sorted(tuple(r) for r in by_spark) == [
+        (i, o["id"], o["customer"], o["amount"], o["day"], o["status"], o["tags"], o["note"],
+         o["ship"]["city"], o["ship"]["zip"])
+        for i, o in enumerate(orders)
+    ]  # fmt: skip
+    # Delta statistics come from the Arrow data, whatever the file's decimal encoding: no
+    # bounds for decimals (PartitionedFileWriter keeps none), the rest as before
+    [stats] = [json.loads(a["add"]["stats"])
+               for f in sorted(Path(config.table_path("orders"), "_delta_log").glob("*.json"))
+               for a in map(json.loads, f.read_text().splitlines()) if "add" in a]  # fmt: skip
+    assert stats["numRecords"] == 20 and stats["nullCount"]["amount"] == 0
+    assert "amount" not in stats["minValues"] and "amount" not in stats["maxValues"]
+    assert (stats["minValues"]["id"], stats["maxValues"]["id"]) == (0, 19)
+    assert (stats["minValues"]["customer"], stats["maxValues"]["customer"]) == ("c0", "c2")
+    assert stats["nullCount"]["note"] == 15
 
 
 def test_evolution_and_dead_letters(spark: SparkSession, tmp_path: Path, registry_url: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from pipelines.delta.files import (
     split_by_partition,
 )
 from pipelines.sources.schema import RECORDS_ARROW_SCHEMA
+from pipelines.typed.job import KAFKA_TYPE, typed_parquet_options
 from tests.fixtures.records import records_table
 
 if TYPE_CHECKING:
@@ -324,10 +326,16 @@ def test_records_options_files_read_back_with_spark(spark: SparkSession, tmp_pat
 
 def test_parquet_writer_switch_picks_the_fast_writer_where_it_can(tmp_path: Path) -> None:
     """``parquet_writer="loglake"`` writes with FastParquetWriter when it supports every column
-    and with pyarrow's writer otherwise (a float column here); both read back the same."""
+    and with pyarrow's writer otherwise (a map column here); both read back the same."""
     table = _table()
-    with_float = table.append_column("f", pa.array([0.5, 1.5, None, 2.5, 3.5]))
-    for data, engine in ((table, "loglake"), (with_float, "parquet-cpp")):
+    with_map = table.append_column(
+        "m",
+        pa.array(
+            [[("a", 1)], None, [], [("b", 2), ("c", None)], [("d", 3)]],
+            pa.map_(pa.string(), pa.int64()),
+        ),
+    )
+    for data, engine in ((table, "loglake"), (with_map, "parquet-cpp")):
         root = tmp_path / engine
         w = PartitionedFileWriter(
             root, write_id="w", task_id=0, attempt=0, partition_by=[], parquet_writer="loglake"
@@ -340,6 +348,86 @@ def test_parquet_writer_switch_picks_the_fast_writer_where_it_can(tmp_path: Path
     with pytest.raises(ValueError, match="parquet_writer"):
         PartitionedFileWriter(tmp_path, write_id="w", task_id=0, attempt=0, partition_by=[],
                               parquet_writer="fast")  # fmt: skip
+
+
+def _typed_table() -> pa.Table:
+    """Rows of the decode job's typed table (the bench schema's kinds of columns and ``_kafka``),
+    nulls at every level."""
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64()),
+            pa.field("price", pa.float64()),
+            pa.field("discount", pa.float32()),
+            pa.field("amount", pa.decimal128(12, 2)),
+            pa.field("tags", pa.list_(pa.string())),
+            pa.field("address", pa.struct([pa.field("street", pa.string()),
+                                           pa.field("zip", pa.string())])),
+            pa.field("_kafka", KAFKA_TYPE),
+        ]
+    )  # fmt: skip
+    header = {"key": "h", "value": b"v"}
+    kafka: list[dict[str, Any] | None] = [
+        {"partition": 0, "offset": 7, "timestamp": 1_000, "timestamp_type": 0, "key": b"k",
+         "headers": [header, {"key": "", "value": None}], "key_schema_id": None,
+         "value_schema_id": 1},
+        None,
+        {"partition": 1, "offset": 2, "timestamp": None, "timestamp_type": 1, "key": None,
+         "headers": [], "key_schema_id": 3, "value_schema_id": None},
+    ]  # fmt: skip
+    rows = {
+        "id": [1, None, 3],
+        "price": [0.5, float("nan"), None],
+        "discount": [-0.0, None, 2.5],
+        "amount": [decimal.Decimal("-120596.69"), None, decimal.Decimal("0.01")],
+        "tags": [["t0", None], None, []],
+        "address": [{"street": "Main", "zip": None}, None, {"street": None, "zip": "1"}],
+        "_kafka": kafka,
+    }
+    arrays = [
+        pa.array(rows[f.name], f.type)
+        if f.name != "_kafka"
+        else pa.array(kafka, _kafka_input_type()).cast(KAFKA_TYPE)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _kafka_input_type() -> pa.DataType:
+    """KAFKA_TYPE with an integer timestamp (pa.array builds it from Python ints)."""
+    return pa.struct([f.with_type(pa.int64()) if f.name == "timestamp" else f for f in KAFKA_TYPE])
+
+
+def test_the_fast_writer_takes_the_typed_tables_schema_and_options(tmp_path: Path) -> None:
+    """The decode job's options (``typed_parquet_options``) with ``store_decimal_as_integer``:
+    FastParquetWriter writes the typed table; without that option (decimals as pyarrow's
+    default FIXED_LEN_BYTE_ARRAY) pyarrow's writer does. Both files read back the same, and
+    their Parquet schemas are pyarrow's for the option."""
+    table = _typed_table()
+    options = typed_parquet_options(table.schema)
+    schemas = {}
+    for decimals, engine in ((True, "loglake"), (False, "parquet-cpp")):
+        root = tmp_path / engine
+        w = PartitionedFileWriter(root, write_id="w", task_id=0, attempt=0, partition_by=[],
+                                  parquet_writer="loglake", store_decimal_as_integer=decimals,
+                                  **options)  # fmt: skip
+        w.write(table)
+        (f,) = w.close()
+        md = pq.read_metadata(root / f.path)
+        assert md.created_by.startswith(engine), md.created_by
+        back = pq.read_table(root / f.path)
+        assert back.schema.equals(table.schema)
+        assert str(back.to_pylist()) == str(table.to_pylist())  # NaN: compared as text
+        amount = md.schema.column(md.schema.names.index("amount"))
+        assert amount.physical_type == ("INT64" if decimals else "FIXED_LEN_BYTE_ARRAY")
+        schemas[engine] = md.schema
+        chunks = [md.row_group(0).column(i) for i in range(md.num_columns)]
+        offset = next(c for c in chunks if c.path_in_schema == "_kafka.offset")
+        assert offset.statistics.min == 2 and offset.statistics.max == 7
+        assert "DELTA_BINARY_PACKED" in offset.encodings
+    reference = pa.BufferOutputStream()
+    pq.write_table(table, reference, store_decimal_as_integer=True, compression="zstd", **options)
+    ref_schema = pq.read_metadata(pa.BufferReader(reference.getvalue())).schema
+    assert schemas["loglake"].equals(ref_schema)
 
 
 def test_string_bounds_from_the_parquet_footer_equal_the_computed_ones(tmp_path: Path) -> None:
