@@ -120,7 +120,7 @@ def _dictionary_hashed(
     count = k.dictionary_fixed(fixed, _validity(run_values), keys, index, firsts)
     if count < 0:
         return None
-    values = run_values.take(pa.array(firsts[:count]))
+    values = run_values.take(numpy_array(firsts[:count]))  # pa.array(ndarray) imports pandas
     return values, keys[:count].view(np.uint8), index
 
 
