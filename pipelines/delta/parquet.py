@@ -180,6 +180,7 @@ class FastParquetWriter:
         self._row_groups: list[Fields] = []
         self._rows = 0
         self._closed = False
+        self._footer: bytes | None = None
 
     # -- public ----------------------------------------------------------------------------
 
@@ -209,10 +210,20 @@ class FastParquetWriter:
                 (7, ("list", "struct"), [[(1, "struct", [])] for _ in self._leaves]),
             ]
         )
+        tail = len(footer).to_bytes(4, "little") + MAGIC
         self._sink.write(footer)
-        self._sink.write(len(footer).to_bytes(4, "little") + MAGIC)
+        self._sink.write(tail)
+        self._footer = footer + tail
         if self._own:
             self._sink.close()
+
+    @property
+    def metadata(self) -> pq.FileMetaData:
+        """The footer written by :meth:`close` (``pq.ParquetWriter``'s ``writer.metadata``):
+        row groups, column chunks, statistics."""
+        if self._footer is None:
+            raise ValueError("the writer is not closed: no footer yet")
+        return pq.read_metadata(pa.BufferReader(MAGIC + self._footer))
 
     def __enter__(self) -> FastParquetWriter:
         return self

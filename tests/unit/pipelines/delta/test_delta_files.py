@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from pipelines.delta import files as files_module
 from pipelines.delta.commit import commit_files
 from pipelines.delta.files import (
     HIVE_NULL,
@@ -430,10 +431,14 @@ def test_the_fast_writer_takes_the_typed_tables_schema_and_options(tmp_path: Pat
     assert schemas["loglake"].equals(ref_schema)
 
 
-def test_string_bounds_from_the_parquet_footer_equal_the_computed_ones(tmp_path: Path) -> None:
-    """pyarrow's writer computes min/max of the string columns it keeps statistics for: the
+@pytest.mark.parametrize("parquet_writer", ["pyarrow", "loglake"])
+def test_string_bounds_from_the_parquet_footer_equal_the_computed_ones(
+    tmp_path: Path, parquet_writer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Either writer computes min/max of the string columns it keeps statistics for: the
     Delta bounds are taken from its footer (over every row group), not computed a second
-    time, and equal what computing them gives (the writer without statistics)."""
+    time (the computing path refuses to run), and equal what computing them gives (the
+    writer without statistics)."""
     rng = np.random.default_rng(7)
     words = ["zeta", "Alpha", "ähre", "éclair", "x" * 40, "", "日本", "b"]
     chunks = [
@@ -453,14 +458,22 @@ def test_string_bounds_from_the_parquet_footer_equal_the_computed_ones(tmp_path:
         for _ in range(6)
     ]
     stats = {}
+    computing = files_module._single_value
+
+    def refused(column: pa.ChunkedArray) -> tuple[bool, object]:
+        raise AssertionError("string bounds computed although the footer has them")
+
     for name, asked in (("footer", True), ("computed", False)):
+        monkeypatch.setattr(files_module, "_single_value", refused if asked else computing)
         w = PartitionedFileWriter(
             tmp_path / name, write_id="w", task_id=0, attempt=0, partition_by=[],
-            write_statistics=asked, row_group_bytes=4096,
+            write_statistics=asked, row_group_bytes=4096, parquet_writer=parquet_writer,
         )  # fmt: skip
         for chunk in chunks:
             w.write(chunk)
         (f,) = w.close()
+        created = pq.ParquetFile(tmp_path / name / f.path).metadata.created_by
+        assert ("loglake" in created) == (parquet_writer == "loglake"), created
         if asked:  # several row groups, so the bounds were merged over them
             assert pq.ParquetFile(tmp_path / name / f.path).metadata.num_row_groups > 3
         stats[name] = json.loads(f.stats)

@@ -2186,3 +2186,22 @@ def test_random_nested_tables_read_back_like_pyarrows_file(
     parts = [table.slice(0, cut), table.slice(cut)] if rows else [table]
     data = _write_fast(parts, schema, rgs, **options)
     check_like_pyarrow(data, parts, rgs, options)
+
+
+def test_metadata_is_the_footer_written() -> None:
+    """``metadata`` (as ``pq.ParquetWriter``'s ``writer.metadata``) is the footer the file
+    holds: row groups, rows, statistics; asked for before ``close`` it is an error."""
+    table = pa.table({"s": pa.array(["b", None, "a", "c"] * 50), "n": pa.array(range(200))})
+    sink = pa.BufferOutputStream()
+    w = FastParquetWriter(sink, table.schema, write_statistics=["s"])
+    w.write_table(table, row_group_size=120)
+    with pytest.raises(ValueError, match="not closed"):
+        _ = w.metadata
+    w.close()
+    got = w.metadata
+    want = pq.read_metadata(pa.BufferReader(sink.getvalue()))
+    assert got.to_dict() == want.to_dict()
+    assert (got.num_rows, got.num_row_groups) == (200, 2)
+    st = got.row_group(0).column(0).statistics
+    assert (st.min, st.max, st.null_count) == ("a", "c", 30)
+    assert got.row_group(1).column(1).statistics is None
