@@ -211,6 +211,16 @@ def _flat(leaf: _Leaf, arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
         if arr.null_count and not leaf.max_def:
             raise ValueError(f"column {leaf.path}: {arr.null_count} nulls in a non-nullable field")
         return arr, (_validity(arr) if arr.null_count else None)
+    node = arr
+    clean = arr.null_count == 0
+    for _kind, _nullable, child in leaf.steps:  # structs only: no list on the path
+        node = node.field(child)  # the parent's offset and length applied
+        clean = clean and node.null_count == 0
+    if clean:
+        # Nothing null on the path: every level is max_def, the values are the leaf's. Why:
+        # the levels kernel walks every row (``_kafka``'s partition, offset, timestamp ... in
+        # the decode bench: ~3.5 ns a row each for levels that are all the same)
+        return node, None
     walk = _walk(leaf, arr)
     n = len(arr)
     dfn = np.empty(n, np.uint8)

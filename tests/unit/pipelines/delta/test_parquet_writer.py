@@ -2205,3 +2205,29 @@ def test_metadata_is_the_footer_written() -> None:
     st = got.row_group(0).column(0).statistics
     assert (st.min, st.max, st.null_count) == ("a", "c", 30)
     assert got.row_group(1).column(1).statistics is None
+
+
+def test_struct_leaves_with_nothing_null_on_their_path_from_sliced_parents() -> None:
+    """A struct leaf whose path holds no null in the rows written takes its values as they are
+    (no levels walked); slices of a struct column whose nulls (of the struct, of a field) are
+    all outside the slice, inside it, or at its edge read back as pyarrow's file does."""
+    n = 3_000
+    inner = pa.StructArray.from_arrays(
+        [pa.array([f"c{i % 7}" if i >= 100 else None for i in range(n)])], names=["c"]
+    )
+    mask = np.zeros(n, bool)
+    mask[:50] = True  # the struct itself null in rows 0-49, its field c null up to row 99
+    column = pa.StructArray.from_arrays(
+        [pa.array(range(n), pa.int64()), inner],
+        fields=[pa.field("a", pa.int64(), nullable=False), pa.field("b", inner.type)],
+        mask=pa.array(mask),
+    )
+    table = pa.table({"s": column, "k": pa.array(range(n), pa.int32())})
+    options = {"use_dictionary": True, "write_statistics": ["k"]}
+    for parts in (
+        [table.slice(100)],  # nothing null on any path
+        [table.slice(60), table.slice(0, 60)],  # c null at the start of the first part
+        [table.slice(49, 10), table.slice(2_000)],  # the struct's last null row at the edge
+    ):
+        data = _write_fast(parts, table.schema, None, **options)
+        check_like_pyarrow(data, parts, None, options)
