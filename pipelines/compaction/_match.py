@@ -23,6 +23,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
+from pipelines.decode.arrow import one_array
+
 __all__ = ["KeyIndex"]
 
 _M1 = np.uint64(0x9E3779B185EBCA87)
@@ -155,12 +157,6 @@ def _binary_buffers(keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return offsets, np.frombuffer(data, dtype=np.uint8)
 
 
-def _one_chunk(keys: pa.Array | pa.ChunkedArray) -> pa.Array:
-    if isinstance(keys, pa.ChunkedArray):
-        return keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
-    return keys
-
-
 def _valid(keys: pa.Array, rows: np.ndarray | None) -> np.ndarray:
     """Rows to use: ``rows`` (a bool mask), or all; never a null key."""
     valid = np.ones(len(keys), dtype=bool) if rows is None else np.array(rows, dtype=bool)
@@ -174,7 +170,7 @@ class KeyIndex:
     found by :meth:`locate`."""
 
     def __init__(self, partition: np.ndarray, keys: pa.Array | pa.ChunkedArray) -> None:
-        keys = _one_chunk(keys)
+        keys = one_array(keys)
         if len(partition) != len(keys):
             raise ValueError(f"{len(partition)} partitions for {len(keys)} keys")
         n = len(keys)
@@ -205,7 +201,7 @@ class KeyIndex:
         """For each row ``i`` of ``(partition, keys)`` (only where the bool mask ``rows`` is
         True, when given) whose partition and key the index holds at row ``j``: ``out[j] =
         base + i`` (``out``: int64, one per indexed row)."""
-        keys = _one_chunk(keys)
+        keys = one_array(keys)
         if len(partition) != len(keys) or (rows is not None and len(rows) != len(keys)):
             raise ValueError(f"{len(partition)} partitions for {len(keys)} keys")
         if len(out) != len(self._part):

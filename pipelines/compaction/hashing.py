@@ -22,6 +22,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from pipelines.decode.arrow import one_array
+
 __all__ = ["SPARK_SEED", "buckets_of", "latest_indices", "xxhash64"]
 
 SPARK_SEED = 42
@@ -102,8 +104,7 @@ def _xxh64(data: np.ndarray, offsets: np.ndarray, seed: np.uint64, out: np.ndarr
 def _key_buffers(keys: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """One array of ``keys``, its offsets (int32 or int64 as the array has them: a binary
     array is not cast, which would copy its offsets) and its data bytes (never empty)."""
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    keys = one_array(keys)
     if not (pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type)):
         keys = keys.cast(pa.large_binary())
     n = len(keys)

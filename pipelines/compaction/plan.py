@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.compaction.model import Strategy
+from pipelines.decode.arrow import one_array
 
 __all__ = ["VERSION", "header_versions", "versions", "winner_indices", "winners"]
 
@@ -39,8 +40,7 @@ def _timestamp_ms(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
 def header_versions(headers: pa.Array | pa.ChunkedArray, name: str) -> pa.Array:
     """Per row: the last header ``name``'s value as a big-endian signed integer of 1-8 bytes
     (int64), null when the row has no such header or its value is null, empty or too long."""
-    if isinstance(headers, pa.ChunkedArray):
-        headers = headers.combine_chunks()
+    headers = one_array(headers)
     n = len(headers)
     out = np.zeros(n, dtype=np.int64)
     valid = np.zeros(n, dtype=bool)

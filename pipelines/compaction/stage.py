@@ -37,6 +37,7 @@ from pipelines.compaction.merge import TaskPlan, merge_rows, read_table_file, ta
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import VERSION, versions
 from pipelines.compaction.runs import Run, journal_dv_files, scratch_prefix
+from pipelines.decode.arrow import one_array
 from pipelines.delta.deletion_vectors import DV_PREFIX
 from pipelines.delta.direct import run_in_job_group
 from pipelines.delta.files import WrittenFile, table_location
@@ -202,7 +203,7 @@ def _stage_records(
     keys = rows.column("key")
     if sum(c.nbytes for c in keys.chunks) >= 1 << 31:  # past binary's 32-bit offsets
         keys = keys.cast(pa.large_binary())
-    keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    keys = one_array(keys)
     hashes = xxhash64(keys)
     if strategy.kind == "offset":  # no versions: the kernel compares offsets only
         has_version, version = np.zeros(0, np.bool_), np.zeros(0, np.int64)

@@ -68,6 +68,7 @@ from logstore.errors import CorruptRecordError, InvalidConfigError
 from logstore.failpoints import failpoint, kill_session
 from pipelines.compaction.layout import open_input
 from pipelines.compaction.model import Strategy
+from pipelines.decode.arrow import one_array
 from pipelines.delta.commit import create_table, ensure_table, load_table, merge_schema, open_table
 from pipelines.delta.direct import StagedWrite, stage_files
 from pipelines.delta.files import parquet_column_paths
@@ -289,12 +290,12 @@ def _read_records(path: str, ranges: Mapping[int, tuple[int, int]]) -> Iterator[
 def _kafka_column(rows: pa.Table, key_ids: pa.Array, value_ids: pa.Array) -> pa.StructArray:
     return pa.StructArray.from_arrays(
         [
-            rows["partition"].combine_chunks().cast(pa.int32()),
-            rows["offset"].combine_chunks().cast(pa.int64()),
-            rows["timestamp"].combine_chunks().cast(pa.timestamp("us", tz="UTC")),
-            rows["timestamp_type"].combine_chunks().cast(pa.int32()),
-            rows["key"].combine_chunks().cast(pa.binary()),
-            rows["headers"].combine_chunks().cast(HEADERS_TYPE),
+            one_array(rows["partition"]).cast(pa.int32()),
+            one_array(rows["offset"]).cast(pa.int64()),
+            one_array(rows["timestamp"]).cast(pa.timestamp("us", tz="UTC")),
+            one_array(rows["timestamp_type"]).cast(pa.int32()),
+            one_array(rows["key"]).cast(pa.binary()),
+            one_array(rows["headers"]).cast(HEADERS_TYPE),
             key_ids,
             value_ids,
         ],
@@ -312,14 +313,14 @@ def _decode_rows(
     """Decoded rows of ``rows`` (no tombstones) in ``task.target``'s shape, then reports; the
     rows that did not decode go to ``dead``."""
     n = rows.num_rows
-    value = decode_column(rows["value"].combine_chunks(), value_dec)
+    value = decode_column(one_array(rows["value"]), value_dec)
     errors = value.errors
     part = pa.array(["value"] * n, type=pa.string()) if errors.null_count < n else None
     ids = value.schema_ids
     key_ids = pa.nulls(n, pa.int32())
     columns: dict[str, pa.Array] = {}
     if key_dec is not None:
-        keys = rows["key"].combine_chunks()
+        keys = one_array(rows["key"])
         has_key = keys.is_valid()
         decoded = decode_column(keys.fill_null(b""), key_dec)
         key_ids = pc.if_else(has_key, decoded.schema_ids, pa.scalar(None, pa.int32()))

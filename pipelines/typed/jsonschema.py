@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from pipelines.decode.arrow import one_array
 from pipelines.typed.registry import RegisteredSchema
 
 __all__ = ["JsonDecoded", "JsonDecoder", "arrow_type", "compile_json"]
@@ -118,7 +119,7 @@ class JsonDecoder:
         )
         table = table.select(self._schema.names).cast(self._schema)
         return pa.StructArray.from_arrays(
-            [c.combine_chunks() for c in table.columns], fields=list(self.arrow_type)
+            [one_array(c) for c in table.columns], fields=list(self.arrow_type)
         )
 
     def _joined(self, payloads: pa.BinaryArray) -> pa.Buffer:

@@ -68,6 +68,7 @@ from logstore.objectstore import LakeLocation
 from pipelines.compaction.hashing import buckets_of
 from pipelines.compaction.model import Strategy
 from pipelines.compaction.plan import versions, winner_indices
+from pipelines.decode.arrow import one_array
 from pipelines.delta.commit import check_app_transactions, commit_files, ensure_table, open_table
 from pipelines.delta.direct import run_in_job_group
 
@@ -206,7 +207,7 @@ def stage_winners(
                 pa.Table.from_batches(rows), strategy=strategy, by_key_only=by_key_only
             )
             del rows
-            kafka = won.column("_kafka").combine_chunks()
+            kafka = one_array(won.column("_kafka"))
             bucket = buckets_of(pc.struct_field(kafka, "key"), buckets)
             for b in np.unique(bucket):
                 yield int(b), _ipc(won.filter(pa.array(bucket == b)))
@@ -255,7 +256,7 @@ def pick_winners(rows: pa.Table, *, strategy: Strategy | None, by_key_only: bool
 
 
 def _rank_table(rows: pa.Table, *, by_key_only: bool) -> pa.Table:
-    kafka = rows.column("_kafka").combine_chunks()
+    kafka = one_array(rows.column("_kafka"))
     part = pc.struct_field(kafka, "partition")
     return pa.table(
         {
@@ -355,18 +356,18 @@ def _existing(keys: pa.Table, table: pa.Table, *, by_key_only: bool) -> tuple[pa
     left = keys.select(on).append_column("_row", pa.array(np.arange(keys.num_rows)))
     right = table.select([*on, "offset", VERSION]).rename_columns([*on, "_o", "_v"])
     joined = left.join(right, on, join_type="left outer").sort_by("_row")
-    return joined["_v"].combine_chunks(), joined["_o"].combine_chunks()
+    return one_array(joined["_v"]), one_array(joined["_o"])
 
 
 def _key_columns(rows: pa.Table) -> pa.Table:
     """partition, key, offset (from ``_kafka``) and ``_version`` of ``rows``."""
-    kafka = rows.column("_kafka").combine_chunks()
+    kafka = one_array(rows.column("_kafka"))
     return pa.table(
         {
             "partition": pc.struct_field(kafka, "partition"),
             "key": pc.struct_field(kafka, "key"),
             "offset": pc.struct_field(kafka, "offset"),
-            VERSION: rows.column(VERSION).combine_chunks(),
+            VERSION: one_array(rows.column(VERSION)),
         }
     )
 
@@ -393,7 +394,7 @@ def _remember_deletes(
     keep = ~_above(tv, to, keys[VERSION], keys["offset"])
     dropped = keys.filter(pa.array(~keep)).select(on)
     keys = keys.filter(pa.array(keep))
-    deleted = np.asarray(keys.column(DELETED).combine_chunks().fill_null(False))
+    deleted = np.asarray(one_array(keys.column(DELETED)).fill_null(False))
     if not check_app_transactions(tdt, apps) or not len(keys):
         return dropped
     effective = deleted
@@ -421,7 +422,7 @@ def _rows_of(dt: DeltaTable, keys: pa.Table, *, by_key_only: bool, kafka: bool =
     """partition, key, offset, ``_version`` of the rows of ``dt`` whose key is one of
     ``keys``' (a scan with a filter: only those rows are kept). ``kafka``: ``dt`` is a typed
     table (the columns inside ``_kafka``), else a tombstone table."""
-    wanted = pc.unique(keys.column("key").combine_chunks())
+    wanted = pc.unique(one_array(keys.column("key")))
     if kafka:
         columns: dict[str, Any] = {
             "partition": pc.field("_kafka", "partition"),
