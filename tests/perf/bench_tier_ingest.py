@@ -71,6 +71,22 @@ tier's own part no longer bounds ``ratio``: the decode and write do (``decode_wr
 CPU on the same cores. A log-dir ingest of the same segments, which GETs nothing, took
 2.1-2.7 s against a 1.12 s floor (0.41-0.53): 0.7 needs the ingest itself at ~1.6 s here.
 
+Where a task's CPU goes (2026-11-29, in-process, no Spark: 1M records of partition 0 produced
+by confluent-kafka 2.16 as this bench produces them, lz4 frames of independent blocks, ~2,170
+records a batch, read from a log dir and written with the records table's options, thread CPU
+per record, medians of 5, load 0.4-2.5, the spread between samples 10-20%): decode 129-142 ns
+(records_to_columns 34-43, lz4 blocks 28-32, the file read 18-19, CRC-32C 9-10; the other
+~40 numpy passes that make the per-batch and derived columns, ``np.repeat``, ``np.full``, the
+microsecond timestamps and dates, ~1 ns a row each, and Python per chunk), write 136-165 ns,
+of which the value column 76-90 (snappy 23-34: its pages do shrink, to 0.89, so they stay
+compressed; the PLAIN copy 19-23; the file's write(2) 27-30), the key 20-27 (snappy 14-17),
+the ten integer columns ~20-26 and the headers ~5; the writer's Python per page is ~1-3. Most
+of it is native code already (liblz4, crc32c, snappy, the numba kernels, write(2)). The
+same task's CPU measured 255 and 540 ns a record within the hour, as this bench's
+``decode_write_cpu_s`` spreads 3.9-5.8 CPU-s: the swell is the machine's load, not a step
+of the task. Run at load 1.9 (10M): ratio 0.515 (tier 3.28 s, floor 1.69 s),
+``decode_write_cpu_s`` 5.05, ``decode_cpu_s`` 2.18 against ``decode_logdir_cpu_s`` 0.99.
+
 Each the best of ``--runs`` after one untimed warm-up of each. ``ratio = floor_s / tier_s``.
 Last line: one JSON object.
 
