@@ -28,10 +28,13 @@ def test_the_warm_up_fills_numbas_cache_with_the_avro_kernel(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert "8 Avro values decoded" in done.stderr
     assert "4 Protobuf values decoded" in done.stderr
+    assert "4 typed rows written" in done.stderr
     cached = {p.name.split("-")[0] for p in tmp_path.rglob("*.nbi")}
     assert {
         "avro_kernel.decode_rows",
         "protobuf_kernel.decode_rows",
         "_kernels.records_to_columns",
         "_parquet_kernels.plain_binary",
+        "_parquet_kernels.levels",  # the typed tables' nested columns
+        "_parquet_kernels.dictionary_fixed",
     } <= cached, cached
