@@ -207,9 +207,10 @@ class _Task:
 # decimals of precision <= 18 as INT32/INT64 (Parquet's DECIMAL logical type over integers:
 # Spark, delta-rs and polars read it; Delta's statistics are taken from the Arrow data and
 # do not change). Why: on the bench's typed table (tests/perf/bench_parquet_typed.py, 1M rows,
-# zstd) it writes ~364 ns a row and 3.7 bytes against pyarrow's ~428 ns and 7.7 bytes; the
-# decode job's figures with it are not measured yet (before it: decode 2.10, raw ingest 1.11
-# CPU-us a record, tests/perf/bench_decode.py --job --records 2000000).
+# zstd) it writes ~364 ns a row and 3.7 bytes against pyarrow's ~428 ns and 7.7 bytes. The
+# decode job at 10M records (tests/perf/bench_decode.py --job, 2026-11-29, four runs):
+# 0.99-1.27 CPU-us a record, decode / raw ingest 0.45-0.60 wall, 0.51-0.65 by CPU (with
+# pyarrow's writer the same day: 1.37, 0.43 wall, 0.47 by CPU).
 TYPED_PARQUET_WRITER: dict[str, Any] = {
     "parquet_writer": "loglake",
     "store_decimal_as_integer": True,
