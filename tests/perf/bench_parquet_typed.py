@@ -51,9 +51,9 @@ def measure(table: pa.Table, options: dict[str, Any], runs: int) -> dict[str, tu
     for engine in times:
         write(table, engine, options)  # untimed: kernels compiled or loaded
     for _ in range(runs):
-        for engine in times:
+        for engine, taken in times.items():
             seconds, data = write(table, engine, options)
-            times[engine].append(seconds)
+            taken.append(seconds)
             sizes[engine] = data.size
     n = max(table.num_rows, 1)
     return {e: (statistics.median(t) / n * 1e9, sizes[e]) for e, t in times.items()}
