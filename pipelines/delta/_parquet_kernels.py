@@ -338,6 +338,23 @@ def delta_binary_packed(values: np.ndarray, width: int, out: np.ndarray, pos: in
     return pos
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _path_level(
+    valid: np.ndarray, node_row: np.ndarray, node_def: np.ndarray, at: int, d: int
+) -> tuple[int, bool]:
+    """Walk the nodes of one part of a leaf's path (:func:`levels`) at row ``at`` from
+    definition level ``d``: (the level reached, whether every node is present), stopping at
+    the first null; (-1, False) when that null is in a non-nullable node."""
+    for i in range(node_row.shape[0]):
+        row = node_row[i]
+        if row >= 0 and valid[row, at] == 0:
+            if node_def[i] == 0:
+                return -1, False
+            return d, False
+        d += node_def[i]
+    return d, True
+
+
 @njit(cache=True, nogil=True)
 def levels(  # noqa: PLR0917 (numba: no keyword-only parameters)
     r0: int,
@@ -374,16 +391,9 @@ def levels(  # noqa: PLR0917 (numba: no keyword-only parameters)
     t = 0
     has_list = offsets.shape[0] != 0
     for r in range(r0, r1):
-        d = 0
-        defined = True
-        for i in range(pre_row.shape[0]):
-            row = pre_row[i]
-            if row >= 0 and pre[row, r] == 0:
-                if pre_def[i] == 0:
-                    return -1, r
-                defined = False
-                break
-            d += pre_def[i]
+        d, defined = _path_level(pre, pre_row, pre_def, r, 0)
+        if d < 0:
+            return -1, r
         if not has_list:
             dfn[e] = d
             e += 1
@@ -401,16 +411,9 @@ def levels(  # noqa: PLR0917 (numba: no keyword-only parameters)
         d += 1
         for c in range(a, b):
             rep[e] = 0 if c == a else 1
-            dd = d
-            present = True
-            for j in range(post_row.shape[0]):
-                row = post_row[j]
-                if row >= 0 and post[row, c] == 0:
-                    if post_def[j] == 0:
-                        return -1, r
-                    present = False
-                    break
-                dd += post_def[j]
+            dd, present = _path_level(post, post_row, post_def, c, d)
+            if dd < 0:
+                return -1, r
             dfn[e] = dd
             e += 1
             if present:
