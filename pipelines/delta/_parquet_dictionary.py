@@ -193,13 +193,8 @@ def _statistics(leaf: _Leaf, arrays: list[pa.Array], nulls: int) -> Fields:
         lo, hi = mm["min"].as_py(), mm["max"].as_py()
         if max(len(lo), len(hi)) > _MAX_STATISTICS_SIZE:
             return [(3, "i64", nulls)]
-        return [
-            (3, "i64", nulls),
-            (5, "bin", hi),
-            (6, "bin", lo),
-            (7, "bool", True),
-            (8, "bool", True),
-        ]
+        # no deprecated min/max (fields 1, 2) for byte arrays: their old order was signed
+        return _bounds(lo, hi, nulls, deprecated=False)
     values = np.concatenate(
         [_fixed_values(a)[_validity(a) != 0] if a.null_count else _fixed_values(a) for a in present]
     )
@@ -211,15 +206,15 @@ def _statistics(leaf: _Leaf, arrays: list[pa.Array], nulls: int) -> Fields:
         size = _WIDTH[leaf.physical]
         lo_raw = int(values.min()).to_bytes(size, "little", signed=True)
         hi_raw = int(values.max()).to_bytes(size, "little", signed=True)
-    return [
-        (1, "bin", hi_raw),
-        (2, "bin", lo_raw),
-        (3, "i64", nulls),
-        (5, "bin", hi_raw),
-        (6, "bin", lo_raw),
-        (7, "bool", True),  # is_max_value_exact, is_min_value_exact: as pyarrow writes them
-        (8, "bool", True),
-    ]
+    return _bounds(lo_raw, hi_raw, nulls, deprecated=True)
+
+
+def _bounds(lo: bytes, hi: bytes, nulls: int, *, deprecated: bool) -> Fields:
+    """A Statistics struct as pyarrow writes it: the deprecated max/min (fields 1, 2) where
+    asked, the null count, max_value/min_value and both marked exact (fields 7, 8)."""
+    old: Fields = [(1, "bin", hi), (2, "bin", lo)] if deprecated else []
+    return [*old, (3, "i64", nulls), (5, "bin", hi), (6, "bin", lo), (7, "bool", True),
+            (8, "bool", True)]  # fmt: skip
 
 
 def _float_bounds(values: np.ndarray) -> tuple[bytes, bytes] | tuple[None, None]:

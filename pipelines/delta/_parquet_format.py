@@ -48,12 +48,9 @@ _CODECS = {
 _ENCODINGS = {"PLAIN": _PLAIN, "DELTA_BINARY_PACKED": _DELTA_BINARY_PACKED}
 _DICTIONARY_PAGESIZE_LIMIT = 1 << 20
 _MAX_STATISTICS_SIZE = 4096
-_MAX_SECONDS = (2**63 - 1) // 1000
-# store_decimal_as_integer: pyarrow's (and Spark's) INT32 / INT64 decimals
-_MAX_INT32_DECIMAL, _MAX_INT_DECIMAL = (
-    9,
-    18,
-)  # Parquet has no seconds: timestamp[s] is written in ms
+_MAX_SECONDS = (2**63 - 1) // 1000  # Parquet has no seconds: timestamp[s] is written in ms
+# store_decimal_as_integer: pyarrow's (and Spark's) INT32 / INT64 decimals, by precision
+_MAX_INT32_DECIMAL, _MAX_INT_DECIMAL = 9, 18
 
 
 # --- Thrift compact protocol (only what parquet.thrift's footer and page headers need) ------
