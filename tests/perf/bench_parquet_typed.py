@@ -1,8 +1,9 @@
 """Benchmark: the decode job's typed table written by pyarrow's Parquet writer and by
 :class:`pipelines.delta.parquet.FastParquetWriter`, same options.
 
-The table is the decoded table of ``bench_decode.py`` saved as Arrow IPC (``--table``; its
-schema is the typed table's: the 12-field Avro schema plus ``_kafka``). Options: the job's
+The table is ``bench_decode.py``'s values decoded (:func:`decoded_table`, ``--records`` rows;
+or an Arrow IPC file, ``--table``): the typed table's columns, the 12-field Avro schema plus
+``_kafka``. Options: the job's
 (:func:`pipelines.typed.job.typed_parquet_options`) with zstd and
 ``store_decimal_as_integer=True`` (what the fast writer needs for ``amount``). Measures thread
 CPU time (``time.thread_time``) of one ``write_table`` + ``close`` into memory, the two writers
@@ -19,9 +20,12 @@ from __future__ import annotations
 import argparse
 import io
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -59,6 +63,40 @@ def measure(table: pa.Table, options: dict[str, Any], runs: int) -> dict[str, tu
     return {e: (statistics.median(t) / n * 1e9, sizes[e]) for e, t in times.items()}
 
 
+def decoded_table(n: int) -> pa.Table:
+    """``bench_decode.py``'s ``n`` values decoded by the job's Avro decoder, in the Delta types
+    the job writes (:func:`~pipelines.typed.columns.delta_type`), with a ``_kafka`` column of
+    one partition's consecutive offsets (the job's :func:`~pipelines.typed.job._kafka_column`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_decode
+
+    from pipelines.typed.avro import compile_decoder
+    from pipelines.typed.columns import conform, delta_type
+    from pipelines.typed.job import KAFKA_TYPE, _kafka_column
+
+    decoded = compile_decoder(bench_decode.SCHEMA_TEXT).decode(bench_decode.make_values(n, 20_000))
+    if decoded.error_count:
+        raise SystemExit(f"{decoded.error_count} of the bench's values did not decode")
+    values = decoded.values
+    rows = pa.table(
+        {
+            "partition": pa.array(np.zeros(n, np.int32)),
+            "offset": pa.array(np.arange(n, dtype=np.int64)),
+            "timestamp": pa.array(
+                np.arange(n, dtype=np.int64) + 1_700_000_000_000_000, pa.timestamp("us", "UTC")
+            ),
+            "timestamp_type": pa.array(np.zeros(n, np.int32)),
+            "key": pa.nulls(n, pa.binary()),
+            "headers": pa.array([[]] * n, KAFKA_TYPE.field("headers").type),
+        }
+    )
+    columns = {
+        f.name: conform(values.field(i), delta_type(f.type)) for i, f in enumerate(values.type)
+    }
+    columns["_kafka"] = _kafka_column(rows, pa.nulls(n, pa.int32()), pa.array(np.ones(n, np.int32)))
+    return pa.table(columns)
+
+
 def check(table: pa.Table, options: dict[str, Any]) -> None:
     for engine in ("pyarrow", "loglake"):
         _, data = write(table, engine, options)
@@ -71,11 +109,15 @@ def check(table: pa.Table, options: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--table", default="/work/wt/decoded_bench_1M.arrow")
+    parser.add_argument("--table", help="an Arrow IPC file of the table (default: made here)")
+    parser.add_argument("--records", type=int, default=1_000_000, help="rows made, no --table")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--columns", action="store_true")
     args = parser.parse_args()
-    table = pa.ipc.open_file(pa.memory_map(args.table)).read_all()
+    if args.table:
+        table = pa.ipc.open_file(pa.memory_map(args.table)).read_all()
+    else:
+        table = decoded_table(args.records)
     options = {
         **typed_parquet_options(table.schema),
         "compression": "zstd",
