@@ -278,16 +278,19 @@ def _ran_on_the_cluster(
     (``tasks=False``: it got executors on both workers but needed no task at all).
 
     Fails when the driver silently ran in local mode (e.g. a configuration file's
-    ``spark.master`` overriding ``spark-submit --master``).
+    ``spark.master`` overriding ``spark-submit --master``). Counted by worker, not by
+    executor directory: under load the master may replace a lost executor on a worker (a
+    second directory there; seen in CI), which Spark does by design.
     """
     app = cluster.wait_completed(apps_before, timeout_s=20)
     assert app["name"] == "loglake-ingest"
-    executor_logs = [d / "stderr" for d in cluster.executor_dirs(app["id"])]
-    assert len(executor_logs) == 2, executor_logs
-    assert {p.parent.parent.parent for p in executor_logs} == set(cluster.worker_dirs)
-    for log in executor_logs:
-        ran = "Running task" in log.read_text(encoding="utf-8", errors="replace")
-        assert ran is tasks, log
+    ran_by_worker: dict[Path, bool] = {}
+    for executor in cluster.executor_dirs(app["id"]):
+        log = (executor / "stderr").read_text(encoding="utf-8", errors="replace")
+        worker = executor.parent.parent
+        ran_by_worker[worker] = ran_by_worker.get(worker, False) or "Running task" in log
+    assert set(ran_by_worker) == set(cluster.worker_dirs), ran_by_worker
+    assert all(ran is tasks for ran in ran_by_worker.values()), ran_by_worker
 
 
 def test_ingest_job_on_the_cluster_is_exact_and_a_rerun_is_a_no_op(
