@@ -71,9 +71,12 @@ def compress(codec: Codec | int, data: Buffer, *, level: int | None = None) -> b
             out += block
         return bytes(out)
     if codec is Codec.LZ4:
+        # Independent blocks, as Kafka's Java client (KafkaLZ4BlockOutputStream) and
+        # librdkafka write them: the decoder then reads every block of a frame straight into
+        # its buffer (pipelines.decode.codecs), not through liblz4's frame decoder.
         if level is None:
-            return bytes(lz4.frame.compress(raw))
-        return bytes(lz4.frame.compress(raw, compression_level=level))
+            return bytes(lz4.frame.compress(raw, block_linked=False))
+        return bytes(lz4.frame.compress(raw, compression_level=level, block_linked=False))
     return bytes(zstandard.ZstdCompressor(level=3 if level is None else level).compress(raw))
 
 

@@ -6,12 +6,14 @@ import gzip
 import os
 
 import cramjam
+import lz4.frame
 import pytest
 from kafka import codec as kp
 
 from logstore.errors import CorruptRecordError, UnsupportedCodecError
 from logstore.protocol.batch import Codec
 from logstore.protocol.codecs import XERIAL_HEADER, compress, decompress
+from pipelines.decode.codecs import LZ4_INDEPENDENT
 
 DATA = os.urandom(3000) + b"loglake " * 20000  # > one 32 KiB xerial block, partly incompressible
 
@@ -55,6 +57,17 @@ def test_snappy_both_framings() -> None:
     assert not raw.startswith(b"\x82SNAPPY")
     assert decompress(Codec.SNAPPY, raw) == DATA
     assert decompress(Codec.SNAPPY, xerial) == DATA
+
+
+def test_lz4_frames_have_independent_blocks() -> None:
+    """As Kafka's clients write them (FLG bit 5): more than one 64 KiB block here, each read
+    by itself (before: linked blocks, liblz4's frame decoder on every read)."""
+    packed = compress(Codec.LZ4, DATA)
+    flg = packed[4]
+    assert flg & LZ4_INDEPENDENT, hex(flg)
+    assert len(DATA) > 2 * (64 << 10)
+    assert lz4.frame.get_frame_info(packed)["block_linked"] is False
+    assert decompress(Codec.LZ4, packed) == DATA
 
 
 def test_gzip_concatenated_members() -> None:
