@@ -154,8 +154,8 @@ class ObjectStore:
         of loglake's own, its body read into ``into`` (:mod:`logstore.objectstore._s3get`:
         measured ~2.7x less client CPU than :meth:`read_range`, why there); on disk a
         ``preadv``; elsewhere (GCS, Azure) pyarrow's ranged read copied in. A retry writes
-        ``into`` again. :meth:`read_range` stays pyarrow's on S3 (the tier bench's floor is
-        its GETs)."""
+        ``into`` again. :meth:`read_range` stays pyarrow's on S3 (the tier bench measures its
+        floor both ways)."""
         if offset < 0:
             raise ObjectStoreError(
                 f"ranged read needs offset >= 0, got {offset}", path=self.uri(path)

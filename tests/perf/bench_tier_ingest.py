@@ -46,8 +46,16 @@ are local. Then, with one Spark session (local[2]) and the shipped ``conf/pipeli
 - ``fetch_s`` (for comparison): the same ingest without ``remote_log_storage``: everything
   through Fetch, the broker reading its tier for the history;
 - ``floor_s``: the same remote segments' ``.log`` bytes fetched with the same ranged GETs
-  (:data:`pipelines.sources.tier.DEFAULT_WINDOW_BYTES` windows of whole chunks), two at a time
-  (the two cores' tasks), nothing decoded or written: what reading the tier costs at least.
+  (:data:`pipelines.sources.tier.DEFAULT_WINDOW_BYTES` windows of whole chunks, after each
+  segment's manifest) by the same client as the executors' reader (loglake's own GETs into a
+  reused buffer), two segments at a time (the two cores' tasks), nothing decoded or written:
+  what reading the tier costs at least;
+- ``floor_pyarrow_s`` (context): the same GETs through pyarrow's S3 client (a HEAD before
+  each GET, the body copied into ``bytes``), ``ratio_vs_pyarrow_floor = floor_pyarrow_s /
+  tier_s``. Until 2026-11-29 this was ``floor_s``, though the reader had its own GETs since
+  2026-11-28: measured on 1 GiB of 8 MiB objects, two threads, pyarrow's took 1.51-1.68 s
+  (client 1.10-1.19 CPU-s, the S3 server 1.36-1.52) and the reader's own 0.78-0.82 s
+  (0.37-0.41, 0.86-0.96): the floor was twice what reading the tier costs, and so was the ratio.
 
 Why decode+write cost 0.556 us a record here (10M, an earlier session) against ~0.26 in
 ``bench_ingest.py``: not the data, as far as this machine can tell. Decoded from log-dir
@@ -87,6 +95,19 @@ same task's CPU measured 255 and 540 ns a record within the hour, as this bench'
 of the task. Run at load 1.9 (10M): ratio 0.515 (tier 3.28 s, floor 1.69 s),
 ``decode_write_cpu_s`` 5.05, ``decode_cpu_s`` 2.18 against ``decode_logdir_cpu_s`` 0.99.
 
+The floor against the reader's own GETs (2026-11-29, 10M records, 1.07 GB, load 0.3-2.3):
+floor 1.42 s with the S3 server's CPU 1.54 s (moto serves under one GIL: the floor is its CPU
+time), pyarrow's floor 3.07 s, tier 4.67 s: **ratio 0.305** (0.658 against pyarrow's floor, as
+this bench said before), ``ratio_bound_with_store`` 0.44: with the store's CPU on the same two
+cores as the decode and write (4.95 CPU-s), no ingest of this decoder and writer can reach 0.7
+here; that needs ~130 ns a record of decode+write, against ~270 in one quiet process.
+
+``--store-mbps``: the S3 server's answers paced to that many MB/s in all (a sleep, no CPU; a
+store whose GETs are bound by its network, as a remote one's are, not by these cores). Same
+day: at 250 MB/s floor 5.33 s, tier 6.42 s, **ratio 0.83**; at 500 MB/s floor 3.19 s, tier
+5.18 s, ratio 0.62 (the decode's CPU, 2.4 CPU-s of one reader taking 4.4 s: each task keeps
+one GET in flight).
+
 Each the best of ``--runs`` after one untimed warm-up of each. ``ratio = floor_s / tier_s``.
 Last line: one JSON object.
 
@@ -102,6 +123,7 @@ import os
 import random
 import resource
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -119,7 +141,12 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from logstore.tier import layout  # noqa: E402
 from pipelines.ingest import IngestConfig, load_config, run_ingest  # noqa: E402
 from pipelines.sources.synthetic import write_high_watermarks  # noqa: E402
-from pipelines.sources.tier import DEFAULT_WINDOW_BYTES, remote_segments, tier_store  # noqa: E402
+from pipelines.sources.tier import (  # noqa: E402
+    DEFAULT_WINDOW_BYTES,
+    _read_manifest,
+    remote_segments,
+    tier_store,
+)
 from tests.fixtures.broker import BrokerProcess, wait_for  # noqa: E402
 from tests.fixtures.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server  # noqa: E402
 from tests.perf.bench_produce import _cpu_seconds  # noqa: E402
@@ -170,20 +197,39 @@ def timed(spark: Any, config: IngestConfig, expected: int, *, verbose: bool = Fa
     return seconds
 
 
-def floor(root: str, bootstrap: str) -> tuple[float, int]:
-    """Seconds to GET every live remote segment's bytes as the executors do, and the bytes."""
+def floor(root: str, bootstrap: str, *, client: str = "own") -> tuple[float, int]:
+    """Seconds to GET every live remote segment's bytes as the executors do (its manifest,
+    then its ``.log`` in :data:`DEFAULT_WINDOW_BYTES` windows of whole chunks, two segments
+    at a time), and the bytes. ``client="own"``: the reader's own GETs
+    (:meth:`ObjectStore.read_range_into` into a buffer reused a thread, the manifest by
+    :func:`~pipelines.sources.tier._read_manifest`), the same requests the ingest makes;
+    ``"pyarrow"``: pyarrow's S3 client (a HEAD and a GET a read, the body copied into
+    ``bytes``), what this floor was until 2026-11-29."""
     segments = [s for segs in remote_segments(bootstrap).values() for s in segs]
     store = tier_store(root)
+    buffers = threading.local()
+
+    def get(key: str, first: int, n: int) -> int:
+        if client == "pyarrow":
+            return len(store.read_range(key, offset=first, length=n))
+        buf = getattr(buffers, "buf", None)
+        if buf is None or len(buf) < n:
+            buf = buffers.buf = bytearray(n)
+        return store.read_range_into(key, offset=first, into=memoryview(buf)[:n])
 
     def read(seg: Any) -> int:
         keys = layout.segment_keys("", seg)
-        manifest = layout.parse_manifest(store.read(keys[layout.MANIFEST]), path="bench")
-        chunks, got, pos = manifest.chunks, 0, 0
+        raw = (
+            store.read(keys[layout.MANIFEST])
+            if client == "pyarrow"
+            else _read_manifest(store, keys[layout.MANIFEST])
+        )
+        chunks, got, pos = layout.parse_manifest(raw, path="bench").chunks, 0, 0
         while pos < chunks.file_size:
             wanted = chunks.chunks_for(pos, DEFAULT_WINDOW_BYTES)
             first, _ = chunks.chunk_range(wanted[0])
             last, n = chunks.chunk_range(wanted[-1])
-            got += len(store.read_range(keys[layout.LOG], offset=first, length=last + n - first))
+            got += get(keys[layout.LOG], first, last + n - first)
             pos = last + n
         return got
 
@@ -330,10 +376,15 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2, help="local[N]: Spark's cores")
     parser.add_argument("--verbose", action="store_true", help="the runs' log lines, timed")
     parser.add_argument("--config", default=str(ROOT / "conf" / "pipeline.toml"))
+    parser.add_argument(
+        "--store-mbps", type=float, default=0.0,
+        help="pace the S3 server's answers to this many MB/s in all (a network-bound store; "
+        "0, the default and the issue's figure: as fast as it serves)",
+    )  # fmt: skip
     args = parser.parse_args()
     from pipelines.session import get_spark
 
-    s3 = S3Server()
+    s3 = S3Server(bandwidth=args.store_mbps * 1e6)
     os.environ.update({"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                        "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION})  # fmt: skip
     bucket = f"bench-{uuid.uuid4().hex[:8]}"
@@ -380,6 +431,7 @@ def main() -> None:
             timed(spark, tier("warm"), total)
             timed(spark, logdir("warm"), tiered)
             floor(root, b.bootstrap)
+            floor(root, b.bootstrap, client="pyarrow")
             decode_only(root, b.bootstrap)
             decode_log_dirs(logdirs)
             runs = []
@@ -392,6 +444,8 @@ def main() -> None:
                 at = store_cpu()
                 floor_s, tier_bytes = floor(root, b.bootstrap)
                 store_floor_s, at = store_cpu() - at, store_cpu()
+                floor_pyarrow_s, _ = floor(root, b.bootstrap, client="pyarrow")
+                store_floor_pyarrow_s, at = store_cpu() - at, store_cpu()
                 pids = _descendants(os.getpid()) | {store_pid}  # Spark's workers are reused
                 ran, waited = _sched(pids)
                 tier_s = timed(spark, tier(str(i)), total, verbose=args.verbose)
@@ -400,13 +454,14 @@ def main() -> None:
                 decode_s, decode_cpu_s = decode_only(root, b.bootstrap)
                 _, decode_logdir_cpu_s = decode_log_dirs(logdirs)
                 task_s, task_cpu_s = decode_only(root, b.bootstrap, Path(tmp) / f"task-{i}")
-                run = {"tier_s": tier_s, "floor_s": floor_s,
+                run = {"tier_s": tier_s, "floor_s": floor_s, "floor_pyarrow_s": floor_pyarrow_s,
                        "logdir_s": timed(spark, logdir(str(i)), tiered),
                        "fetch_s": timed(spark, fetch(str(i)), total),
                        "decode_1core_s": decode_s, "decode_cpu_s": decode_cpu_s,
                        "decode_logdir_cpu_s": decode_logdir_cpu_s,
                        "decode_write_1core_s": task_s, "decode_write_cpu_s": task_cpu_s,
                        "store_cpu_floor_s": store_floor_s, "store_cpu_tier_s": store_tier_s,
+                       "store_cpu_floor_pyarrow_s": store_floor_pyarrow_s,
                        "tier_ran_s": ran, "tier_runnable_wait_s": waited,
                        "tier_other_wait_s": tier_s - (ran + waited) / args.cores,
                        "tier_bytes": tier_bytes}  # fmt: skip
@@ -419,6 +474,7 @@ def main() -> None:
     best = min(runs, key=lambda r: r["tier_s"])
     tier_s = best["tier_s"]
     floor_s = min(r["floor_s"] for r in runs)
+    floor_pyarrow_s = min(r["floor_pyarrow_s"] for r in runs)
     logdir_s = min(r["logdir_s"] for r in runs)
     write_cpu_s = min(r["decode_write_cpu_s"] for r in runs)
     store_floor_s = min(r["store_cpu_floor_s"] for r in runs)
@@ -427,9 +483,11 @@ def main() -> None:
             {
                 "records": total,
                 "value_bytes": args.value_bytes,
+                "store_mbps": args.store_mbps,
                 "tier_bytes": runs[-1]["tier_bytes"],
                 "tier_s": round(tier_s, 3),
                 "floor_s": round(floor_s, 3),
+                "floor_pyarrow_s": round(floor_pyarrow_s, 3),
                 "logdir_s": round(logdir_s, 3),
                 "fetch_s": round(min(r["fetch_s"] for r in runs), 3),
                 "decode_1core_s": round(min(r["decode_1core_s"] for r in runs), 3),
@@ -438,8 +496,12 @@ def main() -> None:
                 "decode_write_cpu_s": round(write_cpu_s, 3),
                 "tier_records_per_s": round(total / tier_s),
                 "ratio": round(floor_s / tier_s, 3),
+                "ratio_vs_pyarrow_floor": round(floor_pyarrow_s / tier_s, 3),
                 "ratio_tier_vs_logdir": round(logdir_s / tier_s, 3),
                 "store_cpu_floor_s": round(store_floor_s, 3),
+                "store_cpu_floor_pyarrow_s": round(
+                    min(r["store_cpu_floor_pyarrow_s"] for r in runs), 3
+                ),
                 "store_cpu_tier_s": round(min(r["store_cpu_tier_s"] for r in runs), 3),
                 # the best tier run's: CPU of its processes, their wait for a CPU, the rest
                 **{
