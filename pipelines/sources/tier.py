@@ -29,10 +29,11 @@ Driver side:
 Executor side, :func:`read_tier_range`: the segment's ``.rsm-manifest`` (chunk index, where
 each index is), the offset index (ranged read of ``.indexes``) when the range starts inside the
 segment, then the ``.log`` object in windows of whole chunks of about ``window_bytes``, each one
-ranged GET issued one window ahead (a reader thread: the next window arrives while this one is
-decoded; after a range's last window, the manifest, start position and first window of the range
-its task reads next, so that a task's segments follow each other without waiting for the store),
-each window's bytes into :func:`pipelines.sources.read.read_records` (``data=``):
+ranged GET, :data:`READ_AHEAD` of them in flight ahead of the window decoded (reader threads, a
+connection each: the next windows arrive while this one is decoded; after a range's last
+window, the manifest, start position and first window of the range its task reads next, so
+that a task's segments follow each other without waiting for the store), each window's bytes
+into :func:`pipelines.sources.read.read_records` (``data=``):
 the same scan, checks and vectorised decode as a log-dir or Fetch read. A window's range ends
 after its last whole batch; the bytes after it are carried into the next window (no byte is
 fetched twice, no batch cut by a window's end counts as damage). ``segment_base_offset`` and
@@ -75,6 +76,7 @@ import os
 import struct
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -116,6 +118,7 @@ from pipelines.sources.plan import SegmentRange, guided_cuts
 __all__ = [
     "DEFAULT_TASK_BYTES",
     "DEFAULT_WINDOW_BYTES",
+    "READ_AHEAD",
     "RlmmState",
     "TierPlan",
     "TierRange",
@@ -133,6 +136,16 @@ __all__ = [
 ]
 
 DEFAULT_WINDOW_BYTES = 8 << 20
+# Windows requested ahead of the one decoded, each a GET on its own connection. Why more than
+# one: a remote store serves a connection at ~100 MB/s after ~20-50 ms to the first byte (S3),
+# so a window of 8 MiB takes ~100 ms to arrive and ~40 ms to decode; one GET in flight left a
+# task waiting for the store most of the time. Measured (2026-11-29, 3M records in 64 MB
+# segments, the tests' S3 server paced to 100 MB/s an answer: ``tests/perf/
+# bench_tier_ingest.py --segment-mb 64 --answer-mbps 100``): one reader 4.09 -> 2.28 s, the
+# ingest on local[2] 2.54 -> 2.01 s, from 1 to 4. Unpaced, where the cores are the limit: no
+# difference (1.04 and 0.99 s). Within a segment only: across segments a task still opens one
+# segment ahead, so segments of one window (8 MB) gained nothing paced (2.43 -> 2.33 s).
+READ_AHEAD = 4
 DEFAULT_TASK_BYTES = 128 << 20  # [ingest] max_partition_bytes' default: a task's most bytes
 PARTITION_DELETE_API_KEY = 2
 _PARTITION_FIXED = struct.Struct(">i")
@@ -490,20 +503,24 @@ def read_tier_windows(
     uri = opened.store.uri(opened.keys[layout.LOG])
     read_at = opened.read_at
 
-    # One GET ahead: the next window's bytes arrive while this one's are decoded; after the
-    # last, the opening of the range read next (``after``).
-    ahead = ThreadPoolExecutor(1, thread_name_prefix="tier-read-ahead")
+    # READ_AHEAD GETs ahead: the next windows' bytes arrive while this one's are decoded;
+    # after the last, the opening of the range read next (``after``).
+    ahead = ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="tier-read-ahead")
     try:
-        pending: Future[_Window] | None = None
+        pending: deque[Future[_Window]] = deque()
+        next_at = read_at  # where the next window requested starts
         if opened.first is not None:
-            pending = Future()
-            pending.set_result(opened.first)
+            pending.append(Future())
+            pending[0].set_result(opened.first)
+            next_at += opened.first.size
         carry, base = b"", pos  # bytes read but not decoded yet, from position ``base`` on
-        while pending is not None and offset < rng.until:
-            fresh = pending.result()
+        while pending and offset < rng.until:
+            fresh = pending.popleft().result()
             read_at += fresh.size
             at_end = read_at >= chunks.file_size
-            pending = None if at_end else ahead.submit(opened.get, read_at)
+            while len(pending) < READ_AHEAD and next_at < chunks.file_size:
+                pending.append(ahead.submit(opened.get, next_at))
+                next_at += opened.step
             if at_end and after is not None:
                 _open_ahead(after, window_bytes)
             if not carry:
@@ -548,11 +565,11 @@ def read_tier_windows(
 # its end cut, up to a megabyte: Kafka's default message.max.bytes), so that the two are
 # contiguous without a copy of the window; a longer tail is joined by a copy.
 _HEADROOM = 1 << 20
-# Window buffers free for reuse (a process reads a range at a time: two are in use, the
-# window decoded and the one arriving; an opening started ahead takes a third at most).
+# Window buffers free for reuse (a process reads a range at a time: the window decoded and the
+# READ_AHEAD arriving are in use; an opening started ahead takes one more at most).
 # Why reused: a fresh buffer of 9 MiB costs its page faults on first touch, per window.
 _POOL: list[np.ndarray] = []
-_POOL_MAX = 4
+_POOL_MAX = READ_AHEAD + 2
 _POOL_LOCK = threading.Lock()
 
 

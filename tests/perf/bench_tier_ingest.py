@@ -108,6 +108,11 @@ day: at 250 MB/s floor 5.33 s, tier 6.42 s, **ratio 0.83**; at 500 MB/s floor 3.
 5.18 s, ratio 0.62 (the decode's CPU, 2.4 CPU-s of one reader taking 4.4 s: each task keeps
 one GET in flight).
 
+``--answer-mbps``: each answer paced to that many MB/s (a connection's bandwidth; S3 serves one
+at ~100 MB/s). With :data:`pipelines.sources.tier.READ_AHEAD` 1 -> 4 GETs in flight a task
+(2026-11-29, 3M records, 100 MB/s an answer): in 64 MB segments tier 2.54 -> 2.01 s, floor (two
+connections) 2.13 s; in 8 MB segments (one window each, one segment opened ahead) 2.43 -> 2.33.
+
 Each the best of ``--runs`` after one untimed warm-up of each. ``ratio = floor_s / tier_s``.
 Last line: one JSON object.
 
@@ -381,10 +386,15 @@ def main() -> None:
         help="pace the S3 server's answers to this many MB/s in all (a network-bound store; "
         "0, the default and the issue's figure: as fast as it serves)",
     )  # fmt: skip
+    parser.add_argument(
+        "--answer-mbps", type=float, default=0.0,
+        help="pace each of the S3 server's answers to this many MB/s (a connection's "
+        "bandwidth: S3 serves one at ~100 MB/s; 0, the default: unpaced)",
+    )  # fmt: skip
     args = parser.parse_args()
     from pipelines.session import get_spark
 
-    s3 = S3Server(bandwidth=args.store_mbps * 1e6)
+    s3 = S3Server(bandwidth=args.store_mbps * 1e6, answer_bandwidth=args.answer_mbps * 1e6)
     os.environ.update({"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                        "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION})  # fmt: skip
     bucket = f"bench-{uuid.uuid4().hex[:8]}"
@@ -484,6 +494,7 @@ def main() -> None:
                 "records": total,
                 "value_bytes": args.value_bytes,
                 "store_mbps": args.store_mbps,
+                "answer_mbps": args.answer_mbps,
                 "tier_bytes": runs[-1]["tier_bytes"],
                 "tier_s": round(tier_s, 3),
                 "floor_s": round(floor_s, 3),

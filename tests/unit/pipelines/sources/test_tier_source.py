@@ -42,6 +42,7 @@ from pipelines.sources.tier import (
     tier_tasks,
 )
 from tests.fixtures.broker import wait_for
+from tests.fixtures.s3 import S3Bucket, S3Proxy
 
 TOPIC_ID = uuid.UUID(int=0x1234)
 BASE = 1000
@@ -65,7 +66,13 @@ def _segment() -> tuple[bytes, bytes]:
     return bytes(log), bytes(index)
 
 
-def _remote(tmp_path: Path, *, chunk_size: int = 700) -> tuple[TierRange, bytes, int]:
+def _remote(
+    tmp_path: Path,
+    *,
+    chunk_size: int = 700,
+    root: str | None = None,
+    settings: StorageSettings | None = None,
+) -> tuple[TierRange, bytes, int]:
     log, index = _segment()
     last = BASE + sum(1 + i % 9 for i in range(40)) - 1
     seg = RemoteSegment(topic="t", topic_id=TOPIC_ID, partition=0, segment_id=uuid.uuid4(),
@@ -74,14 +81,15 @@ def _remote(tmp_path: Path, *, chunk_size: int = 700) -> tuple[TierRange, bytes,
                         state=SegmentState.COPY_SEGMENT_FINISHED)  # fmt: skip
     blob, where = layout.build_indexes({"offset": index, "timestamp": b"", "producerSnapshot": b"",
                                         "leaderEpoch": b"", "transaction": None})  # fmt: skip
-    root = tmp_path / "tier"
+    root = root or str(tmp_path / "tier")
     keys = layout.segment_keys("", seg)
-    store = tier_store(str(root))
+    store = tier_store(root)
     store.write(keys["log"], log)
     store.write(keys["indexes"], blob)
     store.write(keys["rsm-manifest"],
                 layout.build_manifest(seg, chunk_size=chunk_size, indexes=where))  # fmt: skip
-    rng = TierRange(seg, BASE, last + 1, str(root), StorageSettings.from_environment({}))
+    settings = settings or StorageSettings.from_environment({})
+    rng = TierRange(seg, BASE, last + 1, root, settings)
     (tmp_path / "seg.log").write_bytes(log)
     return rng, log, last
 
@@ -144,6 +152,35 @@ def test_a_missing_log_object_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ObjectNotFoundError, match="no such object") as err:
         list(read_tier_range(rng, min_timestamp=LOW, max_timestamp=HIGH))
     assert key in str(err.value)
+
+
+@pytest.mark.parametrize("ahead", [3, tier_source.READ_AHEAD])
+def test_read_ahead_windows_are_in_flight_while_one_is_decoded(
+    s3: S3Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: int
+) -> None:
+    """On S3 (the tests' server behind a proxy that counts requests): while the first
+    window's rows are taken, the next READ_AHEAD windows' GETs have been sent, and no more;
+    in all, one GET a window, no byte asked for twice. Before: one window ahead, always."""
+    monkeypatch.setattr(tier_source, "READ_AHEAD", ahead)
+    proxy = S3Proxy(s3.server.endpoint)
+    try:
+        settings = StorageSettings.from_environment({"endpoint_url": proxy.endpoint})
+        rng, log, _last = _remote(tmp_path, root=s3.uri("tier"), settings=settings)
+        window = 1400  # two 700-byte chunks
+        assert len(log) > (ahead + 2) * window
+
+        def log_gets() -> int:
+            return sum(r.kind == "GetObject" and r.path.endswith(".log") for r in proxy.requests)
+
+        batches = read_tier_range(rng, window_bytes=window, min_timestamp=LOW, max_timestamp=HIGH)
+        first = next(batches)
+        wait_for(lambda: log_gets() >= 1 + ahead, 10)
+        assert log_gets() == 1 + ahead
+        got = pa.Table.from_batches([first, *batches])
+        assert got.equals(_from_file(tmp_path, log, rng.start_offset, rng.until))
+        assert log_gets() == -(-len(log) // window)
+    finally:
+        proxy.close()
 
 
 def test_the_next_range_is_opened_while_this_one_is_read(tmp_path: Path) -> None:
