@@ -19,7 +19,7 @@ from pipelines.sources.plan import (
 )
 from pipelines.sources.tier import (
     TierRange,
-    next_tier_range,
+    next_tier_ranges,
     read_tier_range,
 )
 from pipelines.sources.transactions import AbortedRanges, PartitionTxns, TxnEvents
@@ -53,7 +53,7 @@ def _read_ranges(
                 min_timestamp=options.min_timestamp,
                 max_timestamp=options.max_timestamp,
                 report=report,
-                after=next_tier_range(ranges, i),
+                after=next_tier_ranges(ranges, i),
             )
             yield report.to_json()
             continue

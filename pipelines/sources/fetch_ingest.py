@@ -40,7 +40,7 @@ from pipelines.sources.fetch_divergence import check_fetched_divergence
 from pipelines.sources.plan import MAX_OFFSET, MIN_OFFSET
 from pipelines.sources.tier import (
     TierRange,
-    next_tier_range,
+    next_tier_ranges,
     plan_summary,
     plan_tier,
     read_tier_range,
@@ -66,7 +66,7 @@ def _read(task: list[FetchRange | TierRange], *, max_bytes: int) -> Iterator[Any
         if isinstance(rng, TierRange):
             yield from read_tier_range(
                 rng, min_timestamp=MIN_OFFSET, max_timestamp=MAX_OFFSET, report=report,
-                after=next_tier_range(task, i),
+                after=next_tier_ranges(task, i),
             )  # fmt: skip
         else:
             yield from read_fetch_range(

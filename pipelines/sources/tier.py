@@ -31,9 +31,9 @@ each index is), the offset index (ranged read of ``.indexes``) when the range st
 segment, then the ``.log`` object in windows of whole chunks of about ``window_bytes``, each one
 ranged GET, :data:`READ_AHEAD` of them in flight ahead of the window decoded (reader threads, a
 connection each: the next windows arrive while this one is decoded; after a range's last
-window, the manifest, start position and first window of the range its task reads next, so
-that a task's segments follow each other without waiting for the store), each window's bytes
-into :func:`pipelines.sources.read.read_records` (``data=``):
+window is asked for, the manifests, start positions and first windows of the ranges its task
+reads next, so that a task's segments follow each other without waiting for the store),
+each window's bytes into :func:`pipelines.sources.read.read_records` (``data=``):
 the same scan, checks and vectorised decode as a log-dir or Fetch read. A window's range ends
 after its last whole batch; the bytes after it are carried into the next window (no byte is
 fetched twice, no batch cut by a window's end counts as damage). ``segment_base_offset`` and
@@ -123,7 +123,7 @@ __all__ = [
     "TierPlan",
     "TierRange",
     "WindowRead",
-    "next_tier_range",
+    "next_tier_ranges",
     "partition_delete",
     "plan_summary",
     "plan_tier",
@@ -435,11 +435,16 @@ def _with_positions(batch: pa.RecordBatch, shift: int, column: str) -> pa.Record
     return batch.set_column(at, batch.schema.field(at), moved)
 
 
-def next_tier_range(task: Sequence[object], i: int) -> TierRange | None:
-    """The range a task reads after its ``i``-th when that one is a :class:`TierRange` too
-    (the ``after`` of :func:`read_tier_range`: its opening is started ahead), else None."""
-    nxt = task[i + 1] if i + 1 < len(task) else None
-    return nxt if isinstance(nxt, TierRange) else None
+def next_tier_ranges(task: Sequence[object], i: int) -> tuple[TierRange, ...]:
+    """The ranges a task reads after its ``i``-th, up to :data:`READ_AHEAD` of them and as long
+    as they are :class:`TierRange` s too (the ``after`` of :func:`read_tier_range`: their
+    openings are started ahead)."""
+    out: list[TierRange] = []
+    for nxt in task[i + 1 : i + 1 + READ_AHEAD]:
+        if not isinstance(nxt, TierRange):
+            break
+        out.append(nxt)
+    return tuple(out)
 
 
 def read_tier_range(
@@ -450,11 +455,11 @@ def read_tier_range(
     window_bytes: int = DEFAULT_WINDOW_BYTES,
     on_decode_error: str = "skip",
     report: Any = None,
-    after: TierRange | None = None,
+    after: Sequence[TierRange] = (),
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``rng`` as :data:`RECORDS_ARROW_SCHEMA` batches (module docstring,
     executor side); ``report``: a :class:`~pipelines.sources.read.RangeReport` filled as the
-    windows are read; ``after``: the range read next (:func:`read_tier_windows`)."""
+    windows are read; ``after``: the ranges read next (:func:`read_tier_windows`)."""
     # Imported here: the driver plans without loading the decoder (numba).
     from pipelines.sources.read import read_records  # noqa: PLC0415
 
@@ -480,7 +485,7 @@ def read_tier_windows(
     position: str,
     window_bytes: int = DEFAULT_WINDOW_BYTES,
     report: Any = None,
-    after: TierRange | None = None,
+    after: Sequence[TierRange] = (),
 ) -> Iterator[pa.RecordBatch]:
     """``rng`` read window by window (module docstring, executor side): ``read(window, data,
     part)`` reads one window (a :class:`SegmentRange` over ``data``, the bytes fetched: as
@@ -488,14 +493,16 @@ def read_tier_windows(
     ``part`` (a :class:`~pipelines.sources.read.RangeReport`: at least ``last_end``, one past
     the last sound batch read); its batches' ``position`` column, an offset in ``data``, is
     made the segment's. ``report``: every window's ``part`` merged into it. ``after``: the
-    range the caller reads next (its task's next remote segment): it is opened (manifest,
-    start position, first window) on a thread while this range's last window is decoded."""
+    ranges the caller reads next, in order (its task's next remote segments,
+    :func:`next_tier_ranges`): once this range's last window is asked for, as many of them as
+    leave :data:`READ_AHEAD` GETs in flight (one at least) are opened (manifest, start
+    position, first window) on threads while this range's windows are decoded."""
     from pipelines.sources.read import RangeReport  # noqa: PLC0415
 
     if window_bytes < 1:
         raise InvalidConfigError(f"window_bytes must be positive, got {window_bytes}")
     seg = rng.segment
-    ahead_of = _take_opened(rng, window_bytes)
+    ahead_of = _take_opened(rng, window_bytes, after)
     opened = ahead_of.result() if ahead_of is not None else _open(rng, window_bytes)
     chunks = opened.manifest.chunks
     pos = opened.pos
@@ -504,7 +511,7 @@ def read_tier_windows(
     read_at = opened.read_at
 
     # READ_AHEAD GETs ahead: the next windows' bytes arrive while this one's are decoded;
-    # after the last, the opening of the range read next (``after``).
+    # once the last is asked for, the openings of the ranges read next (``after``).
     ahead = ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="tier-read-ahead")
     try:
         pending: deque[Future[_Window]] = deque()
@@ -521,8 +528,9 @@ def read_tier_windows(
             while len(pending) < READ_AHEAD and next_at < chunks.file_size:
                 pending.append(ahead.submit(opened.get, next_at))
                 next_at += opened.step
-            if at_end and after is not None:
-                _open_ahead(after, window_bytes)
+            if after and next_at >= chunks.file_size:
+                _open_ahead(after[: max(1, READ_AHEAD - len(pending))], window_bytes)
+                after = ()
             if not carry:
                 base = read_at - fresh.size
             data = fresh.with_carry(carry)
@@ -683,10 +691,11 @@ def _open(rng: TierRange, window_bytes: int, *, first: bool = True) -> _Opened:
     return opened
 
 
-# The opening of the range a task reads next, started while this one's last window is decoded
-# (a task reads several remote segments one after the other; each began with its manifest and
-# first window's GETs waited for, the cores idle). One per process: a Spark Python worker runs
-# one task at a time; a range found here is only a head start, never needed for correctness.
+# The openings of the ranges a task reads next, started once this one's last window is asked
+# for (a task reads several remote segments one after the other; each began with its manifest
+# and first window's GETs waited for, the cores idle; segments of one window each had one GET
+# in flight). One pool per process: a Spark Python worker runs one task at a time; a range
+# found here is only a head start, never needed for correctness.
 _OPENER: ThreadPoolExecutor | None = None
 _OPENED: dict[tuple[Any, ...], Future[_Opened]] = {}
 _OPENED_LOCK = threading.Lock()
@@ -710,18 +719,33 @@ def _range_key(rng: TierRange, window_bytes: int) -> tuple[Any, ...]:
     return (rng.root, rng.segment.segment_id, rng.start_offset, rng.until, window_bytes)
 
 
-def _open_ahead(rng: TierRange, window_bytes: int) -> None:
-    global _OPENER  # noqa: PLW0603  (one opener thread per process, made on first use)
+def _open_ahead(ranges: Sequence[TierRange], window_bytes: int) -> None:
+    """Head starts for ``ranges`` (those not started yet); any other head start is dropped
+    (not taken: its task failed, or it was read already)."""
+    global _OPENER  # noqa: PLW0603  (one opener pool per process, made on first use)
     with _OPENED_LOCK:
         if _OPENER is None:
-            _OPENER = ThreadPoolExecutor(1, thread_name_prefix="tier-open-ahead")
-        _OPENED.clear()  # an earlier head start not taken (its task failed): dropped
-        _OPENED[_range_key(rng, window_bytes)] = _OPENER.submit(_open, rng, window_bytes)
+            _OPENER = ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="tier-open-ahead")
+        keys = [_range_key(rng, window_bytes) for rng in ranges]
+        for key in [k for k in _OPENED if k not in keys]:
+            del _OPENED[key]
+        for rng, key in zip(ranges, keys, strict=True):
+            if key not in _OPENED:
+                _OPENED[key] = _OPENER.submit(_open, rng, window_bytes)
 
 
-def _take_opened(rng: TierRange, window_bytes: int) -> Future[_Opened] | None:
+def _take_opened(
+    rng: TierRange, window_bytes: int, after: Sequence[TierRange]
+) -> Future[_Opened] | None:
+    """``rng``'s head start, if one was made; any other head start but those of ``after``
+    (the ranges read next, opened ahead by the range before) is dropped: an earlier task's,
+    never used, is not kept to be taken later with bytes fetched long before."""
     with _OPENED_LOCK:
-        return _OPENED.pop(_range_key(rng, window_bytes), None)
+        found = _OPENED.pop(_range_key(rng, window_bytes), None)
+        keep = {_range_key(r, window_bytes) for r in after}
+        for key in [k for k in _OPENED if k not in keep]:
+            del _OPENED[key]
+        return found
 
 
 def _whole_frames(data: memoryview, skip: int, at_end: bool) -> tuple[int, bool]:

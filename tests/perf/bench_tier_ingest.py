@@ -298,7 +298,7 @@ def decode_only(root: str, bootstrap: str, out: Path | None = None) -> tuple[flo
     without Spark and the commit."""
     from logstore.objectstore import StorageSettings
     from pipelines.delta.files import RECORDS_PARQUET_OPTIONS, PartitionedFileWriter
-    from pipelines.sources.tier import TierRange, read_tier_range
+    from pipelines.sources.tier import TierRange, next_tier_ranges, read_tier_range
 
     settings = StorageSettings.default()
     segments = [s for segs in remote_segments(bootstrap).values() for s in segs]
@@ -310,10 +310,11 @@ def decode_only(root: str, bootstrap: str, out: Path | None = None) -> tuple[flo
         )  # fmt: skip
     t, cpu = time.perf_counter(), _cpu()
     ranges = [TierRange(s, s.start_offset, s.end_offset + 1, root, settings) for s in segments]
-    for rng, after in zip(ranges, [*ranges[1:], None], strict=True):
+    for i, rng in enumerate(ranges):
         for batch in read_tier_range(
-            rng, min_timestamp=-(2**63), max_timestamp=2**63 - 1, after=after
-        ):
+            rng, min_timestamp=-(2**63), max_timestamp=2**63 - 1,
+            after=next_tier_ranges(ranges, i),
+        ):  # fmt: skip
             if writer is not None:
                 writer.write(pa.Table.from_batches([batch]))
     if writer is not None:

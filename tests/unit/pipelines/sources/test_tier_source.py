@@ -189,26 +189,60 @@ def test_the_next_range_is_opened_while_this_one_is_read(tmp_path: Path) -> None
     c, _, _ = _remote(tmp_path)
     want = _from_file(tmp_path, log, a.start_offset, a.until)
 
-    def read(rng: TierRange, after: TierRange | None = None) -> pa.Table:
+    def read(rng: TierRange, *after: TierRange) -> pa.Table:
         batches = read_tier_range(rng, min_timestamp=LOW, max_timestamp=HIGH, after=after)
         return pa.Table.from_batches(list(batches))
 
-    assert read(a, after=b).equals(want)
+    assert read(a, b).equals(want)
     # b's manifest and first window (all of it: one window) were fetched while a was read
     # (on a thread: waited for here): its objects gone, it reads the same
     wait_for(lambda: all(f.done() for f in tier_source._OPENED.values()), 10)
     for key in layout.segment_keys("", b.segment).values():
         (Path(b.root) / key).unlink()
-    assert read(b, after=c).equals(want)
+    assert read(b, c).equals(want)
     # a head start is used once: read again, b is read from the store (gone: an error)
     with pytest.raises(ObjectNotFoundError):
         read(b)
     # c's head start fails (its .log went): reading c raises what a plain read raises
     wait_for(lambda: all(f.done() for f in tier_source._OPENED.values()), 10)
     (Path(c.root) / layout.segment_keys("", c.segment)["log"]).unlink()
-    assert read(a, after=c).equals(want)
+    assert read(a, c).equals(want)
     with pytest.raises(ObjectNotFoundError, match="no such object"):
         read(c)
+
+
+def test_segments_of_one_window_are_opened_read_ahead_deep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task of segments of one window each keeps READ_AHEAD of them opened ahead (manifest,
+    first window), not one: while ``a`` is read, ``b`` and ``c`` (READ_AHEAD 2), not ``d``;
+    ``b`` read next keeps ``c``'s head start and adds ``d``'s. Before: one segment ahead."""
+    monkeypatch.setattr(tier_source, "READ_AHEAD", 2)
+    a, log, _last = _remote(tmp_path)
+    b, c, d = (_remote(tmp_path)[0] for _ in range(3))
+    want = _from_file(tmp_path, log, a.start_offset, a.until)
+    task = [a, b, c, d]
+    assert tier_source.next_tier_ranges(task, 0) == (b, c)
+
+    def read(i: int) -> pa.Table:
+        after = tier_source.next_tier_ranges(task, i)
+        batches = read_tier_range(task[i], min_timestamp=LOW, max_timestamp=HIGH, after=after)
+        return pa.Table.from_batches(list(batches))
+
+    def opened() -> set[uuid.UUID]:
+        wait_for(lambda: all(f.done() for f in tier_source._OPENED.values()), 10)
+        return {key[1] for key in tier_source._OPENED}
+
+    assert read(0).equals(want)
+    assert opened() == {b.segment.segment_id, c.segment.segment_id}
+    for rng in (b, c):  # their objects gone: read from the head starts
+        for key in layout.segment_keys("", rng.segment).values():
+            (Path(rng.root) / key).unlink()
+    assert read(1).equals(want)
+    assert opened() == {c.segment.segment_id, d.segment.segment_id}
+    assert read(2).equals(want)
+    assert read(3).equals(want)
+    assert not tier_source._OPENED
 
 
 def _seg(start: int, end: int, partition: int = 0) -> RemoteSegment:
