@@ -142,9 +142,9 @@ DEFAULT_WINDOW_BYTES = 8 << 20
 # task waiting for the store most of the time. Measured (2026-11-29, 3M records in 64 MB
 # segments, the tests' S3 server paced to 100 MB/s an answer: ``tests/perf/
 # bench_tier_ingest.py --segment-mb 64 --answer-mbps 100``): one reader 4.09 -> 2.28 s, the
-# ingest on local[2] 2.54 -> 2.01 s, from 1 to 4. Unpaced, where the cores are the limit: no
-# difference (1.04 and 0.99 s). Within a segment only: across segments a task still opens one
-# segment ahead, so segments of one window (8 MB) gained nothing paced (2.43 -> 2.33 s).
+# ingest on local[2] 2.54 -> 2.01 s, from 1 to 4. In 8 MB segments (a window each) the same
+# across segments (:func:`next_tier_ranges` opened ahead): 2.43 -> 1.93 s, one reader 3.71 ->
+# 1.19 s. Unpaced, where the cores are the limit: no difference (1.04 / 0.99 s; 1.45 / 1.40).
 READ_AHEAD = 4
 DEFAULT_TASK_BYTES = 128 << 20  # [ingest] max_partition_bytes' default: a task's most bytes
 PARTITION_DELETE_API_KEY = 2

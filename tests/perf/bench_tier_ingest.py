@@ -111,7 +111,8 @@ one GET in flight).
 ``--answer-mbps``: each answer paced to that many MB/s (a connection's bandwidth; S3 serves one
 at ~100 MB/s). With :data:`pipelines.sources.tier.READ_AHEAD` 1 -> 4 GETs in flight a task
 (2026-11-29, 3M records, 100 MB/s an answer): in 64 MB segments tier 2.54 -> 2.01 s, floor (two
-connections) 2.13 s; in 8 MB segments (one window each, one segment opened ahead) 2.43 -> 2.33.
+connections) 2.13 s; in 8 MB segments (one window each) 2.43 -> 2.33 with four in flight within a
+segment only, -> 1.93 s with the next segments opened ahead too (floor 1.97 s).
 
 Each the best of ``--runs`` after one untimed warm-up of each. ``ratio = floor_s / tier_s``.
 Last line: one JSON object.
