@@ -720,16 +720,15 @@ def _range_key(rng: TierRange, window_bytes: int) -> tuple[Any, ...]:
 
 
 def _open_ahead(ranges: Sequence[TierRange], window_bytes: int) -> None:
-    """Head starts for ``ranges`` (those not started yet); any other head start is dropped
-    (not taken: its task failed, or it was read already)."""
+    """Head starts for ``ranges`` (those not started yet). Head starts of other ranges are
+    kept: those past ``ranges`` (the range before opened further ahead) are this task's; a
+    stale one is dropped by :func:`_take_opened`, which every range's read calls first."""
     global _OPENER  # noqa: PLW0603  (one opener pool per process, made on first use)
     with _OPENED_LOCK:
         if _OPENER is None:
             _OPENER = ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="tier-open-ahead")
-        keys = [_range_key(rng, window_bytes) for rng in ranges]
-        for key in [k for k in _OPENED if k not in keys]:
-            del _OPENED[key]
-        for rng, key in zip(ranges, keys, strict=True):
+        for rng in ranges:
+            key = _range_key(rng, window_bytes)
             if key not in _OPENED:
                 _OPENED[key] = _OPENER.submit(_open, rng, window_bytes)
 
